@@ -1,0 +1,211 @@
+// Plan: the static execution plan of one optimizer step, for every rank.
+//
+// The compiler (compiler/planner) produces it; the runtime executes it and
+// tools/viz draws it. It is the only contract between the two halves: the
+// runtime never sees the DSL and never remakes a decision recorded here.
+//
+// Memory. Each rank owns one arena of `arena_bytes`. A Buffer is a view
+// (offset, shape, type) into it; views may overlap only when their live
+// ranges do not (the memory planner's job) or when one contains the other by
+// construction (a gradient inside its bucket, a parameter inside its
+// bucket's parameter span).
+//
+// Streams and events. Instructions run in program order on their stream
+// (`compute` or `comm`). An instruction first waits for every event in
+// `wait_events`, then runs, then records every event in `record_events`.
+// Events are per step: a wait in step s is satisfied only by a record in
+// step s.
+//
+// One step = `accumulate` micro-steps of load/forward/backward, the bucket
+// all-reduces (issued during the last micro-step's backward), then the
+// optimizer per bucket. The program is unrolled: `micro_step` tells which
+// micro-step an instruction belongs to (-1: once per step).
+//
+// Ops (inputs -> outputs, attributes). Activations are [micro_batch, ...];
+// every float is f32, labels of cross_entropy are i32 [micro_batch].
+// An op that writes a gradient has attr accumulate (0: out = v, 1: out += v).
+//   load_batch          -> all input and label buffers, in declaration order
+//                          attrs: micro (index within this rank's step)
+//   linear              x[B,in], w[out,in], b[out] -> y[B,out]
+//   linear_grad_input   dy[B,out], w[out,in] -> dx[B,in]            acc
+//   linear_grad_params  dy[B,out], x[B,in] -> dw[out,in], db[out]   acc
+//   relu    x -> y      relu_grad   dy, y -> dx   acc
+//   gelu    x -> y      gelu_grad   dy, x -> dx   acc   (exact, erf form)
+//   tanh    x -> y      tanh_grad   dy, y -> dx   acc
+//   layernorm           x[B,d], gamma[d], beta[d] -> y[B,d], mean[B], rstd[B]
+//                       attrs: eps
+//   layernorm_grad_input   dy, x, gamma, mean, rstd -> dx          acc
+//   layernorm_grad_params  dy, x, mean, rstd -> dgamma, dbeta      acc
+//   add                 a, b -> y
+//   copy_grad           dy -> dx                                   acc
+//   cross_entropy       logits[B,C], label i32[B] -> loss_sum[1], probs[B,C]
+//                       loss_sum = sum over the micro-batch of -log p[label]
+//   cross_entropy_grad  probs, label -> dlogits   acc; attrs: scale
+//                       dlogits = scale * (probs - onehot(label))
+//   mse                 pred[B,n], target[B,n] -> loss_sum[1]
+//                       loss_sum = sum_b mean_j (pred - target)^2
+//   mse_grad            pred, target -> dpred     acc; attrs: scale
+//                       dpred = scale * 2 (pred - target) / n
+//   all_reduce          bucket grads -> the same buffer (in place, sum over
+//                       ranks); stream comm; attrs: bucket
+//   optimizer           params span, grads (bucket), state spans -> params,
+//                       state; attrs: bucket. Elementwise over the bucket's
+//                       flat span, hyper-parameters from `optimizer` and the
+//                       learning rate from `schedule` at the current step.
+//                       adamw state: m, v; sgd state: momentum (if > 0).
+// `scale` is 1 / global_batch: the loss is the mean over the global batch
+// whatever the split, and the all-reduce only sums.
+//
+// Deterministic mode (`deterministic`): each micro-step's gradient goes to
+// its own slot of the bucket (slot k of a bucket of `bytes` at offset
+// + k * bytes, grads always written with accumulate 0), and all_reduce
+// gathers the world's slots and adds them in global micro-batch order
+// (rank 0's slot 0, slot 1, ..., then rank 1's, ...), leaving the sum in
+// slot 0 on every rank. The result is bit for bit the same whatever the
+// split of the global batch into gpus x accumulate.
+#ifndef TRAINC_COMPILER_PLAN_PLAN_H_
+#define TRAINC_COMPILER_PLAN_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace trainc {
+
+inline constexpr int kPlanFormatVersion = 1;
+
+enum class DType { kF32, kI32 };
+int64_t DTypeBytes(DType t);  // 4 for both
+
+enum class BufferKind {
+  kInput,           // filled by load_batch (features)
+  kLabel,           // filled by load_batch (targets)
+  kParameter,
+  kGradient,        // parameter gradient, inside its bucket
+  kOptimizerState,
+  kActivation,      // forward value (and saved-for-backward tensors)
+  kActivationGrad,  // gradient of an activation (backward temporary)
+  kLoss,            // loss_sum of one micro-step
+  kBucket,          // a whole bucket of gradients (all-reduce operand)
+  kParameterSpan,   // a bucket's parameters, contiguous
+  kStateSpan,       // a bucket's optimizer state, one per state kind
+};
+
+struct Buffer {
+  int id = 0;                  // index into Plan::buffers
+  std::string name;            // "h1.weight", "grad/h1.weight", "h1", ...
+  BufferKind kind = BufferKind::kActivation;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // full shape, batch dimension included
+  int64_t offset = 0;          // bytes from the arena start, 64-byte aligned
+  int64_t bytes = 0;           // product(shape) * DTypeBytes(dtype)
+  // Parameters only: initialisation, as in PyTorch's modules.
+  std::string init;            // "uniform", "ones", "zeros"; empty: none
+  double init_bound = 0.0;     // uniform: U(-bound, bound)
+  // Live range in program order (first and last instruction index that
+  // touches it); -1 for buffers live for the whole run (parameters,
+  // gradients, optimizer state, buckets).
+  int first_use = -1;
+  int last_use = -1;
+};
+
+enum class Stream { kCompute, kComm };
+
+enum class Phase { kData, kForward, kBackward, kComm, kOptimizer };
+
+struct Instruction {
+  int id = 0;                // index into Plan::instructions
+  std::string op;            // see the op list above
+  std::vector<int> inputs;   // buffer ids
+  std::vector<int> outputs;  // buffer ids
+  std::map<std::string, double> attrs;
+  Stream stream = Stream::kCompute;
+  Phase phase = Phase::kForward;
+  int micro_step = -1;       // 0..accumulate-1, or -1: once per step
+  std::vector<int> wait_events;
+  std::vector<int> record_events;
+  std::string label;         // what it computes, for people: "h1 = linear"
+};
+
+struct Bucket {
+  int id = 0;                        // also the all-reduce order
+  std::vector<std::string> parameters;  // in backward (ready) order
+  int grad_buffer = -1;              // BufferKind::kBucket
+  int param_span = -1;               // BufferKind::kParameterSpan
+  std::vector<int> state_spans;      // adamw: {m, v}; sgd+momentum: {buf}
+  int64_t bytes = 0;                 // one slot
+  int ready_after = -1;              // instruction writing its last gradient
+  int all_reduce = -1;               // its all_reduce instruction
+};
+
+struct MemoryReport {
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
+  int64_t peak_activation_bytes = 0;  // activations + backward temporaries
+  int64_t arena_bytes = 0;            // the planned arena
+  int64_t unshared_bytes = 0;         // the same buffers without any reuse
+};
+
+struct OptimizerConfig {
+  std::string kind;  // "sgd" or "adamw"
+  double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
+  bool nesterov = false;
+};
+
+struct ScheduleConfig {
+  std::string kind = "constant";  // or "cosine"
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;  // the cosine's length; 0 when unknown until data
+};
+
+struct DataConfig {
+  std::string format;  // "idx"
+  std::vector<std::string> train_paths;
+  std::vector<std::string> eval_paths;
+  double scale = 1.0;
+  bool shuffle = true;
+};
+
+struct Plan {
+  int version = kPlanFormatVersion;
+  std::string model;
+  std::string source;  // the .train file it was compiled from
+
+  int64_t world_size = 1;
+  int64_t micro_batch = 0;
+  int64_t accumulate = 1;
+  int64_t global_batch = 0;
+  int64_t epochs = 0;
+  int64_t steps = 0;
+  int64_t seed = 0;
+  bool deterministic = false;
+  bool tf32 = false;
+  double bucket_mb = 25.0;
+
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  DataConfig data;
+
+  std::vector<Buffer> buffers;
+  std::vector<Instruction> instructions;
+  std::vector<Bucket> buckets;
+  int num_events = 0;
+  int64_t arena_bytes = 0;
+  MemoryReport memory;
+
+  // Convenience ids, all into buffers.
+  std::vector<int> input_buffers;   // load_batch outputs, in order
+  int loss_buffer = -1;             // loss_sum of the current micro-step
+  std::vector<int> parameter_buffers;  // in model (forward) order
+};
+
+const char* BufferKindName(BufferKind kind);
+const char* StreamName(Stream stream);
+const char* PhaseName(Phase phase);
+const char* DTypeName(DType dtype);
+
+}  // namespace trainc
+
+#endif  // TRAINC_COMPILER_PLAN_PLAN_H_

@@ -1,0 +1,40 @@
+// Reading and writing a Plan as text.
+//
+// The format is line oriented, one record per line, so that two plans can be
+// compared with `diff`:
+//
+//   trainc-plan 1
+//   model fashion_mlp
+//   config world_size=2 micro_batch=64 accumulate=2 ...
+//   buffer 3 name=h1.weight kind=parameter dtype=f32 shape=256x784 offset=... 
+//   instr 12 op=linear stream=compute phase=forward micro=0 in=0,3,4 out=5 ...
+//   bucket 0 bytes=... grad=.. params=h3.weight,h3.bias ...
+//   end
+//
+// Parsing checks the version and every reference (buffer and event ids in
+// range, shapes match bytes) and reports the line of the first problem.
+#ifndef TRAINC_COMPILER_PLAN_PLAN_IO_H_
+#define TRAINC_COMPILER_PLAN_PLAN_IO_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "compiler/plan/plan.h"
+
+namespace trainc {
+
+std::string PlanToText(const Plan& plan);
+absl::StatusOr<Plan> PlanFromText(const std::string& text,
+                                  const std::string& source_name = "plan");
+
+absl::Status WritePlanFile(const Plan& plan, const std::string& path);
+absl::StatusOr<Plan> ReadPlanFile(const std::string& path);
+
+// Structural checks: ids in range, bytes match shapes, buffers in the arena,
+// every waited event recorded earlier on the other stream. Used after
+// parsing and by the planner's tests.
+absl::Status ValidatePlan(const Plan& plan);
+
+}  // namespace trainc
+
+#endif  // TRAINC_COMPILER_PLAN_PLAN_IO_H_

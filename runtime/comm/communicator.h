@@ -1,0 +1,40 @@
+// Communicator: the collectives a plan needs, over every rank of a job.
+//
+// One interface for Gloo (CPU tensors, TCP) and NCCL (GPU tensors). Calls
+// are made from the device's comm stream: on the CPU from its worker thread
+// (blocking until done), on CUDA they enqueue on `stream` (a cudaStream_t)
+// and return.
+#ifndef TRAINC_RUNTIME_COMM_COMMUNICATOR_H_
+#define TRAINC_RUNTIME_COMM_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace trainc {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // In place: data[i] = sum over ranks of data[i].
+  virtual absl::Status AllReduceSum(float* data, int64_t count,
+                                    void* stream) = 0;
+  // out[r * count + i] = rank r's in[i]; `out` holds world_size * count.
+  virtual absl::Status AllGather(const float* in, float* out, int64_t count,
+                                 void* stream) = 0;
+  // Every rank gets root's data.
+  virtual absl::Status Broadcast(float* data, int64_t count, int root,
+                                 void* stream) = 0;
+  // Returns once every rank has called it (host-side).
+  virtual absl::Status Barrier() = 0;
+};
+
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_COMM_COMMUNICATOR_H_

@@ -1,0 +1,80 @@
+// Device: where a plan's arena lives and its instructions run.
+//
+// One interface for every backend (cpu, cuda); the executor
+// (runtime/exec) is shared and only talks to this and to a Communicator.
+//
+// Streams. A device has the plan's two streams, compute and comm. Work
+// submitted to a stream runs in submission order. On the CPU the compute
+// stream is the calling thread (Submit runs the work at once) and the comm
+// stream is a worker thread; on CUDA both are cudaStreams and Submit runs the
+// host function at once, which only enqueues device work.
+//
+// Events. RecordEvent(s, e) marks the point in stream s after everything
+// submitted so far; WaitEvent(s, e) makes later work on s wait for it.
+// ResetEvents() starts a new step (all events unrecorded).
+#ifndef TRAINC_RUNTIME_DEVICE_DEVICE_H_
+#define TRAINC_RUNTIME_DEVICE_DEVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "compiler/plan/plan.h"
+
+namespace trainc {
+
+// What changes from step to step and an instruction may need.
+struct StepState {
+  int64_t step = 1;    // 1-based optimizer step (Adam's bias correction)
+  double lr = 0.0;     // learning rate from the schedule at this step
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual std::string name() const = 0;
+
+  // The arena: one allocation of `bytes`, zero-filled.
+  virtual absl::Status AllocateArena(int64_t bytes) = 0;
+  // Base address of the arena (a device pointer on CUDA).
+  virtual char* arena() = 0;
+
+  // Host -> arena, ordered on the compute stream (the host buffer may be
+  // reused once the call returns).
+  virtual absl::Status Upload(int64_t offset, const void* src,
+                              int64_t bytes) = 0;
+  // Arena -> host after all compute work submitted so far.
+  virtual absl::Status Download(int64_t offset, void* dst, int64_t bytes) = 0;
+
+  // Runs (cpu) or enqueues (cuda) one compute instruction of `plan` on the
+  // compute stream: every op of plan.h except load_batch and all_reduce.
+  virtual absl::Status RunKernel(const Plan& plan, const Instruction& instr,
+                                 const StepState& state) = 0;
+
+  // Deterministic mode: dst[i] = sum over k of src[k * count + i], k in
+  // increasing order, on `stream`. Bit-reproducible by construction.
+  virtual absl::Status OrderedSum(Stream stream, const float* src, int64_t n,
+                                  int64_t count, float* dst) = 0;
+
+  // Runs `work` in order on `stream` (see the header comment).
+  virtual absl::Status Submit(Stream stream,
+                              std::function<absl::Status()> work) = 0;
+  virtual absl::Status RecordEvent(Stream stream, int event) = 0;
+  virtual absl::Status WaitEvent(Stream stream, int event) = 0;
+  virtual absl::Status ResetEvents(int num_events) = 0;
+  // Blocks until both streams are idle; returns the first error of any
+  // submitted work.
+  virtual absl::Status Synchronize() = 0;
+
+  // Opaque native stream for a communicator to enqueue on (cudaStream_t on
+  // CUDA, nullptr on the CPU).
+  virtual void* NativeStream(Stream stream) = 0;
+};
+
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_DEVICE_DEVICE_H_
