@@ -1,0 +1,29 @@
+#include "compiler/graph/dce.h"
+
+#include <vector>
+
+namespace trainc {
+
+absl::StatusOr<bool> DeadCodeElimination::Run(Graph* graph) {
+  std::vector<Node>& nodes = graph->mutable_nodes();
+  std::vector<bool> needed(graph->values().size(), false);
+  if (graph->loss() >= 0) needed[graph->loss()] = true;
+  std::vector<bool> keep(nodes.size(), false);
+  // One reverse sweep suffices: nodes are in topological order.
+  for (int i = static_cast<int>(nodes.size()) - 1; i >= 0; --i) {
+    for (int out : nodes[i].outputs) keep[i] = keep[i] || needed[out];
+    if (nodes[i].role == NodeRole::kBackward) keep[i] = true;
+    if (!keep[i]) continue;
+    for (int in : nodes[i].inputs) needed[in] = true;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (keep[i]) kept.push_back(std::move(nodes[i]));
+  }
+  const bool changed = kept.size() != nodes.size();
+  for (size_t i = 0; i < kept.size(); ++i) kept[i].id = static_cast<int>(i);
+  nodes = std::move(kept);
+  return changed;
+}
+
+}  // namespace trainc

@@ -1,0 +1,107 @@
+// Graph: the compiler's IR between TrainSpec and Plan.
+//
+// Values are typed, shaped tensors (batch dimension included); nodes are ops
+// of plan.h's op list reading and writing values. One graph describes ONE
+// micro-step on one rank; the planner unrolls it `accumulate` times.
+//
+// Invariants (checked by Verify):
+//   - an input, label or parameter is never written by a node;
+//   - an activation (or loss) is written by exactly one node, before any read;
+//   - a gradient may be written by several nodes: the first writes it with
+//     attr accumulate=0, later ones with accumulate=1 (parameter gradients
+//     are written once here; the planner sets their accumulate per
+//     micro-step).
+//
+//   Graph g = LowerModel(spec.model, /*micro_batch=*/64).value();
+//   std::cout << g.ToText();
+#ifndef TRAINC_COMPILER_GRAPH_GRAPH_H_
+#define TRAINC_COMPILER_GRAPH_GRAPH_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "compiler/plan/plan.h"
+
+namespace trainc {
+
+enum class ValueKind {
+  kInput,
+  kLabel,
+  kParameter,
+  kActivation,      // forward values, including saved-for-backward tensors
+  kLoss,            // the loss op's loss_sum
+  kParameterGrad,
+  kActivationGrad,
+};
+const char* ValueKindName(ValueKind kind);
+
+struct Value {
+  int id = -1;
+  std::string name;
+  ValueKind kind = ValueKind::kActivation;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // batch dimension first for per-sample values
+  // Parameters: PyTorch-style initialisation ("uniform", "ones", "zeros").
+  std::string init;
+  double init_bound = 0.0;
+  int grad_of = -1;  // gradients: the value this is the gradient of
+
+  int64_t elements() const;
+  int64_t bytes() const { return elements() * DTypeBytes(dtype); }
+};
+
+enum class NodeRole { kForward, kBackward };
+
+struct Node {
+  int id = -1;
+  std::string op;  // an op of plan.h
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  std::map<std::string, double> attrs;
+  NodeRole role = NodeRole::kForward;
+  std::string label;  // "h1 = relu", "grad/h1.0 = relu_grad"
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "") : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+
+  // Appends and returns the new id (ids are indices).
+  int AddValue(Value value);
+  int AddNode(Node node);
+
+  const Value& value(int id) const { return values_[id]; }
+  const std::vector<Value>& values() const { return values_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<Node>& mutable_nodes() { return nodes_; }
+
+  // Inputs then labels, in declaration order: what load_batch writes.
+  const std::vector<int>& batch_values() const { return batch_values_; }
+  void add_batch_value(int id) { batch_values_.push_back(id); }
+  // Parameters in creation (forward) order.
+  const std::vector<int>& parameters() const { return parameters_; }
+  void add_parameter(int id) { parameters_.push_back(id); }
+
+  int loss() const { return loss_; }
+  void set_loss(int id) { loss_ = id; }
+
+  absl::Status Verify() const;
+  std::string ToText() const;
+
+ private:
+  std::string name_;
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<int> batch_values_;
+  std::vector<int> parameters_;
+  int loss_ = -1;
+};
+
+}  // namespace trainc
+
+#endif  // TRAINC_COMPILER_GRAPH_GRAPH_H_

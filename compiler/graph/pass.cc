@@ -1,0 +1,27 @@
+#include "compiler/graph/pass.h"
+
+#include "absl/strings/str_cat.h"
+#include "compiler/util/status_macros.h"
+
+namespace trainc {
+
+absl::StatusOr<bool> PassPipeline::Run(Graph* graph) {
+  absl::Status input = graph->Verify();
+  if (!input.ok()) {
+    return absl::Status(input.code(),
+                        absl::StrCat(name_, ": invalid input graph: ", input.message()));
+  }
+  bool changed = false;
+  for (const auto& pass : passes_) {
+    ASSIGN_OR_RETURN(bool pass_changed, pass->Run(graph));
+    changed |= pass_changed;
+    absl::Status after = graph->Verify();
+    if (!after.ok()) {
+      return absl::Status(after.code(), absl::StrCat(name_, ": after pass ", pass->name(),
+                                                     ": ", after.message()));
+    }
+  }
+  return changed;
+}
+
+}  // namespace trainc

@@ -1,0 +1,50 @@
+// Graph passes, in the style of XLA's HLO passes.
+//
+// A pass rewrites a graph in place and says whether it changed anything; a
+// pipeline runs passes in order and verifies the graph after each, so a
+// broken invariant is reported by the pass that broke it.
+//
+//   PassPipeline pipeline("train");
+//   pipeline.Add(std::make_unique<DeadCodeElimination>());
+//   pipeline.Add(std::make_unique<Autodiff>(/*loss_scale=*/1.0 / 256));
+//   RETURN_IF_ERROR(pipeline.Run(&graph));
+#ifndef TRAINC_COMPILER_GRAPH_PASS_H_
+#define TRAINC_COMPILER_GRAPH_PASS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "compiler/graph/graph.h"
+
+namespace trainc {
+
+class GraphPass {
+ public:
+  virtual ~GraphPass() = default;
+  virtual absl::string_view name() const = 0;
+  // Returns whether the graph changed.
+  virtual absl::StatusOr<bool> Run(Graph* graph) = 0;
+};
+
+class PassPipeline {
+ public:
+  explicit PassPipeline(std::string name) : name_(std::move(name)) {}
+
+  void Add(std::unique_ptr<GraphPass> pass) { passes_.push_back(std::move(pass)); }
+
+  // Verifies the input, then runs every pass and verifies after each.
+  // Returns whether any pass changed the graph.
+  absl::StatusOr<bool> Run(Graph* graph);
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<GraphPass>> passes_;
+};
+
+}  // namespace trainc
+
+#endif  // TRAINC_COMPILER_GRAPH_PASS_H_

@@ -1,0 +1,736 @@
+#include "compiler/plan/plan_io.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "compiler/util/status_macros.h"
+
+namespace trainc {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Writing.
+
+// Shortest of %.15g / %.17g that reads back to the same double, so that
+// 0.001 stays "0.001" (diffable) and 1/255 still round-trips exactly.
+std::string FormatDouble(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) {
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+  }
+  return buf;
+}
+
+bool NeedsQuotes(absl::string_view s) {
+  if (s.empty()) return true;
+  for (char c : s) {
+    if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == ',' ||
+        static_cast<unsigned char>(c) >= 0x7f) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string Quote(absl::string_view s) {
+  if (!NeedsQuotes(s)) return std::string(s);
+  return absl::StrCat("\"", absl::CEscape(s), "\"");
+}
+
+std::string JoinInts(const std::vector<int>& v) { return absl::StrJoin(v, ","); }
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return shape.empty() ? "scalar" : absl::StrJoin(shape, "x");
+}
+
+std::string AttrsText(const std::map<std::string, double>& attrs) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : attrs) parts.push_back(absl::StrCat(k, ":", FormatDouble(v)));
+  return absl::StrJoin(parts, ",");
+}
+
+// ---------------------------------------------------------------------------
+// Parsing. A line is `keyword [positional...] key=value...`; a value may be
+// a C-escaped string in double quotes.
+
+struct Record {
+  int line = 0;
+  std::string keyword;
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> fields;
+};
+
+class Parser {
+ public:
+  explicit Parser(std::string source_name) : source_(std::move(source_name)) {}
+
+  absl::Status Error(int line, absl::string_view message) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ":", line, ": ", message));
+  }
+
+  absl::StatusOr<Record> Tokenize(absl::string_view text, int line) const {
+    Record r;
+    r.line = line;
+    size_t i = 0;
+    bool first = true;
+    while (i < text.size()) {
+      while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+      if (i >= text.size()) break;
+      // Key (up to '=' or space) then an optional value.
+      size_t start = i;
+      while (i < text.size() && text[i] != ' ' && text[i] != '\t' &&
+             text[i] != '=' && text[i] != '"') {
+        ++i;
+      }
+      std::string key(text.substr(start, i - start));
+      if (i < text.size() && text[i] == '"') {
+        return Error(line, absl::StrCat("unexpected quote after '", key, "'"));
+      }
+      if (i >= text.size() || text[i] != '=') {
+        if (first) {
+          r.keyword = key;
+        } else {
+          r.positional.push_back(key);
+        }
+        first = false;
+        continue;
+      }
+      ++i;  // '='
+      std::string value;
+      if (i < text.size() && text[i] == '"') {
+        ++i;
+        std::string raw;
+        bool closed = false;
+        while (i < text.size()) {
+          if (text[i] == '\\' && i + 1 < text.size()) {
+            raw += text[i];
+            raw += text[i + 1];
+            i += 2;
+            continue;
+          }
+          if (text[i] == '"') {
+            closed = true;
+            ++i;
+            break;
+          }
+          raw += text[i++];
+        }
+        if (!closed) return Error(line, "unterminated string");
+        std::string error;
+        if (!absl::CUnescape(raw, &value, &error)) {
+          return Error(line, absl::StrCat("bad string escape: ", error));
+        }
+      } else {
+        size_t vstart = i;
+        while (i < text.size() && text[i] != ' ' && text[i] != '\t') ++i;
+        value = std::string(text.substr(vstart, i - vstart));
+      }
+      if (first) return Error(line, "a record starts with a keyword");
+      if (!r.fields.emplace(key, value).second) {
+        return Error(line, absl::StrCat("duplicate field '", key, "'"));
+      }
+    }
+    return r;
+  }
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+};
+
+// Typed access to one record's fields; every field must be consumed, so a
+// misspelt key is an error rather than silently ignored.
+class Fields {
+ public:
+  Fields(const Parser& parser, const Record& record)
+      : parser_(parser), record_(record) {}
+
+  absl::StatusOr<std::string> Str(const std::string& key) {
+    auto it = record_.fields.find(key);
+    if (it == record_.fields.end()) {
+      return parser_.Error(record_.line,
+                           absl::StrCat("'", record_.keyword, "' needs '", key, "='"));
+    }
+    used_.insert(key);
+    return it->second;
+  }
+  absl::StatusOr<int64_t> Int(const std::string& key) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    int64_t v;
+    if (!absl::SimpleAtoi(s, &v)) return Bad(key, s, "an integer");
+    return v;
+  }
+  absl::StatusOr<double> Double(const std::string& key) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    double v;
+    if (!absl::SimpleAtod(s, &v)) return Bad(key, s, "a number");
+    return v;
+  }
+  absl::StatusOr<bool> Bool(const std::string& key) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    if (s == "1" || s == "true") return true;
+    if (s == "0" || s == "false") return false;
+    return Bad(key, s, "0 or 1");
+  }
+  absl::StatusOr<std::vector<int>> Ints(const std::string& key) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    std::vector<int> out;
+    if (s.empty()) return out;
+    for (absl::string_view part : absl::StrSplit(s, ',')) {
+      int v;
+      if (!absl::SimpleAtoi(part, &v)) return Bad(key, s, "a list of integers");
+      out.push_back(v);
+    }
+    return out;
+  }
+  absl::StatusOr<std::vector<int64_t>> Shape(const std::string& key) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    std::vector<int64_t> out;
+    if (s == "scalar") return out;
+    for (absl::string_view part : absl::StrSplit(s, 'x')) {
+      int64_t v;
+      if (!absl::SimpleAtoi(part, &v) || v < 0) {
+        return Bad(key, s, "a shape like 64x784 or 'scalar'");
+      }
+      out.push_back(v);
+    }
+    return out;
+  }
+  absl::StatusOr<std::vector<std::string>> Names(const std::string& key) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    if (s.empty()) return std::vector<std::string>{};
+    return std::vector<std::string>(absl::StrSplit(s, ','));
+  }
+  absl::StatusOr<std::map<std::string, double>> Attrs(const std::string& key) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    std::map<std::string, double> out;
+    if (s.empty()) return out;
+    for (absl::string_view part : absl::StrSplit(s, ',')) {
+      std::pair<std::string, std::string> kv = absl::StrSplit(part, ':');
+      double v;
+      if (kv.first.empty() || !absl::SimpleAtod(kv.second, &v)) {
+        return Bad(key, s, "name:value pairs separated by commas");
+      }
+      out[kv.first] = v;
+    }
+    return out;
+  }
+  template <typename Enum>
+  absl::StatusOr<Enum> Enumerated(const std::string& key,
+                                  const std::vector<Enum>& values,
+                                  const char* (*name)(Enum)) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    std::vector<std::string> names;
+    for (Enum e : values) {
+      if (s == name(e)) return e;
+      names.push_back(name(e));
+    }
+    return Bad(key, s, absl::StrCat("one of ", absl::StrJoin(names, ", ")));
+  }
+
+  // Every field read exactly once.
+  absl::Status Done() const {
+    for (const auto& [k, v] : record_.fields) {
+      if (!used_.count(k)) {
+        return parser_.Error(record_.line, absl::StrCat("unknown field '", k,
+                                                        "' in '", record_.keyword, "'"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Bad(const std::string& key, const std::string& value,
+                   const std::string& expected) const {
+    return parser_.Error(record_.line, absl::StrCat("'", key, "=", value,
+                                                    "': expected ", expected));
+  }
+
+  const Parser& parser_;
+  const Record& record_;
+  std::set<std::string> used_;
+};
+
+const std::vector<BufferKind>& AllBufferKinds() {
+  static const auto* kinds = new std::vector<BufferKind>{
+      BufferKind::kInput,          BufferKind::kLabel,
+      BufferKind::kParameter,      BufferKind::kGradient,
+      BufferKind::kOptimizerState, BufferKind::kActivation,
+      BufferKind::kActivationGrad, BufferKind::kLoss,
+      BufferKind::kBucket,         BufferKind::kParameterSpan,
+      BufferKind::kStateSpan};
+  return *kinds;
+}
+
+absl::Status ParseIndex(const Parser& parser, const Record& r, size_t expected) {
+  int64_t id;
+  if (r.positional.size() != 1 || !absl::SimpleAtoi(r.positional[0], &id)) {
+    return parser.Error(r.line, absl::StrCat("'", r.keyword, "' needs one id"));
+  }
+  if (id != static_cast<int64_t>(expected)) {
+    return parser.Error(r.line, absl::StrCat(r.keyword, " ", id, " out of order: expected ",
+                                             expected));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
+  Fields f(parser, r);
+  const std::string& kw = r.keyword;
+  // Only the numbered records and data_path take a positional argument.
+  if (kw != "buffer" && kw != "instr" && kw != "bucket" && kw != "data_path" &&
+      !r.positional.empty()) {
+    return parser.Error(r.line, absl::StrCat("unexpected '", r.positional[0], "'"));
+  }
+  if (kw == "model") {
+    ASSIGN_OR_RETURN(plan.model, f.Str("name"));
+  } else if (kw == "source") {
+    ASSIGN_OR_RETURN(plan.source, f.Str("path"));
+  } else if (kw == "config") {
+    ASSIGN_OR_RETURN(plan.world_size, f.Int("world_size"));
+    ASSIGN_OR_RETURN(plan.micro_batch, f.Int("micro_batch"));
+    ASSIGN_OR_RETURN(plan.accumulate, f.Int("accumulate"));
+    ASSIGN_OR_RETURN(plan.global_batch, f.Int("global_batch"));
+    ASSIGN_OR_RETURN(plan.epochs, f.Int("epochs"));
+    ASSIGN_OR_RETURN(plan.steps, f.Int("steps"));
+    ASSIGN_OR_RETURN(plan.seed, f.Int("seed"));
+    ASSIGN_OR_RETURN(plan.deterministic, f.Bool("deterministic"));
+    ASSIGN_OR_RETURN(plan.tf32, f.Bool("tf32"));
+    ASSIGN_OR_RETURN(plan.bucket_mb, f.Double("bucket_mb"));
+  } else if (kw == "optimizer") {
+    OptimizerConfig& o = plan.optimizer;
+    ASSIGN_OR_RETURN(o.kind, f.Str("kind"));
+    ASSIGN_OR_RETURN(o.lr, f.Double("lr"));
+    ASSIGN_OR_RETURN(o.momentum, f.Double("momentum"));
+    ASSIGN_OR_RETURN(o.nesterov, f.Bool("nesterov"));
+    ASSIGN_OR_RETURN(o.weight_decay, f.Double("weight_decay"));
+    ASSIGN_OR_RETURN(o.beta1, f.Double("beta1"));
+    ASSIGN_OR_RETURN(o.beta2, f.Double("beta2"));
+    ASSIGN_OR_RETURN(o.eps, f.Double("eps"));
+  } else if (kw == "schedule") {
+    ASSIGN_OR_RETURN(plan.schedule.kind, f.Str("kind"));
+    ASSIGN_OR_RETURN(plan.schedule.warmup_steps, f.Int("warmup_steps"));
+    ASSIGN_OR_RETURN(plan.schedule.total_steps, f.Int("total_steps"));
+  } else if (kw == "data") {
+    ASSIGN_OR_RETURN(plan.data.format, f.Str("format"));
+    ASSIGN_OR_RETURN(plan.data.scale, f.Double("scale"));
+    ASSIGN_OR_RETURN(plan.data.shuffle, f.Bool("shuffle"));
+  } else if (kw == "data_path") {
+    if (r.positional.size() != 1 ||
+        (r.positional[0] != "train" && r.positional[0] != "eval")) {
+      return parser.Error(r.line, "'data_path' needs 'train' or 'eval'");
+    }
+    ASSIGN_OR_RETURN(std::string path, f.Str("path"));
+    (r.positional[0] == "train" ? plan.data.train_paths : plan.data.eval_paths)
+        .push_back(path);
+  } else if (kw == "buffer") {
+    RETURN_IF_ERROR(ParseIndex(parser, r, plan.buffers.size()));
+    Buffer b;
+    b.id = static_cast<int>(plan.buffers.size());
+    ASSIGN_OR_RETURN(b.name, f.Str("name"));
+    ASSIGN_OR_RETURN(b.kind, f.Enumerated("kind", AllBufferKinds(), &BufferKindName));
+    ASSIGN_OR_RETURN(b.dtype, f.Enumerated("dtype", std::vector<DType>{DType::kF32, DType::kI32},
+                                           &DTypeName));
+    ASSIGN_OR_RETURN(b.shape, f.Shape("shape"));
+    ASSIGN_OR_RETURN(b.offset, f.Int("offset"));
+    ASSIGN_OR_RETURN(b.bytes, f.Int("bytes"));
+    if (r.fields.count("live")) {
+      ASSIGN_OR_RETURN(std::vector<int> live, f.Ints("live"));
+      if (live.size() != 2) return parser.Error(r.line, "'live' needs first,last");
+      b.first_use = live[0];
+      b.last_use = live[1];
+    }
+    if (r.fields.count("init")) {
+      ASSIGN_OR_RETURN(b.init, f.Str("init"));
+      ASSIGN_OR_RETURN(b.init_bound, f.Double("init_bound"));
+    }
+    plan.buffers.push_back(std::move(b));
+  } else if (kw == "instr") {
+    RETURN_IF_ERROR(ParseIndex(parser, r, plan.instructions.size()));
+    Instruction in;
+    in.id = static_cast<int>(plan.instructions.size());
+    ASSIGN_OR_RETURN(in.op, f.Str("op"));
+    ASSIGN_OR_RETURN(in.stream, f.Enumerated("stream",
+                                             std::vector<Stream>{Stream::kCompute, Stream::kComm},
+                                             &StreamName));
+    ASSIGN_OR_RETURN(in.phase,
+                     f.Enumerated("phase",
+                                  std::vector<Phase>{Phase::kData, Phase::kForward,
+                                                     Phase::kBackward, Phase::kComm,
+                                                     Phase::kOptimizer},
+                                  &PhaseName));
+    ASSIGN_OR_RETURN(int64_t micro, f.Int("micro"));
+    in.micro_step = static_cast<int>(micro);
+    ASSIGN_OR_RETURN(in.inputs, f.Ints("in"));
+    ASSIGN_OR_RETURN(in.outputs, f.Ints("out"));
+    ASSIGN_OR_RETURN(in.attrs, f.Attrs("attrs"));
+    ASSIGN_OR_RETURN(in.wait_events, f.Ints("wait"));
+    ASSIGN_OR_RETURN(in.record_events, f.Ints("record"));
+    ASSIGN_OR_RETURN(in.label, f.Str("label"));
+    plan.instructions.push_back(std::move(in));
+  } else if (kw == "bucket") {
+    RETURN_IF_ERROR(ParseIndex(parser, r, plan.buckets.size()));
+    Bucket b;
+    b.id = static_cast<int>(plan.buckets.size());
+    ASSIGN_OR_RETURN(b.bytes, f.Int("bytes"));
+    ASSIGN_OR_RETURN(int64_t grad, f.Int("grad"));
+    ASSIGN_OR_RETURN(int64_t span, f.Int("param_span"));
+    ASSIGN_OR_RETURN(b.state_spans, f.Ints("state_spans"));
+    ASSIGN_OR_RETURN(int64_t ready, f.Int("ready_after"));
+    ASSIGN_OR_RETURN(int64_t reduce, f.Int("all_reduce"));
+    ASSIGN_OR_RETURN(b.parameters, f.Names("params"));
+    b.grad_buffer = static_cast<int>(grad);
+    b.param_span = static_cast<int>(span);
+    b.ready_after = static_cast<int>(ready);
+    b.all_reduce = static_cast<int>(reduce);
+    plan.buckets.push_back(std::move(b));
+  } else if (kw == "events") {
+    ASSIGN_OR_RETURN(int64_t n, f.Int("count"));
+    plan.num_events = static_cast<int>(n);
+  } else if (kw == "arena") {
+    ASSIGN_OR_RETURN(plan.arena_bytes, f.Int("bytes"));
+  } else if (kw == "memory") {
+    MemoryReport& m = plan.memory;
+    ASSIGN_OR_RETURN(m.parameter_bytes, f.Int("parameters"));
+    ASSIGN_OR_RETURN(m.gradient_bytes, f.Int("gradients"));
+    ASSIGN_OR_RETURN(m.optimizer_state_bytes, f.Int("optimizer_state"));
+    ASSIGN_OR_RETURN(m.peak_activation_bytes, f.Int("peak_activations"));
+    ASSIGN_OR_RETURN(m.arena_bytes, f.Int("arena"));
+    ASSIGN_OR_RETURN(m.unshared_bytes, f.Int("unshared"));
+  } else if (kw == "io") {
+    ASSIGN_OR_RETURN(plan.input_buffers, f.Ints("inputs"));
+    ASSIGN_OR_RETURN(int64_t loss, f.Int("loss"));
+    plan.loss_buffer = static_cast<int>(loss);
+    ASSIGN_OR_RETURN(plan.parameter_buffers, f.Ints("parameters"));
+  } else {
+    return parser.Error(r.line, absl::StrCat("unknown record '", kw, "'"));
+  }
+  return f.Done();
+}
+
+// ---------------------------------------------------------------------------
+// Validation.
+
+struct OpArity {
+  int inputs;   // -1: any
+  int outputs;  // -1: any
+  Stream stream;
+};
+
+const std::map<std::string, OpArity>& KnownOps() {
+  static const auto* ops = new std::map<std::string, OpArity>{
+      {"load_batch", {0, -1, Stream::kCompute}},
+      {"linear", {3, 1, Stream::kCompute}},
+      {"linear_grad_input", {2, 1, Stream::kCompute}},
+      {"linear_grad_params", {2, 2, Stream::kCompute}},
+      {"relu", {1, 1, Stream::kCompute}},
+      {"relu_grad", {2, 1, Stream::kCompute}},
+      {"gelu", {1, 1, Stream::kCompute}},
+      {"gelu_grad", {2, 1, Stream::kCompute}},
+      {"tanh", {1, 1, Stream::kCompute}},
+      {"tanh_grad", {2, 1, Stream::kCompute}},
+      {"layernorm", {3, 3, Stream::kCompute}},
+      {"layernorm_grad_input", {5, 1, Stream::kCompute}},
+      {"layernorm_grad_params", {4, 2, Stream::kCompute}},
+      {"add", {2, 1, Stream::kCompute}},
+      {"copy_grad", {1, 1, Stream::kCompute}},
+      {"cross_entropy", {2, 2, Stream::kCompute}},
+      {"cross_entropy_grad", {2, 1, Stream::kCompute}},
+      {"mse", {2, 1, Stream::kCompute}},
+      {"mse_grad", {2, 1, Stream::kCompute}},
+      {"all_reduce", {1, 1, Stream::kComm}},
+      {"optimizer", {-1, -1, Stream::kCompute}},
+  };
+  return *ops;
+}
+
+absl::Status Invalid(absl::string_view what) {
+  return absl::FailedPreconditionError(absl::StrCat("invalid plan: ", what));
+}
+
+}  // namespace
+
+std::string PlanToText(const Plan& plan) {
+  std::string out;
+  absl::StrAppend(&out, "trainc-plan ", plan.version, "\n");
+  absl::StrAppend(&out, "model name=", Quote(plan.model), "\n");
+  absl::StrAppend(&out, "source path=", Quote(plan.source), "\n");
+  absl::StrAppend(&out, "config world_size=", plan.world_size,
+                  " micro_batch=", plan.micro_batch, " accumulate=", plan.accumulate,
+                  " global_batch=", plan.global_batch, " epochs=", plan.epochs,
+                  " steps=", plan.steps, " seed=", plan.seed,
+                  " deterministic=", plan.deterministic ? 1 : 0,
+                  " tf32=", plan.tf32 ? 1 : 0,
+                  " bucket_mb=", FormatDouble(plan.bucket_mb), "\n");
+  const OptimizerConfig& o = plan.optimizer;
+  absl::StrAppend(&out, "optimizer kind=", Quote(o.kind), " lr=", FormatDouble(o.lr),
+                  " momentum=", FormatDouble(o.momentum), " nesterov=", o.nesterov ? 1 : 0,
+                  " weight_decay=", FormatDouble(o.weight_decay),
+                  " beta1=", FormatDouble(o.beta1), " beta2=", FormatDouble(o.beta2),
+                  " eps=", FormatDouble(o.eps), "\n");
+  absl::StrAppend(&out, "schedule kind=", Quote(plan.schedule.kind),
+                  " warmup_steps=", plan.schedule.warmup_steps,
+                  " total_steps=", plan.schedule.total_steps, "\n");
+  absl::StrAppend(&out, "data format=", Quote(plan.data.format),
+                  " scale=", FormatDouble(plan.data.scale),
+                  " shuffle=", plan.data.shuffle ? 1 : 0, "\n");
+  for (const std::string& p : plan.data.train_paths) {
+    absl::StrAppend(&out, "data_path train path=", Quote(p), "\n");
+  }
+  for (const std::string& p : plan.data.eval_paths) {
+    absl::StrAppend(&out, "data_path eval path=", Quote(p), "\n");
+  }
+  for (const Buffer& b : plan.buffers) {
+    absl::StrAppend(&out, "buffer ", b.id, " name=", Quote(b.name),
+                    " kind=", BufferKindName(b.kind), " dtype=", DTypeName(b.dtype),
+                    " shape=", ShapeText(b.shape), " offset=", b.offset,
+                    " bytes=", b.bytes);
+    if (b.first_use >= 0 || b.last_use >= 0) {
+      absl::StrAppend(&out, " live=", b.first_use, ",", b.last_use);
+    }
+    if (!b.init.empty()) {
+      absl::StrAppend(&out, " init=", Quote(b.init), " init_bound=", FormatDouble(b.init_bound));
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  for (const Instruction& in : plan.instructions) {
+    absl::StrAppend(&out, "instr ", in.id, " op=", Quote(in.op),
+                    " stream=", StreamName(in.stream), " phase=", PhaseName(in.phase),
+                    " micro=", in.micro_step, " in=", JoinInts(in.inputs),
+                    " out=", JoinInts(in.outputs), " attrs=", AttrsText(in.attrs),
+                    " wait=", JoinInts(in.wait_events),
+                    " record=", JoinInts(in.record_events),
+                    " label=", Quote(in.label), "\n");
+  }
+  for (const Bucket& b : plan.buckets) {
+    absl::StrAppend(&out, "bucket ", b.id, " bytes=", b.bytes, " grad=", b.grad_buffer,
+                    " param_span=", b.param_span, " state_spans=", JoinInts(b.state_spans),
+                    " ready_after=", b.ready_after, " all_reduce=", b.all_reduce,
+                    " params=", absl::StrJoin(b.parameters, ","), "\n");
+  }
+  absl::StrAppend(&out, "events count=", plan.num_events, "\n");
+  absl::StrAppend(&out, "arena bytes=", plan.arena_bytes, "\n");
+  const MemoryReport& m = plan.memory;
+  absl::StrAppend(&out, "memory parameters=", m.parameter_bytes,
+                  " gradients=", m.gradient_bytes,
+                  " optimizer_state=", m.optimizer_state_bytes,
+                  " peak_activations=", m.peak_activation_bytes, " arena=", m.arena_bytes,
+                  " unshared=", m.unshared_bytes, "\n");
+  absl::StrAppend(&out, "io inputs=", JoinInts(plan.input_buffers),
+                  " loss=", plan.loss_buffer,
+                  " parameters=", JoinInts(plan.parameter_buffers), "\n");
+  absl::StrAppend(&out, "end\n");
+  return out;
+}
+
+absl::StatusOr<Plan> PlanFromText(const std::string& text,
+                                  const std::string& source_name) {
+  Parser parser(source_name);
+  Plan plan;
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  bool saw_header = false;
+  bool saw_end = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const int line_no = static_cast<int>(i) + 1;
+    absl::string_view line = absl::StripAsciiWhitespace(lines[i]);
+    if (line.empty() || line[0] == '#') continue;
+    if (saw_end) return parser.Error(line_no, "text after 'end'");
+    ASSIGN_OR_RETURN(Record r, parser.Tokenize(line, line_no));
+    if (!saw_header) {
+      int version = 0;
+      if (r.keyword != "trainc-plan" || r.positional.size() != 1 || !r.fields.empty() ||
+          !absl::SimpleAtoi(r.positional[0], &version)) {
+        return parser.Error(line_no, "not a trainc plan: expected 'trainc-plan <version>'");
+      }
+      if (version != kPlanFormatVersion) {
+        return parser.Error(line_no, absl::StrCat("plan format version ", version,
+                                                  " is not supported: this build reads "
+                                                  "version ",
+                                                  kPlanFormatVersion,
+                                                  "; recompile the .train file"));
+      }
+      plan.version = version;
+      saw_header = true;
+      continue;
+    }
+    if (r.keyword == "end") {
+      saw_end = true;
+      continue;
+    }
+    RETURN_IF_ERROR(ParseRecord(parser, r, plan));
+  }
+  if (!saw_header) return parser.Error(1, "empty plan");
+  if (!saw_end) {
+    return parser.Error(static_cast<int>(lines.size()), "truncated plan: no 'end'");
+  }
+  absl::Status valid = ValidatePlan(plan);
+  if (!valid.ok()) {
+    return absl::Status(valid.code(), absl::StrCat(source_name, ": ", valid.message()));
+  }
+  return plan;
+}
+
+absl::Status WritePlanFile(const Plan& plan, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot open ", path, " for writing"));
+  out << PlanToText(plan);
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> ReadPlanFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open plan ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return PlanFromText(ss.str(), path);
+}
+
+absl::Status ValidatePlan(const Plan& plan) {
+  if (plan.version != kPlanFormatVersion) {
+    return Invalid(absl::StrCat("version ", plan.version, ", expected ", kPlanFormatVersion));
+  }
+  if (plan.world_size < 1 || plan.micro_batch < 1 || plan.accumulate < 1) {
+    return Invalid("world_size, micro_batch and accumulate must be >= 1");
+  }
+  if (plan.global_batch != plan.world_size * plan.micro_batch * plan.accumulate) {
+    return Invalid(absl::StrCat("global_batch ", plan.global_batch,
+                                " != world_size * micro_batch * accumulate"));
+  }
+  if (plan.arena_bytes < 0 || plan.num_events < 0) return Invalid("negative arena or events");
+  const int num_buffers = static_cast<int>(plan.buffers.size());
+  const int num_instr = static_cast<int>(plan.instructions.size());
+  auto buffer_ok = [&](int id) { return id >= 0 && id < num_buffers; };
+  for (int i = 0; i < num_buffers; ++i) {
+    const Buffer& b = plan.buffers[i];
+    const std::string where = absl::StrCat("buffer ", i, " (", b.name, ")");
+    if (b.id != i) return Invalid(absl::StrCat(where, ": id ", b.id));
+    int64_t elems = 1;
+    for (int64_t d : b.shape) {
+      if (d < 0) return Invalid(absl::StrCat(where, ": negative dimension"));
+      elems *= d;
+    }
+    if (b.bytes != elems * DTypeBytes(b.dtype)) {
+      return Invalid(absl::StrCat(where, ": bytes ", b.bytes, " but shape holds ",
+                                  elems * DTypeBytes(b.dtype)));
+    }
+    if (b.offset < 0 || b.offset % 64 != 0) {
+      return Invalid(absl::StrCat(where, ": offset ", b.offset, " not 64-byte aligned"));
+    }
+    if (b.offset + b.bytes > plan.arena_bytes) {
+      return Invalid(absl::StrCat(where, ": ends at ", b.offset + b.bytes,
+                                  " past the arena of ", plan.arena_bytes));
+    }
+    if ((b.first_use < 0) != (b.last_use < 0) || b.first_use > b.last_use ||
+        b.last_use >= num_instr) {
+      return Invalid(absl::StrCat(where, ": bad live range ", b.first_use, "..", b.last_use));
+    }
+  }
+  std::vector<int> recorded_by(plan.num_events, -1);
+  for (int i = 0; i < num_instr; ++i) {
+    const Instruction& in = plan.instructions[i];
+    const std::string where = absl::StrCat("instruction ", i, " (", in.op, ")");
+    if (in.id != i) return Invalid(absl::StrCat(where, ": id ", in.id));
+    auto op = KnownOps().find(in.op);
+    if (op == KnownOps().end()) return Invalid(absl::StrCat(where, ": unknown op"));
+    if ((op->second.inputs >= 0 && op->second.inputs != static_cast<int>(in.inputs.size())) ||
+        (op->second.outputs >= 0 &&
+         op->second.outputs != static_cast<int>(in.outputs.size()))) {
+      return Invalid(absl::StrCat(where, ": ", in.inputs.size(), " inputs and ",
+                                  in.outputs.size(), " outputs"));
+    }
+    if (op->second.stream != in.stream) {
+      return Invalid(absl::StrCat(where, ": on the ", StreamName(in.stream), " stream"));
+    }
+    for (int id : in.inputs) {
+      if (!buffer_ok(id)) return Invalid(absl::StrCat(where, ": input buffer ", id));
+    }
+    for (int id : in.outputs) {
+      if (!buffer_ok(id)) return Invalid(absl::StrCat(where, ": output buffer ", id));
+    }
+    if (in.micro_step < -1 || in.micro_step >= plan.accumulate) {
+      return Invalid(absl::StrCat(where, ": micro-step ", in.micro_step));
+    }
+    for (int e : in.wait_events) {
+      if (e < 0 || e >= plan.num_events) return Invalid(absl::StrCat(where, ": event ", e));
+      const int rec = recorded_by[e];
+      if (rec < 0) {
+        return Invalid(absl::StrCat(where, ": waits for event ", e, " not recorded before"));
+      }
+      if (plan.instructions[rec].stream == in.stream) {
+        return Invalid(absl::StrCat(where, ": waits for event ", e,
+                                    " recorded on its own stream"));
+      }
+    }
+    for (int e : in.record_events) {
+      if (e < 0 || e >= plan.num_events) return Invalid(absl::StrCat(where, ": event ", e));
+      if (recorded_by[e] >= 0) {
+        return Invalid(absl::StrCat(where, ": event ", e, " already recorded by instruction ",
+                                    recorded_by[e]));
+      }
+      recorded_by[e] = i;
+    }
+  }
+  for (size_t i = 0; i < plan.buckets.size(); ++i) {
+    const Bucket& b = plan.buckets[i];
+    const std::string where = absl::StrCat("bucket ", i);
+    if (b.id != static_cast<int>(i)) return Invalid(absl::StrCat(where, ": id ", b.id));
+    if (!buffer_ok(b.grad_buffer) ||
+        plan.buffers[b.grad_buffer].kind != BufferKind::kBucket) {
+      return Invalid(absl::StrCat(where, ": grad buffer ", b.grad_buffer));
+    }
+    if (!buffer_ok(b.param_span) ||
+        plan.buffers[b.param_span].kind != BufferKind::kParameterSpan) {
+      return Invalid(absl::StrCat(where, ": parameter span ", b.param_span));
+    }
+    for (int s : b.state_spans) {
+      if (!buffer_ok(s) || plan.buffers[s].kind != BufferKind::kStateSpan) {
+        return Invalid(absl::StrCat(where, ": state span ", s));
+      }
+    }
+    if (b.bytes <= 0 || plan.buffers[b.param_span].bytes != b.bytes ||
+        plan.buffers[b.grad_buffer].bytes % b.bytes != 0) {
+      return Invalid(absl::StrCat(where, ": ", b.bytes, " bytes per slot"));
+    }
+    if (b.ready_after < 0 || b.ready_after >= num_instr) {
+      return Invalid(absl::StrCat(where, ": ready_after ", b.ready_after));
+    }
+    if (b.all_reduce < 0 || b.all_reduce >= num_instr ||
+        plan.instructions[b.all_reduce].op != "all_reduce") {
+      return Invalid(absl::StrCat(where, ": all_reduce ", b.all_reduce));
+    }
+  }
+  for (int id : plan.input_buffers) {
+    if (!buffer_ok(id)) return Invalid(absl::StrCat("input buffer ", id));
+  }
+  for (int id : plan.parameter_buffers) {
+    if (!buffer_ok(id) || plan.buffers[id].kind != BufferKind::kParameter) {
+      return Invalid(absl::StrCat("parameter buffer ", id));
+    }
+  }
+  if (plan.loss_buffer != -1 && !buffer_ok(plan.loss_buffer)) {
+    return Invalid(absl::StrCat("loss buffer ", plan.loss_buffer));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainc

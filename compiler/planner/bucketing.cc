@@ -1,0 +1,33 @@
+#include "compiler/planner/bucketing.h"
+
+#include <cmath>
+
+namespace trainc {
+
+BucketAssignment AssignBuckets(const std::vector<int64_t>& grad_bytes, double bucket_mb,
+                               double first_bucket_mb) {
+  // Integer capacities so the decision cannot differ between ranks or
+  // compilers through floating-point rounding.
+  auto capacity = [](double mb) {
+    return mb <= 0 ? int64_t{0} : static_cast<int64_t>(std::llround(mb * kBytesPerMb));
+  };
+  const int64_t cap = capacity(bucket_mb);
+  const int64_t first_cap = first_bucket_mb > 0 ? capacity(first_bucket_mb) : cap;
+  BucketAssignment out;
+  std::vector<int> current;
+  int64_t filled = 0;
+  for (int i = 0; i < static_cast<int>(grad_bytes.size()); ++i) {
+    current.push_back(i);
+    filled += grad_bytes[i];
+    const int64_t limit = out.buckets.empty() ? first_cap : cap;
+    if (filled >= limit) {
+      out.buckets.push_back(std::move(current));
+      current.clear();
+      filled = 0;
+    }
+  }
+  if (!current.empty()) out.buckets.push_back(std::move(current));
+  return out;
+}
+
+}  // namespace trainc

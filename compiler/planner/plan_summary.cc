@@ -1,0 +1,73 @@
+// PlanSummary (declared in planner.h): what a person wants to know about a
+// plan before running it.
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "compiler/planner/planner.h"
+
+namespace trainc {
+namespace {
+
+std::string Bytes(int64_t bytes) {
+  if (bytes < 1024 * 1024) return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+  return absl::StrFormat("%.2f MiB", bytes / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+std::string PlanSummary(const Plan& plan) {
+  std::string out;
+  absl::StrAppend(&out, "plan ", plan.model, " (", plan.source, "), format v", plan.version,
+                  "\n");
+  absl::StrAppend(&out, "batch: global ", plan.global_batch, " = ", plan.world_size,
+                  " ranks x micro_batch ", plan.micro_batch, " x accumulate ",
+                  plan.accumulate, "; loss = sum / ", plan.global_batch,
+                  " (mean over the global batch)\n");
+  absl::StrAppend(&out, "drop_last: an epoch's last partial global batch is dropped; ",
+                  plan.epochs > 0 ? absl::StrCat(plan.epochs, " epochs")
+                                  : absl::StrCat(plan.steps, " steps"),
+                  plan.deterministic ? "; deterministic (bit-reproducible sums)" : "",
+                  "\n");
+
+  // Ops per micro-step (they repeat) and once per step.
+  std::map<int, std::pair<int, int>> per_micro;  // micro -> (forward, backward)
+  int all_reduce = 0, optimizer = 0;
+  for (const Instruction& in : plan.instructions) {
+    if (in.phase == Phase::kForward) ++per_micro[in.micro_step].first;
+    if (in.phase == Phase::kBackward) ++per_micro[in.micro_step].second;
+    if (in.op == "all_reduce") ++all_reduce;
+    if (in.op == "optimizer") ++optimizer;
+  }
+  absl::StrAppend(&out, "instructions: ", plan.instructions.size(), " (", plan.accumulate,
+                  " micro-steps of 1 load_batch + ", per_micro[0].first, " forward + ",
+                  per_micro[0].second, " backward; ", all_reduce, " all_reduce in the last; ",
+                  optimizer, " optimizer), ", plan.num_events, " events, ",
+                  plan.buffers.size(), " buffers\n");
+
+  absl::StrAppend(&out, "buckets: ", plan.buckets.size(), " (bucket_mb ", plan.bucket_mb,
+                  ", in all-reduce order)\n");
+  for (const Bucket& b : plan.buckets) {
+    absl::StrAppend(&out, "  bucket ", b.id, ": ", Bytes(b.bytes), ", ", b.parameters.size(),
+                    " parameters: ", absl::StrJoin(b.parameters, ", "), "\n");
+  }
+
+  const MemoryReport& m = plan.memory;
+  const double saved =
+      m.unshared_bytes > 0 ? 100.0 * (m.unshared_bytes - m.arena_bytes) / m.unshared_bytes : 0;
+  absl::StrAppend(&out, "memory per rank:\n");
+  absl::StrAppend(&out, "  parameters        ", Bytes(m.parameter_bytes), "\n");
+  absl::StrAppend(&out, "  gradients         ", Bytes(m.gradient_bytes), "\n");
+  absl::StrAppend(&out, "  optimizer state   ", Bytes(m.optimizer_state_bytes), " (",
+                  plan.optimizer.kind, ")\n");
+  absl::StrAppend(&out, "  peak activations  ", Bytes(m.peak_activation_bytes), "\n");
+  absl::StrAppend(&out, "  arena             ", Bytes(m.arena_bytes), "\n");
+  absl::StrAppend(&out, "  without reuse     ", Bytes(m.unshared_bytes),
+                  absl::StrFormat(" (reuse saves %.0f%%)", saved), "\n");
+  return out;
+}
+
+}  // namespace trainc

@@ -1,0 +1,412 @@
+#include "compiler/planner/planner.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/autodiff/autodiff.h"
+#include "compiler/graph/dce.h"
+#include "compiler/graph/graph.h"
+#include "compiler/graph/lower.h"
+#include "compiler/graph/pass.h"
+#include "compiler/plan/plan_io.h"
+#include "compiler/planner/bucketing.h"
+#include "compiler/planner/memory_plan.h"
+#include "compiler/util/status_macros.h"
+
+namespace trainc {
+namespace {
+
+absl::Status CheckConfig(const TrainConfig& t) {
+  if (t.gpus < 1 || t.micro_batch < 1 || t.accumulate < 1) {
+    return absl::InvalidArgumentError("gpus, micro_batch and accumulate must be >= 1");
+  }
+  if (t.global_batch != t.gpus * t.micro_batch * t.accumulate) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("global_batch ", t.global_batch, " != gpus ", t.gpus, " x micro_batch ",
+                     t.micro_batch, " x accumulate ", t.accumulate));
+  }
+  if (t.bucket_mb < 0 || t.first_bucket_mb < 0) {
+    return absl::InvalidArgumentError("bucket_mb and first_bucket_mb must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+bool IsPersistent(BufferKind kind) {
+  switch (kind) {
+    case BufferKind::kInput:
+    case BufferKind::kLabel:
+    case BufferKind::kActivation:
+    case BufferKind::kActivationGrad:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// Turns a differentiated graph into a Plan; all state of one BuildPlan.
+class PlanBuilder {
+ public:
+  PlanBuilder(const TrainSpec& spec, const Graph& graph)
+      : spec_(spec),
+        graph_(graph),
+        accumulate_(static_cast<int>(spec.train.accumulate)),
+        deterministic_(spec.train.deterministic),
+        shared_(graph.values().size(), -1),
+        slots_(graph.values().size()) {}
+
+  absl::StatusOr<Plan> Build() {
+    FillConfig();
+    AssignGradientBuckets();
+    CreatePersistentBuffers();
+    for (int k = 0; k < accumulate_; ++k) EmitMicroStep(k);
+    EmitOptimizer();
+    PlanArena();
+    RETURN_IF_ERROR(ValidatePlan(plan_));
+    return std::move(plan_);
+  }
+
+ private:
+  struct BucketInfo {
+    std::vector<int> params;  // parameter value ids, ready order
+    int ready_node = -1;      // graph node writing the last gradient
+    int done_event = -1;      // recorded by its all_reduce
+  };
+
+  void FillConfig() {
+    const TrainConfig& t = spec_.train;
+    plan_.model = spec_.model.name;
+    plan_.source = spec_.source_path;
+    plan_.world_size = t.gpus;
+    plan_.micro_batch = t.micro_batch;
+    plan_.accumulate = t.accumulate;
+    plan_.global_batch = t.global_batch;
+    plan_.epochs = t.epochs;
+    plan_.steps = t.steps;
+    plan_.seed = t.seed;
+    plan_.deterministic = t.deterministic;
+    plan_.tf32 = t.tf32;
+    plan_.bucket_mb = t.bucket_mb;
+    const OptimizerSpec& o = t.optimizer;
+    OptimizerConfig& c = plan_.optimizer;
+    c.kind = o.kind == OptimizerSpec::Kind::kSgd ? "sgd" : "adamw";
+    c.lr = o.lr;
+    c.momentum = o.momentum;
+    c.nesterov = o.nesterov;
+    c.weight_decay = o.weight_decay;
+    c.beta1 = o.beta1;
+    c.beta2 = o.beta2;
+    c.eps = o.eps;
+    if (o.kind == OptimizerSpec::Kind::kAdamW) {
+      state_kinds_ = {"m", "v"};
+    } else if (o.momentum > 0) {
+      state_kinds_ = {"momentum"};
+    }
+    plan_.schedule.kind =
+        t.schedule.kind == ScheduleSpec::Kind::kCosine ? "cosine" : "constant";
+    plan_.schedule.warmup_steps = t.schedule.warmup_steps;
+    plan_.schedule.total_steps = t.steps;  // with epochs: known once the data is
+    plan_.data.format = spec_.data.train.format;
+    plan_.data.train_paths = spec_.data.train.paths;
+    plan_.data.eval_paths = spec_.data.eval.paths;
+    plan_.data.scale = spec_.data.scale;
+    plan_.data.shuffle = spec_.data.shuffle;
+  }
+
+  // Parameters in the order their gradients are written, then those with
+  // no gradient (unused by the loss) in model order.
+  void AssignGradientBuckets() {
+    std::vector<int> writer(graph_.values().size(), -1);
+    std::vector<int> ready;
+    for (const Node& node : graph_.nodes()) {
+      if (node.role != NodeRole::kBackward) continue;
+      for (int out : node.outputs) {
+        const Value& v = graph_.value(out);
+        if (v.kind != ValueKind::kParameterGrad) continue;
+        writer[v.grad_of] = node.id;
+        ready.push_back(v.grad_of);
+      }
+    }
+    for (int p : graph_.parameters()) {
+      if (writer[p] < 0) ready.push_back(p);
+    }
+    std::vector<int64_t> bytes;
+    for (int p : ready) bytes.push_back(graph_.value(p).bytes());
+    const BucketAssignment assignment =
+        AssignBuckets(bytes, spec_.train.bucket_mb, spec_.train.first_bucket_mb);
+    for (const std::vector<int>& members : assignment.buckets) {
+      BucketInfo info;
+      for (int i : members) {
+        info.params.push_back(ready[i]);
+        info.ready_node = std::max(info.ready_node, writer[ready[i]]);
+      }
+      buckets_.push_back(std::move(info));
+    }
+  }
+
+  int NewBuffer(std::string name, BufferKind kind, DType dtype, std::vector<int64_t> shape,
+                int64_t offset = 0) {
+    Buffer b;
+    b.id = static_cast<int>(plan_.buffers.size());
+    b.name = std::move(name);
+    b.kind = kind;
+    b.dtype = dtype;
+    b.shape = std::move(shape);
+    int64_t n = 1;
+    for (int64_t d : b.shape) n *= d;
+    b.bytes = n * DTypeBytes(dtype);
+    b.offset = offset;
+    plan_.buffers.push_back(std::move(b));
+    return plan_.buffers.back().id;
+  }
+
+  int NewValueBuffer(const Value& v, BufferKind kind, std::string name, int64_t offset = 0) {
+    return NewBuffer(std::move(name), kind, v.dtype, v.shape, offset);
+  }
+
+  // Persistent memory from offset 0: per bucket, its parameters; then every
+  // bucket's gradients (all slots); then optimizer state; then the loss.
+  void CreatePersistentBuffers() {
+    for (int id : graph_.batch_values()) {
+      const Value& v = graph_.value(id);
+      shared_[id] = NewValueBuffer(
+          v, v.kind == ValueKind::kInput ? BufferKind::kInput : BufferKind::kLabel, v.name);
+      plan_.input_buffers.push_back(shared_[id]);
+    }
+    // Offsets of each parameter within its bucket: the same in the
+    // parameter span, every gradient slot and every state span.
+    std::vector<int64_t> relative(graph_.values().size(), 0);
+    std::vector<int64_t> slot_bytes;
+    for (const BucketInfo& b : buckets_) {
+      int64_t size = 0;
+      for (int p : b.params) {
+        relative[p] = size;
+        size += AlignUp(graph_.value(p).bytes());
+      }
+      slot_bytes.push_back(size);
+    }
+    int64_t cursor = 0;
+    const int num_slots = deterministic_ ? accumulate_ : 1;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      Bucket bucket;
+      bucket.id = static_cast<int>(b);
+      bucket.bytes = slot_bytes[b];
+      bucket.param_span = NewBuffer(absl::StrCat("bucket", b, "/params"),
+                                    BufferKind::kParameterSpan, DType::kF32,
+                                    {slot_bytes[b] / 4}, cursor);
+      for (int p : buckets_[b].params) {
+        const Value& v = graph_.value(p);
+        shared_[p] = NewValueBuffer(v, BufferKind::kParameter, v.name, cursor + relative[p]);
+        plan_.buffers[shared_[p]].init = v.init;
+        plan_.buffers[shared_[p]].init_bound = v.init_bound;
+        bucket.parameters.push_back(v.name);
+      }
+      cursor += slot_bytes[b];
+      plan_.buckets.push_back(std::move(bucket));
+    }
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      plan_.buckets[b].grad_buffer =
+          NewBuffer(absl::StrCat("bucket", b, "/grads"), BufferKind::kBucket, DType::kF32,
+                    {num_slots * slot_bytes[b] / 4}, cursor);
+      for (int p : buckets_[b].params) {
+        const Value& v = graph_.value(p);
+        for (int k = 0; k < num_slots; ++k) {
+          const std::string name =
+              k == 0 ? absl::StrCat("grad/", v.name) : absl::StrCat("grad/", v.name, "@", k);
+          slots_[p].push_back(NewValueBuffer(v, BufferKind::kGradient, name,
+                                             cursor + k * slot_bytes[b] + relative[p]));
+        }
+      }
+      cursor += num_slots * slot_bytes[b];
+    }
+    for (const std::string& state : state_kinds_) {
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        plan_.buckets[b].state_spans.push_back(
+            NewBuffer(absl::StrCat("bucket", b, "/", state), BufferKind::kStateSpan,
+                      DType::kF32, {slot_bytes[b] / 4}, cursor));
+        for (int p : buckets_[b].params) {
+          const Value& v = graph_.value(p);
+          NewValueBuffer(v, BufferKind::kOptimizerState, absl::StrCat(state, "/", v.name),
+                         cursor + relative[p]);
+        }
+        cursor += slot_bytes[b];
+      }
+    }
+    const Value& loss = graph_.value(graph_.loss());
+    shared_[graph_.loss()] = NewValueBuffer(loss, BufferKind::kLoss, loss.name, cursor);
+    plan_.loss_buffer = shared_[graph_.loss()];
+    cursor += AlignUp(loss.bytes());
+    persistent_bytes_ = cursor;
+    for (int p : graph_.parameters()) plan_.parameter_buffers.push_back(shared_[p]);
+  }
+
+  // The buffer holding value `id` in micro-step k.
+  int BufferFor(int id, int k) {
+    const Value& v = graph_.value(id);
+    switch (v.kind) {
+      case ValueKind::kParameterGrad:
+        return slots_[v.grad_of][deterministic_ ? k : 0];
+      case ValueKind::kActivation:
+      case ValueKind::kActivationGrad: {
+        int& b = per_step_[id];
+        if (b < 0) {
+          b = NewValueBuffer(v,
+                             v.kind == ValueKind::kActivation ? BufferKind::kActivation
+                                                              : BufferKind::kActivationGrad,
+                             accumulate_ > 1 ? absl::StrCat(v.name, "@", k) : v.name);
+        }
+        return b;
+      }
+      default:
+        return shared_[id];
+    }
+  }
+
+  int Emit(Instruction in) {
+    in.id = static_cast<int>(plan_.instructions.size());
+    plan_.instructions.push_back(std::move(in));
+    return plan_.instructions.back().id;
+  }
+
+  void EmitAllReduce(int bucket, int after) {
+    const int ready_event = plan_.num_events++;
+    plan_.instructions[after].record_events.push_back(ready_event);
+    Instruction in;
+    in.op = "all_reduce";
+    in.inputs = {plan_.buckets[bucket].grad_buffer};
+    in.outputs = in.inputs;
+    in.attrs["bucket"] = bucket;
+    in.stream = Stream::kComm;
+    in.phase = Phase::kComm;
+    in.micro_step = accumulate_ - 1;
+    in.wait_events = {ready_event};
+    buckets_[bucket].done_event = plan_.num_events++;
+    in.record_events = {buckets_[bucket].done_event};
+    in.label = absl::StrCat("all_reduce bucket ", bucket);
+    plan_.buckets[bucket].ready_after = after;
+    plan_.buckets[bucket].all_reduce = Emit(std::move(in));
+  }
+
+  void EmitMicroStep(int k) {
+    per_step_.assign(graph_.values().size(), -1);
+    const bool last = k == accumulate_ - 1;
+    Instruction load;
+    load.op = "load_batch";
+    load.outputs = plan_.input_buffers;
+    load.attrs["micro"] = k;
+    load.phase = Phase::kData;
+    load.micro_step = k;
+    load.label = absl::StrCat("load_batch micro ", k);
+    int last_compute = Emit(std::move(load));
+    size_t next_bucket = 0;
+    for (const Node& node : graph_.nodes()) {
+      Instruction in;
+      in.op = node.op;
+      for (int id : node.inputs) in.inputs.push_back(BufferFor(id, k));
+      for (int id : node.outputs) in.outputs.push_back(BufferFor(id, k));
+      in.attrs = node.attrs;
+      bool writes_parameter_grad = false;
+      for (int id : node.outputs) {
+        writes_parameter_grad |= graph_.value(id).kind == ValueKind::kParameterGrad;
+      }
+      if (writes_parameter_grad) {
+        in.attrs["accumulate"] = (deterministic_ || k == 0) ? 0 : 1;
+      }
+      in.phase = node.role == NodeRole::kForward ? Phase::kForward : Phase::kBackward;
+      in.micro_step = k;
+      in.label = node.label;
+      last_compute = Emit(std::move(in));
+      // Buckets are in ready order, so the ones this node completes are next.
+      while (last && next_bucket < buckets_.size() &&
+             buckets_[next_bucket].ready_node == node.id) {
+        EmitAllReduce(static_cast<int>(next_bucket++), last_compute);
+      }
+    }
+    // Buckets holding only gradients nobody writes are ready at the end.
+    while (last && next_bucket < buckets_.size()) {
+      EmitAllReduce(static_cast<int>(next_bucket++), last_compute);
+    }
+  }
+
+  void EmitOptimizer() {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const Bucket& bucket = plan_.buckets[b];
+      Instruction in;
+      in.op = "optimizer";
+      in.inputs = {bucket.param_span, bucket.grad_buffer};
+      in.outputs = {bucket.param_span};
+      for (int s : bucket.state_spans) {
+        in.inputs.push_back(s);
+        in.outputs.push_back(s);
+      }
+      in.attrs["bucket"] = static_cast<double>(b);
+      in.phase = Phase::kOptimizer;
+      in.micro_step = -1;
+      in.wait_events = {buckets_[b].done_event};
+      in.label = absl::StrCat("optimizer bucket ", b);
+      Emit(std::move(in));
+    }
+  }
+
+  void PlanArena() {
+    for (const Instruction& in : plan_.instructions) {
+      for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
+        for (int id : *ids) {
+          Buffer& b = plan_.buffers[id];
+          if (IsPersistent(b.kind)) continue;
+          if (b.first_use < 0) b.first_use = in.id;
+          b.last_use = in.id;
+        }
+      }
+    }
+    std::vector<int> dynamic;
+    std::vector<LiveInterval> intervals;
+    for (const Buffer& b : plan_.buffers) {
+      if (IsPersistent(b.kind) || b.first_use < 0) continue;
+      dynamic.push_back(b.id);
+      intervals.push_back({b.bytes, b.first_use, b.last_use});
+    }
+    const MemoryPlan memory = PlanMemory(intervals);
+    for (size_t i = 0; i < dynamic.size(); ++i) {
+      plan_.buffers[dynamic[i]].offset = persistent_bytes_ + memory.offsets[i];
+    }
+    plan_.arena_bytes = AlignUp(persistent_bytes_ + memory.size);
+    MemoryReport& report = plan_.memory;
+    for (const Buffer& b : plan_.buffers) {
+      if (b.kind == BufferKind::kParameterSpan) report.parameter_bytes += b.bytes;
+      if (b.kind == BufferKind::kBucket) report.gradient_bytes += b.bytes;
+      if (b.kind == BufferKind::kStateSpan) report.optimizer_state_bytes += b.bytes;
+    }
+    report.peak_activation_bytes = memory.peak_live_bytes;
+    report.arena_bytes = plan_.arena_bytes;
+    report.unshared_bytes = persistent_bytes_ + memory.unshared_bytes;
+  }
+
+  const TrainSpec& spec_;
+  const Graph& graph_;
+  const int accumulate_;
+  const bool deterministic_;
+  Plan plan_;
+  std::vector<std::string> state_kinds_;
+  std::vector<BucketInfo> buckets_;
+  std::vector<int> shared_;              // value -> buffer for all micro-steps
+  std::vector<std::vector<int>> slots_;  // parameter -> gradient buffer per slot
+  std::vector<int> per_step_;            // value -> buffer in this micro-step
+  int64_t persistent_bytes_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec) {
+  RETURN_IF_ERROR(CheckConfig(spec.train));
+  ASSIGN_OR_RETURN(Graph graph, LowerModel(spec.model, spec.train.micro_batch));
+  PassPipeline pipeline("train");
+  pipeline.Add(std::make_unique<DeadCodeElimination>());
+  pipeline.Add(std::make_unique<Autodiff>(1.0 / static_cast<double>(spec.train.global_batch)));
+  RETURN_IF_ERROR(pipeline.Run(&graph).status());
+  return PlanBuilder(spec, graph).Build();
+}
+
+}  // namespace trainc

@@ -1,0 +1,59 @@
+// BuildPlan: TrainSpec -> the static execution Plan of one optimizer step.
+//
+//   absl::StatusOr<Plan> plan = BuildPlan(spec);
+//   std::cout << PlanSummary(*plan);
+//
+// Pipeline: lower the model to a forward graph of one micro-step
+// (compiler/graph), drop what the loss does not need, differentiate
+// (compiler/autodiff), then:
+//   - unroll `accumulate` micro-steps of load_batch -> forward -> backward;
+//     parameter gradients are written with accumulate=0 in micro-step 0 and
+//     accumulate=1 after (deterministic mode: slot k, always accumulate=0);
+//   - bucket the parameter gradients in backward order (bucketing.h) and,
+//     in the last micro-step only, issue each bucket's all_reduce on the
+//     comm stream right after the compute instruction that writes the
+//     bucket's last gradient (an event orders the two); then one optimizer
+//     instruction per bucket, waiting on its all_reduce;
+//   - lay out the arena (memory_plan.h): per bucket, parameters, gradients
+//     and optimizer state each contiguous and in the same order with the
+//     same 64-byte-aligned relative offsets, so the optimizer is one flat
+//     loop and a gradient lives inside its bucket (no copy before the
+//     all-reduce); then activations, saved tensors and backward temporaries,
+//     sharing memory by liveness (one buffer per value per micro-step, so a
+//     micro-step's activations are free after its backward).
+//
+// Decisions the runtime relies on:
+//   - all_reduce is emitted even when world_size is 1 (one code path; the
+//     runtime may skip the collective, but deterministic mode still needs
+//     its ordered sum of the slots).
+//   - In deterministic mode a bucket's buffer holds `accumulate` slots of
+//     Bucket::bytes; the optimizer reads slot 0.
+//   - The loss buffer is persistent (never reused): every micro-step's loss
+//     op overwrites it; read it after each micro-step's forward.
+//   - Input and label buffers are shared by all micro-steps (Plan::
+//     input_buffers); activations are per micro-step ("h1@0", "h1@1" when
+//     accumulate > 1).
+//   - drop_last: an epoch's last partial global batch is dropped (the
+//     runtime does it), so every step has exactly global_batch samples and
+//     the loss scale 1/global_batch is always right.
+//   - Parameters the loss does not depend on keep a zero gradient (they
+//     still get a bucket slot, and the optimizer still applies weight decay).
+#ifndef TRAINC_COMPILER_PLANNER_PLANNER_H_
+#define TRAINC_COMPILER_PLANNER_PLANNER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "compiler/plan/plan.h"
+#include "compiler/spec/train_spec.h"
+
+namespace trainc {
+
+absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec);
+
+// A human summary: ops per micro-step, buckets, memory, batch arithmetic.
+std::string PlanSummary(const Plan& plan);
+
+}  // namespace trainc
+
+#endif  // TRAINC_COMPILER_PLANNER_PLANNER_H_

@@ -1,0 +1,167 @@
+// Structure of built plans: micro-steps, accumulate flags, streams and
+// events, deterministic slots, summary and errors.
+#include "compiler/planner/planner.h"
+
+#include <string>
+
+#include "compiler/plan/plan_io.h"
+#include "compiler/planner/testing/specs.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainc {
+namespace {
+
+using ::testing::HasSubstr;
+
+bool WritesKind(const Plan& plan, const Instruction& in, BufferKind kind) {
+  for (int id : in.outputs) {
+    if (plan.buffers[id].kind == kind) return true;
+  }
+  return false;
+}
+
+TEST(BuildPlan, MicroStepsThenReducesThenOptimizer) {
+  TrainSpec spec = testing::FashionMlpSpec();
+  spec.train.bucket_mb = 0;  // six buckets
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(ValidatePlan(*plan).ok());
+  EXPECT_EQ(plan->accumulate, 2);
+  int loads = 0, optimizers = 0;
+  for (const Instruction& in : plan->instructions) {
+    if (in.op == "load_batch") {
+      EXPECT_EQ(in.attrs.at("micro"), loads);
+      EXPECT_EQ(in.micro_step, loads++);
+    }
+    if (in.op == "all_reduce") {
+      EXPECT_EQ(in.micro_step, 1);  // only in the last micro-step
+      EXPECT_EQ(in.stream, Stream::kComm);
+      // Issued right after the compute instruction it waits for (other
+      // all-reduces completed by the same instruction may come between).
+      int before = in.id - 1;
+      while (plan->instructions[before].op == "all_reduce") --before;
+      const Instruction& ready = plan->instructions[before];
+      ASSERT_EQ(in.wait_events.size(), 1u);
+      EXPECT_THAT(ready.record_events, ::testing::Contains(in.wait_events[0]));
+    }
+    if (in.op == "optimizer") {
+      ++optimizers;
+      EXPECT_EQ(in.stream, Stream::kCompute);
+      const Bucket& b = plan->buckets[static_cast<int>(in.attrs.at("bucket"))];
+      EXPECT_EQ(in.wait_events, plan->instructions[b.all_reduce].record_events);
+      EXPECT_GT(in.id, b.all_reduce);
+    }
+    if (WritesKind(*plan, in, BufferKind::kGradient)) {
+      EXPECT_EQ(in.attrs.at("accumulate"), in.micro_step == 0 ? 0 : 1) << in.label;
+    }
+    if (in.op == "cross_entropy_grad") {
+      EXPECT_EQ(in.attrs.at("scale"), 1.0 / 256);
+    }
+    // The first layer's input gradient is never computed.
+    EXPECT_NE(in.label, "grad/image = linear_grad_input");
+  }
+  EXPECT_EQ(loads, 2);
+  EXPECT_EQ(optimizers, 6);
+  EXPECT_EQ(plan->buckets.size(), 6u);
+  EXPECT_EQ(plan->num_events, 12);
+  for (const Bucket& b : plan->buckets) {
+    EXPECT_THAT(plan->instructions[b.ready_after].record_events,
+                ::testing::Contains(plan->instructions[b.all_reduce].wait_events[0]));
+  }
+}
+
+TEST(BuildPlan, DeterministicModeWritesSlots) {
+  TrainSpec spec = testing::MlpSpec(8, {6}, 3, 2, 4, 3);
+  spec.train.deterministic = true;
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const Bucket& bucket = plan->buckets[0];
+  EXPECT_EQ(plan->buffers[bucket.grad_buffer].bytes, 3 * bucket.bytes);
+  for (const Instruction& in : plan->instructions) {
+    if (!WritesKind(*plan, in, BufferKind::kGradient)) continue;
+    EXPECT_EQ(in.attrs.at("accumulate"), 0);
+    for (int id : in.outputs) {
+      const Buffer& g = plan->buffers[id];
+      const Buffer& slot0 = plan->buffers[bucket.grad_buffer];
+      // Slot k of this micro-step, at the same place within its slot.
+      EXPECT_EQ((g.offset - slot0.offset) / bucket.bytes, in.micro_step) << g.name;
+    }
+  }
+}
+
+TEST(BuildPlan, WorldOfOneStillReduces) {
+  absl::StatusOr<Plan> plan = BuildPlan(testing::MlpSpec(4, {3}, 3, 1, 2, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->buckets.size(), 1u);
+  EXPECT_EQ(plan->instructions[plan->buckets[0].all_reduce].op, "all_reduce");
+}
+
+TEST(BuildPlan, ResidualAccumulatesIntoSharedGradient) {
+  absl::StatusOr<Plan> plan = BuildPlan(testing::ResidualSpec(6, 4, 3, 1, 2, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // h feeds both layernorm and add: two contributions to grad/h.
+  std::vector<double> flags;
+  for (const Instruction& in : plan->instructions) {
+    if (in.outputs.size() == 1 && plan->buffers[in.outputs[0]].name == "grad/h") {
+      flags.push_back(in.attrs.at("accumulate"));
+    }
+  }
+  EXPECT_EQ(flags, (std::vector<double>{0, 1}));
+}
+
+TEST(BuildPlan, MseTargetGetsNoGradient) {
+  absl::StatusOr<Plan> plan = BuildPlan(testing::AutoencoderSpec(6, 3, 1, 2, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const Buffer& b : plan->buffers) EXPECT_NE(b.name, "grad/x");
+}
+
+TEST(BuildPlan, UnusedParameterKeepsABucketSlot) {
+  testing::SpecBuilder b("unused");
+  b.Input("x", {4});
+  b.Label("y", ElementType::kI32, {3});
+  b.Linear("side", "x", 5);  // never reaches the loss
+  b.Linear("logits", "x", 3);
+  b.CrossEntropy("loss", "logits", "y");
+  TrainSpec spec = b.Build(1, 2, 2);
+  spec.train.bucket_mb = 0;
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->buckets.size(), 4u);
+  EXPECT_EQ(plan->buckets[3].parameters[0], "side.bias");
+  for (const Instruction& in : plan->instructions) EXPECT_NE(in.label, "side = linear");
+}
+
+TEST(BuildPlan, RejectsInconsistentBatch) {
+  TrainSpec spec = testing::FashionMlpSpec();
+  spec.train.global_batch = 100;
+  EXPECT_THAT(BuildPlan(spec).status().message(), HasSubstr("global_batch 100"));
+}
+
+TEST(BuildPlan, SgdWithMomentumHasOneStateSpan) {
+  TrainSpec spec = testing::MlpSpec(4, {3}, 3, 1, 2, 1);
+  spec.train.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  spec.train.optimizer.momentum = 0.9;
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->buckets[0].state_spans.size(), 1u);
+  EXPECT_EQ(plan->optimizer.kind, "sgd");
+  spec.train.optimizer.momentum = 0;
+  plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->buckets[0].state_spans.empty());
+}
+
+TEST(PlanSummary, SaysWhatMatters) {
+  absl::StatusOr<Plan> plan = BuildPlan(testing::FashionMlpSpec());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string s = PlanSummary(*plan);
+  EXPECT_THAT(s, HasSubstr("global 256 = 2 ranks x micro_batch 64 x accumulate 2"));
+  EXPECT_THAT(s, HasSubstr("drop_last: an epoch's last partial global batch is dropped"));
+  EXPECT_THAT(s, HasSubstr("1 load_batch + 6 forward + 8 backward"));
+  EXPECT_THAT(s, HasSubstr("bucket 0: 918.6 KiB, 6 parameters: logits.weight"));
+  EXPECT_THAT(s, HasSubstr("without reuse"));
+}
+
+}  // namespace
+}  // namespace trainc

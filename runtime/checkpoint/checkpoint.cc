@@ -1,0 +1,198 @@
+#include "runtime/checkpoint/checkpoint.h"
+
+#include <map>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/util/status_macros.h"
+#include "runtime/checkpoint/safetensors.h"
+
+namespace trainc {
+namespace {
+
+constexpr char kFormat[] = "trainc-checkpoint-1";
+constexpr char kOptimizerPrefix[] = "optimizer.";
+
+// A tensor of the checkpoint and where it lives in the arena.
+struct Slot {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+};
+
+absl::StatusOr<std::vector<std::string>> StateNames(const Plan& plan) {
+  const OptimizerConfig& opt = plan.optimizer;
+  if (opt.kind == "adamw") return std::vector<std::string>{"exp_avg", "exp_avg_sq"};
+  if (opt.kind == "sgd") {
+    if (opt.momentum > 0) return std::vector<std::string>{"momentum_buffer"};
+    return std::vector<std::string>{};
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", opt.kind, "'"));
+}
+
+// The parameters, then (if `with_state`) each parameter's slice of its
+// bucket's state spans, in plan order.
+absl::StatusOr<std::vector<Slot>> Slots(const Plan& plan, bool with_state) {
+  std::vector<Slot> slots;
+  absl::flat_hash_map<std::string, const Buffer*> params;
+  for (int id : plan.parameter_buffers) {
+    const Buffer& b = plan.buffers[id];
+    if (b.dtype != DType::kF32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", b.name, "' is not f32"));
+    }
+    params[b.name] = &b;
+    slots.push_back({b.name, b.shape, b.offset, b.bytes});
+  }
+  if (!with_state) return slots;
+
+  ASSIGN_OR_RETURN(std::vector<std::string> kinds, StateNames(plan));
+  for (const Bucket& bucket : plan.buckets) {
+    if (bucket.state_spans.size() != kinds.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", bucket.id, " has ", bucket.state_spans.size(),
+          " optimizer state spans; ", plan.optimizer.kind, " keeps ",
+          kinds.size()));
+    }
+    if (kinds.empty()) continue;
+    const Buffer& span = plan.buffers[bucket.param_span];
+    for (const std::string& name : bucket.parameters) {
+      auto it = params.find(name);
+      if (it == params.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bucket ", bucket.id, " names unknown parameter '", name, "'"));
+      }
+      const Buffer& p = *it->second;
+      // The state spans repeat the parameter span's layout element for
+      // element, so a parameter's state sits at its offset in the span.
+      const int64_t within = p.offset - span.offset;
+      for (size_t k = 0; k < kinds.size(); ++k) {
+        const Buffer& state = plan.buffers[bucket.state_spans[k]];
+        if (within < 0 || within + p.bytes > span.bytes ||
+            within + p.bytes > state.bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter '", name, "' is not inside bucket ", bucket.id,
+              "'s parameter and state spans"));
+        }
+        slots.push_back({absl::StrCat(kOptimizerPrefix, name, ".", kinds[k]),
+                         p.shape, state.offset + within, p.bytes});
+      }
+    }
+  }
+  return slots;
+}
+
+absl::StatusOr<int64_t> MetadataInt(const SafetensorsFile& file,
+                                    const std::string& path,
+                                    const std::string& key) {
+  auto it = file.metadata().find(key);
+  int64_t value = 0;
+  if (it == file.metadata().end() || !absl::SimpleAtoi(it->second, &value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": metadata '", key, "' is missing or not an integer"));
+  }
+  return value;
+}
+
+}  // namespace
+
+absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
+                            Device& device, const TrainingState& state) {
+  ASSIGN_OR_RETURN(std::vector<Slot> slots, Slots(plan, /*with_state=*/true));
+  RETURN_IF_ERROR(device.Synchronize());
+  std::vector<std::vector<char>> data(slots.size());
+  std::vector<TensorRef> tensors;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    data[i].resize(slots[i].bytes);
+    RETURN_IF_ERROR(
+        device.Download(slots[i].offset, data[i].data(), slots[i].bytes));
+    tensors.push_back({slots[i].name, "F32", slots[i].shape,
+                       absl::Span<const char>(data[i])});
+  }
+  const std::map<std::string, std::string> metadata = {
+      {"format", kFormat},
+      {"model", plan.model},
+      {"step", absl::StrCat(state.step)},
+      {"epoch", absl::StrCat(state.epoch)},
+      {"step_in_epoch", absl::StrCat(state.step_in_epoch)},
+      {"seed", absl::StrCat(plan.seed)},
+      {"world_size", absl::StrCat(plan.world_size)},
+      {"micro_batch", absl::StrCat(plan.micro_batch)},
+      {"accumulate", absl::StrCat(plan.accumulate)},
+      {"global_batch", absl::StrCat(plan.global_batch)},
+      {"optimizer", plan.optimizer.kind},
+  };
+  return WriteSafetensorsFile(path, tensors, metadata);
+}
+
+absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
+                            Device& device, TrainingState* state,
+                            bool weights_only) {
+  ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Read(path));
+  auto format = file.metadata().find("format");
+  if (format == file.metadata().end() || format->second != kFormat) {
+    // Still usable as weights (e.g. a file exported from PyTorch).
+    if (!weights_only) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": not a trainc checkpoint (metadata 'format' is not '",
+          kFormat, "'); use it with --init-from to load only the weights"));
+    }
+  }
+
+  TrainingState loaded;
+  if (!weights_only) {
+    ASSIGN_OR_RETURN(loaded.step, MetadataInt(file, path, "step"));
+    ASSIGN_OR_RETURN(loaded.epoch, MetadataInt(file, path, "epoch"));
+    ASSIGN_OR_RETURN(loaded.step_in_epoch,
+                     MetadataInt(file, path, "step_in_epoch"));
+    ASSIGN_OR_RETURN(int64_t seed, MetadataInt(file, path, "seed"));
+    ASSIGN_OR_RETURN(int64_t global_batch,
+                     MetadataInt(file, path, "global_batch"));
+    if (seed != plan.seed || global_batch != plan.global_batch) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, ": saved with seed ", seed, " and global batch ", global_batch,
+          ", the plan has seed ", plan.seed, " and global batch ",
+          plan.global_batch, "; resuming would change the data order"));
+    }
+  }
+
+  ASSIGN_OR_RETURN(std::vector<Slot> slots, Slots(plan, !weights_only));
+  absl::flat_hash_map<std::string, const Slot*> wanted;
+  for (const Slot& slot : slots) wanted[slot.name] = &slot;
+  for (const auto& [name, tensor] : file.tensors()) {
+    if (wanted.contains(name)) continue;
+    if (weights_only && absl::StartsWith(name, kOptimizerPrefix)) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tensor '", name, "' is not in the plan of model '",
+        plan.model, "' (a checkpoint of another model?)"));
+  }
+  // Check everything before uploading anything, so that a bad file leaves
+  // the arena untouched.
+  for (const Slot& slot : slots) {
+    const SafetensorsFile::Tensor* t = file.Find(slot.name);
+    if (t == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat(path, ": tensor '", slot.name, "' is missing"));
+    }
+    if (t->dtype != "F32" || t->shape != slot.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor '", slot.name, "' is ", t->dtype, "[",
+          absl::StrJoin(t->shape, ","), "], the plan has F32[",
+          absl::StrJoin(slot.shape, ","), "]"));
+    }
+  }
+  for (const Slot& slot : slots) {
+    absl::Span<const char> data = file.Data(*file.Find(slot.name));
+    RETURN_IF_ERROR(device.Upload(slot.offset, data.data(), data.size()));
+  }
+  if (!weights_only && state != nullptr) *state = loaded;
+  return absl::OkStatus();
+}
+
+}  // namespace trainc

@@ -1,0 +1,51 @@
+// Training checkpoints: a plan's parameters and optimizer state, plus where
+// training stands, in one safetensors file.
+//
+// Tensors, named as PyTorch names them so that other tools can read them:
+//   "h1.weight", "h1.bias", ...                 every parameter (F32)
+//   "optimizer.h1.weight.exp_avg", ".exp_avg_sq"  adamw state
+//   "optimizer.h1.weight.momentum_buffer"        sgd momentum
+// Metadata (strings): format, model, step, epoch, step_in_epoch, seed,
+// world_size, micro_batch, accumulate, global_batch, optimizer.
+//
+// The sampler is a pure function of (seed, epoch), so (epoch,
+// step_in_epoch) is the whole data position: resuming continues bit for bit.
+// Resuming on another split of the same global batch (other gpus x
+// accumulate) is allowed; another global batch or seed is not, since the
+// data order would change.
+#ifndef TRAINC_RUNTIME_CHECKPOINT_CHECKPOINT_H_
+#define TRAINC_RUNTIME_CHECKPOINT_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "compiler/plan/plan.h"
+#include "runtime/device/device.h"
+
+namespace trainc {
+
+struct TrainingState {
+  int64_t step = 0;           // optimizer steps completed
+  int64_t epoch = 0;          // the epoch of the next step
+  int64_t step_in_epoch = 0;  // the next step's index within that epoch
+};
+
+// Synchronizes `device`, then writes atomically (see safetensors.h). Call
+// on one rank: every rank holds the same weights after a step.
+absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
+                            Device& device, const TrainingState& state);
+
+// Uploads the checkpoint's parameters into the plan's arena. Every rank
+// loads the same file (or rank 0 loads and broadcasts the parameters). Unless
+// `weights_only` (--init-from), also the optimizer state, and sets *state.
+// Every parameter (and state tensor) must be present with the plan's shape
+// and dtype; a tensor the plan does not have is an error too (the wrong
+// model), except optimizer state when `weights_only`.
+absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
+                            Device& device, TrainingState* state,
+                            bool weights_only);
+
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_CHECKPOINT_CHECKPOINT_H_

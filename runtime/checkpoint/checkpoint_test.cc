@@ -1,0 +1,217 @@
+#include "runtime/checkpoint/checkpoint.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/data/host_test_device.h"
+
+namespace trainc {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+int AddBuffer(Plan* plan, const std::string& name, BufferKind kind,
+              std::vector<int64_t> shape, int64_t offset, int64_t bytes = -1) {
+  Buffer b;
+  b.id = plan->buffers.size();
+  b.name = name;
+  b.kind = kind;
+  b.shape = std::move(shape);
+  b.offset = offset;
+  b.bytes = 4;
+  for (int64_t d : b.shape) b.bytes *= d;
+  if (bytes >= 0) b.bytes = bytes;
+  plan->buffers.push_back(b);
+  return b.id;
+}
+
+// h1.weight [2,3] at 0 and h1.bias [2] at 64 (aligned), one bucket whose
+// parameter span covers both, adamw state spans at 128 and 256.
+Plan TinyPlan(const std::string& optimizer = "adamw") {
+  Plan plan;
+  plan.model = "tiny";
+  plan.seed = 5;
+  plan.world_size = 2;
+  plan.micro_batch = 4;
+  plan.accumulate = 2;
+  plan.global_batch = 16;
+  plan.optimizer.kind = optimizer;
+  plan.optimizer.momentum = 0.9;
+  plan.parameter_buffers = {
+      AddBuffer(&plan, "h1.weight", BufferKind::kParameter, {2, 3}, 0),
+      AddBuffer(&plan, "h1.bias", BufferKind::kParameter, {2}, 64)};
+  Bucket bucket;
+  bucket.parameters = {"h1.bias", "h1.weight"};
+  bucket.param_span =
+      AddBuffer(&plan, "span0", BufferKind::kParameterSpan, {18}, 0, 72);
+  bucket.state_spans.push_back(
+      AddBuffer(&plan, "m0", BufferKind::kStateSpan, {18}, 128, 72));
+  if (optimizer == "adamw") {
+    bucket.state_spans.push_back(
+        AddBuffer(&plan, "v0", BufferKind::kStateSpan, {18}, 256, 72));
+  }
+  plan.buckets.push_back(bucket);
+  plan.arena_bytes = 384;
+  return plan;
+}
+
+void FillArena(HostTestDevice* device, int64_t bytes) {
+  ASSERT_TRUE(device->AllocateArena(bytes).ok());
+  for (int64_t i = 0; i < bytes / 4; ++i) {
+    const float x = 0.25f * i - 3.0f;
+    ASSERT_TRUE(device->Upload(i * 4, &x, 4).ok());
+  }
+}
+
+TEST(CheckpointTest, RoundTripRestoresWeightsStateAndPosition) {
+  Plan plan = TinyPlan();
+  HostTestDevice saved;
+  FillArena(&saved, plan.arena_bytes);
+  const std::string path = TempPath("ckpt.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, saved, {12, 1, 3}).ok());
+
+  HostTestDevice restored;
+  ASSERT_TRUE(restored.AllocateArena(plan.arena_bytes).ok());
+  TrainingState state;
+  ASSERT_TRUE(LoadCheckpoint(path, plan, restored, &state, false).ok());
+  EXPECT_EQ(state.step, 12);
+  EXPECT_EQ(state.epoch, 1);
+  EXPECT_EQ(state.step_in_epoch, 3);
+  // Parameters and both state spans (the padding between h1.weight and
+  // h1.bias is not saved and stays zero).
+  for (int64_t base : {0, 128, 256}) {
+    EXPECT_EQ(std::memcmp(saved.At<char>(base), restored.At<char>(base), 24), 0);
+    EXPECT_EQ(std::memcmp(saved.At<char>(base + 64), restored.At<char>(base + 64), 8), 0);
+  }
+}
+
+TEST(CheckpointTest, NamesFollowPyTorch) {
+  Plan plan = TinyPlan();
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string path = TempPath("names.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, device, {}).ok());
+  auto file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok());
+  std::vector<std::string> names;
+  for (const auto& [name, t] : file->tensors()) names.push_back(name);
+  EXPECT_THAT(names, ::testing::ElementsAre(
+                         "h1.bias", "h1.weight", "optimizer.h1.bias.exp_avg",
+                         "optimizer.h1.bias.exp_avg_sq",
+                         "optimizer.h1.weight.exp_avg",
+                         "optimizer.h1.weight.exp_avg_sq"));
+  // exp_avg of h1.bias is the m span at h1.bias's offset in the span.
+  float first;
+  std::memcpy(&first, file->Data(*file->Find("optimizer.h1.bias.exp_avg")).data(), 4);
+  EXPECT_EQ(first, *device.At<float>(128 + 64));
+  EXPECT_EQ(file->metadata().at("model"), "tiny");
+  EXPECT_EQ(file->metadata().at("world_size"), "2");
+}
+
+TEST(CheckpointTest, SgdMomentumBuffer) {
+  Plan plan = TinyPlan("sgd");
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string path = TempPath("sgd.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, device, {}).ok());
+  auto file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok());
+  EXPECT_NE(file->Find("optimizer.h1.weight.momentum_buffer"), nullptr);
+}
+
+TEST(CheckpointTest, WeightsOnlyIgnoresOptimizerStateAndPosition) {
+  Plan plan = TinyPlan();
+  HostTestDevice saved;
+  FillArena(&saved, plan.arena_bytes);
+  const std::string path = TempPath("init.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, saved, {7, 2, 2}).ok());
+  // Another seed and batch: fine for --init-from.
+  plan.seed = 99;
+  plan.global_batch = 32;
+  HostTestDevice fresh;
+  ASSERT_TRUE(fresh.AllocateArena(plan.arena_bytes).ok());
+  TrainingState state;
+  ASSERT_TRUE(LoadCheckpoint(path, plan, fresh, &state, true).ok());
+  EXPECT_EQ(state.step, 0);
+  EXPECT_EQ(std::memcmp(saved.At<char>(0), fresh.At<char>(0), 24), 0);
+  EXPECT_EQ(*fresh.At<float>(128), 0.0f);  // optimizer state untouched
+  // But not for --resume.
+  absl::Status resume = LoadCheckpoint(path, plan, fresh, &state, false);
+  EXPECT_EQ(resume.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(resume.message(), HasSubstr("resuming would change the data order"));
+}
+
+TEST(CheckpointTest, ResumeOnAnotherSplitOfTheSameGlobalBatch) {
+  Plan plan = TinyPlan();
+  HostTestDevice saved;
+  FillArena(&saved, plan.arena_bytes);
+  const std::string path = TempPath("split.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, saved, {1, 0, 1}).ok());
+  plan.world_size = 1;
+  plan.accumulate = 4;
+  HostTestDevice other;
+  ASSERT_TRUE(other.AllocateArena(plan.arena_bytes).ok());
+  TrainingState state;
+  EXPECT_TRUE(LoadCheckpoint(path, plan, other, &state, false).ok());
+}
+
+TEST(CheckpointTest, MismatchesAreClearErrors) {
+  Plan plan = TinyPlan();
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string path = TempPath("mismatch.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, device, {}).ok());
+  TrainingState state;
+
+  Plan wider = TinyPlan();
+  wider.buffers[wider.parameter_buffers[0]].shape = {3, 2};
+  absl::Status shape = LoadCheckpoint(path, wider, device, &state, false);
+  EXPECT_THAT(shape.message(),
+              HasSubstr("tensor 'h1.weight' is F32[2,3], the plan has F32[3,2]"));
+
+  Plan renamed = TinyPlan();
+  renamed.buffers[renamed.parameter_buffers[1]].name = "h2.bias";
+  renamed.buckets[0].parameters[0] = "h2.bias";
+  absl::Status missing = LoadCheckpoint(path, renamed, device, &state, true);
+  EXPECT_THAT(missing.message(), HasSubstr("tensor 'h1.bias' is not in the plan"));
+
+  Plan sgd = TinyPlan("sgd");
+  sgd.optimizer.momentum = 0.9;
+  EXPECT_TRUE(LoadCheckpoint(path, sgd, device, &state, true).ok());
+  absl::Status no_momentum = LoadCheckpoint(path, sgd, device, &state, false);
+  EXPECT_FALSE(no_momentum.ok());
+}
+
+TEST(CheckpointTest, TruncatedOrMissingFile) {
+  Plan plan = TinyPlan();
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string path = TempPath("cut.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, device, {}).ok());
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << bytes.substr(0, bytes.size() - 10);
+  TrainingState state;
+  absl::Status cut = LoadCheckpoint(path, plan, device, &state, false);
+  EXPECT_THAT(cut.message(), HasSubstr("truncated"));
+  absl::Status none =
+      LoadCheckpoint(TempPath("absent.safetensors"), plan, device, &state, false);
+  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace trainc

@@ -1,0 +1,175 @@
+#include "runtime/data/idx.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compiler/util/status_macros.h"
+
+namespace trainc {
+namespace {
+
+constexpr uint32_t kImagesMagic = 0x00000803;  // u8, 3 dimensions
+constexpr uint32_t kLabelsMagic = 0x00000801;  // u8, 1 dimension
+// Larger sizes are certainly corruption, and keep the products below in
+// int64 range.
+constexpr int64_t kMaxDim = 1 << 24;
+
+// The file name without its directory, as people know it.
+std::string BaseName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+struct GzCloser {
+  void operator()(gzFile_s* f) const { gzclose(f); }
+};
+
+// gzread reads plain files unchanged, so one code path serves both.
+class IdxFile {
+ public:
+  static absl::StatusOr<IdxFile> Open(const std::string& path) {
+    errno = 0;
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (f == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          path, ": cannot open: ",
+          errno != 0 ? std::strerror(errno) : "out of memory"));
+    }
+    // The default 8 KiB buffer makes reading 47 MB of pixels slow.
+    gzbuffer(f, 1 << 20);
+    return IdxFile(path, f);
+  }
+
+  const std::string& name() const { return name_; }
+
+  // Reads up to `n` bytes; returns how many were read (fewer at the end of
+  // the file) or the decompression error.
+  absl::StatusOr<int64_t> Read(void* dst, int64_t n) {
+    int64_t done = 0;
+    char* out = static_cast<char*>(dst);
+    while (done < n) {
+      // gzread takes an unsigned int count.
+      unsigned chunk = static_cast<unsigned>(std::min<int64_t>(n - done, 1 << 30));
+      int got = gzread(file_.get(), out + done, chunk);
+      if (got < 0) {
+        int errnum = 0;
+        const char* msg = gzerror(file_.get(), &errnum);
+        if (errnum == Z_ERRNO) msg = std::strerror(errno);
+        return absl::DataLossError(absl::StrCat(
+            name_, ": corrupt gzip data after ", offset_ + done,
+            " bytes: ", msg));
+      }
+      if (got == 0) break;
+      done += got;
+    }
+    offset_ += done;
+    return done;
+  }
+
+  absl::StatusOr<uint32_t> ReadBigEndian32(const char* what) {
+    unsigned char b[4];
+    ASSIGN_OR_RETURN(int64_t got, Read(b, 4));
+    if (got != 4) {
+      return absl::DataLossError(absl::StrCat(
+          name_, ": file ends inside the header (reading ", what, ")"));
+    }
+    return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) |
+           (uint32_t{b[2]} << 8) | uint32_t{b[3]};
+  }
+
+  // Checks the magic number and reads the dimensions.
+  absl::StatusOr<std::vector<int64_t>> ReadHeader(uint32_t magic,
+                                                  const char* kind) {
+    ASSIGN_OR_RETURN(uint32_t got, ReadBigEndian32("the magic number"));
+    if (got != magic) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: bad magic number 0x%08x, expected 0x%08x (IDX %s of unsigned "
+          "bytes); is this the right file?",
+          name_, got, magic, kind));
+    }
+    std::vector<int64_t> dims(magic & 0xff);
+    for (size_t i = 0; i < dims.size(); ++i) {
+      ASSIGN_OR_RETURN(uint32_t d, ReadBigEndian32("the dimensions"));
+      if (d > kMaxDim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name_, ": dimension ", i, " is ", d, ", too large to be real"));
+      }
+      dims[i] = d;
+    }
+    return dims;
+  }
+
+  // Fails unless the data ended exactly where the header said it would.
+  absl::Status ExpectEnd() {
+    char extra;
+    ASSIGN_OR_RETURN(int64_t got, Read(&extra, 1));
+    if (got != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name_, ": unexpected data after the last item (offset ", offset_ - 1,
+          "); the header's sizes do not match the file"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  IdxFile(const std::string& path, gzFile f)
+      : name_(BaseName(path)), file_(f) {}
+
+  std::string name_;
+  std::unique_ptr<gzFile_s, GzCloser> file_;
+  int64_t offset_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path) {
+  ASSIGN_OR_RETURN(IdxFile file, IdxFile::Open(path));
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims,
+                   file.ReadHeader(kImagesMagic, "images"));
+  IdxImages images;
+  images.count = dims[0];
+  images.rows = dims[1];
+  images.cols = dims[2];
+  const int64_t per_image = images.rows * images.cols;
+  if (per_image == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.name(), ": images of ", images.rows, "x", images.cols,
+        " pixels are empty"));
+  }
+  images.pixels.resize(images.count * per_image);
+  ASSIGN_OR_RETURN(int64_t got,
+                   file.Read(images.pixels.data(), images.pixels.size()));
+  if (got != static_cast<int64_t>(images.pixels.size())) {
+    return absl::DataLossError(absl::StrCat(
+        file.name(), ": expected ", images.count, " images of ", images.rows,
+        "x", images.cols, ", file ends after ", got / per_image,
+        " (and ", got % per_image, " bytes)"));
+  }
+  RETURN_IF_ERROR(file.ExpectEnd());
+  return images;
+}
+
+absl::StatusOr<IdxLabels> ReadIdxLabels(const std::string& path) {
+  ASSIGN_OR_RETURN(IdxFile file, IdxFile::Open(path));
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims,
+                   file.ReadHeader(kLabelsMagic, "labels"));
+  IdxLabels labels;
+  labels.labels.resize(dims[0]);
+  ASSIGN_OR_RETURN(int64_t got,
+                   file.Read(labels.labels.data(), labels.labels.size()));
+  if (got != dims[0]) {
+    return absl::DataLossError(absl::StrCat(file.name(), ": expected ", dims[0],
+                                            " labels, file ends after ", got));
+  }
+  RETURN_IF_ERROR(file.ExpectEnd());
+  return labels;
+}
+
+}  // namespace trainc

@@ -1,0 +1,183 @@
+#include "runtime/data/idx.h"
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/data/dataset.h"
+
+namespace trainc {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+void BigEndian32(std::vector<unsigned char>* out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(v >> shift);
+}
+
+std::vector<unsigned char> ImagesFile(uint32_t count, uint32_t rows,
+                                      uint32_t cols, int64_t pixels) {
+  std::vector<unsigned char> bytes;
+  BigEndian32(&bytes, 0x00000803);
+  BigEndian32(&bytes, count);
+  BigEndian32(&bytes, rows);
+  BigEndian32(&bytes, cols);
+  for (int64_t i = 0; i < pixels; ++i) bytes.push_back(i % 251);
+  return bytes;
+}
+
+std::vector<unsigned char> LabelsFile(uint32_t count, int64_t labels) {
+  std::vector<unsigned char> bytes;
+  BigEndian32(&bytes, 0x00000801);
+  BigEndian32(&bytes, count);
+  for (int64_t i = 0; i < labels; ++i) bytes.push_back(i % 10);
+  return bytes;
+}
+
+std::string WriteRaw(const std::string& name,
+                     const std::vector<unsigned char>& bytes) {
+  std::string path = TempPath(name);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  return path;
+}
+
+std::string WriteGz(const std::string& name,
+                    const std::vector<unsigned char>& bytes) {
+  std::string path = TempPath(name);
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), bytes.size());
+  gzclose(f);
+  return path;
+}
+
+TEST(IdxTest, ReadsPlainAndGzipImages) {
+  auto bytes = ImagesFile(3, 2, 4, 24);
+  for (const std::string& path :
+       {WriteRaw("img-idx3-ubyte", bytes), WriteGz("img-idx3-ubyte.gz", bytes)}) {
+    auto images = ReadIdxImages(path);
+    ASSERT_TRUE(images.ok()) << images.status();
+    EXPECT_EQ(images->count, 3);
+    EXPECT_EQ(images->rows, 2);
+    EXPECT_EQ(images->cols, 4);
+    ASSERT_EQ(images->pixels.size(), 24u);
+    EXPECT_EQ(images->pixels[23], 23);
+  }
+}
+
+TEST(IdxTest, ReadsLabels) {
+  auto labels = ReadIdxLabels(WriteGz("lab-idx1-ubyte.gz", LabelsFile(12, 12)));
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  ASSERT_EQ(labels->labels.size(), 12u);
+  EXPECT_EQ(labels->labels[11], 1);
+}
+
+TEST(IdxTest, TruncatedLabelsNameTheFileAndTheCount) {
+  auto labels =
+      ReadIdxLabels(WriteGz("train-labels-idx1-ubyte.gz", LabelsFile(600, 587)));
+  ASSERT_FALSE(labels.ok());
+  EXPECT_THAT(labels.status().message(),
+              HasSubstr("train-labels-idx1-ubyte.gz: expected 600 labels, "
+                        "file ends after 587"));
+}
+
+TEST(IdxTest, TruncatedImages) {
+  auto images = ReadIdxImages(WriteRaw("short-idx3-ubyte", ImagesFile(5, 2, 2, 11)));
+  ASSERT_FALSE(images.ok());
+  EXPECT_THAT(images.status().message(),
+              HasSubstr("short-idx3-ubyte: expected 5 images of 2x2, file "
+                        "ends after 2 (and 3 bytes)"));
+}
+
+TEST(IdxTest, TrailingData) {
+  auto labels = ReadIdxLabels(WriteRaw("long-idx1-ubyte", LabelsFile(4, 6)));
+  ASSERT_FALSE(labels.ok());
+  EXPECT_THAT(labels.status().message(), HasSubstr("long-idx1-ubyte: unexpected data"));
+}
+
+TEST(IdxTest, WrongMagicSaysWhatWasExpected) {
+  // A labels file where images are expected.
+  auto images = ReadIdxImages(WriteRaw("swapped", LabelsFile(4, 4)));
+  ASSERT_FALSE(images.ok());
+  EXPECT_THAT(images.status().message(),
+              HasSubstr("swapped: bad magic number 0x00000801, expected "
+                        "0x00000803"));
+}
+
+TEST(IdxTest, HeaderTooShort) {
+  auto labels = ReadIdxLabels(WriteRaw("tiny", {0, 0, 8}));
+  ASSERT_FALSE(labels.ok());
+  EXPECT_THAT(labels.status().message(),
+              HasSubstr("tiny: file ends inside the header"));
+}
+
+TEST(IdxTest, MissingFile) {
+  auto labels = ReadIdxLabels(TempPath("no-such-file.gz"));
+  ASSERT_FALSE(labels.ok());
+  EXPECT_EQ(labels.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(labels.status().message(), HasSubstr("no-such-file.gz: cannot open"));
+}
+
+TEST(IdxTest, CorruptGzip) {
+  // A valid gzip stream with its deflate payload damaged.
+  std::string good = WriteGz("corrupt.gz", LabelsFile(5000, 5000));
+  FILE* f = std::fopen(good.c_str(), "rb");
+  std::vector<unsigned char> bytes(1 << 16);
+  bytes.resize(std::fread(bytes.data(), 1, bytes.size(), f));
+  std::fclose(f);
+  for (size_t i = 12; i < bytes.size() - 8; ++i) bytes[i] ^= 0x5a;
+  auto labels = ReadIdxLabels(WriteRaw("corrupt.gz", bytes));
+  ASSERT_FALSE(labels.ok());
+  EXPECT_THAT(labels.status().message(), HasSubstr("corrupt.gz: "));
+}
+
+TEST(IdxTest, TruncatedGzip) {
+  std::string good = WriteGz("cut.gz", ImagesFile(100, 8, 8, 6400));
+  FILE* f = std::fopen(good.c_str(), "rb");
+  std::vector<unsigned char> bytes(1 << 16);
+  bytes.resize(std::fread(bytes.data(), 1, bytes.size(), f));
+  std::fclose(f);
+  bytes.resize(bytes.size() / 2);
+  auto images = ReadIdxImages(WriteRaw("cut.gz", bytes));
+  ASSERT_FALSE(images.ok());
+  EXPECT_THAT(images.status().message(), HasSubstr("cut.gz: "));
+}
+
+TEST(DatasetTest, ScalesFeaturesAndKeepsLabels) {
+  auto data = LoadIdxDataset(WriteGz("d-img.gz", ImagesFile(3, 2, 2, 12)),
+                             WriteGz("d-lab.gz", LabelsFile(3, 3)), 1.0 / 255);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->size(), 3);
+  EXPECT_EQ(data->feature_dim(), 4);
+  EXPECT_EQ(data->features(2)[3], 11.0f / 255.0f);  // correctly rounded
+  EXPECT_EQ(data->label(2), 2);
+}
+
+TEST(DatasetTest, CountMismatchNamesBothFiles) {
+  auto data = LoadIdxDataset(WriteGz("m-img.gz", ImagesFile(3, 2, 2, 12)),
+                             WriteGz("m-lab.gz", LabelsFile(4, 4)), 1.0);
+  ASSERT_FALSE(data.ok());
+  EXPECT_THAT(data.status().message(), HasSubstr("m-img.gz holds 3 images"));
+  EXPECT_THAT(data.status().message(), HasSubstr("m-lab.gz holds 4 labels"));
+}
+
+TEST(DatasetTest, RejectsOtherFormats) {
+  DataConfig config;
+  config.format = "csv";
+  EXPECT_FALSE(LoadTrainDataset(config).ok());
+}
+
+}  // namespace
+}  // namespace trainc

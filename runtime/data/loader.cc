@@ -1,0 +1,134 @@
+#include "runtime/data/loader.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/memory/memory.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/util/status_macros.h"
+
+namespace trainc {
+namespace {
+
+enum class Field { kFeatures, kClassIndex, kClassAsFloat };
+
+int64_t RowWidth(const Buffer& b) {
+  int64_t width = 1;
+  for (size_t i = 1; i < b.shape.size(); ++i) width *= b.shape[i];
+  return width;
+}
+
+absl::StatusOr<Field> FieldFor(const Buffer& b, int64_t feature_dim) {
+  const int64_t width = RowWidth(b);
+  if (!b.shape.empty()) {
+    if (b.kind == BufferKind::kInput && b.dtype == DType::kF32 &&
+        width == feature_dim) {
+      return Field::kFeatures;
+    }
+    if (b.kind == BufferKind::kLabel && b.dtype == DType::kI32 && width == 1) {
+      return Field::kClassIndex;
+    }
+    if (b.kind == BufferKind::kLabel && b.dtype == DType::kF32) {
+      if (width == feature_dim) return Field::kFeatures;
+      if (width == 1) return Field::kClassAsFloat;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot fill input buffer '", b.name, "' (", BufferKindName(b.kind), " ",
+      DTypeName(b.dtype), "[", absl::StrJoin(b.shape, ","),
+      "]) from a data set of ", feature_dim,
+      " features and a class index per example"));
+}
+
+}  // namespace
+
+absl::Status MicroBatchLoader::Validate(const Plan& plan) const {
+  for (int id : plan.input_buffers) {
+    RETURN_IF_ERROR(
+        FieldFor(plan.buffers[id], dataset_->feature_dim()).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
+                                    const Plan& plan, Device& device) {
+  for (int id : plan.input_buffers) {
+    const Buffer& b = plan.buffers[id];
+    ASSIGN_OR_RETURN(Field field, FieldFor(b, dataset_->feature_dim()));
+    const int64_t rows = b.shape[0];
+    const int64_t width = RowWidth(b);
+    if (static_cast<int64_t>(indices.size()) > rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a batch of ", indices.size(), " examples does not fit "
+                       "input buffer '", b.name, "' of ", rows, " rows"));
+    }
+    // Zero the padding rows too: the previous batch must not leak into them.
+    staging_.assign(rows * width * 4, 0);
+    for (size_t r = 0; r < indices.size(); ++r) {
+      const int64_t i = indices[r];
+      if (i < 0 || i >= dataset_->size()) {
+        return absl::OutOfRangeError(absl::StrCat(
+            "example ", i, " is outside the data set of ", dataset_->size()));
+      }
+      char* row = staging_.data() + r * width * 4;
+      switch (field) {
+        case Field::kFeatures:
+          std::memcpy(row, dataset_->features(i).data(), width * 4);
+          break;
+        case Field::kClassIndex: {
+          const int32_t label = dataset_->label(i);
+          std::memcpy(row, &label, 4);
+          break;
+        }
+        case Field::kClassAsFloat: {
+          const float label = static_cast<float>(dataset_->label(i));
+          std::memcpy(row, &label, 4);
+          break;
+        }
+      }
+    }
+    RETURN_IF_ERROR(device.Upload(b.offset, staging_.data(), staging_.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FillMicroBatch(const Dataset& dataset,
+                            absl::Span<const int64_t> indices,
+                            const Plan& plan, Device& device) {
+  MicroBatchLoader loader(&dataset);
+  return loader.Fill(indices, plan, device);
+}
+
+absl::StatusOr<std::unique_ptr<TrainBatchSource>> TrainBatchSource::Create(
+    const Dataset* dataset, const Plan& plan, int rank) {
+  RETURN_IF_ERROR(MicroBatchLoader(dataset).Validate(plan));
+  ASSIGN_OR_RETURN(BatchPlanner planner,
+                   BatchPlanner::ForPlan(plan, dataset->size()));
+  if (rank < 0 || rank >= plan.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is outside the plan's world of ", plan.world_size));
+  }
+  return absl::WrapUnique(
+      new TrainBatchSource(dataset, std::move(planner), rank));
+}
+
+TrainBatchSource::TrainBatchSource(const Dataset* dataset,
+                                   BatchPlanner planner, int rank)
+    : loader_(dataset), planner_(std::move(planner)), rank_(rank) {}
+
+void TrainBatchSource::SetPosition(int64_t epoch, int64_t step_in_epoch) {
+  epoch_ = epoch;
+  step_in_epoch_ = step_in_epoch;
+}
+
+absl::Status TrainBatchSource::Fill(int micro_step, const Plan& plan,
+                                    Device& device) {
+  ASSIGN_OR_RETURN(
+      std::vector<int64_t> indices,
+      planner_.MicroBatchIndices(epoch_, step_in_epoch_, rank_, micro_step));
+  return loader_.Fill(indices, plan, device);
+}
+
+}  // namespace trainc

@@ -1,0 +1,159 @@
+#include "runtime/data/loader.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/data/host_test_device.h"
+
+namespace trainc {
+namespace {
+
+using ::testing::HasSubstr;
+
+// 5 examples of 3 features: example i is {i, i + 0.5, i + 0.25}, label 9 - i.
+Dataset Tiny() {
+  std::vector<float> features;
+  std::vector<int32_t> labels;
+  for (int i = 0; i < 5; ++i) {
+    features.insert(features.end(), {i + 0.0f, i + 0.5f, i + 0.25f});
+    labels.push_back(9 - i);
+  }
+  return Dataset(3, std::move(features), std::move(labels));
+}
+
+Buffer MakeBuffer(int id, const char* name, BufferKind kind, DType dtype,
+                  std::vector<int64_t> shape, int64_t offset) {
+  Buffer b;
+  b.id = id;
+  b.name = name;
+  b.kind = kind;
+  b.dtype = dtype;
+  b.shape = std::move(shape);
+  b.offset = offset;
+  b.bytes = 4;
+  for (int64_t d : b.shape) b.bytes *= d;
+  return b;
+}
+
+Plan PlanWith(std::vector<Buffer> inputs) {
+  Plan plan;
+  plan.micro_batch = 2;
+  for (Buffer& b : inputs) {
+    b.id = plan.buffers.size();
+    plan.input_buffers.push_back(b.id);
+    plan.buffers.push_back(b);
+  }
+  plan.arena_bytes = 1024;
+  return plan;
+}
+
+TEST(LoaderTest, FillsFeaturesAndClassIndex) {
+  Dataset data = Tiny();
+  Plan plan = PlanWith(
+      {MakeBuffer(0, "image", BufferKind::kInput, DType::kF32, {2, 3}, 64),
+       MakeBuffer(0, "class", BufferKind::kLabel, DType::kI32, {2}, 128)});
+  HostTestDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  MicroBatchLoader loader(&data);
+  ASSERT_TRUE(loader.Validate(plan).ok());
+  std::vector<int64_t> indices = {4, 1};
+  ASSERT_TRUE(loader.Fill(indices, plan, device).ok());
+  const float* x = device.At<float>(64);
+  EXPECT_EQ(std::vector<float>(x, x + 6),
+            (std::vector<float>{4, 4.5, 4.25, 1, 1.5, 1.25}));
+  EXPECT_EQ(device.At<int32_t>(128)[0], 5);
+  EXPECT_EQ(device.At<int32_t>(128)[1], 8);
+}
+
+TEST(LoaderTest, ShortBatchIsZeroPadded) {
+  Dataset data = Tiny();
+  Plan plan = PlanWith(
+      {MakeBuffer(0, "image", BufferKind::kInput, DType::kF32, {2, 3}, 0)});
+  HostTestDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  MicroBatchLoader loader(&data);
+  std::vector<int64_t> full = {3, 4}, partial = {2};
+  ASSERT_TRUE(loader.Fill(full, plan, device).ok());
+  ASSERT_TRUE(loader.Fill(partial, plan, device).ok());
+  const float* x = device.At<float>(0);
+  EXPECT_EQ(std::vector<float>(x, x + 6),
+            (std::vector<float>{2, 2.5, 2.25, 0, 0, 0}));
+}
+
+TEST(LoaderTest, FloatLabelOfFeatureWidthIsTheImage) {
+  Dataset data = Tiny();
+  Plan plan = PlanWith(
+      {MakeBuffer(0, "image", BufferKind::kInput, DType::kF32, {2, 3}, 0),
+       MakeBuffer(0, "target", BufferKind::kLabel, DType::kF32, {2, 3}, 64)});
+  HostTestDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  std::vector<int64_t> indices = {0, 2};
+  ASSERT_TRUE(FillMicroBatch(data, indices, plan, device).ok());
+  EXPECT_EQ(device.At<float>(64)[3], 2.0f);
+}
+
+TEST(LoaderTest, MismatchedBufferIsNamed) {
+  Dataset data = Tiny();
+  Plan plan = PlanWith(
+      {MakeBuffer(0, "image", BufferKind::kInput, DType::kF32, {2, 784}, 0)});
+  MicroBatchLoader loader(&data);
+  absl::Status status = loader.Validate(plan);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("input buffer 'image'"));
+  EXPECT_THAT(status.message(), HasSubstr("3 features"));
+}
+
+TEST(LoaderTest, TooManyExamplesOrOutOfRange) {
+  Dataset data = Tiny();
+  Plan plan = PlanWith(
+      {MakeBuffer(0, "image", BufferKind::kInput, DType::kF32, {2, 3}, 0)});
+  HostTestDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  std::vector<int64_t> three = {0, 1, 2}, bad = {0, 5};
+  EXPECT_FALSE(FillMicroBatch(data, three, plan, device).ok());
+  EXPECT_FALSE(FillMicroBatch(data, bad, plan, device).ok());
+}
+
+TEST(TrainBatchSourceTest, FillsThisRanksMicroBatches) {
+  // 10 examples of 3 features, example i has label i % 10.
+  std::vector<float> features;
+  std::vector<int32_t> labels;
+  for (int i = 0; i < 10; ++i) {
+    features.insert(features.end(), {i + 0.0f, 0.0f, 0.0f});
+    labels.push_back(i);
+  }
+  Dataset data(3, std::move(features), std::move(labels));
+  Plan plan = PlanWith(
+      {MakeBuffer(0, "image", BufferKind::kInput, DType::kF32, {2, 3}, 0),
+       MakeBuffer(0, "class", BufferKind::kLabel, DType::kI32, {2}, 64)});
+  plan.world_size = 2;
+  plan.accumulate = 2;
+  plan.seed = 1;
+  auto source = TrainBatchSource::Create(&data, plan, /*rank=*/1);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ((*source)->steps_per_epoch(), 1);  // 8 per step, 2 dropped
+
+  BatchConfig config;
+  config.world_size = 2;
+  config.accumulate = 2;
+  config.micro_batch = 2;
+  config.seed = 1;
+  auto planner = BatchPlanner::Create(10, config);
+  ASSERT_TRUE(planner.ok());
+  auto expected = planner->MicroBatchIndices(3, 0, 1, 1);
+  ASSERT_TRUE(expected.ok());
+
+  HostTestDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  (*source)->SetPosition(3, 0);
+  ASSERT_TRUE((*source)->Fill(1, plan, device).ok());
+  EXPECT_EQ(device.At<int32_t>(64)[0], (*expected)[0]);
+  EXPECT_EQ(device.At<int32_t>(64)[1], (*expected)[1]);
+  EXPECT_EQ(device.At<float>(0)[3], static_cast<float>((*expected)[1]));
+  EXPECT_FALSE((*source)->Fill(2, plan, device).ok());
+  EXPECT_FALSE(TrainBatchSource::Create(&data, plan, 2).ok());
+}
+
+}  // namespace
+}  // namespace trainc

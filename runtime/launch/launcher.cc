@@ -1,0 +1,384 @@
+#include "runtime/launch/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/launch/heartbeat.h"
+#include "runtime/launch/rank_env.h"
+
+extern char** environ;
+
+namespace trainc {
+namespace {
+
+// The heartbeat socket's number in every worker.
+constexpr int kWorkerHeartbeatFd = 3;
+// How often the loop wakes up to check exits and deadlines even when no
+// output arrives.
+constexpr int kPollIntervalMs = 50;
+
+absl::Status ErrnoError(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+void WriteAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;  // nowhere to report it; the output is best effort
+    data += w;
+    n -= w;
+  }
+}
+
+std::string ExitDescription(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return absl::StrFormat("exited with signal %d (%s)", sig, strsignal(sig));
+  }
+  return absl::StrCat("exited with status ", WEXITSTATUS(status));
+}
+
+// One worker output stream, forwarded line by line.
+struct OutputStream {
+  int fd = -1;  // read end; -1 once closed
+  int sink = -1;
+  std::string prefix;
+  std::string partial;  // an unfinished line
+
+  void Forward(const char* data, size_t n) {
+    partial.append(data, n);
+    size_t end = partial.rfind('\n');
+    if (end == std::string::npos) return;
+    std::string out;
+    size_t begin = 0;
+    while (begin <= end) {
+      size_t eol = partial.find('\n', begin);
+      absl::StrAppend(&out, prefix,
+                      absl::string_view(partial).substr(begin, eol + 1 - begin));
+      begin = eol + 1;
+    }
+    WriteAll(sink, out.data(), out.size());
+    partial.erase(0, end + 1);
+  }
+
+  void Flush() {
+    if (!partial.empty()) Forward("\n", 1);
+  }
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  OutputStream out, err;
+  int heartbeat_fd = -1;  // our end of the socket pair
+  bool armed = false;     // has beaten at least once
+  absl::Time last_beat;
+};
+
+void CloseFd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+// Reads what is available on `fd`; closes it at EOF. Returns whether
+// anything arrived.
+bool Drain(int* fd, OutputStream* stream) {
+  char buffer[1 << 14];
+  ssize_t n = ::read(*fd, buffer, sizeof(buffer));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return false;
+  if (n <= 0) {
+    CloseFd(fd);
+    if (stream != nullptr) stream->Flush();
+    return false;
+  }
+  if (stream != nullptr) stream->Forward(buffer, n);
+  return true;
+}
+
+// The environment of a worker: ours, minus what we set, plus its rank.
+std::vector<std::string> WorkerEnvironment(int rank, int world,
+                                           const std::string& rendezvous) {
+  const std::vector<std::pair<std::string, std::string>> ours = {
+      {"RANK", absl::StrCat(rank)},
+      {"WORLD_SIZE", absl::StrCat(world)},
+      {"LOCAL_RANK", absl::StrCat(rank)},
+      {"LOCAL_WORLD_SIZE", absl::StrCat(world)},
+      {kRendezvousDirEnv, rendezvous},
+      {kLocalLauncherEnv, "local"},
+      {kHeartbeatFdEnv, absl::StrCat(kWorkerHeartbeatFd)},
+  };
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    bool replaced = false;
+    for (const auto& [key, value] : ours) {
+      replaced |= absl::StartsWith(*e, key + "=");
+    }
+    if (!replaced) env.push_back(*e);
+  }
+  for (const auto& [key, value] : ours) env.push_back(key + "=" + value);
+  return env;
+}
+
+std::vector<char*> CStrings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// Only async-signal-safe calls between fork and exec: the parent may have
+// other threads holding locks.
+[[noreturn]] void ExecWorker(pid_t launcher, int out_fd, int err_fd,
+                             int heartbeat_fd, const char* executable,
+                             char* const* argv, char* const* envp) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The launcher may have died before prctl took effect.
+  if (::getppid() != launcher) ::_exit(1);
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(err_fd, STDERR_FILENO);
+  if (heartbeat_fd == kWorkerHeartbeatFd) {
+    ::fcntl(kWorkerHeartbeatFd, F_SETFD, 0);  // keep it across exec
+  } else {
+    ::dup2(heartbeat_fd, kWorkerHeartbeatFd);
+  }
+  ::execve(executable, argv, envp);
+  // strerror is not async-signal-safe; the number will do.
+  char message[64] = "launcher: exec failed with errno ";
+  size_t len = strlen(message);
+  char digits[12];
+  int n = 0;
+  for (int e = errno; n == 0 || e > 0; e /= 10) digits[n++] = '0' + e % 10;
+  while (n > 0) message[len++] = digits[--n];
+  message[len++] = '\n';
+  (void)!::write(STDERR_FILENO, message, len);
+  ::_exit(127);
+}
+
+class Job {
+ public:
+  Job(int n, const LaunchOptions& options) : options_(options), workers_(n) {}
+
+  ~Job() {
+    // Only reached with live workers if Start failed half way.
+    Signal(SIGKILL);
+    for (Worker& w : workers_) {
+      if (w.running) ::waitpid(w.pid, nullptr, 0);
+      CloseFd(&w.out.fd);
+      CloseFd(&w.err.fd);
+      CloseFd(&w.heartbeat_fd);
+    }
+    if (!rendezvous_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(rendezvous_, ignored);
+    }
+  }
+
+  absl::Status Start(const std::vector<std::string>& argv) {
+    std::string base = options_.temp_dir;
+    if (base.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+    }
+    std::string dir = base + "/trainc-rendezvous-XXXXXX";
+    if (::mkdtemp(dir.data()) == nullptr) {
+      return ErrnoError(absl::StrCat("cannot create a rendezvous folder in ",
+                                     base));
+    }
+    rendezvous_ = dir;
+
+    std::vector<std::string> args = argv;
+    std::vector<char*> c_args = CStrings(args);
+    const int n = workers_.size();
+    for (int rank = 0; rank < n; ++rank) {
+      Worker& w = workers_[rank];
+      w.rank = rank;
+      int out[2], err[2], beat[2];
+      if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoError("pipe2");
+      if (::pipe2(err, O_CLOEXEC) != 0) {
+        ::close(out[0]);
+        ::close(out[1]);
+        return ErrnoError("pipe2");
+      }
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, beat) != 0) {
+        for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+        return ErrnoError("socketpair");
+      }
+      w.out = {out[0], options_.stdout_fd,
+               rank == 0 ? "" : absl::StrCat("[rank ", rank, "] "), ""};
+      w.err = {err[0], options_.stderr_fd, w.out.prefix, ""};
+      w.heartbeat_fd = beat[0];
+      std::vector<std::string> env =
+          WorkerEnvironment(rank, n, rendezvous_);
+      std::vector<char*> c_env = CStrings(env);
+
+      const pid_t launcher = ::getpid();
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ExecWorker(launcher, out[1], err[1], beat[1],
+                   options_.executable.c_str(), c_args.data(), c_env.data());
+      }
+      for (int fd : {out[1], err[1], beat[1]}) ::close(fd);
+      if (pid < 0) return ErrnoError("fork");
+      w.pid = pid;
+      w.running = true;
+      ++running_;
+      for (int fd : {w.out.fd, w.err.fd, w.heartbeat_fd}) {
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Forwards output and watches the ranks until every one has exited.
+  absl::Status Supervise() {
+    const absl::Time start = absl::Now();
+    for (Worker& w : workers_) w.last_beat = start;
+    while (running_ > 0) {
+      PollOnce(kPollIntervalMs);
+      ReapExited();
+      CheckHeartbeats();
+      if (stopping_ && !killed_ && absl::Now() >= kill_at_) {
+        Signal(SIGKILL);
+        killed_ = true;
+      }
+    }
+    // Output still buffered in the pipes after the exits.
+    while (PollOnce(0)) {
+    }
+    for (Worker& w : workers_) {
+      CloseFd(&w.out.fd);
+      CloseFd(&w.err.fd);
+      CloseFd(&w.heartbeat_fd);
+      w.out.Flush();
+      w.err.Flush();
+    }
+    return failure_;
+  }
+
+ private:
+  // Returns whether anything was read.
+  bool PollOnce(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<int*, OutputStream*>> targets;
+    for (Worker& w : workers_) {
+      if (w.out.fd >= 0) targets.push_back({&w.out.fd, &w.out});
+      if (w.err.fd >= 0) targets.push_back({&w.err.fd, &w.err});
+      if (w.heartbeat_fd >= 0) targets.push_back({&w.heartbeat_fd, nullptr});
+    }
+    for (auto& [fd, stream] : targets) fds.push_back({*fd, POLLIN, 0});
+    if (fds.empty()) {
+      if (timeout_ms > 0) ::usleep(timeout_ms * 1000);
+      return false;
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return false;
+    bool any = false;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto [fd, stream] = targets[i];
+      if (stream == nullptr) {
+        // A heartbeat: which worker's?
+        for (Worker& w : workers_) {
+          if (&w.heartbeat_fd == fd && Drain(fd, nullptr)) {
+            w.armed = true;
+            w.last_beat = absl::Now();
+            any = true;
+          }
+        }
+      } else {
+        any |= Drain(fd, stream);
+      }
+    }
+    return any;
+  }
+
+  void ReapExited() {
+    for (Worker& w : workers_) {
+      if (!w.running) continue;
+      int status = 0;
+      pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) continue;
+      w.running = false;
+      --running_;
+      const bool failed = r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+      if (failed) Fail(w, ExitDescription(status));
+    }
+  }
+
+  void CheckHeartbeats() {
+    if (options_.heartbeat_timeout <= absl::ZeroDuration() || stopping_) return;
+    const absl::Time now = absl::Now();
+    for (Worker& w : workers_) {
+      if (w.running && w.armed &&
+          now - w.last_beat > options_.heartbeat_timeout) {
+        Fail(w, absl::StrCat("sent no heartbeat for ",
+                             absl::FormatDuration(now - w.last_beat),
+                             " (hung?)"));
+      }
+    }
+  }
+
+  // The first failure stops the job and is the one reported; the ranks
+  // that die of our SIGTERM after it are not news.
+  void Fail(const Worker& w, const std::string& what) {
+    if (stopping_) return;
+    const int others = running_ - (w.running ? 1 : 0);
+    failure_ = absl::AbortedError(absl::StrCat(
+        "rank ", w.rank, " ", what, "; stopping the other ", others,
+        " rank(s)"));
+    stopping_ = true;
+    kill_at_ = absl::Now() + options_.grace_period;
+    Signal(SIGTERM);
+  }
+
+  void Signal(int sig) {
+    for (Worker& w : workers_) {
+      if (w.running) ::kill(w.pid, sig);
+    }
+  }
+
+  const LaunchOptions& options_;
+  std::vector<Worker> workers_;
+  std::string rendezvous_;
+  int running_ = 0;
+  bool stopping_ = false;
+  bool killed_ = false;
+  absl::Time kill_at_;
+  absl::Status failure_;
+};
+
+}  // namespace
+
+absl::Status LaunchLocalWorkers(int num_workers,
+                                const std::vector<std::string>& argv,
+                                const LaunchOptions& options) {
+  if (num_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot launch ", num_workers, " workers"));
+  }
+  if (argv.empty()) return absl::InvalidArgumentError("empty worker argv");
+  Job job(num_workers, options);
+  absl::Status started = job.Start(argv);
+  if (!started.ok()) return started;  // ~Job kills what did start
+  return job.Supervise();
+}
+
+}  // namespace trainc

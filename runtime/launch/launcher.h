@@ -1,0 +1,57 @@
+// LaunchLocalWorkers: run a data-parallel job of N processes on this
+// machine, one per rank, and stop all of them when one fails.
+//
+// The workers are the same binary (fork + exec of /proc/self/exe) with the
+// same arguments; each finds its rank with RankFromEnvironment() (RANK,
+// WORLD_SIZE, LOCAL_RANK, TRAINC_RENDEZVOUS_DIR) and builds its own
+// communicator. The rendezvous folder is created here and removed when the
+// job ends.
+//
+// Failures. The first rank to exit non-zero or die by a signal, or to stop
+// beating its Heartbeat for `heartbeat_timeout`, fails the job: every
+// other rank gets SIGTERM, then SIGKILL after `grace_period`, and the
+// returned error names it:
+//   "rank 1 exited with signal 9 (Killed); stopping the other 1 rank(s)"
+// Workers die with the launcher too (PR_SET_PDEATHSIG), so that no rank
+// outlives it, whatever kills it.
+//
+// Output. Rank 0's stdout and stderr pass through unchanged; every other
+// rank's lines are prefixed "[rank k] " so that its warnings and errors
+// stay readable. Lines are never interleaved mid-line.
+#ifndef TRAINC_RUNTIME_LAUNCH_LAUNCHER_H_
+#define TRAINC_RUNTIME_LAUNCH_LAUNCHER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace trainc {
+
+struct LaunchOptions {
+  // What each worker runs; argv[0] is passed as given.
+  std::string executable = "/proc/self/exe";
+  // A rank whose heartbeat is armed and silent this long is hung
+  // (absl::ZeroDuration(): no watchdog). With the grace period, a hung job
+  // is gone within 30 s by default.
+  absl::Duration heartbeat_timeout = absl::Seconds(20);
+  // Between SIGTERM and SIGKILL when stopping the ranks.
+  absl::Duration grace_period = absl::Seconds(5);
+  // Where to create the rendezvous folder; empty: $TMPDIR, else /tmp.
+  std::string temp_dir;
+  // Where the workers' output goes.
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+};
+
+// Starts `num_workers` ranks and returns when all have exited: OK if every
+// one exited 0. Blocks; call it from a thread that lives until it returns
+// (PR_SET_PDEATHSIG follows the forking thread).
+absl::Status LaunchLocalWorkers(int num_workers,
+                                const std::vector<std::string>& argv,
+                                const LaunchOptions& options = {});
+
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_LAUNCH_LAUNCHER_H_

@@ -1,0 +1,215 @@
+#include "runtime/launch/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainc {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string WorkerPath() {
+  char path[PATH_MAX];
+  EXPECT_NE(realpath("runtime/launch/test_worker", path), nullptr);
+  return path;
+}
+
+std::string FreshDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Running and not a zombie.
+bool Alive(pid_t pid) {
+  std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (stat.empty()) return false;
+  size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         stat[paren + 2] != 'Z';
+}
+
+std::vector<pid_t> Pids(const std::string& dir, int n) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::string text = ReadFile(absl::StrCat(dir, "/rank", r, ".pid"));
+    if (!text.empty()) pids.push_back(std::stoi(text));
+  }
+  return pids;
+}
+
+struct JobResult {
+  absl::Status status;
+  std::string out, err;
+  absl::Duration elapsed;
+  std::vector<pid_t> pids;
+};
+
+JobResult RunJob(const std::string& name, int n, std::vector<std::string> flags,
+                 LaunchOptions options = {}) {
+  const std::string dir = FreshDir(name);
+  std::vector<std::string> argv = {"test_worker", "--pid_dir=" + dir};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  const std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
+  options.executable = WorkerPath();
+  options.stdout_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  options.stderr_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  options.temp_dir = dir;
+  JobResult result;
+  const absl::Time start = absl::Now();
+  result.status = LaunchLocalWorkers(n, argv, options);
+  result.elapsed = absl::Now() - start;
+  close(options.stdout_fd);
+  close(options.stderr_fd);
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
+  result.pids = Pids(dir, n);
+  return result;
+}
+
+void ExpectAllGone(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) EXPECT_FALSE(Alive(pid)) << "pid " << pid;
+}
+
+TEST(LauncherTest, NormalRunForwardsOutputAndCleansUp) {
+  JobResult r = RunJob("normal", 3, {"--run_ms=300"});
+  ASSERT_TRUE(r.status.ok()) << r.status << "\n" << r.err;
+  ASSERT_EQ(r.pids.size(), 3u);
+  ExpectAllGone(r.pids);
+  // Rank 0 unprefixed, the others prefixed; every rank saw its rank.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("(^|\n)hello from rank 0 of 3 via trainc"));
+  EXPECT_THAT(r.out, HasSubstr("[rank 1] hello from rank 1 of 3 via trainc"));
+  EXPECT_THAT(r.out, HasSubstr("[rank 2] hello from rank 2 of 3 via trainc"));
+  // A last line without a newline still arrives, whole.
+  EXPECT_THAT(r.err, HasSubstr("[rank 2] partial line without newline from 2\n"));
+  // The rendezvous folder is gone.
+  const std::string dir = FreshDir("unused");
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(dir).parent_path() / "normal")) {
+    EXPECT_THAT(entry.path().string(), Not(HasSubstr("trainc-rendezvous")));
+  }
+}
+
+TEST(LauncherTest, FailingRankStopsTheOthers) {
+  LaunchOptions options;
+  options.grace_period = absl::Seconds(2);
+  JobResult r = RunJob("fail", 3, {"--run_ms=-1", "--fail_rank=1", "--exit_code=3"},
+                       options);
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_EQ(r.status.message(),
+            "rank 1 exited with status 3; stopping the other 2 rank(s)");
+  EXPECT_LT(r.elapsed, absl::Seconds(10));
+  ASSERT_EQ(r.pids.size(), 3u);
+  ExpectAllGone(r.pids);
+}
+
+TEST(LauncherTest, RankKilledBySignal) {
+  JobResult r = RunJob("crash", 2, {"--run_ms=-1", "--crash_rank=1"});
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_EQ(r.status.message(),
+            "rank 1 exited with signal 9 (Killed); stopping the other 1 rank(s)");
+  ExpectAllGone(r.pids);
+}
+
+TEST(LauncherTest, HungRankIsStoppedAfterTheTimeout) {
+  LaunchOptions options;
+  options.heartbeat_timeout = absl::Seconds(2);
+  options.grace_period = absl::Seconds(1);
+  JobResult r = RunJob("hang", 3, {"--run_ms=-1", "--hang_rank=2"}, options);
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_THAT(std::string(r.status.message()),
+              ::testing::MatchesRegex("rank 2 sent no heartbeat for 2\\.[0-9]*s "
+                                      "\\(hung\\?\\); stopping the other 2 rank\\(s\\)"));
+  EXPECT_LT(r.elapsed, absl::Seconds(8));
+  ExpectAllGone(r.pids);
+}
+
+TEST(LauncherTest, RanksIgnoringSigtermAreKilled) {
+  LaunchOptions options;
+  options.grace_period = absl::Milliseconds(500);
+  JobResult r = RunJob("stubborn", 3,
+                       {"--run_ms=-1", "--fail_rank=0", "--ignore_sigterm"},
+                       options);
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_THAT(r.status.message(), HasSubstr("rank 0 exited with status 1"));
+  EXPECT_LT(r.elapsed, absl::Seconds(8));
+  ExpectAllGone(r.pids);
+}
+
+TEST(LauncherTest, ExecFailureIsReported) {
+  LaunchOptions options;
+  const std::string dir = FreshDir("noexec");
+  options.executable = dir + "/does-not-exist";
+  options.temp_dir = dir;
+  const std::string err_path = dir + "/stderr";
+  options.stderr_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  absl::Status status = LaunchLocalWorkers(2, {"x"}, options);
+  close(options.stderr_fd);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("exited with status 127"));
+  EXPECT_THAT(ReadFile(err_path), HasSubstr("exec failed"));
+}
+
+TEST(LauncherTest, WorkersDieWithTheLauncher) {
+  const std::string dir = FreshDir("orphans");
+  const std::string worker = WorkerPath();
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    LaunchOptions options;
+    options.executable = worker;
+    options.temp_dir = dir;
+    absl::Status s = LaunchLocalWorkers(
+        2, {"test_worker", "--pid_dir=" + dir, "--run_ms=-1"}, options);
+    _exit(s.ok() ? 0 : 1);
+  }
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 200 && pids.size() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    pids = Pids(dir, 2);
+  }
+  ASSERT_EQ(pids.size(), 2u);
+  for (pid_t pid : pids) EXPECT_TRUE(Alive(pid));
+  kill(launcher, SIGKILL);
+  waitpid(launcher, nullptr, 0);
+  bool any_alive = true;
+  for (int i = 0; i < 100 && any_alive; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    any_alive = false;
+    for (pid_t pid : pids) any_alive |= Alive(pid);
+  }
+  EXPECT_FALSE(any_alive) << "workers outlived their launcher";
+}
+
+TEST(LauncherTest, RejectsBadArguments) {
+  EXPECT_FALSE(LaunchLocalWorkers(0, {"x"}).ok());
+  EXPECT_FALSE(LaunchLocalWorkers(2, {}).ok());
+}
+
+}  // namespace
+}  // namespace trainc

@@ -1,0 +1,112 @@
+#include "runtime/launch/rank_env.h"
+
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/util/status_macros.h"
+
+namespace trainc {
+namespace {
+
+// The variable names one launcher uses.
+struct Convention {
+  const char* source;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  bool from_cluster;
+};
+
+constexpr Convention kConventions[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", true},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_RANK", true},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", true},
+};
+
+absl::StatusOr<int> ReadInt(const EnvLookup& getenv, const char* name,
+                            int min_value) {
+  std::optional<std::string> text = getenv(name);
+  int value = 0;
+  if (!text || !absl::SimpleAtoi(*text, &value) || value < min_value) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, "=",
+                     text ? "'" + *text + "'" : "(unset)",
+                     " is not an integer >= ", min_value));
+  }
+  return value;
+}
+
+absl::StatusOr<RankInfo> Read(const EnvLookup& getenv, const Convention& c) {
+  RankInfo info;
+  info.source = c.source;
+  info.from_cluster = c.from_cluster;
+  ASSIGN_OR_RETURN(info.rank, ReadInt(getenv, c.rank, 0));
+  ASSIGN_OR_RETURN(info.world_size, ReadInt(getenv, c.world_size, 1));
+  if (info.rank >= info.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.rank, "=", info.rank, " is not below ", c.world_size,
+                     "=", info.world_size));
+  }
+  if (getenv(c.local_rank)) {
+    ASSIGN_OR_RETURN(info.local_rank, ReadInt(getenv, c.local_rank, 0));
+  } else {
+    info.local_rank = info.rank;  // one machine
+  }
+
+  std::optional<std::string> dir = getenv(kRendezvousDirEnv);
+  std::optional<std::string> addr = getenv("MASTER_ADDR");
+  std::optional<std::string> port = getenv("MASTER_PORT");
+  if (dir) {
+    // Ours, or a shared folder given by hand under mpirun/srun.
+    info.rendezvous_kind = RendezvousKind::kFileStore;
+    info.rendezvous = *dir;
+    if (getenv(kLocalLauncherEnv)) {
+      info.source = "trainc";
+      info.from_cluster = false;
+    }
+  } else if (addr && port) {
+    ASSIGN_OR_RETURN(int port_number, ReadInt(getenv, "MASTER_PORT", 1));
+    info.rendezvous_kind = RendezvousKind::kTcpStore;
+    info.rendezvous = absl::StrCat(*addr, ":", port_number);
+  } else if (info.world_size > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.source, " set ", c.rank, " and ", c.world_size,
+        " but the ranks have nowhere to meet: set MASTER_ADDR and "
+        "MASTER_PORT (rank 0's host and a free port) or ",
+        kRendezvousDirEnv, " (a folder shared by every rank)"));
+  }
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<RankInfo>> RankFromEnvironment(
+    const EnvLookup& getenv) {
+  for (const Convention& c : kConventions) {
+    const bool has_rank = getenv(c.rank).has_value();
+    const bool has_world = getenv(c.world_size).has_value();
+    if (!has_rank && !has_world) continue;
+    if (has_rank != has_world) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          has_rank ? c.rank : c.world_size, " is set but ",
+          has_rank ? c.world_size : c.rank, " is not"));
+    }
+    ASSIGN_OR_RETURN(RankInfo info, Read(getenv, c));
+    return std::optional<RankInfo>(info);
+  }
+  return std::optional<RankInfo>();
+}
+
+absl::StatusOr<std::optional<RankInfo>> RankFromEnvironment() {
+  return RankFromEnvironment(
+      [](const std::string& name) -> std::optional<std::string> {
+        const char* value = std::getenv(name.c_str());
+        if (value == nullptr) return std::nullopt;
+        return std::string(value);
+      });
+}
+
+}  // namespace trainc

@@ -1,0 +1,63 @@
+// Who am I in a multi-process job: rank, world size and where ranks meet,
+// read from the environment that started this process.
+//
+// Recognised, first match wins:
+//   1. trainc's own launcher (LaunchLocalWorkers): RANK, WORLD_SIZE,
+//      LOCAL_RANK, TRAINC_RENDEZVOUS_DIR (a Gloo file-store folder) and
+//      TRAINC_LAUNCHER=local.
+//   2. torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+//   3. Open MPI's mpirun: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK.
+//   4. Slurm's srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID.
+// (torchrun inside a Slurm allocation sets both; its RANK is the one that
+// counts, hence the order.) Under mpirun and srun the rendezvous comes
+// from MASTER_ADDR/MASTER_PORT or, on a shared file system,
+// TRAINC_RENDEZVOUS_DIR; one of them is required when world_size > 1.
+//
+//   ASSIGN_OR_RETURN(std::optional<RankInfo> rank, RankFromEnvironment());
+//   if (!rank) { /* not a worker: single process, or launch gpus workers */ }
+#ifndef TRAINC_RUNTIME_LAUNCH_RANK_ENV_H_
+#define TRAINC_RUNTIME_LAUNCH_RANK_ENV_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace trainc {
+
+// Set by LaunchLocalWorkers: the folder of the file-store rendezvous, and
+// a marker telling its workers from a cluster launcher's.
+inline constexpr char kRendezvousDirEnv[] = "TRAINC_RENDEZVOUS_DIR";
+inline constexpr char kLocalLauncherEnv[] = "TRAINC_LAUNCHER";
+
+enum class RendezvousKind {
+  kNone,       // world_size 1: nobody to meet
+  kFileStore,  // `rendezvous` is a folder every rank can read and write
+  kTcpStore,   // `rendezvous` is "host:port" of rank 0's store
+};
+
+struct RankInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;  // index on this machine: picks the GPU
+  RendezvousKind rendezvous_kind = RendezvousKind::kNone;
+  std::string rendezvous;
+  bool from_cluster = false;  // false: started by LaunchLocalWorkers
+  std::string source;         // "trainc", "torchrun", "mpirun", "slurm"
+};
+
+// std::nullopt when no launcher's variables are set. Malformed or
+// inconsistent values (rank >= world size, RANK without WORLD_SIZE, no
+// rendezvous) are errors naming the variable.
+absl::StatusOr<std::optional<RankInfo>> RankFromEnvironment();
+
+// The same over any lookup (tests); `getenv` returns nullopt when unset.
+using EnvLookup =
+    std::function<std::optional<std::string>(const std::string& name)>;
+absl::StatusOr<std::optional<RankInfo>> RankFromEnvironment(
+    const EnvLookup& getenv);
+
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_LAUNCH_RANK_ENV_H_

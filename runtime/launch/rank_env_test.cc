@@ -1,0 +1,93 @@
+#include "runtime/launch/rank_env.h"
+
+#include <map>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainc {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<std::optional<RankInfo>> From(
+    std::map<std::string, std::string> vars) {
+  return RankFromEnvironment(
+      [vars](const std::string& name) -> std::optional<std::string> {
+        auto it = vars.find(name);
+        if (it == vars.end()) return std::nullopt;
+        return it->second;
+      });
+}
+
+TEST(RankEnvTest, NothingSetMeansNotAWorker) {
+  auto info = From({{"HOME", "/root"}});
+  ASSERT_TRUE(info.ok());
+  EXPECT_FALSE(info->has_value());
+}
+
+TEST(RankEnvTest, LocalLauncher) {
+  auto info = From({{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"LOCAL_RANK", "1"},
+                    {"TRAINC_RENDEZVOUS_DIR", "/tmp/r"},
+                    {"TRAINC_LAUNCHER", "local"}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  const RankInfo& r = **info;
+  EXPECT_EQ(r.rank, 1);
+  EXPECT_EQ(r.world_size, 3);
+  EXPECT_EQ(r.rendezvous_kind, RendezvousKind::kFileStore);
+  EXPECT_EQ(r.rendezvous, "/tmp/r");
+  EXPECT_FALSE(r.from_cluster);
+  EXPECT_EQ(r.source, "trainc");
+}
+
+TEST(RankEnvTest, Torchrun) {
+  auto info = From({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                    {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"},
+                    {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ((*info)->rank, 5);
+  EXPECT_EQ((*info)->local_rank, 1);
+  EXPECT_EQ((*info)->rendezvous_kind, RendezvousKind::kTcpStore);
+  EXPECT_EQ((*info)->rendezvous, "node0:29500");
+  EXPECT_TRUE((*info)->from_cluster);
+  EXPECT_EQ((*info)->source, "torchrun");
+}
+
+TEST(RankEnvTest, SlurmAndMpi) {
+  auto slurm = From({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"},
+                     {"SLURM_LOCALID", "0"}, {"MASTER_ADDR", "n1"},
+                     {"MASTER_PORT", "1234"}});
+  ASSERT_TRUE(slurm.ok()) << slurm.status();
+  EXPECT_EQ((*slurm)->rank, 3);
+  EXPECT_EQ((*slurm)->source, "slurm");
+  auto mpi = From({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                   {"TRAINC_RENDEZVOUS_DIR", "/shared/r"},
+                   {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  ASSERT_TRUE(mpi.ok()) << mpi.status();
+  EXPECT_EQ((*mpi)->source, "mpirun");
+  EXPECT_EQ((*mpi)->world_size, 2);
+  EXPECT_TRUE((*mpi)->from_cluster);
+  EXPECT_EQ((*mpi)->rendezvous_kind, RendezvousKind::kFileStore);
+}
+
+TEST(RankEnvTest, SingleTaskNeedsNoRendezvous) {
+  auto info = From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ((*info)->rendezvous_kind, RendezvousKind::kNone);
+}
+
+TEST(RankEnvTest, ErrorsNameTheVariable) {
+  EXPECT_THAT(From({{"RANK", "0"}}).status().message(),
+              HasSubstr("RANK is set but WORLD_SIZE is not"));
+  EXPECT_THAT(From({{"RANK", "x"}, {"WORLD_SIZE", "2"}}).status().message(),
+              HasSubstr("RANK='x' is not an integer"));
+  EXPECT_THAT(From({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).status().message(),
+              HasSubstr("RANK=2 is not below WORLD_SIZE=2"));
+  EXPECT_THAT(
+      From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).status().message(),
+      HasSubstr("set MASTER_ADDR and MASTER_PORT"));
+}
+
+}  // namespace
+}  // namespace trainc

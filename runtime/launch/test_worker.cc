@@ -1,0 +1,87 @@
+// A worker for launcher_test: does what its flags say, on the rank they
+// name. Flags: --pid_dir=DIR (writes DIR/rank<k>.pid), --run_ms=T (beat
+// for T ms then exit 0; -1: forever), --fail_rank=R --exit_code=C,
+// --crash_rank=R (SIGKILL itself), --hang_rank=R (beat once, then sleep
+// without beating), --ignore_sigterm.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "runtime/launch/heartbeat.h"
+#include "runtime/launch/rank_env.h"
+
+namespace {
+
+int IntFlag(int argc, char** argv, const std::string& name, int fallback) {
+  const std::string prefix = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    int value;
+    if (absl::StartsWith(argv[i], prefix) &&
+        absl::SimpleAtoi(argv[i] + prefix.size(), &value)) {
+      return value;
+    }
+  }
+  return fallback;
+}
+
+std::string StringFlag(int argc, char** argv, const std::string& name) {
+  const std::string prefix = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (absl::StartsWith(argv[i], prefix)) return argv[i] + prefix.size();
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto info = trainc::RankFromEnvironment();
+  if (!info.ok() || !info->has_value()) {
+    std::fprintf(stderr, "test_worker: no rank in the environment\n");
+    return 2;
+  }
+  const int rank = (*info)->rank;
+  const std::string pid_dir = StringFlag(argc, argv, "pid_dir");
+  if (!pid_dir.empty()) {
+    std::ofstream(pid_dir + "/rank" + std::to_string(rank) + ".pid")
+        << getpid() << "\n";
+  }
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--ignore_sigterm") signal(SIGTERM, SIG_IGN);
+  }
+  std::printf("hello from rank %d of %d via %s, rendezvous %s\n", rank,
+              (*info)->world_size, (*info)->source.c_str(),
+              (*info)->rendezvous.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "partial line without newline from %d", rank);
+
+  trainc::Heartbeat heartbeat = trainc::Heartbeat::FromEnvironment();
+  heartbeat.Beat();
+  const int run_ms = IntFlag(argc, argv, "run_ms", 200);
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+    if (run_ms >= 0 && elapsed >= run_ms) return 0;
+    if (elapsed >= 200) {
+      if (rank == IntFlag(argc, argv, "fail_rank", -1)) {
+        return IntFlag(argc, argv, "exit_code", 1);
+      }
+      if (rank == IntFlag(argc, argv, "crash_rank", -1)) raise(SIGKILL);
+      if (rank == IntFlag(argc, argv, "hang_rank", -1)) {
+        for (;;) pause();
+      }
+    }
+    heartbeat.Beat();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}

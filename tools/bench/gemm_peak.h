@@ -1,0 +1,16 @@
+// The achievable matrix-product rate of GPU 0, measured with cuBLAS: the
+// denominator of gpu_bench's "percent of peak".
+#ifndef TRAINC_TOOLS_BENCH_GEMM_PEAK_H_
+#define TRAINC_TOOLS_BENCH_GEMM_PEAK_H_
+
+#include "absl/status/statusor.h"
+
+namespace trainc {
+
+// TFLOP/s of a square n x n x n cublasGemmEx (fp32 in/out; TF32 tensor
+// cores when `tf32`), best of several timed runs.
+absl::StatusOr<double> MeasureGemmTflops(int n, bool tf32);
+
+}  // namespace trainc
+
+#endif  // TRAINC_TOOLS_BENCH_GEMM_PEAK_H_
