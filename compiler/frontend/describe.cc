@@ -1,0 +1,127 @@
+// DescribeSpec: the human summary printed by `trainc check`-style tools.
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "compiler/frontend/const_eval.h"
+#include "compiler/frontend/frontend.h"
+
+namespace trainc {
+namespace {
+
+std::string Shape(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::string Type(const ValueSpec& value) {
+  return absl::StrCat(value.type == ElementType::kI32 ? "i32" : "f32",
+                      Shape(value.shape));
+}
+
+// 235146 -> "235,146".
+std::string Grouped(int64_t n) {
+  std::string digits = absl::StrCat(n);
+  std::string out;
+  const int size = static_cast<int>(digits.size());
+  for (int i = 0; i < size; ++i) {
+    if (i > 0 && (size - i) % 3 == 0 && digits[i - 1] != '-') out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string Dataset(const DatasetSpec& dataset) {
+  return absl::StrCat(dataset.format, "(\"",
+                      absl::StrJoin(dataset.paths, "\", \""), "\")");
+}
+
+}  // namespace
+
+std::string DescribeSpec(const TrainSpec& spec) {
+  using frontend::FormatFloat;
+  std::string out;
+  const ModelSpec& model = spec.model;
+  absl::StrAppend(&out, "model ", model.name, "\n");
+  size_t width = 0;
+  for (const OpSpec& op : model.ops) width = std::max(width, op.name.size());
+  for (const ValueSpec& v : model.inputs) width = std::max(width, v.name.size());
+  for (const ValueSpec& v : model.labels) width = std::max(width, v.name.size());
+  for (const ValueSpec& v : model.inputs) {
+    absl::StrAppendFormat(&out, "  %-*s : %s  (input)\n", width, v.name, Type(v));
+  }
+  for (const ValueSpec& v : model.labels) {
+    absl::StrAppendFormat(&out, "  %-*s : %s  (label)\n", width, v.name, Type(v));
+  }
+  for (const OpSpec& op : model.ops) {
+    std::vector<std::string> args = op.inputs;
+    if (op.op == "linear") args.push_back(absl::StrCat(op.out_features));
+    absl::StrAppendFormat(&out, "  %-*s = %s(%s) -> %s\n", width, op.name,
+                          op.op, absl::StrJoin(args, ", "),
+                          Type(op.output));
+  }
+  absl::StrAppend(&out, "parameters: ", model.parameters.size(), " tensors, ",
+                  Grouped(model.parameter_count), " values\n");
+  size_t pwidth = 0;
+  for (const ParameterSpec& p : model.parameters) {
+    pwidth = std::max(pwidth, p.name.size());
+  }
+  for (const ParameterSpec& p : model.parameters) {
+    int64_t count = 1;
+    for (int64_t d : p.shape) count *= d;
+    const std::string init =
+        p.init == ParameterSpec::Init::kUniformFanIn
+            ? absl::StrCat("uniform(fan_in=", p.fan_in, ")")
+        : p.init == ParameterSpec::Init::kOnes ? "ones"
+                                               : "zeros";
+    absl::StrAppendFormat(&out, "  %-*s %-12s %10s  %s\n", pwidth, p.name,
+                          Shape(p.shape), Grouped(count), init);
+  }
+
+  const TrainConfig& t = spec.train;
+  absl::StrAppend(&out, "batch: global_batch ", t.global_batch, " = ", t.gpus,
+                  " gpus × ", t.micro_batch, " micro_batch × ", t.accumulate,
+                  " accumulate\n");
+  if (t.epochs > 0) {
+    absl::StrAppend(&out, "run: ", t.epochs, " epochs\n");
+  } else {
+    absl::StrAppend(&out, "run: ", t.steps, " steps\n");
+  }
+  const OptimizerSpec& o = t.optimizer;
+  if (o.kind == OptimizerSpec::Kind::kSgd) {
+    absl::StrAppend(&out, "optimizer: sgd(lr = ", FormatFloat(o.lr),
+                    ", momentum = ", FormatFloat(o.momentum), ", nesterov = ",
+                    o.nesterov ? "true" : "false", ", weight_decay = ",
+                    FormatFloat(o.weight_decay), ")\n");
+  } else {
+    absl::StrAppend(&out, "optimizer: adamw(lr = ", FormatFloat(o.lr),
+                    ", betas = (", FormatFloat(o.beta1), ", ",
+                    FormatFloat(o.beta2), "), eps = ", FormatFloat(o.eps),
+                    ", weight_decay = ", FormatFloat(o.weight_decay), ")\n");
+  }
+  if (t.schedule.kind == ScheduleSpec::Kind::kCosine) {
+    absl::StrAppend(&out, "schedule: cosine(warmup = ", t.schedule.warmup_steps,
+                    ")\n");
+  } else {
+    absl::StrAppend(&out, "schedule: constant\n");
+  }
+  absl::StrAppend(&out, "buckets: ", FormatFloat(t.bucket_mb), " MB");
+  if (t.first_bucket_mb > 0) {
+    absl::StrAppend(&out, " (first ", FormatFloat(t.first_bucket_mb), " MB)");
+  }
+  absl::StrAppend(&out, "\nseed: ", t.seed, ", deterministic: ",
+                  t.deterministic ? "true" : "false",
+                  ", tf32: ", t.tf32 ? "true" : "false", "\n");
+
+  const DataSpec& d = spec.data;
+  absl::StrAppend(&out, "data: train = ", Dataset(d.train), "\n");
+  if (!d.eval.format.empty()) {
+    absl::StrAppend(&out, "      eval = ", Dataset(d.eval), "\n");
+  }
+  absl::StrAppend(&out, "      scale = ", FormatFloat(d.scale), ", shuffle = ",
+                  d.shuffle ? "true" : "false", "\n");
+  return out;
+}
+
+}  // namespace trainc

@@ -1,0 +1,153 @@
+#include "compiler/frontend/frontend.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/frontend/data_checker.h"
+#include "compiler/frontend/did_you_mean.h"
+#include "compiler/frontend/model_checker.h"
+#include "compiler/frontend/parser.h"
+#include "compiler/frontend/train_checker.h"
+
+namespace trainc {
+namespace {
+
+using frontend::DiagnosticSink;
+using frontend::Span;
+
+// Far above any real .train file; keeps memory bounded on a mistaken path
+// (ANTLR holds 4 bytes per character plus the tokens).
+constexpr size_t kMaxSourceBytes = size_t{32} << 20;
+
+std::string DirectoryOf(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return "";
+  if (slash == 0) return "/";
+  return std::string(path.substr(0, slash));
+}
+
+// The three blocks, each at most once; reports unknown, repeated and
+// missing blocks.
+struct Blocks {
+  const frontend::ast::Block* model = nullptr;
+  const frontend::ast::Block* data = nullptr;
+  const frontend::ast::Block* train = nullptr;
+};
+
+Blocks FindBlocks(const frontend::ast::File& file, DiagnosticSink& sink) {
+  Blocks blocks;
+  const std::vector<std::string> kinds = {"model", "data", "train"};
+  for (const frontend::ast::Block& block : file.blocks) {
+    const frontend::ast::Block** slot =
+        block.kind == "model" ? &blocks.model
+        : block.kind == "data" ? &blocks.data
+        : block.kind == "train" ? &blocks.train
+                                : nullptr;
+    if (slot == nullptr) {
+      sink.Error(block.kind_span,
+                 absl::StrCat("unknown block '", block.kind, "'"),
+                 frontend::SuggestionHint(block.kind, kinds, "blocks"));
+      continue;
+    }
+    if (*slot != nullptr) {
+      sink.Error(block.kind_span,
+                 absl::StrCat("a second ", block.kind, " block"),
+                 absl::StrCat("the first is at line ", (*slot)->kind_span.line,
+                              "; a file has one of each"));
+      continue;
+    }
+    if (block.kind != "model" && !block.name.empty()) {
+      sink.Error(block.name_span,
+                 absl::StrCat("the ", block.kind, " block takes no name"),
+                 absl::StrCat("write ", block.kind, " { ... }"));
+    }
+    *slot = &block;
+  }
+  const Span nowhere{0, 0, 1};
+  if (blocks.model == nullptr) {
+    sink.Error(nowhere, "missing model block",
+               "e.g. model mlp { input x: f32[784]  label y: i32[10]  ... }");
+  }
+  if (blocks.data == nullptr) {
+    sink.Error(nowhere, "missing data block",
+               "e.g. data { train = idx(\"images.gz\", \"labels.gz\") }");
+  }
+  if (blocks.train == nullptr) {
+    sink.Error(nowhere, "missing train block",
+               "e.g. train { micro_batch = 64  epochs = 10 }");
+  }
+  return blocks;
+}
+
+}  // namespace
+
+FrontendResult CompileSource(std::string_view source,
+                             std::string_view file_name,
+                             const Overrides& overrides) {
+  FrontendResult result;
+  result.source = std::string(source);
+  DiagnosticSink sink{std::string(file_name)};
+  std::optional<frontend::ast::File> file;
+  if (source.size() > kMaxSourceBytes) {
+    sink.Error(Span{0, 0, 1},
+               absl::StrCat("the file is too large (", source.size(),
+                            " bytes; the limit is ", kMaxSourceBytes, ")"));
+  } else {
+    file = frontend::ParseTrain(result.source, sink);
+  }
+  if (file) {
+    const Blocks blocks = FindBlocks(*file, sink);
+    TrainSpec spec;
+    spec.source_path = std::string(file_name);
+    std::optional<ModelSpec> model;
+    std::optional<DataSpec> data;
+    if (blocks.model) model = frontend::CheckModel(*blocks.model, sink);
+    if (blocks.data) {
+      data = frontend::CheckData(*blocks.data, DirectoryOf(file_name), sink);
+    }
+    // Checked even without a train block, so flag errors still show.
+    std::optional<TrainConfig> train =
+        frontend::CheckTrain(blocks.train, overrides, sink);
+    if (sink.error_count() == 0 && model && data && train) {
+      spec.model = std::move(*model);
+      spec.data = std::move(*data);
+      spec.train = std::move(*train);
+      result.spec = std::move(spec);
+    }
+  }
+  result.diagnostics = sink.Take();
+  return result;
+}
+
+FrontendResult CompileFile(const std::string& path,
+                           const Overrides& overrides) {
+  std::string text;
+  std::string error;
+  FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    error = std::strerror(errno);
+  } else {
+    char buffer[1 << 16];
+    size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
+      text.append(buffer, n);
+      if (text.size() > kMaxSourceBytes) break;  // CompileSource reports it
+    }
+    if (std::ferror(file)) error = std::strerror(errno);
+    std::fclose(file);
+  }
+  if (!error.empty()) {
+    FrontendResult result;
+    Diagnostic d;
+    d.location.file = path;
+    d.message = absl::StrCat("cannot read '", path, "': ", error);
+    result.diagnostics.push_back(std::move(d));
+    return result;
+  }
+  return CompileSource(text, path, overrides);
+}
+
+}  // namespace trainc

@@ -1,0 +1,201 @@
+// Checker behaviour through the public API: shapes, parameters, naming,
+// overrides and the summary.
+#include "compiler/frontend/frontend.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainc {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Data files only need to be readable here.
+constexpr char kBase[] = R"(
+model mlp {
+  input  image: f32[784]
+  label  class: i32[10]
+  h1     = relu(linear(image, 2 * 128))
+  logits = linear(h1, 10)
+  loss   = cross_entropy(logits, class)
+}
+data { train = idx("/dev/null", "/dev/null")  scale = 1/255 }
+train {
+  gpus = 2  micro_batch = 64  global_batch = 256  epochs = 1
+  optimizer = adamw(lr = 1e-3, weight_decay = 0.01)
+}
+)";
+
+std::string Errors(const FrontendResult& r) {
+  return FormatDiagnostics(r.diagnostics, r.source);
+}
+
+FrontendResult Compile(const std::string& source, const Overrides& o = {}) {
+  return CompileSource(source, "t.train", o);
+}
+
+TEST(FrontendTest, FlattensNestedCallsAndNamesParameters) {
+  const FrontendResult r = Compile(kBase);
+  ASSERT_TRUE(r.spec) << Errors(r);
+  const ModelSpec& m = r.spec->model;
+  ASSERT_EQ(m.ops.size(), 4u);
+  EXPECT_EQ(m.ops[0].name, "h1.0");
+  EXPECT_EQ(m.ops[0].op, "linear");
+  EXPECT_EQ(m.ops[0].out_features, 256);
+  EXPECT_THAT(m.ops[0].parameters, ElementsAre("h1.weight", "h1.bias"));
+  EXPECT_EQ(m.ops[1].name, "h1");
+  EXPECT_THAT(m.ops[1].inputs, ElementsAre("h1.0"));
+  EXPECT_THAT(m.ops[1].output.shape, ElementsAre(256));
+  EXPECT_TRUE(m.ops[3].output.shape.empty());  // scalar loss
+  ASSERT_EQ(m.parameters.size(), 4u);
+  EXPECT_EQ(m.parameters[0].name, "h1.weight");
+  EXPECT_THAT(m.parameters[0].shape, ElementsAre(256, 784));
+  EXPECT_EQ(m.parameters[0].fan_in, 784);
+  EXPECT_EQ(m.parameters[0].init, ParameterSpec::Init::kUniformFanIn);
+  EXPECT_EQ(m.parameter_count, 256 * 784 + 256 + 10 * 256 + 10);
+  EXPECT_EQ(m.loss, "loss");
+  EXPECT_NEAR(r.spec->data.scale, 1.0 / 255, 1e-12);
+  EXPECT_EQ(r.spec->train.accumulate, 2);  // 256 / (2 * 64)
+}
+
+TEST(FrontendTest, LayernormAndAdd) {
+  const std::string source = absl::StrReplaceAll(
+      kBase, {{"  logits = linear(h1, 10)",
+               "  n = layernorm(h1)\n  r = add(h1, n)\n  logits = linear(r, 10)"}});
+  const FrontendResult r = Compile(source);
+  ASSERT_TRUE(r.spec) << Errors(r);
+  const ModelSpec& m = r.spec->model;
+  EXPECT_EQ(m.parameters[2].name, "n.gamma");
+  EXPECT_EQ(m.parameters[2].init, ParameterSpec::Init::kOnes);
+  EXPECT_EQ(m.parameters[3].name, "n.beta");
+  EXPECT_EQ(m.parameters[3].init, ParameterSpec::Init::kZeros);
+  EXPECT_THAT(m.parameters[3].shape, ElementsAre(256));
+}
+
+TEST(FrontendTest, MseAutoencoderNeedsNoLabel) {
+  const std::string source = absl::StrReplaceAll(
+      kBase, {{"  label  class: i32[10]\n", ""},
+              {"linear(h1, 10)", "linear(h1, 784)"},
+              {"cross_entropy(logits, class)", "mse(logits, image)"}});
+  const FrontendResult r = Compile(source);
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_TRUE(r.spec->model.labels.empty());
+}
+
+TEST(FrontendTest, ShapeMismatchShowsBothShapes) {
+  const std::string source = absl::StrReplaceAll(
+      kBase, {{"class: i32[10]", "class: i32[5]"}});
+  const FrontendResult r = Compile(source);
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("have 10 classes but label 'class' has 5"));
+}
+
+TEST(FrontendTest, SeveralErrorsAreAllReported) {
+  const std::string source = absl::StrReplaceAll(
+      kBase, {{"relu(", "rleu("}, {"gpus = 2", "gpus = 0"}, {"epochs", "epoch"}});
+  const FrontendResult r = Compile(source);
+  EXPECT_FALSE(r.spec);
+  const std::string text = Errors(r);
+  EXPECT_THAT(text, HasSubstr("unknown op 'rleu'"));
+  EXPECT_THAT(text, HasSubstr("gpus must be a positive integer, got 0"));
+  EXPECT_THAT(text, HasSubstr("did you mean 'epochs'?"));
+}
+
+TEST(OverridesTest, GpusOverrideReinfersAccumulate) {
+  const FrontendResult r = Compile(kBase, {{"gpus", "4"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.gpus, 4);
+  EXPECT_EQ(r.spec->train.micro_batch, 64);
+  EXPECT_EQ(r.spec->train.accumulate, 1);
+  EXPECT_EQ(r.spec->train.global_batch, 256);
+}
+
+TEST(OverridesTest, OverrideOfAllFourGivenReinfersAccumulateWithANote) {
+  const std::string source = absl::StrReplaceAll(
+      kBase, {{"global_batch = 256", "global_batch = 256  accumulate = 2"}});
+  const FrontendResult r = Compile(source, {{"--gpus", "4"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.accumulate, 1);
+  EXPECT_THAT(Errors(r),
+              HasSubstr("accumulate = 2 from the file is re-inferred as 1 "
+                        "because of --gpus"));
+}
+
+TEST(OverridesTest, BadValuesNameTheFlag) {
+  const FrontendResult r = Compile(kBase, {{"gpus", "0"}, {"micro_bach", "3"}});
+  EXPECT_FALSE(r.spec);
+  EXPECT_EQ(Errors(r),
+            "error: --micro_bach: unknown flag\n"
+            "  hint: did you mean '--micro_batch'?\n"
+            "error: --gpus: gpus must be a positive integer, got 0\n");
+}
+
+TEST(OverridesTest, ArithmeticErrorFromAFlag) {
+  const FrontendResult r = Compile(kBase, {{"micro_batch", "100"}});
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("global_batch = 256 is not divisible by "
+                                   "gpus × micro_batch = 2 × 100 = 200"));
+  EXPECT_THAT(Errors(r), HasSubstr("flags given: --micro_batch"));
+}
+
+TEST(OverridesTest, StepsReplacesEpochsAndOtherFields) {
+  const FrontendResult r = Compile(
+      kBase, {{"steps", "20"}, {"deterministic", "true"}, {"seed", "3"},
+              {"lr", "3e-4"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.steps, 20);
+  EXPECT_EQ(r.spec->train.epochs, 0);
+  EXPECT_TRUE(r.spec->train.deterministic);
+  EXPECT_EQ(r.spec->train.seed, 3);
+  EXPECT_DOUBLE_EQ(r.spec->train.optimizer.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(r.spec->train.optimizer.weight_decay, 0.01);
+}
+
+TEST(OverridesTest, TypeErrors) {
+  const FrontendResult r =
+      Compile(kBase, {{"deterministic", "yes"}, {"epochs", "1.5"}});
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("--deterministic: deterministic must be "
+                                   "true or false, got the string \"yes\""));
+  EXPECT_THAT(Errors(r),
+              HasSubstr("--epochs: epochs must be a positive integer, got 1.5"));
+}
+
+TEST(DescribeTest, SummaryHasTheBatchLine) {
+  const FrontendResult r = Compile(kBase);
+  ASSERT_TRUE(r.spec);
+  const std::string text = DescribeSpec(*r.spec);
+  EXPECT_THAT(text, HasSubstr("global_batch 256 = 2 gpus × 64 micro_batch × 2 "
+                              "accumulate"));
+  EXPECT_THAT(text, HasSubstr("h1.weight"));
+  EXPECT_THAT(text, HasSubstr("203,530 values"));
+}
+
+TEST(FormatTest, CaretUnderTabsAndTrimmedLongLines) {
+  Diagnostic d;
+  d.location = {"f.train", 1, 3};
+  d.length = 2;
+  d.message = "m";
+  d.hint = "h";
+  EXPECT_EQ(FormatDiagnostics({d}, "\tabcd\n"),
+            "f.train:1:3: error: m\n\tabcd\n\t ^~\n  hint: h\n");
+  const std::string long_line = std::string(300, 'a') + "X" + std::string(300, 'b');
+  d.location.column = 301;
+  d.length = 1;
+  const std::string text = FormatDiagnostics({d}, long_line);
+  EXPECT_THAT(text, HasSubstr("..."));
+  // The caret still sits under the X.
+  const size_t line_start = text.find('\n') + 1;
+  const size_t caret_start = text.find('\n', line_start) + 1;
+  const size_t x = text.find('X', line_start) - line_start;
+  EXPECT_EQ(text[caret_start + x], '^');
+}
+
+}  // namespace
+}  // namespace trainc

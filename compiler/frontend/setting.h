@@ -1,0 +1,57 @@
+// One `field = value` setting of data{} or train{}, from the file or from a
+// command-line flag, and the typed checks every field goes through. Errors
+// from a flag name the flag ("--gpus: must be a positive integer, got 0");
+// errors from the file point at the value.
+#ifndef TRAINC_COMPILER_FRONTEND_SETTING_H_
+#define TRAINC_COMPILER_FRONTEND_SETTING_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "compiler/frontend/ast.h"
+#include "compiler/frontend/const_eval.h"
+#include "compiler/frontend/diagnostics.h"
+
+namespace trainc::frontend {
+
+struct Setting {
+  std::string field;
+  const ast::Expr* expr = nullptr;  // from the file: the value
+  Span name_span;                   // from the file: the field name
+  std::string flag;                 // from a flag: its name ("gpus")
+  std::string flag_text;            // from a flag: its value as typed
+
+  bool from_flag() const { return !flag.empty(); }
+  // "gpus = 4 (from --gpus)" style provenance for arithmetic hints.
+  std::string Provenance() const;
+};
+
+// A setting from the file.
+Setting FileSetting(const ast::Assignment& assignment);
+// A setting from a command-line flag `--name value`.
+Setting FlagSetting(std::string name, std::string value);
+
+// Reports against the setting's origin: the value's span, or the flag.
+void ReportSetting(const Setting& setting, DiagnosticSink& sink,
+                   const std::string& message, const std::string& hint = "");
+
+// The setting's constant value. A flag's text reads as an integer, a
+// number, true/false, or else a string. Reports "<field> must be <what>,
+// got <...>" when the file gives a name, call or tuple.
+std::optional<Constant> SettingConstant(const Setting& setting,
+                                        const std::string& what,
+                                        DiagnosticSink& sink);
+
+std::optional<int64_t> PositiveInt(const Setting& setting, DiagnosticSink& sink);
+std::optional<int64_t> NonNegativeInt(const Setting& setting,
+                                      DiagnosticSink& sink);
+// A finite number >= minimum (or > minimum when !inclusive).
+std::optional<double> NumberAtLeast(const Setting& setting, double minimum,
+                                    bool inclusive, DiagnosticSink& sink);
+std::optional<bool> Bool(const Setting& setting, DiagnosticSink& sink);
+std::optional<std::string> String(const Setting& setting, DiagnosticSink& sink);
+
+}  // namespace trainc::frontend
+
+#endif  // TRAINC_COMPILER_FRONTEND_SETTING_H_

@@ -1,0 +1,460 @@
+#include "compiler/frontend/train_checker.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/frontend/batch_arithmetic.h"
+#include "compiler/frontend/did_you_mean.h"
+#include "compiler/frontend/setting.h"
+
+namespace trainc {
+
+const std::vector<std::string>& OverridableFields() {
+  static const auto* fields = new std::vector<std::string>{
+      "gpus",  "micro_batch",   "accumulate", "global_batch",
+      "epochs", "steps",        "lr",         "seed",
+      "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb"};
+  return *fields;
+}
+
+namespace frontend {
+namespace {
+
+const std::vector<std::string>& TrainFields() {
+  static const auto* fields = new std::vector<std::string>{
+      "gpus",     "micro_batch", "accumulate", "global_batch",
+      "epochs",   "steps",       "optimizer",  "schedule",
+      "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
+      "tf32"};
+  return *fields;
+}
+
+bool Contains(const std::vector<std::string>& list, const std::string& name) {
+  for (const std::string& item : list) {
+    if (item == name) return true;
+  }
+  return false;
+}
+
+std::string FirstSetAt(const Span& span) {
+  return absl::StrCat("first set at line ", span.line);
+}
+
+// A call like `adamw(lr = 1e-3)`, or a bare name `constant`, split into its
+// name and named arguments; positional and repeated arguments are reported.
+struct NamedCall {
+  std::string name;
+  Span name_span;
+  std::map<std::string, Setting> args;
+};
+
+std::optional<NamedCall> ReadNamedCall(const Setting& setting,
+                                       const std::string& what,
+                                       DiagnosticSink& sink) {
+  const ast::Expr& expr = *setting.expr;
+  NamedCall call;
+  call.name = expr.text;
+  call.name_span = expr.kind == ast::Expr::Kind::kCall ? expr.name_span
+                                                       : expr.span;
+  if (expr.kind != ast::Expr::Kind::kCall &&
+      expr.kind != ast::Expr::Kind::kName) {
+    ReportSetting(setting, sink,
+                  absl::StrCat(setting.field, " must be ", what, ", got ",
+                               DescribeExpr(expr)));
+    return std::nullopt;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < expr.args.size(); ++i) {
+    const std::string& arg_name = expr.arg_names[i];
+    if (arg_name.empty()) {
+      sink.Error(expr.args[i].span,
+                 absl::StrCat(call.name, "() takes named arguments only"),
+                 absl::StrCat("e.g. ", call.name == "cosine"
+                                           ? "cosine(warmup = 100)"
+                                           : "adamw(lr = 1e-3)"));
+      ok = false;
+      continue;
+    }
+    if (call.args.count(arg_name) > 0) {
+      sink.Error(expr.arg_name_spans[i],
+                 absl::StrCat("argument '", arg_name, "' is given twice"));
+      ok = false;
+      continue;
+    }
+    Setting arg;
+    arg.field = arg_name;
+    arg.expr = &expr.args[i];
+    arg.name_span = expr.arg_name_spans[i];
+    call.args.emplace(arg_name, arg);
+  }
+  if (!ok) return std::nullopt;
+  return call;
+}
+
+// Reports arguments outside `accepted` (with a did-you-mean).
+bool CheckArgNames(const NamedCall& call,
+                   const std::vector<std::string>& accepted,
+                   DiagnosticSink& sink) {
+  bool ok = true;
+  for (const auto& [name, arg] : call.args) {
+    if (Contains(accepted, name)) continue;
+    const std::string takes =
+        accepted.empty()
+            ? absl::StrCat(call.name, " takes no arguments")
+            : absl::StrCat(call.name, " takes: ", absl::StrJoin(accepted, ", "));
+    const std::string match = ClosestMatch(name, accepted);
+    sink.Error(arg.name_span,
+               absl::StrCat("unknown argument '", name, "' for ", call.name),
+               match.empty() ? takes
+                             : absl::StrCat("did you mean '", match, "'? ",
+                                            takes));
+    ok = false;
+  }
+  return ok;
+}
+
+// A number in [0, 1): momentum, betas.
+std::optional<double> Fraction(const Setting& setting, DiagnosticSink& sink) {
+  std::optional<double> value = NumberAtLeast(setting, 0, true, sink);
+  if (value && *value >= 1.0) {
+    ReportSetting(setting, sink,
+                  absl::StrCat(setting.field, " must be in [0, 1), got ",
+                               FormatFloat(*value)));
+    return std::nullopt;
+  }
+  return value;
+}
+
+void CheckOptimizer(const Setting& setting, OptimizerSpec* optimizer,
+                    DiagnosticSink& sink) {
+  std::optional<NamedCall> call =
+      ReadNamedCall(setting, "sgd(...) or adamw(...)", sink);
+  if (!call) return;
+  const std::vector<std::string> kinds = {"sgd", "adamw"};
+  if (!Contains(kinds, call->name)) {
+    sink.Error(call->name_span,
+               absl::StrCat("unknown optimizer '", call->name, "'"),
+               SuggestionHint(call->name, kinds, "optimizers"));
+    return;
+  }
+  const bool sgd = call->name == "sgd";
+  const std::vector<std::string> accepted =
+      sgd ? std::vector<std::string>{"lr", "momentum", "nesterov",
+                                     "weight_decay"}
+          : std::vector<std::string>{"lr", "betas", "eps", "weight_decay"};
+  if (!CheckArgNames(*call, accepted, sink)) return;
+  optimizer->kind = sgd ? OptimizerSpec::Kind::kSgd : OptimizerSpec::Kind::kAdamW;
+  const auto arg = [&](const char* name) -> const Setting* {
+    auto it = call->args.find(name);
+    return it == call->args.end() ? nullptr : &it->second;
+  };
+  if (const Setting* s = arg("lr")) {
+    if (auto v = NumberAtLeast(*s, 0, false, sink)) optimizer->lr = *v;
+  }
+  if (const Setting* s = arg("weight_decay")) {
+    if (auto v = NumberAtLeast(*s, 0, true, sink)) optimizer->weight_decay = *v;
+  }
+  if (const Setting* s = arg("momentum")) {
+    if (auto v = Fraction(*s, sink)) optimizer->momentum = *v;
+  }
+  if (const Setting* s = arg("nesterov")) {
+    if (auto v = Bool(*s, sink)) {
+      optimizer->nesterov = *v;
+      if (*v && optimizer->momentum == 0.0) {
+        ReportSetting(*s, sink, "nesterov needs momentum > 0",
+                      "e.g. sgd(lr = 0.1, momentum = 0.9, nesterov = true)");
+      }
+    }
+  }
+  if (const Setting* s = arg("eps")) {
+    if (auto v = NumberAtLeast(*s, 0, false, sink)) optimizer->eps = *v;
+  }
+  if (const Setting* s = arg("betas")) {
+    const ast::Expr& e = *s->expr;
+    if (e.kind != ast::Expr::Kind::kTuple || e.args.size() != 2) {
+      ReportSetting(*s, sink,
+                    absl::StrCat("betas must be a pair of numbers, got ",
+                                 e.kind == ast::Expr::Kind::kTuple
+                                     ? absl::StrCat("a tuple of ",
+                                                    e.args.size())
+                                     : DescribeExpr(e)),
+                    "e.g. betas = (0.9, 0.999)");
+    } else {
+      double betas[2] = {optimizer->beta1, optimizer->beta2};
+      for (int i = 0; i < 2; ++i) {
+        Setting element;
+        element.field = absl::StrCat("betas[", i, "]");
+        element.expr = &e.args[i];
+        if (auto v = Fraction(element, sink)) betas[i] = *v;
+      }
+      optimizer->beta1 = betas[0];
+      optimizer->beta2 = betas[1];
+    }
+  }
+}
+
+void CheckSchedule(const Setting& setting, ScheduleSpec* schedule,
+                   DiagnosticSink& sink) {
+  std::optional<NamedCall> call =
+      ReadNamedCall(setting, "constant or cosine(warmup = N)", sink);
+  if (!call) return;
+  const std::vector<std::string> kinds = {"constant", "cosine"};
+  if (!Contains(kinds, call->name)) {
+    sink.Error(call->name_span,
+               absl::StrCat("unknown schedule '", call->name, "'"),
+               SuggestionHint(call->name, kinds, "schedules"));
+    return;
+  }
+  if (call->name == "constant") {
+    schedule->kind = ScheduleSpec::Kind::kConstant;
+    CheckArgNames(*call, {}, sink);
+    return;
+  }
+  schedule->kind = ScheduleSpec::Kind::kCosine;
+  if (!CheckArgNames(*call, {"warmup"}, sink)) return;
+  auto it = call->args.find("warmup");
+  if (it != call->args.end()) {
+    if (auto v = NonNegativeInt(it->second, sink)) schedule->warmup_steps = *v;
+  }
+}
+
+class TrainChecker {
+ public:
+  TrainChecker(const ast::Block* block, DiagnosticSink& sink)
+      : block_(block), sink_(sink) {}
+
+  std::optional<TrainConfig> Check(const Overrides& overrides) {
+    const int errors_before = sink_.error_count();
+    CollectFileSettings();
+    CollectFlags(overrides);
+    // Without a block (reported as missing) only the flags are checked.
+    if (block_ != nullptr) {
+      CheckDuration();
+      CheckBatch();
+    }
+    if (const Setting* s = File("optimizer")) {
+      CheckOptimizer(*s, &config_.optimizer, sink_);
+    }
+    if (const Setting* s = Flag("lr")) {
+      if (auto v = NumberAtLeast(*s, 0, false, sink_)) config_.optimizer.lr = *v;
+    }
+    if (const Setting* s = File("schedule")) {
+      CheckSchedule(*s, &config_.schedule, sink_);
+    }
+    if (const Setting* s = Effective("bucket_mb")) {
+      if (auto v = NumberAtLeast(*s, 0, true, sink_)) config_.bucket_mb = *v;
+    }
+    if (const Setting* s = Effective("first_bucket_mb")) {
+      if (auto v = NumberAtLeast(*s, 0, true, sink_)) {
+        config_.first_bucket_mb = *v;
+      }
+    }
+    if (const Setting* s = Effective("seed")) {
+      if (auto v = NonNegativeInt(*s, sink_)) config_.seed = *v;
+    }
+    if (const Setting* s = Effective("deterministic")) {
+      if (auto v = Bool(*s, sink_)) config_.deterministic = *v;
+    }
+    if (const Setting* s = Effective("tf32")) {
+      if (auto v = Bool(*s, sink_)) config_.tf32 = *v;
+    }
+    if (sink_.error_count() > errors_before) return std::nullopt;
+    return config_;
+  }
+
+ private:
+  const Setting* File(const std::string& field) const {
+    auto it = file_.find(field);
+    return it == file_.end() ? nullptr : &it->second;
+  }
+  const Setting* Flag(const std::string& field) const {
+    auto it = flags_.find(field);
+    return it == flags_.end() ? nullptr : &it->second;
+  }
+  // The flag when given, else the file's setting.
+  const Setting* Effective(const std::string& field) const {
+    const Setting* flag = Flag(field);
+    return flag != nullptr ? flag : File(field);
+  }
+
+  // Where "missing" errors point: the block keyword, or the command line
+  // when there is no block (already reported as missing).
+  // Skipped after an unknown field: it is most likely the missing one
+  // misspelt, already reported with a did-you-mean.
+  void ReportMissing(const std::string& message, const std::string& hint) {
+    if (block_ != nullptr && !had_unknown_field_) {
+      sink_.Error(block_->kind_span, message, hint);
+    }
+  }
+
+  void CollectFileSettings() {
+    if (block_ == nullptr) return;
+    for (const ast::Item& item : block_->items) {
+      if (const auto* decl = std::get_if<ast::Declaration>(&item)) {
+        sink_.Error(decl->kind_span,
+                    absl::StrCat("'", decl->kind,
+                                 "' declarations belong in the model block"));
+        continue;
+      }
+      const auto& assignment = std::get<ast::Assignment>(item);
+      if (!Contains(TrainFields(), assignment.name)) {
+        had_unknown_field_ = true;
+        sink_.Error(assignment.name_span,
+                    absl::StrCat("unknown train field '", assignment.name, "'"),
+                    SuggestionHint(assignment.name, TrainFields(),
+                                   "train fields"));
+        continue;
+      }
+      if (const Setting* first = File(assignment.name)) {
+        sink_.Error(assignment.name_span,
+                    absl::StrCat("'", assignment.name, "' is set twice"),
+                    FirstSetAt(first->name_span));
+        continue;
+      }
+      file_.emplace(assignment.name, FileSetting(assignment));
+    }
+  }
+
+  void CollectFlags(const Overrides& overrides) {
+    for (const auto& [raw_name, value] : overrides) {
+      std::string name = raw_name;
+      while (absl::StartsWith(name, "-")) name.erase(0, 1);
+      if (!Contains(OverridableFields(), name)) {
+        std::string hint;
+        const std::string match = ClosestMatch(name, OverridableFields());
+        hint = match.empty()
+                   ? absl::StrCat("flags that override train { }: --",
+                                  absl::StrJoin(OverridableFields(), ", --"))
+                   : absl::StrCat("did you mean '--", match, "'?");
+        sink_.CommandLineError(absl::StrCat("--", name, ": unknown flag"),
+                               hint);
+        continue;
+      }
+      if (Flag(name) != nullptr) {
+        sink_.CommandLineError(absl::StrCat("--", name, ": given twice"));
+        continue;
+      }
+      flags_.emplace(name, FlagSetting(name, value));
+    }
+  }
+
+  // Exactly one of epochs / steps; a flag for one drops the file's other.
+  void CheckDuration() {
+    const Setting* epochs_flag = Flag("epochs");
+    const Setting* steps_flag = Flag("steps");
+    if (epochs_flag != nullptr && steps_flag != nullptr) {
+      sink_.CommandLineError("--epochs and --steps: give one, not both");
+      return;
+    }
+    const Setting* epochs = epochs_flag;
+    const Setting* steps = steps_flag;
+    if (epochs == nullptr && steps == nullptr) {
+      epochs = File("epochs");
+      steps = File("steps");
+    }
+    if (epochs != nullptr && steps != nullptr) {
+      sink_.Error(steps->name_span, "set epochs or steps, not both",
+                  absl::StrCat("epochs is set at line ", epochs->name_span.line));
+      return;
+    }
+    if (epochs == nullptr && steps == nullptr) {
+      ReportMissing("train { } needs epochs or steps",
+                    "e.g. epochs = 10 (passes over the data) or steps = 1000 "
+                    "(optimizer updates)");
+      return;
+    }
+    if (epochs != nullptr) {
+      if (auto v = PositiveInt(*epochs, sink_)) config_.epochs = *v;
+    } else {
+      if (auto v = PositiveInt(*steps, sink_)) config_.steps = *v;
+    }
+  }
+
+  void CheckBatch() {
+    BatchRequest request;
+    bool ok = true;
+    std::vector<std::string> flag_names;
+    for (BatchField field :
+         {BatchField::kGpus, BatchField::kMicroBatch, BatchField::kAccumulate,
+          BatchField::kGlobalBatch}) {
+      const Setting* s = Effective(BatchFieldName(field));
+      if (s == nullptr) continue;
+      std::optional<int64_t> v = PositiveInt(*s, sink_);
+      if (!v) {
+        ok = false;
+        continue;
+      }
+      request.at(field).value = *v;
+      request.at(field).source = s->from_flag() ? BatchValue::Source::kFlag
+                                                : BatchValue::Source::kFile;
+      if (s->from_flag()) flag_names.push_back(absl::StrCat("--", s->flag));
+    }
+    if (!ok) return;
+    const std::variant<BatchSizes, BatchError> result = ResolveBatch(request);
+    if (const auto* error = std::get_if<BatchError>(&result)) {
+      std::string hint = error->hint;
+      if (!flag_names.empty()) {
+        absl::StrAppend(&hint, hint.empty() ? "" : "; ", "flags given: ",
+                        absl::StrJoin(flag_names, ", "));
+      }
+      const Setting* blamed = Effective(BatchFieldName(error->blame));
+      if (blamed != nullptr) {
+        ReportSetting(*blamed, sink_, error->message, hint);
+      } else if (block_ != nullptr) {
+        ReportMissing(error->message, hint);
+      } else {
+        sink_.CommandLineError(error->message, hint);
+      }
+      return;
+    }
+    const BatchSizes& sizes = std::get<BatchSizes>(result);
+    config_.gpus = sizes.gpus;
+    config_.micro_batch = sizes.micro_batch;
+    config_.accumulate = sizes.accumulate;
+    config_.global_batch = sizes.global_batch;
+    if (sizes.dropped) {
+      const char* name = BatchFieldName(sizes.dropped_field);
+      const int64_t now = sizes.dropped_field == BatchField::kGpus ? sizes.gpus
+                          : sizes.dropped_field == BatchField::kMicroBatch
+                              ? sizes.micro_batch
+                          : sizes.dropped_field == BatchField::kAccumulate
+                              ? sizes.accumulate
+                              : sizes.global_batch;
+      const std::string message = absl::StrCat(
+          name, " = ", sizes.dropped_value, " from the file is re-inferred as ",
+          now, " because of ", absl::StrJoin(flag_names, ", "));
+      const std::string hint = absl::StrCat(
+          "global_batch ", sizes.global_batch, " = ", sizes.gpus, " gpus × ",
+          sizes.micro_batch, " micro_batch × ", sizes.accumulate,
+          " accumulate");
+      const Setting* dropped = File(name);
+      if (dropped != nullptr && dropped->expr != nullptr) {
+        sink_.Note(dropped->expr->span, message, hint);
+      } else {
+        sink_.CommandLineNote(message, hint);
+      }
+    }
+  }
+
+  const ast::Block* block_;
+  DiagnosticSink& sink_;
+  std::map<std::string, Setting> file_;
+  std::map<std::string, Setting> flags_;
+  TrainConfig config_;
+  bool had_unknown_field_ = false;
+};
+
+}  // namespace
+
+std::optional<TrainConfig> CheckTrain(const ast::Block* block,
+                                      const Overrides& overrides,
+                                      DiagnosticSink& sink) {
+  return TrainChecker(block, sink).Check(overrides);
+}
+
+}  // namespace frontend
+}  // namespace trainc

@@ -1,0 +1,27 @@
+// Checks the train { } block (with command-line overrides) into a
+// TrainConfig: field names and types, optimizer, schedule, epochs/steps and
+// the batch arithmetic.
+#ifndef TRAINC_COMPILER_FRONTEND_TRAIN_CHECKER_H_
+#define TRAINC_COMPILER_FRONTEND_TRAIN_CHECKER_H_
+
+#include <optional>
+
+#include "compiler/frontend/ast.h"
+#include "compiler/frontend/diagnostics.h"
+#include "compiler/frontend/overrides.h"
+#include "compiler/spec/train_spec.h"
+
+namespace trainc::frontend {
+
+// `block` may be null (no train block; already reported): the overrides are
+// still checked. Returns nullopt if anything was reported as an error.
+//
+// Exactly one of epochs and steps must be given (no default: how long to
+// train is never guessed).
+std::optional<TrainConfig> CheckTrain(const ast::Block* block,
+                                      const Overrides& overrides,
+                                      DiagnosticSink& sink);
+
+}  // namespace trainc::frontend
+
+#endif  // TRAINC_COMPILER_FRONTEND_TRAIN_CHECKER_H_
