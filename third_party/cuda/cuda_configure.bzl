@@ -7,6 +7,10 @@ Creates @local_cuda with:
 The toolkit is looked up from $CUDA_PATH, then `nvcc` on the PATH, then
 /usr/local/cuda. Without a toolkit the build still succeeds: CUDA targets are
 replaced by their CPU-only stand-ins (see cuda.bzl).
+
+`--repo_env=TRAINC_NO_CUDA=1` forces the no-toolkit configuration, to check
+on a machine with CUDA that the CPU-only build still works. (Changing it
+re-runs this rule; build once without it to switch back.)
 """
 
 def _find_cuda(ctx):
@@ -37,7 +41,8 @@ def _find_nccl(ctx, root):
     return None
 
 def _cuda_configure_impl(ctx):
-    root = _find_cuda(ctx)
+    forced_off = ctx.os.environ.get("TRAINC_NO_CUDA", "") not in ["", "0"]
+    root = None if forced_off else _find_cuda(ctx)
     nccl = _find_nccl(ctx, root) if root else None
     enabled = root != None and nccl != None
     if enabled:
@@ -52,6 +57,7 @@ package(default_visibility = ["//visibility:public"])
 cc_library(
     name = "cuda",
     hdrs = glob(["include/*.h", "include/crt/*.h", "include/*.hpp"]),
+    # g++ reaches these for cuda_runtime.h and friends; nvcc gets its own -I.
     includes = ["include"],
     linkopts = [
         "-L{libdir}",
@@ -90,6 +96,6 @@ NVCC_INCLUDES = []
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
-    environ = ["CUDA_PATH", "PATH"],
+    environ = ["CUDA_PATH", "PATH", "TRAINC_NO_CUDA"],
     local = True,
 )

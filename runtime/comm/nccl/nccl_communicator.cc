@@ -1,0 +1,210 @@
+#include "runtime/comm/nccl/nccl_communicator.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/util/status_macros.h"
+
+namespace trainc {
+namespace {
+
+absl::Status NcclErrorToStatus(ncclResult_t result, ncclComm_t comm,
+                               const char* expr) {
+  std::string detail;
+  if (comm != nullptr) {
+    const char* last = ncclGetLastError(comm);
+    if (last != nullptr && last[0] != '\0') detail = absl::StrCat(": ", last);
+  }
+  const std::string message =
+      absl::StrCat("nccl: ", expr, ": ", ncclGetErrorString(result), detail);
+  // Remote and system errors are the environment (a peer died, the network
+  // failed); invalid arguments or usage are the caller's.
+  switch (result) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      return absl::InvalidArgumentError(message);
+    case ncclRemoteError:
+    case ncclSystemError:
+      return absl::UnavailableError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+#define NCCL_RETURN_IF_ERROR(comm, expr)                              \
+  do {                                                                \
+    const ncclResult_t trainc_nccl_res_ = (expr);                     \
+    if (trainc_nccl_res_ != ncclSuccess) {                            \
+      return NcclErrorToStatus(trainc_nccl_res_, (comm), #expr);      \
+    }                                                                 \
+  } while (0)
+
+#define NCCL_CUDA_RETURN_IF_ERROR(expr)                                    \
+  do {                                                                     \
+    const cudaError_t trainc_cuda_err_ = (expr);                           \
+    if (trainc_cuda_err_ != cudaSuccess) {                                 \
+      return absl::InternalError(absl::StrCat("nccl: ", #expr, ": ",       \
+                                              cudaGetErrorString(          \
+                                                  trainc_cuda_err_)));     \
+    }                                                                      \
+  } while (0)
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(int rank, int world_size, int local_rank)
+      : rank_(rank), world_size_(world_size), local_rank_(local_rank) {}
+
+  ~NcclCommunicator() override {
+    // ncclCommDestroy waits for the communicator's pending work; a rank
+    // that failed mid-collective should abort instead, which the Barrier /
+    // error paths report before we get here.
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
+    if (barrier_stream_ != nullptr) cudaStreamDestroy(barrier_stream_);
+  }
+
+  absl::Status Init(const ncclUniqueId& id) {
+    NCCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(local_rank_));
+    NCCL_RETURN_IF_ERROR(nullptr,
+                         ncclCommInitRank(&comm_, world_size_, id, rank_));
+    NCCL_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&barrier_stream_, cudaStreamNonBlocking));
+    NCCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&barrier_buf_, sizeof(float)));
+    return absl::OkStatus();
+  }
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+
+  absl::Status AllReduceSum(float* data, int64_t count,
+                            void* stream) override {
+    NCCL_RETURN_IF_ERROR(
+        comm_, ncclAllReduce(data, data, static_cast<size_t>(count),
+                             ncclFloat, ncclSum, comm_, AsStream(stream)));
+    return absl::OkStatus();
+  }
+
+  absl::Status AllGather(const float* in, float* out, int64_t count,
+                         void* stream) override {
+    NCCL_RETURN_IF_ERROR(
+        comm_, ncclAllGather(in, out, static_cast<size_t>(count), ncclFloat,
+                             comm_, AsStream(stream)));
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast(float* data, int64_t count, int root,
+                         void* stream) override {
+    if (root < 0 || root >= world_size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nccl: broadcast root ", root, " outside [0, ",
+                       world_size_, ")"));
+    }
+    NCCL_RETURN_IF_ERROR(
+        comm_, ncclBroadcast(data, data, static_cast<size_t>(count),
+                             ncclFloat, root, comm_, AsStream(stream)));
+    return absl::OkStatus();
+  }
+
+  // NCCL has no barrier: a one-element all-reduce on a private stream,
+  // waited for on the host, is one (every rank must contribute before any
+  // completes). Asynchronous errors of earlier collectives show up here.
+  absl::Status Barrier() override {
+    NCCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(local_rank_));
+    NCCL_RETURN_IF_ERROR(comm_,
+                         ncclAllReduce(barrier_buf_, barrier_buf_, 1,
+                                       ncclFloat, ncclSum, comm_,
+                                       barrier_stream_));
+    NCCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(barrier_stream_));
+    ncclResult_t async_error = ncclSuccess;
+    NCCL_RETURN_IF_ERROR(comm_, ncclCommGetAsyncError(comm_, &async_error));
+    NCCL_RETURN_IF_ERROR(comm_, async_error);
+    return absl::OkStatus();
+  }
+
+ private:
+  static cudaStream_t AsStream(void* stream) {
+    return static_cast<cudaStream_t>(stream);
+  }
+
+  const int rank_;
+  const int world_size_;
+  const int local_rank_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t barrier_stream_ = nullptr;
+  float* barrier_buf_ = nullptr;
+};
+
+absl::Status CheckRanks(int rank, int world_size, int local_rank) {
+  if (world_size < 1 || rank < 0 || rank >= world_size || local_rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: rank ", rank, " of ", world_size,
+                     " (local rank ", local_rank, ") is not a valid rank"));
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    return absl::UnavailableError("nccl: no CUDA GPU visible");
+  }
+  if (local_rank >= devices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl: local rank ", local_rank, " but only ", devices, " GPU(s)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> NewNcclUniqueId() {
+  ncclUniqueId id;
+  NCCL_RETURN_IF_ERROR(nullptr, ncclGetUniqueId(&id));
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
+    int rank, int world_size, int local_rank, const std::string& unique_id) {
+  RETURN_IF_ERROR(CheckRanks(rank, world_size, local_rank));
+  ncclUniqueId id;
+  if (unique_id.size() != sizeof(id.internal)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: unique id of ", unique_id.size(),
+                     " bytes, expected ", sizeof(id.internal)));
+  }
+  std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
+  auto comm = std::make_unique<NcclCommunicator>(rank, world_size, local_rank);
+  RETURN_IF_ERROR(comm->Init(id));
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
+    int rank, int world_size, int local_rank, Communicator& bootstrap) {
+  if (bootstrap.rank() != rank || bootstrap.world_size() != world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl: bootstrap communicator is rank ", bootstrap.rank(), " of ",
+        bootstrap.world_size(), ", expected ", rank, " of ", world_size));
+  }
+  RETURN_IF_ERROR(CheckRanks(rank, world_size, local_rank));
+  // The id travels as floats through the bootstrap's Broadcast, which only
+  // copies bytes (no arithmetic), so any bit pattern survives.
+  constexpr size_t kIdBytes = sizeof(ncclUniqueId::internal);
+  static_assert(kIdBytes % sizeof(float) == 0, "id is whole floats");
+  std::vector<float> packed(kIdBytes / sizeof(float), 0.0f);
+  if (rank == 0) {
+    ASSIGN_OR_RETURN(std::string id, NewNcclUniqueId());
+    if (id.size() != kIdBytes) return absl::InternalError("nccl: id size");
+    std::memcpy(packed.data(), id.data(), kIdBytes);
+  }
+  RETURN_IF_ERROR(bootstrap.Broadcast(packed.data(),
+                                      static_cast<int64_t>(packed.size()),
+                                      /*root=*/0, /*stream=*/nullptr));
+  std::string id(kIdBytes, '\0');
+  std::memcpy(id.data(), packed.data(), kIdBytes);
+  return CreateNcclCommunicator(rank, world_size, local_rank, id);
+}
+
+}  // namespace trainc

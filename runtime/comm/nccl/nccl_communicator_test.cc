@@ -1,0 +1,74 @@
+// NcclCommunicator with one rank: all-reduce is the identity, all-gather a
+// copy, broadcast a no-op. Multi-rank runs are covered by the trainer's
+// end-to-end tests on multi-GPU machines. SKIPs without a GPU.
+#include "runtime/comm/nccl/nccl_communicator.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/cuda/cuda_device.h"
+
+namespace trainc {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                               \
+  do {                                                                   \
+    if (CudaDeviceCount() == 0) {                                        \
+      GTEST_SKIP() << "no CUDA GPU: CudaDeviceCount() == 0 (no driver " \
+                      "or device on this machine)";                      \
+    }                                                                    \
+  } while (0)
+
+TEST(NcclCommunicatorTest, FailsCleanlyWithoutGpu) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is present";
+  auto comm = CreateNcclCommunicator(0, 1, 0, std::string(128, '\0'));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(NcclCommunicatorTest, RejectsBadIdAndRanks) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_FALSE(CreateNcclCommunicator(0, 1, 0, "short").ok());
+  EXPECT_FALSE(CreateNcclCommunicator(1, 1, 0, std::string(128, '\0')).ok());
+}
+
+TEST(NcclCommunicatorTest, SingleRankCollectives) {
+  SKIP_WITHOUT_GPU();
+  auto device = CreateCudaDevice(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  Device& d = **device;
+  auto id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto made = CreateNcclCommunicator(0, 1, 0, *id);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Communicator& comm = **made;
+  EXPECT_EQ(comm.rank(), 0);
+  EXPECT_EQ(comm.world_size(), 1);
+
+  const int64_t n = 1000;
+  std::vector<float> host(n);
+  for (int64_t i = 0; i < n; ++i) host[i] = 0.5f * i - 7;
+  ASSERT_TRUE(d.AllocateArena(2 * n * 4).ok());
+  ASSERT_TRUE(d.Upload(0, host.data(), n * 4).ok());
+  ASSERT_TRUE(d.ResetEvents(1).ok());
+  // The upload is on the compute stream; the collectives on comm.
+  ASSERT_TRUE(d.RecordEvent(Stream::kCompute, 0).ok());
+  ASSERT_TRUE(d.WaitEvent(Stream::kComm, 0).ok());
+  float* a = reinterpret_cast<float*>(d.arena());
+  void* stream = d.NativeStream(Stream::kComm);
+  ASSERT_TRUE(comm.AllReduceSum(a, n, stream).ok());
+  ASSERT_TRUE(comm.Broadcast(a, n, 0, stream).ok());
+  ASSERT_TRUE(comm.AllGather(a, a + n, n, stream).ok());
+  EXPECT_FALSE(comm.Broadcast(a, n, 1, stream).ok());
+  ASSERT_TRUE(d.Synchronize().ok());
+  ASSERT_TRUE(comm.Barrier().ok());
+  std::vector<float> got(2 * n);
+  ASSERT_TRUE(d.Download(0, got.data(), 2 * n * 4).ok());
+  EXPECT_EQ(0, std::memcmp(got.data(), host.data(), n * 4));
+  EXPECT_EQ(0, std::memcmp(got.data() + n, host.data(), n * 4));
+}
+
+}  // namespace
+}  // namespace trainc

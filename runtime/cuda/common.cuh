@@ -1,0 +1,141 @@
+// Device helpers shared by the kernel files: launch geometry, warp and
+// block reductions, and the deterministic two-pass column reduction.
+#ifndef TRAINC_RUNTIME_CUDA_COMMON_CUH_
+#define TRAINC_RUNTIME_CUDA_COMMON_CUH_
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace trainc {
+namespace cuda {
+
+inline constexpr int kWarpSize = 32;
+inline constexpr int kBlockSize = 256;
+inline constexpr int kWarpsPerBlock = kBlockSize / kWarpSize;
+
+// Elementwise kernels use a grid-stride loop over a capped grid: enough
+// blocks to fill an H100 many times over, few enough to amortise the launch.
+inline unsigned ElementwiseBlocks(int64_t n) {
+  int64_t blocks = (n + kBlockSize - 1) / kBlockSize;
+  if (blocks < 1) blocks = 1;
+  return static_cast<unsigned>(blocks < 8192 ? blocks : 8192);
+}
+
+inline unsigned RowWarpBlocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+#define TRAINC_GRID_STRIDE(i, n)                                       \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) +     \
+                   threadIdx.x;                                        \
+       i < (n); i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+
+// Butterfly reduction: every lane ends with the same, order-fixed sum.
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// out[0] = sum of values[0..n): one block of kBlockSize threads, fixed order
+// (strided per-thread sums, then a tree), so the loss is reproducible.
+// (Templates here and below so every .cu file can include the definition.)
+template <int kUnused = 0>
+__global__ void SumToScalarKernel(const float* values, int64_t n, float* out) {
+  __shared__ float shared[kBlockSize];
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kBlockSize) s += values[i];
+  shared[threadIdx.x] = s;
+  __syncthreads();
+  for (int width = kBlockSize / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = shared[0];
+}
+
+// Column reduction in two passes without atomics. Pass 1: block (32 columns
+// x 8 row lanes) per (column tile, chunk of kRowsPerChunk rows) writes one
+// partial per chunk; pass 2 adds the chunks in order. Coalesced: a warp
+// reads 32 consecutive floats of one row.
+inline constexpr int kColTile = 32;
+inline constexpr int kRowLanes = 8;
+inline constexpr int64_t kRowsPerChunk = 256;
+
+inline int64_t ColumnChunks(int64_t rows) {
+  int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  return chunks < 1 ? 1 : chunks;
+}
+
+// `f(r, c, v)` adds row r's K contributions for column c into v[0..K).
+// partial[k][chunk][c] with stride chunks * cols between the K outputs.
+template <int K, typename F>
+__global__ void ColumnPartialKernel(F f, int64_t rows, int64_t cols,
+                                    float* partial) {
+  const int64_t col = blockIdx.x * static_cast<int64_t>(kColTile) + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  const int64_t chunks = gridDim.y;
+  const int64_t r0 = chunk * kRowsPerChunk;
+  const int64_t r1 = min(rows, r0 + kRowsPerChunk);
+  float acc[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) acc[k] = 0.0f;
+  if (col < cols) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) f(r, col, acc);
+  }
+  __shared__ float shared[K][kRowLanes][kColTile + 1];
+#pragma unroll
+  for (int k = 0; k < K; ++k) shared[k][threadIdx.y][threadIdx.x] = acc[k];
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      float s = shared[k][0][threadIdx.x];
+      for (int lane = 1; lane < kRowLanes; ++lane) {
+        s += shared[k][lane][threadIdx.x];
+      }
+      partial[(k * chunks + chunk) * cols + col] = s;
+    }
+  }
+}
+
+// out[c] (+)= sum over chunks of partial[chunk][c], chunks in order.
+template <int kUnused = 0>
+__global__ void ColumnFinishKernel(const float* partial, int64_t chunks,
+                                   int64_t cols, float* out, bool accumulate) {
+  TRAINC_GRID_STRIDE(c, cols) {
+    float s = partial[c];
+    for (int64_t chunk = 1; chunk < chunks; ++chunk) s += partial[chunk * cols + c];
+    out[c] = accumulate ? out[c] + s : s;
+  }
+}
+
+template <int K, typename F>
+cudaError_t LaunchColumnReduce(F f, int64_t rows, int64_t cols,
+                               float* const (&outs)[K], bool accumulate,
+                               float* scratch, cudaStream_t stream) {
+  const int64_t chunks = ColumnChunks(rows);
+  dim3 block(kColTile, kRowLanes);
+  dim3 grid(static_cast<unsigned>((cols + kColTile - 1) / kColTile),
+            static_cast<unsigned>(chunks));
+  ColumnPartialKernel<K><<<grid, block, 0, stream>>>(f, rows, cols, scratch);
+  for (int k = 0; k < K; ++k) {
+    ColumnFinishKernel<><<<ElementwiseBlocks(cols), kBlockSize, 0, stream>>>(
+        scratch + k * chunks * cols, chunks, cols, outs[k], accumulate);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_CUDA_COMMON_CUH_

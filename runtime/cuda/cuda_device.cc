@@ -1,0 +1,1267 @@
+#include "runtime/cuda/cuda_device.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+// cuda_runtime.h (not _api.h) for the typed cudaMalloc<T> overloads.
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/util/status_macros.h"
+#include "runtime/cuda/cuda_status.h"
+#include "runtime/cuda/kernels.h"
+
+namespace trainc {
+namespace {
+
+using cuda::OptimizerStepScalars;
+
+// cuBLAS/cublasLt share one workspace: they run on the compute stream only,
+// so their uses never overlap. A fixed workspace (instead of cuBLAS's own
+// allocations) is also what CUDA-graph capture requires.
+constexpr size_t kBlasWorkspaceBytes = 32u << 20;
+// Pinned staging buffers for Upload: a ring, so that up to this many
+// uploads can be in flight before the host waits for the oldest.
+constexpr int kStagingSlots = 8;
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t Elements(const Buffer& b) { return b.bytes / 4; }
+
+enum class Op : uint8_t {
+  kNotCompute,  // load_batch / all_reduce: the executor's
+  kFused,       // an activation already applied by the linear before it
+  kLinear,
+  kLinearGradInput,
+  kLinearGradParams,
+  kRelu,
+  kReluGrad,
+  kGelu,
+  kGeluGrad,
+  kTanh,
+  kTanhGrad,
+  kLayerNorm,
+  kLayerNormGradInput,
+  kLayerNormGradParams,
+  kAdd,
+  kCopyGrad,
+  kCrossEntropy,
+  kCrossEntropyGrad,
+  kMse,
+  kMseGrad,
+  kAdamW,
+  kSgd,
+};
+
+struct OpInfo {
+  const char* name;
+  Op op;
+  int inputs;   // minimum
+  int outputs;  // minimum
+};
+
+constexpr OpInfo kOps[] = {
+    {"load_batch", Op::kNotCompute, 0, 0},
+    {"all_reduce", Op::kNotCompute, 0, 0},
+    {"linear", Op::kLinear, 2, 1},
+    {"linear_grad_input", Op::kLinearGradInput, 2, 1},
+    {"linear_grad_params", Op::kLinearGradParams, 2, 1},
+    {"relu", Op::kRelu, 1, 1},
+    {"relu_grad", Op::kReluGrad, 2, 1},
+    {"gelu", Op::kGelu, 1, 1},
+    {"gelu_grad", Op::kGeluGrad, 2, 1},
+    {"tanh", Op::kTanh, 1, 1},
+    {"tanh_grad", Op::kTanhGrad, 2, 1},
+    {"layernorm", Op::kLayerNorm, 3, 3},
+    {"layernorm_grad_input", Op::kLayerNormGradInput, 5, 1},
+    {"layernorm_grad_params", Op::kLayerNormGradParams, 4, 2},
+    {"add", Op::kAdd, 2, 1},
+    {"copy_grad", Op::kCopyGrad, 1, 1},
+    {"cross_entropy", Op::kCrossEntropy, 2, 2},
+    {"cross_entropy_grad", Op::kCrossEntropyGrad, 2, 1},
+    {"mse", Op::kMse, 2, 1},
+    {"mse_grad", Op::kMseGrad, 2, 1},
+    {"optimizer", Op::kAdamW, 0, 0},  // kAdamW or kSgd, from plan.optimizer
+};
+
+enum class Activation { kNone, kRelu, kGelu, kTanh };
+
+// A forward linear as one cublasLt call: y = x w^T + b (D = op(A) B + bias
+// in cuBLAS's column-major view, see Prepare), optionally with ReLU.
+struct LtMatmul {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  bool usable = false;  // false: fall back to cublasGemmEx + bias kernel
+
+  void Destroy() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    *this = LtMatmul();
+  }
+};
+
+// One instruction with everything RunKernel needs as plain values.
+struct Kernel {
+  Op op = Op::kNotCompute;
+  bool accumulate = false;
+  Activation act = Activation::kNone;  // linear: activation applied after
+  bool relu_in_gemm = false;  // linear: ReLU epilogue writes act_out, y dead
+  int64_t rows = 0;  // batch rows (or elements for elementwise ops)
+  int64_t in = 0;    // linear: in features; layernorm: d; ce: classes
+  int64_t out = 0;   // linear: out features
+  float scalar = 0;  // layernorm eps, loss-grad scale
+  const float* x[5] = {};
+  float* y[3] = {};
+  const int32_t* labels = nullptr;
+  float* state[2] = {};  // optimizer state spans
+  int lt = -1;           // linear: index into lt_matmuls_
+};
+
+class CudaDeviceImpl final : public CudaDevice {
+ public:
+  explicit CudaDeviceImpl(int ordinal) : ordinal_(ordinal) {}
+  ~CudaDeviceImpl() override;
+
+  absl::Status Init();
+
+  std::string name() const override { return name_; }
+  int ordinal() const override { return ordinal_; }
+
+  absl::Status AllocateArena(int64_t bytes) override;
+  char* arena() override { return arena_; }
+  absl::Status Upload(int64_t offset, const void* src, int64_t bytes) override;
+  absl::Status Download(int64_t offset, void* dst, int64_t bytes) override;
+
+  absl::Status Prepare(const Plan& plan) override;
+  absl::Status RunKernel(const Plan& plan, const Instruction& instr,
+                         const StepState& state) override;
+  absl::Status OrderedSum(Stream stream, const float* src, int64_t n,
+                          int64_t count, float* dst) override;
+  absl::StatusOr<char*> AllocateScratch(int64_t bytes) override;
+
+  absl::Status Submit(Stream stream,
+                      std::function<absl::Status()> work) override;
+  absl::Status SubmitTimed(Stream stream, std::function<absl::Status()> work,
+                           TimedCallback on_timed) override;
+  absl::Status RecordEvent(Stream stream, int event) override;
+  absl::Status WaitEvent(Stream stream, int event) override;
+  absl::Status ResetEvents(int num_events) override;
+  absl::Status Synchronize() override;
+  void* NativeStream(Stream stream) override { return StreamOf(stream); }
+
+  absl::Status BeginCapture() override;
+  absl::Status EndCapture() override;
+  absl::Status ReplayCapture(const StepState& state) override;
+  absl::Status DropCapture() override;
+  bool has_capture() const override { return graph_exec_ != nullptr; }
+
+ private:
+  struct Staging {
+    void* host = nullptr;  // pinned
+    size_t capacity = 0;
+    cudaEvent_t done = nullptr;  // the copy out of `host` has finished
+  };
+  struct TimedWork {
+    cudaEvent_t begin, end;
+    TimedCallback on_timed;
+  };
+  // One Upload of the captured step: the graph copies `device` -> arena.
+  struct InputSlot {
+    int64_t offset = 0;
+    int64_t bytes = 0;
+    char* device = nullptr;
+    std::vector<char> pending;  // the capture-time data, uploaded at EndCapture
+  };
+
+  cudaStream_t StreamOf(Stream s) const {
+    return s == Stream::kComm ? comm_ : compute_;
+  }
+  absl::Status Fail(absl::Status status) {
+    if (sticky_.ok()) sticky_ = status;
+    return status;
+  }
+  absl::Status CheckRange(const char* what, int64_t offset,
+                          int64_t bytes) const;
+  // Host -> device through the pinned ring, ordered on the compute stream.
+  absl::Status StagedCopy(void* device_dst, const void* src, int64_t bytes);
+  absl::Status UploadStepScalars(const Plan& plan, const StepState& state);
+  absl::Status EnsureKernelScratch(int64_t floats);
+  absl::Status BuildLtMatmul(int64_t rows, int64_t in, int64_t out,
+                             bool bias, bool relu, bool tf32, int* index);
+  absl::Status RunLinear(const Kernel& k);
+  absl::Status Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m,
+                    int64_t n, int64_t k, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc);
+  absl::StatusOr<cudaEvent_t> TimingEvent();
+  absl::Status ResolveTimings();
+  void ReleaseLtMatmuls();
+
+  const int ordinal_;
+  std::string name_;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t comm_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* blas_workspace_ = nullptr;
+
+  char* arena_ = nullptr;
+  int64_t arena_bytes_ = 0;
+  std::vector<void*> scratch_;  // AllocateScratch blocks
+  float* kernel_scratch_ = nullptr;  // reductions' partial sums
+  int64_t kernel_scratch_floats_ = 0;
+  int* device_error_ = nullptr;  // kernels' error bits (kernels.h)
+  OptimizerStepScalars* device_scalars_ = nullptr;
+  bool scalars_valid_ = false;
+  StepState scalars_state_;
+
+  Staging staging_[kStagingSlots];
+  int next_staging_ = 0;
+
+  std::vector<cudaEvent_t> events_;  // the plan's events (ordering only)
+  std::vector<char> recorded_;       // host-side: recorded this step
+  cudaEvent_t join_event_ = nullptr;  // comm -> compute at EndCapture
+
+  std::vector<cudaEvent_t> timing_pool_;
+  std::vector<TimedWork> timed_;
+  cudaEvent_t anchor_ = nullptr;  // recorded when the host read anchor_ns_
+  int64_t anchor_ns_ = 0;
+
+  const Plan* prepared_plan_ = nullptr;
+  std::vector<Kernel> kernels_;
+  std::vector<LtMatmul> lt_matmuls_;
+  bool tf32_ = false;
+
+  bool capturing_ = false;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  std::vector<InputSlot> input_slots_;
+  size_t next_input_slot_ = 0;
+
+  absl::Status sticky_;  // first error of submitted work
+};
+
+CudaDeviceImpl::~CudaDeviceImpl() {
+  // Best effort: a destructor cannot report, and the streams must be idle
+  // before their memory goes.
+  cudaSetDevice(ordinal_);
+  if (compute_) cudaStreamSynchronize(compute_);
+  if (comm_) cudaStreamSynchronize(comm_);
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+  for (InputSlot& slot : input_slots_) cudaFree(slot.device);
+  ReleaseLtMatmuls();
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : timing_pool_) cudaEventDestroy(e);
+  for (TimedWork& t : timed_) {
+    cudaEventDestroy(t.begin);
+    cudaEventDestroy(t.end);
+  }
+  if (anchor_) cudaEventDestroy(anchor_);
+  if (join_event_) cudaEventDestroy(join_event_);
+  for (Staging& s : staging_) {
+    if (s.host) cudaFreeHost(s.host);
+    if (s.done) cudaEventDestroy(s.done);
+  }
+  for (void* p : scratch_) cudaFree(p);
+  if (kernel_scratch_) cudaFree(kernel_scratch_);
+  if (device_scalars_) cudaFree(device_scalars_);
+  if (device_error_) cudaFree(device_error_);
+  if (arena_) cudaFree(arena_);
+  if (blas_workspace_) cudaFree(blas_workspace_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (blas_) cublasDestroy(blas_);
+  if (comm_) cudaStreamDestroy(comm_);
+  if (compute_) cudaStreamDestroy(compute_);
+}
+
+absl::Status CudaDeviceImpl::Init() {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  cudaDeviceProp prop;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal_));
+  name_ = absl::StrCat("cuda:", ordinal_, " (", prop.name, ", sm_",
+                       prop.major, prop.minor, ")");
+  // Non-blocking: the plan's streams must not serialise with the legacy
+  // default stream that libraries or other code may use.
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas_));
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, compute_));
+  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&blas_workspace_, kBlasWorkspaceBytes));
+  CUBLAS_RETURN_IF_ERROR(
+      cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&device_error_, sizeof(int)));
+  CUDA_RETURN_IF_ERROR(cudaMemset(device_error_, 0, sizeof(int)));
+  CUDA_RETURN_IF_ERROR(
+      cudaMalloc(&device_scalars_, sizeof(OptimizerStepScalars)));
+  for (Staging& s : staging_) {
+    CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&anchor_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(anchor_, compute_));
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(anchor_));
+  anchor_ns_ = SteadyNowNs();
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::CheckRange(const char* what, int64_t offset,
+                                        int64_t bytes) const {
+  if (offset < 0 || bytes < 0 || offset + bytes > arena_bytes_) {
+    return absl::OutOfRangeError(
+        absl::StrCat(name_, ": ", what, " [", offset, ", +", bytes,
+                     ") outside the arena of ", arena_bytes_, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::AllocateArena(int64_t bytes) {
+  if (arena_ != nullptr) {
+    return absl::FailedPreconditionError(name_ + ": arena already allocated");
+  }
+  if (bytes < 0) return absl::InvalidArgumentError("negative arena size");
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  // One allocation for the whole plan: cudaMalloc aligns to 256 bytes, more
+  // than the plan's 64-byte offsets need for coalesced and vector access.
+  const size_t size = static_cast<size_t>(bytes > 0 ? bytes : 256);
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&arena_, size));
+  CUDA_RETURN_IF_ERROR(cudaMemset(arena_, 0, size));
+  arena_bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<char*> CudaDeviceImpl::AllocateScratch(int64_t bytes) {
+  if (capturing_) {
+    return absl::FailedPreconditionError(name_ + ": AllocateScratch in capture");
+  }
+  if (bytes < 0) return absl::InvalidArgumentError("negative scratch size");
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  void* p = nullptr;
+  const size_t size = static_cast<size_t>(bytes > 0 ? bytes : 256);
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&p, size));
+  scratch_.push_back(p);
+  CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, size));
+  return static_cast<char*>(p);
+}
+
+absl::Status CudaDeviceImpl::StagedCopy(void* device_dst, const void* src,
+                                        int64_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  Staging& s = staging_[next_staging_];
+  next_staging_ = (next_staging_ + 1) % kStagingSlots;
+  // Back-pressure only: blocks when the GPU is kStagingSlots uploads behind.
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
+  if (s.capacity < static_cast<size_t>(bytes)) {
+    if (s.host) CUDA_RETURN_IF_ERROR(cudaFreeHost(s.host));
+    s.host = nullptr;
+    s.capacity = 0;
+    // Grow geometrically so the ring settles after the first step.
+    const size_t size = static_cast<size_t>(bytes) * 2;
+    CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.host, size));
+    s.capacity = size;
+  }
+  std::memcpy(s.host, src, static_cast<size_t>(bytes));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_dst, s.host,
+                                       static_cast<size_t>(bytes),
+                                       cudaMemcpyHostToDevice, compute_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done, compute_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::Upload(int64_t offset, const void* src,
+                                    int64_t bytes) {
+  RETURN_IF_ERROR(CheckRange("upload", offset, bytes));
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  if (capturing_) {
+    // The graph copies from a device slot of its own; the data of this
+    // (captured, not yet run) step goes into the slot at EndCapture.
+    InputSlot slot;
+    slot.offset = offset;
+    slot.bytes = bytes;
+    CUDA_RETURN_IF_ERROR(
+        cudaMalloc(&slot.device, static_cast<size_t>(bytes > 0 ? bytes : 1)));
+    slot.pending.assign(static_cast<const char*>(src),
+                        static_cast<const char*>(src) + bytes);
+    input_slots_.push_back(std::move(slot));
+    const InputSlot& s = input_slots_.back();
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(arena_ + offset, s.device,
+                                         static_cast<size_t>(bytes),
+                                         cudaMemcpyDeviceToDevice, compute_));
+    return absl::OkStatus();
+  }
+  if (graph_exec_ != nullptr) {
+    if (next_input_slot_ >= input_slots_.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name_, ": the captured step has ", input_slots_.size(),
+          " uploads and all are filled; call ReplayCapture (or DropCapture "
+          "to run eagerly)"));
+    }
+    const InputSlot& slot = input_slots_[next_input_slot_];
+    if (slot.offset != offset || slot.bytes != bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name_, ": upload ", next_input_slot_, " of the captured step was [",
+          slot.offset, ", +", slot.bytes, "), now [", offset, ", +", bytes,
+          ")"));
+    }
+    ++next_input_slot_;
+    return StagedCopy(slot.device, src, bytes);
+  }
+  return StagedCopy(arena_ + offset, src, bytes);
+}
+
+absl::Status CudaDeviceImpl::Download(int64_t offset, void* dst,
+                                      int64_t bytes) {
+  RETURN_IF_ERROR(CheckRange("download", offset, bytes));
+  if (capturing_) {
+    return absl::FailedPreconditionError(name_ + ": Download in capture");
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, arena_ + offset,
+                                       static_cast<size_t>(bytes),
+                                       cudaMemcpyDeviceToHost, compute_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::EnsureKernelScratch(int64_t floats) {
+  if (floats <= kernel_scratch_floats_) return absl::OkStatus();
+  if (kernel_scratch_) {
+    // Prepare-time only: the old scratch may still be in use by queued work.
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+    CUDA_RETURN_IF_ERROR(cudaFree(kernel_scratch_));
+    kernel_scratch_ = nullptr;
+    kernel_scratch_floats_ = 0;
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaMalloc(&kernel_scratch_, static_cast<size_t>(floats) * 4));
+  kernel_scratch_floats_ = floats;
+  return absl::OkStatus();
+}
+
+void CudaDeviceImpl::ReleaseLtMatmuls() {
+  for (LtMatmul& m : lt_matmuls_) m.Destroy();
+  lt_matmuls_.clear();
+}
+
+// Row-major y[B,out] = x[B,in] w[out,in]^T is, in cuBLAS's column-major
+// view, Y'[out,B] = W'^T X' with W' = w as [in,out] (ld in) and X' = x as
+// [in,B] (ld in): transa = T, transb = N, m = out, n = B, k = in. The bias
+// epilogue adds bias[m] down each column, i.e. b[out] to every row of y.
+absl::Status CudaDeviceImpl::BuildLtMatmul(int64_t rows, int64_t in,
+                                           int64_t out, bool bias, bool relu,
+                                           bool tf32, int* index) {
+  LtMatmul m;
+  auto fail = [&](absl::Status s) {
+    m.Destroy();
+    return s;
+  };
+  auto lt_ok = [&](cublasStatus_t st, const char* what) -> absl::Status {
+    if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+    return fail(cuda::CublasErrorToStatus(st, what, __FILE__, __LINE__));
+  };
+  const cublasComputeType_t compute =
+      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  RETURN_IF_ERROR(lt_ok(cublasLtMatmulDescCreate(&m.desc, compute, CUDA_R_32F),
+                        "cublasLtMatmulDescCreate"));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  RETURN_IF_ERROR(lt_ok(
+      cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                     sizeof(ta)),
+      "TRANSA"));
+  RETURN_IF_ERROR(lt_ok(
+      cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                     sizeof(tb)),
+      "TRANSB"));
+  cublasLtEpilogue_t epilogue =
+      bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+           : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+  RETURN_IF_ERROR(lt_ok(
+      cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                     &epilogue, sizeof(epilogue)),
+      "EPILOGUE"));
+  RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, CUDA_R_32F, in, out, in),
+                        "layout A"));
+  RETURN_IF_ERROR(lt_ok(
+      cublasLtMatrixLayoutCreate(&m.b, CUDA_R_32F, in, rows, in), "layout B"));
+  RETURN_IF_ERROR(lt_ok(
+      cublasLtMatrixLayoutCreate(&m.d, CUDA_R_32F, out, rows, out),
+      "layout D"));
+  cublasLtMatmulPreference_t pref = nullptr;
+  RETURN_IF_ERROR(lt_ok(cublasLtMatmulPreferenceCreate(&pref),
+                        "cublasLtMatmulPreferenceCreate"));
+  size_t ws = kBlasWorkspaceBytes;
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(lt_, m.desc, m.a, m.b, m.d, m.d, pref,
+                                        1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    m.algo = result.algo;
+    m.usable = true;
+  }
+  // No algorithm (or an unsupported epilogue) is not an error: RunLinear
+  // falls back to cublasGemmEx plus the bias kernel.
+  lt_matmuls_.push_back(m);
+  *index = static_cast<int>(lt_matmuls_.size()) - 1;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
+                                  int64_t m, int64_t n, int64_t k,
+                                  const float* a, int64_t lda, const float* b,
+                                  int64_t ldb, float beta, float* c,
+                                  int64_t ldc) {
+  const float alpha = 1.0f;
+  const cublasComputeType_t compute =
+      tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+      blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
+      static_cast<int>(k), &alpha, a, CUDA_R_32F, static_cast<int>(lda), b,
+      CUDA_R_32F, static_cast<int>(ldb), &beta, c, CUDA_R_32F,
+      static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
+  const LtMatmul& m = lt_matmuls_[k.lt];
+  float* d = k.relu_in_gemm ? k.y[1] : k.y[0];
+  if (m.usable) {
+    const float alpha = 1.0f, beta = 0.0f;
+    if (k.x[2] != nullptr) {
+      CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+          m.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k.x[2],
+          sizeof(k.x[2])));
+    }
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
+        lt_, m.desc, &alpha, k.x[1], m.a, k.x[0], m.b, &beta, d, m.d, d, m.d,
+        &m.algo, blas_workspace_, kBlasWorkspaceBytes, compute_));
+  } else {
+    RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, k.x[1],
+                         k.in, k.x[0], k.in, 0.0f, k.y[0], k.out));
+    if (k.x[2] != nullptr) {
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchBiasAdd(k.y[0], k.x[2], k.rows, k.out, compute_));
+    }
+    if (k.relu_in_gemm) {
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchRelu(k.y[0], k.y[1], k.rows * k.out, compute_));
+    }
+  }
+  const int64_t n = k.rows * k.out;
+  switch (k.act) {
+    case Activation::kNone:
+      break;
+    case Activation::kRelu:
+      if (!k.relu_in_gemm) {
+        CUDA_RETURN_IF_ERROR(cuda::LaunchRelu(k.y[0], k.y[1], n, compute_));
+      }
+      break;
+    case Activation::kGelu:
+      CUDA_RETURN_IF_ERROR(cuda::LaunchGelu(k.y[0], k.y[1], n, compute_));
+      break;
+    case Activation::kTanh:
+      CUDA_RETURN_IF_ERROR(cuda::LaunchTanh(k.y[0], k.y[1], n, compute_));
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
+  if (arena_ == nullptr) {
+    return absl::FailedPreconditionError(name_ + ": Prepare before AllocateArena");
+  }
+  if (capturing_ || graph_exec_ != nullptr) {
+    return absl::FailedPreconditionError(name_ + ": Prepare while a capture is held");
+  }
+  if (plan.arena_bytes > arena_bytes_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": plan needs an arena of ", plan.arena_bytes,
+                     " bytes, have ", arena_bytes_));
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  const int num_buffers = static_cast<int>(plan.buffers.size());
+  for (const Buffer& b : plan.buffers) {
+    if (b.offset < 0 || b.offset + b.bytes > arena_bytes_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, ": buffer ", b.name, " outside the arena"));
+    }
+  }
+  // Old matmul descriptors may still be referenced by queued work.
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  ReleaseLtMatmuls();
+  tf32_ = plan.tf32;
+  std::vector<Kernel> kernels(plan.instructions.size());
+  int64_t scratch_floats = 1;
+
+  for (size_t i = 0; i < plan.instructions.size(); ++i) {
+    const Instruction& instr = plan.instructions[i];
+    auto fail = [&](const std::string& why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, ": instruction ", i, " (", instr.op, " \"",
+                       instr.label, "\"): ", why));
+    };
+    if (instr.id != static_cast<int>(i)) return fail("id != its index");
+    const OpInfo* info = nullptr;
+    for (const OpInfo& candidate : kOps) {
+      if (instr.op == candidate.name) info = &candidate;
+    }
+    if (info == nullptr) return fail("unknown op");
+    if (static_cast<int>(instr.inputs.size()) < info->inputs ||
+        static_cast<int>(instr.outputs.size()) < info->outputs) {
+      return fail(absl::StrCat("needs at least ", info->inputs, " inputs and ",
+                               info->outputs, " outputs"));
+    }
+    for (int id : instr.inputs) {
+      if (id < 0 || id >= num_buffers) return fail("input id out of range");
+    }
+    for (int id : instr.outputs) {
+      if (id < 0 || id >= num_buffers) return fail("output id out of range");
+    }
+    Kernel& k = kernels[i];
+    k.op = info->op;
+    if (k.op == Op::kNotCompute) continue;
+    if (instr.stream != Stream::kCompute) return fail("not on compute stream");
+
+    auto in_buf = [&](int j) -> const Buffer& {
+      return plan.buffers[instr.inputs[j]];
+    };
+    auto out_buf = [&](int j) -> const Buffer& {
+      return plan.buffers[instr.outputs[j]];
+    };
+    auto fptr = [&](const Buffer& b) {
+      return reinterpret_cast<float*>(arena_ + b.offset);
+    };
+    for (size_t j = 0; j < instr.inputs.size() && j < 5; ++j) {
+      k.x[j] = fptr(in_buf(j));
+    }
+    for (size_t j = 0; j < instr.outputs.size() && j < 3; ++j) {
+      k.y[j] = fptr(out_buf(j));
+    }
+    auto attr = [&](const char* name, double fallback) {
+      auto it = instr.attrs.find(name);
+      return it == instr.attrs.end() ? fallback : it->second;
+    };
+    k.accumulate = attr("accumulate", 0) != 0;
+
+    switch (k.op) {
+      case Op::kLinear:
+      case Op::kLinearGradInput:
+      case Op::kLinearGradParams: {
+        const Buffer& w =
+            k.op == Op::kLinearGradParams ? out_buf(0) : in_buf(1);
+        if (w.shape.size() != 2) return fail("weight is not [out, in]");
+        k.out = w.shape[0];
+        k.in = w.shape[1];
+        const int64_t per_row = k.op == Op::kLinear ? k.in : k.out;
+        if (per_row == 0 || Elements(in_buf(0)) % per_row != 0) {
+          return fail("batch input does not match the weight");
+        }
+        k.rows = Elements(in_buf(0)) / per_row;
+        if (k.rows > INT32_MAX || k.in > INT32_MAX || k.out > INT32_MAX) {
+          return fail("matrix dimension beyond cuBLAS's int range");
+        }
+        if (k.op == Op::kLinear) {
+          if (Elements(out_buf(0)) != k.rows * k.out) return fail("y size");
+          if (instr.inputs.size() < 3) {
+            k.x[2] = nullptr;
+          } else if (Elements(in_buf(2)) != k.out) {
+            return fail("bias size");
+          }
+        } else if (k.op == Op::kLinearGradInput) {
+          if (Elements(out_buf(0)) != k.rows * k.in) return fail("dx size");
+        } else {
+          if (Elements(in_buf(1)) != k.rows * k.in) return fail("x size");
+          if (instr.outputs.size() < 2) {
+            k.y[1] = nullptr;
+          } else if (Elements(out_buf(1)) != k.out) {
+            return fail("db size");
+          }
+          scratch_floats = std::max(
+              scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.out));
+        }
+        break;
+      }
+      case Op::kRelu:
+      case Op::kGelu:
+      case Op::kTanh:
+      case Op::kReluGrad:
+      case Op::kGeluGrad:
+      case Op::kTanhGrad:
+      case Op::kAdd:
+      case Op::kCopyGrad:
+        k.rows = Elements(in_buf(0));
+        for (int id : instr.inputs) {
+          if (Elements(plan.buffers[id]) != k.rows) return fail("sizes differ");
+        }
+        if (Elements(out_buf(0)) != k.rows) return fail("output size");
+        break;
+      case Op::kLayerNorm:
+      case Op::kLayerNormGradInput:
+      case Op::kLayerNormGradParams: {
+        const Buffer& per_feature = k.op == Op::kLayerNorm ? in_buf(1)
+                                    : k.op == Op::kLayerNormGradInput
+                                        ? in_buf(2)
+                                        : out_buf(0);
+        k.in = Elements(per_feature);
+        if (k.in == 0 || Elements(in_buf(0)) % k.in != 0) {
+          return fail("x is not [B, d]");
+        }
+        k.rows = Elements(in_buf(0)) / k.in;
+        k.scalar = static_cast<float>(attr("eps", 1e-5));
+        if (k.op == Op::kLayerNormGradParams) {
+          scratch_floats = std::max(
+              scratch_floats, 2 * cuda::ColumnSumScratchFloats(k.rows, k.in));
+        }
+        break;
+      }
+      case Op::kCrossEntropy:
+      case Op::kCrossEntropyGrad: {
+        const Buffer& label = in_buf(1);
+        if (label.dtype != DType::kI32) return fail("label is not i32");
+        k.labels = reinterpret_cast<const int32_t*>(arena_ + label.offset);
+        k.rows = Elements(label);
+        if (k.rows == 0 || Elements(in_buf(0)) % k.rows != 0) {
+          return fail("logits are not [B, C]");
+        }
+        k.in = Elements(in_buf(0)) / k.rows;
+        if (k.op == Op::kCrossEntropy) {
+          if (Elements(out_buf(0)) != 1) return fail("loss_sum is not [1]");
+          if (Elements(out_buf(1)) != k.rows * k.in) return fail("probs size");
+          scratch_floats = std::max(scratch_floats, k.rows);
+        } else {
+          if (!instr.attrs.count("scale")) return fail("missing attr scale");
+          k.scalar = static_cast<float>(attr("scale", 0));
+        }
+        break;
+      }
+      case Op::kMse:
+      case Op::kMseGrad: {
+        const Buffer& pred = in_buf(0);
+        if (pred.shape.empty() || pred.shape[0] == 0) return fail("pred shape");
+        k.rows = pred.shape[0];
+        k.in = Elements(pred) / k.rows;
+        if (Elements(in_buf(1)) != Elements(pred)) return fail("target size");
+        if (k.op == Op::kMseGrad) {
+          if (!instr.attrs.count("scale")) return fail("missing attr scale");
+          k.scalar = static_cast<float>(attr("scale", 0));
+        } else {
+          if (Elements(out_buf(0)) != 1) return fail("loss_sum is not [1]");
+          scratch_floats = std::max(scratch_floats, k.rows);
+        }
+        break;
+      }
+      case Op::kAdamW:
+      case Op::kSgd: {
+        const int b = static_cast<int>(attr("bucket", -1));
+        if (b < 0 || b >= static_cast<int>(plan.buckets.size())) {
+          return fail("attr bucket out of range");
+        }
+        const Bucket& bucket = plan.buckets[b];
+        if (bucket.param_span < 0 || bucket.param_span >= num_buffers ||
+            bucket.grad_buffer < 0 || bucket.grad_buffer >= num_buffers) {
+          return fail("bucket has no parameter span or gradient buffer");
+        }
+        const Buffer& params = plan.buffers[bucket.param_span];
+        k.rows = Elements(params);
+        if (bucket.bytes < params.bytes) {
+          return fail("bucket gradient slot smaller than its parameters");
+        }
+        // Deterministic mode leaves the reduced sum in slot 0, which starts
+        // at the bucket's offset: the same pointer either way.
+        k.y[0] = fptr(params);
+        k.x[0] = fptr(plan.buffers[bucket.grad_buffer]);
+        size_t want_state;
+        if (plan.optimizer.kind == "adamw") {
+          k.op = Op::kAdamW;
+          want_state = 2;
+        } else if (plan.optimizer.kind == "sgd") {
+          k.op = Op::kSgd;
+          want_state = plan.optimizer.momentum != 0 ? 1 : 0;
+        } else {
+          return fail("unknown optimizer kind \"" + plan.optimizer.kind + "\"");
+        }
+        if (bucket.state_spans.size() != want_state) {
+          return fail(absl::StrCat("bucket has ", bucket.state_spans.size(),
+                                   " state spans, ", plan.optimizer.kind,
+                                   " needs ", want_state));
+        }
+        for (size_t s = 0; s < want_state; ++s) {
+          const int id = bucket.state_spans[s];
+          if (id < 0 || id >= num_buffers ||
+              Elements(plan.buffers[id]) != k.rows) {
+            return fail("state span does not match the parameter span");
+          }
+          k.state[s] = fptr(plan.buffers[id]);
+        }
+        break;
+      }
+      case Op::kNotCompute:
+      case Op::kFused:
+        break;
+    }
+  }
+
+  // Fuse "y = linear(...); h = act(y)" when nothing can observe y between
+  // the two (adjacent, no events in between), as the CPU backend does. For
+  // ReLU, if no other instruction ever reads y, cublasLt's RELU_BIAS
+  // epilogue writes h directly and y is never materialised; otherwise the
+  // activation kernel follows the GEMM in the same RunKernel call.
+  for (size_t i = 0; i + 1 < kernels.size(); ++i) {
+    Kernel& lin = kernels[i];
+    Kernel& act = kernels[i + 1];
+    const Instruction& a = plan.instructions[i];
+    const Instruction& b = plan.instructions[i + 1];
+    if (lin.op != Op::kLinear || !a.record_events.empty() ||
+        !b.wait_events.empty() || b.inputs.empty() ||
+        b.inputs[0] != a.outputs[0] || b.outputs[0] == a.outputs[0]) {
+      continue;
+    }
+    Activation kind;
+    if (act.op == Op::kRelu) kind = Activation::kRelu;
+    else if (act.op == Op::kGelu) kind = Activation::kGelu;
+    else if (act.op == Op::kTanh) kind = Activation::kTanh;
+    else continue;
+    lin.act = kind;
+    lin.y[1] = act.y[0];
+    act.op = Op::kFused;
+    if (kind == Activation::kRelu) {
+      bool y_read_elsewhere = false;
+      for (const Instruction& other : plan.instructions) {
+        if (other.id == b.id) continue;
+        for (int id : other.inputs) {
+          if (id == a.outputs[0]) y_read_elsewhere = true;
+        }
+      }
+      lin.relu_in_gemm = !y_read_elsewhere;
+    }
+  }
+  for (Kernel& k : kernels) {
+    if (k.op != Op::kLinear) continue;
+    RETURN_IF_ERROR(BuildLtMatmul(k.rows, k.in, k.out, k.x[2] != nullptr,
+                                  k.relu_in_gemm, plan.tf32, &k.lt));
+  }
+  RETURN_IF_ERROR(EnsureKernelScratch(scratch_floats));
+  kernels_ = std::move(kernels);
+  prepared_plan_ = &plan;
+  scalars_valid_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::UploadStepScalars(const Plan& plan,
+                                               const StepState& state) {
+  if (scalars_valid_ && scalars_state_.step == state.step &&
+      scalars_state_.lr == state.lr) {
+    return absl::OkStatus();
+  }
+  // Bias corrections in double, as torch computes them in Python floats.
+  const OptimizerConfig& o = plan.optimizer;
+  const double t = static_cast<double>(state.step);
+  OptimizerStepScalars s;
+  s.lr = static_cast<float>(state.lr);
+  s.bias_correction1 = static_cast<float>(1.0 - std::pow(o.beta1, t));
+  s.bias_correction2_sqrt =
+      static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, t)));
+  s.first_step = state.step <= 1 ? 1 : 0;
+  RETURN_IF_ERROR(StagedCopy(device_scalars_, &s, sizeof(s)));
+  scalars_valid_ = true;
+  scalars_state_ = state;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
+                                       const Instruction& instr,
+                                       const StepState& step) {
+  if (&plan != prepared_plan_ || instr.id < 0 ||
+      instr.id >= static_cast<int>(kernels_.size())) {
+    return absl::FailedPreconditionError(
+        name_ + ": RunKernel for a plan that was not Prepare()d");
+  }
+  if (!sticky_.ok()) return sticky_;
+  const Kernel& k = kernels_[instr.id];
+  cudaStream_t s = compute_;
+  cudaError_t err = cudaSuccess;
+  switch (k.op) {
+    case Op::kNotCompute:
+      return absl::InvalidArgumentError(name_ + ": " + instr.op +
+                                        " is not a compute kernel");
+    case Op::kFused:
+      break;
+    case Op::kLinear: {
+      absl::Status status = RunLinear(k);
+      if (!status.ok()) return Fail(status);
+      break;
+    }
+    case Op::kLinearGradInput: {
+      // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B].
+      absl::Status status =
+          Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.in, k.rows, k.out, k.x[1], k.in,
+               k.x[0], k.out, k.accumulate ? 1.0f : 0.0f, k.y[0], k.in);
+      if (!status.ok()) return Fail(status);
+      break;
+    }
+    case Op::kLinearGradParams: {
+      // dw[out,in] = dy^T x: DW'[in,out] = X'[in,B] DY'[out,B]^T.
+      absl::Status status =
+          Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k.in, k.out, k.rows, k.x[1], k.in,
+               k.x[0], k.out, k.accumulate ? 1.0f : 0.0f, k.y[0], k.in);
+      if (!status.ok()) return Fail(status);
+      if (k.y[1] != nullptr) {
+        err = cuda::LaunchColumnSum(k.x[0], k.rows, k.out, k.y[1],
+                                    k.accumulate, kernel_scratch_, s);
+      }
+      break;
+    }
+    case Op::kRelu:
+      err = cuda::LaunchRelu(k.x[0], k.y[0], k.rows, s);
+      break;
+    case Op::kReluGrad:
+      err = cuda::LaunchReluGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
+                                 s);
+      break;
+    case Op::kGelu:
+      err = cuda::LaunchGelu(k.x[0], k.y[0], k.rows, s);
+      break;
+    case Op::kGeluGrad:
+      err = cuda::LaunchGeluGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
+                                 s);
+      break;
+    case Op::kTanh:
+      err = cuda::LaunchTanh(k.x[0], k.y[0], k.rows, s);
+      break;
+    case Op::kTanhGrad:
+      err = cuda::LaunchTanhGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
+                                 s);
+      break;
+    case Op::kLayerNorm:
+      err = cuda::LaunchLayerNorm(k.x[0], k.x[1], k.x[2], k.y[0], k.y[1],
+                                  k.y[2], k.rows, k.in, k.scalar, s);
+      break;
+    case Op::kLayerNormGradInput:
+      err = cuda::LaunchLayerNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3],
+                                           k.x[4], k.y[0], k.rows, k.in,
+                                           k.accumulate, s);
+      break;
+    case Op::kLayerNormGradParams:
+      err = cuda::LaunchLayerNormGradParams(k.x[0], k.x[1], k.x[2], k.x[3],
+                                            k.y[0], k.y[1], k.rows, k.in,
+                                            k.accumulate, kernel_scratch_, s);
+      break;
+    case Op::kAdd:
+      err = cuda::LaunchAdd(k.x[0], k.x[1], k.y[0], k.rows, s);
+      break;
+    case Op::kCopyGrad:
+      err = cuda::LaunchCopyGrad(k.x[0], k.y[0], k.rows, k.accumulate, s);
+      break;
+    case Op::kCrossEntropy:
+      err = cuda::LaunchCrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0],
+                                     k.y[1], kernel_scratch_, device_error_,
+                                     s);
+      break;
+    case Op::kCrossEntropyGrad:
+      err = cuda::LaunchCrossEntropyGrad(k.x[0], k.labels, k.rows, k.in,
+                                         k.scalar, k.y[0], k.accumulate,
+                                         device_error_, s);
+      break;
+    case Op::kMse:
+      err = cuda::LaunchMse(k.x[0], k.x[1], k.rows, k.in, k.y[0],
+                            kernel_scratch_, s);
+      break;
+    case Op::kMseGrad:
+      err = cuda::LaunchMseGrad(k.x[0], k.x[1], k.rows, k.in, k.scalar,
+                                k.y[0], k.accumulate, s);
+      break;
+    case Op::kAdamW:
+    case Op::kSgd: {
+      // In a capture the scalars are uploaded by ReplayCapture instead, so
+      // every replay sees its own step's learning rate.
+      if (!capturing_) {
+        absl::Status status = UploadStepScalars(plan, step);
+        if (!status.ok()) return Fail(status);
+      }
+      const OptimizerConfig& o = plan.optimizer;
+      if (k.op == Op::kAdamW) {
+        err = cuda::LaunchAdamW(k.y[0], k.x[0], k.state[0], k.state[1], k.rows,
+                                device_scalars_, static_cast<float>(o.beta1),
+                                static_cast<float>(o.beta2),
+                                static_cast<float>(o.eps),
+                                static_cast<float>(o.weight_decay), s);
+      } else {
+        err = cuda::LaunchSgd(k.y[0], k.x[0], k.state[0], k.rows,
+                              device_scalars_, static_cast<float>(o.momentum),
+                              static_cast<float>(o.weight_decay), o.nesterov,
+                              s);
+      }
+      break;
+    }
+  }
+  if (err != cudaSuccess) {
+    return Fail(cuda::CudaErrorToStatus(err, instr.op.c_str(), __FILE__,
+                                        __LINE__));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::OrderedSum(Stream stream, const float* src,
+                                        int64_t n, int64_t count, float* dst) {
+  const cudaError_t err =
+      cuda::LaunchOrderedSum(src, n, count, dst, StreamOf(stream));
+  if (err != cudaSuccess) {
+    return Fail(cuda::CudaErrorToStatus(err, "OrderedSum", __FILE__, __LINE__));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::Submit(Stream /*stream*/,
+                                    std::function<absl::Status()> work) {
+  if (!sticky_.ok()) return sticky_;
+  // The work enqueues on NativeStream(stream) itself (e.g. an NCCL call):
+  // running it now, in program order, is what orders it on that stream.
+  absl::Status status = work();
+  if (!status.ok()) return Fail(status);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<cudaEvent_t> CudaDeviceImpl::TimingEvent() {
+  if (!timing_pool_.empty()) {
+    cudaEvent_t e = timing_pool_.back();
+    timing_pool_.pop_back();
+    return e;
+  }
+  cudaEvent_t e;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));  // with timing
+  return e;
+}
+
+absl::Status CudaDeviceImpl::SubmitTimed(Stream stream,
+                                         std::function<absl::Status()> work,
+                                         TimedCallback on_timed) {
+  // A graph is replayed as one unit: no per-instruction times inside it.
+  if (capturing_) return Submit(stream, std::move(work));
+  ASSIGN_OR_RETURN(cudaEvent_t begin, TimingEvent());
+  ASSIGN_OR_RETURN(cudaEvent_t end, TimingEvent());
+  timed_.push_back({begin, end, std::move(on_timed)});
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(begin, StreamOf(stream)));
+  RETURN_IF_ERROR(Submit(stream, std::move(work)));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(end, StreamOf(stream)));
+  return absl::OkStatus();
+}
+
+// Device times are offsets from anchor_, an event the host saw complete at
+// anchor_ns_ (steady clock); the anchor is renewed at every Synchronize so
+// clock drift never accumulates beyond one step.
+absl::Status CudaDeviceImpl::ResolveTimings() {
+  for (TimedWork& t : timed_) {
+    float begin_ms = 0, end_ms = 0;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&begin_ms, anchor_, t.begin));
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&end_ms, anchor_, t.end));
+    t.on_timed(anchor_ns_ + static_cast<int64_t>(begin_ms * 1e6),
+               anchor_ns_ + static_cast<int64_t>(end_ms * 1e6));
+    timing_pool_.push_back(t.begin);
+    timing_pool_.push_back(t.end);
+  }
+  const bool renew = !timed_.empty();
+  timed_.clear();
+  if (renew) {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(anchor_, compute_));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(anchor_));
+    anchor_ns_ = SteadyNowNs();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::RecordEvent(Stream stream, int event) {
+  if (event < 0 || event >= static_cast<int>(events_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": event ", event, " out of range (ResetEvents(",
+        events_.size(), "))"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[event], StreamOf(stream)));
+  recorded_[event] = 1;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::WaitEvent(Stream stream, int event) {
+  if (event < 0 || event >= static_cast<int>(events_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": event ", event, " out of range (ResetEvents(",
+        events_.size(), "))"));
+  }
+  // CUDA treats a wait on a never-recorded event as satisfied, and on a
+  // re-recorded one as a wait for its latest record. The plan's "a wait is
+  // satisfied only by this step's record" therefore needs the record to be
+  // issued first; say so instead of silently racing.
+  if (!recorded_[event]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": WaitEvent(", event,
+        ") before its RecordEvent in this step (the host must issue a record "
+        "before any wait on it)"));
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamWaitEvent(StreamOf(stream), events_[event], 0));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::ResetEvents(int num_events) {
+  if (num_events < 0) return absl::InvalidArgumentError("negative events");
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  while (static_cast<int>(events_.size()) < num_events) {
+    cudaEvent_t e;
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+  }
+  recorded_.assign(events_.size(), 0);
+  return sticky_;
+}
+
+absl::Status CudaDeviceImpl::Synchronize() {
+  if (capturing_) {
+    return absl::FailedPreconditionError(name_ + ": Synchronize in capture");
+  }
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(comm_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  int error_bits = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(&error_bits, device_error_, sizeof(int),
+                                  cudaMemcpyDeviceToHost));
+  if (error_bits != 0) {
+    CUDA_RETURN_IF_ERROR(cudaMemset(device_error_, 0, sizeof(int)));
+    if (error_bits & cuda::kErrorLabelOutOfRange) {
+      (void)Fail(absl::InvalidArgumentError(
+          name_ + ": cross_entropy: a label is outside [0, classes)"));
+    }
+  }
+  RETURN_IF_ERROR(ResolveTimings());
+  return sticky_;
+}
+
+absl::Status CudaDeviceImpl::BeginCapture() {
+  if (prepared_plan_ == nullptr) {
+    return absl::FailedPreconditionError(name_ + ": BeginCapture before Prepare");
+  }
+  if (capturing_ || graph_exec_ != nullptr) {
+    return absl::FailedPreconditionError(name_ + ": a capture is already held");
+  }
+  RETURN_IF_ERROR(Synchronize());
+  // Relaxed: Upload allocates its input slots while capturing.
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamBeginCapture(compute_, cudaStreamCaptureModeRelaxed));
+  capturing_ = true;
+  input_slots_.clear();
+  next_input_slot_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::EndCapture() {
+  if (!capturing_) {
+    return absl::FailedPreconditionError(name_ + ": EndCapture without Begin");
+  }
+  capturing_ = false;
+  // The comm stream joined the capture through an event wait; it must join
+  // back into the origin stream before the capture can end.
+  cudaStreamCaptureStatus comm_status = cudaStreamCaptureStatusNone;
+  CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(comm_, &comm_status));
+  if (comm_status == cudaStreamCaptureStatusActive) {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(join_event_, comm_));
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_, join_event_, 0));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(compute_, &graph_));
+  CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+  CUDA_RETURN_IF_ERROR(cudaGraphUpload(graph_exec_, compute_));
+  // The captured step has not run: its inputs go into the slots now, and
+  // its first ReplayCapture consumes them.
+  for (InputSlot& slot : input_slots_) {
+    RETURN_IF_ERROR(StagedCopy(slot.device, slot.pending.data(), slot.bytes));
+    slot.pending.clear();
+    slot.pending.shrink_to_fit();
+  }
+  next_input_slot_ = input_slots_.size();
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::ReplayCapture(const StepState& state) {
+  if (graph_exec_ == nullptr) {
+    return absl::FailedPreconditionError(name_ + ": no captured step");
+  }
+  if (next_input_slot_ != input_slots_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": the captured step needs ", input_slots_.size(),
+        " uploads before each replay, got ", next_input_slot_));
+  }
+  if (!sticky_.ok()) return sticky_;
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  RETURN_IF_ERROR(UploadStepScalars(*prepared_plan_, state));
+  CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_exec_, compute_));
+  next_input_slot_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::DropCapture() {
+  if (capturing_) {
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(compute_, &partial);  // abandon, best effort
+    if (partial) cudaGraphDestroy(partial);
+    capturing_ = false;
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  if (graph_exec_) CUDA_RETURN_IF_ERROR(cudaGraphExecDestroy(graph_exec_));
+  if (graph_) CUDA_RETURN_IF_ERROR(cudaGraphDestroy(graph_));
+  graph_exec_ = nullptr;
+  graph_ = nullptr;
+  for (InputSlot& slot : input_slots_) CUDA_RETURN_IF_ERROR(cudaFree(slot.device));
+  input_slots_.clear();
+  next_input_slot_ = 0;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    // No driver / no GPU: not an error for a caller choosing a backend.
+    // Clear the sticky runtime error so later calls start clean.
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int local_rank) {
+  const int count = CudaDeviceCount();
+  if (count == 0) {
+    return absl::UnavailableError(
+        "cuda: no CUDA GPU visible (no driver, no device, or "
+        "CUDA_VISIBLE_DEVICES is empty)");
+  }
+  if (local_rank < 0 || local_rank >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda: local rank ", local_rank, " but only ", count, " GPU(s)"));
+  }
+  auto device = std::make_unique<CudaDeviceImpl>(local_rank);
+  RETURN_IF_ERROR(device->Init());
+  return std::unique_ptr<Device>(std::move(device));
+}
+
+}  // namespace trainc

@@ -1,0 +1,15 @@
+// Built instead of cuda_device.cc when Bazel found no CUDA toolkit: the
+// factory exists, so every tool links, and says why there is no GPU.
+#include "runtime/cuda/cuda_device.h"
+
+namespace trainc {
+
+int CudaDeviceCount() { return 0; }
+
+absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int /*local_rank*/) {
+  return absl::UnavailableError(
+      "cuda: trainc was built without the CUDA toolkit (no nvcc, cuBLAS or "
+      "NCCL found at build time); rebuild on a machine that has them");
+}
+
+}  // namespace trainc

@@ -1,0 +1,538 @@
+// CudaDevice vs CpuDevice (the reference semantics), op by op, on random
+// inputs: each test builds a one- or two-instruction Plan, runs it on both
+// devices from identical arenas and compares every output buffer.
+//
+// Without a GPU every GPU test SKIPs with the reason; the factory tests
+// still run (they check the no-GPU path itself).
+#include "runtime/cuda/cuda_device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/plan/plan.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/cpu_device.h"
+
+namespace trainc {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                               \
+  do {                                                                   \
+    if (CudaDeviceCount() == 0) {                                        \
+      GTEST_SKIP() << "no CUDA GPU: CudaDeviceCount() == 0 (no driver " \
+                      "or device on this machine)";                      \
+    }                                                                    \
+  } while (0)
+
+constexpr double kFp32Tol = 1e-5;
+constexpr double kTf32Tol = 1e-3;
+
+// A plan under construction: buffers packed at 64-byte offsets.
+struct PlanBuilder {
+  Plan plan;
+  int64_t next = 0;
+
+  int Add(const std::string& name, std::vector<int64_t> shape,
+          DType dtype = DType::kF32,
+          BufferKind kind = BufferKind::kActivation) {
+    Buffer b;
+    b.id = static_cast<int>(plan.buffers.size());
+    b.name = name;
+    b.kind = kind;
+    b.dtype = dtype;
+    b.shape = std::move(shape);
+    int64_t n = 1;
+    for (int64_t d : b.shape) n *= d;
+    b.bytes = n * 4;
+    b.offset = next;
+    next += (b.bytes + 63) / 64 * 64;
+    plan.buffers.push_back(b);
+    plan.arena_bytes = next;
+    return b.id;
+  }
+
+  void Instr(const std::string& op, std::vector<int> in, std::vector<int> out,
+             std::map<std::string, double> attrs = {}) {
+    Instruction i;
+    i.id = static_cast<int>(plan.instructions.size());
+    i.op = op;
+    i.inputs = std::move(in);
+    i.outputs = std::move(out);
+    i.attrs = std::move(attrs);
+    i.label = op;
+    plan.instructions.push_back(i);
+  }
+};
+
+// Random arena contents: floats in [-1, 1], i32 labels in [0, classes).
+std::vector<char> RandomArena(const Plan& plan, int classes, uint32_t seed) {
+  std::vector<char> arena(plan.arena_bytes, 0);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> label(0, std::max(classes, 1) - 1);
+  for (const Buffer& b : plan.buffers) {
+    for (int64_t i = 0; i < b.bytes / 4; ++i) {
+      char* p = arena.data() + b.offset + 4 * i;
+      if (b.dtype == DType::kI32) {
+        int32_t v = label(rng);
+        std::memcpy(p, &v, 4);
+      } else {
+        float v = uni(rng);
+        // Adam's second moment must be non-negative.
+        if (b.kind == BufferKind::kStateSpan) v = std::fabs(v);
+        std::memcpy(p, &v, 4);
+      }
+    }
+  }
+  return arena;
+}
+
+absl::Status RunOn(Device& device, const Plan& plan,
+                   const std::vector<char>& init, const StepState& state,
+                   int steps, std::vector<char>* result) {
+  absl::Status s = device.AllocateArena(plan.arena_bytes);
+  if (!s.ok()) return s;
+  if (!(s = device.Upload(0, init.data(), plan.arena_bytes)).ok()) return s;
+  if (!(s = device.Prepare(plan)).ok()) return s;
+  for (int step = 0; step < steps; ++step) {
+    StepState st = state;
+    st.step = state.step + step;
+    if (!(s = device.ResetEvents(plan.num_events)).ok()) return s;
+    for (const Instruction& instr : plan.instructions) {
+      if (!(s = device.RunKernel(plan, instr, st)).ok()) return s;
+    }
+    if (!(s = device.Synchronize()).ok()) return s;
+  }
+  result->assign(plan.arena_bytes, 0);
+  return device.Download(0, result->data(), plan.arena_bytes);
+}
+
+// max |gpu - cpu| / max(max |cpu|, 1e-30) over one buffer.
+double RelErr(const Plan& plan, int id, const std::vector<char>& gpu,
+              const std::vector<char>& cpu) {
+  const Buffer& b = plan.buffers[id];
+  const float* g = reinterpret_cast<const float*>(gpu.data() + b.offset);
+  const float* c = reinterpret_cast<const float*>(cpu.data() + b.offset);
+  double diff = 0, scale = 1e-30;
+  for (int64_t i = 0; i < b.bytes / 4; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(g[i]) - c[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(c[i])));
+  }
+  return diff / scale;
+}
+
+// Runs `plan` on both devices and checks every output of every instruction.
+void ExpectMatchesCpu(const Plan& plan, double tol, int classes = 0,
+                      StepState state = {}, int steps = 1) {
+  const std::vector<char> init = RandomArena(plan, classes, 1234);
+  CpuDevice cpu;
+  std::vector<char> want, got;
+  ASSERT_TRUE(RunOn(cpu, plan, init, state, steps, &want).ok());
+  auto cuda = CreateCudaDevice(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  absl::Status s = RunOn(**cuda, plan, init, state, steps, &got);
+  ASSERT_TRUE(s.ok()) << s;
+  for (const Instruction& instr : plan.instructions) {
+    for (int id : instr.outputs) {
+      EXPECT_LE(RelErr(plan, id, got, want), tol)
+          << instr.op << " output " << plan.buffers[id].name;
+    }
+  }
+}
+
+constexpr int64_t B = 48, IN = 96, OUT = 40;
+
+TEST(CudaDeviceFactoryTest, CountNeverCrashes) {
+  EXPECT_GE(CudaDeviceCount(), 0);
+}
+
+TEST(CudaDeviceFactoryTest, UnavailableWithoutGpu) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is present";
+  auto device = CreateCudaDevice(0);
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kUnavailable);
+}
+
+Plan LinearPlan(bool tf32, bool bias) {
+  PlanBuilder p;
+  p.plan.tf32 = tf32;
+  int x = p.Add("x", {B, IN});
+  int w = p.Add("w", {OUT, IN}, DType::kF32, BufferKind::kParameter);
+  int b = p.Add("b", {OUT}, DType::kF32, BufferKind::kParameter);
+  int y = p.Add("y", {B, OUT});
+  if (bias) p.Instr("linear", {x, w, b}, {y});
+  else p.Instr("linear", {x, w}, {y});
+  return p.plan;
+}
+
+TEST(CudaDeviceTest, Linear) {
+  SKIP_WITHOUT_GPU();
+  ExpectMatchesCpu(LinearPlan(false, true), kFp32Tol);
+  ExpectMatchesCpu(LinearPlan(false, false), kFp32Tol);
+}
+
+TEST(CudaDeviceTest, LinearTf32) {
+  SKIP_WITHOUT_GPU();
+  ExpectMatchesCpu(LinearPlan(true, true), kTf32Tol);
+}
+
+// linear followed by each activation: the fused paths (ReLU in the cublasLt
+// epilogue when y is dead; activation kernel after the GEMM otherwise).
+TEST(CudaDeviceTest, LinearActivationFusion) {
+  SKIP_WITHOUT_GPU();
+  for (const char* act : {"relu", "gelu", "tanh"}) {
+    for (bool y_read_later : {false, true}) {
+      PlanBuilder p;
+      int x = p.Add("x", {B, IN});
+      int w = p.Add("w", {OUT, IN});
+      int b = p.Add("b", {OUT});
+      int y = p.Add("y", {B, OUT});
+      int h = p.Add("h", {B, OUT});
+      int z = p.Add("z", {B, OUT});
+      p.Instr("linear", {x, w, b}, {y});
+      p.Instr(act, {y}, {h});
+      if (y_read_later) p.Instr("add", {y, h}, {z});
+      SCOPED_TRACE(absl::StrCat(act, y_read_later ? " (y read later)" : ""));
+      // y is only compared when the plan reads it; a dead y may be skipped.
+      if (y_read_later) {
+        ExpectMatchesCpu(p.plan, kFp32Tol);
+      } else {
+        const std::vector<char> init = RandomArena(p.plan, 0, 7);
+        CpuDevice cpu;
+        std::vector<char> want, got;
+        ASSERT_TRUE(RunOn(cpu, p.plan, init, {}, 1, &want).ok());
+        auto cuda = CreateCudaDevice(0);
+        ASSERT_TRUE(cuda.ok()) << cuda.status();
+        ASSERT_TRUE(RunOn(**cuda, p.plan, init, {}, 1, &got).ok());
+        EXPECT_LE(RelErr(p.plan, h, got, want), kFp32Tol);
+      }
+    }
+  }
+}
+
+TEST(CudaDeviceTest, LinearGrads) {
+  SKIP_WITHOUT_GPU();
+  for (double acc : {0.0, 1.0}) {
+    PlanBuilder p;
+    int dy = p.Add("dy", {B, OUT});
+    int x = p.Add("x", {B, IN});
+    int w = p.Add("w", {OUT, IN});
+    int dx = p.Add("dx", {B, IN});
+    int dw = p.Add("dw", {OUT, IN});
+    int db = p.Add("db", {OUT});
+    p.Instr("linear_grad_input", {dy, w}, {dx}, {{"accumulate", acc}});
+    p.Instr("linear_grad_params", {dy, x}, {dw, db}, {{"accumulate", acc}});
+    ExpectMatchesCpu(p.plan, kFp32Tol);
+  }
+}
+
+// Bias gradient over more rows than one reduction chunk (two-pass sum).
+TEST(CudaDeviceTest, LinearGradParamsManyRows) {
+  SKIP_WITHOUT_GPU();
+  PlanBuilder p;
+  int dy = p.Add("dy", {1000, 33});
+  int x = p.Add("x", {1000, 17});
+  int dw = p.Add("dw", {33, 17});
+  int db = p.Add("db", {33});
+  p.Instr("linear_grad_params", {dy, x}, {dw, db}, {{"accumulate", 1}});
+  ExpectMatchesCpu(p.plan, kFp32Tol);
+}
+
+TEST(CudaDeviceTest, Activations) {
+  SKIP_WITHOUT_GPU();
+  for (const char* op : {"relu", "gelu", "tanh"}) {
+    for (double acc : {0.0, 1.0}) {
+      PlanBuilder p;
+      int x = p.Add("x", {B, OUT});
+      int y = p.Add("y", {B, OUT});
+      int dy = p.Add("dy", {B, OUT});
+      int dx = p.Add("dx", {B, OUT});
+      p.Instr(op, {x}, {y});
+      // relu/tanh grads take the output, gelu's the input (plan.h).
+      int saved = std::string(op) == "gelu" ? x : y;
+      p.Instr(absl::StrCat(op, "_grad"), {dy, saved}, {dx},
+              {{"accumulate", acc}});
+      SCOPED_TRACE(op);
+      ExpectMatchesCpu(p.plan, kFp32Tol);
+    }
+  }
+}
+
+TEST(CudaDeviceTest, AddAndCopyGrad) {
+  SKIP_WITHOUT_GPU();
+  for (double acc : {0.0, 1.0}) {
+    PlanBuilder p;
+    int a = p.Add("a", {B, OUT});
+    int b = p.Add("b", {B, OUT});
+    int y = p.Add("y", {B, OUT});
+    int dx = p.Add("dx", {B, OUT});
+    p.Instr("add", {a, b}, {y});
+    p.Instr("copy_grad", {a}, {dx}, {{"accumulate", acc}});
+    ExpectMatchesCpu(p.plan, kFp32Tol);
+  }
+}
+
+TEST(CudaDeviceTest, LayerNorm) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t d : {7, 64, 300}) {
+    for (double acc : {0.0, 1.0}) {
+      PlanBuilder p;
+      const int64_t rows = 300;  // > one column-reduction chunk
+      int x = p.Add("x", {rows, d});
+      int gamma = p.Add("gamma", {d});
+      int beta = p.Add("beta", {d});
+      int y = p.Add("y", {rows, d});
+      int mean = p.Add("mean", {rows});
+      int rstd = p.Add("rstd", {rows});
+      int dy = p.Add("dy", {rows, d});
+      int dx = p.Add("dx", {rows, d});
+      int dgamma = p.Add("dgamma", {d});
+      int dbeta = p.Add("dbeta", {d});
+      p.Instr("layernorm", {x, gamma, beta}, {y, mean, rstd}, {{"eps", 1e-5}});
+      p.Instr("layernorm_grad_input", {dy, x, gamma, mean, rstd}, {dx},
+              {{"accumulate", acc}});
+      p.Instr("layernorm_grad_params", {dy, x, mean, rstd}, {dgamma, dbeta},
+              {{"accumulate", acc}});
+      SCOPED_TRACE(absl::StrCat("d=", d, " acc=", acc));
+      ExpectMatchesCpu(p.plan, kFp32Tol);
+    }
+  }
+}
+
+TEST(CudaDeviceTest, CrossEntropy) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t classes : {10, 1000}) {
+    PlanBuilder p;
+    int logits = p.Add("logits", {B, classes});
+    int label = p.Add("label", {B}, DType::kI32, BufferKind::kLabel);
+    int loss = p.Add("loss", {1}, DType::kF32, BufferKind::kLoss);
+    int probs = p.Add("probs", {B, classes});
+    int dlogits = p.Add("dlogits", {B, classes});
+    p.Instr("cross_entropy", {logits, label}, {loss, probs});
+    p.Instr("cross_entropy_grad", {probs, label}, {dlogits},
+            {{"scale", 1.0 / 256}, {"accumulate", 1}});
+    SCOPED_TRACE(classes);
+    ExpectMatchesCpu(p.plan, kFp32Tol, static_cast<int>(classes));
+  }
+}
+
+TEST(CudaDeviceTest, CrossEntropyBadLabelFailsAtSynchronize) {
+  SKIP_WITHOUT_GPU();
+  PlanBuilder p;
+  int logits = p.Add("logits", {4, 3});
+  int label = p.Add("label", {4}, DType::kI32, BufferKind::kLabel);
+  int loss = p.Add("loss", {1});
+  int probs = p.Add("probs", {4, 3});
+  p.Instr("cross_entropy", {logits, label}, {loss, probs});
+  auto cuda = CreateCudaDevice(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  Device& d = **cuda;
+  ASSERT_TRUE(d.AllocateArena(p.plan.arena_bytes).ok());
+  ASSERT_TRUE(d.Prepare(p.plan).ok());
+  const int32_t labels[4] = {0, 1, 3, 2};  // 3 is outside [0, 3)
+  ASSERT_TRUE(d.Upload(p.plan.buffers[label].offset, labels, 16).ok());
+  ASSERT_TRUE(d.RunKernel(p.plan, p.plan.instructions[0], {}).ok());
+  absl::Status s = d.Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+TEST(CudaDeviceTest, Mse) {
+  SKIP_WITHOUT_GPU();
+  PlanBuilder p;
+  int pred = p.Add("pred", {B, 5});
+  int target = p.Add("target", {B, 5});
+  int loss = p.Add("loss", {1});
+  int dpred = p.Add("dpred", {B, 5});
+  p.Instr("mse", {pred, target}, {loss});
+  p.Instr("mse_grad", {pred, target}, {dpred}, {{"scale", 1.0 / 64}});
+  ExpectMatchesCpu(p.plan, kFp32Tol);
+}
+
+// One bucket of 1000 parameters, stepped three times (bias corrections and
+// the SGD momentum buffer's first step).
+Plan OptimizerPlan(const OptimizerConfig& config) {
+  PlanBuilder p;
+  p.plan.optimizer = config;
+  Bucket bucket;
+  bucket.param_span = p.Add("params", {1000}, DType::kF32,
+                            BufferKind::kParameterSpan);
+  bucket.grad_buffer = p.Add("grads", {1000}, DType::kF32, BufferKind::kBucket);
+  bucket.bytes = 4000;
+  const int states = config.kind == "adamw" ? 2 : config.momentum != 0 ? 1 : 0;
+  for (int s = 0; s < states; ++s) {
+    bucket.state_spans.push_back(p.Add(absl::StrCat("state", s), {1000},
+                                       DType::kF32,
+                                       BufferKind::kStateSpan));
+  }
+  p.plan.buckets.push_back(bucket);
+  std::vector<int> outs = {bucket.param_span};
+  for (int s : bucket.state_spans) outs.push_back(s);
+  p.Instr("optimizer", {bucket.param_span, bucket.grad_buffer}, outs,
+          {{"bucket", 0}});
+  return p.plan;
+}
+
+TEST(CudaDeviceTest, AdamW) {
+  SKIP_WITHOUT_GPU();
+  OptimizerConfig o;
+  o.kind = "adamw";
+  o.lr = 1e-3;
+  o.beta1 = 0.9;
+  o.beta2 = 0.999;
+  o.eps = 1e-8;
+  o.weight_decay = 0.01;
+  Plan plan = OptimizerPlan(o);
+  // State starts random (not zero) so m and v are exercised from step 1.
+  StepState state{1, 1e-3};
+  ExpectMatchesCpu(plan, kFp32Tol, 0, state, 3);
+}
+
+TEST(CudaDeviceTest, Sgd) {
+  SKIP_WITHOUT_GPU();
+  for (bool nesterov : {false, true}) {
+    for (double momentum : {0.0, 0.9}) {
+      if (nesterov && momentum == 0) continue;
+      OptimizerConfig o;
+      o.kind = "sgd";
+      o.momentum = momentum;
+      o.weight_decay = 0.01;
+      o.nesterov = nesterov;
+      SCOPED_TRACE(absl::StrCat("momentum ", momentum, " nesterov ", nesterov));
+      ExpectMatchesCpu(OptimizerPlan(o), kFp32Tol, 0, StepState{1, 0.05}, 3);
+    }
+  }
+}
+
+TEST(CudaDeviceTest, OrderedSumIsBitExact) {
+  SKIP_WITHOUT_GPU();
+  const int64_t slots = 5, count = 3001;
+  std::vector<float> host(slots * count);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uni(-1, 1);
+  for (float& v : host) v = uni(rng);
+  std::vector<float> want(count);
+  for (int64_t i = 0; i < count; ++i) {
+    float s = host[i];
+    for (int64_t k = 1; k < slots; ++k) s += host[k * count + i];
+    want[i] = s;
+  }
+  auto cuda = CreateCudaDevice(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  Device& d = **cuda;
+  ASSERT_TRUE(d.AllocateArena(host.size() * 4).ok());
+  ASSERT_TRUE(d.Upload(0, host.data(), host.size() * 4).ok());
+  float* base = reinterpret_cast<float*>(d.arena());
+  ASSERT_TRUE(d.OrderedSum(Stream::kComm, base, slots, count, base).ok());
+  ASSERT_TRUE(d.Synchronize().ok());
+  std::vector<float> got(count);
+  ASSERT_TRUE(d.Download(0, got.data(), count * 4).ok());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), count * 4));
+}
+
+// Events order the two streams: a comm-stream sum waits for a compute-stream
+// upload, and Download (compute) waits for the sum.
+TEST(CudaDeviceTest, EventsOrderStreams) {
+  SKIP_WITHOUT_GPU();
+  auto cuda = CreateCudaDevice(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  Device& d = **cuda;
+  const int64_t n = 1 << 20;
+  ASSERT_TRUE(d.AllocateArena(2 * n * 4).ok());
+  ASSERT_TRUE(d.ResetEvents(2).ok());
+  std::vector<float> ones(2 * n, 1.0f);
+  ASSERT_TRUE(d.Upload(0, ones.data(), 2 * n * 4).ok());
+  ASSERT_TRUE(d.RecordEvent(Stream::kCompute, 0).ok());
+  ASSERT_TRUE(d.WaitEvent(Stream::kComm, 0).ok());
+  float* base = reinterpret_cast<float*>(d.arena());
+  ASSERT_TRUE(d.OrderedSum(Stream::kComm, base, 2, n, base).ok());
+  ASSERT_TRUE(d.RecordEvent(Stream::kComm, 1).ok());
+  ASSERT_TRUE(d.WaitEvent(Stream::kCompute, 1).ok());
+  std::vector<float> got(n);
+  ASSERT_TRUE(d.Download(0, got.data(), n * 4).ok());
+  EXPECT_EQ(got[0], 2.0f);
+  EXPECT_EQ(got[n - 1], 2.0f);
+  // A wait before its record is a usage error, not a silent race.
+  ASSERT_TRUE(d.ResetEvents(2).ok());
+  EXPECT_FALSE(d.WaitEvent(Stream::kCompute, 0).ok());
+}
+
+// A captured step replayed with new inputs and a new step number matches
+// eager execution of the same steps.
+TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
+  SKIP_WITHOUT_GPU();
+  PlanBuilder p;
+  OptimizerConfig o;
+  o.kind = "sgd";
+  o.momentum = 0.9;
+  p.plan.optimizer = o;
+  int x = p.Add("x", {B, IN}, DType::kF32, BufferKind::kInput);
+  Bucket bucket;
+  bucket.param_span = p.Add("w", {OUT, IN}, DType::kF32,
+                            BufferKind::kParameterSpan);
+  bucket.grad_buffer = p.Add("dw", {OUT, IN}, DType::kF32,
+                             BufferKind::kBucket);
+  bucket.bytes = OUT * IN * 4;
+  bucket.state_spans = {p.Add("buf", {OUT, IN}, DType::kF32,
+                              BufferKind::kStateSpan)};
+  p.plan.buckets.push_back(bucket);
+  int y = p.Add("y", {B, OUT});
+  p.Instr("linear", {x, bucket.param_span}, {y});
+  p.Instr("linear_grad_params", {y, x}, {bucket.grad_buffer});
+  p.Instr("optimizer", {bucket.param_span, bucket.grad_buffer},
+          {bucket.param_span, bucket.state_spans[0]}, {{"bucket", 0}});
+  const Plan& plan = p.plan;
+  const Buffer& xb = plan.buffers[x];
+  const std::vector<char> init = RandomArena(plan, 0, 11);
+  std::vector<std::vector<float>> batches(4, std::vector<float>(B * IN));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uni(-1, 1);
+  for (auto& batch : batches) for (float& v : batch) v = uni(rng);
+
+  auto run = [&](bool graph, std::vector<char>* out) -> absl::Status {
+    auto made = CreateCudaDevice(0);
+    if (!made.ok()) return made.status();
+    Device& d = **made;
+    auto* cuda = dynamic_cast<CudaDevice*>(&d);
+    absl::Status s;
+    if (!(s = d.AllocateArena(plan.arena_bytes)).ok()) return s;
+    if (!(s = d.Upload(0, init.data(), plan.arena_bytes)).ok()) return s;
+    if (!(s = d.Prepare(plan)).ok()) return s;
+    for (int step = 1; step <= 4; ++step) {
+      StepState st{step, 0.01 / step};
+      const bool replay = graph && step >= 3;
+      if (graph && step == 2 && !(s = cuda->BeginCapture()).ok()) return s;
+      if (!(s = d.Upload(xb.offset, batches[step - 1].data(), xb.bytes)).ok())
+        return s;
+      if (!replay) {
+        if (!(s = d.ResetEvents(0)).ok()) return s;
+        for (const Instruction& instr : plan.instructions) {
+          if (!(s = d.RunKernel(plan, instr, st)).ok()) return s;
+        }
+      }
+      if (graph && step == 2 && !(s = cuda->EndCapture()).ok()) return s;
+      if (graph && step >= 2 && !(s = cuda->ReplayCapture(st)).ok()) return s;
+      if (!(s = d.Synchronize()).ok()) return s;
+    }
+    out->assign(plan.arena_bytes, 0);
+    return d.Download(0, out->data(), plan.arena_bytes);
+  };
+  std::vector<char> eager, graph;
+  absl::Status s = run(false, &eager);
+  ASSERT_TRUE(s.ok()) << s;
+  s = run(true, &graph);
+  ASSERT_TRUE(s.ok()) << s;
+  const Buffer& w = plan.buffers[bucket.param_span];
+  EXPECT_EQ(0, std::memcmp(eager.data() + w.offset, graph.data() + w.offset,
+                           w.bytes))
+      << "replayed parameters differ from eager ones";
+}
+
+}  // namespace
+}  // namespace trainc

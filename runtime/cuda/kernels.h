@@ -1,0 +1,124 @@
+// Launchers for the CUDA backend's kernels, one .cu file per layer (llm.c
+// style): linear.cu, activation.cu, layernorm.cu, loss.cu, optimizer.cu,
+// elementwise.cu. Included by nvcc and by the host compiler, so it uses
+// only the CUDA runtime API types.
+//
+// Conventions. Tensors are row-major f32 (labels i32) device pointers.
+// `accumulate` selects out = v (false) or out += v (true), as the plan's
+// `accumulate` attribute. Every launcher enqueues on `stream` and returns
+// the launch error (cudaGetLastError), never blocks. Reductions never use
+// atomics and split work by shape only, so every result is bit-for-bit
+// reproducible run to run and across GPUs of one architecture.
+#ifndef TRAINC_RUNTIME_CUDA_KERNELS_H_
+#define TRAINC_RUNTIME_CUDA_KERNELS_H_
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace trainc {
+namespace cuda {
+
+// Bits of the device-side error word (see CudaDevice::Synchronize).
+inline constexpr int kErrorLabelOutOfRange = 1;
+
+// Scratch floats the column reductions need (bias, layernorm parameters).
+int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols);
+
+// ---- linear.cu -----------------------------------------------------------
+// y[r, c] += bias[c]: the epilogue when cublasLt has no bias algorithm.
+cudaError_t LaunchBiasAdd(float* y, const float* bias, int64_t rows,
+                          int64_t cols, cudaStream_t stream);
+// out[c] (+)= sum_r x[r, c]; `scratch` holds ColumnSumScratchFloats floats.
+cudaError_t LaunchColumnSum(const float* x, int64_t rows, int64_t cols,
+                            float* out, bool accumulate, float* scratch,
+                            cudaStream_t stream);
+
+// ---- activation.cu -------------------------------------------------------
+cudaError_t LaunchRelu(const float* x, float* y, int64_t n, cudaStream_t s);
+cudaError_t LaunchReluGrad(const float* dy, const float* y, float* dx,
+                           int64_t n, bool accumulate, cudaStream_t s);
+// Exact GELU: 0.5 x (1 + erf(x / sqrt 2)).
+cudaError_t LaunchGelu(const float* x, float* y, int64_t n, cudaStream_t s);
+cudaError_t LaunchGeluGrad(const float* dy, const float* x, float* dx,
+                           int64_t n, bool accumulate, cudaStream_t s);
+cudaError_t LaunchTanh(const float* x, float* y, int64_t n, cudaStream_t s);
+cudaError_t LaunchTanhGrad(const float* dy, const float* y, float* dx,
+                           int64_t n, bool accumulate, cudaStream_t s);
+
+// ---- elementwise.cu ------------------------------------------------------
+cudaError_t LaunchAdd(const float* a, const float* b, float* y, int64_t n,
+                      cudaStream_t s);
+cudaError_t LaunchCopyGrad(const float* dy, float* dx, int64_t n,
+                           bool accumulate, cudaStream_t s);
+// dst[i] = src[i] + src[count + i] + ... (slots 0..n-1 in order); dst may
+// be slot 0 of src.
+cudaError_t LaunchOrderedSum(const float* src, int64_t n, int64_t count,
+                             float* dst, cudaStream_t s);
+
+// ---- layernorm.cu --------------------------------------------------------
+// One warp per row; mean and rstd = 1 / sqrt(biased var + eps) are saved.
+cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
+                            const float* beta, float* y, float* mean,
+                            float* rstd, int64_t rows, int64_t d, float eps,
+                            cudaStream_t s);
+cudaError_t LaunchLayerNormGradInput(const float* dy, const float* x,
+                                     const float* gamma, const float* mean,
+                                     const float* rstd, float* dx,
+                                     int64_t rows, int64_t d, bool accumulate,
+                                     cudaStream_t s);
+// `scratch` holds 2 * ColumnSumScratchFloats(rows, d) floats.
+cudaError_t LaunchLayerNormGradParams(const float* dy, const float* x,
+                                      const float* mean, const float* rstd,
+                                      float* dgamma, float* dbeta,
+                                      int64_t rows, int64_t d, bool accumulate,
+                                      float* scratch, cudaStream_t s);
+
+// ---- loss.cu -------------------------------------------------------------
+// loss_sum[0] = sum_r (logsumexp(logits[r]) - logits[r, label[r]]);
+// probs = softmax(logits). One warp per row; `scratch` holds `rows` floats.
+// A label outside [0, classes) sets kErrorLabelOutOfRange in *error.
+cudaError_t LaunchCrossEntropy(const float* logits, const int32_t* labels,
+                               int64_t rows, int64_t classes, float* loss_sum,
+                               float* probs, float* scratch, int* error,
+                               cudaStream_t s);
+// dlogits (+)= scale * (probs - onehot(label)).
+cudaError_t LaunchCrossEntropyGrad(const float* probs, const int32_t* labels,
+                                   int64_t rows, int64_t classes, float scale,
+                                   float* dlogits, bool accumulate, int* error,
+                                   cudaStream_t s);
+// loss_sum[0] = sum_r mean_j (pred - target)^2; `scratch` holds `rows`.
+cudaError_t LaunchMse(const float* pred, const float* target, int64_t rows,
+                      int64_t cols, float* loss_sum, float* scratch,
+                      cudaStream_t s);
+// dpred (+)= scale * 2 (pred - target) / cols.
+cudaError_t LaunchMseGrad(const float* pred, const float* target,
+                          int64_t rows, int64_t cols, float scale,
+                          float* dpred, bool accumulate, cudaStream_t s);
+
+// ---- optimizer.cu --------------------------------------------------------
+// What changes per step, read from device memory (not kernel arguments) so
+// that a captured CUDA graph can be replayed with a new learning rate.
+struct OptimizerStepScalars {
+  float lr = 0.0f;
+  float bias_correction1 = 1.0f;       // 1 - beta1^step
+  float bias_correction2_sqrt = 1.0f;  // sqrt(1 - beta2^step)
+  int first_step = 1;                  // SGD momentum buffer = grad
+};
+
+// torch.optim.AdamW, one fused pass over a bucket's flat span.
+cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
+                        int64_t n, const OptimizerStepScalars* scalars,
+                        float beta1, float beta2, float eps,
+                        float weight_decay, cudaStream_t s);
+// torch.optim.SGD (dampening 0); `momentum_buf` may be null when
+// momentum == 0.
+cudaError_t LaunchSgd(float* params, const float* grads, float* momentum_buf,
+                      int64_t n, const OptimizerStepScalars* scalars,
+                      float momentum, float weight_decay, bool nesterov,
+                      cudaStream_t s);
+
+}  // namespace cuda
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_CUDA_KERNELS_H_

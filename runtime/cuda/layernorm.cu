@@ -1,0 +1,120 @@
+// LayerNorm over the last dimension: forward and input gradient with one
+// warp per row (lanes stride the row, so each load is 32 consecutive
+// floats), parameter gradients with the deterministic column reduction.
+#include "runtime/cuda/common.cuh"
+#include "runtime/cuda/kernels.h"
+
+namespace trainc {
+namespace cuda {
+namespace {
+
+__device__ __forceinline__ int64_t WarpRow() {
+  return blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) +
+         threadIdx.x / kWarpSize;
+}
+
+// Two passes over the row (mean, then centred variance) rather than
+// E[x^2] - E[x]^2: no cancellation when |mean| >> std.
+__global__ void LayerNormKernel(const float* x, const float* gamma,
+                                const float* beta, float* y, float* mean,
+                                float* rstd, int64_t rows, int64_t d,
+                                float eps) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const float* xr = x + row * d;
+  float s = 0.0f;
+  for (int64_t j = lane; j < d; j += kWarpSize) s += xr[j];
+  const float m = WarpSum(s) / static_cast<float>(d);
+  float ss = 0.0f;
+  for (int64_t j = lane; j < d; j += kWarpSize) {
+    float c = xr[j] - m;
+    ss += c * c;
+  }
+  const float var = WarpSum(ss) / static_cast<float>(d);
+  const float r = 1.0f / sqrtf(var + eps);
+  float* yr = y + row * d;
+  for (int64_t j = lane; j < d; j += kWarpSize) {
+    yr[j] = (xr[j] - m) * r * gamma[j] + beta[j];
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+__global__ void LayerNormGradInputKernel(const float* dy, const float* x,
+                                         const float* gamma, const float* mean,
+                                         const float* rstd, float* dx,
+                                         int64_t rows, int64_t d,
+                                         bool accumulate) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const float* xr = x + row * d;
+  const float* dyr = dy + row * d;
+  const float m = mean[row];
+  const float r = rstd[row];
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int64_t j = lane; j < d; j += kWarpSize) {
+    float g = dyr[j] * gamma[j];
+    sum_g += g;
+    sum_gx += g * (xr[j] - m) * r;
+  }
+  const float mean_g = WarpSum(sum_g) / static_cast<float>(d);
+  const float mean_gx = WarpSum(sum_gx) / static_cast<float>(d);
+  float* dxr = dx + row * d;
+  for (int64_t j = lane; j < d; j += kWarpSize) {
+    float xhat = (xr[j] - m) * r;
+    float v = r * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
+    dxr[j] = accumulate ? dxr[j] + v : v;
+  }
+}
+
+struct LayerNormParamGrad {
+  const float* dy;
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  int64_t d;
+  __device__ void operator()(int64_t r, int64_t c, float (&acc)[2]) const {
+    const float g = dy[r * d + c];
+    acc[0] += g * (x[r * d + c] - mean[r]) * rstd[r];  // dgamma
+    acc[1] += g;                                       // dbeta
+  }
+};
+
+}  // namespace
+
+cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
+                            const float* beta, float* y, float* mean,
+                            float* rstd, int64_t rows, int64_t d, float eps,
+                            cudaStream_t s) {
+  LayerNormKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+      x, gamma, beta, y, mean, rstd, rows, d, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLayerNormGradInput(const float* dy, const float* x,
+                                     const float* gamma, const float* mean,
+                                     const float* rstd, float* dx,
+                                     int64_t rows, int64_t d, bool accumulate,
+                                     cudaStream_t s) {
+  LayerNormGradInputKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+      dy, x, gamma, mean, rstd, dx, rows, d, accumulate);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLayerNormGradParams(const float* dy, const float* x,
+                                      const float* mean, const float* rstd,
+                                      float* dgamma, float* dbeta,
+                                      int64_t rows, int64_t d, bool accumulate,
+                                      float* scratch, cudaStream_t s) {
+  float* const outs[2] = {dgamma, dbeta};
+  return LaunchColumnReduce<2>(LayerNormParamGrad{dy, x, mean, rstd, d}, rows,
+                               d, outs, accumulate, scratch, s);
+}
+
+}  // namespace cuda
+}  // namespace trainc

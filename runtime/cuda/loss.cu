@@ -1,0 +1,127 @@
+// Losses: cross-entropy (stable log-sum-exp, one warp per row) and MSE.
+// Per-row losses go to scratch and one block adds them in a fixed order,
+// so loss_sum is reproducible (no atomics).
+#include "runtime/cuda/common.cuh"
+#include "runtime/cuda/kernels.h"
+
+namespace trainc {
+namespace cuda {
+namespace {
+
+__device__ __forceinline__ int64_t WarpRow() {
+  return blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) +
+         threadIdx.x / kWarpSize;
+}
+
+// loss = logsumexp(z) - z[label] rather than -log(softmax[label]): exact
+// for confident wrong predictions, where the probability underflows to 0.
+__global__ void CrossEntropyKernel(const float* logits, const int32_t* labels,
+                                   int64_t rows, int64_t classes,
+                                   float* row_loss, float* probs, int* error) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const float* z = logits + row * classes;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < classes; j += kWarpSize) mx = fmaxf(mx, z[j]);
+  mx = WarpMax(mx);
+  float sum = 0.0f;
+  for (int64_t j = lane; j < classes; j += kWarpSize) sum += expf(z[j] - mx);
+  sum = WarpSum(sum);
+  const float inv = 1.0f / sum;
+  float* p = probs + row * classes;
+  for (int64_t j = lane; j < classes; j += kWarpSize) {
+    p[j] = expf(z[j] - mx) * inv;
+  }
+  if (lane == 0) {
+    const int32_t label = labels[row];
+    if (label < 0 || label >= classes) {
+      atomicOr(error, kErrorLabelOutOfRange);
+      row_loss[row] = 0.0f;
+    } else {
+      row_loss[row] = logf(sum) + mx - z[label];
+    }
+  }
+}
+
+__global__ void CrossEntropyGradKernel(const float* probs,
+                                       const int32_t* labels, int64_t rows,
+                                       int64_t classes, float scale,
+                                       float* dlogits, bool accumulate,
+                                       int* error) {
+  TRAINC_GRID_STRIDE(i, rows * classes) {
+    const int64_t row = i / classes;
+    const int32_t label = labels[row];
+    if (label < 0 || label >= classes) atomicOr(error, kErrorLabelOutOfRange);
+    const float onehot = (i - row * classes) == label ? 1.0f : 0.0f;
+    const float g = scale * (probs[i] - onehot);
+    dlogits[i] = accumulate ? dlogits[i] + g : g;
+  }
+}
+
+__global__ void MseRowKernel(const float* pred, const float* target,
+                             int64_t rows, int64_t cols, float* row_loss) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarpSize;
+  float s = 0.0f;
+  for (int64_t j = lane; j < cols; j += kWarpSize) {
+    const float diff = pred[row * cols + j] - target[row * cols + j];
+    s += diff * diff;
+  }
+  s = WarpSum(s);
+  if (lane == 0) row_loss[row] = s / static_cast<float>(cols);
+}
+
+__global__ void MseGradKernel(const float* pred, const float* target,
+                              int64_t n, float factor, float* dpred,
+                              bool accumulate) {
+  TRAINC_GRID_STRIDE(i, n) {
+    const float g = factor * (pred[i] - target[i]);
+    dpred[i] = accumulate ? dpred[i] + g : g;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchCrossEntropy(const float* logits, const int32_t* labels,
+                               int64_t rows, int64_t classes, float* loss_sum,
+                               float* probs, float* scratch, int* error,
+                               cudaStream_t s) {
+  CrossEntropyKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+      logits, labels, rows, classes, scratch, probs, error);
+  SumToScalarKernel<><<<1, kBlockSize, 0, s>>>(scratch, rows, loss_sum);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCrossEntropyGrad(const float* probs, const int32_t* labels,
+                                   int64_t rows, int64_t classes, float scale,
+                                   float* dlogits, bool accumulate, int* error,
+                                   cudaStream_t s) {
+  CrossEntropyGradKernel<<<ElementwiseBlocks(rows * classes), kBlockSize, 0,
+                           s>>>(probs, labels, rows, classes, scale, dlogits,
+                                accumulate, error);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMse(const float* pred, const float* target, int64_t rows,
+                      int64_t cols, float* loss_sum, float* scratch,
+                      cudaStream_t s) {
+  MseRowKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(pred, target, rows,
+                                                          cols, scratch);
+  SumToScalarKernel<><<<1, kBlockSize, 0, s>>>(scratch, rows, loss_sum);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMseGrad(const float* pred, const float* target,
+                          int64_t rows, int64_t cols, float scale,
+                          float* dpred, bool accumulate, cudaStream_t s) {
+  const int64_t n = rows * cols;
+  const float factor = scale * 2.0f / static_cast<float>(cols);
+  MseGradKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
+      pred, target, n, factor, dpred, accumulate);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace trainc

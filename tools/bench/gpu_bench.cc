@@ -1,0 +1,278 @@
+// gpu_bench: step time of trainc on one GPU next to PyTorch eager.
+//
+//   bazel run -c opt //tools/bench:gpu_bench [-- --iters=50 --torch=false]
+//
+// Builds each model's Plan with the real planner (BuildPlan), runs it with
+// the shared Executor on a CudaDevice, and prints one table: step time and
+// samples/s for
+//   small       784-256-128-10 MLP, ReLU, cross-entropy, AdamW, batch 256
+//   large_fp32  4096 -> 4 x (Linear 4096 + ReLU) -> 10, batch 4096
+//   large_tf32  the same with plan.tf32 (cuBLAS TF32 tensor cores)
+// with achieved TFLOP/s against a measured cuBLAS GEMM rate (the same
+// precision), and torch_gpu_bench.py's figures beside them. Exits with a
+// message (status 0) on a machine without a GPU.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "compiler/plan/plan.h"
+#include "compiler/planner/planner.h"
+#include "compiler/spec/train_spec.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/exec/batch_source.h"
+#include "runtime/exec/executor.h"
+#include "tools/bench/gemm_peak.h"
+
+ABSL_FLAG(int, warmup, 10, "untimed steps first");
+ABSL_FLAG(int, iters, 50, "timed steps per model");
+ABSL_FLAG(bool, torch, true, "also run torch_gpu_bench.py and show its numbers");
+ABSL_FLAG(std::string, torch_script, "tools/bench/torch_gpu_bench.py",
+          "the PyTorch reference script");
+
+namespace trainc {
+namespace {
+
+struct Model {
+  std::string name;
+  std::vector<int64_t> widths;  // input, hidden..., classes
+  int64_t batch;
+  bool tf32;
+};
+
+TrainSpec MlpSpec(const Model& model) {
+  TrainSpec spec;
+  ModelSpec& m = spec.model;
+  m.name = model.name;
+  m.inputs.push_back({"x", ElementType::kF32, {model.widths[0]}, {}});
+  m.labels.push_back({"y", ElementType::kI32, {model.widths.back()}, {}});
+  std::string h = "x";
+  const size_t layers = model.widths.size() - 1;
+  for (size_t i = 0; i < layers; ++i) {
+    const int64_t in = model.widths[i], out = model.widths[i + 1];
+    const bool last = i + 1 == layers;
+    const std::string stmt = last ? "logits" : absl::StrCat("h", i + 1);
+    OpSpec lin;
+    lin.name = last ? stmt : stmt + ".0";
+    lin.op = "linear";
+    lin.inputs = {h};
+    lin.out_features = out;
+    lin.parameters = {stmt + ".weight", stmt + ".bias"};
+    lin.output = {lin.name, ElementType::kF32, {out}, {}};
+    m.ops.push_back(lin);
+    m.parameters.push_back({stmt + ".weight", {out, in},
+                            ParameterSpec::Init::kUniformFanIn, in});
+    m.parameters.push_back({stmt + ".bias", {out},
+                            ParameterSpec::Init::kUniformFanIn, in});
+    m.parameter_count += out * in + out;
+    if (!last) {
+      OpSpec relu;
+      relu.name = stmt;
+      relu.op = "relu";
+      relu.inputs = {lin.name};
+      relu.output = {stmt, ElementType::kF32, {out}, {}};
+      m.ops.push_back(relu);
+    }
+    h = stmt;
+  }
+  OpSpec loss;
+  loss.name = "loss";
+  loss.op = "cross_entropy";
+  loss.inputs = {"logits", "y"};
+  loss.output = {"loss", ElementType::kF32, {}, {}};
+  m.ops.push_back(loss);
+  m.loss = "loss";
+  TrainConfig& t = spec.train;
+  t.gpus = 1;
+  t.micro_batch = model.batch;
+  t.accumulate = 1;
+  t.global_batch = model.batch;
+  t.steps = 1000000;
+  t.optimizer.kind = OptimizerSpec::Kind::kAdamW;
+  t.optimizer.lr = 1e-3;
+  t.optimizer.weight_decay = 0.01;
+  t.tf32 = model.tf32;
+  return spec;
+}
+
+// Matrix-product FLOPs of one step: forward 2·B·in·out per layer, backward
+// twice that, less the first layer's unneeded input gradient.
+double StepFlops(const Model& m) {
+  double f = 0;
+  for (size_t i = 0; i + 1 < m.widths.size(); ++i) {
+    f += 6.0 * m.batch * m.widths[i] * m.widths[i + 1];
+  }
+  return f - 2.0 * m.batch * m.widths[0] * m.widths[1];
+}
+
+// The same random batch every step: the benchmark measures compute, not
+// the data pipeline.
+class FixedBatch : public BatchSource {
+ public:
+  FixedBatch(const Plan& plan, int classes) {
+    std::mt19937 rng(0);
+    for (int id : plan.input_buffers) {
+      const Buffer& b = plan.buffers[id];
+      std::vector<char> data(b.bytes);
+      for (int64_t i = 0; i < b.bytes / 4; ++i) {
+        if (b.dtype == DType::kI32) {
+          const int32_t v = static_cast<int32_t>(rng() % classes);
+          std::memcpy(data.data() + 4 * i, &v, 4);
+        } else {
+          float v = std::uniform_real_distribution<float>(-1, 1)(rng);
+          std::memcpy(data.data() + 4 * i, &v, 4);
+        }
+      }
+      data_.push_back(std::move(data));
+    }
+  }
+  absl::Status Fill(int, const Plan& plan, Device& device) override {
+    for (size_t i = 0; i < plan.input_buffers.size(); ++i) {
+      const Buffer& b = plan.buffers[plan.input_buffers[i]];
+      absl::Status s = device.Upload(b.offset, data_[i].data(), b.bytes);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::vector<char>> data_;
+};
+
+struct Result {
+  double ms = 0, samples_per_s = 0, tflops = 0;
+};
+
+absl::StatusOr<Result> RunTrainc(const Model& model) {
+  absl::StatusOr<Plan> plan = BuildPlan(MlpSpec(model));
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
+  if (!device.ok()) return device.status();
+  Executor executor(*plan, device->get(), /*comm=*/nullptr);
+  absl::Status s = executor.Prepare();
+  if (!s.ok()) return s;
+  std::mt19937 rng(1);
+  for (int id : plan->parameter_buffers) {
+    const Buffer& b = plan->buffers[id];
+    std::vector<float> init(b.bytes / 4);
+    std::uniform_real_distribution<float> uni(-b.init_bound, b.init_bound);
+    for (float& v : init) v = b.init == "ones" ? 1.0f : b.init == "zeros" ? 0.0f : uni(rng);
+    if (!(s = (*device)->Upload(b.offset, init.data(), b.bytes)).ok()) return s;
+  }
+  FixedBatch batches(*plan, static_cast<int>(model.widths.back()));
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int iters = absl::GetFlag(FLAGS_iters);
+  absl::Time start;
+  for (int step = 1; step <= warmup + iters; ++step) {
+    if (step == warmup + 1) start = absl::Now();
+    absl::StatusOr<double> loss = executor.RunStep({step, 1e-3}, batches);
+    if (!loss.ok()) return loss.status();
+  }
+  Result r;
+  r.ms = absl::ToDoubleMilliseconds(absl::Now() - start) / iters;
+  r.samples_per_s = model.batch / r.ms * 1e3;
+  r.tflops = StepFlops(model) / (r.ms * 1e-3) / 1e12;
+  return r;
+}
+
+// Runs the PyTorch script with the first interpreter that has CUDA torch;
+// returns name -> (ms, samples/s), or a reason in *why.
+std::vector<std::pair<std::string, Result>> RunTorch(std::string* why) {
+  std::vector<std::pair<std::string, Result>> out;
+  for (const char* python : {"python3", "/usr/bin/python3"}) {
+    const std::string cmd = absl::StrCat(
+        python, " ", absl::GetFlag(FLAGS_torch_script), " --warmup=",
+        absl::GetFlag(FLAGS_warmup), " --iters=", absl::GetFlag(FLAGS_iters),
+        " 2>&1");
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (pipe == nullptr) continue;
+    char line[512];
+    while (fgets(line, sizeof(line), pipe) != nullptr) {
+      std::vector<std::string> f = absl::StrSplit(
+          absl::string_view(line), ' ', absl::SkipWhitespace());
+      if (f.size() >= 4 && f[0] == "RESULT") {
+        Result r;
+        r.ms = std::atof(f[2].c_str());
+        r.samples_per_s = std::atof(f[3].c_str());
+        out.push_back({f[1], r});
+      } else if (!f.empty() && f[0] == "SKIP") {
+        *why = absl::StrCat(python, ": ", absl::StripTrailingAsciiWhitespace(line));
+      }
+    }
+    pclose(pipe);
+    if (!out.empty()) return out;
+  }
+  if (why->empty()) *why = "torch_gpu_bench.py printed no results";
+  return out;
+}
+
+int Main() {
+  if (CudaDeviceCount() == 0) {
+    std::printf("gpu_bench: no CUDA GPU on this machine (CudaDeviceCount() == "
+                "0); nothing to measure.\n");
+    return 0;
+  }
+  const std::vector<Model> models = {
+      {"small", {784, 256, 128, 10}, 256, false},
+      {"large_fp32", {4096, 4096, 4096, 4096, 4096, 10}, 4096, false},
+      {"large_tf32", {4096, 4096, 4096, 4096, 4096, 10}, 4096, true},
+  };
+  absl::StatusOr<double> peak32 = MeasureGemmTflops(8192, false);
+  absl::StatusOr<double> peak_tf32 = MeasureGemmTflops(8192, true);
+  std::string torch_why;
+  std::vector<std::pair<std::string, Result>> torch;
+  if (absl::GetFlag(FLAGS_torch)) torch = RunTorch(&torch_why);
+
+  std::printf("%-11s %6s %12s %14s %9s %8s | %12s %14s %8s\n", "model",
+              "batch", "trainc_ms", "trainc_samp/s", "TFLOP/s", "%peak",
+              "torch_ms", "torch_samp/s", "speedup");
+  int failures = 0;
+  for (const Model& m : models) {
+    absl::StatusOr<Result> r = RunTrainc(m);
+    if (!r.ok()) {
+      std::printf("%-11s failed: %s\n", m.name.c_str(),
+                  r.status().ToString().c_str());
+      ++failures;
+      continue;
+    }
+    const absl::StatusOr<double>& peak = m.tf32 ? peak_tf32 : peak32;
+    const double pct = peak.ok() ? 100.0 * r->tflops / *peak : 0.0;
+    const Result* t = nullptr;
+    for (const auto& [name, res] : torch) {
+      if (name == m.name) t = &res;
+    }
+    std::printf("%-11s %6lld %12.3f %14.0f %9.2f %7.1f%% | ", m.name.c_str(),
+                static_cast<long long>(m.batch), r->ms, r->samples_per_s,
+                r->tflops, pct);
+    if (t != nullptr) {
+      std::printf("%12.3f %14.0f %7.2fx\n", t->ms, t->samples_per_s,
+                  t->ms / r->ms);
+    } else {
+      std::printf("%12s %14s %8s\n", "-", "-", "-");
+    }
+  }
+  std::printf("cuBLAS 8192^3 GEMM: fp32 %s TFLOP/s, tf32 %s TFLOP/s%s%s\n",
+              peak32.ok() ? absl::StrCat(*peak32).c_str() : "n/a",
+              peak_tf32.ok() ? absl::StrCat(*peak_tf32).c_str() : "n/a",
+              torch_why.empty() ? "" : "; torch: ", torch_why.c_str());
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace trainc
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return trainc::Main();
+}
