@@ -1,0 +1,192 @@
+#include "tools/viz/html_report.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tools/viz/palette.h"
+#include "tools/viz/xml_escape.h"
+
+namespace trainc::viz {
+namespace {
+
+constexpr char kStyle[] = R"css(
+body { font-family: Helvetica, Arial, sans-serif; margin: 16px 24px; color: #222; background: #fff; }
+h1 { font-size: 20px; margin: 0 0 4px 0; }
+h2 { font-size: 16px; margin: 20px 0 6px 0; border-bottom: 1px solid #ddd; }
+.sub { color: #666; font-size: 13px; }
+table { border-collapse: collapse; font-size: 13px; }
+td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f2f2f2; }
+td.l, th.l { text-align: left; }
+.swatch { display: inline-block; width: 12px; height: 12px; border: 1px solid #888; vertical-align: middle; }
+#graph { border: 1px solid #ddd; max-height: 900px; overflow: auto; }
+#graph svg { display: block; }
+#graph.fit svg { max-width: 100%; height: auto; }
+#timeline { border: 1px solid #ddd; overflow-x: auto; }
+#timeline svg { max-width: 100%; height: auto; display: block; }
+.warn { background: #fff4e5; border: 1px solid #f0b37e; padding: 8px; }
+button { font-size: 12px; }
+)css";
+
+// Records the layout for tests and offers fit/actual size for big graphs.
+constexpr char kScript[] = R"js(
+function rectOf(id) {
+  var e = document.getElementById(id);
+  if (!e) return '';
+  var r = e.getBoundingClientRect();
+  return [r.left, r.top + window.scrollY, r.width, r.height].map(Math.round).join(',');
+}
+function recordLayout() {
+  document.body.setAttribute('data-graph-rect', rectOf('graph'));
+  document.body.setAttribute('data-timeline-rect', rectOf('timeline'));
+}
+function toggleFit() {
+  document.getElementById('graph').classList.toggle('fit');
+  recordLayout();
+}
+window.addEventListener('load', recordLayout);
+recordLayout();
+)js";
+
+std::string Row(const std::vector<std::string>& cells, bool first_left = true) {
+  std::string out = "<tr>";
+  for (size_t i = 0; i < cells.size(); ++i) {
+    absl::StrAppend(&out, i == 0 && first_left ? "<td class=\"l\">" : "<td>",
+                    cells[i], "</td>");
+  }
+  return out + "</tr>\n";
+}
+
+std::string Ms(double us) { return absl::StrFormat("%.3f", us / 1e3); }
+
+}  // namespace
+
+std::string InlineSvg(const std::string& svg) {
+  std::string out;
+  size_t i = 0;
+  while (i < svg.size()) {
+    if (svg.compare(i, 5, "<?xml") == 0 || svg.compare(i, 9, "<!DOCTYPE") == 0) {
+      size_t end = svg.find('>', i);
+      i = end == std::string::npos ? svg.size() : end + 1;
+    } else if (svg.compare(i, 4, "<!--") == 0) {
+      size_t end = svg.find("-->", i);
+      i = end == std::string::npos ? svg.size() : end + 3;
+    } else {
+      out += svg[i++];
+    }
+  }
+  size_t start = out.find("<svg");
+  return start == std::string::npos ? out : out.substr(start);
+}
+
+std::string RenderHtmlReport(const HtmlReportInput& in) {
+  const Plan& p = *in.plan;
+  const VizGraph& g = *in.graph;
+  std::string html = absl::StrCat(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<title>", XmlEscape(p.model), " \xE2\x80\x94 trainc plan</title>\n<style>",
+      kStyle, "</style>\n</head>\n<body>\n");
+  absl::StrAppend(&html, "<h1>", XmlEscape(p.model), "</h1>\n<div class=\"sub\">",
+                  XmlEscape(in.input_path),
+                  p.source.empty() ? "" : absl::StrCat(" \xC2\xB7 compiled from ",
+                                                       XmlEscape(p.source)),
+                  " \xC2\xB7 plan format ", p.version, " \xC2\xB7 ",
+                  g.instructions, " instructions, ", g.nodes.size(),
+                  " nodes drawn", g.collapsed_blocks > 0
+                      ? absl::StrCat(", ", g.collapsed_blocks, " repeated blocks collapsed")
+                      : std::string(),
+                  "</div>\n");
+
+  // Batch arithmetic first: it is the question most people open this for.
+  absl::StrAppend(&html, "<h2>Batch arithmetic</h2>\n<p id=\"batch\">global batch "
+                         "<b>", p.global_batch, "</b> = ", p.world_size,
+                  " rank(s) \xC3\x97 micro-batch ", p.micro_batch, " \xC3\x97 ",
+                  p.accumulate, " accumulation step(s)",
+                  p.global_batch == p.world_size * p.micro_batch * p.accumulate
+                      ? ""
+                      : " <span class=\"warn\">(does not multiply out)</span>",
+                  "; gradients are all-reduced once per step, after the last "
+                  "micro-step; loss scaled by 1/", p.global_batch, ". ",
+                  p.epochs, " epoch(s), ", p.steps, " step(s); optimizer ",
+                  XmlEscape(p.optimizer.kind),
+                  absl::StrFormat(" (lr %g)", p.optimizer.lr), ", bucket_mb ",
+                  absl::StrFormat("%g", p.bucket_mb),
+                  p.deterministic ? ", deterministic" : "", ".</p>\n");
+
+  absl::StrAppend(&html, "<h2>Graph</h2>\n<p class=\"sub\">One micro-step is drawn "
+                         "once (\xC3\x97", p.accumulate, "); solid edges: data, "
+                         "dashed: stream events; hexagons run on the comm stream. "
+                         "<button onclick=\"toggleFit()\">fit / actual size</button></p>\n"
+                         "<div id=\"graph\" class=\"fit\">");
+  if (!in.graph_svg.empty()) {
+    absl::StrAppend(&html, InlineSvg(in.graph_svg));
+  } else {
+    absl::StrAppend(&html, "<p class=\"warn\" id=\"graph-missing\">Graph not "
+                           "rendered: ", XmlEscape(in.graph_error),
+                    "</p>");
+  }
+  absl::StrAppend(&html, "</div>\n");
+
+  if (in.trace != nullptr) {
+    absl::StrAppend(&html, "<h2>Timeline</h2>\n<div id=\"timeline\">",
+                    in.timeline_svg, "</div>\n");
+    absl::StrAppend(&html, "<h2>Overlap (per rank, mean over traced steps)</h2>\n"
+                           "<table id=\"overlap\">\n<tr><th class=\"l\">rank</th>"
+                           "<th>steps</th><th>step (ms)</th><th>backward (ms)</th>"
+                           "<th>all-reduce (ms)</th><th>hidden (ms)</th>"
+                           "<th>exposed (ms)</th><th>hidden %</th>"
+                           "<th>last bucket</th></tr>\n");
+    for (const RankOverlap& r : in.overlap) {
+      absl::StrAppend(&html, Row({absl::StrCat(r.rank), absl::StrCat(r.steps),
+                                  Ms(r.step_us), Ms(r.backward_us),
+                                  Ms(r.all_reduce_us), Ms(r.hidden_us),
+                                  Ms(r.exposed_us),
+                                  absl::StrFormat("%.1f", 100 * r.hidden_fraction()),
+                                  r.last_bucket >= 0 ? absl::StrCat(r.last_bucket)
+                                                     : std::string("-")}));
+    }
+    absl::StrAppend(&html, "</table>\n<p class=\"sub\">hidden: all-reduce time "
+                           "during which the compute stream was busy; exposed: "
+                           "the rest. A late last bucket or large exposed time "
+                           "suggests smaller buckets (bucket_mb).</p>\n");
+  }
+
+  absl::StrAppend(&html, "<h2>Gradient buckets</h2>\n<table id=\"buckets\">\n"
+                         "<tr><th class=\"l\">bucket</th><th>bytes</th><th>size</th>"
+                         "<th class=\"l\">parameters (ready order)</th></tr>\n");
+  for (const BucketSummary& b : g.buckets) {
+    absl::StrAppend(
+        &html,
+        Row({absl::StrCat("<span class=\"swatch\" style=\"background:",
+                          BucketColor(b.id), "\"></span> ", b.id),
+             absl::StrCat(b.bytes), HumanBytes(b.bytes),
+             absl::StrCat("<span style=\"float:left\">",
+                          XmlEscape(absl::StrJoin(b.parameters, ", ")),
+                          "</span>")}));
+  }
+  absl::StrAppend(&html, "</table>\n");
+
+  const MemoryReport& m = p.memory;
+  auto mem_row = [](const char* what, int64_t bytes) {
+    return Row({what, absl::StrCat(bytes), HumanBytes(bytes)});
+  };
+  absl::StrAppend(&html, "<h2>Memory (per rank)</h2>\n<table id=\"memory\">\n"
+                         "<tr><th class=\"l\">what</th><th>bytes</th><th>size</th></tr>\n",
+                  mem_row("parameters", m.parameter_bytes),
+                  mem_row("gradients", m.gradient_bytes),
+                  mem_row("optimizer state", m.optimizer_state_bytes),
+                  mem_row("peak activations", m.peak_activation_bytes),
+                  mem_row("planned arena", m.arena_bytes),
+                  mem_row("without buffer reuse", m.unshared_bytes), "</table>\n");
+  if (m.unshared_bytes > 0) {
+    absl::StrAppend(&html, absl::StrFormat(
+        "<p class=\"sub\">Buffer reuse saves %.1f%% of the arena.</p>\n",
+        100.0 * (1.0 - static_cast<double>(m.arena_bytes) / m.unshared_bytes)));
+  }
+  absl::StrAppend(&html, "<script>", kScript, "</script>\n</body>\n</html>\n");
+  return html;
+}
+
+}  // namespace trainc::viz

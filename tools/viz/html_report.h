@@ -1,0 +1,40 @@
+// The self-contained HTML report: one file, no network, that shows the plan
+// graph (inline SVG from dot), the gradient buckets, the memory report, the
+// batch arithmetic and, given a trace, the timeline and overlap numbers.
+//
+// A small script records where the graph and the timeline were laid out
+// (data-graph-rect / data-timeline-rect on <body>) so that a headless
+// browser test can check that those regions are actually drawn.
+#ifndef TRAINC_TOOLS_VIZ_HTML_REPORT_H_
+#define TRAINC_TOOLS_VIZ_HTML_REPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "compiler/plan/plan.h"
+#include "tools/viz/timeline.h"
+#include "tools/viz/trace_reader.h"
+#include "tools/viz/viz_graph.h"
+
+namespace trainc::viz {
+
+struct HtmlReportInput {
+  const Plan* plan = nullptr;        // required
+  const VizGraph* graph = nullptr;   // required
+  std::string input_path;            // shown in the header
+  std::string graph_svg;             // dot's SVG; empty when not rendered
+  std::string graph_error;           // why not (e.g. dot missing)
+  const Trace* trace = nullptr;      // optional
+  std::vector<RankOverlap> overlap;  // with the trace
+  std::string timeline_svg;          // with the trace
+};
+
+std::string RenderHtmlReport(const HtmlReportInput& input);
+
+// dot's SVG without the XML declaration, DOCTYPE and comments, ready to be
+// placed inside HTML.
+std::string InlineSvg(const std::string& svg);
+
+}  // namespace trainc::viz
+
+#endif  // TRAINC_TOOLS_VIZ_HTML_REPORT_H_

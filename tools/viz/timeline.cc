@@ -1,0 +1,219 @@
+#include "tools/viz/timeline.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tools/viz/palette.h"
+#include "tools/viz/xml_escape.h"
+
+namespace trainc::viz {
+namespace {
+
+using Interval = std::pair<double, double>;  // [start, end)
+
+// Sorted, disjoint union of `v`.
+std::vector<Interval> Union(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const Interval& i : v) {
+    if (i.second <= i.first) continue;
+    if (!out.empty() && i.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, i.second);
+    } else {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+double Length(const std::vector<Interval>& u) {
+  double t = 0;
+  for (const Interval& i : u) t += i.second - i.first;
+  return t;
+}
+
+// Length of the intersection of two disjoint sorted unions.
+double IntersectionLength(const std::vector<Interval>& a,
+                          const std::vector<Interval>& b) {
+  double t = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    double lo = std::max(a[i].first, b[j].first);
+    double hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) t += hi - lo;
+    if (a[i].second < b[j].second) ++i; else ++j;
+  }
+  return t;
+}
+
+bool IsAllReduce(const TraceEvent& e) {
+  return e.op == "all_reduce" || (e.op.empty() && e.stream == 1);
+}
+
+}  // namespace
+
+std::vector<RankOverlap> ComputeOverlap(const Trace& trace) {
+  // rank -> step -> events
+  std::map<int, std::map<int64_t, std::vector<const TraceEvent*>>> by_rank;
+  for (const TraceEvent& e : trace.events) by_rank[e.rank][e.step].push_back(&e);
+
+  std::vector<RankOverlap> result;
+  for (const auto& [rank, steps] : by_rank) {
+    RankOverlap r;
+    r.rank = rank;
+    std::map<int, int> last_counts;  // bucket -> steps it finished last
+    for (const auto& [step, events] : steps) {
+      std::vector<Interval> compute, backward, comm;
+      double first = 1e300, last = -1e300;
+      double last_end = -1e300;
+      int last_bucket = -1;
+      for (const TraceEvent* e : events) {
+        Interval iv{e->ts_us, e->ts_us + e->dur_us};
+        first = std::min(first, iv.first);
+        last = std::max(last, iv.second);
+        if (e->stream == 0) {
+          compute.push_back(iv);
+          if (e->cat == "backward") backward.push_back(iv);
+        } else if (IsAllReduce(*e)) {
+          comm.push_back(iv);
+          if (iv.second > last_end) {
+            last_end = iv.second;
+            last_bucket = e->bucket;
+          }
+        }
+      }
+      auto cu = Union(compute), bu = Union(backward), au = Union(comm);
+      double ar = Length(au), hidden = IntersectionLength(au, cu);
+      r.step_us += last - first;
+      r.backward_us += Length(bu);
+      r.all_reduce_us += ar;
+      r.hidden_us += hidden;
+      r.exposed_us += ar - hidden;
+      if (last_bucket >= 0 || !comm.empty()) ++last_counts[last_bucket];
+      ++r.steps;
+    }
+    if (r.steps > 0) {
+      r.step_us /= r.steps;
+      r.backward_us /= r.steps;
+      r.all_reduce_us /= r.steps;
+      r.hidden_us /= r.steps;
+      r.exposed_us /= r.steps;
+    }
+    int best = 0;
+    for (const auto& [bucket, count] : last_counts) {
+      if (count > best) {  // ties: the lower bucket id, map order
+        best = count;
+        r.last_bucket = bucket;
+      }
+    }
+    result.push_back(r);
+  }
+  return result;
+}
+
+std::string FormatOverlapTable(const std::vector<RankOverlap>& overlap) {
+  std::string out = absl::StrFormat(
+      "%-5s %6s %11s %12s %14s %11s %11s %8s %12s\n", "rank", "steps",
+      "step(ms)", "backward(ms)", "all-reduce(ms)", "hidden(ms)",
+      "exposed(ms)", "hidden%", "last bucket");
+  for (const RankOverlap& r : overlap) {
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("%-5d %6d %11.3f %12.3f %14.3f %11.3f %11.3f %7.1f%% %12s\n",
+                        r.rank, r.steps, r.step_us / 1e3, r.backward_us / 1e3,
+                        r.all_reduce_us / 1e3, r.hidden_us / 1e3,
+                        r.exposed_us / 1e3, 100.0 * r.hidden_fraction(),
+                        r.last_bucket >= 0 ? absl::StrCat(r.last_bucket)
+                                           : std::string("-")));
+  }
+  return out;
+}
+
+std::string RenderTimelineSvg(const Trace& trace) {
+  constexpr double kWidth = 1300, kLeft = 110, kRight = 20, kLane = 22,
+                   kLaneGap = 4, kRankGap = 14, kTop = 30;
+  std::vector<int> ranks;
+  double t0 = 1e300, t1 = -1e300;
+  for (const TraceEvent& e : trace.events) {
+    ranks.push_back(e.rank);
+    t0 = std::min(t0, e.ts_us);
+    t1 = std::max(t1, e.ts_us + e.dur_us);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  if (ranks.empty()) {
+    t0 = 0;
+    t1 = 1;
+  }
+  if (t1 <= t0) t1 = t0 + 1;
+  std::map<int, int> rank_row;
+  for (size_t i = 0; i < ranks.size(); ++i) rank_row[ranks[i]] = i;
+  const double plot_w = kWidth - kLeft - kRight;
+  const double rank_h = 2 * kLane + kLaneGap + kRankGap;
+  const double height = kTop + ranks.size() * rank_h + 30;
+  auto x_of = [&](double t) { return kLeft + (t - t0) / (t1 - t0) * plot_w; };
+  auto lane_y = [&](int rank, int stream) {
+    return kTop + rank_row[rank] * rank_h + stream * (kLane + kLaneGap);
+  };
+
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"timeline\" "
+      "width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n",
+      kWidth, height, kWidth, height);
+  absl::StrAppend(&svg, "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+  absl::StrAppend(&svg, absl::StrFormat(
+      "<text x=\"%.0f\" y=\"16\" font-weight=\"bold\">Timeline: %.3f ms, "
+      "%d events</text>\n", kLeft, (t1 - t0) / 1e3, trace.events.size()));
+  for (int rank : ranks) {
+    for (int stream = 0; stream < 2; ++stream) {
+      double y = lane_y(rank, stream);
+      absl::StrAppend(&svg, absl::StrFormat(
+          "<text x=\"4\" y=\"%.1f\">rank %d %s</text>\n"
+          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.0f\" "
+          "fill=\"%s\"/>\n",
+          y + kLane * 0.7, rank, stream == 0 ? "compute" : "comm", kLeft, y,
+          plot_w, kLane, stream == 0 ? "#f7f7f7" : "#f3eef7"));
+    }
+  }
+  for (const TraceEvent& e : trace.events) {
+    double x = x_of(e.ts_us);
+    double w = std::max(0.5, x_of(e.ts_us + e.dur_us) - x);
+    double y = lane_y(e.rank, e.stream);
+    bool ar = IsAllReduce(e);
+    std::string fill = ar ? BucketColor(e.bucket) : PhaseColor(e.cat);
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
+        "height=\"%.0f\" fill=\"%s\" stroke=\"%s\" stroke-width=\"%s\">"
+        "<title>%s (instr %d, step %d, micro %d): %.1f us at %.1f us"
+        "</title></rect>\n",
+        ar ? "bar allreduce" : "bar op", x, y, w, kLane, fill,
+        ar ? "#6a3d9a" : "#555555",
+        // Outlines would turn a run of thin bars into a dark block.
+        w > 3 ? "0.5" : "0", XmlEscape(e.name), e.instr, e.step,
+        e.micro, e.dur_us, e.ts_us));
+    if (ar && e.bucket >= 0 && w > 14) {
+      absl::StrAppend(&svg, absl::StrFormat(
+          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\">b%d</text>\n", x + 2,
+          y + kLane * 0.7, e.bucket));
+    }
+  }
+  // Time axis: five ticks.
+  double axis_y = kTop + ranks.size() * rank_h + 4;
+  for (int i = 0; i <= 4; ++i) {
+    double t = t0 + (t1 - t0) * i / 4;
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.3f ms</text>\n",
+        x_of(t), kTop - 4, x_of(t), axis_y, x_of(t), axis_y + 14, t / 1e3));
+  }
+  absl::StrAppend(&svg, "</svg>\n");
+  return svg;
+}
+
+}  // namespace trainc::viz

@@ -1,0 +1,206 @@
+#include "tools/viz/viz_cli.h"
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compiler/util/status_macros.h"
+#include "tools/viz/dot_writer.h"
+#include "tools/viz/file_util.h"
+#include "tools/viz/graphviz.h"
+#include "tools/viz/html_report.h"
+#include "tools/viz/plan_loader.h"
+#include "tools/viz/timeline.h"
+#include "tools/viz/trace_reader.h"
+#include "tools/viz/viz_graph.h"
+
+namespace trainc::viz {
+
+std::string VizUsage() {
+  return R"usage(usage: bazel run //tools/viz -- INPUT [--trace TRACE.json] [-o OUT]
+
+Draws a trainc execution plan: forward and backward ops, parameters,
+gradient buckets (one colour each), all-reduces on the comm stream, the
+optimizer, data edges (solid) and stream-event edges (dashed). One
+micro-step is drawn once with its repeat count; runs of identical layers
+collapse into one node ("h2..h99 (x98)").
+
+INPUT        a plan file (compiler/plan/plan_io.h text), or a .train file
+             (compiled in-process when the front end and planner are linked)
+--trace F    a Chrome trace written by `train --trace` for the same plan:
+             draws per-rank compute/comm timelines and prints backward time,
+             all-reduce time, hidden (overlapped) and exposed communication,
+             and the last bucket to finish, per rank, mean over steps
+-o OUT       output, format by extension:
+               .dot   Graphviz source
+               .svg   rendered by Graphviz `dot` (must be on PATH)
+               .png   rendered by Graphviz `dot`
+               .html  self-contained report: graph, buckets, memory, batch
+                      arithmetic, and timeline + overlap with --trace
+             with --trace, the timeline is also written as OUT_timeline.svg
+             default: <model>.html in the current directory
+--no-collapse        draw every layer, even long runs of identical ones
+--min-repeats N      collapse runs of at least N identical layers (default 3)
+-h, --help   this text
+
+Relative paths are taken from the directory `bazel run` was started in.
+Exit status: 0 ok, 1 error (message on stderr), 2 bad usage.
+)usage";
+}
+
+absl::StatusOr<VizArgs> ParseVizArgs(int argc, const char* const* argv) {
+  VizArgs args;
+  auto usage_error = [](const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " (see --help)"));
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](std::string* out) -> absl::Status {
+      if (i + 1 >= argc) return usage_error(absl::StrCat(a, " needs a value"));
+      *out = argv[++i];
+      return absl::OkStatus();
+    };
+    if (a == "-h" || a == "--help") {
+      args.help = true;
+    } else if (a == "--trace") {
+      RETURN_IF_ERROR(value(&args.trace));
+    } else if (a.rfind("--trace=", 0) == 0) {
+      args.trace = a.substr(8);
+    } else if (a == "-o" || a == "--output") {
+      RETURN_IF_ERROR(value(&args.output));
+    } else if (a.rfind("--output=", 0) == 0) {
+      args.output = a.substr(9);
+    } else if (a == "--no-collapse") {
+      args.collapse = false;
+    } else if (a == "--min-repeats") {
+      std::string v;
+      RETURN_IF_ERROR(value(&v));
+      if (!absl::SimpleAtoi(v, &args.min_repeats) || args.min_repeats < 2) {
+        return usage_error("--min-repeats needs an integer >= 2");
+      }
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage_error(absl::StrCat("unknown option ", a));
+    } else if (args.input.empty()) {
+      args.input = a;
+    } else {
+      return usage_error(absl::StrCat("more than one input: ", args.input,
+                                      " and ", a));
+    }
+  }
+  if (!args.help && args.input.empty()) {
+    return usage_error("no input: pass a plan file or a .train file");
+  }
+  if (!args.output.empty()) {
+    std::string ext = FileExtension(args.output);
+    if (ext != "dot" && ext != "svg" && ext != "png" && ext != "html") {
+      return usage_error(absl::StrCat("-o ", args.output,
+                                      ": the extension must be .dot, .svg, "
+                                      ".png or .html"));
+    }
+  }
+  return args;
+}
+
+namespace {
+
+std::string Summary(const Plan& p, const VizGraph& g) {
+  int ops[5] = {0, 0, 0, 0, 0};
+  for (const Instruction& in : p.instructions) ++ops[static_cast<int>(in.phase)];
+  std::string s = absl::StrFormat(
+      "model %s: global batch %d = %d rank(s) x micro-batch %d x %d "
+      "micro-step(s)\n"
+      "plan: %d instructions (data %d, forward %d, backward %d, comm %d, "
+      "optimizer %d), %d buffers, %d events\n"
+      "drawn: %d nodes, %d edges, %d repeated block(s) collapsed\n",
+      p.model, p.global_batch, p.world_size, p.micro_batch, p.accumulate,
+      p.instructions.size(), ops[0], ops[1], ops[2], ops[3], ops[4],
+      p.buffers.size(), p.num_events, g.nodes.size(), g.edges.size(),
+      g.collapsed_blocks);
+  for (const BucketSummary& b : g.buckets) {
+    absl::StrAppend(&s, absl::StrFormat("bucket %d: %s (%d B), %d params\n", b.id,
+                                        HumanBytes(b.bytes), b.bytes,
+                                        b.parameters.size()));
+  }
+  absl::StrAppend(&s, absl::StrFormat(
+      "memory per rank: parameters %s, gradients %s, optimizer state %s, "
+      "peak activations %s, arena %s\n",
+      HumanBytes(p.memory.parameter_bytes), HumanBytes(p.memory.gradient_bytes),
+      HumanBytes(p.memory.optimizer_state_bytes),
+      HumanBytes(p.memory.peak_activation_bytes),
+      HumanBytes(p.memory.arena_bytes)));
+  return s;
+}
+
+}  // namespace
+
+absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
+  const std::string input = ResolveUserPath(args.input);
+  ASSIGN_OR_RETURN(Plan plan, LoadPlanForViz(input));
+  VizOptions options;
+  options.collapse_repeats = args.collapse;
+  options.min_repeats = args.min_repeats;
+  ASSIGN_OR_RETURN(VizGraph graph, BuildVizGraph(plan, options));
+
+  Trace trace;
+  bool have_trace = !args.trace.empty();
+  std::vector<RankOverlap> overlap;
+  std::string timeline_svg;
+  if (have_trace) {
+    ASSIGN_OR_RETURN(trace, ReadTraceFile(ResolveUserPath(args.trace)));
+    RETURN_IF_ERROR(CheckTraceMatchesPlan(trace, plan));
+    overlap = ComputeOverlap(trace);
+    timeline_svg = RenderTimelineSvg(trace);
+  }
+
+  const std::string dot = WriteDot(graph, plan);
+  std::string output = args.output.empty()
+                           ? ResolveUserPath(absl::StrCat(plan.model, ".html"))
+                           : ResolveUserPath(args.output);
+  const std::string ext = FileExtension(output);
+  if (ext == "dot") {
+    RETURN_IF_ERROR(WriteStringToFile(output, dot));
+  } else if (ext == "svg" || ext == "png") {
+    ASSIGN_OR_RETURN(std::string rendered, RenderDot(dot, ext));
+    RETURN_IF_ERROR(WriteStringToFile(output, rendered));
+  } else {
+    HtmlReportInput report;
+    report.plan = &plan;
+    report.graph = &graph;
+    report.input_path = args.input;
+    absl::StatusOr<std::string> svg = RenderDot(dot, "svg");
+    if (svg.ok()) {
+      report.graph_svg = *std::move(svg);
+    } else {
+      // The report is still worth having without the picture.
+      report.graph_error = std::string(svg.status().message());
+      err << "viz: warning: " << report.graph_error << "\n";
+    }
+    if (have_trace) {
+      report.trace = &trace;
+      report.overlap = overlap;
+      report.timeline_svg = timeline_svg;
+    }
+    RETURN_IF_ERROR(WriteStringToFile(output, RenderHtmlReport(report)));
+  }
+
+  out << Summary(plan, graph);
+  if (have_trace) {
+    out << "\noverlap (per rank, mean over traced steps):\n"
+        << FormatOverlapTable(overlap);
+    if (!args.output.empty()) {
+      std::string timeline_path =
+          absl::StrCat(StripExtension(output), "_timeline.svg");
+      RETURN_IF_ERROR(WriteStringToFile(timeline_path, timeline_svg));
+      out << "wrote " << timeline_path << "\n";
+    }
+  }
+  out << "wrote " << output << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace trainc::viz

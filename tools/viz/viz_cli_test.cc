@@ -1,0 +1,206 @@
+#include "tools/viz/viz_cli.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "compiler/plan/plan_io.h"
+#include "tools/viz/file_util.h"
+#include "tools/viz/synthetic.h"
+
+namespace trainc::viz {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<VizArgs> Parse(std::vector<const char*> argv) {
+  argv.insert(argv.begin(), "viz");
+  return ParseVizArgs(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(ParseVizArgsTest, AcceptsTheDocumentedForms) {
+  auto a = Parse({"m.plan", "--trace", "t.json", "-o", "out.svg"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->input, "m.plan");
+  EXPECT_EQ(a->trace, "t.json");
+  EXPECT_EQ(a->output, "out.svg");
+  EXPECT_TRUE(a->collapse);
+  a = Parse({"--help"});
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->help);
+  a = Parse({"x.train", "--no-collapse", "--min-repeats", "4", "--output=o.dot"});
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a->collapse);
+  EXPECT_EQ(a->min_repeats, 4);
+  EXPECT_THAT(VizUsage(), HasSubstr("--trace"));
+}
+
+TEST(ParseVizArgsTest, RejectsUsageMistakes) {
+  EXPECT_FALSE(Parse({}).ok());
+  EXPECT_FALSE(Parse({"a.plan", "b.plan"}).ok());
+  EXPECT_FALSE(Parse({"a.plan", "--bogus"}).ok());
+  EXPECT_FALSE(Parse({"a.plan", "-o"}).ok());
+  auto bad_ext = Parse({"a.plan", "-o", "x.jpg"});
+  ASSERT_FALSE(bad_ext.ok());
+  EXPECT_THAT(std::string(bad_ext.status().message()), HasSubstr(".dot, .svg"));
+}
+
+class RunVizTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::getenv("TEST_TMPDIR");
+    plan_ = MakeMlpPlan({});
+    plan_path_ = dir_ + "/m.plan";
+    trace_path_ = dir_ + "/m.trace.json";
+    ASSERT_TRUE(WritePlanFile(plan_, plan_path_).ok());
+    ASSERT_TRUE(WriteStringToFile(trace_path_, MakeSyntheticTrace(plan_, 2)).ok());
+  }
+  absl::Status Run(VizArgs args) {
+    out_.str("");
+    err_.str("");
+    return RunViz(args, out_, err_);
+  }
+  std::string dir_, plan_path_, trace_path_;
+  Plan plan_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(RunVizTest, WritesDotAndPrintsSummary) {
+  VizArgs a;
+  a.input = plan_path_;
+  a.output = dir_ + "/m.dot";
+  ASSERT_TRUE(Run(a).ok());
+  EXPECT_THAT(out_.str(), HasSubstr("global batch 256 = 2 rank(s)"));
+  EXPECT_THAT(out_.str(), HasSubstr("bucket 0:"));
+  auto dot = ReadFileToString(a.output);
+  ASSERT_TRUE(dot.ok());
+  EXPECT_THAT(*dot, HasSubstr("digraph"));
+}
+
+TEST_F(RunVizTest, HtmlWithTraceHasEverySection) {
+  VizArgs a;
+  a.input = plan_path_;
+  a.trace = trace_path_;
+  a.output = dir_ + "/report.html";
+  ASSERT_TRUE(Run(a).ok()) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("exposed(ms)"));
+  auto html = ReadFileToString(a.output);
+  ASSERT_TRUE(html.ok());
+  for (const char* id : {"id=\"graph\"", "id=\"timeline\"", "id=\"overlap\"",
+                         "id=\"buckets\"", "id=\"memory\"", "id=\"batch\""}) {
+    EXPECT_THAT(*html, HasSubstr(id));
+  }
+  EXPECT_THAT(*html, ::testing::Not(HasSubstr("http://www.w3.org/Graphics")));
+  EXPECT_TRUE(ReadFileToString(dir_ + "/report_timeline.svg").ok());
+}
+
+TEST_F(RunVizTest, RelativePathsFollowBuildWorkingDirectory) {
+  setenv("BUILD_WORKING_DIRECTORY", dir_.c_str(), 1);
+  VizArgs a;
+  a.input = "m.plan";
+  a.output = "rel.dot";
+  absl::Status s = Run(a);
+  unsetenv("BUILD_WORKING_DIRECTORY");
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(ReadFileToString(dir_ + "/rel.dot").ok());
+}
+
+TEST_F(RunVizTest, MissingInputIsAnError) {
+  VizArgs a;
+  a.input = dir_ + "/nope.plan";
+  absl::Status s = Run(a);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("nope.plan"));
+}
+
+TEST_F(RunVizTest, PlanOfAnotherVersionIsAnError) {
+  auto text = ReadFileToString(plan_path_);
+  ASSERT_TRUE(text.ok());
+  std::string v99 = dir_ + "/v99.plan";
+  ASSERT_TRUE(WriteStringToFile(
+                  v99, absl::StrReplaceAll(*text, {{"trainc-plan 1\n",
+                                                    "trainc-plan 99\n"}}))
+                  .ok());
+  VizArgs a;
+  a.input = v99;
+  a.output = dir_ + "/v99.dot";
+  absl::Status s = Run(a);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("version"));
+}
+
+TEST_F(RunVizTest, MalformedTraceReportsLineAndColumn) {
+  std::string bad = dir_ + "/bad.json";
+  ASSERT_TRUE(WriteStringToFile(bad, "{\"traceEvents\": [\n  {\"ph\": \"X\" \"ts\": 1}\n]}").ok());
+  VizArgs a;
+  a.input = plan_path_;
+  a.trace = bad;
+  a.output = dir_ + "/bad.dot";
+  absl::Status s = Run(a);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bad.json:2:14:"));
+}
+
+TEST_F(RunVizTest, TraceOfAnotherPlanIsRejected) {
+  MlpPlanOptions o;
+  o.model = "other_model";
+  o.hidden_layers = 3;
+  std::string other = dir_ + "/other.json";
+  ASSERT_TRUE(WriteStringToFile(other, MakeSyntheticTrace(MakeMlpPlan(o), 1)).ok());
+  VizArgs a;
+  a.input = plan_path_;
+  a.trace = other;
+  a.output = dir_ + "/other.dot";
+  absl::Status s = Run(a);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("other_model"));
+}
+
+TEST_F(RunVizTest, TrainFileWithErrorsShowsDiagnostics) {
+  std::string train = dir_ + "/m.train";
+  ASSERT_TRUE(WriteStringToFile(train, "model m {\n  h = frob(x)\n}\n").ok());
+  VizArgs a;
+  a.input = train;
+  a.output = dir_ + "/t.dot";
+  absl::Status s = Run(a);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("does not compile"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("m.train:2:"));
+}
+
+TEST_F(RunVizTest, TrainFileIsCompiledInProcess) {
+  VizArgs a;
+  a.input = "dsl_examples/fashion_mlp.train";
+  a.output = dir_ + "/fm.dot";
+  ASSERT_TRUE(Run(a).ok()) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("model fashion_mlp"));
+}
+
+TEST_F(RunVizTest, SvgWithoutDotIsAClearError) {
+  const char* old_path = std::getenv("PATH");
+  std::string saved = old_path ? old_path : "";
+  setenv("PATH", "/nonexistent", 1);
+  VizArgs a;
+  a.input = plan_path_;
+  a.output = dir_ + "/m.svg";
+  absl::Status s = Run(a);
+  // The HTML report still comes out, saying why the graph is missing.
+  VizArgs h = a;
+  h.output = dir_ + "/nodot.html";
+  absl::Status hs = Run(h);
+  setenv("PATH", saved.c_str(), 1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("Graphviz 'dot' was not found"));
+  ASSERT_TRUE(hs.ok()) << hs;
+  auto html = ReadFileToString(h.output);
+  ASSERT_TRUE(html.ok());
+  EXPECT_THAT(*html, HasSubstr("Graph not rendered"));
+}
+
+}  // namespace
+}  // namespace trainc::viz
