@@ -73,6 +73,33 @@ class Device {
   // Opaque native stream for a communicator to enqueue on (cudaStream_t on
   // CUDA, nullptr on the CPU).
   virtual void* NativeStream(Stream stream) = 0;
+
+  // --- Optional hooks, with defaults (added for the shared executor). ---
+
+  // Called once per plan before the first step: resolves every compute
+  // instruction (buffer offsets -> pointers, attrs -> numbers) so RunKernel
+  // does no lookups, and rejects ops the backend does not know. RunKernel
+  // may only be called for instructions of the plan last prepared.
+  virtual absl::Status Prepare(const Plan& /*plan*/) {
+    return absl::OkStatus();
+  }
+
+  // A second allocation beside the arena, owned by the device and valid
+  // until it is destroyed: the deterministic all-reduce's gather area.
+  virtual absl::StatusOr<char*> AllocateScratch(int64_t /*bytes*/) {
+    return absl::UnimplementedError(name() + ": AllocateScratch");
+  }
+
+  // Like Submit, and reports when `work` actually ran on `stream` as
+  // steady_clock nanoseconds (std::chrono::steady_clock::now() epoch), for
+  // tracing. `on_timed` may be called on any thread, at the latest by the
+  // next Synchronize(). The default times the host function, which is exact
+  // where the host function *is* the work (the CPU backend); a backend that
+  // only enqueues (CUDA) overrides it with device events.
+  using TimedCallback = std::function<void(int64_t begin_ns, int64_t end_ns)>;
+  virtual absl::Status SubmitTimed(Stream stream,
+                                   std::function<absl::Status()> work,
+                                   TimedCallback on_timed);
 };
 
 }  // namespace trainc

@@ -1,0 +1,154 @@
+#include "runtime/comm/gloo/gloo_communicator.h"
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/common/logging.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace trainc {
+namespace {
+
+// Gloo reports every failure by throwing; this is the one place that turns
+// them into Statuses. A timeout is Gloo's way of saying a peer went away.
+template <typename F>
+absl::Status GlooCall(const char* what, F&& f) {
+  try {
+    f();
+    return absl::OkStatus();
+  } catch (const gloo::IoException& e) {
+    const bool timed_out = absl::StrContains(e.what(), "Timed out") ||
+                           absl::StrContains(e.what(), "timed out");
+    const std::string msg = absl::StrCat("gloo ", what, ": ", e.what());
+    return timed_out ? absl::DeadlineExceededError(msg)
+                     : absl::UnavailableError(msg);
+  } catch (const gloo::EnforceNotMet& e) {
+    return absl::InternalError(absl::StrCat("gloo ", what, ": ", e.msg()));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("gloo ", what, ": ", e.what()));
+  } catch (...) {
+    return absl::UnknownError(absl::StrCat("gloo ", what, ": unknown error"));
+  }
+}
+
+std::chrono::milliseconds ToMillis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    const GlooOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 ||
+      options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank ", options.rank, " of world ",
+                     options.world_size));
+  }
+  if (options.world_size == 1) {
+    return std::unique_ptr<GlooCommunicator>(
+        new GlooCommunicator(0, 1, nullptr));
+  }
+  if (options.file_store_dir.empty()) {
+    return absl::InvalidArgumentError("gloo: no rendezvous folder");
+  }
+  std::error_code error;
+  std::filesystem::create_directories(options.file_store_dir, error);
+  if (error) {
+    return absl::UnavailableError(absl::StrCat(
+        "gloo: cannot create rendezvous folder ", options.file_store_dir, ": ",
+        error.message()));
+  }
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  absl::Status status = GlooCall("rendezvous", [&] {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    std::shared_ptr<gloo::transport::Device> device =
+        gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::FileStore file_store(options.file_store_dir);
+    gloo::rendezvous::PrefixStore store(options.store_prefix, file_store);
+    context = std::make_shared<gloo::rendezvous::Context>(options.rank,
+                                                          options.world_size);
+    // Before connecting: the timeout also bounds the wait for peers' keys.
+    context->setTimeout(ToMillis(options.timeout));
+    context->connectFullMesh(store, device);
+  });
+  if (!status.ok()) return status;
+  return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
+      options.rank, options.world_size, std::move(context)));
+}
+
+GlooCommunicator::GlooCommunicator(int rank, int world_size,
+                                   std::shared_ptr<gloo::Context> context)
+    : rank_(rank), world_size_(world_size), context_(std::move(context)) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count,
+                                            void* /*stream*/) {
+  if (context_ == nullptr || count == 0) return absl::OkStatus();
+  return GlooCall("allreduce", [&] {
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, static_cast<size_t>(count));
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(
+            &gloo::sum<float>));
+    gloo::allreduce(opts);
+  });
+}
+
+absl::Status GlooCommunicator::AllGather(const float* in, float* out,
+                                         int64_t count, void* /*stream*/) {
+  if (context_ == nullptr) {
+    if (in != out) std::memmove(out, in, count * sizeof(float));
+    return absl::OkStatus();
+  }
+  if (count == 0) return absl::OkStatus();
+  return GlooCall("allgather", [&] {
+    gloo::AllgatherOptions opts(context_);
+    // Gloo's buffers are not const; the input is only read.
+    opts.setInput(const_cast<float*>(in), static_cast<size_t>(count));
+    opts.setOutput(out, static_cast<size_t>(count) * world_size_);
+    gloo::allgather(opts);
+  });
+}
+
+absl::Status GlooCommunicator::Broadcast(float* data, int64_t count, int root,
+                                         void* /*stream*/) {
+  if (root < 0 || root >= world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("gloo: broadcast root ",
+                                                   root));
+  }
+  if (context_ == nullptr || count == 0) return absl::OkStatus();
+  return GlooCall("broadcast", [&] {
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(data, static_cast<size_t>(count));
+    opts.setRoot(root);
+    gloo::broadcast(opts);
+  });
+}
+
+absl::Status GlooCommunicator::Barrier() {
+  if (context_ == nullptr) return absl::OkStatus();
+  return GlooCall("barrier", [&] {
+    gloo::BarrierOptions opts(context_);
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace trainc

@@ -1,0 +1,82 @@
+// GlooCommunicator: the Communicator of runtime/comm/communicator.h over
+// Gloo's TCP transport, for CPU ranks.
+//
+//   GlooOptions options;
+//   options.rank = rank;
+//   options.world_size = world;
+//   options.file_store_dir = "/tmp/job-1234";  // shared by the job's ranks
+//   ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> comm,
+//                    GlooCommunicator::Create(options));
+//
+// Create blocks until every rank has joined (a full mesh of TCP pairs) or the
+// timeout passes. Rendezvous is through Gloo's FileStore in a folder every
+// rank can see: right for the ranks of one machine. The folder must be fresh
+// per job (or `store_prefix` unique per job): stale keys of an earlier run
+// would be read as this run's addresses.
+//
+// Collectives block the calling thread (the CPU device's comm stream) until
+// done; `stream` is ignored. Every Gloo failure, a dead peer included, comes
+// back as a Status after at most `timeout`: no exception leaves this class.
+// Calls must not overlap (Gloo pairs carry one collective at a time per tag):
+// the comm stream serialises them, and Barrier() is for between steps.
+// world_size 1 needs no rendezvous and every collective is a copy or nothing.
+#ifndef TRAINC_RUNTIME_COMM_GLOO_GLOO_COMMUNICATOR_H_
+#define TRAINC_RUNTIME_COMM_GLOO_GLOO_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/comm/communicator.h"
+
+namespace gloo {
+class Context;
+}  // namespace gloo
+
+namespace trainc {
+
+struct GlooOptions {
+  int rank = 0;
+  int world_size = 1;
+  // Folder for the FileStore rendezvous (created if missing).
+  std::string file_store_dir;
+  // Namespace inside the store, so that several groups can share a folder.
+  std::string store_prefix = "trainc";
+  // Address this rank's transport listens on; peers must reach it.
+  std::string hostname = "127.0.0.1";
+  // Rendezvous and every collective; a peer silent for longer is an error.
+  absl::Duration timeout = absl::Seconds(30);
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
+      const GlooOptions& options);
+  ~GlooCommunicator() override;
+
+  std::string name() const override { return "gloo"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+
+  absl::Status AllReduceSum(float* data, int64_t count, void* stream) override;
+  absl::Status AllGather(const float* in, float* out, int64_t count,
+                         void* stream) override;
+  absl::Status Broadcast(float* data, int64_t count, int root,
+                         void* stream) override;
+  absl::Status Barrier() override;
+
+ private:
+  GlooCommunicator(int rank, int world_size,
+                   std::shared_ptr<gloo::Context> context);
+
+  const int rank_;
+  const int world_size_;
+  std::shared_ptr<gloo::Context> context_;  // null when world_size == 1
+};
+
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_COMM_GLOO_GLOO_COMMUNICATOR_H_

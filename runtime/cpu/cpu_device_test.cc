@@ -1,0 +1,216 @@
+// CpuDevice's streams, events, errors and plan preparation. The kernels'
+// numbers are kernels_test's; whole plans are runtime/exec's tests.
+#include "runtime/cpu/cpu_device.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace trainc {
+namespace {
+
+TEST(CpuDeviceTest, ArenaIsZeroedAlignedAndBoundsChecked) {
+  CpuDevice device;
+  EXPECT_EQ(device.arena(), nullptr);
+  ASSERT_TRUE(device.AllocateArena(1000).ok());
+  ASSERT_NE(device.arena(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(device.arena()) % 64, 0u);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(device.arena()[i], 0);
+  EXPECT_EQ(device.AllocateArena(10).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  const float in[2] = {1.5f, -2.0f};
+  float out[2] = {};
+  ASSERT_TRUE(device.Upload(992, in, 8).ok());
+  ASSERT_TRUE(device.Download(992, out, 8).ok());
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_EQ(out[1], -2.0f);
+  EXPECT_EQ(device.Upload(996, in, 8).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(device.Download(-4, out, 4).code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(CpuDeviceTest, CommStreamRunsInOrderAfterItsWaits) {
+  CpuDevice device;
+  ASSERT_TRUE(device.ResetEvents(2).ok());
+  std::vector<int> order;  // only touched by the comm thread until Sync
+  std::atomic<bool> compute_done{false};
+  // Comm waits for event 0, which compute records only later.
+  ASSERT_TRUE(device.WaitEvent(Stream::kComm, 0).ok());
+  ASSERT_TRUE(device
+                  .Submit(Stream::kComm,
+                          [&] {
+                            EXPECT_TRUE(compute_done.load());
+                            order.push_back(1);
+                            return absl::OkStatus();
+                          })
+                  .ok());
+  ASSERT_TRUE(device
+                  .Submit(Stream::kComm,
+                          [&] {
+                            order.push_back(2);
+                            return absl::OkStatus();
+                          })
+                  .ok());
+  ASSERT_TRUE(device.RecordEvent(Stream::kComm, 1).ok());
+  absl::SleepFor(absl::Milliseconds(20));  // the comm thread must be parked
+  EXPECT_TRUE(order.empty());
+  ASSERT_TRUE(device
+                  .Submit(Stream::kCompute,
+                          [&] {
+                            compute_done = true;
+                            return absl::OkStatus();
+                          })
+                  .ok());
+  ASSERT_TRUE(device.RecordEvent(Stream::kCompute, 0).ok());
+  // Compute now waits for the comm stream's record.
+  ASSERT_TRUE(device.WaitEvent(Stream::kCompute, 1).ok());
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  ASSERT_TRUE(device.Synchronize().ok());
+  EXPECT_EQ(device.RecordEvent(Stream::kCompute, 2).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuDeviceTest, CommWorkSubmittedFromTheCommStreamRunsInPlace) {
+  CpuDevice device;
+  ASSERT_TRUE(device.ResetEvents(1).ok());
+  std::vector<int> order;
+  ASSERT_TRUE(device
+                  .Submit(Stream::kComm,
+                          [&] {
+                            order.push_back(1);
+                            absl::Status s = device.Submit(Stream::kComm, [&] {
+                              order.push_back(2);
+                              return absl::OkStatus();
+                            });
+                            order.push_back(3);
+                            return s;
+                          })
+                  .ok());
+  ASSERT_TRUE(device.Synchronize().ok());
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+}
+
+TEST(CpuDeviceTest, CommFailureIsStickyAndWakesWaiters) {
+  CpuDevice device;
+  ASSERT_TRUE(device.ResetEvents(1).ok());
+  ASSERT_TRUE(device
+                  .Submit(Stream::kComm,
+                          [] { return absl::UnavailableError("peer died"); })
+                  .ok());
+  // These may be queued behind the failure or refused outright, depending
+  // on whether the comm thread has got to it yet; either way they must not
+  // run work, and must not leave a waiter hanging.
+  bool ran = false;
+  device.Submit(Stream::kComm, [&] {
+          ran = true;
+          return absl::OkStatus();
+        })
+      .IgnoreError();
+  device.RecordEvent(Stream::kComm, 0).IgnoreError();
+  // Compute waiting on the failed stream gets the error, not a hang.
+  EXPECT_EQ(device.WaitEvent(Stream::kCompute, 0).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(device.Synchronize().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(device.Submit(Stream::kCompute, [] { return absl::OkStatus(); })
+                .code(),
+            absl::StatusCode::kUnavailable);
+}
+
+// A two-instruction plan: y = linear(x, w, b); h = relu(y).
+Plan LinearReluPlan(bool event_between) {
+  Plan plan;
+  auto add = [&](const char* name, std::vector<int64_t> shape) {
+    Buffer b;
+    b.id = static_cast<int>(plan.buffers.size());
+    b.name = name;
+    b.shape = shape;
+    b.bytes = 4;
+    for (int64_t d : shape) b.bytes *= d;
+    b.offset = plan.arena_bytes;
+    plan.arena_bytes += (b.bytes + 63) / 64 * 64;
+    plan.buffers.push_back(b);
+    return b.id;
+  };
+  const int x = add("x", {2, 3}), w = add("w", {2, 3}), b = add("b", {2}),
+            y = add("y", {2, 2}), h = add("h", {2, 2});
+  Instruction lin;
+  lin.id = 0;
+  lin.op = "linear";
+  lin.inputs = {x, w, b};
+  lin.outputs = {y};
+  if (event_between) lin.record_events = {0};
+  Instruction relu;
+  relu.id = 1;
+  relu.op = "relu";
+  relu.inputs = {y};
+  relu.outputs = {h};
+  plan.instructions = {lin, relu};
+  plan.num_events = 1;
+  return plan;
+}
+
+TEST(CpuDeviceTest, LinearThenReluGivesTheSameResultFusedOrNot) {
+  for (bool event_between : {false, true}) {
+    const Plan plan = LinearReluPlan(event_between);
+    CpuDevice device;
+    ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+    const float x[6] = {1, 2, 3, -1, -2, -3};
+    const float w[6] = {1, 0, 0, 0, 1, 1};
+    const float b[2] = {0.5f, -0.5f};
+    ASSERT_TRUE(device.Upload(plan.buffers[0].offset, x, sizeof(x)).ok());
+    ASSERT_TRUE(device.Upload(plan.buffers[1].offset, w, sizeof(w)).ok());
+    ASSERT_TRUE(device.Upload(plan.buffers[2].offset, b, sizeof(b)).ok());
+    ASSERT_TRUE(device.Prepare(plan).ok());
+    for (const Instruction& instr : plan.instructions) {
+      ASSERT_TRUE(device.RunKernel(plan, instr, StepState{}).ok());
+    }
+    float y[4], h[4];
+    ASSERT_TRUE(device.Download(plan.buffers[3].offset, y, sizeof(y)).ok());
+    ASSERT_TRUE(device.Download(plan.buffers[4].offset, h, sizeof(h)).ok());
+    const float want_y[4] = {1.5f, 4.5f, -0.5f, -5.5f};
+    const float want_h[4] = {1.5f, 4.5f, 0.0f, 0.0f};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(y[i], want_y[i]) << i;
+      EXPECT_EQ(h[i], want_h[i]) << i;
+    }
+  }
+}
+
+TEST(CpuDeviceTest, PrepareChecksThePlan) {
+  Plan plan = LinearReluPlan(false);
+  {
+    CpuDevice device;
+    EXPECT_EQ(device.Prepare(plan).code(),
+              absl::StatusCode::kFailedPrecondition);  // no arena yet
+  }
+  CpuDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  Plan bad = plan;
+  bad.instructions[1].op = "rellu";
+  EXPECT_EQ(device.Prepare(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = plan;
+  bad.instructions[0].inputs[2] = bad.instructions[0].inputs[0];  // bias [2,3]
+  EXPECT_EQ(device.Prepare(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = plan;
+  bad.buffers[4].offset = plan.arena_bytes;
+  EXPECT_EQ(device.Prepare(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = plan;
+  bad.instructions.push_back(bad.instructions[0]);
+  bad.instructions[2].id = 2;
+  bad.instructions[2].op = "optimizer";
+  bad.instructions[2].attrs["bucket"] = 0;  // there are no buckets
+  EXPECT_EQ(device.Prepare(bad).code(), absl::StatusCode::kInvalidArgument);
+  // RunKernel refuses a plan it did not prepare.
+  ASSERT_TRUE(device.Prepare(plan).ok());
+  Plan other = plan;
+  EXPECT_EQ(device.RunKernel(other, other.instructions[0], StepState{}).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace trainc

@@ -1,0 +1,360 @@
+#include "runtime/cpu/kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+// The repository builds for x86-64-v2 (SSE4.2) so its binaries run anywhere;
+// the elementwise loops below are the only hand-written hot code, so they
+// get AVX2 and AVX-512 clones chosen by the loader (GNU ifunc). OpenBLAS
+// does its own dispatch.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRAINC_SIMD_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TRAINC_SIMD_CLONES
+#endif
+
+namespace trainc {
+namespace cpu {
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+// One out (+)= v pass; kept as two loops so each is a plain vector loop.
+inline void Store(const float* __restrict v, int64_t n, bool accumulate,
+                  float* __restrict out) {
+  if (accumulate) {
+    for (int64_t i = 0; i < n; ++i) out[i] += v[i];
+  } else {
+    std::memcpy(out, v, n * sizeof(float));
+  }
+}
+
+}  // namespace
+
+void SetBlasThreads(int threads) { openblas_set_num_threads(threads); }
+
+TRAINC_SIMD_CLONES
+void LinearForward(const float* x, const float* w, const float* b, int64_t rows,
+                   int64_t in, int64_t out, float* __restrict y,
+                   Activation act, float* __restrict act_out) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x,
+              in, w, in, 0.0f, y, out);
+  // One pass over y adds the bias and, when the next instruction is an
+  // activation of y, writes it too (the activation op then does nothing).
+  const float zero_bias = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* __restrict yr = y + r * out;
+    float* __restrict ar = act_out ? act_out + r * out : nullptr;
+    if (b != nullptr) {
+      for (int64_t j = 0; j < out; ++j) yr[j] += b[j];
+    }
+    switch (act) {
+      case Activation::kNone:
+        break;
+      case Activation::kRelu:
+        for (int64_t j = 0; j < out; ++j) ar[j] = std::max(yr[j], zero_bias);
+        break;
+      case Activation::kGelu:
+        for (int64_t j = 0; j < out; ++j) {
+          ar[j] = 0.5f * yr[j] * (1.0f + std::erf(yr[j] * kInvSqrt2));
+        }
+        break;
+      case Activation::kTanh:
+        for (int64_t j = 0; j < out; ++j) ar[j] = std::tanh(yr[j]);
+        break;
+    }
+  }
+}
+
+void LinearGradInput(const float* dy, const float* w, int64_t rows, int64_t in,
+                     int64_t out, bool accumulate, float* dx) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f,
+              dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in);
+}
+
+TRAINC_SIMD_CLONES
+void LinearGradParams(const float* dy, const float* x, int64_t rows,
+                      int64_t in, int64_t out, bool accumulate, float* dw,
+                      float* __restrict db) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0f, dy,
+              out, x, in, accumulate ? 1.0f : 0.0f, dw, in);
+  if (db == nullptr) return;
+  // Row by row so the inner loop is a contiguous vector add.
+  if (!accumulate) std::fill(db, db + out, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict dyr = dy + r * out;
+    for (int64_t j = 0; j < out; ++j) db[j] += dyr[j];
+  }
+}
+
+TRAINC_SIMD_CLONES
+void Relu(const float* __restrict x, int64_t n, float* __restrict y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+TRAINC_SIMD_CLONES
+void ReluGrad(const float* __restrict dy, const float* __restrict y, int64_t n,
+              bool accumulate, float* __restrict dx) {
+  if (accumulate) {
+    for (int64_t i = 0; i < n; ++i) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+  } else {
+    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+}
+
+void Gelu(const float* __restrict x, int64_t n, float* __restrict y) {
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+  }
+}
+
+void GeluGrad(const float* __restrict dy, const float* __restrict x, int64_t n,
+              bool accumulate, float* __restrict dx) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float cdf = 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x[i] * x[i]);
+    const float g = dy[i] * (cdf + x[i] * pdf);
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
+void Tanh(const float* __restrict x, int64_t n, float* __restrict y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+}
+
+TRAINC_SIMD_CLONES
+void TanhGrad(const float* __restrict dy, const float* __restrict y, int64_t n,
+              bool accumulate, float* __restrict dx) {
+  if (accumulate) {
+    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+  }
+}
+
+void LayerNorm(const float* x, const float* gamma, const float* beta,
+               int64_t rows, int64_t d, float eps, float* __restrict y,
+               float* __restrict mean, float* __restrict rstd) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * d;
+    float* __restrict yr = y + r * d;
+    // Two passes in double: a row is short and this keeps the statistics
+    // exact to fp32 rounding whatever the row's offset.
+    double sum = 0.0;
+    for (int64_t j = 0; j < d; ++j) sum += xr[j];
+    const double mu = sum / d;
+    double sq = 0.0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double c = xr[j] - mu;
+      sq += c * c;
+    }
+    const float m = static_cast<float>(mu);
+    const float rs = static_cast<float>(1.0 / std::sqrt(sq / d + eps));
+    mean[r] = m;
+    rstd[r] = rs;
+    for (int64_t j = 0; j < d; ++j) {
+      yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+    }
+  }
+}
+
+void LayerNormGradInput(const float* dy, const float* x, const float* gamma,
+                        const float* mean, const float* rstd, int64_t rows,
+                        int64_t d, bool accumulate, float* __restrict dx) {
+  // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict dyr = dy + r * d;
+    const float* __restrict xr = x + r * d;
+    float* __restrict dxr = dx + r * d;
+    const float m = mean[r];
+    const float rs = rstd[r];
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (int64_t j = 0; j < d; ++j) {
+      const float g = dyr[j] * gamma[j];
+      sum_g += g;
+      sum_gx += static_cast<double>(g) * ((xr[j] - m) * rs);
+    }
+    const float mean_g = static_cast<float>(sum_g / d);
+    const float mean_gx = static_cast<float>(sum_gx / d);
+    for (int64_t j = 0; j < d; ++j) {
+      const float xhat = (xr[j] - m) * rs;
+      const float v = rs * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
+      dxr[j] = accumulate ? dxr[j] + v : v;
+    }
+  }
+}
+
+TRAINC_SIMD_CLONES
+void LayerNormGradParams(const float* dy, const float* x, const float* mean,
+                         const float* rstd, int64_t rows, int64_t d,
+                         bool accumulate, float* __restrict dgamma,
+                         float* __restrict dbeta) {
+  if (!accumulate) {
+    std::fill(dgamma, dgamma + d, 0.0f);
+    std::fill(dbeta, dbeta + d, 0.0f);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict dyr = dy + r * d;
+    const float* __restrict xr = x + r * d;
+    const float m = mean[r];
+    const float rs = rstd[r];
+    for (int64_t j = 0; j < d; ++j) {
+      dgamma[j] += dyr[j] * ((xr[j] - m) * rs);
+      dbeta[j] += dyr[j];
+    }
+  }
+}
+
+TRAINC_SIMD_CLONES
+void Add(const float* __restrict a, const float* __restrict b, int64_t n,
+         float* __restrict y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+TRAINC_SIMD_CLONES
+void CopyGrad(const float* __restrict dy, int64_t n, bool accumulate,
+              float* __restrict dx) {
+  Store(dy, n, accumulate, dx);
+}
+
+bool CrossEntropy(const float* logits, const int32_t* label, int64_t rows,
+                  int64_t classes, float* loss_sum, float* __restrict probs) {
+  double loss = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t t = label[r];
+    if (t < 0 || t >= classes) return false;
+    const float* __restrict lr = logits + r * classes;
+    float* __restrict pr = probs + r * classes;
+    float mx = lr[0];
+    for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, lr[j]);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < classes; ++j) {
+      pr[j] = std::exp(lr[j] - mx);
+      sum += pr[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < classes; ++j) pr[j] *= inv;
+    // -log softmax[t] = log(sum) - (l[t] - max): no exp of a large number
+    // and no log of a tiny probability.
+    loss += std::log(static_cast<double>(sum)) - (lr[t] - mx);
+  }
+  loss_sum[0] = static_cast<float>(loss);
+  return true;
+}
+
+TRAINC_SIMD_CLONES
+void CrossEntropyGrad(const float* probs, const int32_t* label, int64_t rows,
+                      int64_t classes, float scale, bool accumulate,
+                      float* __restrict dlogits) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict pr = probs + r * classes;
+    float* __restrict dr = dlogits + r * classes;
+    if (accumulate) {
+      for (int64_t j = 0; j < classes; ++j) dr[j] += scale * pr[j];
+    } else {
+      for (int64_t j = 0; j < classes; ++j) dr[j] = scale * pr[j];
+    }
+    // Labels were range-checked by the forward CrossEntropy.
+    dr[label[r]] -= scale;
+  }
+}
+
+void Mse(const float* pred, const float* target, int64_t rows, int64_t n,
+         float* loss_sum) {
+  double loss = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double row = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double e = static_cast<double>(pred[r * n + j]) - target[r * n + j];
+      row += e * e;
+    }
+    loss += row / n;
+  }
+  loss_sum[0] = static_cast<float>(loss);
+}
+
+TRAINC_SIMD_CLONES
+void MseGrad(const float* __restrict pred, const float* __restrict target,
+             int64_t rows, int64_t n, float scale, bool accumulate,
+             float* __restrict dpred) {
+  const float k = 2.0f * scale / static_cast<float>(n);
+  const int64_t total = rows * n;
+  if (accumulate) {
+    for (int64_t i = 0; i < total; ++i) dpred[i] += k * (pred[i] - target[i]);
+  } else {
+    for (int64_t i = 0; i < total; ++i) dpred[i] = k * (pred[i] - target[i]);
+  }
+}
+
+TRAINC_SIMD_CLONES
+void OrderedSum(const float* src, int64_t n, int64_t count, float* dst) {
+  // k outer, i inner: a vector loop per slot, and the additions for each i
+  // still happen in increasing k, so the result is fixed bit for bit.
+  if (dst != src) std::memmove(dst, src, count * sizeof(float));
+  for (int64_t k = 1; k < n; ++k) {
+    const float* __restrict s = src + k * count;
+    float* __restrict d = dst;
+    for (int64_t i = 0; i < count; ++i) d[i] += s[i];
+  }
+}
+
+TRAINC_SIMD_CLONES
+void AdamW(const AdamWParams& h, const float* __restrict grad, int64_t n,
+           float* __restrict param, float* __restrict m,
+           float* __restrict v) {
+  // Scalars are formed in double and rounded once, like torch's Python-side
+  // arithmetic followed by the fp32 tensor ops; the per-element sequence is
+  // torch's: p *= 1 - lr wd; m = m b1 + (1 - b1) g; v = v b2 + (1 - b2) g g;
+  // p += (-(lr / bc1) * m) / (sqrt(v) / sqrt(bc2) + eps).
+  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
+  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
+  const float decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
+  const float b1 = static_cast<float>(h.beta1);
+  const float one_minus_b1 = static_cast<float>(1.0 - h.beta1);
+  const float b2 = static_cast<float>(h.beta2);
+  const float one_minus_b2 = static_cast<float>(1.0 - h.beta2);
+  const float neg_step_size = static_cast<float>(-(h.lr / bc1));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float eps = static_cast<float>(h.eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float p = param[i] * decay;
+    const float mi = m[i] * b1 + one_minus_b1 * g;
+    const float vi = v[i] * b2 + one_minus_b2 * g * g;
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = p + neg_step_size * mi / denom;  // torch's addcdiv order
+  }
+}
+
+TRAINC_SIMD_CLONES
+void Sgd(const SgdParams& h, const float* __restrict grad, int64_t n,
+         float* __restrict param, float* __restrict momentum_buf) {
+  const float wd = static_cast<float>(h.weight_decay);
+  const float mom = static_cast<float>(h.momentum);
+  const float neg_lr = static_cast<float>(-h.lr);
+  if (h.momentum == 0.0) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float d = grad[i] + wd * param[i];
+      param[i] = param[i] + neg_lr * d;
+    }
+    return;
+  }
+  const bool first = h.step == 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = grad[i] + wd * param[i];
+    const float buf = first ? d : momentum_buf[i] * mom + d;
+    momentum_buf[i] = buf;
+    const float step = h.nesterov ? d + mom * buf : buf;
+    param[i] = param[i] + neg_lr * step;
+  }
+}
+
+}  // namespace cpu
+}  // namespace trainc

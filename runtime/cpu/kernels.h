@@ -1,0 +1,110 @@
+// CPU kernels for every compute op of compiler/plan/plan.h.
+//
+// Plain functions over raw fp32 pointers: the CPU device resolves a plan's
+// buffers to pointers once and calls these in its hot loop, and the unit
+// tests call them directly against double-precision references.
+//
+// Conventions. Row-major; `rows` is the batch dimension. Every kernel that
+// writes a gradient takes `accumulate` (false: out = v, true: out += v).
+// Outputs must not alias inputs unless stated. Matrix products go to
+// OpenBLAS (cblas_sgemm); the elementwise loops are written so the compiler
+// vectorises them, and are cloned for AVX2/AVX-512 (picked at load time).
+#ifndef TRAINC_RUNTIME_CPU_KERNELS_H_
+#define TRAINC_RUNTIME_CPU_KERNELS_H_
+
+#include <cstdint>
+
+namespace trainc {
+namespace cpu {
+
+// Activation fused into the bias loop of Linear (see LinearForward).
+enum class Activation { kNone, kRelu, kGelu, kTanh };
+
+// y[B,out] = x[B,in] w[out,in]^T + b[out] (b may be null). If `act` is not
+// kNone, also act_out[B,out] = act(y) in the same pass over y.
+void LinearForward(const float* x, const float* w, const float* b, int64_t rows,
+                   int64_t in, int64_t out, float* y, Activation act,
+                   float* act_out);
+// dx[B,in] (+)= dy[B,out] w[out,in].
+void LinearGradInput(const float* dy, const float* w, int64_t rows, int64_t in,
+                     int64_t out, bool accumulate, float* dx);
+// dw[out,in] (+)= dy^T x; db[out] (+)= column sums of dy (db may be null).
+void LinearGradParams(const float* dy, const float* x, int64_t rows,
+                      int64_t in, int64_t out, bool accumulate, float* dw,
+                      float* db);
+
+void Relu(const float* x, int64_t n, float* y);
+// dx (+)= dy * (y > 0), y the relu's output.
+void ReluGrad(const float* dy, const float* y, int64_t n, bool accumulate,
+              float* dx);
+// Exact GELU, 0.5 x (1 + erf(x / sqrt 2)), PyTorch's default.
+void Gelu(const float* x, int64_t n, float* y);
+// dx (+)= dy * gelu'(x), x the gelu's input.
+void GeluGrad(const float* dy, const float* x, int64_t n, bool accumulate,
+              float* dx);
+void Tanh(const float* x, int64_t n, float* y);
+// dx (+)= dy * (1 - y^2), y the tanh's output.
+void TanhGrad(const float* dy, const float* y, int64_t n, bool accumulate,
+              float* dx);
+
+// Per row of x[B,d]: y = (x - mean) * rstd * gamma + beta with the biased
+// variance, rstd = 1 / sqrt(var + eps); saves mean[B] and rstd[B].
+void LayerNorm(const float* x, const float* gamma, const float* beta,
+               int64_t rows, int64_t d, float eps, float* y, float* mean,
+               float* rstd);
+void LayerNormGradInput(const float* dy, const float* x, const float* gamma,
+                        const float* mean, const float* rstd, int64_t rows,
+                        int64_t d, bool accumulate, float* dx);
+void LayerNormGradParams(const float* dy, const float* x, const float* mean,
+                         const float* rstd, int64_t rows, int64_t d,
+                         bool accumulate, float* dgamma, float* dbeta);
+
+void Add(const float* a, const float* b, int64_t n, float* y);
+// dx (+)= dy.
+void CopyGrad(const float* dy, int64_t n, bool accumulate, float* dx);
+
+// logits[B,C], label[B] -> probs[B,C] = softmax(logits) and
+// loss_sum[0] = sum_b -log probs[b, label[b]] (log-softmax, stable).
+// Returns false (and writes nothing useful) if a label is outside [0, C).
+bool CrossEntropy(const float* logits, const int32_t* label, int64_t rows,
+                  int64_t classes, float* loss_sum, float* probs);
+// dlogits (+)= scale * (probs - onehot(label)).
+void CrossEntropyGrad(const float* probs, const int32_t* label, int64_t rows,
+                      int64_t classes, float scale, bool accumulate,
+                      float* dlogits);
+// loss_sum[0] = sum_b mean_j (pred - target)^2 over pred[B,n].
+void Mse(const float* pred, const float* target, int64_t rows, int64_t n,
+         float* loss_sum);
+// dpred (+)= scale * 2 (pred - target) / n.
+void MseGrad(const float* pred, const float* target, int64_t rows, int64_t n,
+             float scale, bool accumulate, float* dpred);
+
+// dst[i] = sum over k in [0, n) of src[k * count + i], k in increasing order
+// (bit-reproducible). dst may be src itself (slot 0), nothing else of src.
+void OrderedSum(const float* src, int64_t n, int64_t count, float* dst);
+
+// torch.optim.AdamW (amsgrad off), in torch's own float operation order.
+struct AdamWParams {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int64_t step = 1;  // 1-based
+};
+void AdamW(const AdamWParams& h, const float* grad, int64_t n, float* param,
+           float* m, float* v);
+
+// torch.optim.SGD (dampening 0). `momentum_buf` is unused (may be null) when
+// momentum is 0; on step 1 it is initialised to the decayed gradient.
+struct SgdParams {
+  double lr = 0, momentum = 0, weight_decay = 0;
+  bool nesterov = false;
+  int64_t step = 1;  // 1-based
+};
+void Sgd(const SgdParams& h, const float* grad, int64_t n, float* param,
+         float* momentum_buf);
+
+// Sets OpenBLAS's thread count for this process (see CpuDeviceOptions).
+void SetBlasThreads(int threads);
+
+}  // namespace cpu
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_CPU_KERNELS_H_

@@ -1,0 +1,265 @@
+#include "runtime/exec/executor.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/util/status_macros.h"
+
+namespace trainc {
+namespace {
+
+// The compute ops of plan.h; a backend's Prepare checks that it has them.
+const std::set<std::string>& ComputeOps() {
+  static const auto* ops = new std::set<std::string>{
+      "linear",        "linear_grad_input",     "linear_grad_params",
+      "relu",          "relu_grad",             "gelu",
+      "gelu_grad",     "tanh",                  "tanh_grad",
+      "layernorm",     "layernorm_grad_input",  "layernorm_grad_params",
+      "add",           "copy_grad",             "cross_entropy",
+      "cross_entropy_grad", "mse",              "mse_grad",
+      "optimizer"};
+  return *ops;
+}
+
+}  // namespace
+
+Executor::Executor(const Plan& plan, Device* device, Communicator* comm,
+                   Tracer* tracer, ExecutorOptions options)
+    : plan_(plan),
+      device_(device),
+      comm_(comm),
+      tracer_(tracer),
+      options_(options) {}
+
+absl::Status Executor::Prepare() {
+  if (device_ == nullptr) return absl::InvalidArgumentError("no device");
+  if (comm_ == nullptr && plan_.world_size != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a plan for ", plan_.world_size, " ranks needs a communicator"));
+  }
+  if (comm_ != nullptr && comm_->world_size() != plan_.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan is for ", plan_.world_size, " ranks, communicator ",
+                     comm_->name(), " has ", comm_->world_size()));
+  }
+  if (plan_.accumulate < 1) {
+    return absl::InvalidArgumentError("plan accumulate < 1");
+  }
+  if (device_->arena() == nullptr) {
+    RETURN_IF_ERROR(device_->AllocateArena(plan_.arena_bytes));
+  }
+  RETURN_IF_ERROR(device_->Prepare(plan_));
+  const int num_buffers = static_cast<int>(plan_.buffers.size());
+  if (plan_.loss_buffer < 0 || plan_.loss_buffer >= num_buffers) {
+    return absl::InvalidArgumentError("plan has no loss buffer");
+  }
+
+  std::vector<Resolved> program;
+  int64_t max_bucket_bytes = 0;
+  int last_backward = -1;
+  for (size_t i = 0; i < plan_.instructions.size(); ++i) {
+    const Instruction& instr = plan_.instructions[i];
+    auto fail = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "instruction ", i, " (", instr.op, " \"", instr.label, "\"): ", why));
+    };
+    for (const std::vector<int>* events :
+         {&instr.wait_events, &instr.record_events}) {
+      for (int e : *events) {
+        if (e < 0 || e >= plan_.num_events) return fail("event out of range");
+      }
+    }
+    Resolved r;
+    r.instr = &instr;
+    r.micro = instr.micro_step;
+    if (instr.op == "load_batch") {
+      r.kind = Resolved::kLoadBatch;
+      if (instr.micro_step < 0 || instr.micro_step >= plan_.accumulate) {
+        return fail("load_batch without a micro-step");
+      }
+      if (instr.stream != Stream::kCompute) return fail("not on compute");
+    } else if (instr.op == "all_reduce") {
+      r.kind = Resolved::kAllReduce;
+      if (instr.stream != Stream::kComm) return fail("not on the comm stream");
+      auto it = instr.attrs.find("bucket");
+      const int b = it == instr.attrs.end() ? -1 : static_cast<int>(it->second);
+      if (b < 0 || b >= static_cast<int>(plan_.buckets.size())) {
+        return fail("attr bucket out of range");
+      }
+      const Bucket& bucket = plan_.buckets[b];
+      if (bucket.grad_buffer < 0 || bucket.grad_buffer >= num_buffers) {
+        return fail("bucket without a gradient buffer");
+      }
+      const Buffer& grads = plan_.buffers[bucket.grad_buffer];
+      const int64_t slots = plan_.deterministic ? plan_.accumulate : 1;
+      if (bucket.bytes % 4 != 0 ||
+          grads.offset + slots * bucket.bytes > plan_.arena_bytes) {
+        return fail("bucket slots do not fit the arena");
+      }
+      r.bucket = reinterpret_cast<float*>(device_->arena() + grads.offset);
+      r.count = bucket.bytes / 4;
+      max_bucket_bytes = std::max(max_bucket_bytes, bucket.bytes);
+    } else if (ComputeOps().count(instr.op)) {
+      r.kind = Resolved::kCompute;
+      if (instr.stream != Stream::kCompute) return fail("not on compute");
+      if (instr.phase == Phase::kBackward) last_backward = static_cast<int>(i);
+      r.writes_loss = std::find(instr.outputs.begin(), instr.outputs.end(),
+                                plan_.loss_buffer) != instr.outputs.end();
+    } else {
+      return fail("unknown op");
+    }
+    program.push_back(r);
+  }
+
+  // Overlap off: every all-reduce moves to just after the last backward
+  // instruction, behind a compute -> comm event so that on an asynchronous
+  // device none can start before the backward has finished.
+  order_.clear();
+  hold_event_ = plan_.num_events;  // one past the plan's own
+  if (options_.overlap) {
+    order_ = std::move(program);
+  } else {
+    std::vector<Resolved> held;
+    for (size_t i = 0; i < program.size(); ++i) {
+      if (program[i].kind == Resolved::kAllReduce &&
+          static_cast<int>(i) < last_backward) {
+        held.push_back(program[i]);
+      } else {
+        order_.push_back(program[i]);
+      }
+      if (static_cast<int>(i) == last_backward && !held.empty()) {
+        Resolved hold;
+        hold.kind = Resolved::kHoldForComm;
+        order_.push_back(hold);
+        order_.insert(order_.end(), held.begin(), held.end());
+      }
+    }
+  }
+
+  if (plan_.deterministic && plan_.world_size > 1 && max_bucket_bytes > 0) {
+    ASSIGN_OR_RETURN(char* scratch,
+                     device_->AllocateScratch(plan_.world_size *
+                                              plan_.accumulate *
+                                              max_bucket_bytes));
+    scratch_ = reinterpret_cast<float*>(scratch);
+  }
+  prepared_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Executor::RunStep(const StepState& state,
+                                         BatchSource& batches) {
+  if (!prepared_) {
+    return absl::FailedPreconditionError("Executor::RunStep before Prepare");
+  }
+  double loss_sum = 0.0;
+  absl::Status status = RunStepImpl(state, batches, &loss_sum);
+  // Whatever happened, nothing of this step may still be running when we
+  // return: queued comm work points into the arena and at `batches`.
+  absl::Status sync = device_->Synchronize();
+  if (!status.ok()) return status;
+  if (!sync.ok()) return sync;
+  return loss_sum;
+}
+
+absl::Status Executor::RunStepImpl(const StepState& state,
+                                   BatchSource& batches, double* loss_sum) {
+  state_ = state;
+  RETURN_IF_ERROR(device_->ResetEvents(plan_.num_events + 1));
+  for (const Resolved& r : order_) {
+    RETURN_IF_ERROR(Issue(r, batches, loss_sum));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::SubmitTraced(Stream stream, const Resolved& r,
+                                    std::function<absl::Status()> work) {
+  Tracer* tracer = tracer_;
+  if (tracer == nullptr) return device_->Submit(stream, std::move(work));
+  const TraceSpan base{r.instr->id, state_.step, r.micro, stream, 0, 0};
+  return device_->SubmitTimed(
+      stream, std::move(work), [tracer, base](int64_t begin, int64_t end) {
+        TraceSpan span = base;
+        span.begin_ns = begin;
+        span.end_ns = end;
+        tracer->Add(span);
+      });
+}
+
+absl::Status Executor::Issue(const Resolved& r, BatchSource& batches,
+                             double* loss) {
+  if (r.kind == Resolved::kHoldForComm) {
+    RETURN_IF_ERROR(device_->RecordEvent(Stream::kCompute, hold_event_));
+    return device_->WaitEvent(Stream::kComm, hold_event_);
+  }
+  const Instruction& instr = *r.instr;
+  for (int e : instr.wait_events) {
+    RETURN_IF_ERROR(device_->WaitEvent(instr.stream, e));
+  }
+  switch (r.kind) {
+    case Resolved::kLoadBatch: {
+      const int64_t begin = TraceClockNs();
+      RETURN_IF_ERROR(batches.Fill(r.micro, plan_, *device_));
+      if (tracer_ != nullptr) {
+        tracer_->Add({instr.id, state_.step, r.micro, Stream::kCompute, begin,
+                      TraceClockNs()});
+      }
+      break;
+    }
+    case Resolved::kCompute:
+      // Two pointers: fits std::function's inline storage, so no heap
+      // allocation per instruction.
+      RETURN_IF_ERROR(SubmitTraced(Stream::kCompute, r, [this, &r] {
+        return device_->RunKernel(plan_, *r.instr, state_);
+      }));
+      break;
+    case Resolved::kAllReduce:
+      RETURN_IF_ERROR(IssueAllReduce(r));
+      break;
+    case Resolved::kHoldForComm:
+      break;
+  }
+  for (int e : instr.record_events) {
+    RETURN_IF_ERROR(device_->RecordEvent(instr.stream, e));
+  }
+  if (r.writes_loss) {
+    float value = 0.0f;
+    RETURN_IF_ERROR(device_->Download(plan_.buffers[plan_.loss_buffer].offset,
+                                      &value, sizeof(value)));
+    *loss += value;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::IssueAllReduce(const Resolved& r) {
+  const int64_t world = plan_.world_size;
+  if (!plan_.deterministic) {
+    if (world == 1) return absl::OkStatus();  // a sum over one rank
+    return SubmitTraced(Stream::kComm, r, [this, &r] {
+      return comm_->AllReduceSum(r.bucket, r.count,
+                                 device_->NativeStream(Stream::kComm));
+    });
+  }
+  const int64_t slots = plan_.accumulate;
+  if (world == 1) {
+    // Slot 0 may be OrderedSum's destination and first operand at once.
+    if (slots == 1) return absl::OkStatus();
+    return SubmitTraced(Stream::kComm, r, [this, &r, slots] {
+      return device_->OrderedSum(Stream::kComm, r.bucket, slots, r.count,
+                                 r.bucket);
+    });
+  }
+  // Rank q's slots land at scratch + q * slots * count, so the scratch holds
+  // the world's micro-batches in global order.
+  return SubmitTraced(Stream::kComm, r, [this, &r, slots, world] {
+    RETURN_IF_ERROR(comm_->AllGather(r.bucket, scratch_, slots * r.count,
+                                     device_->NativeStream(Stream::kComm)));
+    return device_->OrderedSum(Stream::kComm, scratch_, world * slots,
+                               r.count, r.bucket);
+  });
+}
+
+}  // namespace trainc

@@ -1,0 +1,81 @@
+#include "runtime/trace/tracer.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace trainc {
+namespace {
+
+Plan TwoInstructionPlan() {
+  Plan plan;
+  plan.model = "tiny \"mlp\"";
+  plan.world_size = 2;
+  Instruction lin;
+  lin.id = 0;
+  lin.op = "linear";
+  lin.label = "h1 = linear";
+  lin.phase = Phase::kForward;
+  Instruction ar;
+  ar.id = 1;
+  ar.op = "all_reduce";
+  ar.stream = Stream::kComm;
+  ar.phase = Phase::kComm;
+  ar.micro_step = 1;
+  ar.attrs["bucket"] = 0;
+  plan.instructions = {lin, ar};
+  Bucket bucket;
+  bucket.bytes = 5160;
+  plan.buckets = {bucket};
+  return plan;
+}
+
+TEST(TracerTest, EventsFollowTheTraceFormat) {
+  const Plan plan = TwoInstructionPlan();
+  Tracer tracer(/*rank=*/1, /*job_start_ns=*/1'000'000);
+  tracer.Add({0, 3, 0, Stream::kCompute, 1'012'500, 1'052'600});
+  tracer.Add({1, 3, 1, Stream::kComm, 1'080'000, 1'175'200});
+  EXPECT_EQ(tracer.steps_traced(), 1);
+  const std::string json = tracer.EventsJson(plan);
+  EXPECT_NE(json.find("{\"name\": \"h1 = linear\", \"cat\": \"forward\", "
+                      "\"ph\": \"X\", \"ts\": 12.500, \"dur\": 40.100, "
+                      "\"pid\": 1, \"tid\": 0, \"args\": {\"instr\": 0, "
+                      "\"step\": 3, \"micro\": 0, \"op\": \"linear\"}}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("{\"name\": \"all_reduce bucket 0\", \"cat\": \"comm\", "
+                      "\"ph\": \"X\", \"ts\": 80.000, \"dur\": 95.200, "
+                      "\"pid\": 1, \"tid\": 1, \"args\": {\"instr\": 1, "
+                      "\"step\": 3, \"micro\": 1, \"op\": \"all_reduce\", "
+                      "\"bucket\": 0, \"bytes\": 5160}}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"thread_name\""), std::string::npos);
+}
+
+TEST(TracerTest, MergeWritesOneFileWithMetadata) {
+  const Plan plan = TwoInstructionPlan();
+  Tracer r0(0, 0), r1(1, 0);
+  r0.Add({0, 1, 0, Stream::kCompute, 10, 20});
+  const std::string path = ::testing::TempDir() + "/merged.json";
+  ASSERT_TRUE(
+      MergeTraceParts(plan, {r0.EventsJson(plan), r1.EventsJson(plan)}, 1, path)
+          .ok());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string json = text.str();
+  EXPECT_EQ(json.rfind("{\"traceEvents\": [", 0), 0u);
+  EXPECT_NE(json.find("\"plan_model\": \"tiny \\\"mlp\\\"\""), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"plan_instructions\": 2"), std::string::npos);
+  EXPECT_NE(json.find("\"pid\": 1"), std::string::npos);
+  EXPECT_EQ(MergeTraceParts(plan, {"{}"}, 1, path).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace trainc
