@@ -165,6 +165,27 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
   return loss_sum;
 }
 
+absl::Status Executor::RunForward(BatchSource& batches) {
+  if (!prepared_) {
+    return absl::FailedPreconditionError("Executor::RunForward before Prepare");
+  }
+  Tracer* const tracer = tracer_;
+  tracer_ = nullptr;  // evaluation is not part of the traced steps
+  absl::Status status = device_->ResetEvents(plan_.num_events + 1);
+  double unused_loss = 0.0;
+  for (const Resolved& r : order_) {
+    if (!status.ok()) break;
+    if (r.micro != 0) continue;
+    const bool forward =
+        r.kind == Resolved::kLoadBatch ||
+        (r.kind == Resolved::kCompute && r.instr->phase == Phase::kForward);
+    if (forward) status = Issue(r, batches, &unused_loss);
+  }
+  tracer_ = tracer;
+  absl::Status sync = device_->Synchronize();
+  return status.ok() ? sync : status;
+}
+
 absl::Status Executor::RunStepImpl(const StepState& state,
                                    BatchSource& batches, double* loss_sum) {
   state_ = state;

@@ -66,6 +66,12 @@ class Executor {
   // mean loss).
   absl::StatusOr<double> RunStep(const StepState& state, BatchSource& batches);
 
+  // Evaluation: runs micro-step 0's load_batch and forward instructions
+  // only (no backward, no communication, no optimizer), then waits for the
+  // compute stream. The forward values, the loss operands included, are
+  // then in their buffers for the caller to read.
+  absl::Status RunForward(BatchSource& batches);
+
   // Starts (non-null) or stops (null) tracing from the next step.
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 

@@ -1,0 +1,473 @@
+#include "runtime/train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/types/span.h"
+#include "compiler/util/status_macros.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/comm/gloo/gloo_communicator.h"
+#include "runtime/comm/nccl/nccl_communicator.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/loader.h"
+#include "runtime/data/sampler.h"
+#include "runtime/exec/executor.h"
+#include "runtime/launch/heartbeat.h"
+#include "runtime/trace/tracer.h"
+#include "runtime/train/overlap.h"
+#include "runtime/train/schedule.h"
+
+namespace trainc {
+namespace {
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 60) return absl::StrFormat("%.0fs", seconds);
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, (s / 60) % 60);
+}
+
+std::string FormatRate(double per_second) {
+  if (per_second >= 1e6) return absl::StrFormat("%.2fM", per_second / 1e6);
+  if (per_second >= 1e3) return absl::StrFormat("%.1fk", per_second / 1e3);
+  return absl::StrFormat("%.0f", per_second);
+}
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes >= (1 << 20)) return absl::StrFormat("%.2f MiB", bytes / 1048576.0);
+  return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+}
+
+absl::StatusOr<std::string> ResolveDevice(const std::string& requested,
+                                          int world_size) {
+  const int gpus = CudaDeviceCount();
+  if (requested == "cpu") return std::string("cpu");
+  if (requested == "auto") return std::string(gpus > 0 ? "cuda" : "cpu");
+  if (requested != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device: '", requested, "' is not one of cpu, cuda, auto"));
+  }
+  if (gpus == 0) {
+    return absl::FailedPreconditionError(
+        "--device cuda: no CUDA GPU is visible on this machine (use --device "
+        "cpu or auto)");
+  }
+  return std::string("cuda");
+}
+
+// Parameters are initialised like PyTorch's modules (see Buffer::init) from
+// one portable generator seeded by the plan, so every rank and every
+// platform starts from the same weights.
+absl::Status InitializeParameters(const Plan& plan, Device& device) {
+  SplitMix64 rng(static_cast<uint64_t>(plan.seed) * 0x9E3779B97F4A7C15ull +
+                 0x5EEDull);
+  std::vector<float> host;
+  for (int id : plan.parameter_buffers) {
+    const Buffer& b = plan.buffers[id];
+    host.assign(b.bytes / sizeof(float), 0.0f);
+    if (b.init == "ones") {
+      std::fill(host.begin(), host.end(), 1.0f);
+    } else if (b.init == "uniform") {
+      for (float& v : host) {
+        // 24 random bits -> [0, 1), exactly representable in float.
+        const double u = static_cast<double>(rng.Next() >> 40) / (1 << 24);
+        v = static_cast<float>((2.0 * u - 1.0) * b.init_bound);
+      }
+    } else if (b.init != "zeros" && !b.init.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter ", b.name, ": unknown init '", b.init, "'"));
+    }
+    RETURN_IF_ERROR(device.Upload(b.offset, host.data(), b.bytes));
+  }
+  return absl::OkStatus();
+}
+
+// Sums `values` over every rank (host memory, through Gloo).
+absl::Status SumOverRanks(Communicator& comm, std::vector<float>* values) {
+  if (comm.world_size() == 1) return absl::OkStatus();
+  return comm.AllReduceSum(values->data(), static_cast<int64_t>(values->size()),
+                           nullptr);
+}
+
+// The evaluation head: the loss instruction's operands, read back after a
+// forward pass to score a batch on the host (so that a short last batch's
+// zero padding is simply not counted).
+struct EvalHead {
+  bool classification = false;
+  const Buffer* prediction = nullptr;  // logits [B, C] or prediction [B, n]
+  const Buffer* target = nullptr;      // labels i32 [B] or target [B, n]
+};
+
+absl::StatusOr<EvalHead> FindEvalHead(const Plan& plan) {
+  for (const Instruction& instr : plan.instructions) {
+    if (instr.micro_step > 0) break;
+    if (instr.op != "cross_entropy" && instr.op != "mse") continue;
+    if (instr.inputs.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan: ", instr.op, " needs 2 inputs"));
+    }
+    EvalHead head;
+    head.classification = instr.op == "cross_entropy";
+    head.prediction = &plan.buffers[instr.inputs[0]];
+    head.target = &plan.buffers[instr.inputs[1]];
+    return head;
+  }
+  return absl::InvalidArgumentError("plan: no loss instruction");
+}
+
+// Feeds one fixed list of examples to RunForward.
+class IndexBatchSource : public BatchSource {
+ public:
+  explicit IndexBatchSource(const Dataset* dataset) : loader_(dataset) {}
+  void set_indices(std::vector<int64_t> indices) { indices_ = std::move(indices); }
+  absl::Status Fill(int /*micro_step*/, const Plan& plan,
+                    Device& device) override {
+    return loader_.Fill(indices_, plan, device);
+  }
+
+ private:
+  MicroBatchLoader loader_;
+  std::vector<int64_t> indices_;
+};
+
+struct EvalResult {
+  double accuracy = -1;
+  double loss = 0;
+  int64_t examples = 0;
+};
+
+absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
+                                    Device& device, Communicator& comm,
+                                    const Dataset& eval, const EvalHead& head,
+                                    Heartbeat& heartbeat) {
+  const int64_t batch = plan.micro_batch;
+  EvalIterator it(eval.size(), batch, comm.rank(), comm.world_size());
+  IndexBatchSource source(&eval);
+  const int64_t width = head.prediction->bytes / sizeof(float) / batch;
+  std::vector<float> pred(head.prediction->bytes / sizeof(float));
+  std::vector<char> target(head.target->bytes);
+  double correct = 0, loss = 0, count = 0;
+  std::vector<int64_t> indices;
+  while (it.Next(&indices)) {
+    const int64_t n = static_cast<int64_t>(indices.size());
+    source.set_indices(indices);
+    RETURN_IF_ERROR(executor.RunForward(source));
+    RETURN_IF_ERROR(device.Download(head.prediction->offset, pred.data(),
+                                    head.prediction->bytes));
+    RETURN_IF_ERROR(device.Download(head.target->offset, target.data(),
+                                    head.target->bytes));
+    for (int64_t r = 0; r < n; ++r) {
+      const float* row = pred.data() + r * width;
+      if (head.classification) {
+        const int32_t label = reinterpret_cast<const int32_t*>(target.data())[r];
+        const int64_t arg = std::max_element(row, row + width) - row;
+        correct += arg == label;
+        const float mx = row[arg];
+        double z = 0;
+        for (int64_t j = 0; j < width; ++j) z += std::exp(row[j] - mx);
+        loss += std::log(z) + mx - row[label];
+      } else {
+        const float* t = reinterpret_cast<const float*>(target.data()) + r * width;
+        double se = 0;
+        for (int64_t j = 0; j < width; ++j) se += (row[j] - t[j]) * (row[j] - t[j]);
+        loss += se / width;
+      }
+    }
+    count += n;
+    heartbeat.Beat();
+  }
+  std::vector<float> totals = {static_cast<float>(correct),
+                               static_cast<float>(loss),
+                               static_cast<float>(count)};
+  RETURN_IF_ERROR(SumOverRanks(comm, &totals));
+  EvalResult result;
+  result.examples = static_cast<int64_t>(totals[2]);
+  if (result.examples > 0) {
+    result.loss = totals[1] / totals[2];
+    if (head.classification) result.accuracy = totals[0] / totals[2];
+  }
+  return result;
+}
+
+absl::Status WriteTrace(const Plan& plan, const RankContext& rank,
+                        const Tracer& tracer, Communicator& comm,
+                        const std::string& path) {
+  const std::string part = tracer.EventsJson(plan);
+  if (rank.world_size == 1) {
+    return MergeTraceParts(plan, {part}, tracer.steps_traced(), path);
+  }
+  // Ranks meet in the rendezvous folder: each writes its part, rank 0
+  // merges once every part is there.
+  const std::string mine =
+      absl::StrCat(rank.rendezvous_dir, "/trace.rank", rank.rank, ".json");
+  {
+    std::ofstream out(mine, std::ios::binary);
+    out << part;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", mine));
+  }
+  RETURN_IF_ERROR(comm.Barrier());
+  if (rank.rank != 0) return absl::OkStatus();
+  std::vector<std::string> parts;
+  for (int r = 0; r < rank.world_size; ++r) {
+    const std::string p =
+        absl::StrCat(rank.rendezvous_dir, "/trace.rank", r, ".json");
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!in) return absl::InternalError(absl::StrCat("cannot read ", p));
+    parts.push_back(ss.str());
+  }
+  return MergeTraceParts(plan, parts, tracer.steps_traced(), path);
+}
+
+}  // namespace
+
+absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
+                                       const RankContext& rank,
+                                       const TrainOptions& options,
+                                       std::ostream& log_stream) {
+  std::ostringstream discard;
+  std::ostream& log = rank.rank == 0 ? log_stream : discard;
+  if (plan.world_size != rank.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan is for ", plan.world_size, " rank(s) but the job has ",
+        rank.world_size));
+  }
+  ASSIGN_OR_RETURN(const std::string device_kind,
+                   ResolveDevice(options.device, rank.world_size));
+  if (device_kind == "cuda" && rank.local_rank >= CudaDeviceCount()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank.rank, " needs GPU ", rank.local_rank, " but this machine has ",
+        CudaDeviceCount()));
+  }
+
+  // Communicators: Gloo always (host-side sums, NCCL's bootstrap), NCCL for
+  // gradients on CUDA.
+  GlooOptions gloo;
+  gloo.rank = rank.rank;
+  gloo.world_size = rank.world_size;
+  gloo.file_store_dir = rank.rendezvous_dir;
+  gloo.hostname = rank.hostname;
+  ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> host_comm,
+                   GlooCommunicator::Create(gloo));
+  std::unique_ptr<Communicator> nccl;
+  std::unique_ptr<Device> device;
+  if (device_kind == "cuda") {
+    ASSIGN_OR_RETURN(device, CreateCudaDevice(rank.local_rank));
+    ASSIGN_OR_RETURN(nccl, CreateNcclCommunicator(rank.rank, rank.world_size,
+                                                  rank.local_rank, *host_comm));
+  } else {
+    CpuDeviceOptions cpu;
+    cpu.blas_threads = options.blas_threads;
+    device = std::make_unique<CpuDevice>(cpu);
+  }
+  Communicator& grad_comm = nccl ? *nccl : *host_comm;
+
+  ExecutorOptions exec_options;
+  exec_options.overlap = options.overlap;
+  Executor executor(plan, device.get(), &grad_comm, nullptr, exec_options);
+  RETURN_IF_ERROR(executor.Prepare());
+
+  // Data.
+  ASSIGN_OR_RETURN(Dataset train, LoadTrainDataset(plan.data));
+  std::optional<Dataset> eval;
+  if (options.eval && !plan.data.eval_paths.empty()) {
+    ASSIGN_OR_RETURN(eval, LoadEvalDataset(plan.data));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainBatchSource> batches,
+                   TrainBatchSource::Create(&train, plan, rank.rank));
+  ASSIGN_OR_RETURN(EvalHead head, FindEvalHead(plan));
+  const int64_t steps_per_epoch = batches->steps_per_epoch();
+  const int64_t total_steps =
+      plan.steps > 0 ? plan.steps : plan.epochs * steps_per_epoch;
+  const int64_t total_epochs =
+      (total_steps + steps_per_epoch - 1) / steps_per_epoch;
+  const int64_t dropped = train.size() - steps_per_epoch * plan.global_batch;
+
+  // Weights.
+  TrainingState state;
+  if (!options.resume.empty()) {
+    RETURN_IF_ERROR(LoadCheckpoint(options.resume, plan, *device, &state,
+                                   /*weights_only=*/false));
+  } else if (!options.init_from.empty()) {
+    RETURN_IF_ERROR(LoadCheckpoint(options.init_from, plan, *device, &state,
+                                   /*weights_only=*/true));
+    state = TrainingState();
+  } else {
+    RETURN_IF_ERROR(InitializeParameters(plan, *device));
+  }
+  RETURN_IF_ERROR(device->Synchronize());
+
+  log << absl::StrFormat(
+      "training %s on %d %s rank(s): global_batch %d = %d x %d micro_batch x "
+      "%d accumulate | %d steps (%d/epoch, %d samples dropped per epoch) | "
+      "arena %s per rank\n",
+      plan.model, plan.world_size, device_kind, plan.global_batch,
+      plan.world_size, plan.micro_batch, plan.accumulate, total_steps,
+      steps_per_epoch, dropped, FormatBytes(plan.arena_bytes));
+  if (state.step > 0) {
+    log << absl::StrFormat("resumed from %s at step %d (epoch %d, step %d)\n",
+                           options.resume, state.step, state.epoch + 1,
+                           state.step_in_epoch);
+  }
+
+  // A few steps are traced (after the first, which warms caches) to measure
+  // overlap; all of them go to --trace when asked.
+  Tracer tracer(rank.rank, rank.job_start_ns ? rank.job_start_ns : TraceClockNs());
+  const int64_t first_step = state.step + 1;
+  const int64_t trace_begin =
+      total_steps - first_step >= 2 ? first_step + 1 : first_step;
+  const int64_t trace_end = trace_begin + std::max<int64_t>(1, options.trace_steps);
+
+  Heartbeat heartbeat = Heartbeat::FromEnvironment();
+  const bool tty = isatty(STDOUT_FILENO) && rank.rank == 0;
+  const int64_t log_every =
+      options.log_every > 0
+          ? options.log_every
+          : std::max<int64_t>(1, std::min<int64_t>(steps_per_epoch / 5, 200));
+  TrainSummary summary;
+  summary.arena_bytes = plan.arena_bytes;
+  EvalResult last_eval;
+  bool evaluated_at_end = false;
+  std::vector<float> loss_buf(1);
+  double last_loss = NAN;
+  const auto start = std::chrono::steady_clock::now();
+  auto window_start = start;
+  int64_t window_steps = 0;
+
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    const int64_t epoch = (step - 1) / steps_per_epoch;
+    const int64_t in_epoch = (step - 1) % steps_per_epoch;
+    batches->SetPosition(epoch, in_epoch);
+    executor.set_tracer(step >= trace_begin && step < trace_end ? &tracer
+                                                                : nullptr);
+    StepState step_state;
+    step_state.step = step;
+    step_state.lr = LearningRateAt(plan.schedule, plan.optimizer.lr, step,
+                                   plan.schedule.total_steps > 0
+                                       ? plan.schedule.total_steps
+                                       : total_steps);
+    ASSIGN_OR_RETURN(double loss_sum, executor.RunStep(step_state, *batches));
+    heartbeat.Beat();
+    ++summary.steps;
+    ++window_steps;
+
+    const bool epoch_end = in_epoch == steps_per_epoch - 1;
+    const bool last = step == total_steps;
+    if (step % log_every == 0 || last || epoch_end || tty) {
+      loss_buf[0] = static_cast<float>(loss_sum);
+      RETURN_IF_ERROR(SumOverRanks(*host_comm, &loss_buf));
+      last_loss = loss_buf[0] / plan.global_batch;
+      const auto now = std::chrono::steady_clock::now();
+      const double window = Seconds(now - window_start);
+      const double step_ms = window / window_steps * 1e3;
+      const double eta = step_ms / 1e3 * (total_steps - step);
+      if (step % log_every == 0 || last || epoch_end) {
+        log << absl::StrFormat(
+            "%sstep %d/%d | epoch %d/%d | loss %.4f | %.2f ms/step | %s "
+            "samples/s | eta %s\n",
+            tty ? "\r\033[K" : "", step, total_steps, epoch + 1, total_epochs,
+            last_loss, step_ms, FormatRate(plan.global_batch / (step_ms / 1e3)),
+            FormatDuration(eta));
+        window_start = now;
+        window_steps = 0;
+      } else {
+        log << absl::StrFormat("\r\033[Kstep %d/%d | loss %.4f | eta %s", step,
+                               total_steps, last_loss, FormatDuration(eta))
+            << std::flush;
+      }
+    }
+    if (eval && (epoch_end || last)) {
+      ASSIGN_OR_RETURN(last_eval, Evaluate(plan, executor, *device, *host_comm,
+                                           *eval, head, heartbeat));
+      evaluated_at_end = last;
+      if (head.classification) {
+        log << absl::StrFormat("%seval epoch %d | loss %.4f | accuracy %.2f%% (%d examples)\n",
+                               tty ? "\r\033[K" : "", epoch + 1, last_eval.loss,
+                               100 * last_eval.accuracy, last_eval.examples);
+      } else {
+        log << absl::StrFormat("%seval epoch %d | loss %.5f (%d examples)\n",
+                               tty ? "\r\033[K" : "", epoch + 1, last_eval.loss,
+                               last_eval.examples);
+      }
+    }
+  }
+  (void)evaluated_at_end;
+  summary.seconds = Seconds(std::chrono::steady_clock::now() - start);
+  summary.final_step = std::max(state.step, total_steps);
+  summary.samples_per_second =
+      summary.seconds > 0 ? summary.steps * plan.global_batch / summary.seconds : 0;
+  summary.final_loss = last_loss;
+  summary.eval_accuracy = last_eval.accuracy;
+  summary.eval_loss = eval ? last_eval.loss : -1;
+
+  const OverlapStats overlap = ComputeOverlap(tracer.spans());
+  if (overlap.steps > 0) {
+    summary.allreduce_ms = overlap.comm_ns / 1e6 / overlap.steps;
+    summary.hidden_fraction = overlap.hidden_fraction();
+  }
+  if (!options.trace_path.empty()) {
+    RETURN_IF_ERROR(WriteTrace(plan, rank, tracer, *host_comm, options.trace_path));
+    log << "trace: " << options.trace_path << " (" << tracer.steps_traced()
+        << " steps; open in https://ui.perfetto.dev or tools/viz)\n";
+  }
+  if (!options.save_path.empty()) {
+    TrainingState out;
+    out.step = summary.final_step;
+    out.epoch = summary.final_step / steps_per_epoch;
+    out.step_in_epoch = summary.final_step % steps_per_epoch;
+    if (rank.rank == 0) {
+      RETURN_IF_ERROR(SaveCheckpoint(options.save_path, plan, *device, out));
+      log << "checkpoint: " << options.save_path << " (step " << out.step << ")\n";
+    }
+    RETURN_IF_ERROR(host_comm->Barrier());
+  }
+
+  log << "\nsummary\n";
+  log << absl::StrFormat("  steps           %d (to step %d), %s\n", summary.steps,
+                         summary.final_step, FormatDuration(summary.seconds));
+  log << absl::StrFormat("  throughput      %s samples/s, %.2f ms/step\n",
+                         FormatRate(summary.samples_per_second),
+                         summary.steps ? summary.seconds * 1e3 / summary.steps : 0.0);
+  log << absl::StrFormat("  final loss      %.4f\n", summary.final_loss);
+  if (summary.eval_accuracy >= 0) {
+    log << absl::StrFormat("  eval accuracy   %.2f%% (eval loss %.4f)\n",
+                           100 * summary.eval_accuracy, summary.eval_loss);
+  } else if (summary.eval_loss >= 0) {
+    log << absl::StrFormat("  eval loss       %.5f\n", summary.eval_loss);
+  }
+  log << absl::StrFormat("  arena           %s per rank (%s without reuse)\n",
+                         FormatBytes(plan.arena_bytes),
+                         FormatBytes(plan.memory.unshared_bytes));
+  if (summary.hidden_fraction >= 0 && plan.world_size > 1) {
+    log << absl::StrFormat(
+        "  all-reduce      %.3f ms/step, %.0f%% hidden behind backward (%s)\n",
+        summary.allreduce_ms, 100 * summary.hidden_fraction,
+        options.overlap ? "overlap on" : "overlap off");
+  }
+  if (dropped > 0) {
+    log << absl::StrFormat(
+        "  drop_last       %d samples per epoch not in a full global batch\n",
+        dropped);
+  }
+  return summary;
+}
+
+}  // namespace trainc

@@ -1,0 +1,76 @@
+// Trainer: one rank's training run over a Plan, from initial weights to the
+// final summary.
+//
+//   RankContext rank = ...;              // from RankFromEnvironment(), or rank 0 of 1
+//   TrainOptions options;                // from the command line
+//   absl::StatusOr<TrainSummary> summary = TrainRank(plan, rank, options);
+//
+// What it does, in order: picks the device (cpu or cuda) and the
+// communicators (Gloo, plus NCCL on CUDA), loads the data, initialises the
+// parameters (seeded, identical on every rank) or loads a checkpoint, then
+// runs optimizer steps through the Executor, logging progress and the loss
+// (rank 0), evaluating after each epoch, tracing a few steps to measure how
+// much all-reduce time the backward pass hid, and finally saves a
+// checkpoint and prints the summary. It never remakes a decision the plan
+// made.
+#ifndef TRAINC_RUNTIME_TRAIN_TRAINER_H_
+#define TRAINC_RUNTIME_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "compiler/plan/plan.h"
+
+namespace trainc {
+
+struct RankContext {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  // Gloo file-store folder shared by the job's ranks; empty for one rank.
+  std::string rendezvous_dir;
+  // Address this rank's Gloo transport listens on (other machines' ranks
+  // must reach it); loopback suits one machine.
+  std::string hostname = "127.0.0.1";
+  // steady_clock ns shared by the local job's ranks: time zero of traces.
+  int64_t job_start_ns = 0;
+};
+
+struct TrainOptions {
+  std::string device = "auto";  // "cpu", "cuda" or "auto"
+  std::string save_path;        // checkpoint written at the end (rank 0)
+  std::string init_from;        // weights only
+  std::string resume;           // weights, optimizer state, step, data position
+  std::string trace_path;       // Chrome trace of `trace_steps` steps
+  int64_t trace_steps = 3;
+  bool overlap = true;          // false: all-reduces after the whole backward
+  bool eval = true;             // evaluate after each epoch and at the end
+  int64_t log_every = 0;        // steps between progress lines; 0: automatic
+  int blas_threads = 1;         // CPU: OpenBLAS threads per rank
+};
+
+struct TrainSummary {
+  int64_t steps = 0;            // optimizer steps run by this call
+  int64_t final_step = 0;       // global step reached (resume counts)
+  double seconds = 0;
+  double samples_per_second = 0;
+  double final_loss = 0;        // mean over the last step's global batch
+  double eval_accuracy = -1;    // < 0: no classification eval ran
+  double eval_loss = -1;
+  int64_t arena_bytes = 0;
+  double allreduce_ms = 0;      // per step, measured on traced steps
+  double hidden_fraction = -1;  // of all-reduce time overlapped by compute
+};
+
+// Runs the training of one rank. Progress and the summary go to `log` on
+// rank 0 only. Collective: every rank of the job must call it.
+absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
+                                       const RankContext& rank,
+                                       const TrainOptions& options,
+                                       std::ostream& log);
+
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_TRAIN_TRAINER_H_

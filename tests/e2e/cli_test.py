@@ -1,0 +1,66 @@
+"""The train command as a user meets it: --help, --compile-only, errors,
+a short real training run with evaluation and a summary."""
+import os
+import unittest
+
+import e2e_lib as e2e
+
+
+class CliTest(unittest.TestCase):
+
+    def test_help(self):
+        out = e2e.train("--help").stdout
+        self.assertIn("usage: train", out)
+        self.assertIn("--compile-only", out)
+
+    def test_compile_only_writes_a_plan(self):
+        for example in ("fashion_mlp", "residual_mlp", "autoencoder_mse"):
+            plan = os.path.join(e2e.tmpdir(), f"{example}.plan")
+            out = e2e.train("--compile-only",
+                            e2e.runfile(f"dsl_examples/{example}.train"),
+                            "-o", plan).stdout
+            self.assertIn("bucket", out)
+            with open(plan) as f:
+                self.assertTrue(f.readline().startswith("trainc-plan 1"))
+
+    def test_bad_input_is_a_diagnostic(self):
+        bad = os.path.join(e2e.tmpdir(), "bad.train")
+        with open(bad, "w") as f:
+            f.write("model m {\n  input x: f32[4]\n  loss = rleu(x)\n}\n")
+        proc = e2e.train(bad, check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("bad.train:3:", proc.stdout)
+        self.assertNotIn("Segmentation", proc.stdout)
+
+    def test_unknown_flag(self):
+        proc = e2e.train(e2e.EXAMPLE, "--gpsu", 2, check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("unknown option --gpsu", proc.stdout)
+
+    def test_more_gpus_than_present_is_an_error_before_work(self):
+        proc = e2e.train(e2e.EXAMPLE, "--device", "cuda", check=False)
+        if "CUDA GPU" not in proc.stdout:
+            self.skipTest("a GPU is present")
+        self.assertEqual(proc.returncode, 1)
+
+    def test_short_run_trains_and_summarises(self):
+        e2e.need_fashion_mnist(self)
+        d = e2e.tmpdir()
+        out = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--steps", 60,
+                        "--trace", f"{d}/t.json").stdout
+        self.assertIn("eval epoch", out)
+        self.assertIn("summary", out)
+        self.assertIn("all-reduce", out)
+        acc = float(out.split("eval accuracy")[1].split("%")[0])
+        self.assertGreater(acc, 60.0)  # 60 steps of a 10-class problem
+
+    def test_plan_file_trains_like_the_source(self):
+        e2e.need_fashion_mnist(self)
+        plan = os.path.join(e2e.tmpdir(), "p.plan")
+        e2e.train("--compile-only", e2e.EXAMPLE, "--gpus", 1, "-o", plan)
+        out = e2e.train(plan, "--device", "cpu", "--steps", 5, "--no-eval").stdout
+        self.assertIn("step 5/5", out)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,62 @@
+"""Helpers for the end-to-end tests: run the real `train` binary on real
+.train files and data, read what it wrote (safetensors, traces)."""
+import json
+import os
+import struct
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+FASHION = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+
+
+def runfile(path):
+    """A file of this workspace, from the test's runfiles."""
+    base = os.environ.get("TEST_SRCDIR")
+    if base:
+        p = os.path.join(base, os.environ.get("TEST_WORKSPACE", "trainc"), path)
+        if os.path.exists(p):
+            return p
+    return os.path.join(os.path.dirname(__file__), "..", "..", path)
+
+
+TRAIN = runfile("tools/train")
+EXAMPLE = runfile("dsl_examples/fashion_mlp.train")
+
+
+def tmpdir():
+    return tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+
+
+def train(*args, timeout=300, check=True):
+    """Runs tools/train; returns CompletedProcess (stdout+stderr as text)."""
+    proc = subprocess.run([TRAIN, *map(str, args)], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train {' '.join(map(str, args))} failed "
+                             f"({proc.returncode}):\n{proc.stdout}")
+    return proc
+
+
+def read_safetensors(path):
+    """{name: np.ndarray}, metadata — a reader of our own, independent of
+    the C++ one, following the published format."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    body = data[8 + n:]
+    out = {}
+    for name, t in header.items():
+        assert t["dtype"] == "F32", t
+        b, e = t["data_offsets"]
+        out[name] = np.frombuffer(body[b:e], dtype="<f4").reshape(t["shape"])
+    return out, meta
+
+
+def need_fashion_mnist(test):
+    if not os.path.exists(FASHION):
+        test.skipTest("Fashion-MNIST is not installed (dataset-fashion-mnist)")

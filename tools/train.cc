@@ -1,0 +1,278 @@
+// train: compile a .train file into a plan and train it.
+//
+//   bazel run //tools:train -- dsl_examples/fashion_mlp.train
+//   bazel run //tools:train -- --compile-only FILE.train -o plan.txt
+//
+// With gpus = N > 1 and no cluster launcher, this process starts N workers
+// (itself, once per rank) and waits for them; under torchrun, srun or
+// mpirun each process is one rank already.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/frontend/frontend.h"
+#include "compiler/plan/plan_io.h"
+#include "compiler/planner/planner.h"
+#include "compiler/util/status_macros.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/launch/launcher.h"
+#include "runtime/launch/rank_env.h"
+#include "runtime/trace/tracer.h"
+#include "runtime/train/trainer.h"
+
+namespace trainc {
+
+// The command line, for re-running this binary as each local worker.
+int args_argc = 0;
+char** args_argv = nullptr;
+
+namespace {
+
+constexpr char kUsage[] = R"(usage: train [options] FILE.train|PLAN
+
+Compiles a .train file into a static execution plan and trains it: with
+`gpus = N`, N ranks (processes) on this machine, or under torchrun / srun /
+mpirun one rank per process. A PLAN file (from --compile-only -o) trains
+the same way without recompiling.
+
+Compile:
+  --compile-only          print the spec and plan summary, do not train
+  -o, --output PATH       write the plan file (with --compile-only)
+
+Override train { } fields (checked by the same rules as the file):
+  --gpus N  --micro_batch N  --accumulate N  --global_batch N
+  --epochs N  --steps N  --lr X  --seed N  --bucket_mb X
+  --deterministic true|false  --tf32 true|false
+  (any train { } field name works as --FIELD VALUE)
+
+Run:
+  --device cpu|cuda|auto  where to run (default auto: CUDA if a GPU is seen)
+  --save PATH             write a safetensors checkpoint at the end
+  --init-from PATH        start from a checkpoint's weights
+  --resume PATH           continue a checkpoint: weights, optimizer, step, data
+  --trace PATH            write a Chrome trace (Perfetto, tools/viz) of a few steps
+  --trace-steps N         steps to trace (default 3)
+  --no-overlap            issue all-reduces after the whole backward (baseline)
+  --no-eval               skip evaluation
+  --log-every N           steps between progress lines (default: ~5 per epoch)
+  --blas-threads N        OpenBLAS threads per rank (default 1)
+  -h, --help              this help
+)";
+
+struct Args {
+  std::string file;
+  bool compile_only = false;
+  std::string output;
+  Overrides overrides;
+  TrainOptions train;
+};
+
+absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v) {
+  int64_t n;
+  if (!absl::SimpleAtoi(v, &n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": expected an integer, got '", v, "'"));
+  }
+  return n;
+}
+
+absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
+  Args args;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") return std::optional<Args>();
+    if (arg == "--") {
+      for (++i; i < argc; ++i) positional.push_back(argv[i]);
+      break;
+    }
+    if (arg.empty() || arg[0] != '-' || arg == "-") {
+      positional.push_back(arg);
+      continue;
+    }
+    std::string name = arg, value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    auto next = [&]() -> absl::StatusOr<std::string> {
+      if (has_value) return value;
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": needs a value"));
+      }
+      return std::string(argv[++i]);
+    };
+    if (name == "--compile-only") {
+      args.compile_only = true;
+    } else if (name == "-o" || name == "--output") {
+      ASSIGN_OR_RETURN(args.output, next());
+    } else if (name == "--device") {
+      ASSIGN_OR_RETURN(args.train.device, next());
+    } else if (name == "--save") {
+      ASSIGN_OR_RETURN(args.train.save_path, next());
+    } else if (name == "--init-from") {
+      ASSIGN_OR_RETURN(args.train.init_from, next());
+    } else if (name == "--resume") {
+      ASSIGN_OR_RETURN(args.train.resume, next());
+    } else if (name == "--trace") {
+      ASSIGN_OR_RETURN(args.train.trace_path, next());
+    } else if (name == "--trace-steps") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(args.train.trace_steps, ParseInt(name, v));
+    } else if (name == "--no-overlap") {
+      args.train.overlap = false;
+    } else if (name == "--no-eval") {
+      args.train.eval = false;
+    } else if (name == "--log-every") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(args.train.log_every, ParseInt(name, v));
+    } else if (name == "--blas-threads") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(int64_t n, ParseInt(name, v));
+      args.train.blas_threads = static_cast<int>(n);
+    } else if (absl::StartsWith(name, "--")) {
+      // A train { } field; the front end checks the name and the value.
+      const std::string field = name.substr(2);
+      bool known = false;
+      for (const std::string& f : OverridableFields()) known |= f == field;
+      if (!known) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "unknown option ", name, " (see --help; train { } fields: ",
+            absl::StrJoin(OverridableFields(), ", "), ")"));
+      }
+      ASSIGN_OR_RETURN(std::string v, next());
+      args.overrides.emplace_back(field, v);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown option ", name, " (see --help)"));
+    }
+  }
+  if (positional.size() != 1) {
+    return absl::InvalidArgumentError(
+        positional.empty() ? "no input file (see --help)"
+                           : absl::StrCat("one input file expected, got ",
+                                          positional.size()));
+  }
+  args.file = positional[0];
+  return std::optional<Args>(args);
+}
+
+// A .train file goes through the front end and the planner; anything else
+// is read as a plan file.
+absl::StatusOr<Plan> LoadPlan(const Args& args, bool print_spec) {
+  if (!absl::EndsWith(args.file, ".train")) {
+    ASSIGN_OR_RETURN(Plan plan, ReadPlanFile(args.file));
+    for (const auto& [field, value] : args.overrides) {
+      if (field != "steps") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", field, ": a plan file is already compiled; only --steps "
+            "applies (recompile the .train file to change it)"));
+      }
+      ASSIGN_OR_RETURN(plan.steps, ParseInt("--steps", value));
+      plan.epochs = 0;
+    }
+    return plan;
+  }
+  FrontendResult result = CompileFile(args.file, args.overrides);
+  if (!result.diagnostics.empty()) {
+    std::cerr << FormatDiagnostics(result.diagnostics, result.source);
+  }
+  if (!result.spec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(args.file, ": compilation failed"));
+  }
+  if (print_spec) std::cout << DescribeSpec(*result.spec) << "\n";
+  return BuildPlan(*result.spec);
+}
+
+absl::Status Run(const Args& args) {
+  ASSIGN_OR_RETURN(std::optional<RankInfo> worker, RankFromEnvironment());
+  const bool is_rank0 = !worker || worker->rank == 0;
+  ASSIGN_OR_RETURN(Plan plan, LoadPlan(args, args.compile_only));
+
+  if (args.compile_only) {
+    std::cout << PlanSummary(plan);
+    if (!args.output.empty()) {
+      RETURN_IF_ERROR(WritePlanFile(plan, args.output));
+      std::cout << "plan written to " << args.output << "\n";
+    }
+    return absl::OkStatus();
+  }
+
+  if (worker) {
+    RankContext rank;
+    rank.rank = worker->rank;
+    rank.world_size = worker->world_size;
+    rank.local_rank = worker->local_rank;
+    if (worker->rendezvous_kind == RendezvousKind::kTcpStore) {
+      return absl::UnimplementedError(absl::StrCat(
+          "rendezvous at ", worker->rendezvous,
+          ": Gloo's TCP store is not in Debian's Gloo 0.5; set ",
+          kRendezvousDirEnv, " to a folder on a file system every machine "
+          "shares (see README, 'Two machines')"));
+    }
+    rank.rendezvous_dir = worker->rendezvous;
+    if (const char* host = std::getenv("TRAINC_HOSTNAME")) rank.hostname = host;
+    if (const char* t = std::getenv("TRAINC_JOB_START_NS")) {
+      absl::SimpleAtoi(t, &rank.job_start_ns);
+    }
+    return TrainRank(plan, rank, args.train, std::cout).status();
+  }
+  if (plan.world_size == 1) {
+    return TrainRank(plan, RankContext(), args.train, std::cout).status();
+  }
+  // A local job: check what can be checked before starting any worker.
+  if (args.train.device == "cuda" && CudaDeviceCount() < plan.world_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gpus = ", plan.world_size, " but this machine has ",
+        CudaDeviceCount(), " CUDA GPU(s) (use --gpus ", CudaDeviceCount(),
+        " or --device cpu)"));
+  }
+  if (is_rank0) {
+    std::cout << "launching " << plan.world_size << " ranks\n" << std::flush;
+  }
+  setenv("TRAINC_JOB_START_NS", absl::StrCat(TraceClockNs()).c_str(), 1);
+  std::vector<std::string> argv;
+  for (int i = 0; i < args_argc; ++i) argv.push_back(args_argv[i]);
+  return LaunchLocalWorkers(static_cast<int>(plan.world_size), argv);
+}
+
+}  // namespace
+}  // namespace trainc
+
+int main(int argc, char** argv) {
+  // `bazel run` starts us in the runfiles tree; paths on the command line
+  // are the user's, relative to where they typed it.
+  if (const char* wd = std::getenv("BUILD_WORKING_DIRECTORY")) {
+    if (chdir(wd) != 0) perror("chdir BUILD_WORKING_DIRECTORY");
+  }
+  auto args = trainc::ParseArgs(argc, argv);
+  if (!args.ok()) {
+    std::cerr << "train: " << args.status().message() << "\n";
+    return 2;
+  }
+  if (!args->has_value()) {
+    std::cout << trainc::kUsage;
+    return 0;
+  }
+  trainc::args_argc = argc;
+  trainc::args_argv = argv;
+  absl::Status status = trainc::Run(**args);
+  if (!status.ok()) {
+    std::cerr << "train: error: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
