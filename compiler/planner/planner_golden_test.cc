@@ -1,4 +1,5 @@
-// The fashion_mlp plan, compared line by line with a checked-in golden file.
+// The default example's plan (dsl_examples/fashion_mlp.train, through the
+// real front end), compared line by line with a checked-in golden file.
 //
 // Any change to the planner that changes the plan shows up here as a diff
 // to review. To accept it:
@@ -12,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/planner.h"
-#include "compiler/planner/testing/specs.h"
+#include "compiler/frontend/frontend.h"
 #include "gtest/gtest.h"
 
 namespace trainc {
@@ -28,7 +29,10 @@ std::string ReadFile(const std::string& path) {
 }
 
 TEST(PlannerGolden, FashionMlp) {
-  absl::StatusOr<Plan> plan = BuildPlan(testing::FashionMlpSpec());
+  FrontendResult source = CompileFile("dsl_examples/fashion_mlp.train");
+  ASSERT_TRUE(source.spec.has_value())
+      << FormatDiagnostics(source.diagnostics, source.source);
+  absl::StatusOr<Plan> plan = BuildPlan(*source.spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const std::string actual = PlanToText(*plan);
 

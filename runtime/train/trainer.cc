@@ -10,7 +10,10 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <vector>
+
+#include "absl/synchronization/notification.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -155,8 +158,7 @@ struct EvalResult {
 
 absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
                                     Device& device, Communicator& comm,
-                                    const Dataset& eval, const EvalHead& head,
-                                    Heartbeat& heartbeat) {
+                                    const Dataset& eval, const EvalHead& head) {
   const int64_t batch = plan.micro_batch;
   EvalIterator it(eval.size(), batch, comm.rank(), comm.world_size());
   IndexBatchSource source(&eval);
@@ -191,7 +193,6 @@ absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
       }
     }
     count += n;
-    heartbeat.Beat();
   }
   std::vector<float> totals = {static_cast<float>(correct),
                                static_cast<float>(loss),
@@ -265,6 +266,9 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   gloo.world_size = rank.world_size;
   gloo.file_store_dir = rank.rendezvous_dir;
   gloo.hostname = rank.hostname;
+  // A peer silent this long fails the collective: with the launcher's 5 s
+  // grace period a stuck job ends within 30 s.
+  gloo.timeout = absl::Seconds(20);
   ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> host_comm,
                    GlooCommunicator::Create(gloo));
   std::unique_ptr<Communicator> nccl;
@@ -336,7 +340,30 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       total_steps - first_step >= 2 ? first_step + 1 : first_step;
   const int64_t trace_end = trace_begin + std::max<int64_t>(1, options.trace_steps);
 
+  // The launcher's watchdog hears from a pulse thread rather than from the
+  // step loop: a rank blocked in a collective because a peer froze is alive
+  // and must not be the one blamed. So silence means this process itself
+  // is frozen or gone; a rank whose loop is stuck while the process lives
+  // is caught by its peers' communicator timeout instead.
   Heartbeat heartbeat = Heartbeat::FromEnvironment();
+  absl::Notification stop_pulse;
+  std::thread pulse;
+  if (heartbeat.enabled()) {
+    pulse = std::thread([&heartbeat, &stop_pulse] {
+      do {
+        heartbeat.Beat();
+      } while (!stop_pulse.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+    });
+  }
+  struct JoinPulse {
+    absl::Notification& stop;
+    std::thread& thread;
+    ~JoinPulse() {
+      if (!thread.joinable()) return;
+      stop.Notify();
+      thread.join();
+    }
+  } join_pulse{stop_pulse, pulse};
   const bool tty = isatty(STDOUT_FILENO) && rank.rank == 0;
   const int64_t log_every =
       options.log_every > 0
@@ -365,7 +392,6 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                        ? plan.schedule.total_steps
                                        : total_steps);
     ASSIGN_OR_RETURN(double loss_sum, executor.RunStep(step_state, *batches));
-    heartbeat.Beat();
     ++summary.steps;
     ++window_steps;
 
@@ -396,7 +422,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     }
     if (eval && (epoch_end || last)) {
       ASSIGN_OR_RETURN(last_eval, Evaluate(plan, executor, *device, *host_comm,
-                                           *eval, head, heartbeat));
+                                           *eval, head));
       evaluated_at_end = last;
       if (head.classification) {
         log << absl::StrFormat("%seval epoch %d | loss %.4f | accuracy %.2f%% (%d examples)\n",

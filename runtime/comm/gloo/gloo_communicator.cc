@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
+#include "gloo/allreduce_ring.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
 #include "gloo/common/error.h"
@@ -45,6 +47,29 @@ absl::Status GlooCall(const char* what, F&& f) {
     return absl::UnknownError(absl::StrCat("gloo ", what, ": unknown error"));
   }
 }
+
+// Gloo's legacy ring all-reduce, pointed at a new caller buffer per call.
+//
+// Why not gloo::allreduce (the "new-style" collective on unbound buffers)?
+// On loopback it stalls on timers: measured here between two processes its
+// median was ~4 ms for 0.13 MiB (p90 44-90 ms) against 0.15 ms for this
+// ring; 0.9 MiB: 0.5-4 ms vs 0.35-0.55 ms. The per-bucket all-reduces of a
+// step paid that stall each.
+//
+// AllreduceRing registers only buffers it owns (inbox, outbox, a dummy) with
+// the pairs; the caller's pointer is read and written in run() alone. So one
+// instance per element count serves every buffer of that count: set_data()
+// rebinds it for free. Keying by count (not by pointer) matters: counts are
+// the same on every rank for every call, pointers are not, and each new
+// instance takes context slots that must match across ranks.
+class ReboundAllreduceRing : public gloo::AllreduceRing<float> {
+ public:
+  ReboundAllreduceRing(const std::shared_ptr<gloo::Context>& context,
+                       int count)
+      : gloo::AllreduceRing<float>(context, {nullptr}, count) {}
+
+  void set_data(float* data) { ptrs_[0] = data; }
+};
 
 std::chrono::milliseconds ToMillis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
@@ -102,6 +127,35 @@ GlooCommunicator::~GlooCommunicator() = default;
 absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count,
                                             void* /*stream*/) {
   if (context_ == nullptr || count == 0) return absl::OkStatus();
+  // AllreduceRing counts bytes in an int.
+  if (count <= std::numeric_limits<int>::max() /
+                   static_cast<int64_t>(sizeof(float))) {
+    absl::Status status = GlooCall("allreduce", [&] {
+      std::unique_ptr<ReboundAllreduceRing>& ring = rings_[count];
+      if (ring == nullptr) {
+        // Every rank evicts at the same call (the same counts arrive in
+        // the same order everywhere), so slots stay matched.
+        if (rings_.size() > kMaxCachedRings) {
+          std::unique_ptr<ReboundAllreduceRing> keep;
+          rings_.clear();
+          ring = nullptr;
+          std::unique_ptr<ReboundAllreduceRing>& fresh = rings_[count];
+          fresh = std::make_unique<ReboundAllreduceRing>(
+              context_, static_cast<int>(count));
+          fresh->set_data(data);
+          fresh->run();
+          return;
+        }
+        ring = std::make_unique<ReboundAllreduceRing>(context_,
+                                                      static_cast<int>(count));
+      }
+      ring->set_data(data);
+      ring->run();
+    });
+    // A failed ring may hold half-done transfers; never reuse it.
+    if (!status.ok()) rings_.erase(count);
+    return status;
+  }
   return GlooCall("allreduce", [&] {
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, static_cast<size_t>(count));
