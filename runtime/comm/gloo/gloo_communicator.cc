@@ -48,6 +48,10 @@ absl::Status GlooCall(const char* what, F&& f) {
   }
 }
 
+}  // namespace
+
+namespace gloo_internal {
+
 // Gloo's legacy ring all-reduce, pointed at a new caller buffer per call.
 //
 // Why not gloo::allreduce (the "new-style" collective on unbound buffers)?
@@ -70,6 +74,12 @@ class ReboundAllreduceRing : public gloo::AllreduceRing<float> {
 
   void set_data(float* data) { ptrs_[0] = data; }
 };
+
+}  // namespace gloo_internal
+
+namespace {
+
+using gloo_internal::ReboundAllreduceRing;
 
 std::chrono::milliseconds ToMillis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
@@ -131,26 +141,19 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count,
   if (count <= std::numeric_limits<int>::max() /
                    static_cast<int64_t>(sizeof(float))) {
     absl::Status status = GlooCall("allreduce", [&] {
-      std::unique_ptr<ReboundAllreduceRing>& ring = rings_[count];
-      if (ring == nullptr) {
-        // Every rank evicts at the same call (the same counts arrive in
-        // the same order everywhere), so slots stay matched.
-        if (rings_.size() > kMaxCachedRings) {
-          std::unique_ptr<ReboundAllreduceRing> keep;
-          rings_.clear();
-          ring = nullptr;
-          std::unique_ptr<ReboundAllreduceRing>& fresh = rings_[count];
-          fresh = std::make_unique<ReboundAllreduceRing>(
-              context_, static_cast<int>(count));
-          fresh->set_data(data);
-          fresh->run();
-          return;
-        }
-        ring = std::make_unique<ReboundAllreduceRing>(context_,
-                                                      static_cast<int>(count));
+      auto it = rings_.find(count);
+      if (it == rings_.end()) {
+        // Bounded memory (each ring holds two buffers of its count). Every
+        // rank evicts at the same call, since the same counts arrive in the
+        // same order everywhere, so the slots of new rings stay matched.
+        if (rings_.size() >= kMaxCachedRings) rings_.clear();
+        it = rings_
+                 .emplace(count, std::make_unique<ReboundAllreduceRing>(
+                                     context_, static_cast<int>(count)))
+                 .first;
       }
-      ring->set_data(data);
-      ring->run();
+      it->second->set_data(data);
+      it->second->run();
     });
     // A failed ring may hold half-done transfers; never reuse it.
     if (!status.ok()) rings_.erase(count);

@@ -27,6 +27,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -37,6 +39,10 @@ class Context;
 }  // namespace gloo
 
 namespace trainc {
+
+namespace gloo_internal {
+class ReboundAllreduceRing;  // gloo_communicator.cc
+}  // namespace gloo_internal
 
 struct GlooOptions {
   int rank = 0;
@@ -55,7 +61,7 @@ class GlooCommunicator : public Communicator {
  public:
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
       const GlooOptions& options);
-  ~GlooCommunicator() override;
+  ~GlooCommunicator() override;  // out of line: ReboundAllreduceRing
 
   std::string name() const override { return "gloo"; }
   int rank() const override { return rank_; }
@@ -72,9 +78,19 @@ class GlooCommunicator : public Communicator {
   GlooCommunicator(int rank, int world_size,
                    std::shared_ptr<gloo::Context> context);
 
+  // Distinct element counts whose all-reduce state is kept (two buffers of
+  // that count each); more than a training step's buckets plus the
+  // trainer's few host sums.
+  static constexpr size_t kMaxCachedRings = 64;
+
   const int rank_;
   const int world_size_;
   std::shared_ptr<gloo::Context> context_;  // null when world_size == 1
+  // AllReduceSum's ring per element count, built on first use (collective:
+  // every rank builds it at the same call). Used from the comm stream only.
+  absl::flat_hash_map<int64_t,
+                      std::unique_ptr<gloo_internal::ReboundAllreduceRing>>
+      rings_;
 };
 
 }  // namespace trainc
