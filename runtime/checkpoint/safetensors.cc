@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/util/status_macros.h"
-#include "runtime/checkpoint/json.h"
+#include "runtime/json/json.h"
 
 namespace trainc {
 namespace {
@@ -125,17 +125,17 @@ absl::Status WriteFileAtomically(
 
 absl::StatusOr<std::vector<int64_t>> IntegerArray(const JsonValue& v,
                                                   const std::string& what) {
-  if (v.type != JsonValue::Type::kArray) {
+  if (!v.is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is not an array"));
   }
   std::vector<int64_t> out;
-  for (const JsonValue& e : v.array) {
-    if (e.type != JsonValue::Type::kNumber || !e.is_integer || e.integer < 0) {
+  for (const JsonValue& e : v.array_items()) {
+    if (!e.is_integer() || e.integer_value() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " holds something other than a non-negative "
                              "integer"));
     }
-    out.push_back(e.integer);
+    out.push_back(e.integer_value());
   }
   return out;
 }
@@ -223,28 +223,28 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
   }
   auto json = ParseJson(absl::string_view(bytes).substr(8, header_bytes));
   if (!json.ok()) return error(absl::StrCat("bad header: ", json.status().message()));
-  if (json->type != JsonValue::Type::kObject) {
+  if (!json->is_object()) {
     return error("the header is not a JSON object");
   }
 
   SafetensorsFile file;
   file.data_start_ = 8 + header_bytes;
   const int64_t data_bytes = bytes.size() - file.data_start_;
-  for (const auto& [key, value] : json->object) {
+  for (const auto& [key, value] : json->object_items()) {
     if (key == "__metadata__") {
-      if (value.type != JsonValue::Type::kObject) {
+      if (!value.is_object()) {
         return error("__metadata__ is not an object");
       }
-      for (const auto& [mkey, mvalue] : value.object) {
-        if (mvalue.type != JsonValue::Type::kString) {
+      for (const auto& [mkey, mvalue] : value.object_items()) {
+        if (!mvalue.is_string()) {
           return error(absl::StrCat("metadata '", mkey, "' is not a string"));
         }
-        file.metadata_[mkey] = mvalue.string;
+        file.metadata_[mkey] = mvalue.string_value();
       }
       continue;
     }
     const std::string where = absl::StrCat("tensor '", key, "'");
-    if (value.type != JsonValue::Type::kObject || value.object.size() != 3) {
+    if (!value.is_object() || value.object_items().size() != 3) {
       return error(absl::StrCat(
           where, " must be an object of dtype, shape and data_offsets"));
     }
@@ -252,12 +252,12 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
     const JsonValue* shape = value.Find("shape");
     const JsonValue* offsets = value.Find("data_offsets");
     if (dtype == nullptr || shape == nullptr || offsets == nullptr ||
-        dtype->type != JsonValue::Type::kString) {
+        !dtype->is_string()) {
       return error(absl::StrCat(
           where, " must be an object of dtype, shape and data_offsets"));
     }
     Tensor t;
-    t.dtype = dtype->string;
+    t.dtype = dtype->string_value();
     auto element_bytes = SafetensorsDTypeBytes(t.dtype);
     if (!element_bytes.ok()) {
       return error(absl::StrCat(where, ": ", element_bytes.status().message()));

@@ -9,28 +9,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "runtime/json/json.h"
 
 namespace trainc {
 namespace {
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", c);
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string EventJson(const Plan& plan, int rank, int64_t job_start_ns,
                       const TraceSpan& span) {
@@ -59,10 +41,10 @@ std::string EventJson(const Plan& plan, int rank, int64_t job_start_ns,
       "{\"name\": %s, \"cat\": %s, \"ph\": \"X\", \"ts\": %.3f, "
       "\"dur\": %.3f, \"pid\": %d, \"tid\": %d, \"args\": {\"instr\": %d, "
       "\"step\": %d, \"micro\": %d, \"op\": %s%s}}",
-      JsonString(name), JsonString(cat),
+      JsonQuote(name), JsonQuote(cat),
       (span.begin_ns - job_start_ns) / 1e3, (span.end_ns - span.begin_ns) / 1e3,
       rank, span.stream == Stream::kComm ? 1 : 0, span.instr, span.step,
-      span.micro, JsonString(op), extra);
+      span.micro, JsonQuote(op), extra);
 }
 
 }  // namespace
@@ -141,7 +123,7 @@ absl::Status MergeTraceParts(const Plan& plan,
     return absl::UnavailableError("cannot write trace file " + out_path);
   }
   out << "{\"traceEvents\": [\n  " << absl::StrJoin(bodies, ",\n  ")
-      << "\n ],\n \"metadata\": {\"plan_model\": " << JsonString(plan.model)
+      << "\n ],\n \"metadata\": {\"plan_model\": " << JsonQuote(plan.model)
       << ", \"plan_instructions\": " << plan.instructions.size()
       << ", \"world_size\": " << plan.world_size
       << ", \"steps_traced\": " << steps_traced << "}}\n";

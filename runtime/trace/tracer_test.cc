@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/json/json.h"
 
 namespace trainc {
 namespace {
@@ -73,6 +74,13 @@ TEST(TracerTest, MergeWritesOneFileWithMetadata) {
       << json;
   EXPECT_NE(json.find("\"plan_instructions\": 2"), std::string::npos);
   EXPECT_NE(json.find("\"pid\": 1"), std::string::npos);
+  // The file is strict JSON (what tools/viz reads) and the quoted model name
+  // round-trips.
+  auto doc = ParseJson(json);
+  ASSERT_TRUE(doc.ok()) << doc.status() << "\n" << json;
+  ASSERT_NE(doc->Find("metadata"), nullptr);
+  EXPECT_EQ(doc->Find("metadata")->Find("plan_model")->string_value(),
+            plan.model);
   EXPECT_EQ(MergeTraceParts(plan, {"{}"}, 1, path).code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -6,8 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/json/json.h"
 #include "tools/viz/file_util.h"
-#include "tools/viz/json.h"
 
 namespace trainc::viz {
 namespace {
@@ -30,7 +30,8 @@ absl::Status GetInt(const JsonValue& obj, const char* key, bool required,
     return FieldError(source, index,
                       absl::StrCat("\"", key, "\" must be an integer"));
   }
-  *out = static_cast<int64_t>(v->number_value());
+  *out = v->is_integer() ? v->integer_value()
+                         : static_cast<int64_t>(v->number_value());
   return absl::OkStatus();
 }
 

@@ -1,17 +1,20 @@
-#include "tools/viz/json.h"
+#include "runtime/json/json.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "compiler/util/status_macros.h"
 
-namespace trainc::viz {
+namespace trainc {
 
 JsonValue JsonValue::Bool(bool b) {
   JsonValue v;
@@ -23,6 +26,12 @@ JsonValue JsonValue::Number(double d) {
   JsonValue v;
   v.type_ = Type::kNumber;
   v.number_ = d;
+  return v;
+}
+JsonValue JsonValue::Integer(int64_t i) {
+  JsonValue v = Number(static_cast<double>(i));
+  v.is_integer_ = true;
+  v.integer_ = i;
   return v;
 }
 JsonValue JsonValue::String(std::string s) {
@@ -45,7 +54,7 @@ JsonValue JsonValue::Object(
   return v;
 }
 
-const JsonValue* JsonValue::Find(const std::string& key) const {
+const JsonValue* JsonValue::Find(absl::string_view key) const {
   for (const auto& [k, v] : object_) {
     if (k == key) return &v;
   }
@@ -66,13 +75,13 @@ const char* JsonTypeName(JsonValue::Type type) {
 
 namespace {
 
-// Deep enough for any trace; shallow enough that a hostile "[[[[..." cannot
-// overflow the stack of the recursive descent.
+// Deep enough for any trace or header; shallow enough that a hostile
+// "[[[[..." cannot overflow the stack of the recursive descent.
 constexpr int kMaxDepth = 256;
 
 class Parser {
  public:
-  explicit Parser(const std::string& text) : s_(text) {}
+  explicit Parser(absl::string_view text) : s_(text) {}
 
   absl::StatusOr<JsonValue> ParseDocument() {
     SkipSpace();
@@ -83,10 +92,10 @@ class Parser {
   }
 
  private:
-  absl::Status Error(const std::string& what) const {
-    return ErrorAt(pos_, what);
-  }
-  absl::Status ErrorAt(size_t at, const std::string& what) const {
+  absl::Status Error(absl::string_view what) const { return ErrorAt(pos_, what); }
+
+  // "LINE:COL: what", both 1-based, columns in bytes.
+  absl::Status ErrorAt(size_t at, absl::string_view what) const {
     int line = 1, col = 1;
     for (size_t i = 0; i < at && i < s_.size(); ++i) {
       if (s_[i] == '\n') {
@@ -106,17 +115,19 @@ class Parser {
     }
   }
 
-  bool Literal(const char* word) {
-    size_t n = std::char_traits<char>::length(word);
-    if (s_.compare(pos_, n, word) != 0) return false;
-    pos_ += n;
+  // Consumes `token` if the text continues with it.
+  bool Consume(absl::string_view token) {
+    if (s_.substr(pos_, token.size()) != token) return false;
+    pos_ += token.size();
     return true;
   }
 
   absl::StatusOr<JsonValue> ParseValue(int depth) {
-    if (depth > kMaxDepth) return Error("nesting deeper than 256 levels");
+    if (depth > kMaxDepth) {
+      return Error(absl::StrCat("nesting deeper than ", kMaxDepth, " levels"));
+    }
     if (pos_ >= s_.size()) return Error("unexpected end of input, expected a value");
-    char c = s_[pos_];
+    const char c = s_[pos_];
     switch (c) {
       case '{': return ParseObject(depth);
       case '[': return ParseArray(depth);
@@ -125,13 +136,13 @@ class Parser {
         return JsonValue::String(std::move(str));
       }
       case 't':
-        if (Literal("true")) return JsonValue::Bool(true);
+        if (Consume("true")) return JsonValue::Bool(true);
         break;
       case 'f':
-        if (Literal("false")) return JsonValue::Bool(false);
+        if (Consume("false")) return JsonValue::Bool(false);
         break;
       case 'n':
-        if (Literal("null")) return JsonValue();
+        if (Consume("null")) return JsonValue();
         break;
       default:
         if (c == '-' || (c >= '0' && c <= '9')) return ParseNumber();
@@ -143,36 +154,28 @@ class Parser {
   absl::StatusOr<JsonValue> ParseObject(int depth) {
     ++pos_;  // '{'
     std::vector<std::pair<std::string, JsonValue>> members;
-    std::set<std::string> seen;
+    absl::flat_hash_set<std::string> seen;
     SkipSpace();
-    if (pos_ < s_.size() && s_[pos_] == '}') {
-      ++pos_;
-      return JsonValue::Object(std::move(members));
-    }
-    while (true) {
+    if (Consume("}")) return JsonValue::Object(std::move(members));
+    for (;;) {
       SkipSpace();
-      if (pos_ >= s_.size()) return Error("unexpected end of input, expected a string key");
+      if (pos_ >= s_.size()) {
+        return Error("unexpected end of input, expected a string key");
+      }
       if (s_[pos_] != '"') return Error("expected a string key");
-      size_t key_at = pos_;
+      const size_t key_at = pos_;
       ASSIGN_OR_RETURN(std::string key, ParseString());
       if (!seen.insert(key).second) {
         return ErrorAt(key_at, absl::StrCat("duplicate key \"", key, "\""));
       }
       SkipSpace();
-      if (pos_ >= s_.size() || s_[pos_] != ':') return Error("expected ':'");
-      ++pos_;
+      if (!Consume(":")) return Error("expected ':'");
       SkipSpace();
       ASSIGN_OR_RETURN(JsonValue v, ParseValue(depth + 1));
       members.emplace_back(std::move(key), std::move(v));
       SkipSpace();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == '}') {
-        ++pos_;
-        return JsonValue::Object(std::move(members));
-      }
+      if (Consume(",")) continue;
+      if (Consume("}")) return JsonValue::Object(std::move(members));
       return Error("expected ',' or '}'");
     }
   }
@@ -181,32 +184,23 @@ class Parser {
     ++pos_;  // '['
     std::vector<JsonValue> items;
     SkipSpace();
-    if (pos_ < s_.size() && s_[pos_] == ']') {
-      ++pos_;
-      return JsonValue::Array(std::move(items));
-    }
-    while (true) {
+    if (Consume("]")) return JsonValue::Array(std::move(items));
+    for (;;) {
       SkipSpace();
       ASSIGN_OR_RETURN(JsonValue v, ParseValue(depth + 1));
       items.push_back(std::move(v));
       SkipSpace();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == ']') {
-        ++pos_;
-        return JsonValue::Array(std::move(items));
-      }
+      if (Consume(",")) continue;
+      if (Consume("]")) return JsonValue::Array(std::move(items));
       return Error("expected ',' or ']'");
     }
   }
 
-  absl::StatusOr<unsigned> ParseHex4() {
+  absl::StatusOr<uint32_t> ParseHex4() {
     if (pos_ + 4 > s_.size()) return Error("truncated \\u escape");
-    unsigned v = 0;
+    uint32_t v = 0;
     for (int i = 0; i < 4; ++i) {
-      char h = s_[pos_ + i];
+      const char h = s_[pos_ + i];
       v <<= 4;
       if (h >= '0' && h <= '9') v |= h - '0';
       else if (h >= 'a' && h <= 'f') v |= h - 'a' + 10;
@@ -217,7 +211,7 @@ class Parser {
     return v;
   }
 
-  static void AppendUtf8(unsigned cp, std::string* out) {
+  static void AppendUtf8(uint32_t cp, std::string* out) {
     if (cp < 0x80) {
       out->push_back(static_cast<char>(cp));
     } else if (cp < 0x800) {
@@ -236,12 +230,12 @@ class Parser {
   }
 
   absl::StatusOr<std::string> ParseString() {
-    size_t start = pos_;
+    const size_t start = pos_;
     ++pos_;  // '"'
     std::string out;
-    while (true) {
+    for (;;) {
       if (pos_ >= s_.size()) return ErrorAt(start, "unterminated string");
-      unsigned char c = s_[pos_];
+      const unsigned char c = s_[pos_];
       if (c == '"') {
         ++pos_;
         return out;
@@ -254,7 +248,7 @@ class Parser {
       }
       ++pos_;
       if (pos_ >= s_.size()) return ErrorAt(start, "unterminated string");
-      char e = s_[pos_++];
+      const char e = s_[pos_++];
       switch (e) {
         case '"': out.push_back('"'); break;
         case '\\': out.push_back('\\'); break;
@@ -265,17 +259,14 @@ class Parser {
         case 'r': out.push_back('\r'); break;
         case 't': out.push_back('\t'); break;
         case 'u': {
-          size_t at = pos_ - 2;
-          ASSIGN_OR_RETURN(unsigned cp, ParseHex4());
+          const size_t at = pos_ - 2;
+          ASSIGN_OR_RETURN(uint32_t cp, ParseHex4());
           if (cp >= 0xDC00 && cp <= 0xDFFF) {
             return ErrorAt(at, "unpaired low surrogate");
           }
           if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (s_.compare(pos_, 2, "\\u") != 0) {
-              return ErrorAt(at, "unpaired high surrogate");
-            }
-            pos_ += 2;
-            ASSIGN_OR_RETURN(unsigned lo, ParseHex4());
+            if (!Consume("\\u")) return ErrorAt(at, "unpaired high surrogate");
+            ASSIGN_OR_RETURN(uint32_t lo, ParseHex4());
             if (lo < 0xDC00 || lo > 0xDFFF) {
               return ErrorAt(at, "unpaired high surrogate");
             }
@@ -292,10 +283,11 @@ class Parser {
   }
 
   absl::StatusOr<JsonValue> ParseNumber() {
-    size_t start = pos_;
+    const size_t start = pos_;
     auto digit = [&](size_t i) {
       return i < s_.size() && s_[i] >= '0' && s_[i] <= '9';
     };
+    bool integral = true;
     if (s_[pos_] == '-') ++pos_;
     if (!digit(pos_)) return Error("expected a digit");
     if (s_[pos_] == '0') {
@@ -305,33 +297,61 @@ class Parser {
       while (digit(pos_)) ++pos_;
     }
     if (pos_ < s_.size() && s_[pos_] == '.') {
+      integral = false;
       ++pos_;
       if (!digit(pos_)) return Error("expected a digit after '.'");
       while (digit(pos_)) ++pos_;
     }
     if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      integral = false;
       ++pos_;
       if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
       if (!digit(pos_)) return Error("expected a digit in the exponent");
       while (digit(pos_)) ++pos_;
     }
-    std::string token = s_.substr(start, pos_ - start);
+    const std::string token(s_.substr(start, pos_ - start));
+    int64_t integer = 0;
+    if (integral && absl::SimpleAtoi(token, &integer)) {
+      return JsonValue::Integer(integer);
+    }
     errno = 0;
-    double d = std::strtod(token.c_str(), nullptr);
+    const double d = std::strtod(token.c_str(), nullptr);
     if (errno == ERANGE && (d > 1.0 || d < -1.0)) {
       return ErrorAt(start, "number out of range");
     }
     return JsonValue::Number(d);
   }
 
-  const std::string& s_;
+  absl::string_view s_;
   size_t pos_ = 0;
 };
 
 }  // namespace
 
-absl::StatusOr<JsonValue> ParseJson(const std::string& text) {
+absl::StatusOr<JsonValue> ParseJson(absl::string_view text) {
   return Parser(text).ParseDocument();
 }
 
-}  // namespace trainc::viz
+std::string JsonQuote(absl::string_view s) {
+  std::string out = "\"";
+  out.reserve(s.size() + 2);
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", c);
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+}  // namespace trainc
