@@ -76,7 +76,8 @@ class GlooCommunicator : public Communicator {
 
  private:
   GlooCommunicator(int rank, int world_size,
-                   std::shared_ptr<gloo::Context> context);
+                   std::shared_ptr<gloo::Context> context,
+                   std::shared_ptr<gloo::Context> ring_context);
 
   // Distinct element counts whose all-reduce state is kept (two buffers of
   // that count each); more than a training step's buckets plus the
@@ -85,9 +86,12 @@ class GlooCommunicator : public Communicator {
 
   const int rank_;
   const int world_size_;
-  std::shared_ptr<gloo::Context> context_;  // null when world_size == 1
-  // AllReduceSum's ring per element count, built on first use (collective:
-  // every rank builds it at the same call). Used from the comm stream only.
+  // AllGather, Broadcast, Barrier; null when world_size == 1.
+  std::shared_ptr<gloo::Context> context_;
+  // AllReduceSum only: its pairs are in Gloo's sync mode (see Create).
+  std::shared_ptr<gloo::Context> ring_context_;
+  // AllReduceSum's ring per element count (a piece of at most 4 MiB), built
+  // on first use; collective: every rank builds it at the same call.
   absl::flat_hash_map<int64_t,
                       std::unique_ptr<gloo_internal::ReboundAllreduceRing>>
       rings_;
