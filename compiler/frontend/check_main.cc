@@ -7,9 +7,20 @@
 
 #include "compiler/frontend/frontend.h"
 
+constexpr char kUsage[] =
+    "usage: check FILE.train [--field=value | --field value ...]\n"
+    "Compiles a .train file: prints its diagnostics (stderr) and, when it\n"
+    "compiles, the spec summary (stdout). Flags override train { } fields.\n"
+    "Exit status: 0 ok, 1 errors in the file, 2 usage.\n";
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && (std::string(argv[1]) == "--help" ||
+                    std::string(argv[1]) == "-h")) {
+    std::cout << kUsage;
+    return 0;
+  }
   if (argc < 2) {
-    std::cerr << "usage: check FILE.train [--field=value ...]\n";
+    std::cerr << kUsage;
     return 2;
   }
   trainc::Overrides overrides;
