@@ -372,7 +372,6 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   TrainSummary summary;
   summary.arena_bytes = plan.arena_bytes;
   EvalResult last_eval;
-  bool evaluated_at_end = false;
   std::vector<float> loss_buf(1);
   double last_loss = NAN;
   const auto start = std::chrono::steady_clock::now();
@@ -423,7 +422,6 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     if (eval && (epoch_end || last)) {
       ASSIGN_OR_RETURN(last_eval, Evaluate(plan, executor, *device, *host_comm,
                                            *eval, head));
-      evaluated_at_end = last;
       if (head.classification) {
         log << absl::StrFormat("%seval epoch %d | loss %.4f | accuracy %.2f%% (%d examples)\n",
                                tty ? "\r\033[K" : "", epoch + 1, last_eval.loss,
@@ -435,7 +433,6 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       }
     }
   }
-  (void)evaluated_at_end;
   summary.seconds = Seconds(std::chrono::steady_clock::now() - start);
   summary.final_step = std::max(state.step, total_steps);
   summary.samples_per_second =
