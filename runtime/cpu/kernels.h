@@ -14,11 +14,13 @@
 
 #include <cstdint>
 
+#include "runtime/device/kernel_args.h"
+
 namespace trainc {
 namespace cpu {
 
 // Activation fused into the bias loop of Linear (see LinearForward).
-enum class Activation { kNone, kRelu, kGelu, kTanh };
+using ::trainc::Activation;
 
 // y[B,out] = x[B,in] w[out,in]^T + b[out] (b may be null). If `act` is not
 // kNone, also act_out[B,out] = act(y) in the same pass over y.

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/cuda/cuda_status.h"
+#include "runtime/device/kernel_args.h"
 #include "runtime/cuda/kernels.h"
 
 namespace trainc {
@@ -36,65 +37,8 @@ int64_t SteadyNowNs() {
       .count();
 }
 
-int64_t Elements(const Buffer& b) { return b.bytes / 4; }
-
-enum class Op : uint8_t {
-  kNotCompute,  // load_batch / all_reduce: the executor's
-  kFused,       // an activation already applied by the linear before it
-  kLinear,
-  kLinearGradInput,
-  kLinearGradParams,
-  kRelu,
-  kReluGrad,
-  kGelu,
-  kGeluGrad,
-  kTanh,
-  kTanhGrad,
-  kLayerNorm,
-  kLayerNormGradInput,
-  kLayerNormGradParams,
-  kAdd,
-  kCopyGrad,
-  kCrossEntropy,
-  kCrossEntropyGrad,
-  kMse,
-  kMseGrad,
-  kAdamW,
-  kSgd,
-};
-
-struct OpInfo {
-  const char* name;
-  Op op;
-  int inputs;   // minimum
-  int outputs;  // minimum
-};
-
-constexpr OpInfo kOps[] = {
-    {"load_batch", Op::kNotCompute, 0, 0},
-    {"all_reduce", Op::kNotCompute, 0, 0},
-    {"linear", Op::kLinear, 2, 1},
-    {"linear_grad_input", Op::kLinearGradInput, 2, 1},
-    {"linear_grad_params", Op::kLinearGradParams, 2, 1},
-    {"relu", Op::kRelu, 1, 1},
-    {"relu_grad", Op::kReluGrad, 2, 1},
-    {"gelu", Op::kGelu, 1, 1},
-    {"gelu_grad", Op::kGeluGrad, 2, 1},
-    {"tanh", Op::kTanh, 1, 1},
-    {"tanh_grad", Op::kTanhGrad, 2, 1},
-    {"layernorm", Op::kLayerNorm, 3, 3},
-    {"layernorm_grad_input", Op::kLayerNormGradInput, 5, 1},
-    {"layernorm_grad_params", Op::kLayerNormGradParams, 4, 2},
-    {"add", Op::kAdd, 2, 1},
-    {"copy_grad", Op::kCopyGrad, 1, 1},
-    {"cross_entropy", Op::kCrossEntropy, 2, 2},
-    {"cross_entropy_grad", Op::kCrossEntropyGrad, 2, 1},
-    {"mse", Op::kMse, 2, 1},
-    {"mse_grad", Op::kMseGrad, 2, 1},
-    {"optimizer", Op::kAdamW, 0, 0},  // kAdamW or kSgd, from plan.optimizer
-};
-
-enum class Activation { kNone, kRelu, kGelu, kTanh };
+// Instructions resolved once by Prepare (runtime/device/kernel_args.h).
+using Op = KernelOp;
 
 // A forward linear as one cublasLt call: y = x w^T + b (D = op(A) B + bias
 // in cuBLAS's column-major view, see Prepare), optionally with ReLU.
@@ -113,21 +57,12 @@ struct LtMatmul {
   }
 };
 
-// One instruction with everything RunKernel needs as plain values.
-struct Kernel {
-  Op op = Op::kNotCompute;
-  bool accumulate = false;
-  Activation act = Activation::kNone;  // linear: activation applied after
+// A resolved instruction plus what only this backend needs.
+struct Kernel : KernelArgs {
+  Kernel() = default;
+  explicit Kernel(const KernelArgs& args) : KernelArgs(args) {}
   bool relu_in_gemm = false;  // linear: ReLU epilogue writes act_out, y dead
-  int64_t rows = 0;  // batch rows (or elements for elementwise ops)
-  int64_t in = 0;    // linear: in features; layernorm: d; ce: classes
-  int64_t out = 0;   // linear: out features
-  float scalar = 0;  // layernorm eps, loss-grad scale
-  const float* x[5] = {};
-  float* y[3] = {};
-  const int32_t* labels = nullptr;
-  float* state[2] = {};  // optimizer state spans
-  int lt = -1;           // linear: index into lt_matmuls_
+  int lt = -1;                // linear: index into lt_matmuls_
 };
 
 class CudaDeviceImpl final : public CudaDevice {
@@ -600,260 +535,57 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
                      " bytes, have ", arena_bytes_));
   }
   CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
-  const int num_buffers = static_cast<int>(plan.buffers.size());
-  for (const Buffer& b : plan.buffers) {
-    if (b.offset < 0 || b.offset + b.bytes > arena_bytes_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ": buffer ", b.name, " outside the arena"));
-    }
-  }
+  ASSIGN_OR_RETURN(std::vector<KernelArgs> resolved,
+                   ResolveKernels(plan, arena_, arena_bytes_, name_));
   // Old matmul descriptors may still be referenced by queued work.
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
   ReleaseLtMatmuls();
   tf32_ = plan.tf32;
-  std::vector<Kernel> kernels(plan.instructions.size());
+  std::vector<Kernel> kernels(resolved.begin(), resolved.end());
   int64_t scratch_floats = 1;
-
-  for (size_t i = 0; i < plan.instructions.size(); ++i) {
-    const Instruction& instr = plan.instructions[i];
-    auto fail = [&](const std::string& why) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ": instruction ", i, " (", instr.op, " \"",
-                       instr.label, "\"): ", why));
-    };
-    if (instr.id != static_cast<int>(i)) return fail("id != its index");
-    const OpInfo* info = nullptr;
-    for (const OpInfo& candidate : kOps) {
-      if (instr.op == candidate.name) info = &candidate;
-    }
-    if (info == nullptr) return fail("unknown op");
-    if (static_cast<int>(instr.inputs.size()) < info->inputs ||
-        static_cast<int>(instr.outputs.size()) < info->outputs) {
-      return fail(absl::StrCat("needs at least ", info->inputs, " inputs and ",
-                               info->outputs, " outputs"));
-    }
-    for (int id : instr.inputs) {
-      if (id < 0 || id >= num_buffers) return fail("input id out of range");
-    }
-    for (int id : instr.outputs) {
-      if (id < 0 || id >= num_buffers) return fail("output id out of range");
-    }
+  for (size_t i = 0; i < kernels.size(); ++i) {
     Kernel& k = kernels[i];
-    k.op = info->op;
-    if (k.op == Op::kNotCompute) continue;
-    if (instr.stream != Stream::kCompute) return fail("not on compute stream");
-
-    auto in_buf = [&](int j) -> const Buffer& {
-      return plan.buffers[instr.inputs[j]];
-    };
-    auto out_buf = [&](int j) -> const Buffer& {
-      return plan.buffers[instr.outputs[j]];
-    };
-    auto fptr = [&](const Buffer& b) {
-      return reinterpret_cast<float*>(arena_ + b.offset);
-    };
-    for (size_t j = 0; j < instr.inputs.size() && j < 5; ++j) {
-      k.x[j] = fptr(in_buf(j));
-    }
-    for (size_t j = 0; j < instr.outputs.size() && j < 3; ++j) {
-      k.y[j] = fptr(out_buf(j));
-    }
-    auto attr = [&](const char* name, double fallback) {
-      auto it = instr.attrs.find(name);
-      return it == instr.attrs.end() ? fallback : it->second;
-    };
-    k.accumulate = attr("accumulate", 0) != 0;
-
+    const Instruction& instr = plan.instructions[i];
     switch (k.op) {
       case Op::kLinear:
       case Op::kLinearGradInput:
-      case Op::kLinearGradParams: {
-        const Buffer& w =
-            k.op == Op::kLinearGradParams ? out_buf(0) : in_buf(1);
-        if (w.shape.size() != 2) return fail("weight is not [out, in]");
-        k.out = w.shape[0];
-        k.in = w.shape[1];
-        const int64_t per_row = k.op == Op::kLinear ? k.in : k.out;
-        if (per_row == 0 || Elements(in_buf(0)) % per_row != 0) {
-          return fail("batch input does not match the weight");
-        }
-        k.rows = Elements(in_buf(0)) / per_row;
+      case Op::kLinearGradParams:
         if (k.rows > INT32_MAX || k.in > INT32_MAX || k.out > INT32_MAX) {
-          return fail("matrix dimension beyond cuBLAS's int range");
+          return absl::InvalidArgumentError(absl::StrCat(
+              name_, ": instruction ", i, " (", instr.op, " \"", instr.label,
+              "\"): matrix dimension beyond cuBLAS's int range"));
         }
-        if (k.op == Op::kLinear) {
-          if (Elements(out_buf(0)) != k.rows * k.out) return fail("y size");
-          if (instr.inputs.size() < 3) {
-            k.x[2] = nullptr;
-          } else if (Elements(in_buf(2)) != k.out) {
-            return fail("bias size");
-          }
-        } else if (k.op == Op::kLinearGradInput) {
-          if (Elements(out_buf(0)) != k.rows * k.in) return fail("dx size");
-        } else {
-          if (Elements(in_buf(1)) != k.rows * k.in) return fail("x size");
-          if (instr.outputs.size() < 2) {
-            k.y[1] = nullptr;
-          } else if (Elements(out_buf(1)) != k.out) {
-            return fail("db size");
-          }
+        if (k.op == Op::kLinearGradParams) {
           scratch_floats = std::max(
               scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.out));
         }
         break;
-      }
-      case Op::kRelu:
-      case Op::kGelu:
-      case Op::kTanh:
-      case Op::kReluGrad:
-      case Op::kGeluGrad:
-      case Op::kTanhGrad:
-      case Op::kAdd:
-      case Op::kCopyGrad:
-        k.rows = Elements(in_buf(0));
-        for (int id : instr.inputs) {
-          if (Elements(plan.buffers[id]) != k.rows) return fail("sizes differ");
-        }
-        if (Elements(out_buf(0)) != k.rows) return fail("output size");
+      case Op::kLayerNormGradParams:
+        scratch_floats = std::max(
+            scratch_floats, 2 * cuda::ColumnSumScratchFloats(k.rows, k.in));
         break;
-      case Op::kLayerNorm:
-      case Op::kLayerNormGradInput:
-      case Op::kLayerNormGradParams: {
-        const Buffer& per_feature = k.op == Op::kLayerNorm ? in_buf(1)
-                                    : k.op == Op::kLayerNormGradInput
-                                        ? in_buf(2)
-                                        : out_buf(0);
-        k.in = Elements(per_feature);
-        if (k.in == 0 || Elements(in_buf(0)) % k.in != 0) {
-          return fail("x is not [B, d]");
-        }
-        k.rows = Elements(in_buf(0)) / k.in;
-        k.scalar = static_cast<float>(attr("eps", 1e-5));
-        if (k.op == Op::kLayerNormGradParams) {
-          scratch_floats = std::max(
-              scratch_floats, 2 * cuda::ColumnSumScratchFloats(k.rows, k.in));
-        }
-        break;
-      }
       case Op::kCrossEntropy:
-      case Op::kCrossEntropyGrad: {
-        const Buffer& label = in_buf(1);
-        if (label.dtype != DType::kI32) return fail("label is not i32");
-        k.labels = reinterpret_cast<const int32_t*>(arena_ + label.offset);
-        k.rows = Elements(label);
-        if (k.rows == 0 || Elements(in_buf(0)) % k.rows != 0) {
-          return fail("logits are not [B, C]");
-        }
-        k.in = Elements(in_buf(0)) / k.rows;
-        if (k.op == Op::kCrossEntropy) {
-          if (Elements(out_buf(0)) != 1) return fail("loss_sum is not [1]");
-          if (Elements(out_buf(1)) != k.rows * k.in) return fail("probs size");
-          scratch_floats = std::max(scratch_floats, k.rows);
-        } else {
-          if (!instr.attrs.count("scale")) return fail("missing attr scale");
-          k.scalar = static_cast<float>(attr("scale", 0));
-        }
-        break;
-      }
       case Op::kMse:
-      case Op::kMseGrad: {
-        const Buffer& pred = in_buf(0);
-        if (pred.shape.empty() || pred.shape[0] == 0) return fail("pred shape");
-        k.rows = pred.shape[0];
-        k.in = Elements(pred) / k.rows;
-        if (Elements(in_buf(1)) != Elements(pred)) return fail("target size");
-        if (k.op == Op::kMseGrad) {
-          if (!instr.attrs.count("scale")) return fail("missing attr scale");
-          k.scalar = static_cast<float>(attr("scale", 0));
-        } else {
-          if (Elements(out_buf(0)) != 1) return fail("loss_sum is not [1]");
-          scratch_floats = std::max(scratch_floats, k.rows);
-        }
+        scratch_floats = std::max(scratch_floats, k.rows);
         break;
-      }
-      case Op::kAdamW:
-      case Op::kSgd: {
-        const int b = static_cast<int>(attr("bucket", -1));
-        if (b < 0 || b >= static_cast<int>(plan.buckets.size())) {
-          return fail("attr bucket out of range");
-        }
-        const Bucket& bucket = plan.buckets[b];
-        if (bucket.param_span < 0 || bucket.param_span >= num_buffers ||
-            bucket.grad_buffer < 0 || bucket.grad_buffer >= num_buffers) {
-          return fail("bucket has no parameter span or gradient buffer");
-        }
-        const Buffer& params = plan.buffers[bucket.param_span];
-        k.rows = Elements(params);
-        if (bucket.bytes < params.bytes) {
-          return fail("bucket gradient slot smaller than its parameters");
-        }
-        // Deterministic mode leaves the reduced sum in slot 0, which starts
-        // at the bucket's offset: the same pointer either way.
-        k.y[0] = fptr(params);
-        k.x[0] = fptr(plan.buffers[bucket.grad_buffer]);
-        size_t want_state;
-        if (plan.optimizer.kind == "adamw") {
-          k.op = Op::kAdamW;
-          want_state = 2;
-        } else if (plan.optimizer.kind == "sgd") {
-          k.op = Op::kSgd;
-          want_state = plan.optimizer.momentum != 0 ? 1 : 0;
-        } else {
-          return fail("unknown optimizer kind \"" + plan.optimizer.kind + "\"");
-        }
-        if (bucket.state_spans.size() != want_state) {
-          return fail(absl::StrCat("bucket has ", bucket.state_spans.size(),
-                                   " state spans, ", plan.optimizer.kind,
-                                   " needs ", want_state));
-        }
-        for (size_t s = 0; s < want_state; ++s) {
-          const int id = bucket.state_spans[s];
-          if (id < 0 || id >= num_buffers ||
-              Elements(plan.buffers[id]) != k.rows) {
-            return fail("state span does not match the parameter span");
-          }
-          k.state[s] = fptr(plan.buffers[id]);
-        }
-        break;
-      }
-      case Op::kNotCompute:
-      case Op::kFused:
+      default:
         break;
     }
-  }
-
-  // Fuse "y = linear(...); h = act(y)" when nothing can observe y between
-  // the two (adjacent, no events in between), as the CPU backend does. For
-  // ReLU, if no other instruction ever reads y, cublasLt's RELU_BIAS
-  // epilogue writes h directly and y is never materialised; otherwise the
-  // activation kernel follows the GEMM in the same RunKernel call.
-  for (size_t i = 0; i + 1 < kernels.size(); ++i) {
-    Kernel& lin = kernels[i];
-    Kernel& act = kernels[i + 1];
-    const Instruction& a = plan.instructions[i];
-    const Instruction& b = plan.instructions[i + 1];
-    if (lin.op != Op::kLinear || !a.record_events.empty() ||
-        !b.wait_events.empty() || b.inputs.empty() ||
-        b.inputs[0] != a.outputs[0] || b.outputs[0] == a.outputs[0]) {
-      continue;
-    }
-    Activation kind;
-    if (act.op == Op::kRelu) kind = Activation::kRelu;
-    else if (act.op == Op::kGelu) kind = Activation::kGelu;
-    else if (act.op == Op::kTanh) kind = Activation::kTanh;
-    else continue;
-    lin.act = kind;
-    lin.y[1] = act.y[0];
-    act.op = Op::kFused;
-    if (kind == Activation::kRelu) {
+    // ReLU fused into a linear (kernel_args.h): if no other instruction ever
+    // reads y, cublasLt's RELU_BIAS epilogue writes h directly and y is
+    // never materialised; otherwise the activation kernel follows the GEMM
+    // in the same RunKernel call.
+    if (k.op == Op::kLinear && k.act == Activation::kRelu) {
+      const int y = instr.outputs[0];
+      const int h = plan.instructions[i + 1].id;
       bool y_read_elsewhere = false;
       for (const Instruction& other : plan.instructions) {
-        if (other.id == b.id) continue;
+        if (other.id == h) continue;
         for (int id : other.inputs) {
-          if (id == a.outputs[0]) y_read_elsewhere = true;
+          if (id == y) y_read_elsewhere = true;
         }
       }
-      lin.relu_in_gemm = !y_read_elsewhere;
+      k.relu_in_gemm = !y_read_elsewhere;
     }
   }
   for (Kernel& k : kernels) {

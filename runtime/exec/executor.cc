@@ -1,30 +1,14 @@
 #include "runtime/exec/executor.h"
 
 #include <algorithm>
-#include <set>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/device/kernel_args.h"
 
 namespace trainc {
-namespace {
-
-// The compute ops of plan.h; a backend's Prepare checks that it has them.
-const std::set<std::string>& ComputeOps() {
-  static const auto* ops = new std::set<std::string>{
-      "linear",        "linear_grad_input",     "linear_grad_params",
-      "relu",          "relu_grad",             "gelu",
-      "gelu_grad",     "tanh",                  "tanh_grad",
-      "layernorm",     "layernorm_grad_input",  "layernorm_grad_params",
-      "add",           "copy_grad",             "cross_entropy",
-      "cross_entropy_grad", "mse",              "mse_grad",
-      "optimizer"};
-  return *ops;
-}
-
-}  // namespace
 
 Executor::Executor(const Plan& plan, Device* device, Communicator* comm,
                    Tracer* tracer, ExecutorOptions options)
@@ -102,7 +86,7 @@ absl::Status Executor::Prepare() {
       r.bucket = reinterpret_cast<float*>(device_->arena() + grads.offset);
       r.count = bucket.bytes / 4;
       max_bucket_bytes = std::max(max_bucket_bytes, bucket.bytes);
-    } else if (ComputeOps().count(instr.op)) {
+    } else if (IsKernelOp(instr.op)) {
       r.kind = Resolved::kCompute;
       if (instr.stream != Stream::kCompute) return fail("not on compute");
       if (instr.phase == Phase::kBackward) last_backward = static_cast<int>(i);

@@ -1,0 +1,86 @@
+// KernelArgs: a plan's compute instructions resolved once into plain
+// values (op, sizes, arena pointers), for every backend.
+//
+//   ASSIGN_OR_RETURN(std::vector<KernelArgs> kernels,
+//                    ResolveKernels(plan, arena, arena_bytes, "cpu"));
+//   ... RunKernel(instr) reads kernels[instr.id], no lookups ...
+//
+// ResolveKernels checks every instruction against plan.h's op list (arity,
+// buffer ids, sizes, the optimizer's bucket spans) and fuses
+// "y = linear(...); h = act(y)" into the linear when nothing can observe y
+// in between (adjacent, no events between them): the linear then also
+// writes h (y[1]) and the activation becomes KernelOp::kFused. A backend
+// adds what only it needs (scratch sizes, library descriptors) after.
+#ifndef TRAINC_RUNTIME_DEVICE_KERNEL_ARGS_H_
+#define TRAINC_RUNTIME_DEVICE_KERNEL_ARGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "compiler/plan/plan.h"
+
+namespace trainc {
+
+// Every compute op of plan.h.
+enum class KernelOp : uint8_t {
+  kNotCompute,  // load_batch / all_reduce: the executor's, not a kernel
+  kFused,       // an activation already computed by the linear before it
+  kLinear,
+  kLinearGradInput,
+  kLinearGradParams,
+  kRelu,
+  kReluGrad,
+  kGelu,
+  kGeluGrad,
+  kTanh,
+  kTanhGrad,
+  kLayerNorm,
+  kLayerNormGradInput,
+  kLayerNormGradParams,
+  kAdd,
+  kCopyGrad,
+  kCrossEntropy,
+  kCrossEntropyGrad,
+  kMse,
+  kMseGrad,
+  kAdamW,
+  kSgd,
+};
+
+// Activation fused into a forward linear.
+enum class Activation : uint8_t { kNone, kRelu, kGelu, kTanh };
+
+// One instruction with everything a kernel needs as plain values.
+struct KernelArgs {
+  KernelOp op = KernelOp::kNotCompute;
+  bool accumulate = false;
+  Activation act = Activation::kNone;  // linear: activation applied after
+  int64_t rows = 0;  // batch rows (or elements for elementwise ops)
+  int64_t in = 0;    // linear: in features; layernorm: d; ce: classes
+  int64_t out = 0;   // linear: out features
+  float scalar = 0;  // layernorm eps, loss-grad scale
+  const float* x[5] = {};
+  float* y[3] = {};
+  const int32_t* labels = nullptr;
+  float* state[2] = {};  // optimizer state spans
+};
+
+// True for the ops a device runs (everything but load_batch and
+// all_reduce, which the executor handles).
+bool IsKernelOp(absl::string_view op);
+
+// Resolves every instruction of `plan` (indexed by instruction id) against
+// an arena at `arena` of `arena_bytes`. Errors start with `device_name`.
+absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
+    const Plan& plan, char* arena, int64_t arena_bytes,
+    const std::string& device_name);
+
+// Elements of a f32/i32 buffer.
+inline int64_t Elements(const Buffer& b) { return b.bytes / 4; }
+
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_DEVICE_KERNEL_ARGS_H_
