@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "compiler/util/utf8.h"
+
 namespace trainc::frontend {
 
 // Invalid UTF-8 bytes are mapped to U+10FF00 + byte (private use, plane 16)
@@ -22,7 +24,7 @@ std::u32string DecodeUtf8Lenient(std::string_view text);
 // always valid UTF-8, same code-point count as DecodeUtf8Lenient(text).
 std::string SanitizeUtf8(std::string_view text);
 
-void AppendUtf8(char32_t code_point, std::string* out);
+using ::trainc::AppendUtf8;  // compiler/util/utf8.h
 
 // The 1-based `line` of `source` without its line terminator; empty when out
 // of range.
