@@ -396,28 +396,30 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
 
     const bool epoch_end = in_epoch == steps_per_epoch - 1;
     const bool last = step == total_steps;
-    if (step % log_every == 0 || last || epoch_end || tty) {
+    // The loss sum is a collective, so whether to log must be the same
+    // decision on every rank: only `tty` (rank 0's terminal) differs, and it
+    // only redraws the live line, with no communication.
+    if (step % log_every == 0 || last || epoch_end) {
       loss_buf[0] = static_cast<float>(loss_sum);
       RETURN_IF_ERROR(SumOverRanks(*host_comm, &loss_buf));
       last_loss = loss_buf[0] / plan.global_batch;
       const auto now = std::chrono::steady_clock::now();
-      const double window = Seconds(now - window_start);
-      const double step_ms = window / window_steps * 1e3;
-      const double eta = step_ms / 1e3 * (total_steps - step);
-      if (step % log_every == 0 || last || epoch_end) {
-        log << absl::StrFormat(
-            "%sstep %d/%d | epoch %d/%d | loss %.4f | %.2f ms/step | %s "
-            "samples/s | eta %s\n",
-            tty ? "\r\033[K" : "", step, total_steps, epoch + 1, total_epochs,
-            last_loss, step_ms, FormatRate(plan.global_batch / (step_ms / 1e3)),
-            FormatDuration(eta));
-        window_start = now;
-        window_steps = 0;
-      } else {
-        log << absl::StrFormat("\r\033[Kstep %d/%d | loss %.4f | eta %s", step,
-                               total_steps, last_loss, FormatDuration(eta))
-            << std::flush;
-      }
+      const double step_ms = Seconds(now - window_start) / window_steps * 1e3;
+      log << absl::StrFormat(
+          "%sstep %d/%d | epoch %d/%d | loss %.4f | %.2f ms/step | %s "
+          "samples/s | eta %s\n",
+          tty ? "\r\033[K" : "", step, total_steps, epoch + 1, total_epochs,
+          last_loss, step_ms, FormatRate(plan.global_batch / (step_ms / 1e3)),
+          FormatDuration(step_ms / 1e3 * (total_steps - step)));
+      window_start = now;
+      window_steps = 0;
+    } else if (tty) {
+      const double step_ms =
+          Seconds(std::chrono::steady_clock::now() - window_start) /
+          window_steps * 1e3;
+      log << absl::StrFormat("\r\033[Kstep %d/%d | eta %s", step, total_steps,
+                             FormatDuration(step_ms / 1e3 * (total_steps - step)))
+          << std::flush;
     }
     if (eval && (epoch_end || last)) {
       ASSIGN_OR_RETURN(last_eval, Evaluate(plan, executor, *device, *host_comm,
