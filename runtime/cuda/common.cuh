@@ -22,8 +22,12 @@ inline unsigned ElementwiseBlocks(int64_t n) {
   return static_cast<unsigned>(blocks < 8192 ? blocks : 8192);
 }
 
+// At least one block: a grid of 0 blocks is a launch error, and the row
+// kernels return early for rows >= `rows` (whole warps, so full-mask
+// shuffles stay valid).
 inline unsigned RowWarpBlocks(int64_t rows) {
-  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
 #define TRAINC_GRID_STRIDE(i, n)                                       \
@@ -39,6 +43,13 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+__device__ __forceinline__ double WarpSum(double v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
 __device__ __forceinline__ float WarpMax(float v) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
@@ -48,11 +59,12 @@ __device__ __forceinline__ float WarpMax(float v) {
 
 // out[0] = sum of values[0..n): one block of kBlockSize threads, fixed order
 // (strided per-thread sums, then a tree), so the loss is reproducible.
+// Accumulated in double, as the CPU reference accumulates its loss.
 // (Templates here and below so every .cu file can include the definition.)
 template <int kUnused = 0>
 __global__ void SumToScalarKernel(const float* values, int64_t n, float* out) {
-  __shared__ float shared[kBlockSize];
-  float s = 0.0f;
+  __shared__ double shared[kBlockSize];
+  double s = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += kBlockSize) s += values[i];
   shared[threadIdx.x] = s;
   __syncthreads();
@@ -60,7 +72,7 @@ __global__ void SumToScalarKernel(const float* values, int64_t n, float* out) {
     if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[0] = shared[0];
+  if (threadIdx.x == 0) out[0] = static_cast<float>(shared[0]);
 }
 
 // Column reduction in two passes without atomics. Pass 1: block (32 columns
@@ -76,35 +88,41 @@ inline int64_t ColumnChunks(int64_t rows) {
   return chunks < 1 ? 1 : chunks;
 }
 
+// gridDim.y is capped at 65535, so blocks loop over chunks (rows beyond
+// 65535 * kRowsPerChunk would otherwise be an invalid launch).
+inline constexpr int64_t kMaxGridY = 65535;
+
 // `f(r, c, v)` adds row r's K contributions for column c into v[0..K).
 // partial[k][chunk][c] with stride chunks * cols between the K outputs.
 template <int K, typename F>
 __global__ void ColumnPartialKernel(F f, int64_t rows, int64_t cols,
-                                    float* partial) {
+                                    int64_t chunks, float* partial) {
   const int64_t col = blockIdx.x * static_cast<int64_t>(kColTile) + threadIdx.x;
-  const int64_t chunk = blockIdx.y;
-  const int64_t chunks = gridDim.y;
-  const int64_t r0 = chunk * kRowsPerChunk;
-  const int64_t r1 = min(rows, r0 + kRowsPerChunk);
-  float acc[K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) acc[k] = 0.0f;
-  if (col < cols) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) f(r, col, acc);
-  }
   __shared__ float shared[K][kRowLanes][kColTile + 1];
+  // Block-uniform loop: the __syncthreads below are reached by all threads.
+  for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+    const int64_t r0 = chunk * kRowsPerChunk;
+    const int64_t r1 = min(rows, r0 + kRowsPerChunk);
+    float acc[K];
 #pragma unroll
-  for (int k = 0; k < K; ++k) shared[k][threadIdx.y][threadIdx.x] = acc[k];
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      float s = shared[k][0][threadIdx.x];
-      for (int lane = 1; lane < kRowLanes; ++lane) {
-        s += shared[k][lane][threadIdx.x];
-      }
-      partial[(k * chunks + chunk) * cols + col] = s;
+    for (int k = 0; k < K; ++k) acc[k] = 0.0f;
+    if (col < cols) {
+      for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) f(r, col, acc);
     }
+#pragma unroll
+    for (int k = 0; k < K; ++k) shared[k][threadIdx.y][threadIdx.x] = acc[k];
+    __syncthreads();
+    if (threadIdx.y == 0 && col < cols) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        float s = shared[k][0][threadIdx.x];
+        for (int lane = 1; lane < kRowLanes; ++lane) {
+          s += shared[k][lane][threadIdx.x];
+        }
+        partial[(k * chunks + chunk) * cols + col] = s;
+      }
+    }
+    __syncthreads();  // shared is rewritten by the next chunk
   }
 }
 
@@ -123,11 +141,13 @@ template <int K, typename F>
 cudaError_t LaunchColumnReduce(F f, int64_t rows, int64_t cols,
                                float* const (&outs)[K], bool accumulate,
                                float* scratch, cudaStream_t stream) {
+  if (cols <= 0) return cudaGetLastError();  // grid.x would be 0
   const int64_t chunks = ColumnChunks(rows);
   dim3 block(kColTile, kRowLanes);
   dim3 grid(static_cast<unsigned>((cols + kColTile - 1) / kColTile),
-            static_cast<unsigned>(chunks));
-  ColumnPartialKernel<K><<<grid, block, 0, stream>>>(f, rows, cols, scratch);
+            static_cast<unsigned>(chunks < kMaxGridY ? chunks : kMaxGridY));
+  ColumnPartialKernel<K><<<grid, block, 0, stream>>>(f, rows, cols, chunks,
+                                                     scratch);
   for (int k = 0; k < K; ++k) {
     ColumnFinishKernel<><<<ElementwiseBlocks(cols), kBlockSize, 0, stream>>>(
         scratch + k * chunks * cols, chunks, cols, outs[k], accumulate);

@@ -106,11 +106,13 @@ struct OptimizerStepScalars {
   int first_step = 1;                  // SGD momentum buffer = grad
 };
 
-// torch.optim.AdamW, one fused pass over a bucket's flat span.
+// torch.optim.AdamW, one fused pass over a bucket's flat span. The
+// hyperparameters are the config's doubles, uncast: 1 - beta and the decay
+// factor are formed in double and rounded once, as torch and the CPU do.
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
                         int64_t n, const OptimizerStepScalars* scalars,
-                        float beta1, float beta2, float eps,
-                        float weight_decay, cudaStream_t s);
+                        double beta1, double beta2, double eps,
+                        double weight_decay, cudaStream_t s);
 // torch.optim.SGD (dampening 0); `momentum_buf` may be null when
 // momentum == 0.
 cudaError_t LaunchSgd(float* params, const float* grads, float* momentum_buf,

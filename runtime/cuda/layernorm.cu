@@ -14,7 +14,10 @@ __device__ __forceinline__ int64_t WarpRow() {
 }
 
 // Two passes over the row (mean, then centred variance) rather than
-// E[x^2] - E[x]^2: no cancellation when |mean| >> std.
+// E[x^2] - E[x]^2: no cancellation when |mean| >> std. The row statistics
+// are accumulated in double, as the CPU reference does: a float mean of a
+// row with a large offset is off by far more than one rounding, and that
+// error lands in every (x - mean).
 __global__ void LayerNormKernel(const float* x, const float* gamma,
                                 const float* beta, float* y, float* mean,
                                 float* rstd, int64_t rows, int64_t d,
@@ -23,16 +26,17 @@ __global__ void LayerNormKernel(const float* x, const float* gamma,
   if (row >= rows) return;
   const int lane = threadIdx.x % kWarpSize;
   const float* xr = x + row * d;
-  float s = 0.0f;
+  double s = 0.0;
   for (int64_t j = lane; j < d; j += kWarpSize) s += xr[j];
-  const float m = WarpSum(s) / static_cast<float>(d);
-  float ss = 0.0f;
+  const double mu = WarpSum(s) / static_cast<double>(d);
+  double ss = 0.0;
   for (int64_t j = lane; j < d; j += kWarpSize) {
-    float c = xr[j] - m;
+    const double c = xr[j] - mu;
     ss += c * c;
   }
-  const float var = WarpSum(ss) / static_cast<float>(d);
-  const float r = 1.0f / sqrtf(var + eps);
+  const double var = WarpSum(ss) / static_cast<double>(d);
+  const float m = static_cast<float>(mu);
+  const float r = static_cast<float>(1.0 / sqrt(var + eps));
   float* yr = y + row * d;
   for (int64_t j = lane; j < d; j += kWarpSize) {
     yr[j] = (xr[j] - m) * r * gamma[j] + beta[j];
@@ -43,7 +47,9 @@ __global__ void LayerNormKernel(const float* x, const float* gamma,
   }
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma. The
+// two row means are accumulated in double (as on the CPU): dx is a
+// difference of them, so their rounding is not damped.
 __global__ void LayerNormGradInputKernel(const float* dy, const float* x,
                                          const float* gamma, const float* mean,
                                          const float* rstd, float* dx,
@@ -56,18 +62,18 @@ __global__ void LayerNormGradInputKernel(const float* dy, const float* x,
   const float* dyr = dy + row * d;
   const float m = mean[row];
   const float r = rstd[row];
-  float sum_g = 0.0f, sum_gx = 0.0f;
+  double sum_g = 0.0, sum_gx = 0.0;
   for (int64_t j = lane; j < d; j += kWarpSize) {
-    float g = dyr[j] * gamma[j];
+    const float g = dyr[j] * gamma[j];
     sum_g += g;
-    sum_gx += g * (xr[j] - m) * r;
+    sum_gx += static_cast<double>(g) * ((xr[j] - m) * r);
   }
-  const float mean_g = WarpSum(sum_g) / static_cast<float>(d);
-  const float mean_gx = WarpSum(sum_gx) / static_cast<float>(d);
+  const float mean_g = static_cast<float>(WarpSum(sum_g) / d);
+  const float mean_gx = static_cast<float>(WarpSum(sum_gx) / d);
   float* dxr = dx + row * d;
   for (int64_t j = lane; j < d; j += kWarpSize) {
-    float xhat = (xr[j] - m) * r;
-    float v = r * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
+    const float xhat = (xr[j] - m) * r;
+    const float v = r * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
     dxr[j] = accumulate ? dxr[j] + v : v;
   }
 }
@@ -80,7 +86,7 @@ struct LayerNormParamGrad {
   int64_t d;
   __device__ void operator()(int64_t r, int64_t c, float (&acc)[2]) const {
     const float g = dy[r * d + c];
-    acc[0] += g * (x[r * d + c] - mean[r]) * rstd[r];  // dgamma
+    acc[0] += g * ((x[r * d + c] - mean[r]) * rstd[r]);  // dgamma (CPU order)
     acc[1] += g;                                       // dbeta
   }
 };

@@ -39,7 +39,9 @@ __global__ void CrossEntropyKernel(const float* logits, const int32_t* labels,
       atomicOr(error, kErrorLabelOutOfRange);
       row_loss[row] = 0.0f;
     } else {
-      row_loss[row] = logf(sum) + mx - z[label];
+      // (z[label] - mx) first, as the CPU does: logf(sum) + mx would round
+      // at the magnitude of mx and swamp a small loss (confident, right).
+      row_loss[row] = logf(sum) - (z[label] - mx);
     }
   }
 }

@@ -10,24 +10,30 @@ namespace cuda {
 namespace {
 
 // torch.optim.AdamW: decoupled decay, then Adam with bias correction
-// folded into the step size and the denominator.
+// folded into the step size and the denominator. The per-element sequence
+// and the scalars' rounding are the CPU reference's (runtime/cpu/kernels.cc):
+// 1 - beta is formed in double and rounded once (1.0f - 0.999f is 1.3e-5
+// away from float(0.001), which v would inherit), and so are the decay
+// factor and the step size.
 __global__ void AdamWKernel(float* params, const float* grads, float* m,
                             float* v, int64_t n,
-                            const OptimizerStepScalars* scalars, float beta1,
-                            float beta2, float eps, float weight_decay) {
-  const float lr = scalars->lr;
-  const float step_size = lr / scalars->bias_correction1;
+                            const OptimizerStepScalars* scalars, float b1,
+                            float one_minus_b1, float b2, float one_minus_b2,
+                            float eps, double weight_decay) {
+  const double lr = scalars->lr;
+  const float decay = static_cast<float>(1.0 - lr * weight_decay);
+  const float neg_step_size =
+      static_cast<float>(-(lr / static_cast<double>(scalars->bias_correction1)));
   const float bc2_sqrt = scalars->bias_correction2_sqrt;
   TRAINC_GRID_STRIDE(i, n) {
     const float g = grads[i];
-    float p = params[i] * (1.0f - lr * weight_decay);
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    const float p = params[i] * decay;
+    const float mi = m[i] * b1 + one_minus_b1 * g;
+    const float vi = v[i] * b2 + one_minus_b2 * g * g;
     const float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p -= step_size * (mi / denom);
     m[i] = mi;
     v[i] = vi;
-    params[i] = p;
+    params[i] = p + neg_step_size * mi / denom;  // torch's addcdiv order
   }
 }
 
@@ -56,10 +62,12 @@ __global__ void SgdKernel(float* params, const float* grads,
 
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
                         int64_t n, const OptimizerStepScalars* scalars,
-                        float beta1, float beta2, float eps,
-                        float weight_decay, cudaStream_t s) {
+                        double beta1, double beta2, double eps,
+                        double weight_decay, cudaStream_t s) {
   AdamWKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
-      params, grads, m, v, n, scalars, beta1, beta2, eps, weight_decay);
+      params, grads, m, v, n, scalars, static_cast<float>(beta1),
+      static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
+      static_cast<float>(1.0 - beta2), static_cast<float>(eps), weight_decay);
   return cudaGetLastError();
 }
 
