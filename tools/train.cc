@@ -63,6 +63,7 @@ Run:
   --trace PATH            write a Chrome trace (Perfetto, tools/viz) of a few steps
   --trace-steps N         steps to trace (default 3)
   --no-overlap            issue all-reduces after the whole backward (baseline)
+  --no-graph              CUDA: launch every kernel of every step (no CUDA graph)
   --no-eval               skip evaluation
   --log-every N           steps between progress lines (default: ~5 per epoch)
   --blas-threads N        OpenBLAS threads per rank (default 1)
@@ -133,6 +134,8 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
       ASSIGN_OR_RETURN(args.train.trace_steps, ParseInt(name, v));
     } else if (name == "--no-overlap") {
       args.train.overlap = false;
+    } else if (name == "--no-graph") {
+      args.train.graph = false;
     } else if (name == "--no-eval") {
       args.train.eval = false;
     } else if (name == "--log-every") {

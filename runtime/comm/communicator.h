@@ -33,6 +33,10 @@ class Communicator {
                                  void* stream) = 0;
   // Returns once every rank has called it (host-side).
   virtual absl::Status Barrier() = 0;
+
+  // Whether collectives enqueued on a stream that is being captured into a
+  // CUDA graph are captured with it, and replay correctly.
+  virtual bool SupportsCapture() const { return false; }
 };
 
 }  // namespace trainc

@@ -199,6 +199,22 @@ absl::Status CpuDevice::Download(int64_t offset, void* dst, int64_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status CpuDevice::Copy(Stream stream, const void* src, void* dst,
+                             int64_t bytes) {
+  if (bytes < 0) return absl::InvalidArgumentError("cpu: negative copy size");
+  return Submit(stream, [=] {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status CpuDevice::CopyToHost(const void* src, void* dst,
+                                   int64_t bytes) {
+  if (bytes < 0) return absl::InvalidArgumentError("cpu: negative copy size");
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
 absl::Status CpuDevice::Prepare(const Plan& plan) {
   if (state_->arena == nullptr) {
     return absl::FailedPreconditionError("cpu: Prepare before AllocateArena");

@@ -65,6 +65,9 @@ class CpuDevice : public Device {
   absl::Status ResetEvents(int num_events) override;
   absl::Status Synchronize() override;
   void* NativeStream(Stream /*stream*/) override { return nullptr; }
+  absl::Status Copy(Stream stream, const void* src, void* dst,
+                    int64_t bytes) override;
+  absl::Status CopyToHost(const void* src, void* dst, int64_t bytes) override;
 
  private:
   struct State;  // arena, prepared kernels, comm worker; see cpu_device.cc

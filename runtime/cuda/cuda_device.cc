@@ -96,12 +96,16 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status ResetEvents(int num_events) override;
   absl::Status Synchronize() override;
   void* NativeStream(Stream stream) override { return StreamOf(stream); }
+  absl::Status Copy(Stream stream, const void* src, void* dst,
+                    int64_t bytes) override;
+  absl::Status CopyToHost(const void* src, void* dst, int64_t bytes) override;
 
+  bool SupportsCapture() const override { return true; }
   absl::Status BeginCapture() override;
   absl::Status EndCapture() override;
-  absl::Status ReplayCapture(const StepState& state) override;
+  absl::Status BeginReplayInputs() override;
+  absl::Status Replay(const StepState& state) override;
   absl::Status DropCapture() override;
-  bool has_capture() const override { return graph_exec_ != nullptr; }
 
  private:
   struct Staging {
@@ -130,6 +134,7 @@ class CudaDeviceImpl final : public CudaDevice {
   }
   absl::Status CheckRange(const char* what, int64_t offset,
                           int64_t bytes) const;
+  absl::Status Zero(void* p, size_t bytes);
   // Host -> device through the pinned ring, ordered on the compute stream.
   absl::Status StagedCopy(void* device_dst, const void* src, int64_t bytes);
   absl::Status UploadStepScalars(const Plan& plan, const StepState& state);
@@ -185,6 +190,8 @@ class CudaDeviceImpl final : public CudaDevice {
   cudaGraphExec_t graph_exec_ = nullptr;
   std::vector<InputSlot> input_slots_;
   size_t next_input_slot_ = 0;
+  bool feeding_ = false;       // BeginReplayInputs .. Replay: uploads -> slots
+  bool inputs_ready_ = false;  // every slot holds the next replay's data
 
   absl::Status sticky_;  // first error of submitted work
 };
@@ -241,7 +248,7 @@ absl::Status CudaDeviceImpl::Init() {
   CUBLAS_RETURN_IF_ERROR(
       cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&device_error_, sizeof(int)));
-  CUDA_RETURN_IF_ERROR(cudaMemset(device_error_, 0, sizeof(int)));
+  RETURN_IF_ERROR(Zero(device_error_, sizeof(int)));
   CUDA_RETURN_IF_ERROR(
       cudaMalloc(&device_scalars_, sizeof(OptimizerStepScalars)));
   for (Staging& s : staging_) {
@@ -254,6 +261,15 @@ absl::Status CudaDeviceImpl::Init() {
   CUDA_RETURN_IF_ERROR(cudaEventRecord(anchor_, compute_));
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(anchor_));
   anchor_ns_ = SteadyNowNs();
+  return absl::OkStatus();
+}
+
+// cudaMemset runs on the legacy default stream, which the plan's
+// non-blocking streams do not wait for: zero on compute_ and wait, so that
+// both streams see the zeros (allocation time only).
+absl::Status CudaDeviceImpl::Zero(void* p, size_t bytes) {
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, bytes, compute_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
   return absl::OkStatus();
 }
 
@@ -277,7 +293,7 @@ absl::Status CudaDeviceImpl::AllocateArena(int64_t bytes) {
   // than the plan's 64-byte offsets need for coalesced and vector access.
   const size_t size = static_cast<size_t>(bytes > 0 ? bytes : 256);
   CUDA_RETURN_IF_ERROR(cudaMalloc(&arena_, size));
-  CUDA_RETURN_IF_ERROR(cudaMemset(arena_, 0, size));
+  RETURN_IF_ERROR(Zero(arena_, size));
   arena_bytes_ = bytes;
   return absl::OkStatus();
 }
@@ -292,7 +308,7 @@ absl::StatusOr<char*> CudaDeviceImpl::AllocateScratch(int64_t bytes) {
   const size_t size = static_cast<size_t>(bytes > 0 ? bytes : 256);
   CUDA_RETURN_IF_ERROR(cudaMalloc(&p, size));
   scratch_.push_back(p);
-  CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, size));
+  RETURN_IF_ERROR(Zero(p, size));
   return static_cast<char*>(p);
 }
 
@@ -341,12 +357,11 @@ absl::Status CudaDeviceImpl::Upload(int64_t offset, const void* src,
                                          cudaMemcpyDeviceToDevice, compute_));
     return absl::OkStatus();
   }
-  if (graph_exec_ != nullptr) {
+  if (feeding_) {
     if (next_input_slot_ >= input_slots_.size()) {
       return absl::FailedPreconditionError(absl::StrCat(
           name_, ": the captured step has ", input_slots_.size(),
-          " uploads and all are filled; call ReplayCapture (or DropCapture "
-          "to run eagerly)"));
+          " uploads and all are filled; call Replay"));
     }
     const InputSlot& slot = input_slots_[next_input_slot_];
     if (slot.offset != offset || slot.bytes != bytes) {
@@ -356,6 +371,7 @@ absl::Status CudaDeviceImpl::Upload(int64_t offset, const void* src,
           ")"));
     }
     ++next_input_slot_;
+    inputs_ready_ = next_input_slot_ == input_slots_.size();
     return StagedCopy(slot.device, src, bytes);
   }
   return StagedCopy(arena_ + offset, src, bytes);
@@ -364,14 +380,29 @@ absl::Status CudaDeviceImpl::Upload(int64_t offset, const void* src,
 absl::Status CudaDeviceImpl::Download(int64_t offset, void* dst,
                                       int64_t bytes) {
   RETURN_IF_ERROR(CheckRange("download", offset, bytes));
+  return CopyToHost(arena_ + offset, dst, bytes);
+}
+
+absl::Status CudaDeviceImpl::CopyToHost(const void* src, void* dst,
+                                        int64_t bytes) {
   if (capturing_) {
-    return absl::FailedPreconditionError(name_ + ": Download in capture");
+    return absl::FailedPreconditionError(name_ + ": a read in capture");
   }
+  if (bytes < 0) return absl::InvalidArgumentError("negative copy size");
   CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, arena_ + offset,
-                                       static_cast<size_t>(bytes),
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
                                        cudaMemcpyDeviceToHost, compute_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::Copy(Stream stream, const void* src, void* dst,
+                                  int64_t bytes) {
+  if (bytes < 0) return absl::InvalidArgumentError("negative copy size");
+  if (!sticky_.ok()) return sticky_;
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                       cudaMemcpyDeviceToDevice,
+                                       StreamOf(stream)));
   return absl::OkStatus();
 }
 
@@ -734,10 +765,8 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
       const OptimizerConfig& o = plan.optimizer;
       if (k.op == Op::kAdamW) {
         err = cuda::LaunchAdamW(k.y[0], k.x[0], k.state[0], k.state[1], k.rows,
-                                device_scalars_, static_cast<float>(o.beta1),
-                                static_cast<float>(o.beta2),
-                                static_cast<float>(o.eps),
-                                static_cast<float>(o.weight_decay), s);
+                                device_scalars_, o.beta1, o.beta2, o.eps,
+                                o.weight_decay, s);
       } else {
         err = cuda::LaunchSgd(k.y[0], k.x[0], k.state[0], k.rows,
                               device_scalars_, static_cast<float>(o.momentum),
@@ -878,7 +907,9 @@ absl::Status CudaDeviceImpl::Synchronize() {
   CUDA_RETURN_IF_ERROR(cudaMemcpy(&error_bits, device_error_, sizeof(int),
                                   cudaMemcpyDeviceToHost));
   if (error_bits != 0) {
-    CUDA_RETURN_IF_ERROR(cudaMemset(device_error_, 0, sizeof(int)));
+    // Ordered before the next step's kernels, which run on compute_ too.
+    CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(device_error_, 0, sizeof(int), compute_));
     if (error_bits & cuda::kErrorLabelOutOfRange) {
       (void)Fail(absl::InvalidArgumentError(
           name_ + ": cross_entropy: a label is outside [0, classes)"));
@@ -902,6 +933,8 @@ absl::Status CudaDeviceImpl::BeginCapture() {
   capturing_ = true;
   input_slots_.clear();
   next_input_slot_ = 0;
+  feeding_ = false;
+  inputs_ready_ = false;
   return absl::OkStatus();
 }
 
@@ -929,22 +962,38 @@ absl::Status CudaDeviceImpl::EndCapture() {
     slot.pending.shrink_to_fit();
   }
   next_input_slot_ = input_slots_.size();
+  inputs_ready_ = true;
   return absl::OkStatus();
 }
 
-absl::Status CudaDeviceImpl::ReplayCapture(const StepState& state) {
+absl::Status CudaDeviceImpl::BeginReplayInputs() {
   if (graph_exec_ == nullptr) {
     return absl::FailedPreconditionError(name_ + ": no captured step");
   }
-  if (next_input_slot_ != input_slots_.size()) {
+  feeding_ = true;
+  inputs_ready_ = input_slots_.empty();
+  next_input_slot_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::Replay(const StepState& state) {
+  if (graph_exec_ == nullptr) {
+    return absl::FailedPreconditionError(name_ + ": no captured step");
+  }
+  if (!inputs_ready_) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": the captured step needs ", input_slots_.size(),
-        " uploads before each replay, got ", next_input_slot_));
+        " uploads (after BeginReplayInputs) before each replay, got ",
+        feeding_ ? next_input_slot_ : 0));
   }
   if (!sticky_.ok()) return sticky_;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  // The scalars are read by the graph's optimizer kernels: stream order puts
+  // this copy before them.
   RETURN_IF_ERROR(UploadStepScalars(*prepared_plan_, state));
   CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_exec_, compute_));
+  feeding_ = false;
+  inputs_ready_ = false;
   next_input_slot_ = 0;
   return absl::OkStatus();
 }
@@ -964,6 +1013,8 @@ absl::Status CudaDeviceImpl::DropCapture() {
   for (InputSlot& slot : input_slots_) CUDA_RETURN_IF_ERROR(cudaFree(slot.device));
   input_slots_.clear();
   next_input_slot_ = 0;
+  feeding_ = false;
+  inputs_ready_ = false;
   return absl::OkStatus();
 }
 

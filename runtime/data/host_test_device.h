@@ -53,6 +53,15 @@ class HostTestDevice : public Device {
   absl::Status ResetEvents(int) override { return absl::OkStatus(); }
   absl::Status Synchronize() override { return absl::OkStatus(); }
   void* NativeStream(Stream) override { return nullptr; }
+  absl::Status Copy(Stream, const void* src, void* dst,
+                    int64_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(const void* src, void* dst, int64_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
 
   template <typename T>
   const T* At(int64_t offset) const {

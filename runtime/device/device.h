@@ -74,6 +74,15 @@ class Device {
   // CUDA, nullptr on the CPU).
   virtual void* NativeStream(Stream stream) = 0;
 
+  // dst <- src, `bytes` of this device's memory (arena or scratch), in
+  // order on `stream`.
+  virtual absl::Status Copy(Stream stream, const void* src, void* dst,
+                            int64_t bytes) = 0;
+  // This device's memory (arena or scratch) -> host, after all compute work
+  // submitted so far. Download(offset, ...) is the arena-relative form.
+  virtual absl::Status CopyToHost(const void* src, void* dst,
+                                  int64_t bytes) = 0;
+
   // --- Optional hooks, with defaults (added for the shared executor). ---
 
   // Called once per plan before the first step: resolves every compute
@@ -100,6 +109,40 @@ class Device {
   virtual absl::Status SubmitTimed(Stream stream,
                                    std::function<absl::Status()> work,
                                    TimedCallback on_timed);
+
+  // Step capture (CUDA graphs): one whole step, both streams, recorded once
+  // and replayed with a single launch. The executor drives it:
+  //
+  //   BeginCapture();
+  //   ... one step submitted exactly as usual, uploads included ...
+  //   EndCapture();               // nothing of that step has run yet; its
+  //                               // uploads are held as the first inputs
+  //   Replay(state);              // runs it
+  //   and for each later step:
+  //   BeginReplayInputs();
+  //   ... the same uploads (same order, offsets and sizes), new data ...
+  //   Replay(state);              // new lr / step are applied
+  //
+  // While capturing nothing runs, so Download, CopyToHost and Synchronize
+  // fail. Outside a BeginReplayInputs..Replay window uploads go to the
+  // arena as usual, so eager work (evaluation) can run between replays.
+  // Synchronize() waits for a replay like for any other work.
+  virtual bool SupportsCapture() const { return false; }
+  virtual absl::Status BeginCapture() {
+    return absl::UnimplementedError(name() + ": step capture");
+  }
+  virtual absl::Status EndCapture() {
+    return absl::UnimplementedError(name() + ": step capture");
+  }
+  virtual absl::Status BeginReplayInputs() {
+    return absl::UnimplementedError(name() + ": step capture");
+  }
+  virtual absl::Status Replay(const StepState& /*state*/) {
+    return absl::UnimplementedError(name() + ": step capture");
+  }
+  // Back to eager execution; also abandons a capture in progress. A no-op
+  // without a capture.
+  virtual absl::Status DropCapture() { return absl::OkStatus(); }
 };
 
 }  // namespace trainc

@@ -1,7 +1,9 @@
 // BatchSource: where the executor's load_batch instructions get their data.
 //
 // The data pipeline (runtime/data) implements it; the executor calls Fill
-// once per micro-step, in order, on the thread that runs the step.
+// once per micro-step, in order, on the thread that runs the step. A step
+// whose capture failed is issued again, so Fill must serve the same data
+// when called again for the same micro-step of the same step.
 #ifndef TRAINC_RUNTIME_EXEC_BATCH_SOURCE_H_
 #define TRAINC_RUNTIME_EXEC_BATCH_SOURCE_H_
 

@@ -32,6 +32,11 @@ absl::Status Executor::Prepare() {
   if (plan_.accumulate < 1) {
     return absl::InvalidArgumentError("plan accumulate < 1");
   }
+  // A step captured for an earlier Prepare would replay stale instructions.
+  RETURN_IF_ERROR(device_->DropCapture());
+  captured_ = false;
+  eager_steps_ = 0;
+  capture_ = CaptureInfo();
   if (device_->arena() == nullptr) {
     RETURN_IF_ERROR(device_->AllocateArena(plan_.arena_bytes));
   }
@@ -123,6 +128,26 @@ absl::Status Executor::Prepare() {
     }
   }
 
+  const Buffer& loss = plan_.buffers[plan_.loss_buffer];
+  if (loss.offset < 0 || loss.offset + 4 > plan_.arena_bytes) {
+    return absl::InvalidArgumentError("plan's loss buffer is outside the arena");
+  }
+  loss_value_ = reinterpret_cast<float*>(device_->arena() + loss.offset);
+  ASSIGN_OR_RETURN(char* losses,
+                   device_->AllocateScratch(plan_.accumulate * sizeof(float)));
+  losses_ = reinterpret_cast<float*>(losses);
+  host_losses_.assign(plan_.accumulate, 0.0f);
+
+  if (!options_.capture) {
+    capture_.unavailable = "step capture is off";
+  } else if (!device_->SupportsCapture()) {
+    capture_.unavailable =
+        absl::StrCat("the ", device_->name(), " device has no step capture");
+  } else if (plan_.world_size > 1 && !comm_->SupportsCapture()) {
+    capture_.unavailable = absl::StrCat(
+        "the ", comm_->name(), " communicator's collectives cannot be captured");
+  }
+
   if (plan_.deterministic && plan_.world_size > 1 && max_bucket_bytes > 0) {
     ASSIGN_OR_RETURN(char* scratch,
                      device_->AllocateScratch(plan_.world_size *
@@ -139,13 +164,30 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
   if (!prepared_) {
     return absl::FailedPreconditionError("Executor::RunStep before Prepare");
   }
-  double loss_sum = 0.0;
-  absl::Status status = RunStepImpl(state, batches, &loss_sum);
+  state_ = state;
+  // One eager step first: libraries settle their lazy set-up (cuBLAS
+  // heuristics, NCCL connections) outside the capture.
+  constexpr int64_t kWarmupSteps = 1;
+  const bool eager = tracer_ != nullptr || !capture_.unavailable.empty() ||
+                     !capture_.failure.empty() || eager_steps_ < kWarmupSteps;
+  absl::Status status;
+  if (eager) {
+    status = IssueStep(batches);
+    ++eager_steps_;
+  } else if (captured_) {
+    status = ReplayStep(batches);
+  } else {
+    status = CaptureStep(batches);
+  }
   // Whatever happened, nothing of this step may still be running when we
   // return: queued comm work points into the arena and at `batches`.
   absl::Status sync = device_->Synchronize();
   if (!status.ok()) return status;
   if (!sync.ok()) return sync;
+  RETURN_IF_ERROR(device_->CopyToHost(losses_, host_losses_.data(),
+                                      plan_.accumulate * sizeof(float)));
+  double loss_sum = 0.0;
+  for (float loss : host_losses_) loss_sum += loss;
   return loss_sum;
 }
 
@@ -156,28 +198,57 @@ absl::Status Executor::RunForward(BatchSource& batches) {
   Tracer* const tracer = tracer_;
   tracer_ = nullptr;  // evaluation is not part of the traced steps
   absl::Status status = device_->ResetEvents(plan_.num_events + 1);
-  double unused_loss = 0.0;
   for (const Resolved& r : order_) {
     if (!status.ok()) break;
     if (r.micro != 0) continue;
     const bool forward =
         r.kind == Resolved::kLoadBatch ||
         (r.kind == Resolved::kCompute && r.instr->phase == Phase::kForward);
-    if (forward) status = Issue(r, batches, &unused_loss);
+    if (forward) status = Issue(r, batches);
   }
   tracer_ = tracer;
   absl::Status sync = device_->Synchronize();
   return status.ok() ? sync : status;
 }
 
-absl::Status Executor::RunStepImpl(const StepState& state,
-                                   BatchSource& batches, double* loss_sum) {
-  state_ = state;
+absl::Status Executor::IssueStep(BatchSource& batches) {
   RETURN_IF_ERROR(device_->ResetEvents(plan_.num_events + 1));
   for (const Resolved& r : order_) {
-    RETURN_IF_ERROR(Issue(r, batches, loss_sum));
+    RETURN_IF_ERROR(Issue(r, batches));
   }
   return absl::OkStatus();
+}
+
+absl::Status Executor::CaptureStep(BatchSource& batches) {
+  absl::Status status = device_->BeginCapture();
+  if (status.ok()) status = IssueStep(batches);
+  if (status.ok()) status = device_->EndCapture();
+  if (status.ok()) {
+    captured_ = true;
+    capture_.captured_step = state_.step;
+    ++capture_.replayed_steps;
+    // The captured step has not run yet: this replay runs it.
+    return device_->Replay(state_);
+  }
+  // Nothing of a failed capture ran, so the step is issued again, eagerly
+  // (BatchSource::Fill serves the same data again for the same step).
+  capture_.failure = std::string(status.message());
+  RETURN_IF_ERROR(device_->DropCapture());
+  ++eager_steps_;
+  return IssueStep(batches);
+}
+
+absl::Status Executor::ReplayStep(BatchSource& batches) {
+  // The captured step's uploads are exactly its load_batch instructions'
+  // Fill calls, in program order.
+  RETURN_IF_ERROR(device_->BeginReplayInputs());
+  for (const Resolved& r : order_) {
+    if (r.kind == Resolved::kLoadBatch) {
+      RETURN_IF_ERROR(batches.Fill(r.micro, plan_, *device_));
+    }
+  }
+  ++capture_.replayed_steps;
+  return device_->Replay(state_);
 }
 
 absl::Status Executor::SubmitTraced(Stream stream, const Resolved& r,
@@ -194,8 +265,7 @@ absl::Status Executor::SubmitTraced(Stream stream, const Resolved& r,
       });
 }
 
-absl::Status Executor::Issue(const Resolved& r, BatchSource& batches,
-                             double* loss) {
+absl::Status Executor::Issue(const Resolved& r, BatchSource& batches) {
   if (r.kind == Resolved::kHoldForComm) {
     RETURN_IF_ERROR(device_->RecordEvent(Stream::kCompute, hold_event_));
     return device_->WaitEvent(Stream::kComm, hold_event_);
@@ -231,10 +301,8 @@ absl::Status Executor::Issue(const Resolved& r, BatchSource& batches,
     RETURN_IF_ERROR(device_->RecordEvent(instr.stream, e));
   }
   if (r.writes_loss) {
-    float value = 0.0f;
-    RETURN_IF_ERROR(device_->Download(plan_.buffers[plan_.loss_buffer].offset,
-                                      &value, sizeof(value)));
-    *loss += value;
+    RETURN_IF_ERROR(device_->Copy(Stream::kCompute, loss_value_,
+                                  losses_ + r.micro, sizeof(float)));
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,18 @@
 // all_reduce to the Communicator from the comm stream. It knows nothing of
 // CPU vs CUDA.
 //
+// Losses stay on the device: each micro-step's loss_sum is copied into a
+// small scratch array on the compute stream and read once, after the step
+// has finished, so the host never waits inside a step.
+//
+// Step capture: on a device that supports it (CUDA graphs, see device.h),
+// the first untraced step after a warm-up step is captured whole, both
+// streams and the all-reduces included, and every later untraced step is
+// one replay: the host only uploads the batches and launches. Where capture
+// cannot be used (the device or communicator has none, or capturing
+// failed) every step runs eagerly, with the same numbers; capture() says
+// which, and why.
+//
 // Deterministic plans: each bucket's `accumulate` gradient slots are
 // gathered from every rank into a scratch area, then summed in global
 // micro-batch order into slot 0 (Device::OrderedSum). The scratch area is
@@ -24,6 +36,7 @@
 #define TRAINC_RUNTIME_EXEC_EXECUTOR_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,6 +55,21 @@ struct ExecutorOptions {
   // the whole backward has run, the no-overlap baseline of the benchmarks.
   // Same numbers either way.
   bool overlap = true;
+  // true: replay a captured step where the device and communicator allow
+  // it (see the header comment). Steps with a tracer set always run eagerly,
+  // since a replay has no per-instruction times.
+  bool capture = true;
+};
+
+// What became of step capture (Executor::capture()).
+struct CaptureInfo {
+  // Empty when steps can be captured; else why not ("the cpu device has no
+  // step capture", "ExecutorOptions::capture is off", ...).
+  std::string unavailable;
+  // Why capturing failed; from then on every step runs eagerly.
+  std::string failure;
+  int64_t captured_step = -1;  // the optimizer step that was captured
+  int64_t replayed_steps = 0;  // steps run as one replay, that one included
 };
 
 class Executor {
@@ -75,6 +103,8 @@ class Executor {
   // Starts (non-null) or stops (null) tracing from the next step.
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
+  const CaptureInfo& capture() const { return capture_; }
+
  private:
   // One instruction resolved by Prepare.
   struct Resolved {
@@ -86,9 +116,13 @@ class Executor {
     int64_t count = 0;        // all_reduce: floats in one slot
   };
 
-  absl::Status RunStepImpl(const StepState& state, BatchSource& batches,
-                           double* loss_sum);
-  absl::Status Issue(const Resolved& r, BatchSource& batches, double* loss);
+  // One step, issued instruction by instruction.
+  absl::Status IssueStep(BatchSource& batches);
+  // Captures this step and replays it; falls back to IssueStep (for this and
+  // every later step) if capturing fails.
+  absl::Status CaptureStep(BatchSource& batches);
+  absl::Status ReplayStep(BatchSource& batches);
+  absl::Status Issue(const Resolved& r, BatchSource& batches);
   absl::Status IssueAllReduce(const Resolved& r);
   // Submit, timed into the tracer when one is set.
   absl::Status SubmitTraced(Stream stream, const Resolved& r,
@@ -104,7 +138,14 @@ class Executor {
   std::vector<Resolved> order_;  // issue order (see ExecutorOptions::overlap)
   int hold_event_ = -1;          // overlap off: compute -> comm fence
   float* scratch_ = nullptr;     // deterministic gather area
+  float* losses_ = nullptr;      // device: loss_sum of each micro-step
+  std::vector<float> host_losses_;
+  float* loss_value_ = nullptr;  // device: the plan's loss buffer
   StepState state_;              // of the step being run
+
+  CaptureInfo capture_;
+  bool captured_ = false;     // the device holds a captured step
+  int64_t eager_steps_ = 0;   // warm-up before capturing
 };
 
 }  // namespace trainc

@@ -286,6 +286,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
 
   ExecutorOptions exec_options;
   exec_options.overlap = options.overlap;
+  exec_options.capture = options.graph;
   Executor executor(plan, device.get(), &grad_comm, nullptr, exec_options);
   RETURN_IF_ERROR(executor.Prepare());
 
@@ -374,6 +375,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   EvalResult last_eval;
   std::vector<float> loss_buf(1);
   double last_loss = NAN;
+  bool capture_failure_reported = false;
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   int64_t window_steps = 0;
@@ -392,6 +394,13 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                        : total_steps);
     ASSIGN_OR_RETURN(double loss_sum, executor.RunStep(step_state, *batches));
     ++summary.steps;
+    if (!executor.capture().failure.empty() && !capture_failure_reported) {
+      log << absl::StrFormat(
+          "%swarning: step %d could not be captured as a CUDA graph (%s); "
+          "every step runs eagerly\n",
+          tty ? "\r\033[K" : "", step, executor.capture().failure);
+      capture_failure_reported = true;
+    }
     ++window_steps;
 
     const bool epoch_end = in_epoch == steps_per_epoch - 1;
@@ -440,6 +449,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   summary.samples_per_second =
       summary.seconds > 0 ? summary.steps * plan.global_batch / summary.seconds : 0;
   summary.final_loss = last_loss;
+  summary.replayed_steps = executor.capture().replayed_steps;
   summary.eval_accuracy = last_eval.accuracy;
   summary.eval_loss = eval ? last_eval.loss : -1;
 
@@ -481,6 +491,20 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   log << absl::StrFormat("  arena           %s per rank (%s without reuse)\n",
                          FormatBytes(plan.arena_bytes),
                          FormatBytes(plan.memory.unshared_bytes));
+  if (device->SupportsCapture()) {
+    const CaptureInfo& capture = executor.capture();
+    if (capture.replayed_steps > 0) {
+      log << absl::StrFormat(
+          "  cuda graph      %d of %d steps replayed (captured at step %d)\n",
+          capture.replayed_steps, summary.steps, capture.captured_step);
+    } else {
+      log << absl::StrFormat("  cuda graph      not used: %s\n",
+                             !capture.failure.empty() ? capture.failure
+                             : !capture.unavailable.empty()
+                                 ? capture.unavailable
+                                 : "no untraced step after the warm-up step");
+    }
+  }
   if (summary.hidden_fraction >= 0 && plan.world_size > 1) {
     log << absl::StrFormat(
         "  all-reduce      %.3f ms/step, %.0f%% hidden behind backward (%s)\n",

@@ -46,6 +46,7 @@ struct TrainOptions {
   std::string trace_path;       // Chrome trace of `trace_steps` steps
   int64_t trace_steps = 3;
   bool overlap = true;          // false: all-reduces after the whole backward
+  bool graph = true;            // CUDA: replay each step as one CUDA graph
   bool eval = true;             // evaluate after each epoch and at the end
   int64_t log_every = 0;        // steps between progress lines; 0: automatic
   int blas_threads = 1;         // CPU: OpenBLAS threads per rank
@@ -62,6 +63,7 @@ struct TrainSummary {
   int64_t arena_bytes = 0;
   double allreduce_ms = 0;      // per step, measured on traced steps
   double hidden_fraction = -1;  // of all-reduce time overlapped by compute
+  int64_t replayed_steps = 0;   // steps run as one captured graph
 };
 
 // Runs the training of one rank. Progress and the summary go to `log` on

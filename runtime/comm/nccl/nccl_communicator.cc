@@ -75,12 +75,18 @@ class NcclCommunicator final : public Communicator {
     NCCL_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&barrier_stream_, cudaStreamNonBlocking));
     NCCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&barrier_buf_, sizeof(float)));
+    int version = 0;
+    NCCL_RETURN_IF_ERROR(comm_, ncclGetVersion(&version));
+    // Collectives inside stream capture are supported from NCCL 2.9.6 on
+    // (the library actually loaded, which may be older than the headers).
+    capturable_ = version >= 20906;
     return absl::OkStatus();
   }
 
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
+  bool SupportsCapture() const override { return capturable_; }
 
   absl::Status AllReduceSum(float* data, int64_t count,
                             void* stream) override {
@@ -138,6 +144,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t barrier_stream_ = nullptr;
   float* barrier_buf_ = nullptr;
+  bool capturable_ = false;
 };
 
 absl::Status CheckRanks(int rank, int world_size, int local_rank) {

@@ -1,0 +1,460 @@
+// The executor's step-capture protocol (device.h), checked on the CPU.
+//
+// GraphDevice wraps a CpuDevice and implements capture the way a CUDA graph
+// behaves: between BeginCapture and EndCapture nothing runs, every call is
+// recorded (an upload records a copy from an input slot of its own), reads
+// and Synchronize fail; Replay(state) re-issues the recording, with the
+// replay's StepState standing in for the device-side step scalars. A
+// captured run must then give exactly the bits of an eager run, and the
+// executor must fall back, with the same bits, where capturing fails.
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "runtime/comm/gloo/gloo_communicator.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/exec/executor.h"
+#include "runtime/exec/test_plans.h"
+#include "runtime/trace/tracer.h"
+
+namespace trainc {
+namespace {
+
+using testing::DownloadMlpParams;
+using testing::MakeMlpPlan;
+using testing::MlpBatch;
+using testing::MlpParams;
+using testing::MlpPlanOptions;
+using testing::RandomBatches;
+using testing::RandomMlpParams;
+using testing::UploadMlpParams;
+using testing::VectorBatchSource;
+
+class GraphDevice : public Device {
+ public:
+  // fail_after: while capturing, the call after this many recorded ones
+  // fails (an op the graph cannot hold); -1 never.
+  explicit GraphDevice(int fail_after = -1) : fail_after_(fail_after) {}
+
+  std::string name() const override { return "cpu-graph"; }
+  absl::Status AllocateArena(int64_t bytes) override {
+    return inner_.AllocateArena(bytes);
+  }
+  char* arena() override { return inner_.arena(); }
+  absl::Status Prepare(const Plan& plan) override {
+    if (capturing_ || !graph_.empty()) {
+      return absl::FailedPreconditionError("Prepare with a capture held");
+    }
+    return inner_.Prepare(plan);
+  }
+  absl::StatusOr<char*> AllocateScratch(int64_t bytes) override {
+    if (capturing_) return absl::FailedPreconditionError("alloc in capture");
+    return inner_.AllocateScratch(bytes);
+  }
+
+  absl::Status Upload(int64_t offset, const void* src,
+                      int64_t bytes) override {
+    const char* data = static_cast<const char*>(src);
+    if (capturing_) {
+      slots_.push_back({offset, std::vector<char>(data, data + bytes)});
+      const size_t i = slots_.size() - 1;
+      return Record([this, i] {
+        return inner_.Upload(slots_[i].offset, slots_[i].data.data(),
+                             static_cast<int64_t>(slots_[i].data.size()));
+      });
+    }
+    if (feeding_) {
+      if (next_slot_ >= slots_.size() || slots_[next_slot_].offset != offset ||
+          static_cast<int64_t>(slots_[next_slot_].data.size()) != bytes) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("replay upload ", next_slot_, " does not match"));
+      }
+      slots_[next_slot_++].data.assign(data, data + bytes);
+      return absl::OkStatus();
+    }
+    ++eager_uploads;
+    return inner_.Upload(offset, src, bytes);
+  }
+  absl::Status Download(int64_t offset, void* dst, int64_t bytes) override {
+    if (capturing_) return absl::FailedPreconditionError("read in capture");
+    return inner_.Download(offset, dst, bytes);
+  }
+  absl::Status CopyToHost(const void* src, void* dst, int64_t bytes) override {
+    if (capturing_) return absl::FailedPreconditionError("read in capture");
+    return inner_.CopyToHost(src, dst, bytes);
+  }
+  absl::Status Copy(Stream stream, const void* src, void* dst,
+                    int64_t bytes) override {
+    if (capturing_) {
+      return Record([=] { return inner_.Copy(stream, src, dst, bytes); });
+    }
+    return inner_.Copy(stream, src, dst, bytes);
+  }
+
+  absl::Status RunKernel(const Plan& plan, const Instruction& instr,
+                         const StepState& state) override {
+    if (capturing_) {
+      return absl::FailedPreconditionError("RunKernel outside Submit");
+    }
+    // A replayed graph reads the step scalars Replay() wrote, never the
+    // host's state of the moment.
+    ++kernels_run;
+    return inner_.RunKernel(plan, instr, replaying_ ? replay_state_ : state);
+  }
+  absl::Status OrderedSum(Stream stream, const float* src, int64_t n,
+                          int64_t count, float* dst) override {
+    if (capturing_) {
+      return Record(
+          [=] { return inner_.OrderedSum(stream, src, n, count, dst); });
+    }
+    return inner_.OrderedSum(stream, src, n, count, dst);
+  }
+  absl::Status Submit(Stream stream,
+                      std::function<absl::Status()> work) override {
+    if (capturing_) {
+      return Record([this, stream, work = std::move(work)] {
+        return inner_.Submit(stream, work);
+      });
+    }
+    return inner_.Submit(stream, std::move(work));
+  }
+  absl::Status RecordEvent(Stream stream, int event) override {
+    if (capturing_) {
+      return Record([=] { return inner_.RecordEvent(stream, event); });
+    }
+    return inner_.RecordEvent(stream, event);
+  }
+  absl::Status WaitEvent(Stream stream, int event) override {
+    if (capturing_) {
+      return Record([=] { return inner_.WaitEvent(stream, event); });
+    }
+    return inner_.WaitEvent(stream, event);
+  }
+  absl::Status ResetEvents(int num_events) override {
+    if (capturing_) {
+      return Record([=] { return inner_.ResetEvents(num_events); });
+    }
+    return inner_.ResetEvents(num_events);
+  }
+  absl::Status Synchronize() override {
+    if (capturing_) return absl::FailedPreconditionError("sync in capture");
+    return inner_.Synchronize();
+  }
+  void* NativeStream(Stream stream) override {
+    return inner_.NativeStream(stream);
+  }
+
+  bool SupportsCapture() const override { return true; }
+  absl::Status BeginCapture() override {
+    if (capturing_ || !graph_.empty()) {
+      return absl::FailedPreconditionError("a capture is held");
+    }
+    capturing_ = true;
+    ++captures;
+    return absl::OkStatus();
+  }
+  absl::Status EndCapture() override {
+    if (!capturing_) return absl::FailedPreconditionError("not capturing");
+    capturing_ = false;
+    inputs_ready_ = true;
+    return absl::OkStatus();
+  }
+  absl::Status BeginReplayInputs() override {
+    if (graph_.empty()) return absl::FailedPreconditionError("no capture");
+    feeding_ = true;
+    next_slot_ = 0;
+    return absl::OkStatus();
+  }
+  absl::Status Replay(const StepState& state) override {
+    if (graph_.empty()) return absl::FailedPreconditionError("no capture");
+    if (!inputs_ready_ && !(feeding_ && next_slot_ == slots_.size())) {
+      return absl::FailedPreconditionError("replay inputs incomplete");
+    }
+    feeding_ = inputs_ready_ = false;
+    replaying_ = true;
+    replay_state_ = state;
+    ++replays;
+    absl::Status status;
+    for (const auto& op : graph_) {
+      if (!(status = op()).ok()) break;
+    }
+    replaying_ = false;
+    return status;
+  }
+  absl::Status DropCapture() override {
+    capturing_ = feeding_ = inputs_ready_ = false;
+    graph_.clear();
+    slots_.clear();
+    return absl::OkStatus();
+  }
+
+  int captures = 0, replays = 0, eager_uploads = 0;
+  int64_t kernels_run = 0;
+
+ private:
+  // Records `op` into the graph; fails (as an op the graph cannot hold
+  // would) once it holds fail_after_ calls.
+  absl::Status Record(std::function<absl::Status()> op) {
+    if (fail_after_ >= 0 && static_cast<int>(graph_.size()) >= fail_after_) {
+      return absl::UnimplementedError("this op cannot be captured");
+    }
+    graph_.push_back(std::move(op));
+    return absl::OkStatus();
+  }
+
+  struct Slot {
+    int64_t offset;
+    std::vector<char> data;
+  };
+  CpuDevice inner_;
+  const int fail_after_;
+  bool capturing_ = false, feeding_ = false, inputs_ready_ = false;
+  bool replaying_ = false;
+  StepState replay_state_;
+  std::vector<std::function<absl::Status()>> graph_;
+  std::vector<Slot> slots_;
+  size_t next_slot_ = 0;
+};
+
+// Gloo's collectives are host calls, so a GraphDevice's recording replays
+// them faithfully: this lets the multi-rank protocol run on the CPU.
+class ReplayableComm : public Communicator {
+ public:
+  explicit ReplayableComm(Communicator* inner) : inner_(inner) {}
+  std::string name() const override { return inner_->name(); }
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  absl::Status AllReduceSum(float* data, int64_t count, void* s) override {
+    return inner_->AllReduceSum(data, count, s);
+  }
+  absl::Status AllGather(const float* in, float* out, int64_t count,
+                         void* s) override {
+    return inner_->AllGather(in, out, count, s);
+  }
+  absl::Status Broadcast(float* data, int64_t count, int root,
+                         void* s) override {
+    return inner_->Broadcast(data, count, root, s);
+  }
+  absl::Status Barrier() override { return inner_->Barrier(); }
+  bool SupportsCapture() const override { return true; }
+
+ private:
+  Communicator* inner_;
+};
+
+struct Outcome {
+  MlpParams params;
+  std::vector<double> losses;         // per step
+  std::vector<float> eval_logits;     // RunForward after step 3
+  CaptureInfo capture;
+};
+
+// Steps 1..steps with a learning rate that changes every step; an
+// evaluation forward pass (eager, with other data) between steps 3 and 4.
+Outcome Train(const MlpPlanOptions& options, Device& device, int steps,
+          Communicator* comm = nullptr, int rank = 0,
+          Tracer* trace_step_2 = nullptr) {
+  const Plan plan = MakeMlpPlan(options);
+  Executor executor(plan, &device, comm);
+  Outcome run;
+  absl::Status status = executor.Prepare();
+  EXPECT_TRUE(status.ok()) << status;
+  status = UploadMlpParams(plan, RandomMlpParams(options.dims, 3), device);
+  EXPECT_TRUE(status.ok()) << status;
+  const int64_t world = options.world_size, acc = options.accumulate;
+  for (int step = 1; step <= steps; ++step) {
+    const std::vector<MlpBatch> global = RandomBatches(
+        options.dims, options.micro_batch, world * acc, 200 + step);
+    VectorBatchSource source(std::vector<MlpBatch>(
+        global.begin() + rank * acc, global.begin() + (rank + 1) * acc));
+    executor.set_tracer(step == 2 ? trace_step_2 : nullptr);
+    const StepState state{step, options.optimizer.lr / step};
+    absl::StatusOr<double> loss = executor.RunStep(state, source);
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    run.losses.push_back(loss.ok() ? *loss : -1);
+    if (step == 3) {
+      VectorBatchSource eval(RandomBatches(options.dims, options.micro_batch,
+                                           1, 999));
+      status = executor.RunForward(eval);
+      EXPECT_TRUE(status.ok()) << status;
+      // The last linear's output: the logits of the eval batch.
+      const Buffer* logits = nullptr;
+      for (const Instruction& instr : plan.instructions) {
+        if (instr.op == "cross_entropy" && instr.micro_step == 0) {
+          logits = &plan.buffers[instr.inputs[0]];
+        }
+      }
+      EXPECT_NE(logits, nullptr);
+      run.eval_logits.resize(logits->bytes / 4);
+      EXPECT_TRUE(device
+                      .Download(logits->offset, run.eval_logits.data(),
+                                logits->bytes)
+                      .ok());
+    }
+  }
+  run.params = *DownloadMlpParams(plan, device);
+  run.capture = executor.capture();
+  return run;
+}
+
+void ExpectSameRun(const Outcome& a, const Outcome& b) {
+  EXPECT_EQ(a.params.w, b.params.w);
+  EXPECT_EQ(a.params.b, b.params.b);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.eval_logits, b.eval_logits);
+}
+
+MlpPlanOptions Options() {
+  MlpPlanOptions options;
+  options.accumulate = 3;
+  options.layers_per_bucket = 1;
+  return options;
+}
+
+TEST(ExecutorCaptureTest, CpuDeviceRunsEagerlyAndSaysWhy) {
+  CpuDevice device;
+  const Outcome run = Train(Options(), device, 3);
+  EXPECT_EQ(run.capture.captured_step, -1);
+  EXPECT_EQ(run.capture.replayed_steps, 0);
+  EXPECT_NE(run.capture.unavailable.find("cpu device has no step capture"),
+            std::string::npos)
+      << run.capture.unavailable;
+}
+
+TEST(ExecutorCaptureTest, ReplayedStepsGiveTheEagerBits) {
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "fast");
+    MlpPlanOptions options = Options();
+    options.deterministic = deterministic;
+    CpuDevice eager_device;
+    const Outcome eager = Train(options, eager_device, 6);
+    GraphDevice graph_device;
+    const Outcome graph = Train(options, graph_device, 6);
+    ExpectSameRun(eager, graph);
+    // Step 1 warms up, step 2 is captured (and run by a replay), 3..6 replay.
+    EXPECT_TRUE(graph.capture.unavailable.empty()) << graph.capture.unavailable;
+    EXPECT_TRUE(graph.capture.failure.empty()) << graph.capture.failure;
+    EXPECT_EQ(graph.capture.captured_step, 2);
+    EXPECT_EQ(graph.capture.replayed_steps, 5);
+    EXPECT_EQ(graph_device.captures, 1);
+    EXPECT_EQ(graph_device.replays, 5);
+  }
+}
+
+TEST(ExecutorCaptureTest, TracedStepsRunEagerly) {
+  GraphDevice device;
+  Tracer tracer(0);
+  const Outcome run = Train(Options(), device, 4, nullptr, 0, &tracer);
+  // Step 2 is traced, so step 3 is the one captured.
+  EXPECT_EQ(run.capture.captured_step, 3);
+  EXPECT_EQ(run.capture.replayed_steps, 2);
+  EXPECT_EQ(tracer.steps_traced(), 1);
+  CpuDevice eager_device;
+  ExpectSameRun(Train(Options(), eager_device, 4), run);
+}
+
+TEST(ExecutorCaptureTest, FailedCaptureFallsBackWithTheSameBits) {
+  CpuDevice eager_device;
+  const Outcome eager = Train(Options(), eager_device, 4);
+  for (int fail_after : {0, 1, 7, 30}) {
+    SCOPED_TRACE(absl::StrCat("fail after ", fail_after, " recorded calls"));
+    GraphDevice device(fail_after);
+    const Outcome run = Train(Options(), device, 4);
+    ExpectSameRun(eager, run);
+    EXPECT_EQ(run.capture.captured_step, -1);
+    EXPECT_EQ(run.capture.replayed_steps, 0);
+    EXPECT_NE(run.capture.failure.find("cannot be captured"),
+              std::string::npos)
+        << run.capture.failure;
+    EXPECT_EQ(device.captures, 1);  // tried once, then eager for good
+  }
+}
+
+TEST(ExecutorCaptureTest, OffByOption) {
+  GraphDevice device;
+  const Plan plan = MakeMlpPlan(Options());
+  ExecutorOptions off;
+  off.capture = false;
+  Executor executor(plan, &device, nullptr, nullptr, off);
+  ASSERT_TRUE(executor.Prepare().ok());
+  EXPECT_NE(executor.capture().unavailable.find("off"), std::string::npos);
+}
+
+// Two ranks over Gloo, both capturing: the replayed all-reduces (and the
+// deterministic all-gathers) must still meet and give the eager bits.
+TEST(ExecutorCaptureTest, TwoRanksReplayTheirCollectives) {
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "fast");
+    MlpPlanOptions options = Options();
+    options.world_size = 2;
+    options.deterministic = deterministic;
+    std::vector<Outcome> runs[2];  // [graph?][rank]
+    for (int graph = 0; graph < 2; ++graph) {
+      runs[graph].resize(2);
+      const std::string dir = absl::StrCat(::testing::TempDir(), "/capture_",
+                                           graph, deterministic,
+                                           absl::ToUnixNanos(absl::Now()));
+      std::vector<std::thread> threads;
+      for (int rank = 0; rank < 2; ++rank) {
+        threads.emplace_back([&, rank] {
+          GlooOptions gloo;
+          gloo.rank = rank;
+          gloo.world_size = 2;
+          gloo.file_store_dir = dir;
+          auto comm = GlooCommunicator::Create(gloo);
+          ASSERT_TRUE(comm.ok()) << comm.status();
+          if (graph) {
+            ReplayableComm replayable(comm->get());
+            GraphDevice device;
+            runs[graph][rank] = Train(options, device, 5, &replayable, rank);
+          } else {
+            CpuDevice device;
+            runs[graph][rank] = Train(options, device, 5, comm->get(), rank);
+          }
+        });
+      }
+      for (std::thread& t : threads) t.join();
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      SCOPED_TRACE(absl::StrCat("rank ", rank));
+      ExpectSameRun(runs[0][rank], runs[1][rank]);
+      EXPECT_EQ(runs[1][rank].capture.replayed_steps, 4);
+    }
+    EXPECT_EQ(runs[1][0].params.w, runs[1][1].params.w);
+  }
+}
+
+// Gloo itself says its collectives cannot be captured.
+TEST(ExecutorCaptureTest, UncapturableCommunicatorRunsEagerly) {
+  MlpPlanOptions options = Options();
+  options.world_size = 2;
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/uncapturable_",
+                                       absl::ToUnixNanos(absl::Now()));
+  std::vector<Outcome> runs(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooOptions gloo;
+      gloo.rank = rank;
+      gloo.world_size = 2;
+      gloo.file_store_dir = dir;
+      auto comm = GlooCommunicator::Create(gloo);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      GraphDevice device;
+      runs[rank] = Train(options, device, 3, comm->get(), rank);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(runs[0].capture.replayed_steps, 0);
+  EXPECT_NE(runs[0].capture.unavailable.find("gloo"), std::string::npos)
+      << runs[0].capture.unavailable;
+}
+
+}  // namespace
+}  // namespace trainc
