@@ -8,6 +8,7 @@
 // mpirun each process is one rank already.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -237,10 +238,15 @@ absl::Status Run(const Args& args) {
     return TrainRank(plan, RankContext(), args.train, std::cout).status();
   }
   // A local job: check what can be checked before starting any worker.
-  if (args.train.device == "cuda" && CudaDeviceCount() < plan.world_size) {
+  // --device auto runs on the GPUs where there are any, so it is held to
+  // the file's gpus = N as well.
+  const int gpus_here = CudaDeviceCount();
+  const bool on_gpus = args.train.device == "cuda" ||
+                       (args.train.device == "auto" && gpus_here > 0);
+  if (on_gpus && gpus_here < plan.world_size) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "gpus = ", plan.world_size, " but this machine has ",
-        CudaDeviceCount(), " CUDA GPU(s) (use --gpus ", CudaDeviceCount(),
+        "gpus = ", plan.world_size, " but this machine has ", gpus_here,
+        " CUDA GPU(s) (use --gpus ", std::max(gpus_here, 1),
         " or --device cpu)"));
   }
   if (is_rank0) {

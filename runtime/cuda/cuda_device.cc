@@ -942,20 +942,22 @@ absl::Status CudaDeviceImpl::EndCapture() {
   if (!capturing_) {
     return absl::FailedPreconditionError(name_ + ": EndCapture without Begin");
   }
-  capturing_ = false;
   // The comm stream joined the capture through an event wait; it must join
-  // back into the origin stream before the capture can end.
+  // back into the origin stream before the capture can end. (An error
+  // before the end leaves the capture open for DropCapture to abandon.)
   cudaStreamCaptureStatus comm_status = cudaStreamCaptureStatusNone;
   CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(comm_, &comm_status));
   if (comm_status == cudaStreamCaptureStatusActive) {
     CUDA_RETURN_IF_ERROR(cudaEventRecord(join_event_, comm_));
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_, join_event_, 0));
   }
-  CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(compute_, &graph_));
+  const cudaError_t ended = cudaStreamEndCapture(compute_, &graph_);
+  capturing_ = false;
+  CUDA_RETURN_IF_ERROR(ended);
   CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&graph_exec_, graph_, 0));
   CUDA_RETURN_IF_ERROR(cudaGraphUpload(graph_exec_, compute_));
   // The captured step has not run: its inputs go into the slots now, and
-  // its first ReplayCapture consumes them.
+  // its first Replay consumes them.
   for (InputSlot& slot : input_slots_) {
     RETURN_IF_ERROR(StagedCopy(slot.device, slot.pending.data(), slot.bytes));
     slot.pending.clear();
@@ -1000,11 +1002,24 @@ absl::Status CudaDeviceImpl::Replay(const StepState& state) {
 
 absl::Status CudaDeviceImpl::DropCapture() {
   if (capturing_) {
+    // Abandon, best effort: join the comm stream back (a capture cannot end
+    // with it still forked), end, and throw the partial graph away.
+    cudaStreamCaptureStatus comm_status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(comm_, &comm_status) == cudaSuccess &&
+        comm_status == cudaStreamCaptureStatusActive) {
+      cudaEventRecord(join_event_, comm_);
+      cudaStreamWaitEvent(compute_, join_event_, 0);
+    }
     cudaGraph_t partial = nullptr;
-    cudaStreamEndCapture(compute_, &partial);  // abandon, best effort
+    cudaStreamEndCapture(compute_, &partial);
     if (partial) cudaGraphDestroy(partial);
     capturing_ = false;
+    // Nothing of the capture ran (BeginCapture started from a clean,
+    // synchronised device), so its errors say only that the step could not
+    // be captured: the caller may still run it eagerly.
+    sticky_ = absl::OkStatus();
   }
+  cudaGetLastError();  // a failed capture or instantiation leaves its error
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
   if (graph_exec_) CUDA_RETURN_IF_ERROR(cudaGraphExecDestroy(graph_exec_));
   if (graph_) CUDA_RETURN_IF_ERROR(cudaGraphDestroy(graph_));

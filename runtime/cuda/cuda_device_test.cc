@@ -521,6 +521,14 @@ TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
       if (graph && step == 2 && !(s = d.EndCapture()).ok()) return s;
       if (graph && step >= 2 && !(s = d.Replay(st)).ok()) return s;
       if (!(s = d.Synchronize()).ok()) return s;
+      if (step == 3) {
+        // Eager work between replays (an evaluation): uploads outside a
+        // BeginReplayInputs window go straight to the arena.
+        std::vector<float> probe(B * IN, 0.5f), back(B * IN);
+        if (!(s = d.Upload(xb.offset, probe.data(), xb.bytes)).ok()) return s;
+        if (!(s = d.Download(xb.offset, back.data(), xb.bytes)).ok()) return s;
+        if (back != probe) return absl::InternalError("eager upload lost");
+      }
     }
     out->assign(plan.arena_bytes, 0);
     return d.Download(0, out->data(), plan.arena_bytes);

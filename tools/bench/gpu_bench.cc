@@ -5,7 +5,9 @@
 // Builds each model's Plan with the real planner (BuildPlan), runs it with
 // the shared Executor on a CudaDevice, and prints one table: step time and
 // samples/s for
-//   small       784-256-128-10 MLP, ReLU, cross-entropy, AdamW, batch 256
+//   small       784-256-128-10 MLP, ReLU, cross-entropy, AdamW, batch 256,
+//               each step one CUDA-graph replay (the executor's default)
+//   small_eager the same with every kernel launched one by one (--no-graph)
 //   large_fp32  4096 -> 4 x (Linear 4096 + ReLU) -> 10, batch 4096
 //   large_tf32  the same with plan.tf32 (cuBLAS TF32 tensor cores)
 // with achieved TFLOP/s against a measured cuBLAS GEMM rate (the same
@@ -47,9 +49,11 @@ namespace {
 
 struct Model {
   std::string name;
+  std::string torch_name;       // torch_gpu_bench.py's row to compare with
   std::vector<int64_t> widths;  // input, hidden..., classes
   int64_t batch;
   bool tf32;
+  bool graph = true;            // ExecutorOptions::capture
 };
 
 TrainSpec MlpSpec(const Model& model) {
@@ -153,6 +157,7 @@ class FixedBatch : public BatchSource {
 
 struct Result {
   double ms = 0, samples_per_s = 0, tflops = 0;
+  std::string graph_note;  // why steps were not replayed, if they were not
 };
 
 absl::StatusOr<Result> RunTrainc(const Model& model) {
@@ -160,7 +165,9 @@ absl::StatusOr<Result> RunTrainc(const Model& model) {
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
   if (!device.ok()) return device.status();
-  Executor executor(*plan, device->get(), /*comm=*/nullptr);
+  ExecutorOptions options;
+  options.capture = model.graph;
+  Executor executor(*plan, device->get(), /*comm=*/nullptr, nullptr, options);
   absl::Status s = executor.Prepare();
   if (!s.ok()) return s;
   std::mt19937 rng(1);
@@ -182,6 +189,12 @@ absl::StatusOr<Result> RunTrainc(const Model& model) {
   }
   Result r;
   r.ms = absl::ToDoubleMilliseconds(absl::Now() - start) / iters;
+  const CaptureInfo& capture = executor.capture();
+  if (capture.replayed_steps < iters) {
+    r.graph_note = !capture.failure.empty() ? capture.failure
+                   : !capture.unavailable.empty() ? capture.unavailable
+                                                  : "not every step replayed";
+  }
   r.samples_per_s = model.batch / r.ms * 1e3;
   r.tflops = StepFlops(model) / (r.ms * 1e-3) / 1e12;
   return r;
@@ -225,9 +238,12 @@ int Main() {
     return 0;
   }
   const std::vector<Model> models = {
-      {"small", {784, 256, 128, 10}, 256, false},
-      {"large_fp32", {4096, 4096, 4096, 4096, 4096, 10}, 4096, false},
-      {"large_tf32", {4096, 4096, 4096, 4096, 4096, 10}, 4096, true},
+      {"small", "small", {784, 256, 128, 10}, 256, false},
+      {"small_eager", "small", {784, 256, 128, 10}, 256, false, false},
+      {"large_fp32", "large_fp32", {4096, 4096, 4096, 4096, 4096, 10}, 4096,
+       false},
+      {"large_tf32", "large_tf32", {4096, 4096, 4096, 4096, 4096, 10}, 4096,
+       true},
   };
   absl::StatusOr<double> peak32 = MeasureGemmTflops(8192, false);
   absl::StatusOr<double> peak_tf32 = MeasureGemmTflops(8192, true);
@@ -251,7 +267,7 @@ int Main() {
     const double pct = peak.ok() ? 100.0 * r->tflops / *peak : 0.0;
     const Result* t = nullptr;
     for (const auto& [name, res] : torch) {
-      if (name == m.name) t = &res;
+      if (name == m.torch_name) t = &res;
     }
     std::printf("%-11s %6lld %12.3f %14.0f %9.2f %7.1f%% | ", m.name.c_str(),
                 static_cast<long long>(m.batch), r->ms, r->samples_per_s,
@@ -261,6 +277,10 @@ int Main() {
                   t->ms / r->ms);
     } else {
       std::printf("%12s %14s %8s\n", "-", "-", "-");
+    }
+    if (m.graph && !r->graph_note.empty()) {
+      std::printf("  %s: steps not replayed as a CUDA graph: %s\n",
+                  m.name.c_str(), r->graph_note.c_str());
     }
   }
   std::printf("cuBLAS 8192^3 GEMM: fp32 %s TFLOP/s, tf32 %s TFLOP/s%s%s\n",
