@@ -208,11 +208,17 @@ absl::Status CpuDevice::Copy(Stream stream, const void* src, void* dst,
   });
 }
 
+// The compute stream is this thread: both directions are plain copies.
 absl::Status CpuDevice::CopyToHost(const void* src, void* dst,
                                    int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError("cpu: negative copy size");
   std::memcpy(dst, src, static_cast<size_t>(bytes));
   return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyFromHost(const void* src, void* dst,
+                                     int64_t bytes) {
+  return CopyToHost(src, dst, bytes);
 }
 
 absl::Status CpuDevice::Prepare(const Plan& plan) {

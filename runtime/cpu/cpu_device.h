@@ -68,6 +68,8 @@ class CpuDevice : public Device {
   absl::Status Copy(Stream stream, const void* src, void* dst,
                     int64_t bytes) override;
   absl::Status CopyToHost(const void* src, void* dst, int64_t bytes) override;
+  absl::Status CopyFromHost(const void* src, void* dst,
+                            int64_t bytes) override;
 
  private:
   struct State;  // arena, prepared kernels, comm worker; see cpu_device.cc

@@ -1,7 +1,9 @@
 #include "runtime/cuda/cuda_device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -28,8 +30,18 @@ using cuda::OptimizerStepScalars;
 // allocations) is also what CUDA-graph capture requires.
 constexpr size_t kBlasWorkspaceBytes = 32u << 20;
 // Pinned staging buffers for Upload: a ring, so that up to this many
-// uploads can be in flight before the host waits for the oldest.
+// chunks can be in flight before the host waits for the oldest. Uploads are
+// cut into chunks of at most kStagingChunkBytes, which bounds the pinned
+// memory (a checkpoint load does not pin copies of the whole model).
 constexpr int kStagingSlots = 8;
+constexpr int64_t kStagingChunkBytes = 8 << 20;
+
+// OK, or `err` as a Status (CUDA_RETURN_IF_ERROR where returning at once
+// is not what the caller wants).
+absl::Status CudaOk(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return cuda::CudaErrorToStatus(err, what, __FILE__, __LINE__);
+}
 
 int64_t SteadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -99,6 +111,8 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status Copy(Stream stream, const void* src, void* dst,
                     int64_t bytes) override;
   absl::Status CopyToHost(const void* src, void* dst, int64_t bytes) override;
+  absl::Status CopyFromHost(const void* src, void* dst,
+                            int64_t bytes) override;
 
   bool SupportsCapture() const override { return true; }
   absl::Status BeginCapture() override;
@@ -139,15 +153,16 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status StagedCopy(void* device_dst, const void* src, int64_t bytes);
   absl::Status UploadStepScalars(const Plan& plan, const StepState& state);
   absl::Status EnsureKernelScratch(int64_t floats);
-  absl::Status BuildLtMatmul(int64_t rows, int64_t in, int64_t out,
-                             bool bias, bool relu, bool tf32, int* index);
+  absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
   absl::Status RunLinear(const Kernel& k);
   absl::Status Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m,
                     int64_t n, int64_t k, const float* a, int64_t lda,
                     const float* b, int64_t ldb, float beta, float* c,
                     int64_t ldc);
   absl::StatusOr<cudaEvent_t> TimingEvent();
-  absl::Status ResolveTimings();
+  // Reports (report) or drops the timed work of the step, and returns its
+  // events to the pool either way.
+  absl::Status ResolveTimings(bool report);
   void ReleaseLtMatmuls();
 
   const int ordinal_;
@@ -314,25 +329,29 @@ absl::StatusOr<char*> CudaDeviceImpl::AllocateScratch(int64_t bytes) {
 
 absl::Status CudaDeviceImpl::StagedCopy(void* device_dst, const void* src,
                                         int64_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  Staging& s = staging_[next_staging_];
-  next_staging_ = (next_staging_ + 1) % kStagingSlots;
-  // Back-pressure only: blocks when the GPU is kStagingSlots uploads behind.
-  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
-  if (s.capacity < static_cast<size_t>(bytes)) {
-    if (s.host) CUDA_RETURN_IF_ERROR(cudaFreeHost(s.host));
-    s.host = nullptr;
-    s.capacity = 0;
-    // Grow geometrically so the ring settles after the first step.
-    const size_t size = static_cast<size_t>(bytes) * 2;
-    CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.host, size));
-    s.capacity = size;
+  for (int64_t done = 0; done < bytes; done += kStagingChunkBytes) {
+    const size_t n =
+        static_cast<size_t>(std::min(kStagingChunkBytes, bytes - done));
+    Staging& s = staging_[next_staging_];
+    next_staging_ = (next_staging_ + 1) % kStagingSlots;
+    // Back-pressure only: blocks when the GPU is kStagingSlots chunks behind.
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
+    if (s.capacity < n) {
+      if (s.host) CUDA_RETURN_IF_ERROR(cudaFreeHost(s.host));
+      s.host = nullptr;
+      s.capacity = 0;
+      // Grow geometrically (up to a chunk) so the ring settles at once.
+      const size_t size =
+          std::min(2 * n, static_cast<size_t>(kStagingChunkBytes));
+      CUDA_RETURN_IF_ERROR(cudaMallocHost(&s.host, size));
+      s.capacity = size;
+    }
+    std::memcpy(s.host, static_cast<const char*>(src) + done, n);
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<char*>(device_dst) + done,
+                                         s.host, n, cudaMemcpyHostToDevice,
+                                         compute_));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done, compute_));
   }
-  std::memcpy(s.host, src, static_cast<size_t>(bytes));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_dst, s.host,
-                                       static_cast<size_t>(bytes),
-                                       cudaMemcpyHostToDevice, compute_));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done, compute_));
   return absl::OkStatus();
 }
 
@@ -396,6 +415,16 @@ absl::Status CudaDeviceImpl::CopyToHost(const void* src, void* dst,
   return absl::OkStatus();
 }
 
+absl::Status CudaDeviceImpl::CopyFromHost(const void* src, void* dst,
+                                          int64_t bytes) {
+  if (capturing_) {
+    return absl::FailedPreconditionError(name_ + ": CopyFromHost in capture");
+  }
+  if (bytes < 0) return absl::InvalidArgumentError("negative copy size");
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  return StagedCopy(dst, src, bytes);
+}
+
 absl::Status CudaDeviceImpl::Copy(Stream stream, const void* src, void* dst,
                                   int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError("negative copy size");
@@ -430,9 +459,10 @@ void CudaDeviceImpl::ReleaseLtMatmuls() {
 // view, Y'[out,B] = W'^T X' with W' = w as [in,out] (ld in) and X' = x as
 // [in,B] (ld in): transa = T, transb = N, m = out, n = B, k = in. The bias
 // epilogue adds bias[m] down each column, i.e. b[out] to every row of y.
-absl::Status CudaDeviceImpl::BuildLtMatmul(int64_t rows, int64_t in,
-                                           int64_t out, bool bias, bool relu,
-                                           bool tf32, int* index) {
+absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
+                                           int* index) {
+  const int64_t rows = k.rows, in = k.in, out = k.out;
+  const bool bias = k.x[2] != nullptr, relu = k.relu_in_gemm;
   LtMatmul m;
   auto fail = [&](absl::Status s) {
     m.Destroy();
@@ -475,6 +505,22 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(int64_t rows, int64_t in,
   size_t ws = kBlasWorkspaceBytes;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  // The heuristic assumes 256-byte aligned operands unless told otherwise;
+  // plan offsets are only 64-byte aligned, so say what these pointers are.
+  const float* d = relu ? k.y[1] : k.y[0];
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>
+      alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.x[1]},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.x[0]},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d}};
+  for (const auto& [attr, ptr] : alignments) {
+    if (st != CUBLAS_STATUS_SUCCESS) break;
+    const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
+    uint32_t align = 256;
+    while (align > 4 && address % align != 0) align /= 2;
+    st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align,
+                                              sizeof(align));
+  }
   cublasLtMatmulHeuristicResult_t result;
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
@@ -510,19 +556,31 @@ absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
 }
 
 absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
-  const LtMatmul& m = lt_matmuls_[k.lt];
+  LtMatmul& m = lt_matmuls_[k.lt];
   float* d = k.relu_in_gemm ? k.y[1] : k.y[0];
   if (m.usable) {
     const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (k.x[2] != nullptr) {
-      CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-          m.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k.x[2],
-          sizeof(k.x[2])));
+      st = cublasLtMatmulDescSetAttribute(
+          m.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k.x[2], sizeof(k.x[2]));
     }
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
-        lt_, m.desc, &alpha, k.x[1], m.a, k.x[0], m.b, &beta, d, m.d, d, m.d,
-        &m.algo, blas_workspace_, kBlasWorkspaceBytes, compute_));
-  } else {
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmul(lt_, m.desc, &alpha, k.x[1], m.a, k.x[0], m.b,
+                          &beta, d, m.d, d, m.d, &m.algo, blas_workspace_,
+                          kBlasWorkspaceBytes, compute_);
+    }
+    // An algorithm the heuristic offered but the call rejects (nothing was
+    // enqueued) is not fatal: this linear uses cublasGemmEx from now on.
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+        st == CUBLAS_STATUS_INVALID_VALUE) {
+      m.usable = false;
+    } else if (st != CUBLAS_STATUS_SUCCESS) {
+      return cuda::CublasErrorToStatus(st, "cublasLtMatmul", __FILE__,
+                                       __LINE__);
+    }
+  }
+  if (!m.usable) {
     RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, k.x[1],
                          k.in, k.x[0], k.in, 0.0f, k.y[0], k.out));
     if (k.x[2] != nullptr) {
@@ -621,8 +679,7 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   }
   for (Kernel& k : kernels) {
     if (k.op != Op::kLinear) continue;
-    RETURN_IF_ERROR(BuildLtMatmul(k.rows, k.in, k.out, k.x[2] != nullptr,
-                                  k.relu_in_gemm, plan.tf32, &k.lt));
+    RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));
   }
   RETURN_IF_ERROR(EnsureKernelScratch(scratch_floats));
   kernels_ = std::move(kernels);
@@ -637,12 +694,15 @@ absl::Status CudaDeviceImpl::UploadStepScalars(const Plan& plan,
       scalars_state_.lr == state.lr) {
     return absl::OkStatus();
   }
-  // Bias corrections in double, as torch computes them in Python floats.
+  // In double, rounded once: torch computes these in Python floats, and
+  // the CPU reference (cpu/kernels.cc) the same way.
   const OptimizerConfig& o = plan.optimizer;
   const double t = static_cast<double>(state.step);
   OptimizerStepScalars s;
   s.lr = static_cast<float>(state.lr);
-  s.bias_correction1 = static_cast<float>(1.0 - std::pow(o.beta1, t));
+  s.adamw_decay = static_cast<float>(1.0 - state.lr * o.weight_decay);
+  s.adamw_neg_step_size =
+      static_cast<float>(-(state.lr / (1.0 - std::pow(o.beta1, t))));
   s.bias_correction2_sqrt =
       static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, t)));
   s.first_step = state.step <= 1 ? 1 : 0;
@@ -765,8 +825,7 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
       const OptimizerConfig& o = plan.optimizer;
       if (k.op == Op::kAdamW) {
         err = cuda::LaunchAdamW(k.y[0], k.x[0], k.state[0], k.state[1], k.rows,
-                                device_scalars_, o.beta1, o.beta2, o.eps,
-                                o.weight_decay, s);
+                                device_scalars_, o.beta1, o.beta2, o.eps, s);
       } else {
         err = cuda::LaunchSgd(k.y[0], k.x[0], k.state[0], k.rows,
                               device_scalars_, static_cast<float>(o.momentum),
@@ -821,29 +880,49 @@ absl::Status CudaDeviceImpl::SubmitTimed(Stream stream,
   if (capturing_) return Submit(stream, std::move(work));
   ASSIGN_OR_RETURN(cudaEvent_t begin, TimingEvent());
   ASSIGN_OR_RETURN(cudaEvent_t end, TimingEvent());
+  absl::Status status =
+      CudaOk(cudaEventRecord(begin, StreamOf(stream)), "cudaEventRecord");
+  if (status.ok()) status = Submit(stream, std::move(work));
+  if (status.ok()) {
+    status = CudaOk(cudaEventRecord(end, StreamOf(stream)), "cudaEventRecord");
+  }
+  if (!status.ok()) {
+    // Not timed: the events go back unrecorded (ResolveTimings would read
+    // an unrecorded `end`).
+    timing_pool_.push_back(begin);
+    timing_pool_.push_back(end);
+    return status;
+  }
   timed_.push_back({begin, end, std::move(on_timed)});
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(begin, StreamOf(stream)));
-  RETURN_IF_ERROR(Submit(stream, std::move(work)));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(end, StreamOf(stream)));
   return absl::OkStatus();
 }
 
 // Device times are offsets from anchor_, an event the host saw complete at
 // anchor_ns_ (steady clock); the anchor is renewed at every Synchronize so
 // clock drift never accumulates beyond one step.
-absl::Status CudaDeviceImpl::ResolveTimings() {
-  for (TimedWork& t : timed_) {
+absl::Status CudaDeviceImpl::ResolveTimings(bool report) {
+  std::vector<TimedWork> timed;
+  timed.swap(timed_);
+  absl::Status status;
+  for (TimedWork& t : timed) {
     float begin_ms = 0, end_ms = 0;
-    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&begin_ms, anchor_, t.begin));
-    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&end_ms, anchor_, t.end));
-    t.on_timed(anchor_ns_ + static_cast<int64_t>(begin_ms * 1e6),
-               anchor_ns_ + static_cast<int64_t>(end_ms * 1e6));
+    if (report && status.ok()) {
+      status = CudaOk(cudaEventElapsedTime(&begin_ms, anchor_, t.begin),
+                      "cudaEventElapsedTime");
+      if (status.ok()) {
+        status = CudaOk(cudaEventElapsedTime(&end_ms, anchor_, t.end),
+                        "cudaEventElapsedTime");
+      }
+      if (status.ok()) {
+        t.on_timed(anchor_ns_ + static_cast<int64_t>(begin_ms * 1e6),
+                   anchor_ns_ + static_cast<int64_t>(end_ms * 1e6));
+      }
+    }
     timing_pool_.push_back(t.begin);
     timing_pool_.push_back(t.end);
   }
-  const bool renew = !timed_.empty();
-  timed_.clear();
-  if (renew) {
+  RETURN_IF_ERROR(status);
+  if (report && !timed.empty()) {
     CUDA_RETURN_IF_ERROR(cudaEventRecord(anchor_, compute_));
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(anchor_));
     anchor_ns_ = SteadyNowNs();
@@ -915,7 +994,9 @@ absl::Status CudaDeviceImpl::Synchronize() {
           name_ + ": cross_entropy: a label is outside [0, classes)"));
     }
   }
-  RETURN_IF_ERROR(ResolveTimings());
+  // After a failed step its times are meaningless (and some work may never
+  // have been enqueued): the error is what the caller needs.
+  RETURN_IF_ERROR(ResolveTimings(/*report=*/sticky_.ok()));
   return sticky_;
 }
 
@@ -979,14 +1060,20 @@ absl::Status CudaDeviceImpl::BeginReplayInputs() {
 }
 
 absl::Status CudaDeviceImpl::Replay(const StepState& state) {
+  const bool ready = inputs_ready_;
+  const size_t fed = feeding_ ? next_input_slot_ : 0;
+  // Whatever happens, the input window closes: later uploads (evaluation)
+  // go to the arena.
+  feeding_ = false;
+  inputs_ready_ = false;
+  next_input_slot_ = 0;
   if (graph_exec_ == nullptr) {
     return absl::FailedPreconditionError(name_ + ": no captured step");
   }
-  if (!inputs_ready_) {
+  if (!ready) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": the captured step needs ", input_slots_.size(),
-        " uploads (after BeginReplayInputs) before each replay, got ",
-        feeding_ ? next_input_slot_ : 0));
+        " uploads (after BeginReplayInputs) before each replay, got ", fed));
   }
   if (!sticky_.ok()) return sticky_;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
@@ -994,9 +1081,6 @@ absl::Status CudaDeviceImpl::Replay(const StepState& state) {
   // this copy before them.
   RETURN_IF_ERROR(UploadStepScalars(*prepared_plan_, state));
   CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_exec_, compute_));
-  feeding_ = false;
-  inputs_ready_ = false;
-  next_input_slot_ = 0;
   return absl::OkStatus();
 }
 

@@ -99,20 +99,23 @@ cudaError_t LaunchMseGrad(const float* pred, const float* target,
 // ---- optimizer.cu --------------------------------------------------------
 // What changes per step, read from device memory (not kernel arguments) so
 // that a captured CUDA graph can be replayed with a new learning rate.
+// Each is formed on the host in double and rounded once, as torch (Python
+// floats) and the CPU reference do.
 struct OptimizerStepScalars {
-  float lr = 0.0f;
-  float bias_correction1 = 1.0f;       // 1 - beta1^step
+  float lr = 0.0f;                     // SGD
+  float adamw_decay = 1.0f;            // 1 - lr * weight_decay
+  float adamw_neg_step_size = 0.0f;    // -(lr / (1 - beta1^step))
   float bias_correction2_sqrt = 1.0f;  // sqrt(1 - beta2^step)
   int first_step = 1;                  // SGD momentum buffer = grad
 };
 
 // torch.optim.AdamW, one fused pass over a bucket's flat span. The
-// hyperparameters are the config's doubles, uncast: 1 - beta and the decay
-// factor are formed in double and rounded once, as torch and the CPU do.
+// hyperparameters are the config's doubles, uncast: 1 - beta is formed in
+// double and rounded once, as torch and the CPU do.
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
                         int64_t n, const OptimizerStepScalars* scalars,
                         double beta1, double beta2, double eps,
-                        double weight_decay, cudaStream_t s);
+                        cudaStream_t s);
 // torch.optim.SGD (dampening 0); `momentum_buf` may be null when
 // momentum == 0.
 cudaError_t LaunchSgd(float* params, const float* grads, float* momentum_buf,

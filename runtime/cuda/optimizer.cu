@@ -14,16 +14,14 @@ namespace {
 // and the scalars' rounding are the CPU reference's (runtime/cpu/kernels.cc):
 // 1 - beta is formed in double and rounded once (1.0f - 0.999f is 1.3e-5
 // away from float(0.001), which v would inherit), and so are the decay
-// factor and the step size.
+// factor and the step size (on the host, OptimizerStepScalars).
 __global__ void AdamWKernel(float* params, const float* grads, float* m,
                             float* v, int64_t n,
                             const OptimizerStepScalars* scalars, float b1,
                             float one_minus_b1, float b2, float one_minus_b2,
-                            float eps, double weight_decay) {
-  const double lr = scalars->lr;
-  const float decay = static_cast<float>(1.0 - lr * weight_decay);
-  const float neg_step_size =
-      static_cast<float>(-(lr / static_cast<double>(scalars->bias_correction1)));
+                            float eps) {
+  const float decay = scalars->adamw_decay;
+  const float neg_step_size = scalars->adamw_neg_step_size;
   const float bc2_sqrt = scalars->bias_correction2_sqrt;
   TRAINC_GRID_STRIDE(i, n) {
     const float g = grads[i];
@@ -63,11 +61,11 @@ __global__ void SgdKernel(float* params, const float* grads,
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
                         int64_t n, const OptimizerStepScalars* scalars,
                         double beta1, double beta2, double eps,
-                        double weight_decay, cudaStream_t s) {
+                        cudaStream_t s) {
   AdamWKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
       params, grads, m, v, n, scalars, static_cast<float>(beta1),
       static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
-      static_cast<float>(1.0 - beta2), static_cast<float>(eps), weight_decay);
+      static_cast<float>(1.0 - beta2), static_cast<float>(eps));
   return cudaGetLastError();
 }
 

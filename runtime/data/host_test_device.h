@@ -62,6 +62,11 @@ class HostTestDevice : public Device {
     std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
+  absl::Status CopyFromHost(const void* src, void* dst,
+                            int64_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
 
   template <typename T>
   const T* At(int64_t offset) const {

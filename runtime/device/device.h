@@ -82,6 +82,11 @@ class Device {
   // submitted so far. Download(offset, ...) is the arena-relative form.
   virtual absl::Status CopyToHost(const void* src, void* dst,
                                   int64_t bytes) = 0;
+  // Host -> this device's memory, ordered on the compute stream (the host
+  // buffer may be reused once the call returns). Unlike Upload, never part
+  // of a captured step's inputs.
+  virtual absl::Status CopyFromHost(const void* src, void* dst,
+                                    int64_t bytes) = 0;
 
   // --- Optional hooks, with defaults (added for the shared executor). ---
 

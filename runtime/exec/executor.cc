@@ -133,9 +133,10 @@ absl::Status Executor::Prepare() {
     return absl::InvalidArgumentError("plan's loss buffer is outside the arena");
   }
   loss_value_ = reinterpret_cast<float*>(device_->arena() + loss.offset);
-  ASSIGN_OR_RETURN(char* losses,
-                   device_->AllocateScratch(plan_.accumulate * sizeof(float)));
+  ASSIGN_OR_RETURN(char* losses, device_->AllocateScratch(
+                                     (plan_.accumulate + 1) * sizeof(float)));
   losses_ = reinterpret_cast<float*>(losses);
+  vote_ = losses_ + plan_.accumulate;
   host_losses_.assign(plan_.accumulate, 0.0f);
 
   if (!options_.capture) {
@@ -176,6 +177,13 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
     ++eager_steps_;
   } else if (captured_) {
     status = ReplayStep(batches);
+    if (!status.ok()) {
+      // Leave the device eager (its replay-input window closed) for
+      // whatever the caller does next.
+      (void)device_->DropCapture();
+      captured_ = false;
+      capture_.failure = std::string(status.message());
+    }
   } else {
     status = CaptureStep(batches);
   }
@@ -223,19 +231,39 @@ absl::Status Executor::CaptureStep(BatchSource& batches) {
   absl::Status status = device_->BeginCapture();
   if (status.ok()) status = IssueStep(batches);
   if (status.ok()) status = device_->EndCapture();
-  if (status.ok()) {
+  if (!status.ok()) {
+    capture_.failure = std::string(status.message());
+    RETURN_IF_ERROR(device_->DropCapture());
+  }
+  ASSIGN_OR_RETURN(const bool everywhere, AllRanks(status.ok()));
+  if (everywhere) {
     captured_ = true;
     capture_.captured_step = state_.step;
     ++capture_.replayed_steps;
     // The captured step has not run yet: this replay runs it.
     return device_->Replay(state_);
   }
+  if (status.ok()) {
+    capture_.failure = "another rank could not capture its step";
+    RETURN_IF_ERROR(device_->DropCapture());
+  }
   // Nothing of a failed capture ran, so the step is issued again, eagerly
   // (BatchSource::Fill serves the same data again for the same step).
-  capture_.failure = std::string(status.message());
-  RETURN_IF_ERROR(device_->DropCapture());
   ++eager_steps_;
   return IssueStep(batches);
+}
+
+absl::StatusOr<bool> Executor::AllRanks(bool ok_here) {
+  if (plan_.world_size == 1) return ok_here;
+  float failed = ok_here ? 0.0f : 1.0f;
+  RETURN_IF_ERROR(device_->CopyFromHost(&failed, vote_, sizeof(float)));
+  RETURN_IF_ERROR(device_->Synchronize());  // the comm stream reads it
+  RETURN_IF_ERROR(device_->Submit(Stream::kComm, [this] {
+    return comm_->AllReduceSum(vote_, 1, device_->NativeStream(Stream::kComm));
+  }));
+  RETURN_IF_ERROR(device_->Synchronize());
+  RETURN_IF_ERROR(device_->CopyToHost(vote_, &failed, sizeof(float)));
+  return failed == 0.0f;
 }
 
 absl::Status Executor::ReplayStep(BatchSource& batches) {

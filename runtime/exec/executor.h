@@ -121,6 +121,9 @@ class Executor {
   // Captures this step and replays it; falls back to IssueStep (for this and
   // every later step) if capturing fails.
   absl::Status CaptureStep(BatchSource& batches);
+  // Whether `ok_here` holds on every rank: capturing is collective for
+  // NCCL (every rank replays, or none does).
+  absl::StatusOr<bool> AllRanks(bool ok_here);
   absl::Status ReplayStep(BatchSource& batches);
   absl::Status Issue(const Resolved& r, BatchSource& batches);
   absl::Status IssueAllReduce(const Resolved& r);
@@ -139,6 +142,7 @@ class Executor {
   int hold_event_ = -1;          // overlap off: compute -> comm fence
   float* scratch_ = nullptr;     // deterministic gather area
   float* losses_ = nullptr;      // device: loss_sum of each micro-step
+  float* vote_ = nullptr;        // device: AllRanks' flag
   std::vector<float> host_losses_;
   float* loss_value_ = nullptr;  // device: the plan's loss buffer
   StepState state_;              // of the step being run

@@ -89,6 +89,11 @@ class GraphDevice : public Device {
     if (capturing_) return absl::FailedPreconditionError("read in capture");
     return inner_.CopyToHost(src, dst, bytes);
   }
+  absl::Status CopyFromHost(const void* src, void* dst,
+                            int64_t bytes) override {
+    if (capturing_) return absl::FailedPreconditionError("write in capture");
+    return inner_.CopyFromHost(src, dst, bytes);
+  }
   absl::Status Copy(Stream stream, const void* src, void* dst,
                     int64_t bytes) override {
     if (capturing_) {
@@ -386,48 +391,75 @@ TEST(ExecutorCaptureTest, OffByOption) {
   EXPECT_NE(executor.capture().unavailable.find("off"), std::string::npos);
 }
 
-// Two ranks over Gloo, both capturing: the replayed all-reduces (and the
-// deterministic all-gathers) must still meet and give the eager bits.
+// Two ranks over Gloo. graph: each rank on a GraphDevice (capture failing
+// on `fail_rank`, if any), else on a plain CpuDevice.
+std::vector<Outcome> TrainTwoRanks(const MlpPlanOptions& options, bool graph,
+                                   int fail_rank = -1) {
+  static int job = 0;
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/capture_",
+                                       job++, "_",
+                                       absl::ToUnixNanos(absl::Now()));
+  std::vector<Outcome> runs(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooOptions gloo;
+      gloo.rank = rank;
+      gloo.world_size = 2;
+      gloo.file_store_dir = dir;
+      auto comm = GlooCommunicator::Create(gloo);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      if (graph) {
+        ReplayableComm replayable(comm->get());
+        GraphDevice device(rank == fail_rank ? 5 : -1);
+        runs[rank] = Train(options, device, 5, &replayable, rank);
+      } else {
+        CpuDevice device;
+        runs[rank] = Train(options, device, 5, comm->get(), rank);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return runs;
+}
+
+// Both ranks capture: the replayed all-reduces (and the deterministic
+// all-gathers) must still meet and give the eager bits.
 TEST(ExecutorCaptureTest, TwoRanksReplayTheirCollectives) {
   for (bool deterministic : {false, true}) {
     SCOPED_TRACE(deterministic ? "deterministic" : "fast");
     MlpPlanOptions options = Options();
     options.world_size = 2;
     options.deterministic = deterministic;
-    std::vector<Outcome> runs[2];  // [graph?][rank]
-    for (int graph = 0; graph < 2; ++graph) {
-      runs[graph].resize(2);
-      const std::string dir = absl::StrCat(::testing::TempDir(), "/capture_",
-                                           graph, deterministic,
-                                           absl::ToUnixNanos(absl::Now()));
-      std::vector<std::thread> threads;
-      for (int rank = 0; rank < 2; ++rank) {
-        threads.emplace_back([&, rank] {
-          GlooOptions gloo;
-          gloo.rank = rank;
-          gloo.world_size = 2;
-          gloo.file_store_dir = dir;
-          auto comm = GlooCommunicator::Create(gloo);
-          ASSERT_TRUE(comm.ok()) << comm.status();
-          if (graph) {
-            ReplayableComm replayable(comm->get());
-            GraphDevice device;
-            runs[graph][rank] = Train(options, device, 5, &replayable, rank);
-          } else {
-            CpuDevice device;
-            runs[graph][rank] = Train(options, device, 5, comm->get(), rank);
-          }
-        });
-      }
-      for (std::thread& t : threads) t.join();
-    }
+    const std::vector<Outcome> eager = TrainTwoRanks(options, false);
+    const std::vector<Outcome> graph = TrainTwoRanks(options, true);
     for (int rank = 0; rank < 2; ++rank) {
       SCOPED_TRACE(absl::StrCat("rank ", rank));
-      ExpectSameRun(runs[0][rank], runs[1][rank]);
-      EXPECT_EQ(runs[1][rank].capture.replayed_steps, 4);
+      ExpectSameRun(eager[rank], graph[rank]);
+      EXPECT_EQ(graph[rank].capture.replayed_steps, 4);
     }
-    EXPECT_EQ(runs[1][0].params.w, runs[1][1].params.w);
+    EXPECT_EQ(graph[0].params.w, graph[1].params.w);
   }
+}
+
+// Capturing is collective: when one rank cannot capture, no rank replays
+// (NCCL requires every rank or none to run a collective from a graph).
+TEST(ExecutorCaptureTest, OneRankFailingToCaptureMakesEveryRankEager) {
+  MlpPlanOptions options = Options();
+  options.world_size = 2;
+  const std::vector<Outcome> eager = TrainTwoRanks(options, false);
+  const std::vector<Outcome> graph = TrainTwoRanks(options, true, 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    ExpectSameRun(eager[rank], graph[rank]);
+    EXPECT_EQ(graph[rank].capture.replayed_steps, 0);
+    EXPECT_EQ(graph[rank].capture.captured_step, -1);
+  }
+  EXPECT_NE(graph[0].capture.failure.find("another rank"), std::string::npos)
+      << graph[0].capture.failure;
+  EXPECT_NE(graph[1].capture.failure.find("cannot be captured"),
+            std::string::npos)
+      << graph[1].capture.failure;
 }
 
 // Gloo itself says its collectives cannot be captured.

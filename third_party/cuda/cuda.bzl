@@ -16,8 +16,13 @@ Without a toolkit (or with --repo_env=TRAINC_NO_CUDA=1) cuda_library builds
 
 load("@local_cuda//:config.bzl", "CUDA_ENABLED", "NVCC", "NVCC_INCLUDES")
 
-# sm_90 (H100/H200) machine code plus PTX for newer GPUs to JIT from.
-NVCC_ARCH_FLAGS = "-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
+# Machine code for sm_80 (A100; also runs on every 8.x: A10, L4, RTX 30/40)
+# and sm_90 (H100/H200), plus compute_90 PTX for newer GPUs to JIT from.
+NVCC_ARCH_FLAGS = " ".join([
+    "-gencode arch=compute_80,code=sm_80",
+    "-gencode arch=compute_90,code=sm_90",
+    "-gencode arch=compute_90,code=compute_90",
+])
 
 def cuda_library(
         name,
