@@ -391,9 +391,14 @@ TEST(ExecutorCaptureTest, OffByOption) {
   EXPECT_NE(executor.capture().unavailable.find("off"), std::string::npos);
 }
 
-// Two ranks over Gloo. graph: each rank on a GraphDevice (capture failing
-// on `fail_rank`, if any), else on a plain CpuDevice.
-std::vector<Outcome> TrainTwoRanks(const MlpPlanOptions& options, bool graph,
+enum class Ranks {
+  kEager,       // CpuDevice
+  kGraph,       // GraphDevice, its recording replays the Gloo calls
+  kGraphGloo,   // GraphDevice, but Gloo says it cannot be captured
+};
+
+// Five steps on two ranks over Gloo; capture fails on `fail_rank`, if any.
+std::vector<Outcome> TrainTwoRanks(const MlpPlanOptions& options, Ranks mode,
                                    int fail_rank = -1) {
   static int job = 0;
   const std::string dir = absl::StrCat(::testing::TempDir(), "/capture_",
@@ -409,14 +414,14 @@ std::vector<Outcome> TrainTwoRanks(const MlpPlanOptions& options, bool graph,
       gloo.file_store_dir = dir;
       auto comm = GlooCommunicator::Create(gloo);
       ASSERT_TRUE(comm.ok()) << comm.status();
-      if (graph) {
-        ReplayableComm replayable(comm->get());
-        GraphDevice device(rank == fail_rank ? 5 : -1);
-        runs[rank] = Train(options, device, 5, &replayable, rank);
-      } else {
-        CpuDevice device;
-        runs[rank] = Train(options, device, 5, comm->get(), rank);
-      }
+      ReplayableComm replayable(comm->get());
+      GraphDevice graph(rank == fail_rank ? 5 : -1);
+      CpuDevice cpu;
+      Device& device = mode == Ranks::kEager ? static_cast<Device&>(cpu)
+                                             : graph;
+      Communicator* used = comm->get();
+      if (mode == Ranks::kGraph) used = &replayable;
+      runs[rank] = Train(options, device, 5, used, rank);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -431,8 +436,8 @@ TEST(ExecutorCaptureTest, TwoRanksReplayTheirCollectives) {
     MlpPlanOptions options = Options();
     options.world_size = 2;
     options.deterministic = deterministic;
-    const std::vector<Outcome> eager = TrainTwoRanks(options, false);
-    const std::vector<Outcome> graph = TrainTwoRanks(options, true);
+    const std::vector<Outcome> eager = TrainTwoRanks(options, Ranks::kEager);
+    const std::vector<Outcome> graph = TrainTwoRanks(options, Ranks::kGraph);
     for (int rank = 0; rank < 2; ++rank) {
       SCOPED_TRACE(absl::StrCat("rank ", rank));
       ExpectSameRun(eager[rank], graph[rank]);
@@ -447,8 +452,9 @@ TEST(ExecutorCaptureTest, TwoRanksReplayTheirCollectives) {
 TEST(ExecutorCaptureTest, OneRankFailingToCaptureMakesEveryRankEager) {
   MlpPlanOptions options = Options();
   options.world_size = 2;
-  const std::vector<Outcome> eager = TrainTwoRanks(options, false);
-  const std::vector<Outcome> graph = TrainTwoRanks(options, true, 1);
+  const std::vector<Outcome> eager = TrainTwoRanks(options, Ranks::kEager);
+  const std::vector<Outcome> graph =
+      TrainTwoRanks(options, Ranks::kGraph, /*fail_rank=*/1);
   for (int rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
     ExpectSameRun(eager[rank], graph[rank]);
@@ -466,23 +472,7 @@ TEST(ExecutorCaptureTest, OneRankFailingToCaptureMakesEveryRankEager) {
 TEST(ExecutorCaptureTest, UncapturableCommunicatorRunsEagerly) {
   MlpPlanOptions options = Options();
   options.world_size = 2;
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/uncapturable_",
-                                       absl::ToUnixNanos(absl::Now()));
-  std::vector<Outcome> runs(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      GlooOptions gloo;
-      gloo.rank = rank;
-      gloo.world_size = 2;
-      gloo.file_store_dir = dir;
-      auto comm = GlooCommunicator::Create(gloo);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      GraphDevice device;
-      runs[rank] = Train(options, device, 3, comm->get(), rank);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<Outcome> runs = TrainTwoRanks(options, Ranks::kGraphGloo);
   EXPECT_EQ(runs[0].capture.replayed_steps, 0);
   EXPECT_NE(runs[0].capture.unavailable.find("gloo"), std::string::npos)
       << runs[0].capture.unavailable;
