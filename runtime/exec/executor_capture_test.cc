@@ -1,4 +1,5 @@
-// The executor's step-capture protocol (device.h), checked on the CPU.
+// The executor's step-capture protocol (device.h), checked on the CPU, and
+// on a GPU where there is one.
 //
 // GraphDevice wraps a CpuDevice and implements capture the way a CUDA graph
 // behaves: between BeginCapture and EndCapture nothing runs, every call is
@@ -19,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/cuda/cuda_device.h"
 #include "runtime/exec/executor.h"
 #include "runtime/exec/test_plans.h"
 #include "runtime/trace/tracer.h"
@@ -264,9 +266,9 @@ struct Outcome {
 // evaluation forward pass (eager, with other data) between steps 3 and 4.
 Outcome Train(const MlpPlanOptions& options, Device& device, int steps,
           Communicator* comm = nullptr, int rank = 0,
-          Tracer* trace_step_2 = nullptr) {
+          Tracer* trace_step_2 = nullptr, ExecutorOptions exec = {}) {
   const Plan plan = MakeMlpPlan(options);
-  Executor executor(plan, &device, comm);
+  Executor executor(plan, &device, comm, nullptr, exec);
   Outcome run;
   absl::Status status = executor.Prepare();
   EXPECT_TRUE(status.ok()) << status;
@@ -476,6 +478,37 @@ TEST(ExecutorCaptureTest, UncapturableCommunicatorRunsEagerly) {
   EXPECT_EQ(runs[0].capture.replayed_steps, 0);
   EXPECT_NE(runs[0].capture.unavailable.find("gloo"), std::string::npos)
       << runs[0].capture.unavailable;
+}
+
+// The real thing: a CUDA graph of the whole step (both streams) replayed on
+// a GPU gives the bits of launching the same kernels one by one, with an
+// evaluation between replays and a learning rate that changes every step.
+TEST(ExecutorCaptureTest, CudaGraphReplayGivesTheEagerBits) {
+  if (CudaDeviceCount() == 0) {
+    GTEST_SKIP() << "no CUDA GPU: CudaDeviceCount() == 0";
+  }
+  for (bool overlap : {true, false}) {
+    for (bool deterministic : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(overlap ? "overlap" : "no overlap", ", ",
+                                deterministic ? "deterministic" : "fast"));
+      MlpPlanOptions options = Options();
+      options.deterministic = deterministic;
+      ExecutorOptions eager_options, graph_options;
+      eager_options.overlap = graph_options.overlap = overlap;
+      eager_options.capture = false;
+      auto eager_device = CreateCudaDevice(0);
+      auto graph_device = CreateCudaDevice(0);
+      ASSERT_TRUE(eager_device.ok()) << eager_device.status();
+      ASSERT_TRUE(graph_device.ok()) << graph_device.status();
+      const Outcome eager = Train(options, **eager_device, 6, nullptr, 0,
+                                  nullptr, eager_options);
+      const Outcome graph = Train(options, **graph_device, 6, nullptr, 0,
+                                  nullptr, graph_options);
+      EXPECT_TRUE(graph.capture.failure.empty()) << graph.capture.failure;
+      EXPECT_EQ(graph.capture.replayed_steps, 5);
+      ExpectSameRun(eager, graph);
+    }
+  }
 }
 
 }  // namespace
