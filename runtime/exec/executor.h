@@ -64,7 +64,7 @@ struct ExecutorOptions {
 // What became of step capture (Executor::capture()).
 struct CaptureInfo {
   // Empty when steps can be captured; else why not ("the cpu device has no
-  // step capture", "ExecutorOptions::capture is off", ...).
+  // step capture", "step capture is off", ...).
   std::string unavailable;
   // Why capturing failed; from then on every step runs eagerly.
   std::string failure;
