@@ -204,9 +204,10 @@ class CudaDeviceImpl final : public CudaDevice {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
   std::vector<InputSlot> input_slots_;
+  // Slots holding the next replay's data: all of them after EndCapture,
+  // refilled from 0 after BeginReplayInputs, none after a Replay.
   size_t next_input_slot_ = 0;
-  bool feeding_ = false;       // BeginReplayInputs .. Replay: uploads -> slots
-  bool inputs_ready_ = false;  // every slot holds the next replay's data
+  bool feeding_ = false;  // BeginReplayInputs .. Replay: uploads -> slots
 
   absl::Status sticky_;  // first error of submitted work
 };
@@ -390,7 +391,6 @@ absl::Status CudaDeviceImpl::Upload(int64_t offset, const void* src,
           ")"));
     }
     ++next_input_slot_;
-    inputs_ready_ = next_input_slot_ == input_slots_.size();
     return StagedCopy(slot.device, src, bytes);
   }
   return StagedCopy(arena_ + offset, src, bytes);
@@ -1015,7 +1015,6 @@ absl::Status CudaDeviceImpl::BeginCapture() {
   input_slots_.clear();
   next_input_slot_ = 0;
   feeding_ = false;
-  inputs_ready_ = false;
   return absl::OkStatus();
 }
 
@@ -1045,7 +1044,6 @@ absl::Status CudaDeviceImpl::EndCapture() {
     slot.pending.shrink_to_fit();
   }
   next_input_slot_ = input_slots_.size();
-  inputs_ready_ = true;
   return absl::OkStatus();
 }
 
@@ -1054,23 +1052,20 @@ absl::Status CudaDeviceImpl::BeginReplayInputs() {
     return absl::FailedPreconditionError(name_ + ": no captured step");
   }
   feeding_ = true;
-  inputs_ready_ = input_slots_.empty();
   next_input_slot_ = 0;
   return absl::OkStatus();
 }
 
 absl::Status CudaDeviceImpl::Replay(const StepState& state) {
-  const bool ready = inputs_ready_;
-  const size_t fed = feeding_ ? next_input_slot_ : 0;
+  const size_t fed = next_input_slot_;
   // Whatever happens, the input window closes: later uploads (evaluation)
   // go to the arena.
   feeding_ = false;
-  inputs_ready_ = false;
   next_input_slot_ = 0;
   if (graph_exec_ == nullptr) {
     return absl::FailedPreconditionError(name_ + ": no captured step");
   }
-  if (!ready) {
+  if (fed != input_slots_.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         name_, ": the captured step needs ", input_slots_.size(),
         " uploads (after BeginReplayInputs) before each replay, got ", fed));
@@ -1113,7 +1108,6 @@ absl::Status CudaDeviceImpl::DropCapture() {
   input_slots_.clear();
   next_input_slot_ = 0;
   feeding_ = false;
-  inputs_ready_ = false;
   return absl::OkStatus();
 }
 

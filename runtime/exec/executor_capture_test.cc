@@ -80,7 +80,6 @@ class GraphDevice : public Device {
       slots_[next_slot_++].data.assign(data, data + bytes);
       return absl::OkStatus();
     }
-    ++eager_uploads;
     return inner_.Upload(offset, src, bytes);
   }
   absl::Status Download(int64_t offset, void* dst, int64_t bytes) override {
@@ -111,7 +110,6 @@ class GraphDevice : public Device {
     }
     // A replayed graph reads the step scalars Replay() wrote, never the
     // host's state of the moment.
-    ++kernels_run;
     return inner_.RunKernel(plan, instr, replaying_ ? replay_state_ : state);
   }
   absl::Status OrderedSum(Stream stream, const float* src, int64_t n,
@@ -163,13 +161,14 @@ class GraphDevice : public Device {
       return absl::FailedPreconditionError("a capture is held");
     }
     capturing_ = true;
+    next_slot_ = 0;
     ++captures;
     return absl::OkStatus();
   }
   absl::Status EndCapture() override {
     if (!capturing_) return absl::FailedPreconditionError("not capturing");
     capturing_ = false;
-    inputs_ready_ = true;
+    next_slot_ = slots_.size();  // the captured uploads are the first inputs
     return absl::OkStatus();
   }
   absl::Status BeginReplayInputs() override {
@@ -180,10 +179,10 @@ class GraphDevice : public Device {
   }
   absl::Status Replay(const StepState& state) override {
     if (graph_.empty()) return absl::FailedPreconditionError("no capture");
-    if (!inputs_ready_ && !(feeding_ && next_slot_ == slots_.size())) {
-      return absl::FailedPreconditionError("replay inputs incomplete");
-    }
-    feeding_ = inputs_ready_ = false;
+    const bool fed = next_slot_ == slots_.size();
+    feeding_ = false;
+    next_slot_ = 0;
+    if (!fed) return absl::FailedPreconditionError("replay inputs incomplete");
     replaying_ = true;
     replay_state_ = state;
     ++replays;
@@ -195,14 +194,14 @@ class GraphDevice : public Device {
     return status;
   }
   absl::Status DropCapture() override {
-    capturing_ = feeding_ = inputs_ready_ = false;
+    capturing_ = feeding_ = false;
+    next_slot_ = 0;
     graph_.clear();
     slots_.clear();
     return absl::OkStatus();
   }
 
-  int captures = 0, replays = 0, eager_uploads = 0;
-  int64_t kernels_run = 0;
+  int captures = 0, replays = 0;
 
  private:
   // Records `op` into the graph; fails (as an op the graph cannot hold
@@ -221,7 +220,7 @@ class GraphDevice : public Device {
   };
   CpuDevice inner_;
   const int fail_after_;
-  bool capturing_ = false, feeding_ = false, inputs_ready_ = false;
+  bool capturing_ = false, feeding_ = false;
   bool replaying_ = false;
   StepState replay_state_;
   std::vector<std::function<absl::Status()>> graph_;
