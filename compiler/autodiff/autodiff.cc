@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ops/op_table.h"
+#include "compiler/util/status_macros.h"
 
 namespace trainc {
 namespace {
@@ -45,7 +47,11 @@ class Differentiator {
   // Which inputs of `node` a gradient flows to.
   static std::vector<bool> Differentiable(const Node& node) {
     std::vector<bool> d(node.inputs.size(), true);
-    if (node.op == "cross_entropy" || node.op == "mse") d[1] = false;  // label / target
+    if (const ops::OpDef* def = ops::FindOp(node.op)) {
+      for (int c : def->constant_inputs) {
+        if (c < static_cast<int>(d.size())) d[c] = false;
+      }
+    }
     return d;
   }
 
@@ -79,62 +85,84 @@ class Differentiator {
     return grad_[v];
   }
 
-  // Emits `op(inputs) -> grads of targets`; accumulate is 0 on the first
-  // contribution to each target, 1 after (all targets of one node are
-  // either all fresh or all accumulated: they are distinct parameters, or a
-  // single activation).
-  void Emit(const std::string& op, std::vector<int> inputs, const std::vector<int>& targets,
-            std::map<std::string, double> attrs = {}) {
+  // Emits `op(inputs) -> grads of targets` (+ a scratch output shaped like
+  // `workspace_like` when >= 0). accumulate is 0 on the first contribution
+  // to the targets, 1 after; one instruction writes all its targets with
+  // one flag, so they must agree.
+  absl::Status Emit(const std::string& op, std::vector<int> inputs,
+                    const std::vector<int>& targets,
+                    std::map<std::string, double> attrs, int workspace_like) {
     Node n;
     n.op = op;
     n.role = NodeRole::kBackward;
     n.inputs = std::move(inputs);
     std::vector<std::string> names;
     for (int t : targets) {
+      if (contributions_[t] != contributions_[targets[0]]) {
+        return absl::UnimplementedError(absl::StrCat(
+            "autodiff: ", op, " writes ", g_.value(targets[0]).name, " and ",
+            g_.value(t).name,
+            " with one accumulate flag, but only one of them already has a "
+            "gradient (a shared weight beside a bias of its own: use "
+            "bias = false with a shared weight)"));
+      }
       n.outputs.push_back(GradOf(t));
       names.push_back(g_.value(GradOf(t)).name);
+    }
+    if (workspace_like >= 0) {
+      const Value& like = g_.value(workspace_like);
+      Value w;
+      w.name = absl::StrCat("grad/", like.name, "/scratch");
+      w.kind = ValueKind::kActivationGrad;
+      w.shape = like.shape;
+      n.outputs.push_back(g_.AddValue(w));
     }
     n.attrs = std::move(attrs);
     n.attrs["accumulate"] = contributions_[targets[0]] > 0 ? 1 : 0;
     for (int t : targets) ++contributions_[t];
     n.label = absl::StrCat(absl::StrJoin(names, ", "), " = ", op);
     g_.AddNode(std::move(n));
+    return absl::OkStatus();
   }
 
+  // The op table's gradient rules for `node` (compiler/ops/op_table.h).
   absl::Status EmitBackward(const Node& node, bool is_loss) {
-    const std::vector<int>& in = node.inputs;
-    const std::string& op = node.op;
-    if (is_loss) {
-      if (!Needs(in[0])) return absl::OkStatus();  // the loss depends on no parameter
-      if (op == "cross_entropy") {
-        Emit("cross_entropy_grad", {node.outputs[1], in[1]}, {in[0]}, {{"scale", scale_}});
-      } else if (op == "mse") {
-        Emit("mse_grad", {in[0], in[1]}, {in[0]}, {{"scale", scale_}});
-      } else {
-        return absl::UnimplementedError(absl::StrCat("autodiff: loss op ", op));
-      }
-      return absl::OkStatus();
+    const ops::OpDef* def = ops::FindOp(node.op);
+    if (def == nullptr || def->grads.empty()) {
+      return absl::UnimplementedError(absl::StrCat("autodiff: no gradient for ", node.op));
     }
-    const int dy = grad_[node.outputs[0]];
-    if (op == "linear") {
-      Emit("linear_grad_params", {dy, in[0]}, {in[1], in[2]});
-      if (Needs(in[0])) Emit("linear_grad_input", {dy, in[1]}, {in[0]});
-    } else if (op == "relu" || op == "tanh") {
-      Emit(op + "_grad", {dy, node.outputs[0]}, {in[0]});  // uses y
-    } else if (op == "gelu") {
-      Emit("gelu_grad", {dy, in[0]}, {in[0]});  // uses x
-    } else if (op == "layernorm") {
-      const int mean = node.outputs[1], rstd = node.outputs[2];
-      Emit("layernorm_grad_params", {dy, in[0], mean, rstd}, {in[1], in[2]});
-      if (Needs(in[0])) {
-        Emit("layernorm_grad_input", {dy, in[0], in[1], mean, rstd}, {in[0]});
+    if (is_loss != def->is_loss) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "autodiff: ", node.op, is_loss ? " is not a loss op" : " is a loss op but not the loss"));
+    }
+    const int dy = is_loss ? -1 : grad_[node.outputs[0]];
+    for (const ops::GradRule& rule : def->grads) {
+      std::vector<int> targets;
+      for (int t : rule.targets) {
+        if (t < static_cast<int>(node.inputs.size()) && Needs(node.inputs[t])) {
+          targets.push_back(node.inputs[t]);
+        }
       }
-    } else if (op == "add") {
-      for (int x : in) {
-        if (Needs(x)) Emit("copy_grad", {dy}, {x});
+      if (targets.empty()) continue;
+      std::vector<int> operands;
+      for (const ops::Operand& o : rule.operands) {
+        switch (o.kind) {
+          case ops::Operand::Kind::kGrad:
+            if (dy < 0) return absl::InternalError(absl::StrCat("autodiff: ", node.op, ": no dy"));
+            operands.push_back(dy);
+            break;
+          case ops::Operand::Kind::kInput:
+            operands.push_back(node.inputs.at(o.index));
+            break;
+          case ops::Operand::Kind::kOutput:
+            operands.push_back(node.outputs.at(o.index));
+            break;
+        }
       }
-    } else {
-      return absl::UnimplementedError(absl::StrCat("autodiff: no gradient for ", op));
+      std::map<std::string, double> attrs = node.attrs;
+      if (rule.scaled) attrs["scale"] = scale_;
+      RETURN_IF_ERROR(Emit(rule.op, std::move(operands), targets, std::move(attrs),
+                           rule.workspace_like >= 0 ? node.outputs.at(rule.workspace_like) : -1));
     }
     return absl::OkStatus();
   }

@@ -1,15 +1,21 @@
 // Gradient checks in double precision against central finite differences:
-// first every backward op of plan.h on its own, then whole plans (forward,
-// backward, accumulation over micro-steps, deterministic slots) run by the
-// reference interpreter over the planned arena.
+// first every backward op of the op table on its own, then whole plans
+// (forward, backward, accumulation over micro-steps, deterministic slots,
+// weight tying) run by the reference interpreter over the planned arena,
+// from hand-built specs and from .train source through the real front end
+// (up to a 2-layer GPT).
 #include <cmath>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "compiler/autodiff/reference_eval.h"
+#include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan.h"
 #include "compiler/planner/planner.h"
 #include "compiler/planner/testing/specs.h"
@@ -87,10 +93,12 @@ class OpGradientCheck : public ::testing::Test {
   }
 
   // Runs a backward op and returns its outputs; also checks accumulate=1
-  // adds to what is there.
+  // adds to what is there, on the first `accumulated_outputs` outputs (all
+  // when -1; the rest are scratch).
   std::vector<Tensor> Backward(const std::string& op, std::vector<Tensor> inputs,
                                std::vector<std::vector<int64_t>> out_shapes,
-                               std::map<std::string, double> attrs = {}) {
+                               std::map<std::string, double> attrs = {},
+                               int accumulated_outputs = -1) {
     std::vector<Tensor> outs, accumulated;
     std::vector<TensorRef> in, out, acc;
     for (Tensor& t : inputs) in.push_back(t.ref());
@@ -105,7 +113,8 @@ class OpGradientCheck : public ::testing::Test {
     EXPECT_TRUE(EvalOp(op, attrs, in, out).ok());
     attrs["accumulate"] = 1;
     EXPECT_TRUE(EvalOp(op, attrs, in, acc).ok());
-    for (size_t k = 0; k < outs.size(); ++k) {
+    const size_t checked = accumulated_outputs < 0 ? outs.size() : accumulated_outputs;
+    for (size_t k = 0; k < checked; ++k) {
       for (size_t i = 0; i < outs[k].data.size(); ++i) {
         EXPECT_NEAR(accumulated[k].data[i], outs[k].data[i] + 1.0, 1e-12) << op;
       }
@@ -126,15 +135,27 @@ TEST_F(OpGradientCheck, Linear) {
   EXPECT_LT(RelativeError(dp[1].data, Numerical(in[2].data, f)), kTolerance);
 }
 
+// No bias, and a [B, T, in] input (the rows are every leading index).
+TEST_F(OpGradientCheck, LinearWithoutBiasOverTokens) {
+  std::vector<Tensor> in = {Random({2, 3, 4}, rng_), Random({5, 4}, rng_)};
+  std::vector<Tensor> out = {Zeros({2, 3, 5})};
+  Tensor r = Random({2, 3, 5}, rng_);
+  auto f = [&] { return Objective("linear", in, out, r); };
+  std::vector<Tensor> dx = Backward("linear_grad_input", {r, in[1]}, {{2, 3, 4}});
+  std::vector<Tensor> dw = Backward("linear_grad_params", {r, in[0]}, {{5, 4}});
+  EXPECT_LT(RelativeError(dx[0].data, Numerical(in[0].data, f)), kTolerance);
+  EXPECT_LT(RelativeError(dw[0].data, Numerical(in[1].data, f)), kTolerance);
+}
+
 TEST_F(OpGradientCheck, Activations) {
-  for (const std::string op : {"relu", "gelu", "tanh"}) {
+  for (const std::string op : {"relu", "gelu", "gelu_tanh", "tanh"}) {
     std::vector<Tensor> in = {Random({3, 7}, rng_)};
     std::vector<Tensor> out = {Zeros({3, 7})};
     Tensor r = Random({3, 7}, rng_);
     auto f = [&] { return Objective(op, in, out, r); };
     f();
-    // relu and tanh use y, gelu uses x (plan.h).
-    const Tensor& saved = op == "gelu" ? in[0] : out[0];
+    // relu and tanh use y, gelu and gelu_tanh use x (op_table.cc).
+    const Tensor& saved = op == "gelu" || op == "gelu_tanh" ? in[0] : out[0];
     std::vector<Tensor> dx = Backward(op + "_grad", {r, saved}, {{3, 7}});
     EXPECT_LT(RelativeError(dx[0].data, Numerical(in[0].data, f)), kTolerance) << op;
   }
@@ -154,6 +175,107 @@ TEST_F(OpGradientCheck, LayerNorm) {
   EXPECT_LT(RelativeError(dx[0].data, Numerical(in[0].data, f)), kTolerance);
   EXPECT_LT(RelativeError(dp[0].data, Numerical(in[1].data, f)), kTolerance);
   EXPECT_LT(RelativeError(dp[1].data, Numerical(in[2].data, f)), kTolerance);
+}
+
+// GPT-2's tanh form against its closed form at a few points, so the
+// reference forward is not only self-consistent.
+TEST(ReferenceOps, GeluTanhValues) {
+  std::vector<double> x = {-3.0, -0.5, 0.0, 0.7, 2.5}, y(5);
+  ASSERT_TRUE(EvalOp("gelu_tanh", {}, {TensorRef{x.data(), {5}}}, {TensorRef{y.data(), {5}}}).ok());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double u = std::sqrt(2 / M_PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i]);
+    EXPECT_NEAR(y[i], 0.5 * x[i] * (1 + std::tanh(u)), 1e-15);
+  }
+}
+
+TEST_F(OpGradientCheck, Softmax) {
+  std::vector<Tensor> in = {Random({2, 3, 5}, rng_, -3, 3)};
+  std::vector<Tensor> out = {Zeros({2, 3, 5})};
+  Tensor r = Random({2, 3, 5}, rng_);
+  auto f = [&] { return Objective("softmax", in, out, r); };
+  f();
+  for (int row = 0; row < 6; ++row) {
+    double sum = 0;
+    for (int j = 0; j < 5; ++j) sum += out[0].data[row * 5 + j];
+    EXPECT_NEAR(sum, 1.0, 1e-14);
+  }
+  std::vector<Tensor> dx = Backward("softmax_grad", {r, out[0]}, {{2, 3, 5}});
+  EXPECT_LT(RelativeError(dx[0].data, Numerical(in[0].data, f)), kTolerance);
+}
+
+// Repeated ids: their rows of dtable are sums; unused rows get zero.
+TEST_F(OpGradientCheck, Embedding) {
+  std::vector<Tensor> in = {Tensor{{2, 4}, {3, 0, 3, 5, 5, 1, 3, 0}}, Random({7, 3}, rng_)};
+  std::vector<Tensor> out = {Zeros({2, 4, 3})};
+  Tensor r = Random({2, 4, 3}, rng_);
+  auto f = [&] { return Objective("embedding", in, out, r); };
+  f();
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(out[0].data[3 * 4 + c], in[1].data[5 * 3 + c]);
+  std::vector<Tensor> dt = Backward("embedding_grad", {r, in[0]}, {{7, 3}});
+  EXPECT_LT(RelativeError(dt[0].data, Numerical(in[1].data, f)), kTolerance);
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(dt[0].data[2 * 3 + c], 0.0);  // id 2 unused
+  // An id outside the table is an error, not a wild read.
+  in[0].data[1] = 7;
+  std::vector<TensorRef> bad_in = {in[0].ref(), in[1].ref()}, bad_out = {out[0].ref()};
+  EXPECT_FALSE(EvalOp("embedding", {}, bad_in, bad_out).ok());
+}
+
+TEST_F(OpGradientCheck, PositionEmbedding) {
+  std::vector<Tensor> in = {Random({4, 3}, rng_)};
+  std::vector<Tensor> out = {Zeros({3, 4, 3})};
+  Tensor r = Random({3, 4, 3}, rng_);
+  auto f = [&] { return Objective("position_embedding", in, out, r); };
+  f();
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(out[0].data[2 * 12 + i], in[0].data[i]);
+  std::vector<Tensor> dt = Backward("position_embedding_grad", {r}, {{4, 3}});
+  EXPECT_LT(RelativeError(dt[0].data, Numerical(in[0].data, f)), kTolerance);
+}
+
+TEST_F(OpGradientCheck, Attention) {
+  // B 2, T 4, C 6, 2 heads of 3.
+  const std::map<std::string, double> attrs = {{"heads", 2}};
+  std::vector<Tensor> in = {Random({2, 4, 18}, rng_)};
+  std::vector<Tensor> out = {Zeros({2, 4, 6}), Zeros({2, 2, 4, 4})};
+  Tensor r = Random({2, 4, 6}, rng_);
+  auto f = [&] { return Objective("attention", in, out, r, attrs); };
+  f();
+  // probs: causal rows summing to one; position 0 sees only itself, so
+  // y[b, 0] is v[b, 0].
+  for (int bh = 0; bh < 4; ++bh) {
+    for (int i = 0; i < 4; ++i) {
+      double sum = 0;
+      for (int j = 0; j < 4; ++j) {
+        const double p = out[1].data[(bh * 4 + i) * 4 + j];
+        if (j > i) {
+          EXPECT_EQ(p, 0.0);
+        }
+        sum += p;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-14);
+    }
+  }
+  for (int b = 0; b < 2; ++b) {
+    for (int c = 0; c < 6; ++c) {
+      EXPECT_NEAR(out[0].data[b * 24 + c], in[0].data[b * 72 + 12 + c], 1e-15);
+    }
+  }
+  // probs[b=1, h=1, i=1, :2] by hand: softmax(q1 . k0, q1 . k1) / sqrt(3).
+  {
+    auto at = [&](int t, int part, int d) { return in[0].data[72 + t * 18 + part * 6 + 3 + d]; };
+    double s0 = 0, s1 = 0;
+    for (int d = 0; d < 3; ++d) {
+      s0 += at(1, 0, d) * at(0, 1, d);
+      s1 += at(1, 0, d) * at(1, 1, d);
+    }
+    s0 /= std::sqrt(3.0);
+    s1 /= std::sqrt(3.0);
+    EXPECT_NEAR(out[1].data[((1 * 2 + 1) * 4 + 1) * 4 + 0],
+                std::exp(s0) / (std::exp(s0) + std::exp(s1)), 1e-14);
+  }
+  std::vector<Tensor> d = Backward("attention_grad", {r, in[0], out[1]},
+                                   {{2, 4, 18}, {2, 2, 4, 4}}, attrs,
+                                   /*accumulated_outputs=*/1);
+  EXPECT_LT(RelativeError(d[0].data, Numerical(in[0].data, f)), kTolerance);
 }
 
 TEST_F(OpGradientCheck, Add) {
@@ -178,6 +300,19 @@ TEST_F(OpGradientCheck, CrossEntropy) {
   EXPECT_LT(RelativeError(d[0].data, Numerical(in[0].data, f)), kTolerance);
 }
 
+// Logits [B, T, V], labels [B, T]: one row per token.
+TEST_F(OpGradientCheck, CrossEntropyOverTokens) {
+  const double scale = 1.0 / 6;
+  std::vector<Tensor> in = {Random({2, 3, 4}, rng_), Tensor{{2, 3}, {0, 3, 2, 1, 1, 3}}};
+  std::vector<Tensor> out = {Zeros({1}), Zeros({2, 3, 4})};
+  Tensor r{{1}, {scale}};
+  auto f = [&] { return Objective("cross_entropy", in, out, r); };
+  f();
+  std::vector<Tensor> d =
+      Backward("cross_entropy_grad", {out[1], in[1]}, {{2, 3, 4}}, {{"scale", scale}});
+  EXPECT_LT(RelativeError(d[0].data, Numerical(in[0].data, f)), kTolerance);
+}
+
 TEST_F(OpGradientCheck, Mse) {
   const double scale = 1.0 / 6;
   std::vector<Tensor> in = {Random({3, 4}, rng_), Random({3, 4}, rng_)};
@@ -193,7 +328,10 @@ TEST_F(OpGradientCheck, Mse) {
 
 class PlanGradientCheck {
  public:
-  explicit PlanGradientCheck(const Plan& plan) : plan_(plan), interp_(plan) {
+  // i32 inputs and labels (class labels, token ids) are drawn from
+  // [0, index_range).
+  explicit PlanGradientCheck(const Plan& plan, int64_t index_range = 3)
+      : plan_(plan), interp_(plan) {
     std::mt19937 rng(7);
     std::normal_distribution<double> normal(0.0, 1.0);
     for (int id : plan.parameter_buffers) {
@@ -206,9 +344,9 @@ class PlanGradientCheck {
         const Buffer& b = plan.buffers[id];
         std::vector<double> data(b.bytes / 4);
         // Class labels: the class count is the logits' width; 3 is below
-        // every test model's count.
+        // every hand-built test model's count.
         for (double& v : data) {
-          v = b.dtype == DType::kI32 ? static_cast<double>(rng() % 3) : normal(rng);
+          v = b.dtype == DType::kI32 ? static_cast<double>(rng() % index_range) : normal(rng);
         }
         micro.push_back(std::move(data));
       }
@@ -216,7 +354,8 @@ class PlanGradientCheck {
     interp_.set_batches(std::move(batches));
   }
 
-  // The step's loss, sum over micro-steps of loss_sum / global_batch.
+  // The step's loss, sum over micro-steps of loss_sum / (global_batch x
+  // loss_terms).
   double Loss() {
     double loss = 0;
     for (const Instruction& in : plan_.instructions) {
@@ -226,7 +365,7 @@ class PlanGradientCheck {
         if (out == plan_.loss_buffer) loss += interp_.buffer(out).data[0];
       }
     }
-    return loss / plan_.global_batch;
+    return loss / (static_cast<double>(plan_.global_batch) * plan_.loss_terms);
   }
 
   // Runs everything up to the optimizer; returns the largest relative error
@@ -258,17 +397,24 @@ class PlanGradientCheck {
       }
       const std::vector<double>& grad = analytic[plan_.buffers[id].name];
       EXPECT_EQ(grad.size(), numeric.size()) << plan_.buffers[id].name;
+      ++checked_;
       if (grad.size() != numeric.size()) return 1.0;
       const double err = RelativeError(grad, numeric);
       EXPECT_LT(err, kTolerance) << plan_.buffers[id].name;
       worst = std::max(worst, err);
+      errors_[plan_.buffers[id].name] = err;
     }
     return worst;
   }
 
+  int checked() const { return checked_; }
+  const std::map<std::string, double>& errors() const { return errors_; }
+
  private:
   const Plan& plan_;
   PlanInterpreter interp_;
+  int checked_ = 0;
+  std::map<std::string, double> errors_;  // parameter -> relative error
 };
 
 void CheckPlanGradients(const TrainSpec& spec) {
@@ -303,6 +449,208 @@ TEST(PlanGradientCheck, RandomModels) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     CheckPlanGradients(testing::RandomSpec(seed, 6, 2, 2));
   }
+}
+
+// ---------------------------------------------------------------------------
+// Plans of .train source through the real front end: every op a .train
+// file can call, then a whole GPT.
+
+// A .train file around `model` (the body of a model block): one GPU, one
+// micro-step of `micro_batch` samples. The data files only need to be
+// readable.
+std::string Source(const std::string& model, int64_t micro_batch = 2, int64_t accumulate = 1) {
+  return absl::StrCat("model m {\n", model, "\n}\n",
+                      "data { train = idx(\"/dev/null\", \"/dev/null\") }\n",
+                      "train {\n  gpus = 1  micro_batch = ", micro_batch,
+                      "  accumulate = ", accumulate,
+                      "  steps = 1\n  optimizer = adamw(lr = 1e-3, weight_decay = 0.1)\n}\n");
+}
+
+TrainSpec Compile(const std::string& source) {
+  const FrontendResult r = CompileSource(source, "gradient_check.train");
+  EXPECT_TRUE(r.spec.has_value()) << FormatDiagnostics(r.diagnostics, r.source);
+  return r.spec.value_or(TrainSpec{});
+}
+
+// Which instructions write the gradient of `parameter`, as (op, accumulate).
+std::vector<std::pair<std::string, double>> GradientWriters(const Plan& plan,
+                                                            const std::string& parameter) {
+  std::vector<std::pair<std::string, double>> writers;
+  for (const Instruction& in : plan.instructions) {
+    for (int out : in.outputs) {
+      if (plan.buffers[out].name == "grad/" + parameter) {
+        writers.emplace_back(in.op, in.attrs.count("accumulate") ? in.attrs.at("accumulate") : -1);
+      }
+    }
+  }
+  return writers;
+}
+
+bool PlanHasOp(const Plan& plan, const std::string& op) {
+  for (const Instruction& in : plan.instructions) {
+    if (in.op == op) return true;
+  }
+  return false;
+}
+
+// Compiles, plans and checks every parameter's gradient; `ops` must all be
+// in the plan (so the check covers what it claims to).
+double CheckSourceGradients(const std::string& source, int64_t index_range,
+                            const std::vector<std::string>& ops) {
+  const TrainSpec spec = Compile(source);
+  if (spec.model.parameters.empty()) {
+    ADD_FAILURE() << "no model";
+    return 1.0;
+  }
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return 1.0;
+  for (const std::string& op : ops) EXPECT_TRUE(PlanHasOp(*plan, op)) << op;
+  PlanGradientCheck check(*plan, index_range);
+  const double worst = check.MaxError();
+  EXPECT_EQ(check.checked(), static_cast<int>(spec.model.parameters.size()));
+  for (const auto& [name, err] : check.errors()) {
+    std::cout << "  " << name << ": " << err << "\n";
+  }
+  std::cout << spec.model.name << ": max relative error " << worst << "\n";
+  EXPECT_LT(worst, kTolerance);
+  return worst;
+}
+
+TEST(SourceGradientCheck, GeluTanhAndLinearWithoutBias) {
+  CheckSourceGradients(Source(R"(
+  input  x: f32[6]
+  label  y: i32[3]
+  h      = gelu(linear(x, 5, bias = false), approximate = "tanh")
+  logits = linear(h, 3)
+  loss   = cross_entropy(logits, y)
+)", 3),
+                       3, {"gelu_tanh", "gelu_tanh_grad", "linear_grad_params"});
+}
+
+TEST(SourceGradientCheck, Softmax) {
+  CheckSourceGradients(Source(R"(
+  input  x: f32[6]
+  label  y: i32[3]
+  s      = softmax(linear(x, 5))
+  logits = linear(s, 3)
+  loss   = cross_entropy(logits, y)
+)", 3),
+                       3, {"softmax", "softmax_grad"});
+}
+
+TEST(SourceGradientCheck, EmbeddingsOverTokens) {
+  CheckSourceGradients(Source(R"(
+  input  tokens: i32[5]
+  label  next:   i32[5]
+  wte    = embedding(tokens, 7, 4)
+  wpe    = position_embedding(5, 4)
+  logits = linear(wte + wpe, 7)
+  loss   = cross_entropy(logits, next)
+)"),
+                       7, {"embedding_grad", "position_embedding_grad"});
+}
+
+TEST(SourceGradientCheck, CausalAttention) {
+  CheckSourceGradients(Source(R"(
+  input  tokens: i32[5]
+  label  next:   i32[5]
+  e      = embedding(tokens, 7, 6)
+  qkv    = linear(e, 3 * 6)
+  y      = causal_attention(qkv, 2)
+  logits = linear(y, 7)
+  loss   = cross_entropy(logits, next)
+)"),
+                       7, {"attention", "attention_grad"});
+}
+
+// The tied weight gets two contributions in one micro-step: the head's
+// (accumulate 0, it comes first in the backward) and the embedding's
+// (accumulate 1).
+TEST(SourceGradientCheck, TiedWeightTwoContributions) {
+  const std::string source = Source(R"(
+  input  tokens: i32[4]
+  label  next:   i32[4]
+  wte    = embedding(tokens, 6, 5)
+  logits = linear(tanh(wte), 6, weight = wte.weight, bias = false)
+  loss   = cross_entropy(logits, next)
+)");
+  absl::StatusOr<Plan> plan = BuildPlan(Compile(source));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(GradientWriters(*plan, "wte.weight"),
+            (std::vector<std::pair<std::string, double>>{{"linear_grad_params", 0},
+                                                         {"embedding_grad", 1}}));
+  CheckSourceGradients(source, 6, {"embedding_grad", "linear_grad_params"});
+}
+
+// tiny_gpt.train's model, 2 layers at toy sizes.
+constexpr char kGpt[] = R"(
+  const vocab = 11, ctx = 5, width = 8, heads = 2, layers = 2
+
+  input  tokens: i32[ctx]
+  label  next:   i32[ctx]
+
+  block attention(x) {
+    c_attn = linear(x, 3 * width)
+    y      = causal_attention(c_attn, heads)
+    c_proj = linear(y, width)
+    return c_proj
+  }
+  block mlp(x) {
+    c_fc   = linear(x, 4 * width)
+    c_proj = linear(gelu(c_fc, approximate = "tanh"), width)
+    return c_proj
+  }
+  block layer(x) {
+    ln_1 = layernorm(x)
+    attn = attention(ln_1)
+    r    = x + attn
+    ln_2 = layernorm(r)
+    mlp  = mlp(ln_2)
+    return r + mlp
+  }
+
+  wte    = embedding(tokens, vocab, width)
+  wpe    = position_embedding(ctx, width)
+  h      = repeat(layer, layers, wte + wpe)
+  ln_f   = layernorm(h)
+  logits = linear(ln_f, vocab, weight = wte.weight, bias = false)
+  loss   = cross_entropy(logits, next)
+)";
+
+const std::vector<std::string> kGptOps = {
+    "embedding",      "position_embedding", "layernorm",
+    "attention",      "gelu_tanh",          "add",
+    "cross_entropy",  "embedding_grad",     "position_embedding_grad",
+    "attention_grad", "gelu_tanh_grad",     "layernorm_grad_input",
+    "layernorm_grad_params", "linear_grad_params", "linear_grad_input",
+    "copy_grad"};
+
+TEST(SourceGradientCheck, TwoLayerGptTied) {
+  const TrainSpec spec = Compile(Source(kGpt));
+  // wte, wpe, 2 x 12 per layer, ln_f's 2; no lm head of its own.
+  ASSERT_EQ(spec.model.parameters.size(), 2u + 2 * 12 + 2);
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->loss_terms, 5);
+  EXPECT_EQ(GradientWriters(*plan, "wte.weight"),
+            (std::vector<std::pair<std::string, double>>{{"linear_grad_params", 0},
+                                                         {"embedding_grad", 1}}));
+  CheckSourceGradients(Source(kGpt), 11, kGptOps);
+}
+
+// The same with an untied head (a weight and bias of its own).
+TEST(SourceGradientCheck, TwoLayerGptUntied) {
+  const std::string model = absl::StrReplaceAll(
+      kGpt, {{"linear(ln_f, vocab, weight = wte.weight, bias = false)", "linear(ln_f, vocab)"}});
+  ASSERT_NE(model, kGpt);
+  CheckSourceGradients(Source(model), 11, kGptOps);
+}
+
+// Two micro-steps: the tied weight's first write in micro-step 1
+// accumulates onto micro-step 0's.
+TEST(SourceGradientCheck, TwoLayerGptTiedTwoMicroSteps) {
+  CheckSourceGradients(Source(kGpt, 1, 2), 11, kGptOps);
 }
 
 }  // namespace

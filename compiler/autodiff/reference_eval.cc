@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
 namespace trainc {
@@ -11,6 +12,13 @@ namespace {
 // Rows and row width of a [B, ...] tensor.
 int64_t Rows(const TensorRef& t) { return t.shape.empty() ? 1 : t.shape[0]; }
 int64_t Cols(const TensorRef& t) { return t.size() / std::max<int64_t>(Rows(t), 1); }
+
+// The last axis, and the rows of the other axes ([.., n]).
+int64_t Last(const TensorRef& t) { return t.shape.empty() ? 1 : t.shape.back(); }
+int64_t LeadingRows(const TensorRef& t) { return t.size() / std::max<int64_t>(Last(t), 1); }
+
+// An i32 index held in the double arena.
+int64_t Index(double v) { return static_cast<int64_t>(std::llround(v)); }
 
 class Writer {
  public:
@@ -26,6 +34,45 @@ double Gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double GeluGrad(double x) {
   return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
          x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+}
+
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+constexpr double kGeluCubic = 0.044715;
+double GeluTanh(double x) {
+  const double u = std::sqrt(2 / M_PI) * (x + kGeluCubic * x * x * x);
+  return 0.5 * x * (1 + std::tanh(u));
+}
+double GeluTanhGrad(double x) {
+  const double u = std::sqrt(2 / M_PI) * (x + kGeluCubic * x * x * x);
+  const double du = std::sqrt(2 / M_PI) * (1 + 3 * kGeluCubic * x * x);
+  const double t = std::tanh(u);
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du;
+}
+
+// Attention's dimensions: qkv[B, T, 3C], heads H, head size C / H.
+struct AttentionDims {
+  int64_t B = 0, T = 0, C = 0, H = 0, hs = 0;
+  // Element (b, t, part, h, d) of qkv, part 0 q, 1 k, 2 v.
+  int64_t Qkv(int64_t b, int64_t t, int part, int64_t h, int64_t d) const {
+    return (b * T + t) * 3 * C + part * C + h * hs + d;
+  }
+  int64_t Probs(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return ((b * H + h) * T + i) * T + j;
+  }
+};
+
+absl::StatusOr<AttentionDims> AttentionShape(const TensorRef& qkv, double heads) {
+  AttentionDims a;
+  a.H = static_cast<int64_t>(heads);
+  if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0 || a.H < 1 ||
+      (qkv.shape[2] / 3) % a.H != 0) {
+    return absl::InvalidArgumentError("reference_eval: attention needs qkv[B, T, 3C], H | C");
+  }
+  a.B = qkv.shape[0];
+  a.T = qkv.shape[1];
+  a.C = qkv.shape[2] / 3;
+  a.hs = a.C / a.H;
+  return a;
 }
 
 }  // namespace
@@ -44,16 +91,18 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
   };
   const bool acc = attr("accumulate") != 0;
   if (op == "linear") {
-    const int64_t B = Rows(in[0]), I = Cols(in[0]), O = in[1].shape[0];
+    // x[.., in], w[out, in], b[out] (optional) -> y[.., out].
+    const int64_t I = in[1].shape[1], O = in[1].shape[0], B = in[0].size() / I;
+    const bool bias = in.size() > 2;
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t o = 0; o < O; ++o) {
-        double s = in[2].data[o];
+        double s = bias ? in[2].data[o] : 0.0;
         for (int64_t i = 0; i < I; ++i) s += in[0].data[b * I + i] * in[1].data[o * I + i];
         out[0].data[b * O + o] = s;
       }
     }
   } else if (op == "linear_grad_input") {
-    const int64_t B = Rows(in[0]), O = Cols(in[0]), I = in[1].shape[1];
+    const int64_t O = in[1].shape[0], I = in[1].shape[1], B = in[0].size() / O;
     Writer dx(out[0], acc);
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t i = 0; i < I; ++i) {
@@ -63,34 +112,174 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
       }
     }
   } else if (op == "linear_grad_params") {
-    const int64_t B = Rows(in[0]), O = Cols(in[0]), I = Cols(in[1]);
-    Writer dw(out[0], acc), db(out[1], acc);
+    // dy[.., out], x[.., in] -> dw[out, in], db[out] (optional).
+    const int64_t O = out[0].shape[0], I = out[0].shape[1], B = in[0].size() / O;
+    const bool bias = out.size() > 1;
+    Writer dw(out[0], acc);
     for (int64_t o = 0; o < O; ++o) {
-      double sb = 0;
-      for (int64_t b = 0; b < B; ++b) sb += in[0].data[b * O + o];
-      db.Set(o, sb);
+      if (bias) {
+        double sb = 0;
+        for (int64_t b = 0; b < B; ++b) sb += in[0].data[b * O + o];
+        Writer(out[1], acc).Set(o, sb);
+      }
       for (int64_t i = 0; i < I; ++i) {
         double s = 0;
         for (int64_t b = 0; b < B; ++b) s += in[0].data[b * O + o] * in[1].data[b * I + i];
         dw.Set(o * I + i, s);
       }
     }
-  } else if (op == "relu" || op == "gelu" || op == "tanh") {
+  } else if (op == "relu" || op == "gelu" || op == "gelu_tanh" || op == "tanh") {
     for (int64_t i = 0; i < in[0].size(); ++i) {
       const double x = in[0].data[i];
-      out[0].data[i] = op == "relu" ? std::max(x, 0.0) : op == "gelu" ? Gelu(x) : std::tanh(x);
+      out[0].data[i] = op == "relu"        ? std::max(x, 0.0)
+                       : op == "gelu"      ? Gelu(x)
+                       : op == "gelu_tanh" ? GeluTanh(x)
+                                           : std::tanh(x);
     }
-  } else if (op == "relu_grad" || op == "gelu_grad" || op == "tanh_grad") {
+  } else if (op == "relu_grad" || op == "gelu_grad" || op == "gelu_tanh_grad" ||
+             op == "tanh_grad") {
     Writer dx(out[0], acc);
     for (int64_t i = 0; i < in[0].size(); ++i) {
       const double dy = in[0].data[i], v = in[1].data[i];  // v: y, or x for gelu
-      const double d = op == "relu_grad" ? (v > 0 ? 1.0 : 0.0)
-                       : op == "gelu_grad" ? GeluGrad(v)
-                                           : 1 - v * v;
+      const double d = op == "relu_grad"        ? (v > 0 ? 1.0 : 0.0)
+                       : op == "gelu_grad"      ? GeluGrad(v)
+                       : op == "gelu_tanh_grad" ? GeluTanhGrad(v)
+                                                : 1 - v * v;
       dx.Set(i, dy * d);
     }
+  } else if (op == "softmax") {
+    const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
+    for (int64_t r = 0; r < R; ++r) {
+      const double* x = in[0].data + r * N;
+      const double m = *std::max_element(x, x + N);
+      double sum = 0;
+      for (int64_t j = 0; j < N; ++j) sum += std::exp(x[j] - m);
+      for (int64_t j = 0; j < N; ++j) out[0].data[r * N + j] = std::exp(x[j] - m) / sum;
+    }
+  } else if (op == "softmax_grad") {
+    // dx = y (dy - sum_j dy_j y_j), per row.
+    const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
+    Writer dx(out[0], acc);
+    for (int64_t r = 0; r < R; ++r) {
+      const double *dy = in[0].data + r * N, *y = in[1].data + r * N;
+      double dot = 0;
+      for (int64_t j = 0; j < N; ++j) dot += dy[j] * y[j];
+      for (int64_t j = 0; j < N; ++j) dx.Set(r * N + j, y[j] * (dy[j] - dot));
+    }
+  } else if (op == "embedding") {
+    // ids[..], table[V, C] -> y[.., C].
+    const int64_t V = in[1].shape[0], C = in[1].shape[1], R = in[0].size();
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t id = Index(in[0].data[r]);
+      if (id < 0 || id >= V) {
+        return absl::OutOfRangeError(absl::StrCat("reference_eval: embedding id ", id));
+      }
+      for (int64_t c = 0; c < C; ++c) out[0].data[r * C + c] = in[1].data[id * C + c];
+    }
+  } else if (op == "embedding_grad") {
+    // dy[.., C], ids[..] -> dtable[V, C]: scatter-add of the rows of dy.
+    const int64_t V = out[0].shape[0], C = out[0].shape[1], R = in[1].size();
+    if (!acc) std::fill(out[0].data, out[0].data + out[0].size(), 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t id = Index(in[1].data[r]);
+      if (id < 0 || id >= V) {
+        return absl::OutOfRangeError(absl::StrCat("reference_eval: embedding id ", id));
+      }
+      for (int64_t c = 0; c < C; ++c) out[0].data[id * C + c] += in[0].data[r * C + c];
+    }
+  } else if (op == "position_embedding") {
+    // table[T, C] -> y[B, T, C].
+    const int64_t n = in[0].size(), B = out[0].size() / std::max<int64_t>(n, 1);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < n; ++i) out[0].data[b * n + i] = in[0].data[i];
+    }
+  } else if (op == "position_embedding_grad") {
+    const int64_t n = out[0].size(), B = in[0].size() / std::max<int64_t>(n, 1);
+    Writer d(out[0], acc);
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int64_t b = 0; b < B; ++b) s += in[0].data[b * n + i];
+      d.Set(i, s);
+    }
+  } else if (op == "attention") {
+    // qkv[B, T, 3C] -> y[B, T, C], probs[B, H, T, T] (0 above the diagonal).
+    absl::StatusOr<AttentionDims> dims = AttentionShape(in[0], attr("heads"));
+    if (!dims.ok()) return dims.status();
+    const AttentionDims& a = *dims;
+    const double scale = 1 / std::sqrt(static_cast<double>(a.hs));
+    const double* qkv = in[0].data;
+    double *y = out[0].data, *p = out[1].data;
+    std::vector<double> s(a.T);
+    for (int64_t b = 0; b < a.B; ++b) {
+      for (int64_t h = 0; h < a.H; ++h) {
+        for (int64_t i = 0; i < a.T; ++i) {
+          double m = -INFINITY;
+          for (int64_t j = 0; j <= i; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < a.hs; ++d) {
+              dot += qkv[a.Qkv(b, i, 0, h, d)] * qkv[a.Qkv(b, j, 1, h, d)];
+            }
+            s[j] = dot * scale;
+            m = std::max(m, s[j]);
+          }
+          double sum = 0;
+          for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
+          for (int64_t j = 0; j < a.T; ++j) {
+            p[a.Probs(b, h, i, j)] = j <= i ? std::exp(s[j] - m) / sum : 0.0;
+          }
+          for (int64_t d = 0; d < a.hs; ++d) {
+            double v = 0;
+            for (int64_t j = 0; j <= i; ++j) {
+              v += p[a.Probs(b, h, i, j)] * qkv[a.Qkv(b, j, 2, h, d)];
+            }
+            y[(b * a.T + i) * a.C + h * a.hs + d] = v;
+          }
+        }
+      }
+    }
+  } else if (op == "attention_grad") {
+    // dy[B, T, C], qkv, probs -> dqkv[B, T, 3C], scratch[B, H, T, T] (dS).
+    // Per (b, h), with P the probs and s = 1/sqrt(hs):
+    //   dV = P^T dY, dP = dY V^T, dS = P (dP - rowsum(dP P)),
+    //   dQ = s dS K, dK = s dS^T Q.
+    absl::StatusOr<AttentionDims> dims = AttentionShape(in[1], attr("heads"));
+    if (!dims.ok()) return dims.status();
+    const AttentionDims& a = *dims;
+    const double scale = 1 / std::sqrt(static_cast<double>(a.hs));
+    const double *dy = in[0].data, *qkv = in[1].data, *p = in[2].data;
+    std::vector<double> g(in[1].size(), 0.0), ds(a.T * a.T);
+    for (int64_t b = 0; b < a.B; ++b) {
+      for (int64_t h = 0; h < a.H; ++h) {
+        auto dY = [&](int64_t t, int64_t d) { return dy[(b * a.T + t) * a.C + h * a.hs + d]; };
+        for (int64_t i = 0; i < a.T; ++i) {
+          double row = 0;
+          for (int64_t j = 0; j < a.T; ++j) {
+            double dp = 0;
+            for (int64_t d = 0; d < a.hs; ++d) dp += dY(i, d) * qkv[a.Qkv(b, j, 2, h, d)];
+            ds[i * a.T + j] = dp;
+            row += dp * p[a.Probs(b, h, i, j)];
+          }
+          for (int64_t j = 0; j < a.T; ++j) {
+            ds[i * a.T + j] = p[a.Probs(b, h, i, j)] * (ds[i * a.T + j] - row);
+            if (out.size() > 1) out[1].data[a.Probs(b, h, i, j)] = ds[i * a.T + j];
+          }
+        }
+        for (int64_t i = 0; i < a.T; ++i) {
+          for (int64_t j = 0; j < a.T; ++j) {
+            const double pij = p[a.Probs(b, h, i, j)], dsij = ds[i * a.T + j];
+            for (int64_t d = 0; d < a.hs; ++d) {
+              g[a.Qkv(b, j, 2, h, d)] += pij * dY(i, d);
+              g[a.Qkv(b, i, 0, h, d)] += scale * dsij * qkv[a.Qkv(b, j, 1, h, d)];
+              g[a.Qkv(b, j, 1, h, d)] += scale * dsij * qkv[a.Qkv(b, i, 0, h, d)];
+            }
+          }
+        }
+      }
+    }
+    Writer dqkv(out[0], acc);
+    for (size_t i = 0; i < g.size(); ++i) dqkv.Set(static_cast<int64_t>(i), g[i]);
   } else if (op == "layernorm") {
-    const int64_t B = Rows(in[0]), D = Cols(in[0]);
+    const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
     const double eps = attr("eps");
     for (int64_t b = 0; b < B; ++b) {
       const double* x = in[0].data + b * D;
@@ -106,7 +295,7 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
       out[2].data[b] = rstd;
     }
   } else if (op == "layernorm_grad_input") {
-    const int64_t B = Rows(in[0]), D = Cols(in[0]);
+    const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
     Writer dx(out[0], acc);
     for (int64_t b = 0; b < B; ++b) {
       const double *dy = in[0].data + b * D, *x = in[1].data + b * D, *g = in[2].data;
@@ -124,7 +313,7 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
       }
     }
   } else if (op == "layernorm_grad_params") {
-    const int64_t B = Rows(in[0]), D = Cols(in[0]);
+    const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
     Writer dg(out[0], acc), dbeta(out[1], acc);
     for (int64_t j = 0; j < D; ++j) {
       double sg = 0, sb = 0;
@@ -142,7 +331,8 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
     Writer dx(out[0], acc);
     for (int64_t i = 0; i < in[0].size(); ++i) dx.Set(i, in[0].data[i]);
   } else if (op == "cross_entropy") {
-    const int64_t B = Rows(in[0]), C = Cols(in[0]);
+    // logits[.., C], label[..]: one row per label (token).
+    const int64_t B = in[1].size(), C = Last(in[0]);
     double loss = 0;
     for (int64_t b = 0; b < B; ++b) {
       const double* z = in[0].data + b * C;
@@ -150,15 +340,18 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
       double sum = 0;
       for (int64_t c = 0; c < C; ++c) sum += std::exp(z[c] - m);
       for (int64_t c = 0; c < C; ++c) out[1].data[b * C + c] = std::exp(z[c] - m) / sum;
-      const int64_t label = static_cast<int64_t>(in[1].data[b]);
+      const int64_t label = Index(in[1].data[b]);
+      if (label < 0 || label >= C) {
+        return absl::OutOfRangeError(absl::StrCat("reference_eval: label ", label));
+      }
       loss -= z[label] - m - std::log(sum);
     }
     out[0].data[0] = loss;
   } else if (op == "cross_entropy_grad") {
-    const int64_t B = Rows(in[0]), C = Cols(in[0]);
+    const int64_t B = in[1].size(), C = Last(in[0]);
     Writer d(out[0], acc);
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t label = static_cast<int64_t>(in[1].data[b]);
+      const int64_t label = Index(in[1].data[b]);
       for (int64_t c = 0; c < C; ++c) {
         d.Set(b * C + c, attr("scale") * (in[0].data[b * C + c] - (c == label ? 1 : 0)));
       }

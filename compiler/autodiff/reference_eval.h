@@ -23,8 +23,11 @@ struct TensorRef {
   int64_t size() const;
 };
 
-// Writes `out` from `in` as plan.h specifies (attr accumulate: += instead
-// of =). load_batch, all_reduce and optimizer are not ops here.
+// Writes `out` from `in` as plan.h and the op table (compiler/ops/
+// op_table.cc, runtime/cpu/kernels.h) specify (attr accumulate: += instead
+// of =). Tensors are [.., n]: row-wise ops work over the last axis, i32
+// operands (ids, labels) hold integral doubles. load_batch, all_reduce and
+// optimizer are not ops here.
 absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& attrs,
                     const std::vector<TensorRef>& in, const std::vector<TensorRef>& out);
 

@@ -18,14 +18,25 @@ block
     : kind=IDENT name=IDENT? '{' item* '}'
     ;
 
+// Inside `model { }` also: `const a = 1, b = 2`, a nested
+// `block name(x, y) { ... return e }`. Which kinds are allowed where is the
+// AST builder's and the checker's business, not the grammar's.
 item
-    : kind=IDENT name=IDENT ':' type   # Declaration
-    | name=IDENT '=' expr              # Assignment
+    : kind=IDENT name=IDENT ':' type                 # Declaration
+    | name=IDENT '=' expr                            # Assignment
+    | kind=IDENT constDef (',' constDef)*            # Constants
+    | kind=IDENT name=IDENT '(' (params+=IDENT (',' params+=IDENT)*)? ')'
+      '{' item* '}'                                  # SubBlock
+    | RETURN expr                                    # Return
     ;
 
-// `f32[784]`, `i32[10]`, `f32[3, 32, 32]`.
+constDef
+    : name=IDENT '=' expr
+    ;
+
+// `f32[784]`, `i32[10]`, `f32[3, 32, 32]`, `i32[ctx]`.
 type
-    : elem=IDENT '[' (INT (',' INT)*)? ']'
+    : elem=IDENT '[' (expr (',' expr)*)? ']'
     ;
 
 // Precedence climbing: unary minus binds tightest, then * /, then + -.
@@ -38,7 +49,7 @@ expr
     | STRING                                  # String
     | BOOL                                    # Bool
     | callee=IDENT '(' (arg (',' arg)*)? ','? ')'  # Call
-    | IDENT                                   # Name
+    | IDENT ('.' IDENT)*                      # Name
     // `(e)` groups; `(a, b)` and `(a,)` are tuples. One alternative keeps
     // the decision LL(1): no scan ahead to the first ',' inside the parens.
     | '(' expr (',' (expr (',' expr)* ','?)?)? ')'   # Group
@@ -57,6 +68,7 @@ LBRACK : '[' ;
 RBRACK : ']' ;
 COMMA  : ',' ;
 COLON  : ':' ;
+DOT    : '.' ;
 ASSIGN : '=' ;
 PLUS   : '+' ;
 MINUS  : '-' ;
@@ -64,6 +76,9 @@ STAR   : '*' ;
 SLASH  : '/' ;
 
 BOOL : 'true' | 'false' ;
+
+// The one keyword: a statement may not be named `return`.
+RETURN : 'return' ;
 
 FLOAT
     : DIGIT+ '.' DIGIT* EXPONENT?

@@ -6,6 +6,7 @@
 #define TRAINC_COMPILER_FRONTEND_AST_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -38,7 +39,7 @@ struct Expr {
   std::vector<Span> arg_name_spans;    // kCall
 };
 
-// `input image: f32[784]` / `label class: i32[10]`.
+// `input image: f32[784]` / `label class: i32[10]` / `input t: i32[ctx]`.
 struct Declaration {
   std::string kind;  // "input", "label", or whatever was written
   Span kind_span;
@@ -46,8 +47,7 @@ struct Declaration {
   Span name_span;
   std::string element_type;  // "f32", "i32", ...
   Span type_span;            // the whole type, e.g. f32[784]
-  std::vector<int64_t> dims;
-  std::vector<Span> dim_spans;
+  std::vector<Expr> dims;    // constant expressions
 };
 
 // `name = value`.
@@ -57,13 +57,35 @@ struct Assignment {
   Expr value;
 };
 
-using Item = std::variant<Declaration, Assignment>;
+// `const vocab = 256, width = 128` (model block only).
+struct Constants {
+  std::string kind;  // "const", or whatever was written
+  Span kind_span;
+  std::vector<Assignment> definitions;
+};
+
+// `return e` (nested blocks only).
+struct Return {
+  std::string kind;  // "return", or whatever was written
+  Span kind_span;
+  Expr value;
+};
+
+struct Block;
+// `block name(x, y) { ... }` inside the model block.
+struct NestedBlock {
+  std::shared_ptr<Block> block;
+};
+
+using Item = std::variant<Declaration, Assignment, Constants, Return, NestedBlock>;
 
 struct Block {
-  std::string kind;  // "model", "data", "train", or whatever was written
+  std::string kind;  // "model", "data", "train", "block", or as written
   Span kind_span;
   std::string name;  // empty when absent
   Span name_span;
+  std::vector<std::string> params;  // nested blocks: the argument names
+  std::vector<Span> param_spans;
   std::vector<Item> items;
 };
 

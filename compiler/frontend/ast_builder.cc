@@ -62,7 +62,15 @@ class AstBuilder {
       block->name = ctx->name->getText();
       block->name_span = TokenSpan(ctx->name);
     }
-    for (TrainParser::ItemContext* item : ctx->item()) {
+    return BuildItems(ctx->item(), /*depth=*/0, block);
+  }
+
+  // Items of a top-level block (depth 0) or of a nested block. Constants
+  // and nested blocks belong to the model; `return` to nested blocks.
+  bool BuildItems(const std::vector<TrainParser::ItemContext*>& items,
+                  int depth, ast::Block* block) {
+    const bool in_model = depth > 0 || block->kind == "model";
+    for (TrainParser::ItemContext* item : items) {
       if (auto* decl = dynamic_cast<TrainParser::DeclarationContext*>(item)) {
         ast::Declaration out;
         if (!BuildDeclaration(decl, &out)) return false;
@@ -70,18 +78,87 @@ class AstBuilder {
       } else if (auto* assign =
                      dynamic_cast<TrainParser::AssignmentContext*>(item)) {
         ast::Assignment out;
-        if (assign->name == nullptr || assign->expr() == nullptr) {
-          return Fail(ContextSpan(assign), "malformed assignment");
+        if (!BuildAssignment(assign->name, assign->expr(), assign, &out)) {
+          return false;
         }
-        out.name = assign->name->getText();
-        out.name_span = TokenSpan(assign->name);
-        if (!BuildExpr(assign->expr(), 0, &out.value)) return false;
         block->items.emplace_back(std::move(out));
+      } else if (auto* c = dynamic_cast<TrainParser::ConstantsContext*>(item)) {
+        ast::Constants out;
+        out.kind = c->kind->getText();
+        out.kind_span = TokenSpan(c->kind);
+        if (out.kind != "const") {
+          return Fail(out.kind_span,
+                      absl::StrCat("unknown item '", Clip(out.kind), "'"),
+                      "constants are written const name = value, ...");
+        }
+        if (!in_model) {
+          return Fail(out.kind_span,
+                      absl::StrCat("constants belong in the model block, not ",
+                                   block->kind),
+                      "move them into model { }");
+        }
+        for (TrainParser::ConstDefContext* def : c->constDef()) {
+          out.definitions.emplace_back();
+          if (!BuildAssignment(def->name, def->expr(), def,
+                               &out.definitions.back())) {
+            return false;
+          }
+        }
+        block->items.emplace_back(std::move(out));
+      } else if (auto* r = dynamic_cast<TrainParser::ReturnContext*>(item)) {
+        ast::Return out;
+        out.kind = "return";
+        out.kind_span = TokenSpan(r->RETURN()->getSymbol());
+        if (depth == 0) {
+          return Fail(out.kind_span,
+                      "return is only allowed inside a nested block",
+                      "e.g. block mlp(x) { h = relu(linear(x, 64)) return h }");
+        }
+        if (!BuildExpr(r->expr(), 0, &out.value)) return false;
+        block->items.emplace_back(std::move(out));
+      } else if (auto* b = dynamic_cast<TrainParser::SubBlockContext*>(item)) {
+        auto nested = std::make_shared<ast::Block>();
+        nested->kind = b->kind->getText();
+        nested->kind_span = TokenSpan(b->kind);
+        nested->name = b->name->getText();
+        nested->name_span = TokenSpan(b->name);
+        if (nested->kind != "block") {
+          return Fail(nested->kind_span,
+                      absl::StrCat("unknown item '", Clip(nested->kind), "'"),
+                      "a reusable block is written block name(x) { ... }");
+        }
+        if (!in_model) {
+          return Fail(nested->kind_span,
+                      "blocks belong in the model block", "");
+        }
+        if (depth >= 1) {
+          return Fail(nested->kind_span,
+                      "blocks are defined at the top of the model block, "
+                      "not inside another block",
+                      "define it beside the others; blocks can call each "
+                      "other");
+        }
+        for (antlr4::Token* param : b->params) {
+          nested->params.push_back(param->getText());
+          nested->param_spans.push_back(TokenSpan(param));
+        }
+        if (!BuildItems(b->item(), depth + 1, nested.get())) return false;
+        block->items.emplace_back(ast::NestedBlock{std::move(nested)});
       } else {
         return Fail(ContextSpan(item), "malformed item");
       }
     }
     return true;
+  }
+
+  bool BuildAssignment(antlr4::Token* name, TrainParser::ExprContext* expr,
+                       antlr4::ParserRuleContext* ctx, ast::Assignment* out) {
+    if (name == nullptr || expr == nullptr) {
+      return Fail(ContextSpan(ctx), "malformed assignment");
+    }
+    out->name = name->getText();
+    out->name_span = TokenSpan(name);
+    return BuildExpr(expr, 0, &out->value);
   }
 
   bool BuildDeclaration(TrainParser::DeclarationContext* ctx,
@@ -97,12 +174,9 @@ class AstBuilder {
     out->name_span = TokenSpan(ctx->name);
     out->element_type = type->elem->getText();
     out->type_span = ContextSpan(type);
-    for (antlr4::tree::TerminalNode* dim : type->INT()) {
-      const Span span = TokenSpan(dim->getSymbol());
-      int64_t value = 0;
-      if (!ParseInt(dim->getText(), span, &value)) return false;
-      out->dims.push_back(value);
-      out->dim_spans.push_back(span);
+    for (TrainParser::ExprContext* dim : type->expr()) {
+      out->dims.emplace_back();
+      if (!BuildExpr(dim, 0, &out->dims.back())) return false;
     }
     return true;
   }

@@ -118,17 +118,19 @@ double Constant::AsDouble() const {
   return kind == Kind::kInt ? static_cast<double>(int_value) : float_value;
 }
 
-bool IsConstantExpr(const ast::Expr& expr) {
+bool IsConstantExpr(const ast::Expr& expr, const ConstantScope* names) {
   switch (expr.kind) {
     case Kind::kInt:
     case Kind::kFloat:
     case Kind::kBool:
     case Kind::kString:
       return true;
+    case Kind::kName:
+      return names != nullptr && names->count(expr.text) > 0;
     case Kind::kUnary:
     case Kind::kBinary:
       for (const ast::Expr& arg : expr.args) {
-        if (!IsConstantExpr(arg)) return false;
+        if (!IsConstantExpr(arg, names)) return false;
       }
       return true;
     default:
@@ -137,8 +139,17 @@ bool IsConstantExpr(const ast::Expr& expr) {
 }
 
 std::optional<Constant> EvaluateConstant(const ast::Expr& expr,
-                                         DiagnosticSink& sink) {
+                                         DiagnosticSink& sink,
+                                         const ConstantScope* names) {
   switch (expr.kind) {
+    case Kind::kName:
+      if (names != nullptr) {
+        auto it = names->find(expr.text);
+        if (it != names->end()) return it->second;
+      }
+      sink.Error(expr.span,
+                 absl::StrCat("expected a constant, found ", DescribeExpr(expr)));
+      return std::nullopt;
     case Kind::kInt:
       return Constant::Int(expr.int_value);
     case Kind::kFloat:
@@ -149,7 +160,7 @@ std::optional<Constant> EvaluateConstant(const ast::Expr& expr,
       return Constant::String(expr.text);
     case Kind::kUnary: {
       if (expr.args.size() != 1) return std::nullopt;
-      std::optional<Constant> value = EvaluateConstant(expr.args[0], sink);
+      std::optional<Constant> value = EvaluateConstant(expr.args[0], sink, names);
       if (!value) return std::nullopt;
       if (!value->is_number()) {
         sink.Error(expr.name_span,
@@ -170,8 +181,8 @@ std::optional<Constant> EvaluateConstant(const ast::Expr& expr,
     }
     case Kind::kBinary: {
       if (expr.args.size() != 2) return std::nullopt;
-      std::optional<Constant> a = EvaluateConstant(expr.args[0], sink);
-      std::optional<Constant> b = EvaluateConstant(expr.args[1], sink);
+      std::optional<Constant> a = EvaluateConstant(expr.args[0], sink, names);
+      std::optional<Constant> b = EvaluateConstant(expr.args[1], sink, names);
       if (!a || !b) return std::nullopt;
       return Arithmetic(expr, *a, *b, sink);
     }

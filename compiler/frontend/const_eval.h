@@ -3,6 +3,7 @@
 #define TRAINC_COMPILER_FRONTEND_CONST_EVAL_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -28,15 +29,20 @@ struct Constant {
   double AsDouble() const;
 };
 
-// True for literals and + - * / over them: what EvaluateConstant accepts.
-bool IsConstantExpr(const ast::Expr& expr);
+// Named constants in scope (`const width = 128` in the model block).
+using ConstantScope = std::map<std::string, Constant>;
+
+// True for literals, names in `names`, and + - * / over them: what
+// EvaluateConstant accepts.
+bool IsConstantExpr(const ast::Expr& expr, const ConstantScope* names = nullptr);
 
 // Evaluates a constant expression. Integers stay integers under + - * and
 // under / when it divides exactly (`512 / 2` is 256); otherwise / gives a
 // float (`1 / 255`). Overflow, division by zero and arithmetic on strings or
 // booleans are reported; nullopt then.
 std::optional<Constant> EvaluateConstant(const ast::Expr& expr,
-                                         DiagnosticSink& sink);
+                                         DiagnosticSink& sink,
+                                         const ConstantScope* names = nullptr);
 
 // How a value reads in a message: 2, 1.5, 2.0, true, the string "two".
 std::string DescribeConstant(const Constant& value);

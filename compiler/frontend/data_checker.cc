@@ -1,12 +1,18 @@
 #include "compiler/frontend/data_checker.h"
 
+#include <glob.h>
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/frontend/did_you_mean.h"
 #include "compiler/frontend/setting.h"
 
@@ -33,26 +39,318 @@ std::string CannotRead(const std::string& path) {
   return error != 0 ? std::strerror(error) : "";
 }
 
+constexpr char kIdxExample[] =
+    "e.g. idx(\"train-images-idx3-ubyte.gz\", \"train-labels-idx1-ubyte.gz\")";
+constexpr char kSplitExample[] =
+    "e.g. split = \"0:95%\" (the first 95%) or split = \"95%:100%\" (the rest)";
+// A text file holds no NUL byte; this much is read to tell.
+constexpr size_t kBinaryProbeBytes = 4096;
+
+std::string ExampleFor(const std::string& format) {
+  if (format == "text") {
+    return "e.g. text(\"/usr/share/games/fortunes/*\", split = \"0:95%\")";
+  }
+  if (format == "tokens") return "e.g. tokens(\"shards/train_*.bin\")";
+  return kIdxExample;
+}
+
+std::string Plural(int64_t n, const std::string& what) {
+  return absl::StrCat(n, " ", what, n == 1 ? "" : "s");
+}
+
+// "" when `path` is a readable regular file (a symlink to one is fine:
+// the path was named explicitly), else why not.
+std::string NotARegularFile(const std::string& path) {
+  if (path.empty()) return "the path is empty";
+  if (path.find('\0') != std::string::npos) return "the path contains a NUL";
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
+  if (S_ISDIR(st.st_mode)) return "it is a directory";
+  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+  return CannotRead(path);
+}
+
+bool IsGlob(const std::string& text) {
+  return text.find_first_of("*?[") != std::string::npos;
+}
+
+// `dir` with glob(3)'s special characters escaped, so that only the
+// pattern the user wrote is a pattern.
+std::string EscapeGlob(const std::string& dir) {
+  std::string out;
+  for (char c : dir) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// glob(3) matches of `pattern`, sorted, keeping regular files only:
+// symlinks (Debian's fortunes has `.u8` links duplicating its files) and
+// directories are skipped, and with `text`, so is any file with a NUL byte
+// in its first kBinaryProbeBytes (e.g. strfile's `.dat` indexes).
+struct GlobMatches {
+  std::vector<std::string> files;
+  int64_t matched = 0;  // before filtering
+  int64_t symlinks = 0;
+  int64_t not_regular = 0;
+  int64_t binary = 0;
+  std::string error;  // a matched file that cannot be read
+};
+
+GlobMatches ExpandGlob(const std::string& pattern, bool text) {
+  GlobMatches out;
+  glob_t matches;
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
+  if (rc != 0) {
+    if (rc != GLOB_NOMATCH) out.error = "glob failed";
+    if (rc != GLOB_NOSPACE) ::globfree(&matches);
+    return out;
+  }
+  out.matched = static_cast<int64_t>(matches.gl_pathc);
+  std::vector<char> probe(kBinaryProbeBytes);
+  for (size_t i = 0; i < matches.gl_pathc; ++i) {
+    const std::string path = matches.gl_pathv[i];
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) continue;  // vanished meanwhile
+    if (S_ISLNK(st.st_mode)) {
+      ++out.symlinks;
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ++out.not_regular;
+      continue;
+    }
+    FILE* file = std::fopen(path.c_str(), "rb");
+    if (file == nullptr) {
+      out.error = absl::StrCat("cannot read '", path, "': ", std::strerror(errno));
+      break;
+    }
+    const size_t n = text ? std::fread(probe.data(), 1, probe.size(), file) : 0;
+    const int error = std::ferror(file) ? errno : 0;
+    std::fclose(file);
+    if (error != 0) {
+      out.error = absl::StrCat("cannot read '", path, "': ", std::strerror(error));
+      break;
+    }
+    if (std::memchr(probe.data(), 0, n) != nullptr) {
+      ++out.binary;
+      continue;
+    }
+    out.files.push_back(path);
+  }
+  ::globfree(&matches);
+  return out;
+}
+
+// "95%" -> 0.95, "0.95" -> 0.95: a percentage in [0, 100] or a fraction in
+// [0, 1], digits and at most one '.' (no sign, exponent or space).
+std::optional<double> ParseFraction(std::string text) {
+  const bool percent = !text.empty() && text.back() == '%';
+  if (percent) text.pop_back();
+  int digits = 0, dots = 0;
+  for (char c : text) {
+    if (c >= '0' && c <= '9') {
+      ++digits;
+    } else if (c == '.') {
+      ++dots;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (digits == 0 || dots > 1) return std::nullopt;
+  const double value = std::strtod(text.c_str(), nullptr);
+  if (value > (percent ? 100.0 : 1.0)) return std::nullopt;
+  return percent ? value / 100.0 : value;
+}
+
+// split = "A:B" into dataset->split_begin / split_end.
+bool CheckSplit(const ast::Expr& value, DatasetSpec* dataset,
+                DiagnosticSink& sink) {
+  if (value.kind != ast::Expr::Kind::kString) {
+    sink.Error(value.span,
+               absl::StrCat("split must be a string like \"0:95%\", got ",
+                            DescribeExpr(value)),
+               kSplitExample);
+    return false;
+  }
+  const std::string& text = value.text;
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos || text.find(':', colon + 1) != std::string::npos) {
+    sink.Error(value.span,
+               absl::StrCat("bad split \"", text,
+                            "\": expected \"begin:end\", two fractions of the data"),
+               kSplitExample);
+    return false;
+  }
+  const std::string sides[2] = {text.substr(0, colon), text.substr(colon + 1)};
+  double bounds[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    std::optional<double> fraction = ParseFraction(sides[i]);
+    if (!fraction) {
+      sink.Error(value.span,
+                 absl::StrCat("bad split \"", text, "\": '", sides[i],
+                              "' is neither a percentage like \"95%\" nor a "
+                              "fraction in [0, 1] like \"0.95\""),
+                 kSplitExample);
+      return false;
+    }
+    bounds[i] = *fraction;
+  }
+  if (!(bounds[0] < bounds[1])) {
+    sink.Error(value.span,
+               absl::StrCat("bad split \"", text, "\": its beginning (", sides[0],
+                            ") must come before its end (", sides[1], ")"),
+               kSplitExample);
+    return false;
+  }
+  dataset->split_begin = bounds[0];
+  dataset->split_end = bounds[1];
+  return true;
+}
+
+std::string RelativePathHint(const std::string& written,
+                             const std::string& resolved) {
+  return resolved != written
+             ? absl::StrCat("relative paths are resolved against the .train "
+                            "file's directory: ",
+                            resolved)
+             : "";
+}
+
+// text(paths..., split = "A:B") / tokens(paths..., split = "A:B").
+// Where a non-setting item of the block starts.
+Span ItemKindSpan(const ast::Item& item) {
+  if (const auto* c = std::get_if<ast::Constants>(&item)) return c->kind_span;
+  if (const auto* r = std::get_if<ast::Return>(&item)) return r->kind_span;
+  if (const auto* b = std::get_if<ast::NestedBlock>(&item)) {
+    if (b->block != nullptr) return b->block->kind_span;
+  }
+  if (const auto* d = std::get_if<ast::Declaration>(&item)) return d->kind_span;
+  return Span{};
+}
+
+std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
+                                            const std::string& base_dir,
+                                            DiagnosticSink& sink) {
+  const std::string& format = expr.text;
+  const bool text = format == "text";
+  const std::string example = ExampleFor(format);
+  DatasetSpec dataset;
+  dataset.format = format;
+  bool ok = true;
+  bool has_split = false;
+  int positional = 0;
+  for (size_t i = 0; i < expr.args.size(); ++i) {
+    const ast::Expr& arg = expr.args[i];
+    const std::string& name = expr.arg_names[i];
+    if (!name.empty()) {
+      if (name != "split") {
+        sink.Error(expr.arg_name_spans[i],
+                   absl::StrCat("unknown argument '", name, "' to ", format),
+                   SuggestionHint(name, {"split"}, "arguments"));
+        ok = false;
+      } else if (has_split) {
+        sink.Error(expr.arg_name_spans[i], "split is given twice");
+        ok = false;
+      } else {
+        has_split = true;
+        ok &= CheckSplit(arg, &dataset, sink);
+      }
+      continue;
+    }
+    ++positional;
+    if (arg.kind != ast::Expr::Kind::kString) {
+      sink.Error(arg.span,
+                 absl::StrCat("expected a file path or glob (a string), got ",
+                              DescribeExpr(arg)),
+                 example);
+      ok = false;
+      continue;
+    }
+    const bool relative = !arg.text.empty() && arg.text[0] != '/' && !base_dir.empty();
+    if (!IsGlob(arg.text)) {
+      const std::string path =
+          relative ? absl::StrCat(base_dir, "/", arg.text) : arg.text;
+      const std::string reason = NotARegularFile(path);
+      if (!reason.empty()) {
+        sink.Error(arg.span, absl::StrCat("cannot read '", arg.text, "': ", reason),
+                   RelativePathHint(arg.text, path));
+        ok = false;
+        continue;
+      }
+      dataset.paths.push_back(path);
+      continue;
+    }
+    const std::string pattern =
+        relative ? absl::StrCat(EscapeGlob(base_dir), "/", arg.text) : arg.text;
+    GlobMatches matches = ExpandGlob(pattern, text);
+    if (!matches.error.empty()) {
+      sink.Error(arg.span, absl::StrCat("'", arg.text, "': ", matches.error));
+      ok = false;
+      continue;
+    }
+    if (matches.files.empty()) {
+      std::vector<std::string> skipped;
+      if (matches.symlinks > 0) skipped.push_back(Plural(matches.symlinks, "symlink"));
+      if (matches.not_regular > 0) {
+        skipped.push_back(absl::StrCat(matches.not_regular,
+                                       matches.not_regular == 1
+                                           ? " directory or special file"
+                                           : " directories or special files"));
+      }
+      if (matches.binary > 0) {
+        skipped.push_back(absl::StrCat(Plural(matches.binary, "file"),
+                                       " with a NUL byte in the first 4 KiB"));
+      }
+      const std::string what = text ? "text file" : "regular file";
+      sink.Error(arg.span,
+                 matches.matched == 0
+                     ? absl::StrCat("'", arg.text, "' matches no file")
+                     : absl::StrCat("'", arg.text, "' matches ",
+                                    Plural(matches.matched, "path"), " but no ",
+                                    what, " (skipped: ",
+                                    absl::StrJoin(skipped, ", "), ")"),
+                 relative ? RelativePathHint(arg.text, pattern)
+                          : "a glob matches regular files only, not symlinks");
+      ok = false;
+      continue;
+    }
+    for (std::string& path : matches.files) dataset.paths.push_back(std::move(path));
+  }
+  if (positional == 0) {
+    sink.Error(expr.span,
+               absl::StrCat(format, " needs at least one file path or glob"),
+               example);
+    ok = false;
+  }
+  if (!ok) return std::nullopt;
+  return dataset;
+}
+
 std::optional<DatasetSpec> CheckDataset(const Setting& setting,
                                         const std::string& base_dir,
                                         DiagnosticSink& sink) {
   const ast::Expr& expr = *setting.expr;
-  const std::string example =
-      "e.g. idx(\"train-images-idx3-ubyte.gz\", \"train-labels-idx1-ubyte.gz\")";
   if (expr.kind != ast::Expr::Kind::kCall) {
     ReportSetting(setting, sink,
                   absl::StrCat(setting.field, " must be a data source, got ",
                                DescribeExpr(expr)),
-                  example);
+                  "e.g. text(\"corpus/*.txt\"), tokens(\"shards/train_*.bin\") "
+                  "or idx(\"images.gz\", \"labels.gz\")");
     return std::nullopt;
   }
-  const std::vector<std::string> formats = {"idx"};
+  const std::vector<std::string> formats = {"idx", "text", "tokens"};
+  if (expr.text == "text" || expr.text == "tokens") {
+    return CheckTokenSource(expr, base_dir, sink);
+  }
   if (expr.text != "idx") {
     sink.Error(expr.name_span,
                absl::StrCat("unknown data format '", expr.text, "'"),
                SuggestionHint(expr.text, formats, "formats"));
     return std::nullopt;
   }
+  const std::string example = kIdxExample;
   if (expr.args.size() != 2) {
     sink.Error(expr.span,
                absl::StrCat("idx takes 2 arguments (images, labels), got ",
@@ -86,11 +384,7 @@ std::optional<DatasetSpec> CheckDataset(const Setting& setting,
     const std::string reason = CannotRead(path);
     if (!reason.empty()) {
       sink.Error(arg.span, absl::StrCat("cannot read '", arg.text, "': ", reason),
-                 path != arg.text
-                     ? absl::StrCat("relative paths are resolved against the "
-                                    ".train file's directory: ",
-                                    path)
-                     : "");
+                 RelativePathHint(arg.text, path));
       ok = false;
       continue;
     }
@@ -114,7 +408,13 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
                               "' declarations belong in the model block"));
       continue;
     }
-    const auto& assignment = std::get<ast::Assignment>(item);
+    const auto* setting = std::get_if<ast::Assignment>(&item);
+    if (setting == nullptr) {
+      sink.Error(ItemKindSpan(item),
+                 "the data block holds only settings: `field = value`");
+      continue;
+    }
+    const ast::Assignment& assignment = *setting;
     bool known = false;
     for (const std::string& field : DataFields()) known |= field == assignment.name;
     if (!known) {
@@ -144,6 +444,13 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
   }
   if (auto it = settings.find("eval"); it != settings.end()) {
     if (auto dataset = CheckDataset(it->second, base_dir, sink)) {
+      // One format per plan (DataConfig::format).
+      if (!data.train.format.empty() && dataset->format != data.train.format) {
+        sink.Error(it->second.expr->name_span,
+                   absl::StrCat("eval is ", dataset->format, "(...) but train is ",
+                                data.train.format, "(...)"),
+                   "both sets must have the same format");
+      }
       data.eval = *dataset;
     }
   }

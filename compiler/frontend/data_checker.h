@@ -11,12 +11,23 @@
 
 namespace trainc::frontend {
 
-// Fields: train = idx("images", "labels") (required), eval = idx(...)
-// (optional), scale = number > 0 (default 1), shuffle = bool (default
-// true). Every data file must be readable now, so that a typo fails at
-// compile time and not after the model is built. Relative paths are
-// resolved against `base_dir` (the .train file's directory; "" for the
-// working directory) and stored resolved in the spec.
+// Fields: train = <source> (required), eval = <source> (optional, same
+// format as train), scale = number > 0 (default 1, idx only), shuffle =
+// bool (default true). Sources:
+//   idx("images", "labels")
+//   text(path_or_glob, ..., split = "A:B")    each byte one token
+//   tokens(path_or_glob, ..., split = "A:B")  llm.c token shards
+// A glob (glob(3): `*`, `?`, `[...]`) expands to its sorted matches that
+// are regular files (symlinks and directories skipped; for text, files
+// with a NUL byte in their first 4 KiB too) and must keep at least one;
+// a path without glob characters must be a readable regular file. split
+// (default "0:100%") slices the concatenated token stream: each side is a
+// percentage ("95%") or a fraction in [0, 1] ("0.95"), begin < end.
+// Every data file must be readable now, so that a typo fails at compile
+// time and not after the model is built (shard headers are checked when
+// loading). Relative paths are resolved against `base_dir` (the .train
+// file's directory; "" for the working directory) and stored resolved in
+// the spec.
 std::optional<DataSpec> CheckData(const ast::Block& block,
                                   const std::string& base_dir,
                                   DiagnosticSink& sink);

@@ -33,8 +33,19 @@ std::string Grouped(int64_t n) {
 }
 
 std::string Dataset(const DatasetSpec& dataset) {
+  std::string split;
+  if (dataset.split_begin != 0.0 || dataset.split_end != 1.0) {
+    split = absl::StrFormat(", split = \"%.6g%%:%.6g%%\"", 100 * dataset.split_begin,
+                            100 * dataset.split_end);
+  }
+  // A glob can expand to many files: the first two and the last.
+  if (dataset.paths.size() > 4) {
+    return absl::StrCat(dataset.format, "(", dataset.paths.size(), " files: \"",
+                        dataset.paths[0], "\", \"", dataset.paths[1], "\", ..., \"",
+                        dataset.paths.back(), "\"", split, ")");
+  }
   return absl::StrCat(dataset.format, "(\"",
-                      absl::StrJoin(dataset.paths, "\", \""), "\")");
+                      absl::StrJoin(dataset.paths, "\", \""), "\"", split, ")");
 }
 
 }  // namespace
@@ -56,7 +67,25 @@ std::string DescribeSpec(const TrainSpec& spec) {
   }
   for (const OpSpec& op : model.ops) {
     std::vector<std::string> args = op.inputs;
-    if (op.op == "linear") args.push_back(absl::StrCat(op.out_features));
+    for (const auto& [name, value] : op.args) {
+      switch (value.kind) {
+        case ops::ArgValue::Kind::kInt:
+          args.push_back(absl::StrCat(name, "=", value.i));
+          break;
+        case ops::ArgValue::Kind::kFloat:
+          args.push_back(absl::StrCat(name, "=", FormatFloat(value.f)));
+          break;
+        case ops::ArgValue::Kind::kBool:
+          args.push_back(absl::StrCat(name, "=", value.b ? "true" : "false"));
+          break;
+        case ops::ArgValue::Kind::kString:
+          args.push_back(absl::StrCat(name, "=\"", value.s, "\""));
+          break;
+      }
+    }
+    for (const auto& [arg, parameter] : op.shared_parameters) {
+      args.push_back(absl::StrCat(arg, "=", parameter));
+    }
     absl::StrAppendFormat(&out, "  %-*s = %s(%s) -> %s\n", width, op.name,
                           op.op, absl::StrJoin(args, ", "),
                           Type(op.output));
@@ -70,11 +99,21 @@ std::string DescribeSpec(const TrainSpec& spec) {
   for (const ParameterSpec& p : model.parameters) {
     int64_t count = 1;
     for (int64_t d : p.shape) count *= d;
-    const std::string init =
-        p.init == ParameterSpec::Init::kUniformFanIn
-            ? absl::StrCat("uniform(fan_in=", p.fan_in, ")")
-        : p.init == ParameterSpec::Init::kOnes ? "ones"
-                                               : "zeros";
+    std::string init;
+    switch (p.init) {
+      case ops::Init::kUniformFanIn:
+        init = absl::StrCat("uniform(fan_in=", p.init_scale, ")");
+        break;
+      case ops::Init::kNormal:
+        init = absl::StrCat("normal(std=", p.init_scale, ")");
+        break;
+      case ops::Init::kOnes:
+        init = "ones";
+        break;
+      case ops::Init::kZeros:
+        init = "zeros";
+        break;
+    }
     absl::StrAppendFormat(&out, "  %-*s %-12s %10s  %s\n", pwidth, p.name,
                           Shape(p.shape), Grouped(count), init);
   }

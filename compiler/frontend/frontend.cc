@@ -104,13 +104,18 @@ FrontendResult CompileSource(std::string_view source,
     spec.source_path = std::string(file_name);
     std::optional<ModelSpec> model;
     std::optional<DataSpec> data;
-    if (blocks.model) model = frontend::CheckModel(*blocks.model, sink);
+    Overrides train_overrides = overrides;
+    if (blocks.model) {
+      train_overrides.clear();
+      model = frontend::CheckModel(*blocks.model, overrides, sink,
+                                   &train_overrides);
+    }
     if (blocks.data) {
       data = frontend::CheckData(*blocks.data, DirectoryOf(file_name), sink);
     }
     // Checked even without a train block, so flag errors still show.
     std::optional<TrainConfig> train =
-        frontend::CheckTrain(blocks.train, overrides, sink);
+        frontend::CheckTrain(blocks.train, train_overrides, sink);
     if (sink.error_count() == 0 && model && data && train) {
       spec.model = std::move(*model);
       spec.data = std::move(*data);

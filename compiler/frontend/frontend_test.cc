@@ -47,7 +47,7 @@ TEST(FrontendTest, FlattensNestedCallsAndNamesParameters) {
   ASSERT_EQ(m.ops.size(), 4u);
   EXPECT_EQ(m.ops[0].name, "h1.0");
   EXPECT_EQ(m.ops[0].op, "linear");
-  EXPECT_EQ(m.ops[0].out_features, 256);
+  EXPECT_EQ(m.ops[0].args.at("out_features").i, 256);
   EXPECT_THAT(m.ops[0].parameters, ElementsAre("h1.weight", "h1.bias"));
   EXPECT_EQ(m.ops[1].name, "h1");
   EXPECT_THAT(m.ops[1].inputs, ElementsAre("h1.0"));
@@ -56,8 +56,8 @@ TEST(FrontendTest, FlattensNestedCallsAndNamesParameters) {
   ASSERT_EQ(m.parameters.size(), 4u);
   EXPECT_EQ(m.parameters[0].name, "h1.weight");
   EXPECT_THAT(m.parameters[0].shape, ElementsAre(256, 784));
-  EXPECT_EQ(m.parameters[0].fan_in, 784);
-  EXPECT_EQ(m.parameters[0].init, ParameterSpec::Init::kUniformFanIn);
+  EXPECT_EQ(m.parameters[0].init_scale, 784);
+  EXPECT_EQ(m.parameters[0].init, ops::Init::kUniformFanIn);
   EXPECT_EQ(m.parameter_count, 256 * 784 + 256 + 10 * 256 + 10);
   EXPECT_EQ(m.loss, "loss");
   EXPECT_NEAR(r.spec->data.scale, 1.0 / 255, 1e-12);
@@ -71,10 +71,10 @@ TEST(FrontendTest, LayernormAndAdd) {
   const FrontendResult r = Compile(source);
   ASSERT_TRUE(r.spec) << Errors(r);
   const ModelSpec& m = r.spec->model;
-  EXPECT_EQ(m.parameters[2].name, "n.gamma");
-  EXPECT_EQ(m.parameters[2].init, ParameterSpec::Init::kOnes);
-  EXPECT_EQ(m.parameters[3].name, "n.beta");
-  EXPECT_EQ(m.parameters[3].init, ParameterSpec::Init::kZeros);
+  EXPECT_EQ(m.parameters[2].name, "n.weight");
+  EXPECT_EQ(m.parameters[2].init, ops::Init::kOnes);
+  EXPECT_EQ(m.parameters[3].name, "n.bias");
+  EXPECT_EQ(m.parameters[3].init, ops::Init::kZeros);
   EXPECT_THAT(m.parameters[3].shape, ElementsAre(256));
 }
 

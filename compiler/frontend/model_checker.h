@@ -1,6 +1,8 @@
-// Checks the model { } block into a ModelSpec: name resolution, nested-call
-// flattening, op arity and argument types, shape inference and parameters
-// (the rules are documented on OpSpec in compiler/spec/train_spec.h).
+// Checks the model { } block into a ModelSpec: constants, blocks and their
+// instances (repeat), name resolution, nested-call flattening, op arguments
+// (positional or named, defaults from the op table), shape inference and
+// parameters, every op through its rule in compiler/ops/op_table.h (the
+// naming rules are documented on OpSpec in compiler/spec/train_spec.h).
 #ifndef TRAINC_COMPILER_FRONTEND_MODEL_CHECKER_H_
 #define TRAINC_COMPILER_FRONTEND_MODEL_CHECKER_H_
 
@@ -8,16 +10,22 @@
 
 #include "compiler/frontend/ast.h"
 #include "compiler/frontend/diagnostics.h"
+#include "compiler/frontend/overrides.h"
 #include "compiler/spec/train_spec.h"
 
 namespace trainc::frontend {
 
-// Beyond the ops' own rules, v1 models have exactly one `input` (the
-// images) and at most one `label`, and exactly one statement named `loss`,
-// computed by cross_entropy or mse as its outermost op. Values that do not
-// reach the loss get a warning. Returns nullopt if an error was reported.
+// A model has exactly one `input` and at most one `label`, and exactly one
+// statement named `loss`, computed by cross_entropy or mse as its
+// outermost op. Values that do not reach the loss get a warning. Returns
+// nullopt if an error was reported.
+//
+// `overrides` that name one of the model's constants (`--width 256`)
+// replace its value; the others are appended to `rest` (for the train
+// block).
 std::optional<ModelSpec> CheckModel(const ast::Block& block,
-                                    DiagnosticSink& sink);
+                                    const Overrides& overrides,
+                                    DiagnosticSink& sink, Overrides* rest);
 
 }  // namespace trainc::frontend
 

@@ -144,8 +144,9 @@ void CheckOptimizer(const Setting& setting, OptimizerSpec* optimizer,
   const bool sgd = call->name == "sgd";
   const std::vector<std::string> accepted =
       sgd ? std::vector<std::string>{"lr", "momentum", "nesterov",
-                                     "weight_decay"}
-          : std::vector<std::string>{"lr", "betas", "eps", "weight_decay"};
+                                     "weight_decay", "decay"}
+          : std::vector<std::string>{"lr", "betas", "eps", "weight_decay",
+                                     "decay"};
   if (!CheckArgNames(*call, accepted, sink)) return;
   optimizer->kind = sgd ? OptimizerSpec::Kind::kSgd : OptimizerSpec::Kind::kAdamW;
   const auto arg = [&](const char* name) -> const Setting* {
@@ -157,6 +158,21 @@ void CheckOptimizer(const Setting& setting, OptimizerSpec* optimizer,
   }
   if (const Setting* s = arg("weight_decay")) {
     if (auto v = NumberAtLeast(*s, 0, true, sink)) optimizer->weight_decay = *v;
+  }
+  if (const Setting* s = arg("decay")) {
+    if (auto v = String(*s, sink)) {
+      if (*v == "matrices" || *v == "all") {
+        optimizer->decay_all = *v == "all";
+      } else {
+        ReportSetting(*s, sink,
+                      absl::StrCat("decay must be \"matrices\" (parameters "
+                                   "with 2 or more dimensions, the default) "
+                                   "or \"all\", got \"",
+                                   *v, "\""),
+                      "e.g. adamw(lr = 1e-3, weight_decay = 0.1, decay = "
+                      "\"all\")");
+      }
+    }
   }
   if (const Setting* s = arg("momentum")) {
     if (auto v = Fraction(*s, sink)) optimizer->momentum = *v;

@@ -73,9 +73,6 @@ absl::Status Graph::Verify() const {
                                                   " to ", v.name, " needs accumulate=",
                                                   want ? 1 : 0));
         }
-        if (v.kind == ValueKind::kParameterGrad && writes[id] > 0) {
-          return absl::InternalError(absl::StrCat(where, ": second write of ", v.name));
-        }
       } else if (writes[id] > 0) {
         return absl::InternalError(absl::StrCat(where, ": second write of ", v.name));
       }

@@ -8,9 +8,9 @@
 //   - an input, label or parameter is never written by a node;
 //   - an activation (or loss) is written by exactly one node, before any read;
 //   - a gradient may be written by several nodes: the first writes it with
-//     attr accumulate=0, later ones with accumulate=1 (parameter gradients
-//     are written once here; the planner sets their accumulate per
-//     micro-step).
+//     attr accumulate=0, later ones with accumulate=1 (a parameter used
+//     twice, e.g. a tied embedding, gets two writes; the planner adds the
+//     micro-step's accumulation on top).
 //
 //   Graph g = LowerModel(spec.model, /*micro_batch=*/64).value();
 //   std::cout << g.ToText();

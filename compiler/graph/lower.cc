@@ -3,16 +3,15 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "compiler/ops/op_table.h"
 #include "compiler/util/status_macros.h"
 
 namespace trainc {
 namespace {
-
-constexpr double kLayerNormEps = 1e-5;
 
 absl::Status Bad(const OpSpec& op, const std::string& why) {
   return absl::InvalidArgumentError(
@@ -24,6 +23,16 @@ std::vector<int64_t> Batched(int64_t batch, const std::vector<int64_t>& shape) {
   std::vector<int64_t> out = {batch};
   out.insert(out.end(), shape.begin(), shape.end());
   return out;
+}
+
+std::string InitName(ops::Init init) {
+  switch (init) {
+    case ops::Init::kUniformFanIn: return "uniform";
+    case ops::Init::kNormal: return "normal";
+    case ops::Init::kOnes: return "ones";
+    case ops::Init::kZeros: return "zeros";
+  }
+  return "zeros";
 }
 
 class Lowerer {
@@ -44,13 +53,16 @@ class Lowerer {
       v.name = p.name;
       v.kind = ValueKind::kParameter;
       v.shape = p.shape;
+      v.init = InitName(p.init);
       switch (p.init) {
-        case ParameterSpec::Init::kUniformFanIn:
-          v.init = "uniform";
-          v.init_bound = p.fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(p.fan_in)) : 0.0;
+        case ops::Init::kUniformFanIn:
+          v.init_bound = p.init_scale > 0 ? 1.0 / std::sqrt(p.init_scale) : 0.0;
           break;
-        case ParameterSpec::Init::kOnes: v.init = "ones"; break;
-        case ParameterSpec::Init::kZeros: v.init = "zeros"; break;
+        case ops::Init::kNormal:
+          v.init_bound = p.init_scale;  // the standard deviation
+          break;
+        default:
+          break;
       }
       const int id = graph_.AddValue(v);
       if (!by_name_.emplace(p.name, id).second) {
@@ -74,14 +86,9 @@ class Lowerer {
     Value v;
     v.name = spec.name;
     v.kind = kind;
-    if (spec.type == ElementType::kI32) {
-      // A class label: one index per sample; the class count lives on the
-      // logits.
-      v.dtype = DType::kI32;
-      v.shape = {batch_};
-    } else {
-      v.shape = Batched(batch_, spec.shape);
-    }
+    v.dtype = spec.type == ElementType::kI32 ? DType::kI32 : DType::kF32;
+    // A v1 class label i32[C] holds one index per sample.
+    v.shape = spec.class_index ? std::vector<int64_t>{batch_} : Batched(batch_, spec.shape);
     const int id = graph_.AddValue(v);
     if (!by_name_.emplace(spec.name, id).second) {
       return absl::InvalidArgumentError(absl::StrCat("duplicate value ", spec.name));
@@ -96,104 +103,90 @@ class Lowerer {
     return it->second;
   }
 
-  int NewValue(const std::string& name, ValueKind kind, std::vector<int64_t> shape,
-               DType dtype = DType::kF32) {
+  int NewValue(const std::string& name, ValueKind kind, std::vector<int64_t> shape) {
     Value v;
     v.name = name;
     v.kind = kind;
     v.shape = std::move(shape);
-    v.dtype = dtype;
     return graph_.AddValue(v);
   }
 
+  // One call through its op-table rule: the rule says which instruction,
+  // attributes, parameters and saved outputs; the spec's parameters fill
+  // the slots in order.
   absl::Status LowerOp(const OpSpec& op) {
+    const ops::ModelOpDef* def = ops::FindModelOp(op.op);
+    if (def == nullptr) return Bad(op, "unknown op");
     std::vector<int> in;
-    for (const std::string& name : op.inputs) {
-      auto id = Lookup(op, name);
-      if (!id.ok()) return id.status();
-      in.push_back(*id);
-    }
-    std::vector<int> params;
-    for (const std::string& name : op.parameters) {
-      auto id = Lookup(op, name);
-      if (!id.ok()) return id.status();
-      params.push_back(*id);
-    }
-    auto shape_of = [&](int id) -> const std::vector<int64_t>& {
-      return graph_.value(id).shape;
-    };
-    auto want = [&](size_t n_in, size_t n_params) -> absl::Status {
-      if (in.size() != n_in || params.size() != n_params) {
-        return Bad(op, absl::StrCat("expects ", n_in, " inputs and ", n_params,
-                                    " parameters"));
-      }
-      for (int id : in) {
-        if (graph_.value(id).dtype != DType::kF32 && op.op != "cross_entropy") {
-          return Bad(op, absl::StrCat(graph_.value(id).name, " is not f32"));
+    ops::OpCall call;
+    size_t next_input = 0;
+    for (const ops::ArgDef& arg : def->args) {
+      switch (arg.kind) {
+        case ops::ArgDef::Kind::kValue:
+        case ops::ArgDef::Kind::kIndices: {
+          if (next_input >= op.inputs.size()) return Bad(op, "too few inputs");
+          ASSIGN_OR_RETURN(int id, Lookup(op, op.inputs[next_input++]));
+          const Value& v = graph_.value(id);
+          const bool want_i32 = arg.kind == ops::ArgDef::Kind::kIndices;
+          if ((v.dtype == DType::kI32) != want_i32) {
+            return Bad(op, absl::StrCat(v.name, " is not ", want_i32 ? "i32" : "f32"));
+          }
+          in.push_back(id);
+          call.values.emplace_back(v.shape.begin() + 1, v.shape.end());
+          break;
+        }
+        case ops::ArgDef::Kind::kParameter:
+          break;  // slots are matched below
+        default: {
+          auto it = op.args.find(arg.name);
+          std::optional<ops::ArgValue> value =
+              it != op.args.end() ? std::optional<ops::ArgValue>(it->second)
+                                  : ops::DefaultValue(arg);
+          if (!value) return Bad(op, absl::StrCat("missing argument ", arg.name));
+          call.constants[arg.name] = *value;
         }
       }
-      return absl::OkStatus();
-    };
+    }
+    if (next_input != op.inputs.size()) return Bad(op, "too many inputs");
+    std::vector<int> params;
+    for (const std::string& name : op.parameters) {
+      ASSIGN_OR_RETURN(int id, Lookup(op, name));
+      params.push_back(id);
+    }
+    for (const auto& [arg, name] : op.shared_parameters) {
+      ASSIGN_OR_RETURN(int id, Lookup(op, name));
+      call.shared_parameters[arg] = graph_.value(id).shape;
+    }
+    auto rule = def->rule(call);
+    if (auto* e = std::get_if<ops::ShapeError>(&rule)) return Bad(op, e->message);
+    const ops::Lowering& l = std::get<ops::Lowering>(rule);
+    if (l.params.size() != params.size()) {
+      return Bad(op, absl::StrCat("has ", params.size(), " parameters, the op takes ",
+                                  l.params.size()));
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (graph_.value(params[i]).shape != l.params[i].shape) {
+        return Bad(op, absl::StrCat("parameter ", op.parameters[i], " has the wrong shape"));
+      }
+    }
     Node node;
-    node.op = op.op;
+    node.op = l.instruction;
     node.role = NodeRole::kForward;
     node.label = absl::StrCat(op.name, " = ", op.op);
-    int out = -1;
-    if (op.op == "linear") {
-      RETURN_IF_ERROR(want(1, 2));
-      const auto& x = shape_of(in[0]);
-      if (x.size() != 2) return Bad(op, "linear needs a vector per sample");
-      const std::vector<int64_t> w = {op.out_features, x[1]};
-      if (shape_of(params[0]) != w || shape_of(params[1]) != std::vector<int64_t>{w[0]}) {
-        return Bad(op, "parameter shapes do not match [out, in] and [out]");
-      }
-      out = NewValue(op.name, ValueKind::kActivation, {batch_, op.out_features});
-      node.inputs = {in[0], params[0], params[1]};
-      node.outputs = {out};
-    } else if (op.op == "relu" || op.op == "gelu" || op.op == "tanh") {
-      RETURN_IF_ERROR(want(1, 0));
-      out = NewValue(op.name, ValueKind::kActivation, shape_of(in[0]));
-      node.inputs = {in[0]};
-      node.outputs = {out};
-    } else if (op.op == "layernorm") {
-      RETURN_IF_ERROR(want(1, 2));
-      const auto& x = shape_of(in[0]);
-      if (x.size() != 2) return Bad(op, "layernorm needs a vector per sample");
-      if (shape_of(params[0]) != std::vector<int64_t>{x[1]} ||
-          shape_of(params[1]) != std::vector<int64_t>{x[1]}) {
-        return Bad(op, "gamma and beta must be [d]");
-      }
-      out = NewValue(op.name, ValueKind::kActivation, x);
-      const int mean = NewValue(op.name + "/mean", ValueKind::kActivation, {batch_});
-      const int rstd = NewValue(op.name + "/rstd", ValueKind::kActivation, {batch_});
-      node.inputs = {in[0], params[0], params[1]};
-      node.outputs = {out, mean, rstd};
-      node.attrs["eps"] = kLayerNormEps;
-    } else if (op.op == "add") {
-      RETURN_IF_ERROR(want(2, 0));
-      if (shape_of(in[0]) != shape_of(in[1])) return Bad(op, "shapes differ");
-      out = NewValue(op.name, ValueKind::kActivation, shape_of(in[0]));
-      node.inputs = in;
-      node.outputs = {out};
-    } else if (op.op == "cross_entropy") {
-      RETURN_IF_ERROR(want(2, 0));
-      const auto& logits = shape_of(in[0]);
-      if (logits.size() != 2 || graph_.value(in[0]).dtype != DType::kF32 ||
-          graph_.value(in[1]).dtype != DType::kI32 || shape_of(in[1]) != std::vector<int64_t>{batch_}) {
-        return Bad(op, "needs f32 logits [C] and an i32 class label");
-      }
+    node.attrs = l.attrs;
+    node.inputs = in;
+    node.inputs.insert(node.inputs.end(), params.begin(), params.end());
+    int out;
+    if (def->is_loss) {
       out = NewValue(op.name, ValueKind::kLoss, {1});
-      const int probs = NewValue(op.name + "/probs", ValueKind::kActivation, logits);
-      node.inputs = in;
-      node.outputs = {out, probs};
-    } else if (op.op == "mse") {
-      RETURN_IF_ERROR(want(2, 0));
-      if (shape_of(in[0]) != shape_of(in[1])) return Bad(op, "shapes differ");
-      out = NewValue(op.name, ValueKind::kLoss, {1});
-      node.inputs = in;
-      node.outputs = {out};
     } else {
-      return Bad(op, "unknown op");
+      out = NewValue(op.name, ValueKind::kActivation, Batched(batch_, l.shape));
+    }
+    node.outputs = {out};
+    for (const ops::SavedOutput& saved : l.saved) {
+      // A v1 class label's logits are [B, C]; saved shapes are per sample.
+      node.outputs.push_back(NewValue(absl::StrCat(op.name, "/", saved.suffix),
+                                      ValueKind::kActivation, Batched(batch_, saved.shape)));
     }
     if (!by_name_.emplace(op.name, out).second) {
       return Bad(op, "value defined twice");

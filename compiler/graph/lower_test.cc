@@ -27,7 +27,7 @@ TEST(LowerModel, FashionMlpShapesIncludeTheBatch) {
 TEST(LowerModel, LayerNormSavesMeanAndRstd) {
   absl::StatusOr<Graph> g = LowerModel(testing::ResidualSpec(5, 4, 3, 1, 2, 1).model, 2);
   ASSERT_TRUE(g.ok()) << g.status();
-  EXPECT_THAT(g->ToText(), HasSubstr("r, r/mean, r/rstd = layernorm(h, r.gamma, r.beta) {eps=1e-05}"));
+  EXPECT_THAT(g->ToText(), HasSubstr("r, r/mean, r/rstd = layernorm(h, r.weight, r.bias) {eps=1e-05}"));
 }
 
 TEST(LowerModel, ReportsBadSpecs) {

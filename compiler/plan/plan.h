@@ -136,6 +136,9 @@ struct Bucket {
   std::vector<int> state_spans;      // adamw: {m, v}; sgd+momentum: {buf}
   int64_t bytes = 0;                 // one slot
   int ready_after = -1;              // instruction writing its last gradient
+  // The optimizer applies weight decay to this bucket (its parameters are
+  // all matrices, or the optimizer decays everything).
+  bool weight_decay = true;
   int all_reduce = -1;               // its all_reduce instruction
 };
 
@@ -160,11 +163,27 @@ struct ScheduleConfig {
   int64_t total_steps = 0;  // the cosine's length; 0 when unknown until data
 };
 
+// A slice [floor(begin * n), floor(end * n)) of a token stream of n tokens.
+struct TokenSplit {
+  double begin = 0.0;
+  double end = 1.0;
+};
+
+// format "idx": train_paths / eval_paths are images, labels.
+// format "text" (each byte a token) or "tokens" (llm.c shards): the paths
+// are concatenated into one token stream, sliced by the set's split, and
+// served as windows of T + 1 tokens (T: the width of the i32 input buffer;
+// window i is tokens [i*T, i*T + T]).
 struct DataConfig {
-  std::string format;  // "idx"
+  std::string format;  // "idx", "text" or "tokens"; shared by both sets
   std::vector<std::string> train_paths;
   std::vector<std::string> eval_paths;
-  double scale = 1.0;
+  TokenSplit train_split;  // text / tokens only
+  TokenSplit eval_split;   // text / tokens only
+  // > 0: every token id must be < token_vocab (the model's vocabulary);
+  // loading fails on the first that is not.
+  int64_t token_vocab = 0;
+  double scale = 1.0;  // idx only
   bool shuffle = true;
 };
 
@@ -183,6 +202,9 @@ struct Plan {
   bool deterministic = false;
   bool tf32 = false;
   double bucket_mb = 25.0;
+  // The loss is the mean of global_batch x loss_terms terms: tokens per
+  // sequence for a language model, 1 for a class label or mse.
+  int64_t loss_terms = 1;
 
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

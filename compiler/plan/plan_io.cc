@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ops/op_table.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "compiler/util/status_macros.h"
@@ -190,6 +191,18 @@ class Fields {
     if (s == "0" || s == "false") return false;
     return Bad(key, s, "0 or 1");
   }
+  // "begin:end", fractions with 0 <= begin < end <= 1.
+  absl::StatusOr<TokenSplit> Split(const std::string& key) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    std::pair<std::string, std::string> parts = absl::StrSplit(s, ':');
+    TokenSplit split;
+    if (!absl::SimpleAtod(parts.first, &split.begin) ||
+        !absl::SimpleAtod(parts.second, &split.end) ||
+        !(0 <= split.begin && split.begin < split.end && split.end <= 1)) {
+      return Bad(key, s, "begin:end with 0 <= begin < end <= 1");
+    }
+    return split;
+  }
   absl::StatusOr<std::vector<int>> Ints(const std::string& key) {
     ASSIGN_OR_RETURN(std::string s, Str(key));
     std::vector<int> out;
@@ -315,6 +328,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     ASSIGN_OR_RETURN(plan.deterministic, f.Bool("deterministic"));
     ASSIGN_OR_RETURN(plan.tf32, f.Bool("tf32"));
     ASSIGN_OR_RETURN(plan.bucket_mb, f.Double("bucket_mb"));
+    if (r.fields.count("loss_terms")) {  // absent from older plans: 1
+      ASSIGN_OR_RETURN(plan.loss_terms, f.Int("loss_terms"));
+    }
   } else if (kw == "optimizer") {
     OptimizerConfig& o = plan.optimizer;
     ASSIGN_OR_RETURN(o.kind, f.Str("kind"));
@@ -333,6 +349,19 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     ASSIGN_OR_RETURN(plan.data.format, f.Str("format"));
     ASSIGN_OR_RETURN(plan.data.scale, f.Double("scale"));
     ASSIGN_OR_RETURN(plan.data.shuffle, f.Bool("shuffle"));
+    // Optional (absent from older plans and from idx plans).
+    if (r.fields.count("train_split")) {
+      ASSIGN_OR_RETURN(plan.data.train_split, f.Split("train_split"));
+    }
+    if (r.fields.count("eval_split")) {
+      ASSIGN_OR_RETURN(plan.data.eval_split, f.Split("eval_split"));
+    }
+    if (r.fields.count("token_vocab")) {
+      ASSIGN_OR_RETURN(plan.data.token_vocab, f.Int("token_vocab"));
+      if (plan.data.token_vocab < 0) {
+        return parser.Error(r.line, "'token_vocab' must be >= 0");
+      }
+    }
   } else if (kw == "data_path") {
     if (r.positional.size() != 1 ||
         (r.positional[0] != "train" && r.positional[0] != "eval")) {
@@ -401,6 +430,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     b.param_span = static_cast<int>(span);
     b.ready_after = static_cast<int>(ready);
     b.all_reduce = static_cast<int>(reduce);
+    if (r.fields.count("weight_decay")) {  // absent from older plans: decayed
+      ASSIGN_OR_RETURN(b.weight_decay, f.Bool("weight_decay"));
+    }
     plan.buckets.push_back(std::move(b));
   } else if (kw == "events") {
     ASSIGN_OR_RETURN(int64_t n, f.Int("count"));
@@ -429,39 +461,6 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
 // ---------------------------------------------------------------------------
 // Validation.
 
-struct OpArity {
-  int inputs;   // -1: any
-  int outputs;  // -1: any
-  Stream stream;
-};
-
-const std::map<std::string, OpArity>& KnownOps() {
-  static const auto* ops = new std::map<std::string, OpArity>{
-      {"load_batch", {0, -1, Stream::kCompute}},
-      {"linear", {3, 1, Stream::kCompute}},
-      {"linear_grad_input", {2, 1, Stream::kCompute}},
-      {"linear_grad_params", {2, 2, Stream::kCompute}},
-      {"relu", {1, 1, Stream::kCompute}},
-      {"relu_grad", {2, 1, Stream::kCompute}},
-      {"gelu", {1, 1, Stream::kCompute}},
-      {"gelu_grad", {2, 1, Stream::kCompute}},
-      {"tanh", {1, 1, Stream::kCompute}},
-      {"tanh_grad", {2, 1, Stream::kCompute}},
-      {"layernorm", {3, 3, Stream::kCompute}},
-      {"layernorm_grad_input", {5, 1, Stream::kCompute}},
-      {"layernorm_grad_params", {4, 2, Stream::kCompute}},
-      {"add", {2, 1, Stream::kCompute}},
-      {"copy_grad", {1, 1, Stream::kCompute}},
-      {"cross_entropy", {2, 2, Stream::kCompute}},
-      {"cross_entropy_grad", {2, 1, Stream::kCompute}},
-      {"mse", {2, 1, Stream::kCompute}},
-      {"mse_grad", {2, 1, Stream::kCompute}},
-      {"all_reduce", {1, 1, Stream::kComm}},
-      {"optimizer", {-1, -1, Stream::kCompute}},
-  };
-  return *ops;
-}
-
 absl::Status Invalid(absl::string_view what) {
   return absl::FailedPreconditionError(absl::StrCat("invalid plan: ", what));
 }
@@ -479,7 +478,8 @@ std::string PlanToText(const Plan& plan) {
                   " steps=", plan.steps, " seed=", plan.seed,
                   " deterministic=", plan.deterministic ? 1 : 0,
                   " tf32=", plan.tf32 ? 1 : 0,
-                  " bucket_mb=", FormatDouble(plan.bucket_mb), "\n");
+                  " bucket_mb=", FormatDouble(plan.bucket_mb),
+                  " loss_terms=", plan.loss_terms, "\n");
   const OptimizerConfig& o = plan.optimizer;
   absl::StrAppend(&out, "optimizer kind=", Quote(o.kind), " lr=", FormatDouble(o.lr),
                   " momentum=", FormatDouble(o.momentum), " nesterov=", o.nesterov ? 1 : 0,
@@ -491,7 +491,21 @@ std::string PlanToText(const Plan& plan) {
                   " total_steps=", plan.schedule.total_steps, "\n");
   absl::StrAppend(&out, "data format=", Quote(plan.data.format),
                   " scale=", FormatDouble(plan.data.scale),
-                  " shuffle=", plan.data.shuffle ? 1 : 0, "\n");
+                  " shuffle=", plan.data.shuffle ? 1 : 0);
+  // Written only when set, so that an idx plan's text is unchanged.
+  const TokenSplit whole;
+  for (const auto& [key, split] :
+       {std::pair{"train_split", plan.data.train_split},
+        std::pair{"eval_split", plan.data.eval_split}}) {
+    if (split.begin != whole.begin || split.end != whole.end) {
+      absl::StrAppend(&out, " ", key, "=", FormatDouble(split.begin), ":",
+                      FormatDouble(split.end));
+    }
+  }
+  if (plan.data.token_vocab != 0) {
+    absl::StrAppend(&out, " token_vocab=", plan.data.token_vocab);
+  }
+  absl::StrAppend(&out, "\n");
   for (const std::string& p : plan.data.train_paths) {
     absl::StrAppend(&out, "data_path train path=", Quote(p), "\n");
   }
@@ -524,6 +538,7 @@ std::string PlanToText(const Plan& plan) {
     absl::StrAppend(&out, "bucket ", b.id, " bytes=", b.bytes, " grad=", b.grad_buffer,
                     " param_span=", b.param_span, " state_spans=", JoinInts(b.state_spans),
                     " ready_after=", b.ready_after, " all_reduce=", b.all_reduce,
+                    " weight_decay=", b.weight_decay ? 1 : 0,
                     " params=", absl::StrJoin(b.parameters, ","), "\n");
   }
   absl::StrAppend(&out, "events count=", plan.num_events, "\n");
@@ -609,7 +624,8 @@ absl::Status ValidatePlan(const Plan& plan) {
   if (plan.version != kPlanFormatVersion) {
     return Invalid(absl::StrCat("version ", plan.version, ", expected ", kPlanFormatVersion));
   }
-  if (plan.world_size < 1 || plan.micro_batch < 1 || plan.accumulate < 1) {
+  if (plan.world_size < 1 || plan.micro_batch < 1 || plan.accumulate < 1 ||
+      plan.loss_terms < 1) {
     return Invalid("world_size, micro_batch and accumulate must be >= 1");
   }
   if (plan.global_batch != plan.world_size * plan.micro_batch * plan.accumulate) {
@@ -650,15 +666,15 @@ absl::Status ValidatePlan(const Plan& plan) {
     const Instruction& in = plan.instructions[i];
     const std::string where = absl::StrCat("instruction ", i, " (", in.op, ")");
     if (in.id != i) return Invalid(absl::StrCat(where, ": id ", in.id));
-    auto op = KnownOps().find(in.op);
-    if (op == KnownOps().end()) return Invalid(absl::StrCat(where, ": unknown op"));
-    if ((op->second.inputs >= 0 && op->second.inputs != static_cast<int>(in.inputs.size())) ||
-        (op->second.outputs >= 0 &&
-         op->second.outputs != static_cast<int>(in.outputs.size()))) {
-      return Invalid(absl::StrCat(where, ": ", in.inputs.size(), " inputs and ",
-                                  in.outputs.size(), " outputs"));
+    const ops::OpDef* op = ops::FindOp(in.op);
+    if (op == nullptr) return Invalid(absl::StrCat(where, ": unknown op"));
+    const int n_in = static_cast<int>(in.inputs.size());
+    const int n_out = static_cast<int>(in.outputs.size());
+    if (n_in < op->min_inputs || (op->max_inputs >= 0 && n_in > op->max_inputs) ||
+        n_out < op->min_outputs || (op->max_outputs >= 0 && n_out > op->max_outputs)) {
+      return Invalid(absl::StrCat(where, ": ", n_in, " inputs and ", n_out, " outputs"));
     }
-    if (op->second.stream != in.stream) {
+    if ((op->comm_stream ? Stream::kComm : Stream::kCompute) != in.stream) {
       return Invalid(absl::StrCat(where, ": on the ", StreamName(in.stream), " stream"));
     }
     for (int id : in.inputs) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -150,6 +151,54 @@ TEST(PlanIo, FileRoundTrip) {
   EXPECT_EQ(ReadPlanFile(path + ".missing").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(PlanIo, TokenDataRoundTrips) {
+  Plan plan = TinyPlan();
+  plan.data.format = "text";
+  plan.data.train_paths = {"/usr/share/games/fortunes/art", "/f/b c"};
+  plan.data.eval_paths = plan.data.train_paths;
+  plan.data.train_split = {0.0, 0.95};
+  plan.data.eval_split = {0.95, 1.0};
+  plan.data.token_vocab = 256;
+  const std::string text = PlanToText(plan);
+  EXPECT_THAT(text, HasSubstr("data format=text scale=0.00392156862745098 shuffle=1 "
+                              "train_split=0:0.95 eval_split=0.95:1 token_vocab=256\n"));
+  absl::StatusOr<Plan> parsed = PlanFromText(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << text;
+  EXPECT_EQ(PlanToText(*parsed), text);
+  EXPECT_EQ(parsed->data.format, "text");
+  EXPECT_EQ(parsed->data.eval_paths, plan.data.eval_paths);
+  EXPECT_EQ(parsed->data.train_split.begin, 0.0);
+  EXPECT_EQ(parsed->data.train_split.end, 0.95);
+  EXPECT_EQ(parsed->data.eval_split.begin, 0.95);
+  EXPECT_EQ(parsed->data.eval_split.end, 1.0);
+  EXPECT_EQ(parsed->data.token_vocab, 256);
+}
+
+TEST(PlanIo, PlansWithoutTokenFieldsStillRead) {
+  // An idx plan writes no split and no vocabulary (its text is what older
+  // versions wrote); reading it gives the defaults.
+  const std::string text = PlanToText(TinyPlan());
+  EXPECT_THAT(text, HasSubstr("data format=idx scale=0.00392156862745098 shuffle=1\n"));
+  absl::StatusOr<Plan> parsed = PlanFromText(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->data.train_split.begin, 0.0);
+  EXPECT_EQ(parsed->data.train_split.end, 1.0);
+  EXPECT_EQ(parsed->data.eval_split.end, 1.0);
+  EXPECT_EQ(parsed->data.token_vocab, 0);
+}
+
+TEST(PlanIo, BadTokenFieldsNameTheLine) {
+  const std::string good = PlanToText(TinyPlan());
+  const std::string data_line = "data format=idx scale=0.00392156862745098 shuffle=1";
+  for (const char* bad : {" train_split=0.9:0.5", " eval_split=0.5", " train_split=0:1.5",
+                          " eval_split=a:b", " token_vocab=-1", " token_vocab=x"}) {
+    std::string text =
+        absl::StrReplaceAll(good, {{data_line, absl::StrCat(data_line, bad)}});
+    absl::Status s = PlanFromText(text, "p").status();
+    EXPECT_THAT(s.message(), HasSubstr("p:7: ")) << bad;
+  }
+}
+
 TEST(PlanIo, OtherVersionIsAClearError) {
   std::string text = PlanToText(TinyPlan());
   text = absl::StrReplaceAll(text, {{"trainc-plan 1", "trainc-plan 7"}});
@@ -206,7 +255,7 @@ TEST(PlanIo, ValidateCatchesBrokenReferences) {
   EXPECT_THAT(ValidatePlan(p).message(), HasSubstr("global_batch"));
 
   p = TinyPlan();
-  p.instructions[1].op = "softmax";
+  p.instructions[1].op = "convolution_3d";
   EXPECT_THAT(ValidatePlan(p).message(), HasSubstr("unknown op"));
 }
 

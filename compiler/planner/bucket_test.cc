@@ -59,6 +59,7 @@ TEST(PlanBuckets, SplitsFashionMlpAndOverlaps) {
   // first bucket, h2.bias + h1.weight the second, h1.bias is alone.
   TrainSpec spec = testing::FashionMlpSpec();
   spec.train.bucket_mb = 0.1;
+  spec.train.optimizer.decay_all = true;  // one class: buckets in ready order
   absl::StatusOr<Plan> plan = BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->buckets.size(), 3u);
@@ -70,6 +71,24 @@ TEST(PlanBuckets, SplitsFashionMlpAndOverlaps) {
   // the next bucket is written: it overlaps the rest of the backward pass.
   EXPECT_EQ(plan->buckets[0].all_reduce, plan->buckets[0].ready_after + 1);
   EXPECT_LT(plan->buckets[0].all_reduce, plan->buckets[1].ready_after);
+}
+
+TEST(PlanBuckets, UndecayedVectorsGetTheirOwnBuckets) {
+  // AdamW decays matrices only by default: weights and biases never share
+  // a bucket, and each bucket still starts when its last gradient is ready.
+  TrainSpec spec = testing::FashionMlpSpec();
+  spec.train.bucket_mb = 0.1;
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->buckets.size(), 3u);
+  EXPECT_THAT(plan->buckets[0].parameters, ElementsAre("logits.weight", "h2.weight"));
+  EXPECT_TRUE(plan->buckets[0].weight_decay);
+  EXPECT_THAT(plan->buckets[1].parameters, ElementsAre("h1.weight"));
+  EXPECT_THAT(plan->buckets[2].parameters, ElementsAre("logits.bias", "h2.bias", "h1.bias"));
+  EXPECT_FALSE(plan->buckets[2].weight_decay);
+  for (size_t b = 1; b < plan->buckets.size(); ++b) {
+    EXPECT_LE(plan->buckets[b - 1].ready_after, plan->buckets[b].ready_after);
+  }
 }
 
 TEST(PlanBuckets, SameOnEveryRank) {

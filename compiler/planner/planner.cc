@@ -1,5 +1,6 @@
 #include "compiler/planner/planner.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -73,6 +74,7 @@ class PlanBuilder {
     std::vector<int> params;  // parameter value ids, ready order
     int ready_node = -1;      // graph node writing the last gradient
     int done_event = -1;      // recorded by its all_reduce
+    bool weight_decay = true;
   };
 
   void FillConfig() {
@@ -111,39 +113,80 @@ class PlanBuilder {
     plan_.data.format = spec_.data.train.format;
     plan_.data.train_paths = spec_.data.train.paths;
     plan_.data.eval_paths = spec_.data.eval.paths;
+    plan_.data.train_split = {spec_.data.train.split_begin, spec_.data.train.split_end};
+    plan_.data.eval_split = {spec_.data.eval.split_begin, spec_.data.eval.split_end};
     plan_.data.scale = spec_.data.scale;
     plan_.data.shuffle = spec_.data.shuffle;
+    plan_.loss_terms = spec_.model.loss_terms;
+    // Token ids index the embedding of the model's input: the data loader
+    // rejects any id outside it, naming the file (labels are the same
+    // stream shifted by one).
+    for (const OpSpec& op : spec_.model.ops) {
+      if (op.op != "embedding" || spec_.model.inputs.empty() ||
+          op.inputs.empty() || op.inputs[0] != spec_.model.inputs[0].name) {
+        continue;
+      }
+      auto vocab = op.args.find("vocab");
+      if (vocab != op.args.end()) plan_.data.token_vocab = vocab->second.i;
+    }
   }
 
-  // Parameters in the order their gradients are written, then those with
-  // no gradient (unused by the loss) in model order.
+  // Parameters in the order their gradients are complete (the last
+  // instruction writing them: a tied weight is ready after its last use),
+  // then those with no gradient (unused by the loss) in model order.
   void AssignGradientBuckets() {
     std::vector<int> writer(graph_.values().size(), -1);
-    std::vector<int> ready;
     for (const Node& node : graph_.nodes()) {
       if (node.role != NodeRole::kBackward) continue;
       for (int out : node.outputs) {
         const Value& v = graph_.value(out);
-        if (v.kind != ValueKind::kParameterGrad) continue;
-        writer[v.grad_of] = node.id;
-        ready.push_back(v.grad_of);
+        if (v.kind == ValueKind::kParameterGrad) writer[v.grad_of] = node.id;
       }
     }
+    std::vector<int> ready;
+    for (int p : graph_.parameters()) {
+      if (writer[p] >= 0) ready.push_back(p);
+    }
+    std::stable_sort(ready.begin(), ready.end(),
+                     [&](int a, int b) { return writer[a] < writer[b]; });
     for (int p : graph_.parameters()) {
       if (writer[p] < 0) ready.push_back(p);
     }
-    std::vector<int64_t> bytes;
-    for (int p : ready) bytes.push_back(graph_.value(p).bytes());
-    const BucketAssignment assignment =
-        AssignBuckets(bytes, spec_.train.bucket_mb, spec_.train.first_bucket_mb);
-    for (const std::vector<int>& members : assignment.buckets) {
-      BucketInfo info;
-      for (int i : members) {
-        info.params.push_back(ready[i]);
-        info.ready_node = std::max(info.ready_node, writer[ready[i]]);
+    // The optimizer decays a bucket or not, so parameters the optimizer
+    // does not decay (vectors, by default) are bucketed on their own, each
+    // class in ready order; buckets are then ordered by when they are ready.
+    const OptimizerSpec& o = spec_.train.optimizer;
+    const bool one_class = o.decay_all || o.weight_decay == 0;
+    for (const bool decayed : {true, false}) {
+      std::vector<int> members_of_class;
+      for (int p : ready) {
+        const bool is_matrix = graph_.value(p).shape.size() >= 2;
+        if (one_class || is_matrix == decayed) members_of_class.push_back(p);
       }
-      buckets_.push_back(std::move(info));
+      std::vector<int64_t> bytes;
+      for (int p : members_of_class) bytes.push_back(graph_.value(p).bytes());
+      const BucketAssignment assignment =
+          AssignBuckets(bytes, spec_.train.bucket_mb, spec_.train.first_bucket_mb);
+      for (const std::vector<int>& members : assignment.buckets) {
+        BucketInfo info;
+        info.weight_decay = one_class ? o.weight_decay > 0 : decayed;
+        for (int i : members) {
+          const int p = members_of_class[i];
+          info.params.push_back(p);
+          info.ready_node = std::max(info.ready_node, writer[p]);
+        }
+        buckets_.push_back(std::move(info));
+      }
+      if (one_class) break;
     }
+    // Unwritten gradients (ready_node -1) are ready at the end.
+    auto ready_at = [](const BucketInfo& b) {
+      return b.ready_node < 0 ? INT32_MAX : b.ready_node;
+    };
+    std::stable_sort(buckets_.begin(), buckets_.end(),
+                     [&](const BucketInfo& a, const BucketInfo& b) {
+                       return ready_at(a) < ready_at(b);
+                     });
   }
 
   int NewBuffer(std::string name, BufferKind kind, DType dtype, std::vector<int64_t> shape,
@@ -193,6 +236,7 @@ class PlanBuilder {
       Bucket bucket;
       bucket.id = static_cast<int>(b);
       bucket.bytes = slot_bytes[b];
+      bucket.weight_decay = buckets_[b].weight_decay;
       bucket.param_span = NewBuffer(absl::StrCat("bucket", b, "/params"),
                                     BufferKind::kParameterSpan, DType::kF32,
                                     {slot_bytes[b] / 4}, cursor);
@@ -312,7 +356,11 @@ class PlanBuilder {
         writes_parameter_grad |= graph_.value(id).kind == ValueKind::kParameterGrad;
       }
       if (writes_parameter_grad) {
-        in.attrs["accumulate"] = (deterministic_ || k == 0) ? 0 : 1;
+        // Within a micro-step the graph's own flag (a tied weight's second
+        // use adds); across micro-steps the shared slot adds, unless each
+        // micro-step has its own slot (deterministic).
+        const bool graph_adds = node.attrs.count("accumulate") && node.attrs.at("accumulate") != 0;
+        in.attrs["accumulate"] = (graph_adds || (!deterministic_ && k > 0)) ? 1 : 0;
       }
       in.phase = node.role == NodeRole::kForward ? Phase::kForward : Phase::kBackward;
       in.micro_step = k;
@@ -404,7 +452,11 @@ absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec) {
   ASSIGN_OR_RETURN(Graph graph, LowerModel(spec.model, spec.train.micro_batch));
   PassPipeline pipeline("train");
   pipeline.Add(std::make_unique<DeadCodeElimination>());
-  pipeline.Add(std::make_unique<Autodiff>(1.0 / static_cast<double>(spec.train.global_batch)));
+  // The loss is the mean over every term of the global batch (every token
+  // of every sequence), however the batch is split.
+  pipeline.Add(std::make_unique<Autodiff>(
+      1.0 / (static_cast<double>(spec.train.global_batch) *
+             static_cast<double>(spec.model.loss_terms))));
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
   return PlanBuilder(spec, graph).Build();
 }

@@ -74,6 +74,7 @@ TEST(BuildPlan, MicroStepsThenReducesThenOptimizer) {
 TEST(BuildPlan, DeterministicModeWritesSlots) {
   TrainSpec spec = testing::MlpSpec(8, {6}, 3, 2, 4, 3);
   spec.train.deterministic = true;
+  spec.train.optimizer.decay_all = true;  // one bucket
   absl::StatusOr<Plan> plan = BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const Bucket& bucket = plan->buckets[0];
@@ -91,7 +92,9 @@ TEST(BuildPlan, DeterministicModeWritesSlots) {
 }
 
 TEST(BuildPlan, WorldOfOneStillReduces) {
-  absl::StatusOr<Plan> plan = BuildPlan(testing::MlpSpec(4, {3}, 3, 1, 2, 1));
+  TrainSpec spec = testing::MlpSpec(4, {3}, 3, 1, 2, 1);
+  spec.train.optimizer.decay_all = true;  // one bucket
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->buckets.size(), 1u);
   EXPECT_EQ(plan->instructions[plan->buckets[0].all_reduce].op, "all_reduce");
@@ -159,7 +162,10 @@ TEST(PlanSummary, SaysWhatMatters) {
   EXPECT_THAT(s, HasSubstr("global 256 = 2 ranks x micro_batch 64 x accumulate 2"));
   EXPECT_THAT(s, HasSubstr("drop_last: an epoch's last partial global batch is dropped"));
   EXPECT_THAT(s, HasSubstr("1 load_batch + 6 forward + 8 backward"));
-  EXPECT_THAT(s, HasSubstr("bucket 0: 918.6 KiB, 6 parameters: logits.weight"));
+  // Weight decay applies to matrices only: the biases get a bucket of their
+  // own, ready (and reduced) last.
+  EXPECT_THAT(s, HasSubstr("bucket 0: 917.0 KiB, 3 parameters: logits.weight"));
+  EXPECT_THAT(s, HasSubstr("bucket 1: 1.6 KiB, 3 parameters: logits.bias"));
   EXPECT_THAT(s, HasSubstr("without reuse"));
 }
 

@@ -10,8 +10,11 @@
 #define TRAINC_COMPILER_SPEC_TRAIN_SPEC_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "compiler/ops/op_table.h"
 
 namespace trainc {
 
@@ -28,45 +31,50 @@ enum class ElementType { kF32, kI32 };
 struct ValueSpec {
   std::string name;
   ElementType type = ElementType::kF32;
-  // Per-sample shape. For an i32 class label `label c: i32[10]` the shape is
+  // Per-sample shape. For an i32 class label `label c: i32[10]` read by
+  // cross_entropy with 1-D logits (the v1 form, class_index) the shape is
   // [10]: the number of classes; each sample stores one index in [0, 10).
+  // Otherwise an i32 value holds one index per element (`i32[128]`: 128
+  // token ids).
   std::vector<int64_t> shape;
+  bool class_index = false;
   SourceLocation location;
 };
 
-// One parameter, named after its statement: "h1.weight", "h1.bias",
-// "n1.gamma", "n1.beta". Layout matches PyTorch (nn.Linear weight [out, in]).
+// One parameter, named by the path of statements that created it, as a
+// PyTorch state dict names it: "h1.weight", "n1.bias",
+// "h.3.attn.c_attn.weight". Layout matches PyTorch (nn.Linear weight
+// [out, in]).
 struct ParameterSpec {
   std::string name;
   std::vector<int64_t> shape;
-  enum class Init {
-    kUniformFanIn,  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), like nn.Linear
-    kOnes,
-    kZeros,
-  } init = Init::kZeros;
-  int64_t fan_in = 0;  // for kUniformFanIn
+  // kUniformFanIn: U(-1/sqrt(init_scale), 1/sqrt(init_scale)) as nn.Linear
+  // (init_scale = fan_in); kNormal: N(0, init_scale^2).
+  ops::Init init = ops::Init::kZeros;
+  double init_scale = 0;
 };
 
-// One statement `name = op(args...)`, after checking.
+// One op call, after checking and flattening: `name = op(args...)`.
 //
-// Ops (v1), with their arguments:
-//   linear(x, out_features)  params: <name>.weight [out, in], <name>.bias [out]
-//   relu(x) gelu(x) tanh(x)
-//   layernorm(x)             params: <name>.gamma [d], <name>.beta [d]; eps 1e-5
-//   add(a, b)                same shapes
-//   cross_entropy(logits, label)   logits [C], label i32[C]; scalar loss
-//   mse(prediction, target)        same shapes; scalar loss
+// The ops, their arguments and rules are in compiler/ops/op_table.h.
 // Nested calls are flattened into statements named "<name>.<k>" before
 // checking, e.g. `h1 = relu(linear(image, 256))` gives "h1.0 = linear(...)"
 // and "h1 = relu(h1.0)". A statement holds at most one op with parameters
 // (more is an error), and that op's parameters take the statement's name:
-// h1.weight and h1.bias above.
+// h1.weight and h1.bias above. Inside a block instance every name is
+// prefixed with the instance's path ("h.3.attn.c_attn").
 struct OpSpec {
   std::string name;                 // the value it defines
-  std::string op;                   // "linear", "relu", ...
+  std::string op;                   // a model op: "linear", "relu", ...
   std::vector<std::string> inputs;  // value names, in argument order
-  int64_t out_features = 0;         // linear only
-  std::vector<std::string> parameters;  // names into ModelSpec::parameters
+  // Constant arguments by name, defaults filled in ("out_features": 256).
+  std::map<std::string, ops::ArgValue> args;
+  // Names into ModelSpec::parameters, in the op's parameter-slot order; a
+  // tied weight names a parameter created by another statement.
+  std::vector<std::string> parameters;
+  // Parameters passed by the call (`weight = wte.weight`): argument name ->
+  // parameter name (also listed in `parameters`).
+  std::map<std::string, std::string> shared_parameters;
   ValueSpec output;
   SourceLocation location;
 };
@@ -78,13 +86,26 @@ struct ModelSpec {
   std::vector<OpSpec> ops;        // topological (source) order
   std::vector<ParameterSpec> parameters;  // in creation (forward) order
   std::string loss;               // the value named `loss`
+  // The loss is the mean of loss_terms x global_batch terms (tokens x
+  // sequences; 1 x samples for a class label or mse).
+  int64_t loss_terms = 1;
   int64_t parameter_count = 0;
+  // `const` definitions after command-line overrides, for summaries.
+  std::vector<std::pair<std::string, std::string>> constants;
 };
 
-// One data source: `idx(images, labels)`.
+// One data source: `idx(images, labels)`, `text(paths...)` or
+// `tokens(paths...)`.
 struct DatasetSpec {
-  std::string format;  // "idx"
+  std::string format;  // "idx", "text" (bytes) or "tokens" (llm.c shards)
+  // idx: images, labels. text / tokens: every file, globs expanded (sorted
+  // per pattern, patterns in argument order); the token stream is their
+  // concatenation.
   std::vector<std::string> paths;
+  // text / tokens: the slice [floor(split_begin * n), floor(split_end * n))
+  // of the stream's n tokens; 0 <= split_begin < split_end <= 1.
+  double split_begin = 0.0;
+  double split_end = 1.0;
 };
 
 struct DataSpec {
@@ -100,6 +121,9 @@ struct OptimizerSpec {
   double momentum = 0.0;   // sgd
   bool nesterov = false;   // sgd
   double weight_decay = 0.0;
+  // false: decay only parameters of 2 or more dimensions (weights and
+  // embeddings, not biases or LayerNorm), as nanoGPT and llm.c do.
+  bool decay_all = false;
   double beta1 = 0.9;      // adamw
   double beta2 = 0.999;    // adamw
   double eps = 1e-8;       // adamw

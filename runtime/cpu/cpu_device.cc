@@ -318,7 +318,7 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
       h.beta1 = o.beta1;
       h.beta2 = o.beta2;
       h.eps = o.eps;
-      h.weight_decay = o.weight_decay;
+      h.weight_decay = k.weight_decay ? o.weight_decay : 0.0;
       h.step = step.step;
       cpu::AdamW(h, k.x[0], k.rows, k.y[0], k.state[0], k.state[1]);
       break;
@@ -328,12 +328,49 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
       cpu::SgdParams h;
       h.lr = step.lr;
       h.momentum = o.momentum;
-      h.weight_decay = o.weight_decay;
+      h.weight_decay = k.weight_decay ? o.weight_decay : 0.0;
       h.nesterov = o.nesterov;
       h.step = step.step;
       cpu::Sgd(h, k.x[0], k.rows, k.y[0], k.state[0]);
       break;
     }
+    case Op::kGeluTanh:
+      cpu::GeluTanh(k.x[0], k.rows, k.y[0]);
+      break;
+    case Op::kGeluTanhGrad:
+      cpu::GeluTanhGrad(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
+      break;
+    case Op::kSoftmax:
+      cpu::Softmax(k.x[0], k.rows, k.in, k.y[0]);
+      break;
+    case Op::kSoftmaxGrad:
+      cpu::SoftmaxGrad(k.x[0], k.x[1], k.rows, k.in, k.accumulate, k.y[0]);
+      break;
+    case Op::kEmbedding:
+      // x[0] is the ids buffer, passed as `labels` since it holds int32.
+      if (!cpu::Embedding(k.labels, k.x[1], k.rows, k.in, k.out, k.y[0])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cpu: ", instr.label, ": a token id is outside [0, ", k.in, ")"));
+      }
+      break;
+    case Op::kEmbeddingGrad:
+      cpu::EmbeddingGrad(k.x[0], k.labels, k.rows, k.in, k.out, k.accumulate,
+                         k.y[0]);
+      break;
+    case Op::kPositionEmbedding:
+      cpu::PositionEmbedding(k.x[0], k.rows, k.in, k.out, k.y[0]);
+      break;
+    case Op::kPositionEmbeddingGrad:
+      cpu::PositionEmbeddingGrad(k.x[0], k.rows, k.in, k.out, k.accumulate,
+                                 k.y[0]);
+      break;
+    case Op::kAttention:
+      cpu::Attention(k.x[0], k.rows, k.in, k.out, k.heads, k.y[0], k.y[1]);
+      break;
+    case Op::kAttentionGrad:
+      cpu::AttentionGrad(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.heads,
+                         k.accumulate, k.y[0], k.y[1]);
+      break;
   }
   return absl::OkStatus();
 }

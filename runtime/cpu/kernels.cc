@@ -291,6 +291,237 @@ void MseGrad(const float* __restrict pred, const float* __restrict target,
   }
 }
 
+// ---- Transformer ops ------------------------------------------------------
+
+namespace {
+
+// sqrt(2 / pi) and the cubic coefficient of GPT-2's GELU.
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluCubic = 0.044715f;
+
+// y[0, n) = softmax(x[0, n)) with the max subtracted, so no exp overflows
+// whatever the logits. The sum is kept in double: attention rows are as long
+// as the context (1024 for GPT-2) and this costs nothing next to the exp.
+// y may be x.
+inline void SoftmaxRow(const float* x, int64_t n, float* y) {
+  float mx = x[0];
+  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, x[j]);
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    y[j] = std::exp(x[j] - mx);
+    sum += y[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+}
+
+// Attention works on the causal triangle in square blocks of this many rows
+// (or columns): a block of rows [i0, i1) only ever needs keys [0, i1), so
+// each product skips what the mask would zero (about half of T x T) for the
+// price of T / kAttentionBlock BLAS calls instead of one. Every pass uses
+// the same block grid, which is what makes the zeros written inside the
+// diagonal blocks sufficient (see AttentionGrad).
+constexpr int64_t kAttentionBlock = 64;
+
+}  // namespace
+
+void GeluTanh(const float* __restrict x, int64_t n, float* __restrict y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float inner = kSqrt2OverPi * (x[i] + kGeluCubic * x[i] * x[i] * x[i]);
+    y[i] = 0.5f * x[i] * (1.0f + std::tanh(inner));
+  }
+}
+
+void GeluTanhGrad(const float* __restrict dy, const float* __restrict x,
+                  int64_t n, bool accumulate, float* __restrict dx) {
+  // d/dx [x/2 (1 + tanh(u))] = (1 + tanh u)/2 + x/2 (1 - tanh^2 u) u',
+  // u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2); PyTorch's own factoring.
+  for (int64_t i = 0; i < n; ++i) {
+    const float x2 = x[i] * x[i];
+    const float t = std::tanh(kSqrt2OverPi * (x[i] + kGeluCubic * x2 * x[i]));
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x2);
+    const float g =
+        dy[i] * (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * du);
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
+void Softmax(const float* x, int64_t rows, int64_t n, float* y) {
+  if (n == 0) return;
+  for (int64_t r = 0; r < rows; ++r) SoftmaxRow(x + r * n, n, y + r * n);
+}
+
+TRAINC_SIMD_CLONES
+void SoftmaxGrad(const float* dy, const float* y, int64_t rows, int64_t n,
+                 bool accumulate, float* __restrict dx) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict dyr = dy + r * n;
+    const float* __restrict yr = y + r * n;
+    float* __restrict dxr = dx + r * n;
+    double dot = 0.0;
+    for (int64_t j = 0; j < n; ++j) dot += static_cast<double>(dyr[j]) * yr[j];
+    const float d = static_cast<float>(dot);
+    if (accumulate) {
+      for (int64_t j = 0; j < n; ++j) dxr[j] += yr[j] * (dyr[j] - d);
+    } else {
+      for (int64_t j = 0; j < n; ++j) dxr[j] = yr[j] * (dyr[j] - d);
+    }
+  }
+}
+
+bool Embedding(const int32_t* ids, const float* table, int64_t rows,
+               int64_t vocab, int64_t dim, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t id = ids[r];
+    if (id < 0 || id >= vocab) return false;
+    std::memcpy(y + r * dim, table + id * dim, dim * sizeof(float));
+  }
+  return true;
+}
+
+TRAINC_SIMD_CLONES
+void EmbeddingGrad(const float* dy, const int32_t* ids, int64_t rows,
+                   int64_t vocab, int64_t dim, bool accumulate,
+                   float* __restrict dtable) {
+  // One pass in row order: a token repeated in the batch always has its
+  // rows added in the same order, so the result is fixed bit for bit (a
+  // parallel or atomic scatter would not be).
+  if (!accumulate) std::fill(dtable, dtable + vocab * dim, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict dyr = dy + r * dim;
+    float* __restrict dt = dtable + static_cast<int64_t>(ids[r]) * dim;
+    for (int64_t j = 0; j < dim; ++j) dt[j] += dyr[j];
+  }
+}
+
+void PositionEmbedding(const float* table, int64_t batch, int64_t positions,
+                       int64_t dim, float* y) {
+  const int64_t count = positions * dim;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::memcpy(y + b * count, table, count * sizeof(float));
+  }
+}
+
+TRAINC_SIMD_CLONES
+void PositionEmbeddingGrad(const float* dy, int64_t batch, int64_t positions,
+                           int64_t dim, bool accumulate,
+                           float* __restrict dtable) {
+  // The batch sum is formed first, in increasing b, and then stored, so
+  // accumulate adds exactly that sum (as torch's sum-then-accumulate does).
+  // A chunk at a time keeps the partial sums in registers / L1 and every
+  // inner loop a contiguous vector loop.
+  constexpr int64_t kChunk = 256;
+  const int64_t count = positions * dim;
+  float sum[kChunk];
+  for (int64_t c0 = 0; c0 < count; c0 += kChunk) {
+    const int64_t len = std::min(kChunk, count - c0);
+    if (batch == 0) {
+      std::fill(sum, sum + len, 0.0f);
+    } else {
+      std::memcpy(sum, dy + c0, len * sizeof(float));
+    }
+    for (int64_t b = 1; b < batch; ++b) {
+      const float* __restrict s = dy + b * count + c0;
+      for (int64_t i = 0; i < len; ++i) sum[i] += s[i];
+    }
+    Store(sum, len, accumulate, dtable + c0);
+  }
+}
+
+void Attention(const float* qkv, int64_t batch, int64_t seq, int64_t dim,
+               int64_t heads, float* y, float* probs) {
+  const int64_t T = seq, C = dim, hs = dim / heads, ld = 3 * dim;
+  const float scale =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      // q, k, v of this (b, h) read in place: row t of q is at q + t * 3C.
+      const float* q = qkv + b * T * ld + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* p = probs + (b * heads + h) * T * T;
+      float* yh = y + b * T * C + h * hs;
+      for (int64_t i0 = 0; i0 < T; i0 += kAttentionBlock) {
+        const int64_t i1 = std::min(T, i0 + kAttentionBlock);
+        float* pb = p + i0 * T;
+        // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs,
+                    scale, q + i0 * ld, ld, k, ld, 0.0f, pb, T);
+        for (int64_t i = i0; i < i1; ++i) {
+          float* pr = p + i * T;
+          SoftmaxRow(pr, i + 1, pr);
+          // The mask: exact zeros, which the backward and the P V below
+          // rely on (they read up to column i1 - 1 of row i).
+          std::fill(pr + i + 1, pr + T, 0.0f);
+        }
+        // Y[i0:i1] = P[i0:i1, 0:i1] V[0:i1], written into y's head columns.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1,
+                    1.0f, pb, T, v, ld, 0.0f, yh + i0 * C, C);
+      }
+    }
+  }
+}
+
+void AttentionGrad(const float* dy, const float* qkv, const float* probs,
+                   int64_t batch, int64_t seq, int64_t dim, int64_t heads,
+                   bool accumulate, float* dqkv, float* scratch) {
+  const int64_t T = seq, C = dim, hs = dim / heads, ld = 3 * dim;
+  const float scale =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
+  // beta 0 makes BLAS overwrite (it never reads C then, so stale NaNs in the
+  // gradient buffer do not leak in); beta 1 accumulates.
+  const float beta = accumulate ? 1.0f : 0.0f;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* q = qkv + b * T * ld + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      const float* p = probs + (b * heads + h) * T * T;
+      const float* dyh = dy + b * T * C + h * hs;
+      float* dq = dqkv + b * T * ld + h * hs;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      float* ds = scratch + (b * heads + h) * T * T;
+      // Row blocks: dP = dY V^T on the triangle, then in place
+      // dS = P * (dP - rowsum(dP * P)) * scale, then dQ = dS K.
+      for (int64_t i0 = 0; i0 < T; i0 += kAttentionBlock) {
+        const int64_t i1 = std::min(T, i0 + kAttentionBlock);
+        float* dsb = ds + i0 * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs,
+                    1.0f, dyh + i0 * C, C, v, ld, 0.0f, dsb, T);
+        for (int64_t i = i0; i < i1; ++i) {
+          const float* pr = p + i * T;
+          float* dsr = ds + i * T;
+          double dot = 0.0;
+          for (int64_t j = 0; j <= i; ++j) {
+            dot += static_cast<double>(dsr[j]) * pr[j];
+          }
+          const float d = static_cast<float>(dot);
+          for (int64_t j = 0; j <= i; ++j) {
+            dsr[j] = pr[j] * (dsr[j] - d) * scale;
+          }
+          // Above the diagonal inside this block: read by dQ and dK below,
+          // and must be the mask's zeros rather than dY V^T.
+          std::fill(dsr + i + 1, dsr + i1, 0.0f);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1,
+                    1.0f, dsb, T, k, ld, beta, dq + i0 * ld, ld);
+      }
+      // Column blocks: key j only receives from queries i >= j, so block
+      // [j0, j1) sums over rows [j0, T): dV = P^T dY and dK = dS^T Q.
+      for (int64_t j0 = 0; j0 < T; j0 += kAttentionBlock) {
+        const int64_t j1 = std::min(T, j0 + kAttentionBlock);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, hs,
+                    T - j0, 1.0f, p + j0 * T + j0, T, dyh + j0 * C, C, beta,
+                    dv + j0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, hs,
+                    T - j0, 1.0f, ds + j0 * T + j0, T, q + j0 * ld, ld, beta,
+                    dk + j0 * ld, ld);
+      }
+    }
+  }
+}
+
 TRAINC_SIMD_CLONES
 void OrderedSum(const float* src, int64_t n, int64_t count, float* dst) {
   // k outer, i inner: a vector loop per slot, and the additions for each i

@@ -81,6 +81,56 @@ void Mse(const float* pred, const float* target, int64_t rows, int64_t n,
 void MseGrad(const float* pred, const float* target, int64_t rows, int64_t n,
              float scale, bool accumulate, float* dpred);
 
+// ---- Transformer ops ------------------------------------------------------
+
+// GELU, tanh approximation (GPT-2; PyTorch's approximate="tanh"):
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void GeluTanh(const float* x, int64_t n, float* y);
+// dx (+)= dy * d/dx gelu_tanh(x), x the op's input.
+void GeluTanhGrad(const float* dy, const float* x, int64_t n, bool accumulate,
+                  float* dx);
+
+// y[r, :] = softmax(x[r, :]) over `n` columns (max-subtracted).
+void Softmax(const float* x, int64_t rows, int64_t n, float* y);
+// dx (+)= y * (dy - sum_j dy_j y_j), per row; y the softmax's output.
+void SoftmaxGrad(const float* dy, const float* y, int64_t rows, int64_t n,
+                 bool accumulate, float* dx);
+
+// y[r, :] = table[ids[r], :] for table[vocab, dim]. Returns false (y
+// unspecified) if an id is outside [0, vocab).
+bool Embedding(const int32_t* ids, const float* table, int64_t rows,
+               int64_t vocab, int64_t dim, float* y);
+// dtable (+)= scatter-add of dy rows at ids, rows in increasing order
+// (bit-reproducible): with accumulate each row is added into dtable in
+// turn. Ids are assumed checked by the forward.
+void EmbeddingGrad(const float* dy, const int32_t* ids, int64_t rows,
+                   int64_t vocab, int64_t dim, bool accumulate,
+                   float* dtable);
+
+// y[b, t, :] = table[t, :] for b < batch: table[positions, dim].
+void PositionEmbedding(const float* table, int64_t batch, int64_t positions,
+                       int64_t dim, float* y);
+// dtable (+)= sum over b (in increasing order) of dy[b]; the sum is formed
+// first, then stored or added.
+void PositionEmbeddingGrad(const float* dy, int64_t batch, int64_t positions,
+                           int64_t dim, bool accumulate, float* dtable);
+
+// Causal multi-head self-attention, as GPT-2 / nanoGPT:
+// qkv[B, T, 3C] holds q | k | v along the last axis; head h of q is columns
+// [h*hs, (h+1)*hs) of the q part (hs = C / heads), i.e. view(B,T,H,hs).
+// probs[b, h, i, j] = softmax_j<=i(q_i . k_j / sqrt(hs)) (0 for j > i);
+// y[b, t, h*hs + d] = sum_j probs[b, h, t, j] v_j[h*hs + d].
+// Matrix products through OpenBLAS, batched over (b, h), reading q, k, v
+// in place and skipping the blocks above the diagonal. heads divides dim.
+void Attention(const float* qkv, int64_t batch, int64_t seq, int64_t dim,
+               int64_t heads, float* y, float* probs);
+// dqkv (+)= gradient of the above w.r.t. qkv given dy[B, T, C] and the
+// forward's probs; `scratch` holds batch * heads * seq * seq floats
+// (working space: dS on each (b, h)'s triangle; prior contents never read).
+void AttentionGrad(const float* dy, const float* qkv, const float* probs,
+                   int64_t batch, int64_t seq, int64_t dim, int64_t heads,
+                   bool accumulate, float* dqkv, float* scratch);
+
 // dst[i] = sum over k in [0, n) of src[k * count + i], k in increasing order
 // (bit-reproducible). dst may be src itself (slot 0), nothing else of src.
 void OrderedSum(const float* src, int64_t n, int64_t count, float* dst);

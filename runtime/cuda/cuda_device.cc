@@ -159,6 +159,20 @@ class CudaDeviceImpl final : public CudaDevice {
                     int64_t n, int64_t k, const float* a, int64_t lda,
                     const float* b, int64_t ldb, float beta, float* c,
                     int64_t ldc);
+  // One product per (batch, head) of an attention instruction, as
+  // strided-batched cuBLAS calls (see HeadGemms).
+  struct HeadStrides {
+    int64_t batch;  // elements from batch element b to b + 1
+    int64_t head;   // elements from head h to h + 1
+  };
+  absl::Status HeadGemms(const Kernel& k, cublasOperation_t ta,
+                         cublasOperation_t tb, int64_t m, int64_t n,
+                         int64_t depth, const float* a, int64_t lda,
+                         HeadStrides sa, const float* b, int64_t ldb,
+                         HeadStrides sb, float beta, float* c, int64_t ldc,
+                         HeadStrides sc);
+  absl::Status RunAttention(const Kernel& k);
+  absl::Status RunAttentionGrad(const Kernel& k);
   absl::StatusOr<cudaEvent_t> TimingEvent();
   // Reports (report) or drops the timed work of the step, and returns its
   // events to the pool either way.
@@ -179,6 +193,7 @@ class CudaDeviceImpl final : public CudaDevice {
   float* kernel_scratch_ = nullptr;  // reductions' partial sums
   int64_t kernel_scratch_floats_ = 0;
   int* device_error_ = nullptr;  // kernels' error bits (kernels.h)
+  // [0]: with weight decay; [1]: without (buckets of vectors).
   OptimizerStepScalars* device_scalars_ = nullptr;
   bool scalars_valid_ = false;
   StepState scalars_state_;
@@ -266,7 +281,7 @@ absl::Status CudaDeviceImpl::Init() {
   CUDA_RETURN_IF_ERROR(cudaMalloc(&device_error_, sizeof(int)));
   RETURN_IF_ERROR(Zero(device_error_, sizeof(int)));
   CUDA_RETURN_IF_ERROR(
-      cudaMalloc(&device_scalars_, sizeof(OptimizerStepScalars)));
+      cudaMalloc(&device_scalars_, 2 * sizeof(OptimizerStepScalars)));
   for (Staging& s : staging_) {
     CUDA_RETURN_IF_ERROR(
         cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
@@ -611,6 +626,103 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
   return absl::OkStatus();
 }
 
+// The (b, h) products of attention, B x H of them, as min(B, H)
+// strided-batched calls: with B <= H one call per batch element batched
+// over its heads, else one per head batched over the batch. Either way
+// every operand of (b, h) lies at base + b * batch + h * head elements,
+// affine in the batched index, so no pointer arrays are needed (and the
+// calls are capturable). Heads of one call interleave in qkv and y (head
+// stride hs with leading dimension 3C or C) but never overlap.
+absl::Status CudaDeviceImpl::HeadGemms(const Kernel& k, cublasOperation_t ta,
+                                       cublasOperation_t tb, int64_t m,
+                                       int64_t n, int64_t depth,
+                                       const float* a, int64_t lda,
+                                       HeadStrides sa, const float* b,
+                                       int64_t ldb, HeadStrides sb, float beta,
+                                       float* c, int64_t ldc, HeadStrides sc) {
+  const bool per_batch = k.rows <= k.heads;
+  const int64_t calls = per_batch ? k.rows : k.heads;
+  const int count = static_cast<int>(per_batch ? k.heads : k.rows);
+  auto call_step = [&](HeadStrides s) { return per_batch ? s.batch : s.head; };
+  auto batch_stride = [&](HeadStrides s) {
+    return static_cast<long long>(per_batch ? s.head : s.batch);
+  };
+  const float alpha = 1.0f;
+  const cublasComputeType_t compute =
+      tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  for (int64_t i = 0; i < calls; ++i) {
+    CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
+        static_cast<int>(depth), &alpha, a + i * call_step(sa), CUDA_R_32F,
+        static_cast<int>(lda), batch_stride(sa), b + i * call_step(sb),
+        CUDA_R_32F, static_cast<int>(ldb), batch_stride(sb), &beta,
+        c + i * call_step(sc), CUDA_R_32F, static_cast<int>(ldc),
+        batch_stride(sc), count, compute, CUBLAS_GEMM_DEFAULT));
+  }
+  return absl::OkStatus();
+}
+
+// 1 / sqrt(hs), formed in double and rounded once (as the CPU does).
+float AttentionScale(int64_t head_size) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_size)));
+}
+
+// Causal self-attention (cpu/kernels.h) with B = rows, T = in, C = out,
+// H = heads, hs = C / H. Per (b, h), row-major Q, K, V [T, hs] are columns
+// of qkv[b] (ld 3C), i.e. column-major Q', K', V' [hs, T]; a row-major
+// [T, T] matrix M is the column-major M' = M^T (ld T). Hence
+//   S = Q K^T  is  S' = K'^T Q'     P = causal_softmax(S / sqrt(hs))
+//   Y = P V    is  Y' = V' P'       (Y' [hs, T] inside y[b], ld C)
+absl::Status CudaDeviceImpl::RunAttention(const Kernel& k) {
+  const int64_t B = k.rows, T = k.in, C = k.out, H = k.heads, hs = C / H;
+  const HeadStrides qkv{T * 3 * C, hs}, yv{T * C, hs}, att{H * T * T, T * T};
+  const float* q = k.x[0];
+  const float* key = q + C;
+  const float* v = q + 2 * C;
+  float* y = k.y[0];
+  float* probs = k.y[1];
+  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, key, 3 * C,
+                            qkv, q, 3 * C, qkv, 0.0f, probs, T, att));
+  const float scale = AttentionScale(hs);
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchCausalSoftmax(probs, B * H * T, T, scale, compute_));
+  return HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, v, 3 * C, qkv, probs,
+                   T, att, 0.0f, y, C, yv);
+}
+
+// The gradient, in the layout of RunAttention, with dS in the scratch:
+//   dP = dY V^T   is  dP' = V'^T dY'
+//   dV = P^T dY   is  dV' = dY' P'^T
+//   dS = P * (dP - rowsum(dP * P)) / sqrt(hs)   (in place over dP)
+//   dQ = dS K     is  dQ' = K' dS'
+//   dK = dS^T Q   is  dK' = Q' dS'^T
+// dq, dk, dv are the three column blocks of dqkv: beta = 1 accumulates.
+absl::Status CudaDeviceImpl::RunAttentionGrad(const Kernel& k) {
+  const int64_t B = k.rows, T = k.in, C = k.out, H = k.heads, hs = C / H;
+  const HeadStrides qkv{T * 3 * C, hs}, yv{T * C, hs}, att{H * T * T, T * T};
+  const float* dy = k.x[0];
+  const float* q = k.x[1];
+  const float* key = q + C;
+  const float* v = q + 2 * C;
+  const float* probs = k.x[2];
+  float* dq = k.y[0];
+  float* dk = dq + C;
+  float* dv = dq + 2 * C;
+  float* ds = k.y[1];
+  const float beta = k.accumulate ? 1.0f : 0.0f;
+  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, v, 3 * C,
+                            qkv, dy, C, yv, 0.0f, ds, T, att));
+  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, dy, C, yv,
+                            probs, T, att, beta, dv, 3 * C, qkv));
+  const float scale = AttentionScale(hs);
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchCausalSoftmaxGrad(probs, ds, B * H * T, T, scale, compute_));
+  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, key, 3 * C,
+                            qkv, ds, T, att, beta, dq, 3 * C, qkv));
+  return HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, q, 3 * C, qkv, ds, T,
+                   att, beta, dk, 3 * C, qkv);
+}
+
 absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   if (arena_ == nullptr) {
     return absl::FailedPreconditionError(name_ + ": Prepare before AllocateArena");
@@ -656,6 +768,34 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
       case Op::kCrossEntropy:
       case Op::kMse:
         scratch_floats = std::max(scratch_floats, k.rows);
+        break;
+      case Op::kEmbeddingGrad: {
+        // cub's radix sort counts items (and the sort keys hold ids) in int.
+        if (k.rows > INT32_MAX || k.in > INT32_MAX - 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              name_, ": instruction ", i, " (", instr.op, " \"", instr.label,
+              "\"): more ids or a larger vocabulary than int32 holds"));
+        }
+        size_t bytes = 0;
+        CUDA_RETURN_IF_ERROR(
+            cuda::EmbeddingGradScratchBytes(k.rows, k.in, &bytes));
+        scratch_floats = std::max(
+            scratch_floats, static_cast<int64_t>((bytes + 3) / 4));
+        break;
+      }
+      case Op::kAttention:
+      case Op::kAttentionGrad:
+        if (k.heads <= 0 || k.out % k.heads != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              name_, ": instruction ", i, " (", instr.op, " \"", instr.label,
+              "\"): width ", k.out, " is not a multiple of heads ", k.heads));
+        }
+        if (k.in > INT32_MAX || 3 * k.out > INT32_MAX ||
+            std::max(k.rows, k.heads) > INT32_MAX) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              name_, ": instruction ", i, " (", instr.op, " \"", instr.label,
+              "\"): matrix dimension beyond cuBLAS's int range"));
+        }
         break;
       default:
         break;
@@ -706,7 +846,9 @@ absl::Status CudaDeviceImpl::UploadStepScalars(const Plan& plan,
   s.bias_correction2_sqrt =
       static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, t)));
   s.first_step = state.step <= 1 ? 1 : 0;
-  RETURN_IF_ERROR(StagedCopy(device_scalars_, &s, sizeof(s)));
+  OptimizerStepScalars both[2] = {s, s};
+  both[1].adamw_decay = 1.0f;  // 1 - lr * 0
+  RETURN_IF_ERROR(StagedCopy(device_scalars_, both, sizeof(both)));
   scalars_valid_ = true;
   scalars_state_ = state;
   return absl::OkStatus();
@@ -814,6 +956,44 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
       err = cuda::LaunchMseGrad(k.x[0], k.x[1], k.rows, k.in, k.scalar,
                                 k.y[0], k.accumulate, s);
       break;
+    case Op::kGeluTanh:
+      err = cuda::LaunchGeluTanh(k.x[0], k.y[0], k.rows, s);
+      break;
+    case Op::kGeluTanhGrad:
+      err = cuda::LaunchGeluTanhGrad(k.x[0], k.x[1], k.y[0], k.rows,
+                                     k.accumulate, s);
+      break;
+    case Op::kSoftmax:
+      err = cuda::LaunchSoftmax(k.x[0], k.y[0], k.rows, k.in, s);
+      break;
+    case Op::kSoftmaxGrad:
+      err = cuda::LaunchSoftmaxGrad(k.x[0], k.x[1], k.y[0], k.rows, k.in,
+                                    k.accumulate, s);
+      break;
+    case Op::kEmbedding:
+      err = cuda::LaunchEmbedding(k.labels, k.x[1], k.y[0], k.rows, k.in,
+                                  k.out, device_error_, s);
+      break;
+    case Op::kEmbeddingGrad:
+      err = cuda::LaunchEmbeddingGrad(
+          k.x[0], k.labels, k.y[0], k.rows, k.in, k.out, k.accumulate,
+          kernel_scratch_, static_cast<size_t>(kernel_scratch_floats_) * 4, s);
+      break;
+    case Op::kPositionEmbedding:
+      err = cuda::LaunchPositionEmbedding(k.x[0], k.y[0], k.rows, k.in, k.out,
+                                          s);
+      break;
+    case Op::kPositionEmbeddingGrad:
+      err = cuda::LaunchPositionEmbeddingGrad(k.x[0], k.y[0], k.rows, k.in,
+                                              k.out, k.accumulate, s);
+      break;
+    case Op::kAttention:
+    case Op::kAttentionGrad: {
+      absl::Status status =
+          k.op == Op::kAttention ? RunAttention(k) : RunAttentionGrad(k);
+      if (!status.ok()) return Fail(status);
+      break;
+    }
     case Op::kAdamW:
     case Op::kSgd: {
       // In a capture the scalars are uploaded by ReplayCapture instead, so
@@ -825,11 +1005,13 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
       const OptimizerConfig& o = plan.optimizer;
       if (k.op == Op::kAdamW) {
         err = cuda::LaunchAdamW(k.y[0], k.x[0], k.state[0], k.state[1], k.rows,
-                                device_scalars_, o.beta1, o.beta2, o.eps, s);
+                                device_scalars_ + (k.weight_decay ? 0 : 1),
+                                o.beta1, o.beta2, o.eps, s);
       } else {
         err = cuda::LaunchSgd(k.y[0], k.x[0], k.state[0], k.rows,
                               device_scalars_, static_cast<float>(o.momentum),
-                              static_cast<float>(o.weight_decay), o.nesterov,
+                              k.weight_decay ? static_cast<float>(o.weight_decay) : 0.0f,
+                              o.nesterov,
                               s);
       }
       break;
@@ -992,6 +1174,10 @@ absl::Status CudaDeviceImpl::Synchronize() {
     if (error_bits & cuda::kErrorLabelOutOfRange) {
       (void)Fail(absl::InvalidArgumentError(
           name_ + ": cross_entropy: a label is outside [0, classes)"));
+    }
+    if (error_bits & cuda::kErrorTokenOutOfRange) {
+      (void)Fail(absl::InvalidArgumentError(
+          name_ + ": embedding: a token id is outside [0, vocab)"));
     }
   }
   // After a failed step its times are meaningless (and some work may never

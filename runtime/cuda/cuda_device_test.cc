@@ -12,7 +12,9 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -128,23 +130,36 @@ double RelErr(const Plan& plan, int id, const std::vector<char>& gpu,
   return diff / scale;
 }
 
-// Runs `plan` on both devices and checks every output of every instruction.
-void ExpectMatchesCpu(const Plan& plan, double tol, int classes = 0,
-                      StepState state = {}, int steps = 1) {
+// Runs `plan` on both devices and checks every output of every instruction
+// except the buffers in `unchecked` (scratch whose contents are each
+// backend's own). The GPU's final arena goes to *gpu_arena if given.
+void ExpectMatchesCpuExcept(const Plan& plan, double tol, int classes,
+                            const std::set<int>& unchecked,
+                            std::vector<char>* gpu_arena = nullptr,
+                            StepState state = {}, int steps = 1) {
   const std::vector<char> init = RandomArena(plan, classes, 1234);
   CpuDevice cpu;
   std::vector<char> want, got;
-  ASSERT_TRUE(RunOn(cpu, plan, init, state, steps, &want).ok());
+  absl::Status s = RunOn(cpu, plan, init, state, steps, &want);
+  ASSERT_TRUE(s.ok()) << s;
   auto cuda = CreateCudaDevice(0);
   ASSERT_TRUE(cuda.ok()) << cuda.status();
-  absl::Status s = RunOn(**cuda, plan, init, state, steps, &got);
+  s = RunOn(**cuda, plan, init, state, steps, &got);
   ASSERT_TRUE(s.ok()) << s;
   for (const Instruction& instr : plan.instructions) {
     for (int id : instr.outputs) {
+      if (unchecked.count(id) != 0) continue;
       EXPECT_LE(RelErr(plan, id, got, want), tol)
           << instr.op << " output " << plan.buffers[id].name;
     }
   }
+  if (gpu_arena != nullptr) *gpu_arena = std::move(got);
+}
+
+// Runs `plan` on both devices and checks every output of every instruction.
+void ExpectMatchesCpu(const Plan& plan, double tol, int classes = 0,
+                      StepState state = {}, int steps = 1) {
+  ExpectMatchesCpuExcept(plan, tol, classes, {}, nullptr, state, steps);
 }
 
 constexpr int64_t B = 48, IN = 96, OUT = 40;
@@ -353,6 +368,250 @@ TEST(CudaDeviceTest, Mse) {
   p.Instr("mse", {pred, target}, {loss});
   p.Instr("mse_grad", {pred, target}, {dpred}, {{"scale", 1.0 / 64}});
   ExpectMatchesCpu(p.plan, kFp32Tol);
+}
+
+// ---- Transformer ops -------------------------------------------------------
+
+TEST(CudaDeviceTest, GeluTanh) {
+  SKIP_WITHOUT_GPU();
+  for (double acc : {0.0, 1.0}) {
+    PlanBuilder p;
+    int x = p.Add("x", {B, OUT});
+    int y = p.Add("y", {B, OUT});
+    int dy = p.Add("dy", {B, OUT});
+    int dx = p.Add("dx", {B, OUT});
+    p.Instr("gelu_tanh", {x}, {y});
+    p.Instr("gelu_tanh_grad", {dy, x}, {dx}, {{"accumulate", acc}});
+    SCOPED_TRACE(absl::StrCat("acc=", acc));
+    ExpectMatchesCpu(p.plan, kFp32Tol);
+  }
+}
+
+// Row lengths below, at and well above a warp's width.
+TEST(CudaDeviceTest, Softmax) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t n : {7, 32, 1000}) {
+    for (double acc : {0.0, 1.0}) {
+      PlanBuilder p;
+      int x = p.Add("x", {B, n});
+      int y = p.Add("y", {B, n});
+      int dy = p.Add("dy", {B, n});
+      int dx = p.Add("dx", {B, n});
+      p.Instr("softmax", {x}, {y});
+      p.Instr("softmax_grad", {dy, y}, {dx}, {{"accumulate", acc}});
+      SCOPED_TRACE(absl::StrCat("n=", n, " acc=", acc));
+      ExpectMatchesCpu(p.plan, kFp32Tol);
+    }
+  }
+}
+
+// ids i32[rows] in [0, vocab) with rows >> vocab, so every id repeats and
+// the gradient adds many rows into one table row.
+Plan EmbeddingPlan(int64_t rows, int64_t vocab, int64_t dim, double acc) {
+  PlanBuilder p;
+  int ids = p.Add("ids", {rows}, DType::kI32, BufferKind::kInput);
+  int table = p.Add("table", {vocab, dim}, DType::kF32,
+                    BufferKind::kParameter);
+  int y = p.Add("y", {rows, dim});
+  int dy = p.Add("dy", {rows, dim});
+  int dtable = p.Add("dtable", {vocab, dim});
+  p.Instr("embedding", {ids, table}, {y});
+  p.Instr("embedding_grad", {dy, ids}, {dtable}, {{"accumulate", acc}});
+  return p.plan;
+}
+
+TEST(CudaDeviceTest, Embedding) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t dim : {7, 64, 100}) {
+    for (double acc : {0.0, 1.0}) {
+      constexpr int64_t kVocab = 50;
+      SCOPED_TRACE(absl::StrCat("dim=", dim, " acc=", acc));
+      ExpectMatchesCpu(EmbeddingPlan(300, kVocab, dim, acc), kFp32Tol,
+                       static_cast<int>(kVocab));
+    }
+  }
+}
+
+// No float atomics: two runs give the same bits, with long runs of one id
+// (3000 rows over 5 ids) and ids absent from the batch (vocab 64).
+TEST(CudaDeviceTest, EmbeddingGradIsBitReproducible) {
+  SKIP_WITHOUT_GPU();
+  const Plan plan = EmbeddingPlan(3000, 64, 48, 1.0);
+  const std::vector<char> init = RandomArena(plan, 5, 99);
+  std::vector<char> first, second;
+  for (std::vector<char>* out : {&first, &second}) {
+    auto cuda = CreateCudaDevice(0);
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    absl::Status s = RunOn(**cuda, plan, init, {}, 2, out);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(first, second);
+}
+
+TEST(CudaDeviceTest, EmbeddingBadIdFailsAtSynchronize) {
+  SKIP_WITHOUT_GPU();
+  PlanBuilder p;
+  int ids = p.Add("ids", {4}, DType::kI32, BufferKind::kInput);
+  int table = p.Add("table", {3, 8});
+  int y = p.Add("y", {4, 8});
+  p.Instr("embedding", {ids, table}, {y});
+  auto cuda = CreateCudaDevice(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  Device& d = **cuda;
+  ASSERT_TRUE(d.AllocateArena(p.plan.arena_bytes).ok());
+  absl::Status s = d.Prepare(p.plan);
+  ASSERT_TRUE(s.ok()) << s;
+  const int32_t bad[4] = {0, 2, -1, 1};  // -1 is outside [0, 3)
+  ASSERT_TRUE(d.Upload(p.plan.buffers[ids].offset, bad, 16).ok());
+  ASSERT_TRUE(d.RunKernel(p.plan, p.plan.instructions[0], {}).ok());
+  s = d.Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("token id"), std::string::npos) << s;
+}
+
+TEST(CudaDeviceTest, PositionEmbedding) {
+  SKIP_WITHOUT_GPU();
+  for (double acc : {0.0, 1.0}) {
+    constexpr int64_t kBatch = 5, kPositions = 16, kDim = 24;
+    PlanBuilder p;
+    int table = p.Add("table", {kPositions, kDim}, DType::kF32,
+                      BufferKind::kParameter);
+    int y = p.Add("y", {kBatch, kPositions, kDim});
+    int dy = p.Add("dy", {kBatch, kPositions, kDim});
+    int dtable = p.Add("dtable", {kPositions, kDim});
+    p.Instr("position_embedding", {table}, {y});
+    p.Instr("position_embedding_grad", {dy}, {dtable}, {{"accumulate", acc}});
+    SCOPED_TRACE(absl::StrCat("acc=", acc));
+    ExpectMatchesCpu(p.plan, kFp32Tol);
+  }
+}
+
+// Attention's gradient chains four products and a softmax gradient, each
+// adding up to T or hs terms: a little more rounding than one op.
+constexpr double kAttentionTol = 5e-5;
+
+struct AttentionShape {
+  int64_t batch, seq, width, heads;
+};
+
+// attention then attention_grad on its probabilities; returns the ids of
+// probs and of the gradient's scratch.
+Plan AttentionPlan(const AttentionShape& a, double acc, bool tf32,
+                   int* probs_id, int* scratch_id) {
+  const int64_t b = a.batch, T = a.seq, C = a.width, H = a.heads;
+  PlanBuilder p;
+  p.plan.tf32 = tf32;
+  int qkv = p.Add("qkv", {b, T, 3 * C});
+  int y = p.Add("y", {b, T, C});
+  int probs = p.Add("probs", {b, H, T, T});
+  int dy = p.Add("dy", {b, T, C});
+  int dqkv = p.Add("dqkv", {b, T, 3 * C});
+  int scratch = p.Add("scratch", {b, H, T, T});
+  const double heads = static_cast<double>(H);
+  p.Instr("attention", {qkv}, {y, probs}, {{"heads", heads}});
+  p.Instr("attention_grad", {dy, qkv, probs}, {dqkv, scratch},
+          {{"heads", heads}, {"accumulate", acc}});
+  *probs_id = probs;
+  *scratch_id = scratch;
+  return p.plan;
+}
+
+// Batch <= heads and batch > heads take the two batching directions of the
+// strided cuBLAS calls; seq 1 is the degenerate one-key row; the last shape
+// has rows longer than a warp.
+TEST(CudaDeviceTest, Attention) {
+  SKIP_WITHOUT_GPU();
+  for (const AttentionShape& a :
+       {AttentionShape{2, 16, 32, 4}, AttentionShape{5, 9, 12, 3},
+        AttentionShape{3, 1, 8, 2}, AttentionShape{2, 70, 48, 6}}) {
+    for (double acc : {0.0, 1.0}) {
+      int probs = 0, scratch = 0;
+      const Plan plan = AttentionPlan(a, acc, false, &probs, &scratch);
+      SCOPED_TRACE(absl::StrCat("B=", a.batch, " T=", a.seq, " C=", a.width,
+                                " H=", a.heads, " acc=", acc));
+      std::vector<char> gpu;
+      ExpectMatchesCpuExcept(plan, kAttentionTol, 0, {scratch}, &gpu);
+      if (gpu.empty()) continue;  // the comparison already failed
+      // The mask is exact: no probability above the diagonal, not a tiny one.
+      const float* p = reinterpret_cast<const float*>(
+          gpu.data() + plan.buffers[probs].offset);
+      const int64_t T = a.seq;
+      int64_t nonzero = 0;
+      for (int64_t bh = 0; bh < a.batch * a.heads; ++bh) {
+        for (int64_t i = 0; i < T; ++i) {
+          for (int64_t j = i + 1; j < T; ++j) {
+            if (p[(bh * T + i) * T + j] != 0.0f) ++nonzero;
+          }
+        }
+      }
+      EXPECT_EQ(nonzero, 0);
+    }
+  }
+}
+
+TEST(CudaDeviceTest, AttentionTf32) {
+  SKIP_WITHOUT_GPU();
+  int probs = 0, scratch = 0;
+  const Plan plan =
+      AttentionPlan({2, 16, 32, 4}, 1.0, true, &probs, &scratch);
+  ExpectMatchesCpuExcept(plan, kTf32Tol, 0, {scratch});
+}
+
+// The new ops in a captured graph (cub's sort and the gradient's memset,
+// strided cuBLAS calls): three replays give the bits of three eager steps.
+// The attention gradient accumulates, so each step changes the arena.
+TEST(CudaDeviceTest, TransformerOpsCaptureMatchesEager) {
+  SKIP_WITHOUT_GPU();
+  PlanBuilder p;
+  constexpr int64_t kRows = 200, kVocab = 30, kDim = 16;
+  int ids = p.Add("ids", {kRows}, DType::kI32, BufferKind::kInput);
+  int table = p.Add("table", {kVocab, kDim});
+  int emb = p.Add("emb", {kRows, kDim});
+  int demb = p.Add("demb", {kRows, kDim});
+  int dtable = p.Add("dtable", {kVocab, kDim});
+  p.Instr("embedding", {ids, table}, {emb});
+  p.Instr("embedding_grad", {demb, ids}, {dtable}, {{"accumulate", 0}});
+  const int64_t kB = 2, kT = 12, kC = 16, kH = 4;
+  int qkv = p.Add("qkv", {kB, kT, 3 * kC});
+  int y = p.Add("y", {kB, kT, kC});
+  int probs = p.Add("probs", {kB, kH, kT, kT});
+  int dy = p.Add("dy", {kB, kT, kC});
+  int dqkv = p.Add("dqkv", {kB, kT, 3 * kC});
+  int scratch = p.Add("scratch", {kB, kH, kT, kT});
+  p.Instr("attention", {qkv}, {y, probs}, {{"heads", kH}});
+  p.Instr("attention_grad", {dy, qkv, probs}, {dqkv, scratch},
+          {{"heads", kH}, {"accumulate", 1}});
+  const Plan& plan = p.plan;
+  const std::vector<char> init = RandomArena(plan, kVocab, 21);
+  auto run = [&](bool graph, std::vector<char>* out) -> absl::Status {
+    auto made = CreateCudaDevice(0);
+    if (!made.ok()) return made.status();
+    Device& d = **made;
+    absl::Status s;
+    if (!(s = d.AllocateArena(plan.arena_bytes)).ok()) return s;
+    if (!(s = d.Upload(0, init.data(), plan.arena_bytes)).ok()) return s;
+    if (!(s = d.Prepare(plan)).ok()) return s;
+    for (int step = 1; step <= 3; ++step) {
+      if (!graph || step == 1) {
+        if (graph && !(s = d.BeginCapture()).ok()) return s;
+        if (!(s = d.ResetEvents(0)).ok()) return s;
+        for (const Instruction& instr : plan.instructions) {
+          if (!(s = d.RunKernel(plan, instr, {})).ok()) return s;
+        }
+        if (graph && !(s = d.EndCapture()).ok()) return s;
+      }
+      if (graph && !(s = d.Replay({})).ok()) return s;
+      if (!(s = d.Synchronize()).ok()) return s;
+    }
+    out->assign(plan.arena_bytes, 0);
+    return d.Download(0, out->data(), plan.arena_bytes);
+  };
+  std::vector<char> eager, graph;
+  absl::Status s = run(false, &eager);
+  ASSERT_TRUE(s.ok()) << s;
+  s = run(true, &graph);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(eager, graph) << "replayed steps differ from eager ones";
 }
 
 // One bucket of 1000 parameters, stepped three times (bias corrections and

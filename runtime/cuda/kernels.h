@@ -1,7 +1,7 @@
 // Launchers for the CUDA backend's kernels, one .cu file per layer (llm.c
 // style): linear.cu, activation.cu, layernorm.cu, loss.cu, optimizer.cu,
-// elementwise.cu. Included by nvcc and by the host compiler, so it uses
-// only the CUDA runtime API types.
+// elementwise.cu, transformer.cu. Included by nvcc and by the host
+// compiler, so it uses only the CUDA runtime API types.
 //
 // Conventions. Tensors are row-major f32 (labels i32) device pointers.
 // `accumulate` selects out = v (false) or out += v (true), as the plan's
@@ -12,6 +12,7 @@
 #ifndef TRAINC_RUNTIME_CUDA_KERNELS_H_
 #define TRAINC_RUNTIME_CUDA_KERNELS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -21,6 +22,7 @@ namespace cuda {
 
 // Bits of the device-side error word (see CudaDevice::Synchronize).
 inline constexpr int kErrorLabelOutOfRange = 1;
+inline constexpr int kErrorTokenOutOfRange = 2;  // an embedding id
 
 // Scratch floats the column reductions need (bias, layernorm parameters).
 int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols);
@@ -95,6 +97,51 @@ cudaError_t LaunchMse(const float* pred, const float* target, int64_t rows,
 cudaError_t LaunchMseGrad(const float* pred, const float* target,
                           int64_t rows, int64_t cols, float scale,
                           float* dpred, bool accumulate, cudaStream_t s);
+
+// ---- transformer.cu ------------------------------------------------------
+// The same semantics as runtime/cpu/kernels.h (the CPU device is the
+// reference these are tested against).
+cudaError_t LaunchGeluTanh(const float* x, float* y, int64_t n,
+                           cudaStream_t s);
+cudaError_t LaunchGeluTanhGrad(const float* dy, const float* x, float* dx,
+                               int64_t n, bool accumulate, cudaStream_t s);
+cudaError_t LaunchSoftmax(const float* x, float* y, int64_t rows, int64_t n,
+                          cudaStream_t s);
+cudaError_t LaunchSoftmaxGrad(const float* dy, const float* y, float* dx,
+                              int64_t rows, int64_t n, bool accumulate,
+                              cudaStream_t s);
+// An id outside [0, vocab) sets kErrorTokenOutOfRange in *error.
+cudaError_t LaunchEmbedding(const int32_t* ids, const float* table, float* y,
+                            int64_t rows, int64_t vocab, int64_t dim,
+                            int* error, cudaStream_t s);
+// Deterministic (no float atomics): a stable sort of the ids groups each
+// id's rows, which are then added into dtable in increasing row order (the
+// CPU's order). `scratch` (256-byte aligned) holds the bytes that
+// EmbeddingGradScratchBytes gives for the same rows and vocab; rows and
+// vocab must fit in int32. Ids outside [0, vocab) are skipped.
+cudaError_t EmbeddingGradScratchBytes(int64_t rows, int64_t vocab,
+                                      size_t* bytes);
+cudaError_t LaunchEmbeddingGrad(const float* dy, const int32_t* ids,
+                                float* dtable, int64_t rows, int64_t vocab,
+                                int64_t dim, bool accumulate, void* scratch,
+                                size_t scratch_bytes, cudaStream_t s);
+cudaError_t LaunchPositionEmbedding(const float* table, float* y,
+                                    int64_t batch, int64_t positions,
+                                    int64_t dim, cudaStream_t s);
+cudaError_t LaunchPositionEmbeddingGrad(const float* dy, float* dtable,
+                                        int64_t batch, int64_t positions,
+                                        int64_t dim, bool accumulate,
+                                        cudaStream_t s);
+// Causal attention's softmax, in place over att[rows, seq] where rows =
+// batch * heads * seq (row r is query r % seq): att = softmax_j<=i(scale *
+// att), exact zeros for j > i. The scores come from cuBLAS (cuda_device.cc).
+cudaError_t LaunchCausalSoftmax(float* att, int64_t rows, int64_t seq,
+                                float scale, cudaStream_t s);
+// Its gradient, in place: datt (dP on entry) becomes
+// dS = P * (dP - rowsum(dP * P)) * scale for j <= i, exact zeros for j > i.
+cudaError_t LaunchCausalSoftmaxGrad(const float* probs, float* datt,
+                                    int64_t rows, int64_t seq, float scale,
+                                    cudaStream_t s);
 
 // ---- optimizer.cu --------------------------------------------------------
 // What changes per step, read from device memory (not kernel arguments) so

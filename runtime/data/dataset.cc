@@ -4,18 +4,35 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/data/idx.h"
+#include "runtime/data/tokens.h"
 
 namespace trainc {
 namespace {
 
+bool IsTokenFormat(const DataConfig& config) {
+  return config.format == "text" || config.format == "tokens";
+}
+
 absl::StatusOr<Dataset> LoadFromConfig(const DataConfig& config,
                                        const std::vector<std::string>& paths,
-                                       const char* which) {
+                                       const TokenSplit& split,
+                                       int64_t context, const char* which) {
+  if (IsTokenFormat(config)) {
+    if (context <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the ", which, " set (", config.format,
+          ") needs the window length: the model's token input width"));
+    }
+    return LoadTokenDataset(config.format, paths, split, context,
+                            config.token_vocab, which);
+  }
   if (config.format != "idx") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data format '", config.format, "' is not supported (only idx)"));
+        "data format '", config.format,
+        "' is not supported (idx, text or tokens)"));
   }
   if (paths.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -55,12 +72,88 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
                  std::move(classes));
 }
 
-absl::StatusOr<Dataset> LoadTrainDataset(const DataConfig& config) {
-  return LoadFromConfig(config, config.train_paths, "training");
+Dataset Dataset::TokenWindows(std::vector<int32_t> tokens, int64_t context) {
+  Dataset d;
+  d.context_ = context;
+  d.tokens_ = std::move(tokens);
+  return d;
 }
 
-absl::StatusOr<Dataset> LoadEvalDataset(const DataConfig& config) {
-  return LoadFromConfig(config, config.eval_paths, "evaluation");
+absl::StatusOr<Dataset> LoadTokenDataset(const std::string& format,
+                                         const std::vector<std::string>& paths,
+                                         TokenSplit split, int64_t context,
+                                         int64_t vocab,
+                                         const std::string& which) {
+  if (context <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token windows need a positive length, got ", context));
+  }
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                   ReadTokenStream(format, paths, split, vocab));
+  if (static_cast<int64_t>(tokens.size()) < context + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", which, " set (", format, ", ", paths.size(), " file(s), split ",
+        split.begin, ":", split.end, ") holds ", tokens.size(),
+        " tokens, fewer than one window of ", context + 1, " (", context,
+        " input tokens and the next one)"));
+  }
+  return Dataset::TokenWindows(std::move(tokens), context);
+}
+
+absl::StatusOr<Dataset> LoadTrainDataset(const DataConfig& config,
+                                         int64_t context) {
+  return LoadFromConfig(config, config.train_paths, config.train_split,
+                        context, "training");
+}
+
+absl::StatusOr<Dataset> LoadEvalDataset(const DataConfig& config,
+                                        int64_t context) {
+  return LoadFromConfig(config, config.eval_paths, config.eval_split, context,
+                        "evaluation");
+}
+
+absl::StatusOr<int64_t> TokenContext(const Plan& plan) {
+  int64_t context = 0;
+  std::vector<std::string> inputs;
+  for (int id : plan.input_buffers) {
+    if (id < 0 || id >= static_cast<int>(plan.buffers.size())) continue;
+    const Buffer& b = plan.buffers[id];
+    inputs.push_back(absl::StrCat(b.name, " (", BufferKindName(b.kind), " ",
+                                  DTypeName(b.dtype), ")"));
+    if (b.kind != BufferKind::kInput || b.dtype != DType::kI32) continue;
+    int64_t width = 1;
+    for (size_t i = 1; i < b.shape.size(); ++i) width *= b.shape[i];
+    if (context != 0 && width != context) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the plan has i32 inputs of widths ", context, " and ", width,
+          ": token windows need one length"));
+    }
+    context = width;
+  }
+  if (context <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", plan.data.format,
+        " data set needs a model with a token input (input tokens: i32[T]); "
+        "the plan's inputs are: ",
+        inputs.empty() ? "none" : absl::StrJoin(inputs, ", ")));
+  }
+  return context;
+}
+
+absl::StatusOr<Dataset> LoadTrainDataset(const Plan& plan) {
+  int64_t context = 0;
+  if (IsTokenFormat(plan.data)) {
+    ASSIGN_OR_RETURN(context, TokenContext(plan));
+  }
+  return LoadTrainDataset(plan.data, context);
+}
+
+absl::StatusOr<Dataset> LoadEvalDataset(const Plan& plan) {
+  int64_t context = 0;
+  if (IsTokenFormat(plan.data)) {
+    ASSIGN_OR_RETURN(context, TokenContext(plan));
+  }
+  return LoadEvalDataset(plan.data, context);
 }
 
 }  // namespace trainc

@@ -1,11 +1,16 @@
-// Dataset: a labelled data set held in host memory, ready to batch.
+// Dataset: a data set held in host memory, ready to batch. Two kinds:
 //
-// Features are f32 rows (the raw bytes times DataConfig.scale, e.g. 1/255),
-// labels i32 class indices. Fashion-MNIST's training set is 60000 x 784
-// floats, 188 MB: small enough to keep whole, which makes a shuffled
-// gather trivial and identical on every rank.
+// Labelled examples (idx): features are f32 rows (the raw bytes times
+// DataConfig.scale, e.g. 1/255), labels i32 class indices. Fashion-MNIST's
+// training set is 60000 x 784 floats, 188 MB: small enough to keep whole,
+// which makes a shuffled gather trivial and identical on every rank.
 //
-//   ASSIGN_OR_RETURN(Dataset train, LoadTrainDataset(plan.data));
+// Token windows (text, tokens): one i32 token stream; example i is the
+// window of T + 1 tokens [i*T, i*T + T] (windows overlap by one token, as
+// in llm.c's loader): its first T tokens are the model's input, its last T
+// the next-token targets. Windows are views into the stream.
+//
+//   ASSIGN_OR_RETURN(Dataset train, LoadTrainDataset(plan));
 #ifndef TRAINC_RUNTIME_DATA_DATASET_H_
 #define TRAINC_RUNTIME_DATA_DATASET_H_
 
@@ -21,24 +26,48 @@ namespace trainc {
 
 class Dataset {
  public:
-  // `features` holds size() rows of `feature_dim` floats; `labels` one per
-  // row.
+  // Labelled examples: `features` holds size() rows of `feature_dim`
+  // floats; `labels` one per row.
   Dataset(int64_t feature_dim, std::vector<float> features,
           std::vector<int32_t> labels);
 
-  int64_t size() const { return static_cast<int64_t>(labels_.size()); }
-  int64_t feature_dim() const { return feature_dim_; }
+  // Token windows of `context` (T > 0) + 1 tokens over `tokens`:
+  // size() = (tokens.size() - 1) / T, the tokens after the last whole
+  // window unused.
+  static Dataset TokenWindows(std::vector<int32_t> tokens, int64_t context);
 
+  bool is_token_windows() const { return context_ > 0; }
+
+  // Examples (or windows).
+  int64_t size() const {
+    if (context_ == 0) return static_cast<int64_t>(labels_.size());
+    const int64_t n = static_cast<int64_t>(tokens_.size());
+    return n < 2 ? 0 : (n - 1) / context_;
+  }
+
+  // Labelled examples only.
+  int64_t feature_dim() const { return feature_dim_; }
   absl::Span<const float> features(int64_t i) const {
     return {features_.data() + i * feature_dim_,
             static_cast<size_t>(feature_dim_)};
   }
   int32_t label(int64_t i) const { return labels_[i]; }
 
+  // Token windows only: T, and window i's T + 1 tokens.
+  int64_t context() const { return context_; }
+  absl::Span<const int32_t> window(int64_t i) const {
+    return {tokens_.data() + i * context_, static_cast<size_t>(context_ + 1)};
+  }
+  int64_t token_count() const { return static_cast<int64_t>(tokens_.size()); }
+
  private:
-  int64_t feature_dim_;
+  Dataset() = default;
+
+  int64_t feature_dim_ = 0;
   std::vector<float> features_;
   std::vector<int32_t> labels_;
+  int64_t context_ = 0;  // 0: labelled examples
+  std::vector<int32_t> tokens_;
 };
 
 // Reads an IDX pair (images, labels) and checks that they describe the same
@@ -47,10 +76,33 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
                                        const std::string& labels_path,
                                        double scale);
 
-// The plan's training / evaluation sets (DataConfig.train_paths /
-// eval_paths: images then labels). Fails for a format other than "idx".
-absl::StatusOr<Dataset> LoadTrainDataset(const DataConfig& config);
-absl::StatusOr<Dataset> LoadEvalDataset(const DataConfig& config);
+// A text / tokens source (see tokens.h) sliced by `split`, as windows of
+// `context` + 1 tokens; with vocab > 0 every token must be < vocab. Fails
+// when the slice holds less than one window. `which` names the set in
+// errors ("training").
+absl::StatusOr<Dataset> LoadTokenDataset(const std::string& format,
+                                         const std::vector<std::string>& paths,
+                                         TokenSplit split, int64_t context,
+                                         int64_t vocab,
+                                         const std::string& which = "token");
+
+// The plan's training / evaluation sets: idx (train_paths / eval_paths:
+// images then labels) or text / tokens, windows of `context` tokens (which
+// these need: > 0) with the set's split and config.token_vocab.
+absl::StatusOr<Dataset> LoadTrainDataset(const DataConfig& config,
+                                         int64_t context = 0);
+absl::StatusOr<Dataset> LoadEvalDataset(const DataConfig& config,
+                                        int64_t context = 0);
+
+// The same for `plan.data`, with the window length of text / tokens taken
+// from the plan: TokenContext.
+absl::StatusOr<Dataset> LoadTrainDataset(const Plan& plan);
+absl::StatusOr<Dataset> LoadEvalDataset(const Plan& plan);
+
+// T of a language model's plan: the row width (the product of the
+// dimensions after the batch) of its one i32 input buffer, `input tokens:
+// i32[T]`. An error when there is none, or several of different widths.
+absl::StatusOr<int64_t> TokenContext(const Plan& plan);
 
 }  // namespace trainc
 

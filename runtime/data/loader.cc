@@ -12,7 +12,13 @@
 namespace trainc {
 namespace {
 
-enum class Field { kFeatures, kClassIndex, kClassAsFloat };
+enum class Field {
+  kFeatures,
+  kClassIndex,
+  kClassAsFloat,
+  kWindowInputs,   // a window's first T tokens
+  kWindowTargets,  // its last T: the next token of each input
+};
 
 int64_t RowWidth(const Buffer& b) {
   int64_t width = 1;
@@ -20,8 +26,25 @@ int64_t RowWidth(const Buffer& b) {
   return width;
 }
 
-absl::StatusOr<Field> FieldFor(const Buffer& b, int64_t feature_dim) {
+std::string Describe(const Buffer& b) {
+  return absl::StrCat("'", b.name, "' (", BufferKindName(b.kind), " ",
+                      DTypeName(b.dtype), "[", absl::StrJoin(b.shape, ","), "])");
+}
+
+absl::StatusOr<Field> FieldFor(const Buffer& b, const Dataset& dataset) {
   const int64_t width = RowWidth(b);
+  if (dataset.is_token_windows()) {
+    const int64_t context = dataset.context();
+    if (!b.shape.empty() && b.dtype == DType::kI32 && width == context) {
+      if (b.kind == BufferKind::kInput) return Field::kWindowInputs;
+      if (b.kind == BufferKind::kLabel) return Field::kWindowTargets;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot fill input buffer ", Describe(b),
+        " from a token data set: its windows fill an input i32[B,", context,
+        "] (the tokens) and a label i32[B,", context, "] (the next tokens)"));
+  }
+  const int64_t feature_dim = dataset.feature_dim();
   if (!b.shape.empty()) {
     if (b.kind == BufferKind::kInput && b.dtype == DType::kF32 &&
         width == feature_dim) {
@@ -36,18 +59,15 @@ absl::StatusOr<Field> FieldFor(const Buffer& b, int64_t feature_dim) {
     }
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "cannot fill input buffer '", b.name, "' (", BufferKindName(b.kind), " ",
-      DTypeName(b.dtype), "[", absl::StrJoin(b.shape, ","),
-      "]) from a data set of ", feature_dim,
-      " features and a class index per example"));
+      "cannot fill input buffer ", Describe(b), " from a data set of ",
+      feature_dim, " features and a class index per example"));
 }
 
 }  // namespace
 
 absl::Status MicroBatchLoader::Validate(const Plan& plan) const {
   for (int id : plan.input_buffers) {
-    RETURN_IF_ERROR(
-        FieldFor(plan.buffers[id], dataset_->feature_dim()).status());
+    RETURN_IF_ERROR(FieldFor(plan.buffers[id], *dataset_).status());
   }
   return absl::OkStatus();
 }
@@ -56,7 +76,7 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
                                     const Plan& plan, Device& device) {
   for (int id : plan.input_buffers) {
     const Buffer& b = plan.buffers[id];
-    ASSIGN_OR_RETURN(Field field, FieldFor(b, dataset_->feature_dim()));
+    ASSIGN_OR_RETURN(Field field, FieldFor(b, *dataset_));
     const int64_t rows = b.shape[0];
     const int64_t width = RowWidth(b);
     if (static_cast<int64_t>(indices.size()) > rows) {
@@ -87,6 +107,12 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
           std::memcpy(row, &label, 4);
           break;
         }
+        case Field::kWindowInputs:
+          std::memcpy(row, dataset_->window(i).data(), width * 4);
+          break;
+        case Field::kWindowTargets:
+          std::memcpy(row, dataset_->window(i).data() + 1, width * 4);
+          break;
       }
     }
     RETURN_IF_ERROR(device.Upload(b.offset, staging_.data(), staging_.size()));

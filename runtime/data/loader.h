@@ -9,6 +9,9 @@
 //                                               a model that reconstructs
 //                                               its input, e.g. mse)
 //   kLabel, f32, width 1                     -> the class index as a float
+// and from a token data set (Dataset::TokenWindows, T = its context):
+//   kInput, i32, width T                     -> the window's first T tokens
+//   kLabel, i32, width T                     -> its last T (the next tokens)
 // anything else is an error naming the buffer. A plan with no label buffer
 // gets only the features.
 //

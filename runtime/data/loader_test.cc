@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/data/host_test_device.h"
@@ -113,6 +114,90 @@ TEST(LoaderTest, TooManyExamplesOrOutOfRange) {
   std::vector<int64_t> three = {0, 1, 2}, bad = {0, 5};
   EXPECT_FALSE(FillMicroBatch(data, three, plan, device).ok());
   EXPECT_FALSE(FillMicroBatch(data, bad, plan, device).ok());
+}
+
+// Tokens 100, 101, ..., 100 + n - 1 as windows of `context`.
+Dataset Counting(int n, int64_t context) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back(100 + i);
+  return Dataset::TokenWindows(std::move(tokens), context);
+}
+
+TEST(LoaderTest, TokenWindowsFillInputsAndShiftedTargets) {
+  Dataset data = Counting(14, 4);  // windows [100..104] [104..108] [108..112]
+  ASSERT_EQ(data.size(), 3);
+  Plan plan = PlanWith(
+      {MakeBuffer(0, "tokens", BufferKind::kInput, DType::kI32, {2, 4}, 0),
+       MakeBuffer(0, "next", BufferKind::kLabel, DType::kI32, {2, 4}, 64)});
+  HostTestDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  MicroBatchLoader loader(&data);
+  ASSERT_TRUE(loader.Validate(plan).ok()) << loader.Validate(plan);
+  std::vector<int64_t> indices = {2, 0};
+  ASSERT_TRUE(loader.Fill(indices, plan, device).ok());
+  const int32_t* x = device.At<int32_t>(0);
+  const int32_t* y = device.At<int32_t>(64);
+  EXPECT_EQ(std::vector<int32_t>(x, x + 8),
+            (std::vector<int32_t>{108, 109, 110, 111, 100, 101, 102, 103}));
+  EXPECT_EQ(std::vector<int32_t>(y, y + 8),
+            (std::vector<int32_t>{109, 110, 111, 112, 101, 102, 103, 104}));
+  // A short batch zeroes the rest; the last window is in range, one more not.
+  std::vector<int64_t> last = {2}, past = {3};
+  ASSERT_TRUE(loader.Fill(last, plan, device).ok());
+  EXPECT_EQ(y[3], 112);
+  EXPECT_EQ(y[4], 0);
+  EXPECT_FALSE(loader.Fill(past, plan, device).ok());
+}
+
+TEST(LoaderTest, TokenWindowsNameAMismatchedBuffer) {
+  Dataset data = Counting(20, 4);
+  for (const Buffer& bad :
+       {MakeBuffer(0, "image", BufferKind::kInput, DType::kF32, {2, 4}, 0),
+        MakeBuffer(0, "tokens", BufferKind::kInput, DType::kI32, {2, 8}, 0),
+        MakeBuffer(0, "class", BufferKind::kLabel, DType::kI32, {2}, 0)}) {
+    Plan plan = PlanWith({bad});
+    absl::Status status = MicroBatchLoader(&data).Validate(plan);
+    EXPECT_THAT(status.message(),
+                HasSubstr(absl::StrCat("input buffer '", bad.name, "'")));
+    EXPECT_THAT(status.message(), HasSubstr("input i32[B,4] (the tokens)"));
+  }
+  // And an idx data set does not serve token buffers.
+  Dataset tiny = Tiny();
+  Plan plan = PlanWith(
+      {MakeBuffer(0, "tokens", BufferKind::kInput, DType::kI32, {2, 3}, 0)});
+  EXPECT_FALSE(MicroBatchLoader(&tiny).Validate(plan).ok());
+}
+
+TEST(TrainBatchSourceTest, ServesTokenWindows) {
+  Dataset data = Counting(41, 4);  // 10 windows
+  Plan plan = PlanWith(
+      {MakeBuffer(0, "tokens", BufferKind::kInput, DType::kI32, {2, 4}, 0),
+       MakeBuffer(0, "next", BufferKind::kLabel, DType::kI32, {2, 4}, 64)});
+  plan.world_size = 2;
+  plan.accumulate = 2;
+  plan.global_batch = 8;
+  plan.seed = 3;
+  auto source = TrainBatchSource::Create(&data, plan, /*rank=*/0);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ((*source)->steps_per_epoch(), 1);
+  BatchConfig config;
+  config.world_size = 2;
+  config.accumulate = 2;
+  config.micro_batch = 2;
+  config.seed = 3;
+  auto planner = BatchPlanner::Create(10, config);
+  ASSERT_TRUE(planner.ok());
+  auto expected = planner->MicroBatchIndices(1, 0, 0, 1);
+  ASSERT_TRUE(expected.ok());
+  HostTestDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  (*source)->SetPosition(1, 0);
+  ASSERT_TRUE((*source)->Fill(1, plan, device).ok());
+  for (int r = 0; r < 2; ++r) {
+    const int32_t first = 100 + 4 * static_cast<int32_t>((*expected)[r]);
+    EXPECT_EQ(device.At<int32_t>(0)[4 * r], first);
+    EXPECT_EQ(device.At<int32_t>(64)[4 * r + 3], first + 4);
+  }
 }
 
 TEST(TrainBatchSourceTest, FillsThisRanksMicroBatches) {

@@ -1,43 +1,54 @@
 #include "runtime/device/kernel_args.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/op_table.h"
 
 namespace trainc {
 namespace {
 
-struct OpInfo {
+// The backend kernel of each instruction op of the op table
+// (compiler/ops/op_table.h), which also says its operand counts.
+struct KernelOpName {
   const char* name;
   KernelOp op;
-  int inputs;   // minimum
-  int outputs;  // minimum
 };
 
-constexpr OpInfo kOps[] = {
-    {"load_batch", KernelOp::kNotCompute, 0, 0},
-    {"all_reduce", KernelOp::kNotCompute, 0, 0},
-    {"linear", KernelOp::kLinear, 2, 1},
-    {"linear_grad_input", KernelOp::kLinearGradInput, 2, 1},
-    {"linear_grad_params", KernelOp::kLinearGradParams, 2, 1},
-    {"relu", KernelOp::kRelu, 1, 1},
-    {"relu_grad", KernelOp::kReluGrad, 2, 1},
-    {"gelu", KernelOp::kGelu, 1, 1},
-    {"gelu_grad", KernelOp::kGeluGrad, 2, 1},
-    {"tanh", KernelOp::kTanh, 1, 1},
-    {"tanh_grad", KernelOp::kTanhGrad, 2, 1},
-    {"layernorm", KernelOp::kLayerNorm, 3, 3},
-    {"layernorm_grad_input", KernelOp::kLayerNormGradInput, 5, 1},
-    {"layernorm_grad_params", KernelOp::kLayerNormGradParams, 4, 2},
-    {"add", KernelOp::kAdd, 2, 1},
-    {"copy_grad", KernelOp::kCopyGrad, 1, 1},
-    {"cross_entropy", KernelOp::kCrossEntropy, 2, 2},
-    {"cross_entropy_grad", KernelOp::kCrossEntropyGrad, 2, 1},
-    {"mse", KernelOp::kMse, 2, 1},
-    {"mse_grad", KernelOp::kMseGrad, 2, 1},
-    {"optimizer", KernelOp::kAdamW, 0, 0},  // kAdamW or kSgd, from plan.optimizer
+constexpr KernelOpName kKernels[] = {
+    {"load_batch", KernelOp::kNotCompute},
+    {"all_reduce", KernelOp::kNotCompute},
+    {"linear", KernelOp::kLinear},
+    {"linear_grad_input", KernelOp::kLinearGradInput},
+    {"linear_grad_params", KernelOp::kLinearGradParams},
+    {"relu", KernelOp::kRelu},
+    {"relu_grad", KernelOp::kReluGrad},
+    {"gelu", KernelOp::kGelu},
+    {"gelu_grad", KernelOp::kGeluGrad},
+    {"gelu_tanh", KernelOp::kGeluTanh},
+    {"gelu_tanh_grad", KernelOp::kGeluTanhGrad},
+    {"tanh", KernelOp::kTanh},
+    {"tanh_grad", KernelOp::kTanhGrad},
+    {"softmax", KernelOp::kSoftmax},
+    {"softmax_grad", KernelOp::kSoftmaxGrad},
+    {"layernorm", KernelOp::kLayerNorm},
+    {"layernorm_grad_input", KernelOp::kLayerNormGradInput},
+    {"layernorm_grad_params", KernelOp::kLayerNormGradParams},
+    {"add", KernelOp::kAdd},
+    {"copy_grad", KernelOp::kCopyGrad},
+    {"embedding", KernelOp::kEmbedding},
+    {"embedding_grad", KernelOp::kEmbeddingGrad},
+    {"position_embedding", KernelOp::kPositionEmbedding},
+    {"position_embedding_grad", KernelOp::kPositionEmbeddingGrad},
+    {"attention", KernelOp::kAttention},
+    {"attention_grad", KernelOp::kAttentionGrad},
+    {"cross_entropy", KernelOp::kCrossEntropy},
+    {"cross_entropy_grad", KernelOp::kCrossEntropyGrad},
+    {"mse", KernelOp::kMse},
+    {"mse_grad", KernelOp::kMseGrad},
+    {"optimizer", KernelOp::kAdamW},  // kAdamW or kSgd, from plan.optimizer
 };
 
-const OpInfo* FindOp(absl::string_view name) {
-  for (const OpInfo& candidate : kOps) {
+const KernelOpName* FindKernel(absl::string_view name) {
+  for (const KernelOpName& candidate : kKernels) {
     if (name == candidate.name) return &candidate;
   }
   return nullptr;
@@ -111,6 +122,8 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
     case KernelOp::kTanhGrad:
     case KernelOp::kAdd:
     case KernelOp::kCopyGrad:
+    case KernelOp::kGeluTanh:
+    case KernelOp::kGeluTanhGrad:
       k.rows = Elements(in_buf(0));
       for (int id : instr.inputs) {
         if (Elements(plan.buffers[id]) != k.rows) return fail("sizes differ");
@@ -166,6 +179,73 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       }
       return absl::OkStatus();
     }
+    case KernelOp::kSoftmax:
+    case KernelOp::kSoftmaxGrad: {
+      const Buffer& x = in_buf(0);
+      if (x.shape.empty() || x.shape.back() == 0) return fail("x has no axis");
+      k.in = x.shape.back();
+      k.rows = Elements(x) / k.in;
+      for (int id : instr.inputs) {
+        if (Elements(plan.buffers[id]) != Elements(x)) return fail("sizes differ");
+      }
+      if (Elements(out_buf(0)) != Elements(x)) return fail("output size");
+      return absl::OkStatus();
+    }
+    case KernelOp::kEmbedding:
+    case KernelOp::kEmbeddingGrad: {
+      const bool forward = k.op == KernelOp::kEmbedding;
+      const Buffer& ids = forward ? in_buf(0) : in_buf(1);
+      const Buffer& table = forward ? in_buf(1) : out_buf(0);
+      if (ids.dtype != DType::kI32) return fail("ids are not i32");
+      if (table.shape.size() != 2) return fail("table is not [V, C]");
+      k.labels = reinterpret_cast<const int32_t*>(base + ids.offset);
+      k.rows = Elements(ids);
+      k.in = table.shape[0];
+      k.out = table.shape[1];
+      const Buffer& rows = forward ? out_buf(0) : in_buf(0);
+      if (Elements(rows) != k.rows * k.out) return fail("y is not [ids, C]");
+      if (!forward) k.x[1] = nullptr;  // ids are k.labels
+      return absl::OkStatus();
+    }
+    case KernelOp::kPositionEmbedding:
+    case KernelOp::kPositionEmbeddingGrad: {
+      const bool forward = k.op == KernelOp::kPositionEmbedding;
+      const Buffer& table = forward ? in_buf(0) : out_buf(0);
+      const Buffer& batched = forward ? out_buf(0) : in_buf(0);
+      if (table.shape.size() != 2) return fail("table is not [T, C]");
+      k.in = table.shape[0];
+      k.out = table.shape[1];
+      if (Elements(table) == 0 || Elements(batched) % Elements(table) != 0) {
+        return fail("y is not [B, T, C]");
+      }
+      k.rows = Elements(batched) / Elements(table);
+      return absl::OkStatus();
+    }
+    case KernelOp::kAttention:
+    case KernelOp::kAttentionGrad: {
+      const bool forward = k.op == KernelOp::kAttention;
+      const Buffer& qkv = forward ? in_buf(0) : in_buf(1);
+      const Buffer& probs = forward ? out_buf(1) : in_buf(2);
+      if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0) {
+        return fail("qkv is not [B, T, 3C]");
+      }
+      k.rows = qkv.shape[0];
+      k.in = qkv.shape[1];
+      k.out = qkv.shape[2] / 3;
+      k.heads = static_cast<int64_t>(attr("heads", 0));
+      if (k.heads <= 0 || k.out % k.heads != 0) {
+        return fail("attr heads does not divide the width");
+      }
+      const int64_t square = k.rows * k.heads * k.in * k.in;
+      if (Elements(probs) != square) return fail("probs is not [B, H, T, T]");
+      const Buffer& y = forward ? out_buf(0) : in_buf(0);
+      if (Elements(y) != k.rows * k.in * k.out) return fail("y is not [B, T, C]");
+      if (!forward) {
+        if (Elements(out_buf(0)) != Elements(qkv)) return fail("dqkv size");
+        if (Elements(out_buf(1)) != square) return fail("scratch size");
+      }
+      return absl::OkStatus();
+    }
     case KernelOp::kAdamW:
     case KernelOp::kSgd: {
       const int b = static_cast<int>(attr("bucket", -1));
@@ -177,6 +257,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
           bucket.grad_buffer < 0 || bucket.grad_buffer >= num_buffers) {
         return fail("bucket has no parameter span or gradient buffer");
       }
+      k.weight_decay = bucket.weight_decay;
       const Buffer& params = plan.buffers[bucket.param_span];
       k.rows = Elements(params);
       if (bucket.bytes < params.bytes) {
@@ -245,8 +326,8 @@ void FuseLinearActivations(const Plan& plan, std::vector<KernelArgs>& kernels) {
 }  // namespace
 
 bool IsKernelOp(absl::string_view op) {
-  const OpInfo* info = FindOp(op);
-  return info != nullptr && info->op != KernelOp::kNotCompute;
+  const KernelOpName* kernel = FindKernel(op);
+  return kernel != nullptr && kernel->op != KernelOp::kNotCompute;
 }
 
 absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
@@ -273,12 +354,17 @@ absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
           "\"): ", why));
     };
     if (instr.id != static_cast<int>(i)) return fail("id != its index");
-    const OpInfo* info = FindOp(instr.op);
-    if (info == nullptr) return fail("unknown op");
-    if (static_cast<int>(instr.inputs.size()) < info->inputs ||
-        static_cast<int>(instr.outputs.size()) < info->outputs) {
-      return fail(absl::StrCat("needs at least ", info->inputs, " inputs and ",
-                               info->outputs, " outputs"));
+    const ops::OpDef* def = ops::FindOp(instr.op);
+    const KernelOpName* kernel = FindKernel(instr.op);
+    if (def == nullptr || kernel == nullptr) {
+      return fail(def == nullptr ? "unknown op" : "no kernel for this op");
+    }
+    const int n_in = static_cast<int>(instr.inputs.size());
+    const int n_out = static_cast<int>(instr.outputs.size());
+    if (n_in < def->min_inputs || (def->max_inputs >= 0 && n_in > def->max_inputs) ||
+        n_out < def->min_outputs || (def->max_outputs >= 0 && n_out > def->max_outputs)) {
+      return fail(absl::StrCat("has ", n_in, " inputs and ", n_out,
+                               " outputs; ", def->name, " takes ", def->doc));
     }
     for (int id : instr.inputs) {
       if (id < 0 || id >= num_buffers) return fail("input id out of range");
@@ -287,7 +373,7 @@ absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
       if (id < 0 || id >= num_buffers) return fail("output id out of range");
     }
     KernelArgs& k = kernels[i];
-    k.op = info->op;
+    k.op = kernel->op;
     if (k.op == KernelOp::kNotCompute) continue;
     if (instr.stream != Stream::kCompute) return fail("not on compute stream");
     absl::Status status = ResolveOne(plan, instr, arena, device_name, k);

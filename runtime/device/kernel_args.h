@@ -48,6 +48,17 @@ enum class KernelOp : uint8_t {
   kMseGrad,
   kAdamW,
   kSgd,
+  // Transformer ops (see plan.h's op list for their buffers).
+  kGeluTanh,              // x -> y: GPT-2's tanh approximation; rows = n
+  kGeluTanhGrad,          // dy, x -> dx acc; rows = n
+  kSoftmax,               // x[rows, in] -> y, over the last dimension
+  kSoftmaxGrad,           // dy, y -> dx acc
+  kEmbedding,             // ids i32[rows] (labels), table[in, out] -> y[rows, out]
+  kEmbeddingGrad,         // dy[rows, out], ids -> dtable[in, out] acc
+  kPositionEmbedding,     // table[in, out] -> y[rows, in, out] (rows = batch)
+  kPositionEmbeddingGrad, // dy[rows, in, out] -> dtable[in, out] acc
+  kAttention,             // qkv[rows, in, 3 out] -> y[rows, in, out], probs[rows, heads, in, in]
+  kAttentionGrad,         // dy, qkv, probs -> dqkv acc; y[1]: scratch[rows, heads, in, in]
 };
 
 // Activation fused into a forward linear.
@@ -61,11 +72,13 @@ struct KernelArgs {
   int64_t rows = 0;  // batch rows (or elements for elementwise ops)
   int64_t in = 0;    // linear: in features; layernorm: d; ce: classes
   int64_t out = 0;   // linear: out features
+  int64_t heads = 0;  // attention: heads (in = T, out = C, head size C / heads)
   float scalar = 0;  // layernorm eps, loss-grad scale
   const float* x[5] = {};
   float* y[3] = {};
-  const int32_t* labels = nullptr;
+  const int32_t* labels = nullptr;  // cross_entropy labels; embedding ids
   float* state[2] = {};  // optimizer state spans
+  bool weight_decay = true;  // optimizer: this bucket is decayed
 };
 
 // True for the ops a device runs (everything but load_batch and

@@ -93,6 +93,15 @@ absl::Status InitializeParameters(const Plan& plan, Device& device) {
         const double u = static_cast<double>(rng.Next() >> 40) / (1 << 24);
         v = static_cast<float>((2.0 * u - 1.0) * b.init_bound);
       }
+    } else if (b.init == "normal") {
+      // Box-Muller on 53-bit uniforms; u1 in (0, 1] keeps the log finite.
+      for (size_t i = 0; i < host.size(); i += 2) {
+        const double u1 = (static_cast<double>(rng.Next() >> 11) + 1.0) / 9007199254740992.0;
+        const double u2 = static_cast<double>(rng.Next() >> 11) / 9007199254740992.0;
+        const double r = std::sqrt(-2.0 * std::log(u1)) * b.init_bound;
+        host[i] = static_cast<float>(r * std::cos(2.0 * M_PI * u2));
+        if (i + 1 < host.size()) host[i + 1] = static_cast<float>(r * std::sin(2.0 * M_PI * u2));
+      }
     } else if (b.init != "zeros" && !b.init.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("parameter ", b.name, ": unknown init '", b.init, "'"));
@@ -114,8 +123,9 @@ absl::Status SumOverRanks(Communicator& comm, std::vector<float>* values) {
 // zero padding is simply not counted).
 struct EvalHead {
   bool classification = false;
-  const Buffer* prediction = nullptr;  // logits [B, C] or prediction [B, n]
-  const Buffer* target = nullptr;      // labels i32 [B] or target [B, n]
+  const Buffer* prediction = nullptr;  // logits [B, .., C] or prediction [B, n]
+  const Buffer* target = nullptr;      // labels i32 [B, ..] or target [B, n]
+  int64_t rows_per_example = 1;        // classification: label entries per example
 };
 
 absl::StatusOr<EvalHead> FindEvalHead(const Plan& plan) {
@@ -130,6 +140,9 @@ absl::StatusOr<EvalHead> FindEvalHead(const Plan& plan) {
     head.classification = instr.op == "cross_entropy";
     head.prediction = &plan.buffers[instr.inputs[0]];
     head.target = &plan.buffers[instr.inputs[1]];
+    if (head.classification) {
+      head.rows_per_example = head.target->bytes / 4 / plan.micro_batch;
+    }
     return head;
   }
   return absl::InvalidArgumentError("plan: no loss instruction");
@@ -162,7 +175,8 @@ absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
   const int64_t batch = plan.micro_batch;
   EvalIterator it(eval.size(), batch, comm.rank(), comm.world_size());
   IndexBatchSource source(&eval);
-  const int64_t width = head.prediction->bytes / sizeof(float) / batch;
+  const int64_t rows = head.rows_per_example;  // > 1: tokens of a sequence
+  const int64_t width = head.prediction->bytes / sizeof(float) / batch / rows;
   std::vector<float> pred(head.prediction->bytes / sizeof(float));
   std::vector<char> target(head.target->bytes);
   double correct = 0, loss = 0, count = 0;
@@ -175,7 +189,7 @@ absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
                                     head.prediction->bytes));
     RETURN_IF_ERROR(device.Download(head.target->offset, target.data(),
                                     head.target->bytes));
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t r = 0; r < n * rows; ++r) {
       const float* row = pred.data() + r * width;
       if (head.classification) {
         const int32_t label = reinterpret_cast<const int32_t*>(target.data())[r];
@@ -192,7 +206,7 @@ absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
         loss += se / width;
       }
     }
-    count += n;
+    count += n * rows;
   }
   std::vector<float> totals = {static_cast<float>(correct),
                                static_cast<float>(loss),
@@ -291,10 +305,10 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   RETURN_IF_ERROR(executor.Prepare());
 
   // Data.
-  ASSIGN_OR_RETURN(Dataset train, LoadTrainDataset(plan.data));
+  ASSIGN_OR_RETURN(Dataset train, LoadTrainDataset(plan));
   std::optional<Dataset> eval;
   if (options.eval && !plan.data.eval_paths.empty()) {
-    ASSIGN_OR_RETURN(eval, LoadEvalDataset(plan.data));
+    ASSIGN_OR_RETURN(eval, LoadEvalDataset(plan));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<TrainBatchSource> batches,
                    TrainBatchSource::Create(&train, plan, rank.rank));
@@ -411,7 +425,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     if (step % log_every == 0 || last || epoch_end) {
       loss_buf[0] = static_cast<float>(loss_sum);
       RETURN_IF_ERROR(SumOverRanks(*host_comm, &loss_buf));
-      last_loss = loss_buf[0] / plan.global_batch;
+      last_loss = loss_buf[0] / (static_cast<double>(plan.global_batch) * plan.loss_terms);
       const auto now = std::chrono::steady_clock::now();
       const double step_ms = Seconds(now - window_start) / window_steps * 1e3;
       log << absl::StrFormat(
@@ -433,7 +447,17 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     if (eval && (epoch_end || last)) {
       ASSIGN_OR_RETURN(last_eval, Evaluate(plan, executor, *device, *host_comm,
                                            *eval, head));
-      if (head.classification) {
+      if (head.classification && head.rows_per_example > 1) {
+        // A language model: the loss is per token; on bytes it is also
+        // bits per byte (nats / ln 2).
+        log << absl::StrFormat(
+            "%seval epoch %d | loss %.4f%s | next-token accuracy %.2f%% (%d tokens)\n",
+            tty ? "\r\033[K" : "", epoch + 1, last_eval.loss,
+            plan.data.format == "text"
+                ? absl::StrFormat(" | %.3f bits/byte", last_eval.loss / std::log(2.0))
+                : "",
+            100 * last_eval.accuracy, last_eval.examples);
+      } else if (head.classification) {
         log << absl::StrFormat("%seval epoch %d | loss %.4f | accuracy %.2f%% (%d examples)\n",
                                tty ? "\r\033[K" : "", epoch + 1, last_eval.loss,
                                100 * last_eval.accuracy, last_eval.examples);

@@ -36,7 +36,7 @@ TrainSpec DeepModel(int layers, int64_t width) {
   ModelSpec& m = spec.model;
   m.name = absl::StrCat("deep", layers);
   m.inputs.push_back({"x", ElementType::kF32, {width}, {}});
-  m.labels.push_back({"y", ElementType::kI32, {10}, {}});
+  m.labels.push_back({"y", ElementType::kI32, {10}, /*class_index=*/true, {}});
   auto op = [&](const std::string& name, const std::string& kind,
                 std::vector<std::string> inputs, std::vector<int64_t> shape) -> OpSpec& {
     OpSpec s;
@@ -50,10 +50,10 @@ TrainSpec DeepModel(int layers, int64_t width) {
   auto linear = [&](const std::string& stmt, const std::string& name, const std::string& x,
                     int64_t in, int64_t out) {
     OpSpec& s = op(name, "linear", {x}, {out});
-    s.out_features = out;
+    s.args["out_features"] = ops::ArgValue::Int(out);
     s.parameters = {stmt + ".weight", stmt + ".bias"};
-    m.parameters.push_back({stmt + ".weight", {out, in}, ParameterSpec::Init::kUniformFanIn, in});
-    m.parameters.push_back({stmt + ".bias", {out}, ParameterSpec::Init::kUniformFanIn, in});
+    m.parameters.push_back({stmt + ".weight", {out, in}, ops::Init::kUniformFanIn, double(in)});
+    m.parameters.push_back({stmt + ".bias", {out}, ops::Init::kUniformFanIn, double(in)});
   };
   std::string h = "x";
   for (int i = 0; i < layers; ++i) {
@@ -63,9 +63,9 @@ TrainSpec DeepModel(int layers, int64_t width) {
     if (i % 4 == 3) {
       const std::string n = absl::StrCat("n", i), r = absl::StrCat("r", i);
       OpSpec& ln = op(n, "layernorm", {l}, {width});
-      ln.parameters = {n + ".gamma", n + ".beta"};
-      m.parameters.push_back({n + ".gamma", {width}, ParameterSpec::Init::kOnes, 0});
-      m.parameters.push_back({n + ".beta", {width}, ParameterSpec::Init::kZeros, 0});
+      ln.parameters = {n + ".weight", n + ".bias"};
+      m.parameters.push_back({n + ".weight", {width}, ops::Init::kOnes, 0});
+      m.parameters.push_back({n + ".bias", {width}, ops::Init::kZeros, 0});
       op(r, "add", {n, h}, {width});
       h = r;
     } else {

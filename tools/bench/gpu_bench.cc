@@ -61,7 +61,8 @@ TrainSpec MlpSpec(const Model& model) {
   ModelSpec& m = spec.model;
   m.name = model.name;
   m.inputs.push_back({"x", ElementType::kF32, {model.widths[0]}, {}});
-  m.labels.push_back({"y", ElementType::kI32, {model.widths.back()}, {}});
+  m.labels.push_back(
+      {"y", ElementType::kI32, {model.widths.back()}, /*class_index=*/true, {}});
   std::string h = "x";
   const size_t layers = model.widths.size() - 1;
   for (size_t i = 0; i < layers; ++i) {
@@ -72,14 +73,14 @@ TrainSpec MlpSpec(const Model& model) {
     lin.name = last ? stmt : stmt + ".0";
     lin.op = "linear";
     lin.inputs = {h};
-    lin.out_features = out;
+    lin.args["out_features"] = ops::ArgValue::Int(out);
     lin.parameters = {stmt + ".weight", stmt + ".bias"};
     lin.output = {lin.name, ElementType::kF32, {out}, {}};
     m.ops.push_back(lin);
     m.parameters.push_back({stmt + ".weight", {out, in},
-                            ParameterSpec::Init::kUniformFanIn, in});
+                            ops::Init::kUniformFanIn, double(in)});
     m.parameters.push_back({stmt + ".bias", {out},
-                            ParameterSpec::Init::kUniformFanIn, in});
+                            ops::Init::kUniformFanIn, double(in)});
     m.parameter_count += out * in + out;
     if (!last) {
       OpSpec relu;

@@ -22,6 +22,8 @@ void SpecBuilder::Label(const std::string& name, ElementType type,
   v.name = name;
   v.type = type;
   v.shape = std::move(shape);
+  // These models' labels are v1 class labels (i32[C], one index each).
+  v.class_index = type == ElementType::kI32;
   model_.labels.push_back(v);
 }
 
@@ -56,13 +58,13 @@ OpSpec& SpecBuilder::AddOp(const std::string& name, const std::string& op,
 std::string SpecBuilder::Linear(const std::string& name, const std::string& x, int64_t out) {
   const int64_t in = ShapeOf(x).at(0);
   OpSpec& op = AddOp(name, "linear", {x}, {out});
-  op.out_features = out;
+  op.args["out_features"] = ops::ArgValue::Int(out);
   // The statement's name: "h1.0" -> "h1" (parameters take the statement's
   // name, not the flattened value's).
   const std::string stmt = name.substr(0, name.find('.'));
   op.parameters = {stmt + ".weight", stmt + ".bias"};
-  ParameterSpec w{stmt + ".weight", {out, in}, ParameterSpec::Init::kUniformFanIn, in};
-  ParameterSpec b{stmt + ".bias", {out}, ParameterSpec::Init::kUniformFanIn, in};
+  ParameterSpec w{stmt + ".weight", {out, in}, ops::Init::kUniformFanIn, double(in)};
+  ParameterSpec b{stmt + ".bias", {out}, ops::Init::kUniformFanIn, double(in)};
   model_.parameters.push_back(w);
   model_.parameters.push_back(b);
   model_.parameter_count += out * in + out;
@@ -79,9 +81,9 @@ std::string SpecBuilder::LayerNorm(const std::string& name, const std::string& x
   const int64_t d = ShapeOf(x).at(0);
   OpSpec& op = AddOp(name, "layernorm", {x}, ShapeOf(x));
   const std::string stmt = name.substr(0, name.find('.'));
-  op.parameters = {stmt + ".gamma", stmt + ".beta"};
-  model_.parameters.push_back({stmt + ".gamma", {d}, ParameterSpec::Init::kOnes, 0});
-  model_.parameters.push_back({stmt + ".beta", {d}, ParameterSpec::Init::kZeros, 0});
+  op.parameters = {stmt + ".weight", stmt + ".bias"};
+  model_.parameters.push_back({stmt + ".weight", {d}, ops::Init::kOnes, 0});
+  model_.parameters.push_back({stmt + ".bias", {d}, ops::Init::kZeros, 0});
   model_.parameter_count += 2 * d;
   return name;
 }

@@ -1,0 +1,555 @@
+#include "compiler/ops/op_table.h"
+
+#include <cmath>
+#include <string>
+
+namespace trainc::ops {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Cost rules. Shapes hold 4-byte elements.
+
+int64_t Elements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+double Bytes(const std::vector<Shape>& a, const std::vector<Shape>& b) {
+  double n = 0;
+  for (const Shape& s : a) n += Elements(s);
+  for (const Shape& s : b) n += Elements(s);
+  return 4 * n;
+}
+
+// `flops_per_element` per element of output 0 (or input 0 for no outputs).
+template <int kFlopsPerElement>
+Cost Elementwise(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  const Shape& s = out.empty() ? in[0] : out[0];
+  return {double(kFlopsPerElement) * Elements(s), Bytes(in, out)};
+}
+
+// linear: x[.., in] w[out, in]; the gradients are the same product size.
+Cost MatmulOfWeight(const std::vector<Shape>& in,
+                    const std::vector<Shape>& out, const Shape& w) {
+  const int64_t features = w.size() == 2 ? w[1] : 1;
+  const int64_t rows = features > 0 ? Elements(in[0]) / features : 0;
+  return {2.0 * rows * Elements(w), Bytes(in, out)};
+}
+Cost LinearCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  return MatmulOfWeight(in, out, in[1]);
+}
+Cost LinearGradInputCost(const std::vector<Shape>& in,
+                         const std::vector<Shape>& out) {
+  // dy[.., out] w[out, in]: rows = |dy| / out.
+  const Shape& w = in[1];
+  const int64_t rows = w.empty() || w[0] == 0 ? 0 : Elements(in[0]) / w[0];
+  return {2.0 * rows * Elements(w), Bytes(in, out)};
+}
+Cost LinearGradParamsCost(const std::vector<Shape>& in,
+                          const std::vector<Shape>& out) {
+  const Shape& w = out[0];
+  const int64_t rows = w.empty() || w[0] == 0 ? 0 : Elements(in[0]) / w[0];
+  return {2.0 * rows * Elements(w), Bytes(in, out)};
+}
+// attention: qkv[B, T, 3C], probs[B, H, T, T]: QK^T and PV, causal half
+// counted whole (the kernels compute the full square).
+Cost AttentionCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  const Shape& qkv = in[0];
+  if (qkv.size() != 3) return {0, Bytes(in, out)};
+  const double b = qkv[0], t = qkv[1], c = qkv[2] / 3.0;
+  return {4.0 * b * t * t * c, Bytes(in, out)};
+}
+Cost AttentionGradCost(const std::vector<Shape>& in,
+                       const std::vector<Shape>& out) {
+  Cost forward = AttentionCost({in[1]}, out);
+  return {2.0 * forward.flops, Bytes(in, out)};
+}
+
+// ---------------------------------------------------------------------------
+// Instruction ops.
+
+using K = Operand::Kind;
+
+std::vector<OpDef> MakeOps() {
+  const OpCategory kData = OpCategory::kData, kMatmul = OpCategory::kMatmul,
+                   kElem = OpCategory::kElementwise,
+                   kNorm = OpCategory::kNormalization,
+                   kEmbed = OpCategory::kEmbedding,
+                   kAttn = OpCategory::kAttention, kLoss = OpCategory::kLoss;
+  return {
+      {"load_batch", 0, 0, 0, -1, false, kData,
+       "-> every input and label buffer, in declaration order; attrs: micro"},
+      // --- matrix products ---
+      {"linear", 2, 3, 1, 1, false, kMatmul,
+       "x[.., in], w[out, in], b[out] (optional) -> y[.., out]",
+       {},
+       {{"linear_grad_params", {kDy, In(0)}, {1, 2}},
+        {"linear_grad_input", {kDy, In(1)}, {0}}},
+       false, LinearCost},
+      {"linear_grad_input", 2, 2, 1, 1, false, kMatmul,
+       "dy[.., out], w[out, in] -> dx[.., in]; acc", {}, {}, false,
+       LinearGradInputCost},
+      {"linear_grad_params", 2, 2, 1, 2, false, kMatmul,
+       "dy[.., out], x[.., in] -> dw[out, in], db[out] (optional); acc", {},
+       {}, false, LinearGradParamsCost},
+      // --- elementwise ---
+      {"relu", 1, 1, 1, 1, false, kElem, "x -> y", {},
+       {{"relu_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<1>},
+      {"relu_grad", 2, 2, 1, 1, false, kElem, "dy, y -> dx; acc", {}, {}, false,
+       Elementwise<1>},
+      {"gelu", 1, 1, 1, 1, false, kElem, "x -> y (erf form)", {},
+       {{"gelu_grad", {kDy, In(0)}, {0}}}, false, Elementwise<20>},
+      {"gelu_grad", 2, 2, 1, 1, false, kElem, "dy, x -> dx; acc", {}, {}, false,
+       Elementwise<25>},
+      {"gelu_tanh", 1, 1, 1, 1, false, kElem, "x -> y (tanh approximation)", {},
+       {{"gelu_tanh_grad", {kDy, In(0)}, {0}}}, false, Elementwise<20>},
+      {"gelu_tanh_grad", 2, 2, 1, 1, false, kElem, "dy, x -> dx; acc", {}, {},
+       false, Elementwise<25>},
+      {"tanh", 1, 1, 1, 1, false, kElem, "x -> y", {},
+       {{"tanh_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<10>},
+      {"tanh_grad", 2, 2, 1, 1, false, kElem, "dy, y -> dx; acc", {}, {}, false,
+       Elementwise<3>},
+      {"add", 2, 2, 1, 1, false, kElem, "a, b -> y (same shapes)", {},
+       {{"copy_grad", {kDy}, {0}}, {"copy_grad", {kDy}, {1}}}, false,
+       Elementwise<1>},
+      {"copy_grad", 1, 1, 1, 1, false, kElem, "dy -> dx; acc", {}, {}, false,
+       Elementwise<1>},
+      {"softmax", 1, 1, 1, 1, false, kElem, "x[.., n] -> y, over the last axis",
+       {}, {{"softmax_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<5>},
+      {"softmax_grad", 2, 2, 1, 1, false, kElem, "dy, y -> dx; acc", {}, {},
+       false, Elementwise<4>},
+      // --- normalization ---
+      {"layernorm", 3, 3, 3, 3, false, kNorm,
+       "x[.., d], weight[d], bias[d] -> y, mean[..], rstd[..]; attrs: eps",
+       {},
+       {{"layernorm_grad_params", {kDy, In(0), Out(1), Out(2)}, {1, 2}},
+        {"layernorm_grad_input", {kDy, In(0), In(1), Out(1), Out(2)}, {0}}},
+       false, Elementwise<8>},
+      {"layernorm_grad_input", 5, 5, 1, 1, false, kNorm,
+       "dy, x, weight, mean, rstd -> dx; acc", {}, {}, false, Elementwise<10>},
+      {"layernorm_grad_params", 4, 4, 2, 2, false, kNorm,
+       "dy, x, mean, rstd -> dweight, dbias; acc", {}, {}, false,
+       Elementwise<5>},
+      // --- embeddings ---
+      {"embedding", 2, 2, 1, 1, false, kEmbed,
+       "ids i32[..], table[V, C] -> y[.., C]", {0},
+       {{"embedding_grad", {kDy, In(0)}, {1}}}, false, Elementwise<0>},
+      {"embedding_grad", 2, 2, 1, 1, false, kEmbed,
+       "dy[.., C], ids i32[..] -> dtable[V, C]; acc (rows added in order)", {},
+       {}, false, Elementwise<1>},
+      {"position_embedding", 1, 1, 1, 1, false, kEmbed,
+       "table[T, C] -> y[B, T, C] (the table for every sample)", {},
+       {{"position_embedding_grad", {kDy}, {0}}}, false, Elementwise<0>},
+      {"position_embedding_grad", 1, 1, 1, 1, false, kEmbed,
+       "dy[B, T, C] -> dtable[T, C]; acc (summed over B in order)", {}, {},
+       false, Elementwise<1>},
+      // --- attention ---
+      {"attention", 1, 1, 2, 2, false, kAttn,
+       "qkv[B, T, 3C] -> y[B, T, C], probs[B, H, T, T]; attrs: heads. Causal, "
+       "scaled by 1/sqrt(C/H); q|k|v along the last axis, heads as "
+       "view(B, T, H, C/H)",
+       {},
+       {{"attention_grad", {kDy, In(0), Out(1)}, {0}, false,
+         /*workspace_like=*/1}},
+       false, AttentionCost},
+      {"attention_grad", 3, 3, 2, 2, false, kAttn,
+       "dy[B, T, C], qkv, probs -> dqkv[B, T, 3C], scratch[B, H, T, T]; acc; "
+       "attrs: heads",
+       {}, {}, false, AttentionGradCost},
+      // --- losses ---
+      {"cross_entropy", 2, 2, 2, 2, false, kLoss,
+       "logits[.., C], label i32[..] -> loss_sum[1], probs[.., C]: the sum "
+       "over every row of -log softmax(logits)[label]",
+       {1},
+       {{"cross_entropy_grad", {Out(1), In(1)}, {0}, /*scaled=*/true}},
+       true, Elementwise<6>},
+      {"cross_entropy_grad", 2, 2, 1, 1, false, kLoss,
+       "probs, label -> dlogits = scale (probs - onehot(label)); acc; attrs: "
+       "scale",
+       {}, {}, false, Elementwise<2>},
+      {"mse", 2, 2, 1, 1, false, kLoss,
+       "pred[B, n], target[B, n] -> loss_sum[1] = sum_b mean_j (pred - "
+       "target)^2",
+       {1},
+       {{"mse_grad", {In(0), In(1)}, {0}, /*scaled=*/true}},
+       true, Elementwise<3>},
+      {"mse_grad", 2, 2, 1, 1, false, kLoss,
+       "pred, target -> dpred = scale 2 (pred - target) / n; acc; attrs: scale",
+       {}, {}, false, Elementwise<3>},
+      // --- the step's tail ---
+      {"all_reduce", 1, 1, 1, 1, true, OpCategory::kCollective,
+       "bucket grads -> the same buffer, summed over ranks; attrs: bucket"},
+      {"optimizer", 2, -1, 1, -1, false, OpCategory::kOptimizer,
+       "params span, grads, state spans -> params, state spans; attrs: "
+       "bucket"},
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Model op rules.
+
+using Kind = ArgDef::Kind;
+
+std::string ShapeText(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+ShapeError Error(int arg, std::string message, std::string hint = "") {
+  return {arg, std::move(message), std::move(hint)};
+}
+
+Shape Leading(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
+
+// A parameter slot: the call's own, or the one passed as `arg_name`.
+// Fails when a passed parameter's shape is not `shape`.
+std::optional<ShapeError> Slot(const OpCall& call, const ModelOpDef& def,
+                               const char* arg_name, const char* suffix,
+                               Shape shape, Init init, double scale,
+                               Lowering* out) {
+  ParamSlot slot{suffix, shape, init, scale, ""};
+  auto shared = call.shared_parameters.find(arg_name);
+  if (shared != call.shared_parameters.end()) {
+    if (shared->second != shape) {
+      return Error(def.ArgIndex(arg_name),
+                   std::string(def.name) + " needs " + arg_name + " of shape " +
+                       ShapeText(shape) + ", got one of " +
+                       ShapeText(shared->second));
+    }
+    slot.shared_arg = arg_name;
+  }
+  out->params.push_back(std::move(slot));
+  return std::nullopt;
+}
+
+const ModelOpDef& Def(const char* name) { return *FindModelOp(name); }
+
+std::variant<Lowering, ShapeError> LinearRule(const OpCall& call) {
+  const Shape& x = call.values[0];
+  if (x.empty()) return Error(0, "linear needs an input with a feature axis");
+  const int64_t in = x.back(), out = call.Int("out_features");
+  Lowering l;
+  l.instruction = "linear";
+  l.shape = x;
+  l.shape.back() = out;
+  const ModelOpDef& def = Def("linear");
+  if (auto e = Slot(call, def, "weight", "weight", {out, in},
+                    Init::kUniformFanIn, double(in), &l)) {
+    return *e;
+  }
+  if (call.Bool("bias")) {
+    l.params.push_back({"bias", {out}, Init::kUniformFanIn, double(in), ""});
+  }
+  return l;
+}
+
+std::variant<Lowering, ShapeError> Unary(const OpCall& call,
+                                         const char* instruction) {
+  Lowering l;
+  l.instruction = instruction;
+  l.shape = call.values[0];
+  return l;
+}
+std::variant<Lowering, ShapeError> ReluRule(const OpCall& c) {
+  return Unary(c, "relu");
+}
+std::variant<Lowering, ShapeError> TanhRule(const OpCall& c) {
+  return Unary(c, "tanh");
+}
+std::variant<Lowering, ShapeError> GeluRule(const OpCall& call) {
+  const std::string& form = call.String("approximate");
+  if (form != "none" && form != "tanh") {
+    return Error(Def("gelu").ArgIndex("approximate"),
+                 "gelu's approximate must be \"none\" (erf) or \"tanh\", got \"" +
+                     form + "\"");
+  }
+  return Unary(call, form == "tanh" ? "gelu_tanh" : "gelu");
+}
+std::variant<Lowering, ShapeError> SoftmaxRule(const OpCall& call) {
+  if (call.values[0].empty()) return Error(0, "softmax needs an axis");
+  return Unary(call, "softmax");
+}
+
+std::variant<Lowering, ShapeError> LayerNormRule(const OpCall& call) {
+  const Shape& x = call.values[0];
+  if (x.empty()) {
+    return Error(0, "layernorm needs an input with a feature axis");
+  }
+  const double eps = call.Float("eps");
+  if (!(eps > 0)) return Error(Def("layernorm").ArgIndex("eps"), "eps must be > 0");
+  Lowering l;
+  l.instruction = "layernorm";
+  l.shape = x;
+  l.attrs["eps"] = eps;
+  l.params.push_back({"weight", {x.back()}, Init::kOnes, 0, ""});
+  l.params.push_back({"bias", {x.back()}, Init::kZeros, 0, ""});
+  l.saved = {{"mean", Leading(x)}, {"rstd", Leading(x)}};
+  return l;
+}
+
+// "'h1' is [256]", or "[256]" when the call's names are unknown.
+std::string Named(const OpCall& call, size_t i) {
+  const std::string shape = ShapeText(call.values[i]);
+  return i < call.value_names.size() ? "'" + call.value_names[i] + "' is " + shape
+                                     : shape;
+}
+
+std::variant<Lowering, ShapeError> AddRule(const OpCall& call) {
+  if (call.values[0] != call.values[1]) {
+    return Error(-1,
+                 "add: shapes differ: " + Named(call, 0) + " but " +
+                     Named(call, 1),
+                 "add sums element-wise: both sides need the same shape");
+  }
+  return Unary(call, "add");
+}
+
+std::variant<Lowering, ShapeError> EmbeddingRule(const OpCall& call) {
+  Lowering l;
+  l.instruction = "embedding";
+  l.shape = call.values[0];
+  l.shape.push_back(call.Int("dim"));
+  // GPT-2's N(0, 0.02), not nn.Embedding's N(0, 1): with tied output
+  // weights the latter starts with logits of std ~sqrt(C).
+  if (auto e = Slot(call, Def("embedding"), "weight", "weight",
+                    {call.Int("vocab"), call.Int("dim")}, Init::kNormal, 0.02,
+                    &l)) {
+    return *e;
+  }
+  return l;
+}
+
+std::variant<Lowering, ShapeError> PositionEmbeddingRule(const OpCall& call) {
+  Lowering l;
+  l.instruction = "position_embedding";
+  l.shape = {call.Int("positions"), call.Int("dim")};
+  l.params.push_back({"weight", l.shape, Init::kNormal, 0.02, ""});
+  return l;
+}
+
+std::variant<Lowering, ShapeError> AttentionRule(const OpCall& call) {
+  const Shape& qkv = call.values[0];
+  const int64_t heads = call.Int("heads");
+  if (qkv.size() != 2 || qkv[1] % 3 != 0) {
+    return Error(0,
+                 "causal_attention needs q|k|v as [T, 3C], got " +
+                     ShapeText(qkv),
+                 "e.g. qkv = linear(x, 3 * width)");
+  }
+  const int64_t t = qkv[0], c = qkv[1] / 3;
+  if (c % heads != 0) {
+    return Error(Def("causal_attention").ArgIndex("heads"),
+                 "width " + std::to_string(c) + " (= " +
+                     std::to_string(qkv[1]) + " / 3) is not divisible by " +
+                     std::to_string(heads) + " heads");
+  }
+  Lowering l;
+  l.instruction = "attention";
+  l.shape = {t, c};
+  l.attrs["heads"] = double(heads);
+  l.saved = {{"probs", {heads, t, t}}};
+  return l;
+}
+
+std::variant<Lowering, ShapeError> CrossEntropyRule(const OpCall& call) {
+  // The checker has matched the label to the logits (see model_checker):
+  // labels hold one class index per row of logits.
+  const Shape& logits = call.values[0];
+  if (logits.empty()) return Error(0, "cross_entropy logits need a class axis");
+  Lowering l;
+  l.instruction = "cross_entropy";
+  l.shape = {};
+  l.saved = {{"probs", logits}};
+  l.loss_terms = 1;
+  for (size_t i = 0; i + 1 < logits.size(); ++i) l.loss_terms *= logits[i];
+  return l;
+}
+
+std::variant<Lowering, ShapeError> MseRule(const OpCall& call) {
+  if (call.values[0] != call.values[1]) {
+    return Error(-1,
+                 "mse: shapes differ: prediction " + Named(call, 0) +
+                     " but target " + Named(call, 1),
+                 "mse compares element-wise: prediction and target need the "
+                 "same shape");
+  }
+  Lowering l;
+  l.instruction = "mse";
+  l.shape = {};
+  l.loss_terms = 1;
+  return l;
+}
+
+std::vector<ModelOpDef> MakeModelOps() {
+  return {
+      {"linear",
+       {{"x", Kind::kValue},
+        {"out_features", Kind::kInt},
+        {"bias", Kind::kBool, "true"},
+        {"weight", Kind::kParameter}},
+       false,
+       "y = x W^T + b over the last axis; <name>.weight [out, in], "
+       "<name>.bias [out], U(-1/sqrt(in), 1/sqrt(in)) as nn.Linear",
+       LinearRule},
+      {"relu", {{"x", Kind::kValue}}, false, "max(x, 0)", ReluRule},
+      {"gelu",
+       {{"x", Kind::kValue}, {"approximate", Kind::kString, "\"none\""}},
+       false, "GELU, erf form or approximate = \"tanh\" (GPT-2)", GeluRule},
+      {"tanh", {{"x", Kind::kValue}}, false, "tanh(x)", TanhRule},
+      {"softmax", {{"x", Kind::kValue}}, false, "softmax over the last axis",
+       SoftmaxRule},
+      {"layernorm", {{"x", Kind::kValue}, {"eps", Kind::kFloat, "1e-5"}},
+       false,
+       "LayerNorm over the last axis; <name>.weight (ones), <name>.bias "
+       "(zeros)",
+       LayerNormRule},
+      {"add", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
+       "a + b (same shapes); also written a + b", AddRule},
+      {"embedding",
+       {{"ids", Kind::kIndices},
+        {"vocab", Kind::kInt},
+        {"dim", Kind::kInt},
+        {"weight", Kind::kParameter}},
+       false, "table lookup; <name>.weight [vocab, dim], N(0, 0.02)",
+       EmbeddingRule},
+      {"position_embedding", {{"positions", Kind::kInt}, {"dim", Kind::kInt}},
+       false,
+       "a learned [positions, dim] table, the same for every sample; "
+       "<name>.weight, N(0, 0.02)",
+       PositionEmbeddingRule},
+      {"causal_attention", {{"qkv", Kind::kValue}, {"heads", Kind::kInt}},
+       false,
+       "causal multi-head self-attention over q|k|v [T, 3C] -> [T, C], "
+       "softmax(q k^T / sqrt(C/heads)) v per head",
+       AttentionRule},
+      {"cross_entropy", {{"logits", Kind::kValue}, {"label", Kind::kIndices}},
+       true, "mean over every row (token) of -log softmax(logits)[label]",
+       CrossEntropyRule},
+      {"mse", {{"prediction", Kind::kValue}, {"target", Kind::kValue}}, true,
+       "mean squared error", MseRule},
+  };
+}
+
+}  // namespace
+
+ArgValue ArgValue::Int(int64_t v) {
+  ArgValue a;
+  a.kind = Kind::kInt;
+  a.i = v;
+  return a;
+}
+ArgValue ArgValue::Float(double v) {
+  ArgValue a;
+  a.kind = Kind::kFloat;
+  a.f = v;
+  return a;
+}
+ArgValue ArgValue::String(std::string v) {
+  ArgValue a;
+  a.kind = Kind::kString;
+  a.s = std::move(v);
+  return a;
+}
+ArgValue ArgValue::Bool(bool v) {
+  ArgValue a;
+  a.kind = Kind::kBool;
+  a.b = v;
+  return a;
+}
+
+std::optional<ArgValue> DefaultValue(const ArgDef& def) {
+  if (def.default_value == nullptr) return std::nullopt;
+  const std::string text = def.default_value;
+  switch (def.kind) {
+    case ArgDef::Kind::kBool:
+      return ArgValue::Bool(text == "true");
+    case ArgDef::Kind::kString:
+      return ArgValue::String(text.size() >= 2 ? text.substr(1, text.size() - 2)
+                                               : text);
+    case ArgDef::Kind::kInt:
+      return ArgValue::Int(std::stoll(text));
+    case ArgDef::Kind::kFloat:
+      return ArgValue::Float(std::stod(text));
+    default:
+      return std::nullopt;
+  }
+}
+
+const char* OpCategoryName(OpCategory category) {
+  switch (category) {
+    case OpCategory::kData: return "data";
+    case OpCategory::kMatmul: return "matmul";
+    case OpCategory::kElementwise: return "elementwise";
+    case OpCategory::kNormalization: return "normalization";
+    case OpCategory::kEmbedding: return "embedding";
+    case OpCategory::kAttention: return "attention";
+    case OpCategory::kLoss: return "loss";
+    case OpCategory::kCollective: return "collective";
+    case OpCategory::kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
+const std::vector<OpDef>& AllOps() {
+  static const auto* ops = new std::vector<OpDef>(MakeOps());
+  return *ops;
+}
+
+const OpDef* FindOp(std::string_view name) {
+  for (const OpDef& op : AllOps()) {
+    if (name == op.name) return &op;
+  }
+  return nullptr;
+}
+
+Cost EstimateCost(const OpDef& def, const std::vector<Shape>& inputs,
+                  const std::vector<Shape>& outputs) {
+  if (def.cost != nullptr) return def.cost(inputs, outputs);
+  return {0, Bytes(inputs, outputs)};
+}
+
+const std::vector<ModelOpDef>& AllModelOps() {
+  static const auto* ops = new std::vector<ModelOpDef>(MakeModelOps());
+  return *ops;
+}
+
+const ModelOpDef* FindModelOp(std::string_view name) {
+  for (const ModelOpDef& op : AllModelOps()) {
+    if (name == op.name) return &op;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> ModelOpNames() {
+  std::vector<std::string> names;
+  for (const ModelOpDef& op : AllModelOps()) names.push_back(op.name);
+  return names;
+}
+
+std::string ModelOpDef::Signature() const {
+  std::string out = std::string(name) + "(";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i) out += ", ";
+    out += args[i].name;
+    if (args[i].kind == ArgDef::Kind::kParameter) {
+      out += " = <parameter>";
+    } else if (args[i].default_value != nullptr) {
+      out += std::string(" = ") + args[i].default_value;
+    }
+  }
+  return out + ")";
+}
+
+int ModelOpDef::ArgIndex(std::string_view arg) const {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (arg == args[i].name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace trainc::ops

@@ -1,0 +1,236 @@
+// The op table: every op's one definition.
+//
+// Two kinds of op live here, each defined once:
+//
+//  - Model ops, what a .train file calls (`linear(x, 256)`, `layernorm(x)`):
+//    their arguments (positional or named, with defaults), and one rule that
+//    checks a call and says what it becomes: the output shape, the
+//    parameters it creates (PyTorch's names and layouts), the instruction op
+//    it lowers to with its attributes, and the tensors it saves for the
+//    backward pass. The front end's checker reports the rule's errors at the
+//    call; lowering (compiler/graph) builds the graph from the same rule.
+//
+//  - Instruction ops, what graphs and plans hold (`linear`,
+//    `linear_grad_params`, `all_reduce`): their operand counts and stream
+//    (read by plan I/O and the runtime's kernel resolver), their gradient
+//    rule as data, in the manner of PyTorch's derivatives.yaml (read by
+//    autodiff), and a cost estimate (flops, bytes moved, workspace) read by
+//    the plan summary and tools/viz.
+//
+// Adding an op: one ModelOpDef (if users call it), one OpDef per
+// instruction it lowers to (forward and backward), and one kernel per
+// backend (runtime/cpu, runtime/cuda). See README.md, "Adding an op".
+//
+// Shapes in model rules are per sample (no batch dimension); instruction
+// shapes are full buffer shapes (batch first).
+#ifndef TRAINC_COMPILER_OPS_OP_TABLE_H_
+#define TRAINC_COMPILER_OPS_OP_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace trainc::ops {
+
+using Shape = std::vector<int64_t>;
+
+// ---------------------------------------------------------------------------
+// Instruction ops
+// ---------------------------------------------------------------------------
+
+enum class OpCategory {
+  kData,
+  kMatmul,
+  kElementwise,
+  kNormalization,
+  kEmbedding,
+  kAttention,
+  kLoss,
+  kCollective,
+  kOptimizer,
+};
+const char* OpCategoryName(OpCategory category);
+
+// One operand of a backward instruction, named relative to the forward
+// instruction it differentiates.
+struct Operand {
+  enum class Kind { kGrad, kInput, kOutput } kind = Kind::kGrad;
+  int index = 0;
+};
+inline constexpr Operand kDy{Operand::Kind::kGrad, 0};  // d(loss)/d(output 0)
+inline constexpr Operand In(int i) { return {Operand::Kind::kInput, i}; }
+inline constexpr Operand Out(int i) { return {Operand::Kind::kOutput, i}; }
+
+// "the gradients of inputs `targets` are `op(operands)`". A target index
+// past the forward instruction's inputs is dropped (an optional bias), and
+// so is a target that needs no gradient, unless it is the rule's first
+// target (a parameter-gradient op writes all its parameters or none).
+struct GradRule {
+  const char* op;
+  std::vector<Operand> operands;
+  std::vector<int> targets;
+  // Loss ops: the instruction gets attr scale = the loss scale.
+  bool scaled = false;
+  // A backward temporary shaped like forward output `workspace_like` is
+  // appended as the last output (attention's dS).
+  int workspace_like = -1;
+};
+
+// What an instruction costs, for the plan summary, viz and the simulator.
+struct Cost {
+  double flops = 0;
+  double bytes = 0;            // read + written
+};
+
+struct OpDef {
+  const char* name;
+  int min_inputs, max_inputs;    // max -1: any number
+  int min_outputs, max_outputs;
+  bool comm_stream;              // all_reduce; every other op is compute
+  OpCategory category;
+  const char* doc;               // operands, attributes
+  // Inputs that never receive a gradient (labels, token ids, targets).
+  std::vector<int> constant_inputs;
+  // Backward rules, in emission order: parameter gradients first so their
+  // bucket can start its all-reduce early. Empty: not differentiable.
+  std::vector<GradRule> grads;
+  bool is_loss = false;          // output 0 is the loss sum
+  Cost (*cost)(const std::vector<Shape>& inputs,
+               const std::vector<Shape>& outputs) = nullptr;
+};
+
+// nullptr for an unknown op.
+const OpDef* FindOp(std::string_view name);
+const std::vector<OpDef>& AllOps();
+
+// `def.cost` of the shapes, or bytes only when the op has no cost rule.
+// Shapes hold 4-byte elements (f32 / i32).
+Cost EstimateCost(const OpDef& def, const std::vector<Shape>& inputs,
+                  const std::vector<Shape>& outputs);
+
+// ---------------------------------------------------------------------------
+// Model ops
+// ---------------------------------------------------------------------------
+
+// A checked constant argument.
+struct ArgValue {
+  enum class Kind { kInt, kFloat, kString, kBool } kind = Kind::kInt;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;
+  bool b = false;
+  double AsDouble() const { return kind == Kind::kInt ? double(i) : f; }
+
+  static ArgValue Int(int64_t v);
+  static ArgValue Float(double v);
+  static ArgValue String(std::string v);
+  static ArgValue Bool(bool v);
+};
+
+struct ArgDef {
+  enum class Kind {
+    kValue,      // an f32 tensor: a name, an op call, `a + b`
+    kIndices,    // an i32 tensor of indices (token ids, class labels)
+    kInt,        // a positive integer constant
+    kFloat,      // a number
+    kString,
+    kBool,
+    kParameter,  // an existing parameter, by name (`weight = wte.weight`)
+  };
+  const char* name;
+  Kind kind;
+  // As it would be written in .train ("1e-5", "true", "\"none\""); nullptr:
+  // required. kParameter arguments are always optional (absent: the op
+  // creates its own).
+  const char* default_value = nullptr;
+};
+
+// One call, after its arguments are checked: the per-sample shapes of its
+// tensor arguments (kValue and kIndices, in order), every constant argument
+// by name (defaults filled in), and the shapes of the parameters passed by
+// name.
+struct OpCall {
+  std::vector<Shape> values;
+  std::vector<std::string> value_names;  // for messages; may be empty
+  std::map<std::string, ArgValue> constants;
+  std::map<std::string, Shape> shared_parameters;
+
+  int64_t Int(const std::string& name) const { return constants.at(name).i; }
+  double Float(const std::string& name) const {
+    return constants.at(name).AsDouble();
+  }
+  const std::string& String(const std::string& name) const {
+    return constants.at(name).s;
+  }
+  bool Bool(const std::string& name) const { return constants.at(name).b; }
+};
+
+enum class Init { kZeros, kOnes, kUniformFanIn, kNormal };
+
+// One parameter slot of a call, in the instruction's operand order (after
+// the value arguments).
+struct ParamSlot {
+  std::string suffix;        // "weight": the parameter is <statement>.weight
+  Shape shape;
+  Init init = Init::kZeros;
+  double init_scale = 0;     // kUniformFanIn: fan_in; kNormal: std
+  // Set when the call passed an existing parameter for this slot (weight
+  // tying): its argument name; no new parameter is created.
+  std::string shared_arg;
+};
+
+// A tensor an instruction writes besides the op's value, saved for the
+// backward pass (layernorm's mean and rstd, softmax probabilities).
+struct SavedOutput {
+  std::string suffix;  // the value <statement>/<suffix>
+  Shape shape;         // per sample
+};
+
+// What a call lowers to: one instruction.
+struct Lowering {
+  Shape shape;                       // the op's value, per sample
+  std::vector<ParamSlot> params;
+  std::string instruction;           // an OpDef name
+  std::map<std::string, double> attrs;
+  std::vector<SavedOutput> saved;
+  // Loss ops: the loss is the mean of this many terms per sample (tokens
+  // of a sequence; 1 for a class label).
+  int64_t loss_terms = 0;
+};
+
+// A rule's complaint: `arg` is the index into ModelOpDef::args of the
+// argument at fault, or -1 for the whole call.
+struct ShapeError {
+  int arg = -1;
+  std::string message;
+  std::string hint;
+};
+
+struct ModelOpDef {
+  const char* name;
+  std::vector<ArgDef> args;
+  bool is_loss = false;
+  const char* summary;  // one line: what it computes, its parameters
+  std::variant<Lowering, ShapeError> (*rule)(const OpCall& call) = nullptr;
+
+  // "linear(x, out_features, bias = true, weight = <parameter>)".
+  std::string Signature() const;
+  // Index of the argument called `name`, or -1.
+  int ArgIndex(std::string_view name) const;
+};
+
+// An argument's default as a value (`def.default_value` parsed); nullopt
+// when it has none.
+std::optional<ArgValue> DefaultValue(const ArgDef& def);
+
+const ModelOpDef* FindModelOp(std::string_view name);
+const std::vector<ModelOpDef>& AllModelOps();
+std::vector<std::string> ModelOpNames();
+
+}  // namespace trainc::ops
+
+#endif  // TRAINC_COMPILER_OPS_OP_TABLE_H_

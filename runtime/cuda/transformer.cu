@@ -1,0 +1,351 @@
+// Transformer ops: GELU (tanh form), softmax, token and position
+// embeddings, and the pieces of causal attention that are not matrix
+// products (the masked scaled softmax and its gradient; the products are
+// cuBLAS calls in cuda_device.cc). Row kernels use one warp per row, as
+// layernorm.cu and loss.cu; nothing adds floats with atomics.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "runtime/cuda/common.cuh"
+#include "runtime/cuda/kernels.h"
+
+namespace trainc {
+namespace cuda {
+namespace {
+
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ __forceinline__ int64_t WarpRow() {
+  return blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) +
+         threadIdx.x / kWarpSize;
+}
+
+__global__ void GeluTanhKernel(const float* x, float* y, int64_t n) {
+  TRAINC_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
+    y[i] = 0.5f * v * (1.0f + tanhf(u));
+  }
+}
+
+// d/dx 0.5 x (1 + tanh u) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u',
+// u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+__global__ void GeluTanhGradKernel(const float* dy, const float* x, float* dx,
+                                   int64_t n, bool accumulate) {
+  TRAINC_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
+    const float t = tanhf(u);
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
+    const float g =
+        dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
+// Softmax over the first `valid` of `n` columns of one row (scaled by
+// `scale` first); columns [valid, n) are written as exact zeros. Plain
+// softmax is valid = n, scale = 1; causal attention row i is valid = i + 1.
+// The exponentials are summed in double, as the CPU reference sums them.
+__device__ __forceinline__ void SoftmaxRow(const float* x, float* y,
+                                           int64_t valid, int64_t n,
+                                           float scale, int lane) {
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < valid; j += kWarpSize) {
+    mx = fmaxf(mx, x[j] * scale);
+  }
+  mx = WarpMax(mx);
+  double sum = 0.0;
+  for (int64_t j = lane; j < valid; j += kWarpSize) {
+    sum += expf(x[j] * scale - mx);
+  }
+  const float inv = static_cast<float>(1.0 / WarpSum(sum));
+  // y may be x (attention's scores become its probabilities in place): each
+  // lane reads its own columns before it writes them.
+  for (int64_t j = lane; j < valid; j += kWarpSize) {
+    y[j] = expf(x[j] * scale - mx) * inv;
+  }
+  for (int64_t j = valid + lane; j < n; j += kWarpSize) y[j] = 0.0f;
+}
+
+// dx = y * (dy - sum_j dy_j y_j) * scale over the first `valid` columns,
+// exact zeros after them. The row sum is accumulated in double (as
+// layernorm's): dx is a difference with it, so its rounding is not damped.
+// dx may be dy (attention's scratch, in place).
+__device__ __forceinline__ void SoftmaxGradRow(const float* dy, const float* y,
+                                               float* dx, int64_t valid,
+                                               int64_t n, float scale,
+                                               bool accumulate, int lane) {
+  double dot = 0.0;
+  for (int64_t j = lane; j < valid; j += kWarpSize) {
+    dot += static_cast<double>(dy[j]) * y[j];
+  }
+  const float s = static_cast<float>(WarpSum(dot));
+  for (int64_t j = lane; j < valid; j += kWarpSize) {
+    const float g = y[j] * (dy[j] - s) * scale;
+    dx[j] = accumulate ? dx[j] + g : g;
+  }
+  if (!accumulate) {
+    for (int64_t j = valid + lane; j < n; j += kWarpSize) dx[j] = 0.0f;
+  }
+}
+
+__global__ void SoftmaxKernel(const float* x, float* y, int64_t rows,
+                              int64_t n) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  SoftmaxRow(x + row * n, y + row * n, n, n, 1.0f, threadIdx.x % kWarpSize);
+}
+
+__global__ void SoftmaxGradKernel(const float* dy, const float* y, float* dx,
+                                  int64_t rows, int64_t n, bool accumulate) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  SoftmaxGradRow(dy + row * n, y + row * n, dx + row * n, n, n, 1.0f,
+                 accumulate, threadIdx.x % kWarpSize);
+}
+
+// Rows of att[rows, seq] are the query positions of every (batch, head) in
+// order, so row r is query i = r % seq and sees keys j <= i.
+__global__ void CausalSoftmaxKernel(float* att, int64_t rows, int64_t seq,
+                                    float scale) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  float* a = att + row * seq;
+  SoftmaxRow(a, a, row % seq + 1, seq, scale, threadIdx.x % kWarpSize);
+}
+
+__global__ void CausalSoftmaxGradKernel(const float* probs, float* datt,
+                                        int64_t rows, int64_t seq,
+                                        float scale) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  float* d = datt + row * seq;
+  SoftmaxGradRow(d, probs + row * seq, d, row % seq + 1, seq, scale,
+                 /*accumulate=*/false, threadIdx.x % kWarpSize);
+}
+
+__global__ void EmbeddingKernel(const int32_t* ids, const float* table,
+                                float* y, int64_t rows, int64_t vocab,
+                                int64_t dim, int* error) {
+  TRAINC_GRID_STRIDE(i, rows * dim) {
+    const int64_t row = i / dim;
+    const int64_t col = i - row * dim;
+    const int32_t id = ids[row];
+    if (id < 0 || id >= vocab) {
+      if (col == 0) atomicOr(error, kErrorTokenOutOfRange);
+      y[i] = 0.0f;
+    } else {
+      y[i] = table[id * dim + col];
+    }
+  }
+}
+
+// Sort keys for the embedding gradient: the id, or `vocab` for an id
+// outside [0, vocab) (sorted last, then skipped), and the row index as the
+// value the stable sort carries.
+__global__ void EmbeddingGradKeysKernel(const int32_t* ids, int64_t rows,
+                                        int64_t vocab, uint32_t* keys,
+                                        int32_t* row_index) {
+  TRAINC_GRID_STRIDE(r, rows) {
+    const int32_t id = ids[r];
+    keys[r] = (id < 0 || id >= vocab) ? static_cast<uint32_t>(vocab)
+                                      : static_cast<uint32_t>(id);
+    row_index[r] = static_cast<int32_t>(r);
+  }
+}
+
+// After the stable sort, the rows of one id are a run in increasing row
+// order. The warp at the first position of a run adds the run's dy rows
+// into dtable[id] (lane = column), one row after another: the same
+// operation order as the CPU's loop over rows, and no two warps ever touch
+// the same id.
+constexpr int kRunsPerBlock = 8;
+
+__global__ void EmbeddingGradRunKernel(const float* dy, const uint32_t* keys,
+                                       const int32_t* row_index, float* dtable,
+                                       int64_t rows, int64_t vocab,
+                                       int64_t dim) {
+  const int64_t col = blockIdx.x * static_cast<int64_t>(kColTile) + threadIdx.x;
+  if (col >= dim) return;
+  for (int64_t p = blockIdx.y * static_cast<int64_t>(kRunsPerBlock) +
+                   threadIdx.y;
+       p < rows; p += static_cast<int64_t>(gridDim.y) * kRunsPerBlock) {
+    const uint32_t key = keys[p];
+    if (key >= vocab || (p > 0 && keys[p - 1] == key)) continue;
+    float* out = dtable + static_cast<int64_t>(key) * dim + col;
+    float s = *out;
+    for (int64_t q = p; q < rows && keys[q] == key; ++q) {
+      s += dy[static_cast<int64_t>(row_index[q]) * dim + col];
+    }
+    *out = s;
+  }
+}
+
+__global__ void PositionEmbeddingKernel(const float* table, float* y,
+                                        int64_t n, int64_t per_batch) {
+  TRAINC_GRID_STRIDE(i, n) { y[i] = table[i % per_batch]; }
+}
+
+// dtable[i] (+)= dy[0][i] + dy[1][i] + ...: the batch sum is formed first,
+// in increasing b, then stored or added (the CPU's order).
+__global__ void PositionEmbeddingGradKernel(const float* dy, float* dtable,
+                                            int64_t batch, int64_t per_batch,
+                                            bool accumulate) {
+  TRAINC_GRID_STRIDE(i, per_batch) {
+    float s = batch > 0 ? dy[i] : 0.0f;
+    for (int64_t b = 1; b < batch; ++b) s += dy[b * per_batch + i];
+    dtable[i] = accumulate ? dtable[i] + s : s;
+  }
+}
+
+// Bits that hold every embedding-gradient sort key, 0..vocab.
+int KeyBits(int64_t vocab) {
+  int bits = 1;
+  while (bits < 32 && (int64_t{1} << bits) <= vocab) ++bits;
+  return bits;
+}
+
+// The embedding-gradient scratch: keys and row indices before and after the
+// sort, then cub's temporary storage, each 256-byte aligned.
+struct EmbeddingGradScratch {
+  uint32_t* keys_in;
+  uint32_t* keys_out;
+  int32_t* rows_in;
+  int32_t* rows_out;
+  void* temp;
+  size_t temp_bytes;
+};
+
+size_t Align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+size_t EmbeddingGradArrayBytes(int64_t rows) {
+  return Align256(static_cast<size_t>(rows > 0 ? rows : 1) * 4);
+}
+
+EmbeddingGradScratch SplitEmbeddingGradScratch(void* scratch, size_t bytes,
+                                               int64_t rows) {
+  const size_t array = EmbeddingGradArrayBytes(rows);
+  char* p = static_cast<char*>(scratch);
+  EmbeddingGradScratch s;
+  s.keys_in = reinterpret_cast<uint32_t*>(p);
+  s.keys_out = reinterpret_cast<uint32_t*>(p + array);
+  s.rows_in = reinterpret_cast<int32_t*>(p + 2 * array);
+  s.rows_out = reinterpret_cast<int32_t*>(p + 3 * array);
+  s.temp = p + 4 * array;
+  s.temp_bytes = bytes > 4 * array ? bytes - 4 * array : 0;
+  return s;
+}
+
+}  // namespace
+
+#define TRAINC_LAUNCH_ELEMENTWISE(kernel, n, stream, ...)                 \
+  kernel<<<ElementwiseBlocks(n), kBlockSize, 0, stream>>>(__VA_ARGS__); \
+  return cudaGetLastError()
+
+cudaError_t LaunchGeluTanh(const float* x, float* y, int64_t n,
+                           cudaStream_t s) {
+  TRAINC_LAUNCH_ELEMENTWISE(GeluTanhKernel, n, s, x, y, n);
+}
+
+cudaError_t LaunchGeluTanhGrad(const float* dy, const float* x, float* dx,
+                               int64_t n, bool accumulate, cudaStream_t s) {
+  TRAINC_LAUNCH_ELEMENTWISE(GeluTanhGradKernel, n, s, dy, x, dx, n,
+                            accumulate);
+}
+
+cudaError_t LaunchSoftmax(const float* x, float* y, int64_t rows, int64_t n,
+                          cudaStream_t s) {
+  SoftmaxKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(x, y, rows, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftmaxGrad(const float* dy, const float* y, float* dx,
+                              int64_t rows, int64_t n, bool accumulate,
+                              cudaStream_t s) {
+  SoftmaxGradKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+      dy, y, dx, rows, n, accumulate);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbedding(const int32_t* ids, const float* table, float* y,
+                            int64_t rows, int64_t vocab, int64_t dim,
+                            int* error, cudaStream_t s) {
+  TRAINC_LAUNCH_ELEMENTWISE(EmbeddingKernel, rows * dim, s, ids, table, y,
+                            rows, vocab, dim, error);
+}
+
+cudaError_t EmbeddingGradScratchBytes(int64_t rows, int64_t vocab,
+                                      size_t* bytes) {
+  size_t temp = 0;
+  const cudaError_t err = cub::DeviceRadixSort::SortPairs(
+      nullptr, temp, static_cast<const uint32_t*>(nullptr),
+      static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+      static_cast<int32_t*>(nullptr), static_cast<int>(rows), 0,
+      KeyBits(vocab));
+  *bytes = 4 * EmbeddingGradArrayBytes(rows) + Align256(temp);
+  return err;
+}
+
+cudaError_t LaunchEmbeddingGrad(const float* dy, const int32_t* ids,
+                                float* dtable, int64_t rows, int64_t vocab,
+                                int64_t dim, bool accumulate, void* scratch,
+                                size_t scratch_bytes, cudaStream_t s) {
+  if (!accumulate) {
+    const cudaError_t err = cudaMemsetAsync(
+        dtable, 0, static_cast<size_t>(vocab * dim) * sizeof(float), s);
+    if (err != cudaSuccess) return err;
+  }
+  if (rows <= 0 || dim <= 0) return cudaGetLastError();
+  EmbeddingGradScratch sc = SplitEmbeddingGradScratch(scratch, scratch_bytes,
+                                                      rows);
+  EmbeddingGradKeysKernel<<<ElementwiseBlocks(rows), kBlockSize, 0, s>>>(
+      ids, rows, vocab, sc.keys_in, sc.rows_in);
+  cudaError_t err = cub::DeviceRadixSort::SortPairs(
+      sc.temp, sc.temp_bytes, sc.keys_in, sc.keys_out, sc.rows_in,
+      sc.rows_out, static_cast<int>(rows), 0, KeyBits(vocab), s);
+  if (err != cudaSuccess) return err;
+  const int64_t run_blocks = (rows + kRunsPerBlock - 1) / kRunsPerBlock;
+  dim3 block(kColTile, kRunsPerBlock);
+  dim3 grid(static_cast<unsigned>((dim + kColTile - 1) / kColTile),
+            static_cast<unsigned>(run_blocks < kMaxGridY ? run_blocks
+                                                         : kMaxGridY));
+  EmbeddingGradRunKernel<<<grid, block, 0, s>>>(dy, sc.keys_out, sc.rows_out,
+                                                dtable, rows, vocab, dim);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPositionEmbedding(const float* table, float* y,
+                                    int64_t batch, int64_t positions,
+                                    int64_t dim, cudaStream_t s) {
+  const int64_t per_batch = positions * dim;
+  TRAINC_LAUNCH_ELEMENTWISE(PositionEmbeddingKernel, batch * per_batch, s,
+                            table, y, batch * per_batch, per_batch);
+}
+
+cudaError_t LaunchPositionEmbeddingGrad(const float* dy, float* dtable,
+                                        int64_t batch, int64_t positions,
+                                        int64_t dim, bool accumulate,
+                                        cudaStream_t s) {
+  const int64_t per_batch = positions * dim;
+  TRAINC_LAUNCH_ELEMENTWISE(PositionEmbeddingGradKernel, per_batch, s, dy,
+                            dtable, batch, per_batch, accumulate);
+}
+
+cudaError_t LaunchCausalSoftmax(float* att, int64_t rows, int64_t seq,
+                                float scale, cudaStream_t s) {
+  CausalSoftmaxKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(att, rows,
+                                                                 seq, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCausalSoftmaxGrad(const float* probs, float* datt,
+                                    int64_t rows, int64_t seq, float scale,
+                                    cudaStream_t s) {
+  CausalSoftmaxGradKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+      probs, datt, rows, seq, scale);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace trainc
