@@ -480,8 +480,12 @@ TEST(KernelsTest, GeluTanhMatchesTorch) {
     const float one = 1.0f;
     GeluTanh(&p.x, 1, &y);
     GeluTanhGrad(&one, &p.x, 1, false, &dx);
-    EXPECT_NEAR(y, p.y, 1e-7 + 2e-6 * std::fabs(p.y));
-    EXPECT_NEAR(dx, p.dydx, 1e-7 + 2e-6 * std::fabs(p.dydx));
+    // torch's float32 1 + tanh(u) cancels for x well below 0, losing about
+    // |x| 2^-24 (at x = -3 its gradient is 1.3e-7 from the float64 value,
+    // ours 3e-9): allow that much on top of rounding.
+    const double torch_error = std::fabs(p.x) * 0x1p-23;
+    EXPECT_NEAR(y, p.y, 1e-7 + 2e-6 * std::fabs(p.y) + torch_error);
+    EXPECT_NEAR(dx, p.dydx, 1e-7 + 2e-6 * std::fabs(p.dydx) + torch_error);
   }
 }
 
