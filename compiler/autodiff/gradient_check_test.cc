@@ -148,14 +148,15 @@ TEST_F(OpGradientCheck, LinearWithoutBiasOverTokens) {
 }
 
 TEST_F(OpGradientCheck, Activations) {
-  for (const std::string op : {"relu", "gelu", "gelu_tanh", "tanh"}) {
+  for (const std::string op : {"relu", "gelu", "gelu_tanh", "tanh", "silu"}) {
     std::vector<Tensor> in = {Random({3, 7}, rng_)};
     std::vector<Tensor> out = {Zeros({3, 7})};
     Tensor r = Random({3, 7}, rng_);
     auto f = [&] { return Objective(op, in, out, r); };
     f();
-    // relu and tanh use y, gelu and gelu_tanh use x (op_table.cc).
-    const Tensor& saved = op == "gelu" || op == "gelu_tanh" ? in[0] : out[0];
+    // relu and tanh use y; gelu, gelu_tanh and silu use x (op_table.cc).
+    const Tensor& saved =
+        op == "gelu" || op == "gelu_tanh" || op == "silu" ? in[0] : out[0];
     std::vector<Tensor> dx = Backward(op + "_grad", {r, saved}, {{3, 7}});
     EXPECT_LT(RelativeError(dx[0].data, Numerical(in[0].data, f)), kTolerance) << op;
   }

@@ -128,23 +128,27 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
         dw.Set(o * I + i, s);
       }
     }
-  } else if (op == "relu" || op == "gelu" || op == "gelu_tanh" || op == "tanh") {
+  } else if (op == "relu" || op == "gelu" || op == "gelu_tanh" || op == "tanh" ||
+             op == "silu") {
     for (int64_t i = 0; i < in[0].size(); ++i) {
       const double x = in[0].data[i];
       out[0].data[i] = op == "relu"        ? std::max(x, 0.0)
                        : op == "gelu"      ? Gelu(x)
                        : op == "gelu_tanh" ? GeluTanh(x)
+                       : op == "silu"      ? x / (1 + std::exp(-x))
                                            : std::tanh(x);
     }
   } else if (op == "relu_grad" || op == "gelu_grad" || op == "gelu_tanh_grad" ||
-             op == "tanh_grad") {
+             op == "tanh_grad" || op == "silu_grad") {
     Writer dx(out[0], acc);
     for (int64_t i = 0; i < in[0].size(); ++i) {
       const double dy = in[0].data[i], v = in[1].data[i];  // v: y, or x for gelu
       const double d = op == "relu_grad"        ? (v > 0 ? 1.0 : 0.0)
                        : op == "gelu_grad"      ? GeluGrad(v)
                        : op == "gelu_tanh_grad" ? GeluTanhGrad(v)
-                                                : 1 - v * v;
+                       : op == "silu_grad"
+                           ? (1 + v * std::exp(-v) / (1 + std::exp(-v))) / (1 + std::exp(-v))
+                           : 1 - v * v;
       dx.Set(i, dy * d);
     }
   } else if (op == "softmax") {

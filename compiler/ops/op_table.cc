@@ -106,6 +106,10 @@ std::vector<OpDef> MakeOps() {
        {{"gelu_tanh_grad", {kDy, In(0)}, {0}}}, false, Elementwise<20>},
       {"gelu_tanh_grad", 2, 2, 1, 1, false, kElem, "dy, x -> dx; acc", {}, {},
        false, Elementwise<25>},
+      {"silu", 1, 1, 1, 1, false, kElem, "x -> y = x sigmoid(x)", {},
+       {{"silu_grad", {kDy, In(0)}, {0}}}, false, Elementwise<5>},
+      {"silu_grad", 2, 2, 1, 1, false, kElem, "dy, x -> dx; acc", {}, {}, false,
+       Elementwise<8>},
       {"tanh", 1, 1, 1, 1, false, kElem, "x -> y", {},
        {{"tanh_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<10>},
       {"tanh_grad", 2, 2, 1, 1, false, kElem, "dy, y -> dx; acc", {}, {}, false,
@@ -261,6 +265,9 @@ std::variant<Lowering, ShapeError> ReluRule(const OpCall& c) {
 std::variant<Lowering, ShapeError> TanhRule(const OpCall& c) {
   return Unary(c, "tanh");
 }
+std::variant<Lowering, ShapeError> SiluRule(const OpCall& c) {
+  return Unary(c, "silu");
+}
 std::variant<Lowering, ShapeError> GeluRule(const OpCall& call) {
   const std::string& form = call.String("approximate");
   if (form != "none" && form != "tanh") {
@@ -401,6 +408,8 @@ std::vector<ModelOpDef> MakeModelOps() {
        {{"x", Kind::kValue}, {"approximate", Kind::kString, "\"none\""}},
        false, "GELU, erf form or approximate = \"tanh\" (GPT-2)", GeluRule},
       {"tanh", {{"x", Kind::kValue}}, false, "tanh(x)", TanhRule},
+      {"silu", {{"x", Kind::kValue}}, false, "x sigmoid(x) (SiLU, swish)",
+       SiluRule},
       {"softmax", {{"x", Kind::kValue}}, false, "softmax over the last axis",
        SoftmaxRule},
       {"layernorm", {{"x", Kind::kValue}, {"eps", Kind::kFloat, "1e-5"}},

@@ -270,6 +270,12 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
     case Op::kGeluGrad:
       cpu::GeluGrad(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
       break;
+    case Op::kSilu:
+      cpu::Silu(k.x[0], k.rows, k.y[0]);
+      break;
+    case Op::kSiluGrad:
+      cpu::SiluGrad(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
+      break;
     case Op::kTanh:
       cpu::Tanh(k.x[0], k.rows, k.y[0]);
       break;

@@ -123,6 +123,19 @@ void GeluGrad(const float* __restrict dy, const float* __restrict x, int64_t n,
   }
 }
 
+void Silu(const float* __restrict x, int64_t n, float* __restrict y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+void SiluGrad(const float* __restrict dy, const float* __restrict x, int64_t n,
+              bool accumulate, float* __restrict dx) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.0f / (1.0f + std::exp(-x[i]));
+    const float g = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
 void Tanh(const float* __restrict x, int64_t n, float* __restrict y) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
 }

@@ -44,6 +44,11 @@ void Gelu(const float* x, int64_t n, float* y);
 // dx (+)= dy * gelu'(x), x the gelu's input.
 void GeluGrad(const float* dy, const float* x, int64_t n, bool accumulate,
               float* dx);
+// SiLU: y = x sigmoid(x) = x / (1 + exp(-x)).
+void Silu(const float* x, int64_t n, float* y);
+// dx (+)= dy * s (1 + x (1 - s)), s = sigmoid(x), x the op's input.
+void SiluGrad(const float* dy, const float* x, int64_t n, bool accumulate,
+              float* dx);
 void Tanh(const float* x, int64_t n, float* y);
 // dx (+)= dy * (1 - y^2), y the tanh's output.
 void TanhGrad(const float* dy, const float* y, int64_t n, bool accumulate,

@@ -41,6 +41,19 @@ __global__ void GeluGradKernel(const float* dy, const float* x, float* dx,
   }
 }
 
+__global__ void SiluKernel(const float* x, float* y, int64_t n) {
+  TRAINC_GRID_STRIDE(i, n) { y[i] = x[i] / (1.0f + expf(-x[i])); }
+}
+
+__global__ void SiluGradKernel(const float* dy, const float* x, float* dx,
+                               int64_t n, bool accumulate) {
+  TRAINC_GRID_STRIDE(i, n) {
+    const float s = 1.0f / (1.0f + expf(-x[i]));
+    const float g = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
 __global__ void TanhKernel(const float* x, float* y, int64_t n) {
   TRAINC_GRID_STRIDE(i, n) { y[i] = tanhf(x[i]); }
 }
@@ -72,6 +85,13 @@ cudaError_t LaunchGelu(const float* x, float* y, int64_t n, cudaStream_t s) {
 cudaError_t LaunchGeluGrad(const float* dy, const float* x, float* dx,
                            int64_t n, bool accumulate, cudaStream_t s) {
   TRAINC_LAUNCH_ELEMENTWISE(GeluGradKernel, n, s, dy, x, dx, n, accumulate);
+}
+cudaError_t LaunchSilu(const float* x, float* y, int64_t n, cudaStream_t s) {
+  TRAINC_LAUNCH_ELEMENTWISE(SiluKernel, n, s, x, y, n);
+}
+cudaError_t LaunchSiluGrad(const float* dy, const float* x, float* dx,
+                           int64_t n, bool accumulate, cudaStream_t s) {
+  TRAINC_LAUNCH_ELEMENTWISE(SiluGradKernel, n, s, dy, x, dx, n, accumulate);
 }
 cudaError_t LaunchTanh(const float* x, float* y, int64_t n, cudaStream_t s) {
   TRAINC_LAUNCH_ELEMENTWISE(TanhKernel, n, s, x, y, n);

@@ -911,6 +911,13 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
       err = cuda::LaunchGeluGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
                                  s);
       break;
+    case Op::kSilu:
+      err = cuda::LaunchSilu(k.x[0], k.y[0], k.rows, s);
+      break;
+    case Op::kSiluGrad:
+      err = cuda::LaunchSiluGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
+                                 s);
+      break;
     case Op::kTanh:
       err = cuda::LaunchTanh(k.x[0], k.y[0], k.rows, s);
       break;

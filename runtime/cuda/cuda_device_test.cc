@@ -262,7 +262,7 @@ TEST(CudaDeviceTest, LinearGradParamsManyRows) {
 
 TEST(CudaDeviceTest, Activations) {
   SKIP_WITHOUT_GPU();
-  for (const char* op : {"relu", "gelu", "tanh"}) {
+  for (const char* op : {"relu", "gelu", "tanh", "silu"}) {
     for (double acc : {0.0, 1.0}) {
       PlanBuilder p;
       int x = p.Add("x", {B, OUT});
@@ -270,8 +270,10 @@ TEST(CudaDeviceTest, Activations) {
       int dy = p.Add("dy", {B, OUT});
       int dx = p.Add("dx", {B, OUT});
       p.Instr(op, {x}, {y});
-      // relu/tanh grads take the output, gelu's the input (plan.h).
-      int saved = std::string(op) == "gelu" ? x : y;
+      // relu/tanh grads take the output, gelu's and silu's the input
+      // (op_table.cc).
+      const std::string name = op;
+      int saved = name == "gelu" || name == "silu" ? x : y;
       p.Instr(absl::StrCat(op, "_grad"), {dy, saved}, {dx},
               {{"accumulate", acc}});
       SCOPED_TRACE(op);

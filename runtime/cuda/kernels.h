@@ -44,6 +44,9 @@ cudaError_t LaunchReluGrad(const float* dy, const float* y, float* dx,
 cudaError_t LaunchGelu(const float* x, float* y, int64_t n, cudaStream_t s);
 cudaError_t LaunchGeluGrad(const float* dy, const float* x, float* dx,
                            int64_t n, bool accumulate, cudaStream_t s);
+cudaError_t LaunchSilu(const float* x, float* y, int64_t n, cudaStream_t s);
+cudaError_t LaunchSiluGrad(const float* dy, const float* x, float* dx,
+                           int64_t n, bool accumulate, cudaStream_t s);
 cudaError_t LaunchTanh(const float* x, float* y, int64_t n, cudaStream_t s);
 cudaError_t LaunchTanhGrad(const float* dy, const float* y, float* dx,
                            int64_t n, bool accumulate, cudaStream_t s);

@@ -26,6 +26,8 @@ constexpr KernelOpName kKernels[] = {
     {"gelu_tanh", KernelOp::kGeluTanh},
     {"gelu_tanh_grad", KernelOp::kGeluTanhGrad},
     {"tanh", KernelOp::kTanh},
+    {"silu", KernelOp::kSilu},
+    {"silu_grad", KernelOp::kSiluGrad},
     {"tanh_grad", KernelOp::kTanhGrad},
     {"softmax", KernelOp::kSoftmax},
     {"softmax_grad", KernelOp::kSoftmaxGrad},
@@ -124,6 +126,8 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
     case KernelOp::kCopyGrad:
     case KernelOp::kGeluTanh:
     case KernelOp::kGeluTanhGrad:
+    case KernelOp::kSilu:
+    case KernelOp::kSiluGrad:
       k.rows = Elements(in_buf(0));
       for (int id : instr.inputs) {
         if (Elements(plan.buffers[id]) != k.rows) return fail("sizes differ");

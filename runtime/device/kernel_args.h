@@ -59,6 +59,8 @@ enum class KernelOp : uint8_t {
   kPositionEmbeddingGrad, // dy[rows, in, out] -> dtable[in, out] acc
   kAttention,             // qkv[rows, in, 3 out] -> y[rows, in, out], probs[rows, heads, in, in]
   kAttentionGrad,         // dy, qkv, probs -> dqkv acc; y[1]: scratch[rows, heads, in, in]
+  kSilu,                  // x -> y; rows = n
+  kSiluGrad,              // dy, x -> dx acc; rows = n
 };
 
 // Activation fused into a forward linear.
