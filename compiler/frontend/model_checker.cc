@@ -863,7 +863,11 @@ class ModelChecker {
       const ops::OpCall& op_call, const std::vector<std::string>& inputs,
       const std::map<std::string, std::string>& shared, Flattening* flattening,
       bool top, const std::vector<const ast::Expr*>* bound = nullptr) {
-    auto result = op.rule(op_call);
+    ops::OpCall named_call = op_call;
+    named_call.name = top ? flattening->global_name
+                          : absl::StrCat(flattening->global_name, ".",
+                                         flattening->next_index);
+    auto result = op.rule(named_call);
     if (auto* e = std::get_if<ops::ShapeError>(&result)) {
       Span span = call.span;
       if (bound != nullptr && e->arg >= 0 && (*bound)[e->arg] != nullptr) {

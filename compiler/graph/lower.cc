@@ -157,6 +157,7 @@ class Lowerer {
       ASSIGN_OR_RETURN(int id, Lookup(op, name));
       call.shared_parameters[arg] = graph_.value(id).shape;
     }
+    call.name = op.name;
     auto rule = def->rule(call);
     if (auto* e = std::get_if<ops::ShapeError>(&rule)) return Bad(op, e->message);
     const ops::Lowering& l = std::get<ops::Lowering>(rule);

@@ -114,6 +114,14 @@ std::vector<OpDef> MakeOps() {
        {{"tanh_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<10>},
       {"tanh_grad", 2, 2, 1, 1, false, kElem, "dy, y -> dx; acc", {}, {}, false,
        Elementwise<3>},
+      {"dropout", 1, 1, 1, 1, false, kElem,
+       "x[B, ..] -> y: x times 0 (probability p) or 1/(1-p), the mask a "
+       "Philox function of (seed, key, global example, element); identity "
+       "in evaluation; attrs: p, key",
+       {}, {{"dropout_grad", {kDy}, {0}}}, false, Elementwise<2>},
+      {"dropout_grad", 1, 1, 1, 1, false, kElem,
+       "dy -> dx: the forward's mask regenerated; acc; attrs: p, key", {}, {},
+       false, Elementwise<2>},
       {"add", 2, 2, 1, 1, false, kElem, "a, b -> y (same shapes)", {},
        {{"copy_grad", {kDy}, {0}}, {"copy_grad", {kDy}, {1}}}, false,
        Elementwise<1>},
@@ -277,6 +285,26 @@ std::variant<Lowering, ShapeError> GeluRule(const OpCall& call) {
   }
   return Unary(call, form == "tanh" ? "gelu_tanh" : "gelu");
 }
+// 32-bit FNV-1a of the value's name: a dropout op's key, stable across
+// splits, runs and plans (two dropouts of one model draw different masks).
+uint32_t NameKey(const std::string& name) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : name) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+std::variant<Lowering, ShapeError> DropoutRule(const OpCall& call) {
+  const double p = call.Float("p");
+  if (!(p >= 0 && p < 1)) {
+    return Error(Def("dropout").ArgIndex("p"),
+                 "dropout's p must be in [0, 1), got " + std::to_string(p));
+  }
+  Lowering l = std::get<Lowering>(Unary(call, "dropout"));
+  l.attrs["p"] = p;
+  l.attrs["key"] = static_cast<double>(NameKey(call.name));
+  return l;
+}
+
 std::variant<Lowering, ShapeError> SoftmaxRule(const OpCall& call) {
   if (call.values[0].empty()) return Error(0, "softmax needs an axis");
   return Unary(call, "softmax");
@@ -412,6 +440,10 @@ std::vector<ModelOpDef> MakeModelOps() {
        SiluRule},
       {"softmax", {{"x", Kind::kValue}}, false, "softmax over the last axis",
        SoftmaxRule},
+      {"dropout", {{"x", Kind::kValue}, {"p", Kind::kFloat, "0.1"}}, false,
+       "zeroes each element with probability p in training (scaling the rest "
+       "by 1/(1-p)); the same elements whatever the split",
+       DropoutRule},
       {"layernorm", {{"x", Kind::kValue}, {"eps", Kind::kFloat, "1e-5"}},
        false,
        "LayerNorm over the last axis; <name>.weight (ones), <name>.bias "

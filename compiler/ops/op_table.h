@@ -156,6 +156,7 @@ struct ArgDef {
 struct OpCall {
   std::vector<Shape> values;
   std::vector<std::string> value_names;  // for messages; may be empty
+  std::string name;  // the value the call defines ("h.2.attn.drop")
   std::map<std::string, ArgValue> constants;
   std::map<std::string, Shape> shared_parameters;
 

@@ -21,39 +21,25 @@
 // optimizer per bucket. The program is unrolled: `micro_step` tells which
 // micro-step an instruction belongs to (-1: once per step).
 //
-// Ops (inputs -> outputs, attributes). Activations are [micro_batch, ...];
-// every float is f32, labels of cross_entropy are i32 [micro_batch].
-// An op that writes a gradient has attr accumulate (0: out = v, 1: out += v).
+// Ops (inputs -> outputs, attributes). Every instruction op is defined once
+// in compiler/ops/op_table.cc, with its operand counts, its operands and
+// attributes (OpDef::doc), its gradient rule and its cost; plan validation
+// and the runtime's kernel resolver read that table. Activations are
+// [micro_batch, ...]. An op that writes a gradient has attr accumulate
+// (0: out = v, 1: out += v). The ops the executor runs itself:
 //   load_batch          -> all input and label buffers, in declaration order
 //                          attrs: micro (index within this rank's step)
-//   linear              x[B,in], w[out,in], b[out] -> y[B,out]
-//   linear_grad_input   dy[B,out], w[out,in] -> dx[B,in]            acc
-//   linear_grad_params  dy[B,out], x[B,in] -> dw[out,in], db[out]   acc
-//   relu    x -> y      relu_grad   dy, y -> dx   acc
-//   gelu    x -> y      gelu_grad   dy, x -> dx   acc   (exact, erf form)
-//   tanh    x -> y      tanh_grad   dy, y -> dx   acc
-//   layernorm           x[B,d], gamma[d], beta[d] -> y[B,d], mean[B], rstd[B]
-//                       attrs: eps
-//   layernorm_grad_input   dy, x, gamma, mean, rstd -> dx          acc
-//   layernorm_grad_params  dy, x, mean, rstd -> dgamma, dbeta      acc
-//   add                 a, b -> y
-//   copy_grad           dy -> dx                                   acc
-//   cross_entropy       logits[B,C], label i32[B] -> loss_sum[1], probs[B,C]
-//                       loss_sum = sum over the micro-batch of -log p[label]
-//   cross_entropy_grad  probs, label -> dlogits   acc; attrs: scale
-//                       dlogits = scale * (probs - onehot(label))
-//   mse                 pred[B,n], target[B,n] -> loss_sum[1]
-//                       loss_sum = sum_b mean_j (pred - target)^2
-//   mse_grad            pred, target -> dpred     acc; attrs: scale
-//                       dpred = scale * 2 (pred - target) / n
 //   all_reduce          bucket grads -> the same buffer (in place, sum over
 //                       ranks); stream comm; attrs: bucket
 //   optimizer           params span, grads (bucket), state spans -> params,
 //                       state; attrs: bucket. Elementwise over the bucket's
-//                       flat span, hyper-parameters from `optimizer` and the
+//                       flat span, hyper-parameters from `optimizer` (weight
+//                       decay only if the bucket's weight_decay) and the
 //                       learning rate from `schedule` at the current step.
 //                       adamw state: m, v; sgd state: momentum (if > 0).
-// `scale` is 1 / global_batch: the loss is the mean over the global batch
+// Loss ops (cross_entropy, mse) write the micro-batch's loss_sum; their
+// gradients carry attr scale = 1 / (global_batch * loss_terms).
+// So the loss is the mean over the global batch (every token of it)
 // whatever the split, and the all-reduce only sums.
 //
 // Deterministic mode (`deterministic`): each micro-step's gradient goes to

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ops/op_table.h"
 #include "compiler/planner/planner.h"
 
 namespace trainc {
@@ -47,6 +48,22 @@ std::string PlanSummary(const Plan& plan) {
                   per_micro[0].second, " backward; ", all_reduce, " all_reduce in the last; ",
                   optimizer, " optimizer), ", plan.num_events, " events, ",
                   plan.buffers.size(), " buffers\n");
+
+  // The op table's cost rules over one rank's step.
+  double flops[2] = {0, 0};  // forward, backward
+  for (const Instruction& in : plan.instructions) {
+    const ops::OpDef* def = ops::FindOp(in.op);
+    if (def == nullptr || (in.phase != Phase::kForward && in.phase != Phase::kBackward)) {
+      continue;
+    }
+    std::vector<ops::Shape> ins, outs;
+    for (int id : in.inputs) ins.push_back(plan.buffers[id].shape);
+    for (int id : in.outputs) outs.push_back(plan.buffers[id].shape);
+    flops[in.phase == Phase::kBackward] += ops::EstimateCost(*def, ins, outs).flops;
+  }
+  absl::StrAppend(&out, "compute per rank and step: ",
+                  absl::StrFormat("%.3g", flops[0] / 1e9), " GFLOP forward + ",
+                  absl::StrFormat("%.3g", flops[1] / 1e9), " GFLOP backward\n");
 
   absl::StrAppend(&out, "buckets: ", plan.buckets.size(), " (bucket_mb ", plan.bucket_mb,
                   ", in all-reduce order)\n");

@@ -270,6 +270,20 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
     case Op::kGeluGrad:
       cpu::GeluGrad(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
       break;
+    case Op::kDropout:
+    case Op::kDropoutGrad: {
+      // The global example of row 0: the global batch's micro-batches are
+      // rank-major (rank * accumulate + micro), as the data loader fills
+      // them, so the mask does not depend on the split.
+      const uint64_t base =
+          static_cast<uint64_t>(step.step - 1) * plan.global_batch +
+          static_cast<uint64_t>(step.rank * plan.accumulate + k.micro) *
+              plan.micro_batch;
+      cpu::Dropout(k.x[0], k.rows, k.in, step.training ? k.scalar : 0.0f,
+                   static_cast<uint64_t>(plan.seed), k.key, base,
+                   k.accumulate, k.y[0]);
+      break;
+    }
     case Op::kSilu:
       cpu::Silu(k.x[0], k.rows, k.y[0]);
       break;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/device/philox.h"
+
 // The repository builds for x86-64-v2 (SSE4.2) so its binaries run anywhere;
 // the elementwise loops below are the only hand-written hot code, so they
 // get AVX2 and AVX-512 clones chosen by the loader (GNU ifunc). OpenBLAS
@@ -386,6 +388,21 @@ void GeluTanhGrad(const float* __restrict dy, const float* __restrict x,
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x2);
     const float g = dy[i] * (0.5f * s + 0.5f * x[i] * (s * (2.0f - s)) * du);
     dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
+TRAINC_SIMD_CLONES
+void Dropout(const float* __restrict x, int64_t batch, int64_t per_example,
+             float p, uint64_t seed, uint32_t key, uint64_t example_base,
+             bool accumulate, float* __restrict y) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* __restrict xr = x + b * per_example;
+    float* __restrict yr = y + b * per_example;
+    const uint64_t example = example_base + static_cast<uint64_t>(b);
+    for (int64_t j = 0; j < per_example; ++j) {
+      const float v = xr[j] * DropoutFactor(seed, key, example, j, p);
+      yr[j] = accumulate ? yr[j] + v : v;
+    }
   }
 }
 

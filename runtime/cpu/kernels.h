@@ -88,6 +88,13 @@ void MseGrad(const float* pred, const float* target, int64_t rows, int64_t n,
 
 // ---- Transformer ops ------------------------------------------------------
 
+// Dropout (forward and backward alike): y[b, j] (+)= x[b, j] *
+// DropoutFactor(seed, key, example_base + b, j, p) (runtime/device/philox.h)
+// for x[batch, per_example]; p = 0 copies.
+void Dropout(const float* x, int64_t batch, int64_t per_example, float p,
+             uint64_t seed, uint32_t key, uint64_t example_base,
+             bool accumulate, float* y);
+
 // GELU, tanh approximation (GPT-2; PyTorch's approximate="tanh"):
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void GeluTanh(const float* x, int64_t n, float* y);

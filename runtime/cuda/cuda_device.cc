@@ -846,6 +846,7 @@ absl::Status CudaDeviceImpl::UploadStepScalars(const Plan& plan,
   s.bias_correction2_sqrt =
       static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, t)));
   s.first_step = state.step <= 1 ? 1 : 0;
+  s.step = state.step;
   OptimizerStepScalars both[2] = {s, s};
   both[1].adamw_decay = 1.0f;  // 1 - lr * 0
   RETURN_IF_ERROR(StagedCopy(device_scalars_, both, sizeof(both)));
@@ -911,6 +912,24 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
       err = cuda::LaunchGeluGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
                                  s);
       break;
+    case Op::kDropout:
+    case Op::kDropoutGrad: {
+      // The step comes from device memory (uploaded here when eager, by
+      // Replay in a captured graph); the rest is fixed for this rank.
+      if (!capturing_) {
+        absl::Status status = UploadStepScalars(plan, step);
+        if (!status.ok()) return Fail(status);
+      }
+      const int64_t position =
+          (static_cast<int64_t>(step.rank) * plan.accumulate + k.micro) *
+          plan.micro_batch;
+      err = cuda::LaunchDropout(k.x[0], k.y[0], k.rows, k.in,
+                                step.training ? k.scalar : 0.0f,
+                                static_cast<uint64_t>(plan.seed), k.key,
+                                device_scalars_, plan.global_batch, position,
+                                k.accumulate, s);
+      break;
+    }
     case Op::kSilu:
       err = cuda::LaunchSilu(k.x[0], k.y[0], k.rows, s);
       break;

@@ -282,6 +282,37 @@ TEST(CudaDeviceTest, Activations) {
   }
 }
 
+// The same Philox masks as the CPU (runtime/device/philox.h): bit for bit,
+// at a later step, on another rank and micro-step, and the identity in
+// evaluation.
+TEST(CudaDeviceTest, DropoutMatchesCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  for (bool training : {true, false}) {
+    for (double acc : {0.0, 1.0}) {
+      PlanBuilder p;
+      p.plan.world_size = 2;
+      p.plan.micro_batch = B;
+      p.plan.accumulate = 3;
+      p.plan.global_batch = 6 * B;
+      p.plan.seed = 1234;
+      int x = p.Add("x", {B, OUT});
+      int y = p.Add("y", {B, OUT});
+      int dy = p.Add("dy", {B, OUT});
+      int dx = p.Add("dx", {B, OUT});
+      p.Instr("dropout", {x}, {y}, {{"p", 0.3}, {"key", 77}});
+      p.Instr("dropout_grad", {dy}, {dx},
+              {{"p", 0.3}, {"key", 77}, {"accumulate", acc}});
+      for (Instruction& in : p.plan.instructions) in.micro_step = 2;
+      StepState state;
+      state.step = 5;
+      state.rank = 1;
+      state.training = training;
+      SCOPED_TRACE(training ? "training" : "evaluation");
+      ExpectMatchesCpu(p.plan, 0.0, /*classes=*/0, state);
+    }
+  }
+}
+
 TEST(CudaDeviceTest, AddAndCopyGrad) {
   SKIP_WITHOUT_GPU();
   for (double acc : {0.0, 1.0}) {

@@ -146,6 +146,19 @@ cudaError_t LaunchCausalSoftmaxGrad(const float* probs, float* datt,
                                     int64_t rows, int64_t seq, float scale,
                                     cudaStream_t s);
 
+struct OptimizerStepScalars;  // optimizer.cu, below
+
+// Dropout (forward and backward alike), the CPU's Dropout bit for bit:
+// y (+)= x * DropoutFactor(seed, key, example, j, p) for x[batch,
+// per_example], example = (scalars->step - 1) * global_batch + position + b
+// (the step read from device memory, so a replayed CUDA graph draws each
+// step's own mask).
+cudaError_t LaunchDropout(const float* x, float* y, int64_t batch,
+                          int64_t per_example, float p, uint64_t seed,
+                          uint32_t key, const OptimizerStepScalars* scalars,
+                          int64_t global_batch, int64_t position,
+                          bool accumulate, cudaStream_t s);
+
 // ---- optimizer.cu --------------------------------------------------------
 // What changes per step, read from device memory (not kernel arguments) so
 // that a captured CUDA graph can be replayed with a new learning rate.
@@ -157,6 +170,7 @@ struct OptimizerStepScalars {
   float adamw_neg_step_size = 0.0f;    // -(lr / (1 - beta1^step))
   float bias_correction2_sqrt = 1.0f;  // sqrt(1 - beta2^step)
   int first_step = 1;                  // SGD momentum buffer = grad
+  int64_t step = 1;                    // dropout: which global examples
 };
 
 // torch.optim.AdamW, one fused pass over a bucket's flat span. The

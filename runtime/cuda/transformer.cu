@@ -7,6 +7,7 @@
 
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
+#include "runtime/device/philox.h"
 
 namespace trainc {
 namespace cuda {
@@ -237,11 +238,36 @@ EmbeddingGradScratch SplitEmbeddingGradScratch(void* scratch, size_t bytes,
   return s;
 }
 
+__global__ void DropoutKernel(const float* x, float* y, int64_t batch,
+                              int64_t per_example, float p, uint64_t seed,
+                              uint32_t key,
+                              const OptimizerStepScalars* scalars,
+                              int64_t global_batch, int64_t position,
+                              bool accumulate) {
+  const uint64_t base =
+      static_cast<uint64_t>(scalars->step - 1) * global_batch + position;
+  TRAINC_GRID_STRIDE(i, batch * per_example) {
+    const int64_t b = i / per_example, j = i % per_example;
+    const float v = x[i] * DropoutFactor(seed, key, base + b, j, p);
+    y[i] = accumulate ? y[i] + v : v;
+  }
+}
+
 }  // namespace
 
 #define TRAINC_LAUNCH_ELEMENTWISE(kernel, n, stream, ...)                 \
   kernel<<<ElementwiseBlocks(n), kBlockSize, 0, stream>>>(__VA_ARGS__); \
   return cudaGetLastError()
+
+cudaError_t LaunchDropout(const float* x, float* y, int64_t batch,
+                          int64_t per_example, float p, uint64_t seed,
+                          uint32_t key, const OptimizerStepScalars* scalars,
+                          int64_t global_batch, int64_t position,
+                          bool accumulate, cudaStream_t s) {
+  TRAINC_LAUNCH_ELEMENTWISE(DropoutKernel, batch * per_example, s, x, y,
+                            batch, per_example, p, seed, key, scalars,
+                            global_batch, position, accumulate);
+}
 
 cudaError_t LaunchGeluTanh(const float* x, float* y, int64_t n,
                            cudaStream_t s) {

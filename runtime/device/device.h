@@ -30,6 +30,8 @@ namespace trainc {
 struct StepState {
   int64_t step = 1;    // 1-based optimizer step (Adam's bias correction)
   double lr = 0.0;     // learning rate from the schedule at this step
+  int rank = 0;        // this rank (dropout: which examples it holds)
+  bool training = true;  // false in evaluation: dropout is the identity
 };
 
 class Device {

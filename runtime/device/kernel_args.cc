@@ -1,5 +1,7 @@
 #include "runtime/device/kernel_args.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_table.h"
 
@@ -26,6 +28,8 @@ constexpr KernelOpName kKernels[] = {
     {"gelu_tanh", KernelOp::kGeluTanh},
     {"gelu_tanh_grad", KernelOp::kGeluTanhGrad},
     {"tanh", KernelOp::kTanh},
+    {"dropout", KernelOp::kDropout},
+    {"dropout_grad", KernelOp::kDropoutGrad},
     {"silu", KernelOp::kSilu},
     {"silu_grad", KernelOp::kSiluGrad},
     {"tanh_grad", KernelOp::kTanhGrad},
@@ -181,6 +185,19 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       } else if (Elements(out_buf(0)) != 1) {
         return fail("loss_sum is not [1]");
       }
+      return absl::OkStatus();
+    }
+    case KernelOp::kDropout:
+    case KernelOp::kDropoutGrad: {
+      const Buffer& x = in_buf(0);
+      if (x.shape.empty() || x.shape[0] == 0) return fail("x has no batch axis");
+      if (Elements(out_buf(0)) != Elements(x)) return fail("output size");
+      k.rows = x.shape[0];
+      k.in = Elements(x) / k.rows;
+      k.scalar = static_cast<float>(attr("p", -1));
+      if (!(k.scalar >= 0 && k.scalar < 1)) return fail("attr p outside [0, 1)");
+      k.key = static_cast<uint32_t>(attr("key", 0));
+      k.micro = std::max(instr.micro_step, 0);
       return absl::OkStatus();
     }
     case KernelOp::kSoftmax:

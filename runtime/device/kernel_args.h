@@ -59,6 +59,8 @@ enum class KernelOp : uint8_t {
   kPositionEmbeddingGrad, // dy[rows, in, out] -> dtable[in, out] acc
   kAttention,             // qkv[rows, in, 3 out] -> y[rows, in, out], probs[rows, heads, in, in]
   kAttentionGrad,         // dy, qkv, probs -> dqkv acc; y[1]: scratch[rows, heads, in, in]
+  kDropout,               // x[rows, in] -> y; scalar = p; key; micro
+  kDropoutGrad,           // dy -> dx acc; the same mask
   kSilu,                  // x -> y; rows = n
   kSiluGrad,              // dy, x -> dx acc; rows = n
 };
@@ -81,6 +83,8 @@ struct KernelArgs {
   const int32_t* labels = nullptr;  // cross_entropy labels; embedding ids
   float* state[2] = {};  // optimizer state spans
   bool weight_decay = true;  // optimizer: this bucket is decayed
+  uint32_t key = 0;          // dropout: the op's key
+  int micro = 0;             // dropout: the instruction's micro-step
 };
 
 // True for the ops a device runs (everything but load_batch and

@@ -166,6 +166,8 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
     return absl::FailedPreconditionError("Executor::RunStep before Prepare");
   }
   state_ = state;
+  state_.rank = comm_ != nullptr ? comm_->rank() : 0;
+  state_.training = true;
   // One eager step first: libraries settle their lazy set-up (cuBLAS
   // heuristics, NCCL connections) outside the capture.
   constexpr int64_t kWarmupSteps = 1;
@@ -205,6 +207,7 @@ absl::Status Executor::RunForward(BatchSource& batches) {
   }
   Tracer* const tracer = tracer_;
   tracer_ = nullptr;  // evaluation is not part of the traced steps
+  state_.training = false;  // dropout is the identity
   absl::Status status = device_->ResetEvents(plan_.num_events + 1);
   for (const Resolved& r : order_) {
     if (!status.ok()) break;
@@ -215,6 +218,7 @@ absl::Status Executor::RunForward(BatchSource& batches) {
     if (forward) status = Issue(r, batches);
   }
   tracer_ = tracer;
+  state_.training = true;
   absl::Status sync = device_->Synchronize();
   return status.ok() ? sync : status;
 }

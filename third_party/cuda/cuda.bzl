@@ -7,8 +7,9 @@ the Plan in `.cc`.
 
 nvcc is called by its absolute path (found by cuda_configure) and outside
 Bazel's sandbox: inside it, nvcc reached through a symlinked repository cannot
-find its own headers. A `.cu` file may include headers of its own package
-only (they are the genrule's declared inputs, so edits rebuild it).
+find its own headers. A `.cu` file may include headers of its own package,
+and the exported headers of other packages listed in `nvcc_hdrs` (they are
+the genrule's declared inputs, so edits rebuild it).
 
 Without a toolkit (or with --repo_env=TRAINC_NO_CUDA=1) cuda_library builds
 `fallback_srcs` instead, so every target that depends on it still builds.
@@ -33,6 +34,7 @@ def cuda_library(
         fallback_deps = [],
         copts = [],
         nvcc_copts = [],
+        nvcc_hdrs = [],
         **kwargs):
     if not CUDA_ENABLED:
         native.cc_library(
@@ -54,7 +56,7 @@ def cuda_library(
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj.replace(".o", "_nvcc"),
-            srcs = depset([src] + hdrs + native.glob(["**/*.h", "**/*.cuh"])).to_list(),
+            srcs = depset([src] + hdrs + nvcc_hdrs + native.glob(["**/*.h", "**/*.cuh"])).to_list(),
             outs = [obj],
             cmd = " ".join([
                 NVCC,
