@@ -428,12 +428,23 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       last_loss = loss_buf[0] / (static_cast<double>(plan.global_batch) * plan.loss_terms);
       const auto now = std::chrono::steady_clock::now();
       const double step_ms = Seconds(now - window_start) / window_steps * 1e3;
+      // Language models also count tokens (loss terms) per second.
+      const std::string tokens =
+          plan.loss_terms > 1
+              ? absl::StrCat(" | ", FormatRate(plan.global_batch * plan.loss_terms /
+                                               (step_ms / 1e3)),
+                             " tokens/s")
+              : "";
+      // Flushed: under the launcher stdout is a pipe or a file, and a
+      // long run's progress must show as it happens.
       log << absl::StrFormat(
-          "%sstep %d/%d | epoch %d/%d | loss %.4f | %.2f ms/step | %s "
-          "samples/s | eta %s\n",
-          tty ? "\r\033[K" : "", step, total_steps, epoch + 1, total_epochs,
-          last_loss, step_ms, FormatRate(plan.global_batch / (step_ms / 1e3)),
-          FormatDuration(step_ms / 1e3 * (total_steps - step)));
+                 "%sstep %d/%d | epoch %d/%d | loss %.4f | %.2f ms/step | %s "
+                 "samples/s%s | eta %s\n",
+                 tty ? "\r\033[K" : "", step, total_steps, epoch + 1,
+                 total_epochs, last_loss, step_ms,
+                 FormatRate(plan.global_batch / (step_ms / 1e3)), tokens,
+                 FormatDuration(step_ms / 1e3 * (total_steps - step)))
+          << std::flush;
       window_start = now;
       window_steps = 0;
     } else if (tty) {
@@ -466,6 +477,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                tty ? "\r\033[K" : "", epoch + 1, last_eval.loss,
                                last_eval.examples);
       }
+      log << std::flush;
     }
   }
   summary.seconds = Seconds(std::chrono::steady_clock::now() - start);
