@@ -1,6 +1,6 @@
 // sample: print what a trained language model generates.
 //
-//   bazel run //tools:sample -- dsl_examples/tiny_gpt.train model.safetensors \
+//   bazel run //tools:sample -- dsl_examples/tiny_gpt.train model.safetensors
 //       --prompt "The meaning of life" --tokens 300 --temperature 0.8
 //
 // Compiles the .train file for one sequence (gpus = micro_batch =

@@ -58,7 +58,6 @@ struct Value {
 // Names visible in the model block or in one block instance.
 struct Scope {
   std::string prefix;   // "" or "h.3.attn.": prepended to every new name
-  const ast::Block* block = nullptr;
   std::map<std::string, std::string> values;  // local name -> global value
   std::map<std::string, int> statement_lines;  // first definition
   std::set<std::string> poisoned;
@@ -97,7 +96,6 @@ class ModelChecker {
     CollectBlocksAndConstants();
     ApplyConstantOverrides();
     Scope root;
-    root.block = &block_;
     CheckItems(block_, root);
     CheckWhole(root, /*had_errors=*/sink_.error_count() > errors_before);
     if (sink_.error_count() > errors_before) return std::nullopt;
@@ -159,7 +157,6 @@ class ModelChecker {
             EvaluateConstant(def.value, sink_, &constants_);
         if (!value) continue;
         constants_.emplace(def.name, *value);
-        constant_spans_.emplace(def.name, def.name_span);
       }
     }
   }
@@ -396,11 +393,9 @@ class ModelChecker {
         CheckValueExpr(e, scope, &flattening, /*top=*/true);
     if (!value) return;
     scope.values.emplace(statement.name, *value);
-    Value& v = values_.at(*value);
-    if (scope.root()) {
-      v.span = statement.name_span;
-      root_statements_.push_back(statement.name);
-    }
+    // A root statement's warnings point at its name (a block call's value
+    // is the block's return, defined elsewhere).
+    if (scope.root()) values_.at(*value).span = statement.name_span;
   }
 
   // A tensor-valued expression: a name, an op or block call, `a + b`.
@@ -1000,7 +995,6 @@ class ModelChecker {
     }
     Scope inner;
     inner.prefix = path + ".";
-    inner.block = &block;
     inner.depth = depth;
     for (size_t i = 0; i < args.size(); ++i) {
       inner.values.emplace(block.params[i], args[i]);
@@ -1122,8 +1116,6 @@ class ModelChecker {
   std::map<std::string, size_t> parameters_;  // -> model_.parameters
   std::map<std::string, const ast::Block*> blocks_;
   ConstantScope constants_;
-  std::map<std::string, Span> constant_spans_;
-  std::vector<std::string> root_statements_;
   bool saw_input_ = false;
 };
 
