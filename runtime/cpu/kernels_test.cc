@@ -550,6 +550,160 @@ TEST(KernelsTest, GeluTanhForwardAndGrad) {
       xs, w, g, 1e-2f, 1e-3, 1e-4);
 }
 
+// Dropout's factor written here from the Philox4x32-10 paper (Salmon et
+// al., SC'11) and the mask's definition, not from runtime/device/philox.h:
+// counter (element / 4, example lo, example hi, key), key (seed lo, seed
+// hi), ten rounds; word element % 4, its top 24 bits a uniform u in [0, 1);
+// dropped if u < p, else scaled by the float 1 / (1 - p).
+struct PhiloxRef {
+  static void MulHiLo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
+    const uint64_t prod = uint64_t{a} * uint64_t{b};
+    *hi = static_cast<uint32_t>(prod >> 32);
+    *lo = static_cast<uint32_t>(prod & 0xffffffffu);
+  }
+  static std::vector<uint32_t> Block(std::vector<uint32_t> c, uint32_t k0,
+                                     uint32_t k1) {
+    for (int r = 0; r < 10; ++r) {
+      uint32_t hi0, lo0, hi1, lo1;
+      MulHiLo(0xD2511F53u, c[0], &hi0, &lo0);
+      MulHiLo(0xCD9E8D57u, c[2], &hi1, &lo1);
+      c = {hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0};
+      k0 += 0x9E3779B9u;  // golden ratio
+      k1 += 0xBB67AE85u;  // sqrt(3) - 1
+    }
+    return c;
+  }
+  static float Factor(uint64_t seed, uint32_t key, uint64_t example,
+                      uint64_t element, float p) {
+    const std::vector<uint32_t> out =
+        Block({static_cast<uint32_t>(element / 4),
+               static_cast<uint32_t>(example & 0xffffffffu),
+               static_cast<uint32_t>(example >> 32), key},
+              static_cast<uint32_t>(seed & 0xffffffffu),
+              static_cast<uint32_t>(seed >> 32));
+    const double u = (out[element % 4] >> 8) / 16777216.0;  // exact
+    return u < p ? 0.0f : 1.0f / (1.0f - p);
+  }
+};
+
+TEST(KernelsTest, DropoutReferencePhiloxMatchesRandom123) {
+  // Guards the test's own generator: Random123's kat_vectors (philox4x32
+  // 10), the zero and the pi vectors.
+  EXPECT_EQ(PhiloxRef::Block({0, 0, 0, 0}, 0, 0),
+            (std::vector<uint32_t>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu,
+                                   0x9b00dbd8u}));
+  EXPECT_EQ(PhiloxRef::Block({0x243f6a88u, 0x85a308d3u, 0x13198a2eu,
+                              0x03707344u},
+                             0xa4093822u, 0x299f31d0u),
+            (std::vector<uint32_t>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u,
+                                   0x24126ea1u}));
+}
+
+// Bitwise equality of two float vectors (0 * x must be +-0 like x * 0).
+void ExpectSameBits(const Vec& got, const Vec& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], want[i]) << "at " << i;
+    ASSERT_EQ(std::signbit(got[i]), std::signbit(want[i])) << "at " << i;
+  }
+}
+
+TEST(KernelsTest, DropoutMatchesPhiloxElementByElement) {
+  // 37 elements per example: the 4-element Philox groups straddle rows.
+  // The examples cross 2^32 (the counter's high word) and the seed has
+  // both halves set.
+  constexpr int64_t B = 6, n = 37;
+  const uint64_t seed = 0x0000000500000007ull, base = (uint64_t{1} << 32) - 3;
+  const uint32_t key = 0x9747b28cu;
+  const Vec x = Random(B * n, 90, -2.0f, 2.0f), prior = Random(B * n, 91);
+  for (const float p : {0.1f, 0.5f, 0.9f}) {
+    SCOPED_TRACE(p);
+    Vec want(B * n), want_acc(B * n);
+    int64_t dropped = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float f = PhiloxRef::Factor(seed, key, base + b, j, p);
+        dropped += f == 0.0f;
+        want[b * n + j] = x[b * n + j] * f;
+        want_acc[b * n + j] = prior[b * n + j] + x[b * n + j] * f;
+      }
+    }
+    ASSERT_GT(dropped, 0);
+    ASSERT_LT(dropped, B * n);
+    Vec y(B * n, 123.0f);
+    Dropout(x.data(), B, n, p, seed, key, base, false, y.data());
+    ExpectSameBits(y, want);
+    y = prior;
+    Dropout(x.data(), B, n, p, seed, key, base, true, y.data());
+    ExpectSameBits(y, want_acc);
+    // Row b is example base + b: the same rows run as two calls (two ranks
+    // or micro-steps) give the same output.
+    Vec halves(B * n);
+    Dropout(x.data(), 2, n, p, seed, key, base, false, halves.data());
+    Dropout(x.data() + 2 * n, B - 2, n, p, seed, key, base + 2, false,
+            halves.data() + 2 * n);
+    ExpectSameBits(halves, want);
+  }
+  // Every input of the mask matters: another seed, key or example base
+  // gives another output.
+  Vec a(B * n), b(B * n);
+  Dropout(x.data(), B, n, 0.5f, seed, key, base, false, a.data());
+  const uint64_t high = uint64_t{1} << 32;  // the seed's second key word
+  for (int which = 0; which < 4; ++which) {
+    SCOPED_TRACE(which);
+    Dropout(x.data(), B, n, 0.5f,
+            which == 0 ? seed + 1 : which == 1 ? seed + high : seed,
+            which == 2 ? key ^ 1u : key, which == 3 ? base + B : base, false,
+            b.data());
+    EXPECT_NE(a, b);
+  }
+}
+
+TEST(KernelsTest, DropoutWithPZeroIsAnExactCopy) {
+  constexpr int64_t B = 5, n = 29;
+  const Vec x = Random(B * n, 92, -3.0f, 3.0f), prior = Random(B * n, 93);
+  Vec y(B * n, 7.0f);
+  Dropout(x.data(), B, n, 0.0f, 42, 17, 1000, false, y.data());
+  ExpectSameBits(y, x);
+  y = prior;
+  Dropout(x.data(), B, n, 0.0f, 42, 17, 1000, true, y.data());
+  Vec sum(B * n);
+  for (int64_t i = 0; i < B * n; ++i) sum[i] = prior[i] + x[i];
+  ExpectSameBits(y, sum);
+}
+
+TEST(KernelsTest, DropoutDropsAboutPAndScalesTheRest) {
+  // 64 x 1000 Bernoulli(p) draws: the count is within 6 standard
+  // deviations of p n, and every kept element is x / (1 - p) in float.
+  constexpr int64_t B = 64, n = 1000;
+  const Vec x = Random(B * n, 94, 0.5f, 1.5f);  // no zeros
+  for (const float p : {0.05f, 0.1f, 0.5f, 0.8f}) {
+    SCOPED_TRACE(p);
+    Vec y(B * n);
+    Dropout(x.data(), B, n, p, /*seed=*/2024, /*key=*/5, /*example_base=*/77,
+            false, y.data());
+    const float scale = 1.0f / (1.0f - p);
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < B * n; ++i) {
+      if (y[i] == 0.0f) {
+        ++dropped;
+      } else {
+        ASSERT_EQ(y[i], x[i] * scale) << "at " << i;
+      }
+    }
+    const double total = static_cast<double>(B * n);
+    const double sd = std::sqrt(total * p * (1.0 - p));
+    EXPECT_NEAR(static_cast<double>(dropped), p * total, 6 * sd);
+    // Neither all dropped in some rows nor none: per row about p too.
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t row = 0;
+      for (int64_t j = 0; j < n; ++j) row += y[b * n + j] == 0.0f;
+      const double row_sd = std::sqrt(n * p * (1.0 - p));
+      EXPECT_NEAR(static_cast<double>(row), p * n, 6 * row_sd) << "row " << b;
+    }
+  }
+}
+
 TEST(KernelsTest, SoftmaxIsStableAndMatchesReference) {
   constexpr int64_t B = 6, n = 37;
   Vec x = Random(B * n, 55, -5.0f, 5.0f);

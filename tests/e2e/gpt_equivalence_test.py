@@ -19,6 +19,21 @@ Checks:
   - every parameter moved from its initial value by far more than that
     tolerance (so untrained weights cannot pass), and the reference moved
     it the same way.
+
+Dropout (the same GPT with dropout(p = 0.1) after both c_proj of every
+block and on wte + wpe, as nanoGPT):
+  - with deterministic = true the three splits are bit for bit identical
+    (each global example draws its mask whatever rank and micro-step
+    compute it);
+  - every split, deterministic off and on, is within 1e-5 of the float64
+    reference applying the same masks, computed here from the definition
+    (Philox4x32-10 written here and checked against Random123's known
+    answers; key = FNV-1a of the value name, checked against what
+    `train --compile-only` prints; example s*G + j for sample j of global
+    batch s);
+  - controls: another seed (differing in its high 32 bits only) gives other
+    weights, which match the reference with that seed's masks; p = 0 gives
+    the plain GPT's weights bit for bit.
 """
 import json
 import math
@@ -78,12 +93,12 @@ model gpt_ref {
     c_attn = linear(x, 3 * width)
     y      = causal_attention(c_attn, heads)
     c_proj = linear(y, width)
-    return c_proj
+%(attn_return)s
   }
   block mlp(x) {
     c_fc   = linear(x, 4 * width)
     c_proj = linear(gelu(c_fc, approximate = "tanh"), width)
-    return c_proj
+%(mlp_return)s
   }
   block layer(x) {
     ln_1 = layernorm(x)
@@ -96,7 +111,7 @@ model gpt_ref {
 
   wte    = embedding(tokens, vocab, width)
   wpe    = position_embedding(ctx, width)
-  h      = repeat(layer, layers, wte + wpe)
+%(embed)s
   ln_f   = layernorm(h)
   logits = linear(ln_f, vocab, weight = wte.weight, bias = false)
   loss   = cross_entropy(logits, next)
@@ -114,14 +129,98 @@ train {
   steps       = %(steps)d
   optimizer   = adamw(lr = %(lr)r, betas = (%(beta1)r, %(beta2)r), eps = %(eps)r,
                         weight_decay = %(wd)r, decay = "%(decay)s")
-  seed        = 0
+  seed        = %(seed)d
 }
 """
+
+# The model's statements that differ with dropout (p = None: none at all,
+# the plain GPT above). Three spellings on purpose: a named statement in the
+# attention block (value h.<i>.attn.drop), a nested call in the MLP's return
+# (h.<i>.mlp.return.0) and one on the embeddings' sum (emb), as nanoGPT
+# drops after c_proj in both blocks and on wte + wpe.
+def model_parts(p):
+    if p is None:
+        return dict(attn_return="    return c_proj",
+                    mlp_return="    return c_proj",
+                    embed="  h      = repeat(layer, layers, wte + wpe)")
+    return dict(attn_return=f"    drop   = dropout(c_proj, {p!r})\n"
+                            "    return drop",
+                mlp_return=f"    return dropout(c_proj, p = {p!r})",
+                embed=f"  emb    = dropout(wte + wpe, {p!r})\n"
+                      "  h      = repeat(layer, layers, emb)")
+
+
+# Dropout's value names as `train --compile-only` prints them (checked by
+# the test): each one's mask key is the FNV-1a hash of its name.
+def dropout_names():
+    names = ["emb"]
+    for i in range(LAYERS):
+        names += [f"h.{i}.attn.drop", f"h.{i}.mlp.return.0"]
+    return names
+
+
+DROPOUT_P = 0.1
+SEED = 5                  # the dropout runs' seed (train { seed })
+OTHER_SEED = 2**32 + 5    # the control: differs from SEED in the high word
+
+
+# --- dropout's mask, written here from its definition ----------------------
+#
+# Philox4x32-10 (Salmon et al., SC'11) as Random123 defines it; a mask is a
+# pure function of (seed, key, global example, element): counter = (element
+# >> 2, example lo32, example hi32, key), key words = (seed lo32, seed hi32);
+# the factor of an element is 0 if u < p, u = (word[element & 3] >> 8) / 2^24,
+# and else the float32 1 / (1 - p). key = 32-bit FNV-1a of the value name.
+
+_M32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(counter, key):
+    """counter: 4 arrays (or ints) of 32-bit values; key: 2 of them."""
+    c = [np.asarray(v, dtype=np.uint64) & _M32 for v in counter]
+    k0, k1 = (np.asarray(v, dtype=np.uint64) & _M32 for v in key)
+    for _ in range(10):
+        p0 = c[0] * np.uint64(0xD2511F53)  # < 2^64: exact in uint64
+        p1 = c[2] * np.uint64(0xCD9E8D57)
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & _M32,
+             (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & _M32]
+        k0 = (k0 + np.uint64(0x9E3779B9)) & _M32
+        k1 = (k1 + np.uint64(0xBB67AE85)) & _M32
+    return c
+
+
+def fnv1a32(name):
+    h = 2166136261
+    for byte in name.encode():
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def dropout_factors(seed, key, examples, per_example, p):
+    """float64 [len(examples), per_example]: each element's factor, 0 or the
+    float32 value 1 / (1 - p)."""
+    ex = np.asarray(examples, dtype=np.uint64)[:, None]
+    el = np.arange(per_example, dtype=np.uint64)[None, :]
+    ex, el = np.broadcast_arrays(ex, el)
+    words = philox4x32_10(
+        (el >> np.uint64(2), ex & _M32, ex >> np.uint64(32),
+         np.full(ex.shape, key, dtype=np.uint64)),
+        (seed & 0xFFFFFFFF, seed >> 32))
+    word = np.choose((el & np.uint64(3)).astype(np.int64), words)
+    u = (word >> np.uint64(8)).astype(np.float64) / 2.0**24
+    p32 = np.float32(p)
+    scale = np.float32(1) / (np.float32(1) - p32)
+    return np.where(u < np.float64(p32), 0.0, np.float64(scale))
 
 
 # --- the PyTorch reference (GPT-2, as in nanoGPT / Hugging Face) -----------
 
 if torch is not None:
+
+    def dropped(x, factors):
+        """Dropout with a given mask (0 or 1 / (1 - p) per element), as
+        nn.Dropout computes it; its gradient is the same mask times dy."""
+        return x if factors is None else x * factors
 
     class CausalSelfAttention(nn.Module):
 
@@ -130,7 +229,7 @@ if torch is not None:
             self.c_attn = nn.Linear(WIDTH, 3 * WIDTH)
             self.c_proj = nn.Linear(WIDTH, WIDTH)
 
-        def forward(self, x):
+        def forward(self, x, drop=None):
             B, T, C = x.shape
             q, k, v = self.c_attn(x).split(C, dim=2)
             hs = C // HEADS
@@ -142,7 +241,7 @@ if torch is not None:
             att = att.masked_fill(~mask, float("-inf"))
             att = F.softmax(att, dim=-1)
             y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-            return self.c_proj(y)
+            return dropped(self.c_proj(y), drop)
 
     class MLP(nn.Module):
 
@@ -151,8 +250,9 @@ if torch is not None:
             self.c_fc = nn.Linear(WIDTH, 4 * WIDTH)
             self.c_proj = nn.Linear(4 * WIDTH, WIDTH)
 
-        def forward(self, x):
-            return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+        def forward(self, x, drop=None):
+            return dropped(
+                self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")), drop)
 
     class Block(nn.Module):
 
@@ -163,9 +263,9 @@ if torch is not None:
             self.ln_2 = nn.LayerNorm(WIDTH, eps=1e-5)
             self.mlp = MLP()
 
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp(self.ln_2(x))
+        def forward(self, x, attn_drop=None, mlp_drop=None):
+            x = x + self.attn(self.ln_1(x), attn_drop)
+            return x + self.mlp(self.ln_2(x), mlp_drop)
 
     class GPT(nn.Module):
 
@@ -176,11 +276,15 @@ if torch is not None:
             self.h = nn.ModuleList([Block() for _ in range(LAYERS)])
             self.ln_f = nn.LayerNorm(WIDTH, eps=1e-5)
 
-        def forward(self, idx, targets):
+        def forward(self, idx, targets, masks=None):
+            """masks: None, or {dropout value name: [B, T, C] factors}."""
+            masks = masks or {}
             B, T = idx.shape
-            x = self.wte(idx) + self.wpe(torch.arange(T))
-            for block in self.h:
-                x = block(x)
+            x = dropped(self.wte(idx) + self.wpe(torch.arange(T)),
+                        masks.get("emb"))
+            for i, block in enumerate(self.h):
+                x = block(x, masks.get(f"h.{i}.attn.drop"),
+                          masks.get(f"h.{i}.mlp.return.0"))
             logits = self.ln_f(x) @ self.wte.weight.t()  # tied, no bias
             # The mean over every token of the global batch.
             return F.cross_entropy(logits.reshape(-1, VOCAB),
@@ -248,7 +352,7 @@ def write_text(path):
     return np.frombuffer(out[:TEXT_BYTES].encode(), dtype=np.uint8)
 
 
-def reference(init, tokens, decay):
+def reference(init, tokens, decay, dropout_p=None, seed=SEED):
     """The final float64 weights after STEPS AdamW steps of the reference.
 
     With shuffle = false, training example i is the window tokens[i*T,
@@ -257,7 +361,13 @@ def reference(init, tokens, decay):
     (runtime/data/sampler.h: global batch s is permutation[s*G, (s+1)*G),
     the identity permutation without shuffling; how it is cut into ranks and
     micro-steps does not change the set, and the mean does not depend on
-    the order)."""
+    the order).
+
+    With dropout_p, every dropout of the model multiplies by the mask trainc
+    draws: global example s*G + j for sample j of global batch s, elements
+    numbered within the example ([T, C] flattened), the FNV-1a key of the
+    dropout's value name and the plan's seed; the same mask serves the
+    backward pass (autograd multiplies dy by the same constant factors)."""
     torch.manual_seed(0)
     model = GPT().double()
     model.load_state_dict(
@@ -279,8 +389,14 @@ def reference(init, tokens, decay):
     for s in range(STEPS):
         windows = torch.stack([tokens[i * T:i * T + T + 1]
                                for i in range(s * G, s * G + G)])
+        masks = None
+        if dropout_p is not None:
+            examples = np.arange(s * G, s * G + G)
+            masks = {name: torch.from_numpy(dropout_factors(
+                seed, fnv1a32(name), examples, T * WIDTH, dropout_p)
+                .reshape(G, T, WIDTH)) for name in dropout_names()}
         opt.zero_grad(set_to_none=True)
-        loss = model(windows[:, :-1], windows[:, 1:])
+        loss = model(windows[:, :-1], windows[:, 1:], masks)
         loss.backward()
         opt.step()
     return {k: v.detach().numpy() for k, v in model.state_dict().items()}
@@ -309,34 +425,54 @@ class GptEquivalenceTest(unittest.TestCase):
         cls.init = initial_weights()
         cls.init_path = os.path.join(cls.dir, "init.safetensors")
         write_safetensors(cls.init_path, cls.init)
-        cls.train_files, cls.refs = {}, {}
+        cls.text = text
+        cls.train_files, cls.refs, cls.runs = {}, {}, {}
         for decay in ("matrices", "all"):
-            path = os.path.join(cls.dir, f"gpt_{decay}.train")
+            cls.refs[(decay, None, SEED)] = reference(cls.init, cls.tokens,
+                                                      decay)
+        cls.ref = cls.refs[(DECAY, None, SEED)]
+
+    @classmethod
+    def train_file(cls, decay=DECAY, dropout_p=None):
+        """The .train file: the plain GPT, or with dropout (p) in it."""
+        key = (decay, dropout_p)
+        if key not in cls.train_files:
+            path = os.path.join(cls.dir, f"gpt_{decay}_p{dropout_p}.train")
             with open(path, "w") as f:
                 f.write(GPT_TRAIN % dict(
                     vocab=VOCAB, ctx=CTX, width=WIDTH, heads=HEADS,
-                    layers=LAYERS, text=text, micro_batch=MICRO_BATCH,
+                    layers=LAYERS, text=cls.text, micro_batch=MICRO_BATCH,
                     accumulate=GLOBAL_BATCH // MICRO_BATCH, steps=STEPS,
                     lr=LR, beta1=BETAS[0], beta2=BETAS[1], eps=EPS,
-                    wd=WEIGHT_DECAY, decay=decay))
-            cls.train_files[decay] = path
-            cls.refs[decay] = reference(cls.init, cls.tokens, decay)
-        cls.ref = cls.refs[DECAY]
-        cls.runs = {}
+                    wd=WEIGHT_DECAY, decay=decay, seed=SEED,
+                    **model_parts(dropout_p)))
+            cls.train_files[key] = path
+        return cls.train_files[key]
 
     @classmethod
-    def run_split(cls, gpus, accumulate, deterministic, decay=DECAY):
-        key = (gpus, accumulate, deterministic, decay)
+    def reference_for(cls, dropout_p, seed=SEED):
+        key = (DECAY, dropout_p, seed)
+        if key not in cls.refs:
+            cls.refs[key] = reference(cls.init, cls.tokens, DECAY, dropout_p,
+                                      seed)
+        return cls.refs[key]
+
+    @classmethod
+    def run_split(cls, gpus, accumulate, deterministic, decay=DECAY,
+                  dropout_p=None, seed=None):
+        """Final parameters of one training; seed: a --seed override."""
+        key = (gpus, accumulate, deterministic, decay, dropout_p, seed)
         if key not in cls.runs:
             out = os.path.join(
                 cls.dir, f"g{gpus}a{accumulate}d{int(deterministic)}"
-                f"_{decay}.safetensors")
-            e2e.train(cls.train_files[decay], "--device", "cpu",
+                f"_{decay}_p{dropout_p}_s{seed}.safetensors")
+            extra = [] if seed is None else ["--seed", seed]
+            e2e.train(cls.train_file(decay, dropout_p), "--device", "cpu",
                       "--gpus", gpus, "--accumulate", accumulate,
                       "--micro_batch", MICRO_BATCH, "--no-eval",
                       "--init-from", cls.init_path,
                       "--deterministic", "true" if deterministic else "false",
-                      "--save", out)
+                      *extra, "--save", out)
             tensors = e2e.read_safetensors(out)[0]
             # The checkpoint also holds the optimizer state
             # (optimizer.<name>.exp_avg / .exp_avg_sq): not parameters.
@@ -377,13 +513,14 @@ class GptEquivalenceTest(unittest.TestCase):
     def test_decay_all_matches_pytorch(self):
         # The two references differ by far more than the tolerance in every
         # 1-D parameter (decayed or not), so the comparison tells them apart.
-        for name, a in self.refs["all"].items():
+        for name, a in self.refs[("all", None, SEED)].items():
             if a.ndim < 2:
-                self.assertGreater(rel_diff(a, self.refs["matrices"][name]),
+                self.assertGreater(rel_diff(a, self.ref[name]),
                                    10 * TOLERANCE, name)
         worst = self.assert_matches(
             self.run_split(1, 4, deterministic=False, decay="all"),
-            self.refs["all"], 'decay = "all" gpus=1 accumulate=4')
+            self.refs[("all", None, SEED)],
+            'decay = "all" gpus=1 accumulate=4')
         print(f'\ndecay = "all", 1x4: max relative difference {worst:.3g}')
 
     def test_bit_identical_when_deterministic(self):
@@ -408,6 +545,103 @@ class GptEquivalenceTest(unittest.TestCase):
                                f"{name} barely moved in trainc ({ours:.3g})")
             self.assertGreater(theirs, 100 * TOLERANCE,
                                f"{name} barely moved in PyTorch ({theirs:.3g})")
+
+    # --- dropout -----------------------------------------------------------
+
+    def assert_bit_identical(self, a, b, what):
+        self.assertEqual(sorted(a), sorted(b))
+        for name in a:
+            self.assertTrue(np.array_equal(a[name].view(np.uint32),
+                                           b[name].view(np.uint32)),
+                            f"{name} differs bitwise: {what}")
+
+    def test_dropout_mask_helpers(self):
+        # Guards the test's own Philox, FNV-1a and mask: Random123's
+        # kat_vectors (philox4x32 10) and FNV-1a's published values.
+        for counter, key, want in [
+                ((0, 0, 0, 0), (0, 0),
+                 (0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)),
+                ((0xffffffff,) * 4, (0xffffffff,) * 2,
+                 (0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)),
+                ((0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344),
+                 (0xa4093822, 0x299f31d0),
+                 (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1))]:
+            self.assertEqual(tuple(int(w) for w in philox4x32_10(counter, key)),
+                             want)
+        self.assertEqual(fnv1a32(""), 0x811c9dc5)
+        self.assertEqual(fnv1a32("a"), 0xe40c292c)
+        self.assertEqual(fnv1a32("foobar"), 0xbf9cf968)
+        f = dropout_factors(SEED, fnv1a32("emb"), np.arange(40), CTX * WIDTH,
+                            DROPOUT_P)
+        kept = np.float64(np.float32(1) / np.float32(0.9))
+        self.assertTrue(np.all((f == 0) | (f == kept)))
+        # 20480 draws: the fraction dropped within 6 sd (0.0021) of p.
+        self.assertAlmostEqual(float(np.mean(f == 0)), DROPOUT_P, delta=0.013)
+
+    def test_dropout_value_names(self):
+        # The keys of the reference's masks hash these names: they must be
+        # the dropout statements' value names that trainc prints.
+        out = e2e.train(self.train_file(dropout_p=DROPOUT_P),
+                        "--compile-only").stdout
+        names = [line.split("=")[0].strip() for line in out.splitlines()
+                 if "= dropout(" in line]
+        self.assertEqual(names, dropout_names(), out)
+
+    def test_dropout_bit_identical_across_splits(self):
+        # Split independence: global example s*G + j draws the same mask
+        # whichever rank and micro-step computes it.
+        first = self.run_split(*SPLITS[0], True, dropout_p=DROPOUT_P)
+        for gpus, acc in SPLITS[1:]:
+            self.assert_bit_identical(
+                first, self.run_split(gpus, acc, True, dropout_p=DROPOUT_P),
+                f"dropout p={DROPOUT_P}, deterministic, gpus=1 accumulate=4 "
+                f"vs gpus={gpus} accumulate={acc}")
+
+    def test_dropout_matches_pytorch_with_the_same_masks(self):
+        ref = self.reference_for(DROPOUT_P)
+        # The masks matter far more than the tolerance: the dropout
+        # reference is far from the plain one in every parameter.
+        for name, want in ref.items():
+            self.assertGreater(rel_diff(want, self.ref[name]),
+                               10 * TOLERANCE, name)
+        worst = {}
+        for deterministic in (False, True):
+            for gpus, acc in SPLITS:
+                worst[(gpus, acc, deterministic)] = self.assert_matches(
+                    self.run_split(gpus, acc, deterministic,
+                                   dropout_p=DROPOUT_P), ref,
+                    f"dropout p={DROPOUT_P} gpus={gpus} accumulate={acc} "
+                    f"deterministic={deterministic}")
+        print(f"\ndropout p={DROPOUT_P}: max relative difference from "
+              "PyTorch float64 with the same masks: " +
+              ", ".join(f"{g}x{a}{' det' if d else ''}: {r:.3g}"
+                        for (g, a, d), r in worst.items()))
+
+    def test_dropout_mask_depends_on_the_seed(self):
+        # Control: another seed (differing only in its high 32 bits, the
+        # Philox key's second word) draws other masks, so other weights in
+        # every parameter, and the reference follows it.
+        base = self.run_split(1, 4, True, dropout_p=DROPOUT_P)
+        other = self.run_split(1, 4, True, dropout_p=DROPOUT_P,
+                               seed=OTHER_SEED)
+        for name in base:
+            self.assertGreater(rel_diff(other[name], base[name]),
+                               10 * TOLERANCE,
+                               f"{name}: seed {OTHER_SEED} vs {SEED}")
+        worst = self.assert_matches(
+            other, self.reference_for(DROPOUT_P, OTHER_SEED),
+            f"dropout p={DROPOUT_P} seed={OTHER_SEED} gpus=1 accumulate=4")
+        print(f"\ndropout seed={OTHER_SEED}, 1x4: max relative difference "
+              f"{worst:.3g}")
+
+    def test_dropout_p_zero_is_no_dropout(self):
+        # p = 0 keeps every element with factor exactly 1: the same
+        # weights, bit for bit, as the model without dropout ops.
+        for gpus, acc in (SPLITS[0], SPLITS[-1]):
+            self.assert_bit_identical(
+                self.run_split(gpus, acc, True, dropout_p=0.0),
+                self.run_split(gpus, acc, True),
+                f"dropout p=0 vs no dropout, gpus={gpus} accumulate={acc}")
 
 
 if __name__ == "__main__":
