@@ -1,10 +1,12 @@
 #include "tools/viz/html_report.h"
 
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ops/op_table.h"
 #include "tools/viz/palette.h"
 #include "tools/viz/xml_escape.h"
 
@@ -167,6 +169,35 @@ std::string RenderHtmlReport(const HtmlReportInput& in) {
                           "</span>")}));
   }
   absl::StrAppend(&html, "</table>\n");
+
+  // What each kind of op costs, from the op table's cost rules.
+  struct CategoryCost {
+    int count = 0;
+    double flops = 0, bytes = 0;
+  };
+  std::map<std::string, CategoryCost> by_category;
+  for (const Instruction& in : p.instructions) {
+    const ops::OpDef* def = ops::FindOp(in.op);
+    if (def == nullptr) continue;
+    std::vector<ops::Shape> ins, outs;
+    for (int id : in.inputs) ins.push_back(p.buffers[id].shape);
+    for (int id : in.outputs) outs.push_back(p.buffers[id].shape);
+    const ops::Cost cost = ops::EstimateCost(*def, ins, outs);
+    CategoryCost& c = by_category[ops::OpCategoryName(def->category)];
+    ++c.count;
+    c.flops += cost.flops;
+    c.bytes += cost.bytes;
+  }
+  absl::StrAppend(&html, "<h2>Compute (per rank and step)</h2>\n<table id=\"compute\">\n"
+                         "<tr><th class=\"l\">ops</th><th>instructions</th>"
+                         "<th>GFLOP</th><th>MB moved</th></tr>\n");
+  for (const auto& [category, c] : by_category) {
+    absl::StrAppend(&html, Row({category, absl::StrCat(c.count),
+                                absl::StrFormat("%.3f", c.flops / 1e9),
+                                absl::StrFormat("%.1f", c.bytes / 1e6)}));
+  }
+  absl::StrAppend(&html, "</table>\n<p class=\"sub\">Estimates from each op's "
+                         "cost rule (compiler/ops/op_table.cc).</p>\n");
 
   const MemoryReport& m = p.memory;
   auto mem_row = [](const char* what, int64_t bytes) {
