@@ -54,7 +54,8 @@ Override train { } fields (checked by the same rules as the file):
   --gpus N  --micro_batch N  --accumulate N  --global_batch N
   --epochs N  --steps N  --lr X  --seed N  --bucket_mb X
   --deterministic true|false  --tf32 true|false
-  (any train { } field name works as --FIELD VALUE)
+  (any train { } field name works as --FIELD VALUE, and so does a model
+  constant: --width 256 for `const width = 128`)
 
 Run:
   --device cpu|cuda|auto  where to run (default auto: CUDA if a GPU is seen)
@@ -147,17 +148,10 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
       ASSIGN_OR_RETURN(int64_t n, ParseInt(name, v));
       args.train.blas_threads = static_cast<int>(n);
     } else if (absl::StartsWith(name, "--")) {
-      // A train { } field; the front end checks the name and the value.
-      const std::string field = name.substr(2);
-      bool known = false;
-      for (const std::string& f : OverridableFields()) known |= f == field;
-      if (!known) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "unknown option ", name, " (see --help; train { } fields: ",
-            absl::StrJoin(OverridableFields(), ", "), ")"));
-      }
+      // A train { } field or a model constant: the front end checks the
+      // name (with a did-you-mean) and the value.
       ASSIGN_OR_RETURN(std::string v, next());
-      args.overrides.emplace_back(field, v);
+      args.overrides.emplace_back(name.substr(2), v);
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown option ", name, " (see --help)"));

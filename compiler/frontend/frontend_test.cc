@@ -199,3 +199,89 @@ TEST(FormatTest, CaretUnderTabsAndTrimmedLongLines) {
 
 }  // namespace
 }  // namespace trainc
+
+namespace trainc {
+namespace {
+
+constexpr char kBlocks[] = R"(
+model tiny {
+  const width = 8, layers = 3
+  input  x: f32[4]
+  label  y: i32[2]
+  block mlp(h) {
+    fc  = linear(h, width)
+    out = relu(fc)
+    return out
+  }
+  stem   = linear(x, width)
+  body   = repeat(mlp, layers, stem)
+  logits = linear(body, 2, bias = false)
+  loss   = cross_entropy(logits, y)
+}
+data { train = idx("/dev/null", "/dev/null") }
+train { gpus = 1  micro_batch = 2  steps = 1  optimizer = sgd(lr = 0.1) }
+)";
+
+std::vector<std::string> ParameterNames(const ModelSpec& m) {
+  std::vector<std::string> names;
+  for (const ParameterSpec& p : m.parameters) names.push_back(p.name);
+  return names;
+}
+
+TEST(BlocksTest, RepeatNamesInstancesLikeAModuleList) {
+  const FrontendResult r = Compile(kBlocks);
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_THAT(ParameterNames(r.spec->model),
+              ElementsAre("stem.weight", "stem.bias", "body.0.fc.weight",
+                          "body.0.fc.bias", "body.1.fc.weight", "body.1.fc.bias",
+                          "body.2.fc.weight", "body.2.fc.bias", "logits.weight"));
+  // The block's value is what it returns; the statement aliases it.
+  EXPECT_EQ(r.spec->model.ops.back().inputs[0], "logits");
+}
+
+TEST(BlocksTest, ConstantsAreOverriddenFromTheCommandLine) {
+  const FrontendResult r = Compile(kBlocks, {{"width", "16"}, {"layers", "1"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_THAT(ParameterNames(r.spec->model),
+              ElementsAre("stem.weight", "stem.bias", "body.0.fc.weight",
+                          "body.0.fc.bias", "logits.weight"));
+  EXPECT_EQ(r.spec->model.parameters[0].shape, (std::vector<int64_t>{16, 4}));
+}
+
+TEST(BlocksTest, ConstantFlagsAreCheckedLikeTheFile) {
+  FrontendResult r = Compile(kBlocks, {{"widht", "16"}});
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("--widht: unknown flag"));
+  EXPECT_THAT(Errors(r), HasSubstr("did you mean '--width'?"));
+  r = Compile(kBlocks, {{"width", "1.5"}});
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("--width: '1.5' is not an integer"));
+  // A train field still reaches the train block.
+  r = Compile(kBlocks, {{"steps", "7"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.steps, 7);
+}
+
+TEST(BlocksTest, ABlockCallingItselfIsAnError) {
+  const std::string source = R"(
+model loop {
+  input  x: f32[4]
+  label  y: i32[2]
+  block f(h) {
+    g = f(h)
+    return g
+  }
+  a      = f(x)
+  logits = linear(a, 2)
+  loss   = cross_entropy(logits, y)
+}
+data { train = idx("/dev/null", "/dev/null") }
+train { gpus = 1  micro_batch = 2  steps = 1  optimizer = sgd(lr = 0.1) }
+)";
+  const FrontendResult r = Compile(source);
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("does block f call itself?"));
+}
+
+}  // namespace
+}  // namespace trainc

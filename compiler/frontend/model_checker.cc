@@ -1,5 +1,6 @@
 #include "compiler/frontend/model_checker.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -167,7 +168,23 @@ class ModelChecker {
     for (const auto& [name, text] : overrides_) {
       auto it = constants_.find(name);
       if (it == constants_.end()) {
-        if (rest_ != nullptr) rest_->emplace_back(name, text);
+        const std::vector<std::string>& fields = OverridableFields();
+        if (constants_.empty() ||
+            std::find(fields.begin(), fields.end(), name) != fields.end()) {
+          if (rest_ != nullptr) rest_->emplace_back(name, text);  // train's
+          continue;
+        }
+        std::vector<std::string> known = fields;
+        for (const auto& [constant, value] : constants_) known.push_back(constant);
+        const std::string match = ClosestMatch(name, known);
+        sink_.CommandLineError(
+            absl::StrCat("--", name, ": unknown flag"),
+            match.empty()
+                ? absl::StrCat("the model's constants: --",
+                               absl::StrJoin(ConstantKeys(), ", --"),
+                               "; train { } fields: --",
+                               absl::StrJoin(fields, ", --"))
+                : absl::StrCat("did you mean '--", match, "'?"));
         continue;
       }
       Constant& c = it->second;
@@ -362,6 +379,12 @@ class ModelChecker {
       return std::nullopt;
     }
     return value->int_value;
+  }
+
+  std::vector<std::string> ConstantKeys() const {
+    std::vector<std::string> names;
+    for (const auto& [name, value] : constants_) names.push_back(name);
+    return names;
   }
 
   std::string ConstantNames() const {
