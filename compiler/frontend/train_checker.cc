@@ -17,7 +17,8 @@ const std::vector<std::string>& OverridableFields() {
   static const auto* fields = new std::vector<std::string>{
       "gpus",  "micro_batch",   "accumulate", "global_batch",
       "epochs", "steps",        "lr",         "seed",
-      "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb"};
+      "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
+      "clip_grad_norm"};
   return *fields;
 }
 
@@ -29,7 +30,7 @@ const std::vector<std::string>& TrainFields() {
       "gpus",     "micro_batch", "accumulate", "global_batch",
       "epochs",   "steps",       "optimizer",  "schedule",
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
-      "tf32"};
+      "tf32",     "clip_grad_norm"};
   return *fields;
 }
 
@@ -277,6 +278,9 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("tf32")) {
       if (auto v = Bool(*s, sink_)) config_.tf32 = *v;
+    }
+    if (const Setting* s = Effective("clip_grad_norm")) {
+      if (auto v = NumberAtLeast(*s, 0, true, sink_)) config_.clip_grad_norm = *v;
     }
     if (sink_.error_count() > errors_before) return std::nullopt;
     return config_;

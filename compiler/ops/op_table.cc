@@ -192,9 +192,12 @@ std::vector<OpDef> MakeOps() {
       // --- the step's tail ---
       {"all_reduce", 1, 1, 1, 1, true, OpCategory::kCollective,
        "bucket grads -> the same buffer, summed over ranks; attrs: bucket"},
+      {"sum_squares", 1, 1, 1, 1, false, OpCategory::kOptimizer,
+       "bucket grads -> grad_sq[1] (+)= sum of squares, in double; acc"},
       {"optimizer", 2, -1, 1, -1, false, OpCategory::kOptimizer,
-       "params span, grads, state spans -> params, state spans; attrs: "
-       "bucket"},
+       "params span, grads, state spans[, grad_sq] -> params, state spans; "
+       "attrs: bucket, clip (> 0: grads scaled by min(1, clip / (sqrt(grad_sq) "
+       "+ 1e-6)))"},
   };
 }
 

@@ -24,6 +24,7 @@ const char* BufferKindName(BufferKind kind) {
     case BufferKind::kBucket: return "bucket";
     case BufferKind::kParameterSpan: return "parameter_span";
     case BufferKind::kStateSpan: return "state_span";
+    case BufferKind::kStepScalar: return "step_scalar";
   }
   return "unknown";
 }

@@ -76,6 +76,7 @@ enum class BufferKind {
   kBucket,          // a whole bucket of gradients (all-reduce operand)
   kParameterSpan,   // a bucket's parameters, contiguous
   kStateSpan,       // a bucket's optimizer state, one per state kind
+  kStepScalar,      // computed once per step (the gradient's squared norm)
 };
 
 struct Buffer {
@@ -191,6 +192,13 @@ struct Plan {
   // The loss is the mean of global_batch x loss_terms terms: tokens per
   // sequence for a language model, 1 for a class label or mse.
   int64_t loss_terms = 1;
+  // > 0: gradient clipping. Each bucket's sum of squares is added into the
+  // step scalar `grad_sq` (sum_squares, after its all-reduce, in bucket
+  // order) and every optimizer scales its gradients by
+  // min(1, clip_grad_norm / (sqrt(grad_sq) + 1e-6)), as
+  // torch.nn.utils.clip_grad_norm_: no optimizer runs before every bucket
+  // is reduced.
+  double clip_grad_norm = 0.0;
 
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

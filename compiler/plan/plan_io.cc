@@ -289,7 +289,7 @@ const std::vector<BufferKind>& AllBufferKinds() {
       BufferKind::kOptimizerState, BufferKind::kActivation,
       BufferKind::kActivationGrad, BufferKind::kLoss,
       BufferKind::kBucket,         BufferKind::kParameterSpan,
-      BufferKind::kStateSpan};
+      BufferKind::kStateSpan,      BufferKind::kStepScalar};
   return *kinds;
 }
 
@@ -330,6 +330,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     ASSIGN_OR_RETURN(plan.bucket_mb, f.Double("bucket_mb"));
     if (r.fields.count("loss_terms")) {  // absent from older plans: 1
       ASSIGN_OR_RETURN(plan.loss_terms, f.Int("loss_terms"));
+    }
+    if (r.fields.count("clip_grad_norm")) {  // absent: no clipping
+      ASSIGN_OR_RETURN(plan.clip_grad_norm, f.Double("clip_grad_norm"));
     }
   } else if (kw == "optimizer") {
     OptimizerConfig& o = plan.optimizer;
@@ -479,7 +482,11 @@ std::string PlanToText(const Plan& plan) {
                   " deterministic=", plan.deterministic ? 1 : 0,
                   " tf32=", plan.tf32 ? 1 : 0,
                   " bucket_mb=", FormatDouble(plan.bucket_mb),
-                  " loss_terms=", plan.loss_terms, "\n");
+                  " loss_terms=", plan.loss_terms,
+                  plan.clip_grad_norm > 0
+                      ? absl::StrCat(" clip_grad_norm=", FormatDouble(plan.clip_grad_norm))
+                      : std::string(),
+                  "\n");
   const OptimizerConfig& o = plan.optimizer;
   absl::StrAppend(&out, "optimizer kind=", Quote(o.kind), " lr=", FormatDouble(o.lr),
                   " momentum=", FormatDouble(o.momentum), " nesterov=", o.nesterov ? 1 : 0,

@@ -118,6 +118,7 @@ class PlanBuilder {
     plan_.data.scale = spec_.data.scale;
     plan_.data.shuffle = spec_.data.shuffle;
     plan_.loss_terms = spec_.model.loss_terms;
+    plan_.clip_grad_norm = t.clip_grad_norm;
     // Token ids index the embedding of the model's input: the data loader
     // rejects any id outside it, naming the file (labels are the same
     // stream shifted by one).
@@ -282,6 +283,10 @@ class PlanBuilder {
     shared_[graph_.loss()] = NewValueBuffer(loss, BufferKind::kLoss, loss.name, cursor);
     plan_.loss_buffer = shared_[graph_.loss()];
     cursor += AlignUp(loss.bytes());
+    if (spec_.train.clip_grad_norm > 0) {
+      grad_sq_ = NewBuffer("grad_sq", BufferKind::kStepScalar, DType::kF32, {1}, cursor);
+      cursor += AlignUp(4);
+    }
     persistent_bytes_ = cursor;
     for (int p : graph_.parameters()) plan_.parameter_buffers.push_back(shared_[p]);
   }
@@ -379,6 +384,23 @@ class PlanBuilder {
   }
 
   void EmitOptimizer() {
+    // Clipping needs the norm of the whole reduced gradient: each bucket's
+    // sum of squares as soon as its all-reduce is done, in bucket order
+    // (the same sum on every rank), then the optimizers.
+    const bool clip = spec_.train.clip_grad_norm > 0;
+    for (size_t b = 0; clip && b < buckets_.size(); ++b) {
+      Instruction in;
+      in.op = "sum_squares";
+      in.inputs = {plan_.buckets[b].grad_buffer};
+      in.outputs = {grad_sq_};
+      in.attrs["bucket"] = static_cast<double>(b);
+      in.attrs["accumulate"] = b > 0 ? 1 : 0;
+      in.phase = Phase::kOptimizer;
+      in.micro_step = -1;
+      in.wait_events = {buckets_[b].done_event};
+      in.label = absl::StrCat("grad_sq += |bucket ", b, "|^2");
+      Emit(std::move(in));
+    }
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const Bucket& bucket = plan_.buckets[b];
       Instruction in;
@@ -390,6 +412,10 @@ class PlanBuilder {
         in.outputs.push_back(s);
       }
       in.attrs["bucket"] = static_cast<double>(b);
+      if (clip) {
+        in.inputs.push_back(grad_sq_);
+        in.attrs["clip"] = spec_.train.clip_grad_norm;
+      }
       in.phase = Phase::kOptimizer;
       in.micro_step = -1;
       in.wait_events = {buckets_[b].done_event};
@@ -443,6 +469,7 @@ class PlanBuilder {
   std::vector<std::vector<int>> slots_;  // parameter -> gradient buffer per slot
   std::vector<int> per_step_;            // value -> buffer in this micro-step
   int64_t persistent_bytes_ = 0;
+  int grad_sq_ = -1;  // clipping's step scalar
 };
 
 }  // namespace

@@ -171,3 +171,41 @@ TEST(PlanSummary, SaysWhatMatters) {
 
 }  // namespace
 }  // namespace trainc
+
+namespace trainc {
+namespace {
+
+TEST(BuildPlan, ClippingSumsEveryReducedBucketBeforeAnyOptimizer) {
+  TrainSpec spec = testing::FashionMlpSpec();
+  spec.train.bucket_mb = 0.1;
+  spec.train.clip_grad_norm = 1.0;
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GE(plan->buckets.size(), 2u);
+  int sums = 0, last_sum = -1, first_optimizer = -1;
+  for (const Instruction& in : plan->instructions) {
+    if (in.op == "sum_squares") {
+      const int b = static_cast<int>(in.attrs.at("bucket"));
+      EXPECT_EQ(b, sums) << "in bucket order";
+      EXPECT_EQ(in.attrs.at("accumulate"), b > 0 ? 1 : 0);
+      EXPECT_EQ(in.inputs[0], plan->buckets[b].grad_buffer);
+      // After that bucket's all-reduce, whatever stream order says.
+      EXPECT_THAT(in.wait_events,
+                  ::testing::Contains(plan->instructions[plan->buckets[b].all_reduce]
+                                          .record_events[0]));
+      ++sums;
+      last_sum = in.id;
+    }
+    if (in.op == "optimizer") {
+      if (first_optimizer < 0) first_optimizer = in.id;
+      EXPECT_EQ(in.attrs.at("clip"), 1.0);
+      EXPECT_EQ(plan->buffers[in.inputs.back()].name, "grad_sq");
+    }
+  }
+  EXPECT_EQ(sums, static_cast<int>(plan->buckets.size()));
+  EXPECT_LT(last_sum, first_optimizer) << "no optimizer before the last sum";
+  EXPECT_TRUE(ValidatePlan(*plan).ok());
+}
+
+}  // namespace
+}  // namespace trainc

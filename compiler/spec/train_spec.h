@@ -149,6 +149,10 @@ struct TrainConfig {
   int64_t seed = 0;
   bool deterministic = false;
   bool tf32 = false;
+  // > 0: scale the step's gradient so that its global L2 norm (over every
+  // parameter, after the all-reduce) is at most this, as
+  // torch.nn.utils.clip_grad_norm_.
+  double clip_grad_norm = 0.0;
 };
 
 struct TrainSpec {

@@ -340,6 +340,7 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
       h.eps = o.eps;
       h.weight_decay = k.weight_decay ? o.weight_decay : 0.0;
       h.step = step.step;
+      if (k.grad_sq != nullptr) h.grad_scale = cpu::ClipScale(*k.grad_sq, k.scalar);
       cpu::AdamW(h, k.x[0], k.rows, k.y[0], k.state[0], k.state[1]);
       break;
     }
@@ -351,9 +352,13 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
       h.weight_decay = k.weight_decay ? o.weight_decay : 0.0;
       h.nesterov = o.nesterov;
       h.step = step.step;
+      if (k.grad_sq != nullptr) h.grad_scale = cpu::ClipScale(*k.grad_sq, k.scalar);
       cpu::Sgd(h, k.x[0], k.rows, k.y[0], k.state[0]);
       break;
     }
+    case Op::kSumSquares:
+      cpu::SumSquares(k.x[0], k.rows, k.accumulate, k.y[0]);
+      break;
     case Op::kGeluTanh:
       cpu::GeluTanh(k.x[0], k.rows, k.y[0]);
       break;

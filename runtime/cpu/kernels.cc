@@ -599,6 +599,16 @@ void OrderedSum(const float* src, int64_t n, int64_t count, float* dst) {
   }
 }
 
+float ClipScale(float grad_sq, float clip) {
+  return std::min(1.0f, clip / (std::sqrt(grad_sq) + 1e-6f));
+}
+
+void SumSquares(const float* x, int64_t n, bool accumulate, float* out) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  out[0] = accumulate ? out[0] + static_cast<float>(s) : static_cast<float>(s);
+}
+
 TRAINC_SIMD_CLONES
 void AdamW(const AdamWParams& h, const float* __restrict grad, int64_t n,
            float* __restrict param, float* __restrict m,
@@ -617,8 +627,9 @@ void AdamW(const AdamWParams& h, const float* __restrict grad, int64_t n,
   const float neg_step_size = static_cast<float>(-(h.lr / bc1));
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float eps = static_cast<float>(h.eps);
+  const float scale = h.grad_scale;
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * scale;  // torch: grads.mul_(clip_coef)
     const float p = param[i] * decay;
     const float mi = m[i] * b1 + one_minus_b1 * g;
     const float vi = v[i] * b2 + one_minus_b2 * g * g;
@@ -635,16 +646,17 @@ void Sgd(const SgdParams& h, const float* __restrict grad, int64_t n,
   const float wd = static_cast<float>(h.weight_decay);
   const float mom = static_cast<float>(h.momentum);
   const float neg_lr = static_cast<float>(-h.lr);
+  const float scale = h.grad_scale;
   if (h.momentum == 0.0) {
     for (int64_t i = 0; i < n; ++i) {
-      const float d = grad[i] + wd * param[i];
+      const float d = grad[i] * scale + wd * param[i];
       param[i] = param[i] + neg_lr * d;
     }
     return;
   }
   const bool first = h.step == 1;
   for (int64_t i = 0; i < n; ++i) {
-    const float d = grad[i] + wd * param[i];
+    const float d = grad[i] * scale + wd * param[i];
     const float buf = first ? d : momentum_buf[i] * mom + d;
     momentum_buf[i] = buf;
     const float step = h.nesterov ? d + mom * buf : buf;

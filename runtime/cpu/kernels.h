@@ -151,6 +151,7 @@ void OrderedSum(const float* src, int64_t n, int64_t count, float* dst);
 struct AdamWParams {
   double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   int64_t step = 1;  // 1-based
+  float grad_scale = 1.0f;  // gradient clipping's factor (ClipScale)
 };
 void AdamW(const AdamWParams& h, const float* grad, int64_t n, float* param,
            float* m, float* v);
@@ -161,7 +162,15 @@ struct SgdParams {
   double lr = 0, momentum = 0, weight_decay = 0;
   bool nesterov = false;
   int64_t step = 1;  // 1-based
+  float grad_scale = 1.0f;  // gradient clipping's factor (ClipScale)
 };
+
+// torch.nn.utils.clip_grad_norm_'s factor, in float as torch's tensor ops:
+// min(1, clip / (sqrt(grad_sq) + 1e-6)).
+float ClipScale(float grad_sq, float clip);
+
+// out[0] (+)= sum of x[0..n) squared, accumulated in double.
+void SumSquares(const float* x, int64_t n, bool accumulate, float* out);
 void Sgd(const SgdParams& h, const float* grad, int64_t n, float* param,
          float* momentum_buf);
 

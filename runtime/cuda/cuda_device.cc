@@ -1032,16 +1032,19 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
       if (k.op == Op::kAdamW) {
         err = cuda::LaunchAdamW(k.y[0], k.x[0], k.state[0], k.state[1], k.rows,
                                 device_scalars_ + (k.weight_decay ? 0 : 1),
-                                o.beta1, o.beta2, o.eps, s);
+                                o.beta1, o.beta2, o.eps, k.grad_sq, k.scalar,
+                                s);
       } else {
         err = cuda::LaunchSgd(k.y[0], k.x[0], k.state[0], k.rows,
                               device_scalars_, static_cast<float>(o.momentum),
                               k.weight_decay ? static_cast<float>(o.weight_decay) : 0.0f,
-                              o.nesterov,
-                              s);
+                              o.nesterov, k.grad_sq, k.scalar, s);
       }
       break;
     }
+    case Op::kSumSquares:
+      err = cuda::LaunchSumSquares(k.x[0], k.rows, k.y[0], k.accumulate, s);
+      break;
   }
   if (err != cudaSuccess) {
     return Fail(cuda::CudaErrorToStatus(err, instr.op.c_str(), __FILE__,

@@ -176,16 +176,23 @@ struct OptimizerStepScalars {
 // torch.optim.AdamW, one fused pass over a bucket's flat span. The
 // hyperparameters are the config's doubles, uncast: 1 - beta is formed in
 // double and rounded once, as torch and the CPU do.
+// Gradient clipping: with clip > 0 the optimizers scale each gradient by
+// min(1, clip / (sqrt(*grad_sq) + 1e-6)) (torch's clip_grad_norm_), read
+// from device memory; grad_sq may be null without clipping.
+// *out (+)= sum of x[0..n) squared, in double, one block, fixed order.
+cudaError_t LaunchSumSquares(const float* x, int64_t n, float* out,
+                             bool accumulate, cudaStream_t s);
+
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
                         int64_t n, const OptimizerStepScalars* scalars,
                         double beta1, double beta2, double eps,
-                        cudaStream_t s);
+                        const float* grad_sq, float clip, cudaStream_t s);
 // torch.optim.SGD (dampening 0); `momentum_buf` may be null when
 // momentum == 0.
 cudaError_t LaunchSgd(float* params, const float* grads, float* momentum_buf,
                       int64_t n, const OptimizerStepScalars* scalars,
                       float momentum, float weight_decay, bool nesterov,
-                      cudaStream_t s);
+                      const float* grad_sq, float clip, cudaStream_t s);
 
 }  // namespace cuda
 }  // namespace trainc

@@ -9,6 +9,33 @@ namespace trainc {
 namespace cuda {
 namespace {
 
+// torch.nn.utils.clip_grad_norm_'s factor, in float as torch's tensor ops:
+// min(1, clip / (sqrt(sum of squares) + 1e-6)); 1 without clipping.
+__device__ inline float ClipScale(const float* grad_sq, float clip) {
+  if (grad_sq == nullptr || clip <= 0.0f) return 1.0f;
+  return fminf(1.0f, clip / (sqrtf(*grad_sq) + 1e-6f));
+}
+
+// out (+)= sum of x[0..n) squared: one block, fixed order, in double.
+__global__ void SumSquaresKernel(const float* x, int64_t n, float* out,
+                                 bool accumulate) {
+  __shared__ double shared[kBlockSize];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kBlockSize) {
+    s += static_cast<double>(x[i]) * x[i];
+  }
+  shared[threadIdx.x] = s;
+  __syncthreads();
+  for (int width = kBlockSize / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const float total = static_cast<float>(shared[0]);
+    out[0] = accumulate ? out[0] + total : total;
+  }
+}
+
 // torch.optim.AdamW: decoupled decay, then Adam with bias correction
 // folded into the step size and the denominator. The per-element sequence
 // and the scalars' rounding are the CPU reference's (runtime/cpu/kernels.cc):
@@ -19,12 +46,13 @@ __global__ void AdamWKernel(float* params, const float* grads, float* m,
                             float* v, int64_t n,
                             const OptimizerStepScalars* scalars, float b1,
                             float one_minus_b1, float b2, float one_minus_b2,
-                            float eps) {
+                            float eps, const float* grad_sq, float clip) {
+  const float scale = ClipScale(grad_sq, clip);
   const float decay = scalars->adamw_decay;
   const float neg_step_size = scalars->adamw_neg_step_size;
   const float bc2_sqrt = scalars->bias_correction2_sqrt;
   TRAINC_GRID_STRIDE(i, n) {
-    const float g = grads[i];
+    const float g = grads[i] * scale;  // torch: grads.mul_(clip_coef)
     const float p = params[i] * decay;
     const float mi = m[i] * b1 + one_minus_b1 * g;
     const float vi = v[i] * b2 + one_minus_b2 * g * g;
@@ -40,12 +68,14 @@ __global__ void AdamWKernel(float* params, const float* grads, float* m,
 __global__ void SgdKernel(float* params, const float* grads,
                           float* momentum_buf, int64_t n,
                           const OptimizerStepScalars* scalars, float momentum,
-                          float weight_decay, bool nesterov) {
+                          float weight_decay, bool nesterov,
+                          const float* grad_sq, float clip) {
+  const float scale = ClipScale(grad_sq, clip);
   const float lr = scalars->lr;
   const bool first = scalars->first_step != 0;
   TRAINC_GRID_STRIDE(i, n) {
     const float p = params[i];
-    float d = grads[i];
+    float d = grads[i] * scale;
     if (weight_decay != 0.0f) d += weight_decay * p;
     if (momentum != 0.0f) {
       const float buf = first ? d : momentum * momentum_buf[i] + d;
@@ -61,21 +91,27 @@ __global__ void SgdKernel(float* params, const float* grads,
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
                         int64_t n, const OptimizerStepScalars* scalars,
                         double beta1, double beta2, double eps,
-                        cudaStream_t s) {
+                        const float* grad_sq, float clip, cudaStream_t s) {
   AdamWKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
       params, grads, m, v, n, scalars, static_cast<float>(beta1),
       static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
-      static_cast<float>(1.0 - beta2), static_cast<float>(eps));
+      static_cast<float>(1.0 - beta2), static_cast<float>(eps), grad_sq, clip);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSumSquares(const float* x, int64_t n, float* out,
+                             bool accumulate, cudaStream_t s) {
+  SumSquaresKernel<<<1, kBlockSize, 0, s>>>(x, n, out, accumulate);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSgd(float* params, const float* grads, float* momentum_buf,
                       int64_t n, const OptimizerStepScalars* scalars,
                       float momentum, float weight_decay, bool nesterov,
-                      cudaStream_t s) {
+                      const float* grad_sq, float clip, cudaStream_t s) {
   SgdKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
       params, grads, momentum_buf, n, scalars, momentum, weight_decay,
-      nesterov);
+      nesterov, grad_sq, clip);
   return cudaGetLastError();
 }
 

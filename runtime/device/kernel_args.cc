@@ -50,6 +50,7 @@ constexpr KernelOpName kKernels[] = {
     {"cross_entropy_grad", KernelOp::kCrossEntropyGrad},
     {"mse", KernelOp::kMse},
     {"mse_grad", KernelOp::kMseGrad},
+    {"sum_squares", KernelOp::kSumSquares},
     {"optimizer", KernelOp::kAdamW},  // kAdamW or kSgd, from plan.optimizer
 };
 
@@ -267,6 +268,17 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       }
       return absl::OkStatus();
     }
+    case KernelOp::kSumSquares: {
+      const int b = static_cast<int>(attr("bucket", -1));
+      if (b < 0 || b >= static_cast<int>(plan.buckets.size())) {
+        return fail("attr bucket out of range");
+      }
+      // Slot 0 only: deterministic mode leaves the reduced sum there.
+      k.rows = plan.buckets[b].bytes / 4;
+      if (k.rows > Elements(in_buf(0))) return fail("bucket larger than its buffer");
+      if (Elements(out_buf(0)) != 1) return fail("grad_sq is not [1]");
+      return absl::OkStatus();
+    }
     case KernelOp::kAdamW:
     case KernelOp::kSgd: {
       const int b = static_cast<int>(attr("bucket", -1));
@@ -279,6 +291,16 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
         return fail("bucket has no parameter span or gradient buffer");
       }
       k.weight_decay = bucket.weight_decay;
+      const double clip = attr("clip", 0);
+      if (clip > 0) {
+        // The step's squared gradient norm is the last operand.
+        const Buffer& sq = in_buf(static_cast<int>(instr.inputs.size()) - 1);
+        if (sq.kind != BufferKind::kStepScalar || Elements(sq) != 1) {
+          return fail("clipping needs the grad_sq step scalar as last input");
+        }
+        k.grad_sq = fptr(sq);
+        k.scalar = static_cast<float>(clip);
+      }
       const Buffer& params = plan.buffers[bucket.param_span];
       k.rows = Elements(params);
       if (bucket.bytes < params.bytes) {

@@ -61,6 +61,7 @@ enum class KernelOp : uint8_t {
   kAttentionGrad,         // dy, qkv, probs -> dqkv acc; y[1]: scratch[rows, heads, in, in]
   kDropout,               // x[rows, in] -> y; scalar = p; key; micro
   kDropoutGrad,           // dy -> dx acc; the same mask
+  kSumSquares,            // bucket grads (slot 0, rows floats) -> y[0] (+)= sum x^2
   kSilu,                  // x -> y; rows = n
   kSiluGrad,              // dy, x -> dx acc; rows = n
 };
@@ -84,6 +85,9 @@ struct KernelArgs {
   float* state[2] = {};  // optimizer state spans
   bool weight_decay = true;  // optimizer: this bucket is decayed
   uint32_t key = 0;          // dropout: the op's key
+  // optimizer with clipping (scalar = clip_grad_norm > 0): the step's
+  // squared gradient norm; null without clipping.
+  const float* grad_sq = nullptr;
   int micro = 0;             // dropout: the instruction's micro-step
 };
 

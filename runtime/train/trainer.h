@@ -9,8 +9,9 @@
 // communicators (Gloo, plus NCCL on CUDA), loads the data, initialises the
 // parameters (seeded, identical on every rank) or loads a checkpoint, then
 // runs optimizer steps through the Executor, logging progress and the loss
-// (rank 0), evaluating after each epoch, tracing a few steps to measure how
-// much all-reduce time the backward pass hid, and finally saves a
+// (rank 0; per step to the metrics log), evaluating after each epoch,
+// tracing a few steps to measure how much all-reduce time the backward
+// pass hid, and finally saves a
 // checkpoint and prints the summary. It never remakes a decision the plan
 // made.
 #ifndef TRAINC_RUNTIME_TRAIN_TRAINER_H_
@@ -44,6 +45,10 @@ struct TrainOptions {
   std::string init_from;        // weights only
   std::string resume;           // weights, optimizer state, step, data position
   std::string trace_path;       // Chrome trace of `trace_steps` steps
+  // Metrics as JSON lines (runtime/metrics/METRICS_FORMAT.md), rank 0: the
+  // command line defaults it to beside save_path. Empty: none.
+  std::string metrics_path;
+  std::string tensorboard_dir;  // TensorBoard event file of the same scalars
   int64_t trace_steps = 3;
   bool overlap = true;          // false: all-reduces after the whole backward
   bool graph = true;            // CUDA: replay each step as one CUDA graph
@@ -58,6 +63,7 @@ struct TrainSummary {
   double seconds = 0;
   double samples_per_second = 0;
   double final_loss = 0;        // mean over the last step's global batch
+  double grad_norm = -1;        // clipping: the last logged step's norm
   double eval_accuracy = -1;    // < 0: no classification eval ran
   double eval_loss = -1;
   int64_t arena_bytes = 0;

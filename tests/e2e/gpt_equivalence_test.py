@@ -352,7 +352,8 @@ def write_text(path):
     return np.frombuffer(out[:TEXT_BYTES].encode(), dtype=np.uint8)
 
 
-def reference(init, tokens, decay, dropout_p=None, seed=SEED):
+def reference(init, tokens, decay, dropout_p=None, seed=SEED, clip=None,
+              norms=None):
     """The final float64 weights after STEPS AdamW steps of the reference.
 
     With shuffle = false, training example i is the window tokens[i*T,
@@ -398,6 +399,10 @@ def reference(init, tokens, decay, dropout_p=None, seed=SEED):
         opt.zero_grad(set_to_none=True)
         loss = model(windows[:, :-1], windows[:, 1:], masks)
         loss.backward()
+        if clip is not None:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if norms is not None:
+                norms.append(float(norm))
         opt.step()
     return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
@@ -459,14 +464,17 @@ class GptEquivalenceTest(unittest.TestCase):
 
     @classmethod
     def run_split(cls, gpus, accumulate, deterministic, decay=DECAY,
-                  dropout_p=None, seed=None):
-        """Final parameters of one training; seed: a --seed override."""
-        key = (gpus, accumulate, deterministic, decay, dropout_p, seed)
+                  dropout_p=None, seed=None, clip=None):
+        """Final parameters of one training; seed: a --seed override;
+        clip: a --clip_grad_norm override."""
+        key = (gpus, accumulate, deterministic, decay, dropout_p, seed, clip)
         if key not in cls.runs:
             out = os.path.join(
                 cls.dir, f"g{gpus}a{accumulate}d{int(deterministic)}"
-                f"_{decay}_p{dropout_p}_s{seed}.safetensors")
+                f"_{decay}_p{dropout_p}_s{seed}_c{clip}.safetensors")
             extra = [] if seed is None else ["--seed", seed]
+            if clip is not None:
+                extra += ["--clip_grad_norm", clip]
             e2e.train(cls.train_file(decay, dropout_p), "--device", "cpu",
                       "--gpus", gpus, "--accumulate", accumulate,
                       "--micro_batch", MICRO_BATCH, "--no-eval",
@@ -509,6 +517,29 @@ class GptEquivalenceTest(unittest.TestCase):
 
     def test_matches_pytorch_deterministic(self):
         self.check_splits(deterministic=True)
+
+    def test_clipping_matches_pytorch_clip_grad_norm(self):
+        # The global norm is taken after the all-reduce (never per rank or
+        # per micro-step), so every split matches torch's clip_grad_norm_
+        # on the whole step's gradient.
+        clip = 0.05
+        norms = []
+        ref = reference(self.init, self.tokens, DECAY, clip=clip, norms=norms)
+        self.assertTrue(all(n > clip for n in norms),
+                        f"clipping must be active every step: norms {norms}")
+        for name, want in ref.items():
+            self.assertGreater(rel_diff(want, self.ref[name]), 10 * TOLERANCE,
+                               f"{name}: clipped and unclipped references "
+                               "must differ")
+        for gpus, acc in SPLITS:
+            got = self.run_split(gpus, acc, False, clip=clip)
+            self.assert_matches(got, ref, f"clip gpus={gpus} accumulate={acc}")
+        a = self.run_split(1, 4, True, clip=clip)
+        b = self.run_split(4, 1, True, clip=clip)
+        for name in a:
+            self.assertTrue(np.array_equal(a[name].view(np.uint32),
+                                           b[name].view(np.uint32)),
+                            f"{name}: clipped 1x4 and 4x1 differ bitwise")
 
     def test_decay_all_matches_pytorch(self):
         # The two references differ by far more than the tolerance in every
