@@ -39,21 +39,22 @@ Cost MatmulOfWeight(const std::vector<Shape>& in,
 Cost LinearCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
   return MatmulOfWeight(in, out, in[1]);
 }
-Cost LinearGradInputCost(const std::vector<Shape>& in,
-                         const std::vector<Shape>& out) {
-  // dy[.., out] w[out, in]: rows = |dy| / out.
-  const Shape& w = in[1];
+// The gradients: dy[.., out] against w[out, in], rows = |dy| / out.
+Cost LinearGrad(const std::vector<Shape>& in, const std::vector<Shape>& out,
+                const Shape& w) {
   const int64_t rows = w.empty() || w[0] == 0 ? 0 : Elements(in[0]) / w[0];
   return {2.0 * rows * Elements(w), Bytes(in, out)};
+}
+Cost LinearGradInputCost(const std::vector<Shape>& in,
+                         const std::vector<Shape>& out) {
+  return LinearGrad(in, out, in[1]);
 }
 Cost LinearGradParamsCost(const std::vector<Shape>& in,
                           const std::vector<Shape>& out) {
-  const Shape& w = out[0];
-  const int64_t rows = w.empty() || w[0] == 0 ? 0 : Elements(in[0]) / w[0];
-  return {2.0 * rows * Elements(w), Bytes(in, out)};
+  return LinearGrad(in, out, out[0]);
 }
-// attention: qkv[B, T, 3C], probs[B, H, T, T]: QK^T and PV, causal half
-// counted whole (the kernels compute the full square).
+// attention: qkv[B, T, 3C], probs[B, H, T, T]: QK^T and PV over the full
+// T x T square (the CUDA kernels compute it; the CPU skips the masked half).
 Cost AttentionCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
   const Shape& qkv = in[0];
   if (qkv.size() != 3) return {0, Bytes(in, out)};
@@ -68,8 +69,6 @@ Cost AttentionGradCost(const std::vector<Shape>& in,
 
 // ---------------------------------------------------------------------------
 // Instruction ops.
-
-using K = Operand::Kind;
 
 std::vector<OpDef> MakeOps() {
   const OpCategory kData = OpCategory::kData, kMatmul = OpCategory::kMatmul,
