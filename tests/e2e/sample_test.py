@@ -1,0 +1,99 @@
+"""tools/sample on a language model trained by the real binary: text
+comes out, the same for the same seed, and mistakes are clear errors."""
+import os
+import subprocess
+import unittest
+
+import e2e_lib as e2e
+
+SAMPLE = e2e.runfile("tools/sample")
+SENTENCE = "the cat sat mat. "
+
+MODEL = """
+model lm {
+  const vocab = 256, ctx = 16, width = 32, heads = 2
+  input  tokens: i32[ctx]
+  label  next:   i32[ctx]
+  block layer(x) {
+    ln   = layernorm(x)
+    qkv  = linear(ln, 3 * width)
+    attn = linear(causal_attention(qkv, heads), width)
+    return x + attn
+  }
+  wte    = embedding(tokens, vocab, width)
+  wpe    = position_embedding(ctx, width)
+  h      = repeat(layer, 2, wte + wpe)
+  logits = linear(layernorm(h), vocab, weight = wte.weight, bias = false)
+  loss   = cross_entropy(logits, next)
+}
+data { train = text("%(text)s")  shuffle = false }
+train { gpus = 1  micro_batch = 4  steps = 150
+        optimizer = adamw(lr = 1e-2) }
+"""
+
+
+def sample(*args, check=True):
+    # Bytes out: a byte-level model may print any byte.
+    proc = subprocess.run([SAMPLE, *map(str, args)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=120)
+    proc.stdout = proc.stdout.decode("latin-1")
+    proc.stderr = proc.stderr.decode("latin-1")
+    if check and proc.returncode != 0:
+        raise AssertionError(f"sample failed ({proc.returncode}):\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+class SampleTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        d = e2e.tmpdir()
+        text = os.path.join(d, "corpus.txt")
+        # 17 bytes a period, windows of 16: every phase of the sentence
+        # starts some training window, so the model learns to continue it
+        # from anywhere (the sampler slides its context past 16 tokens).
+        with open(text, "w") as f:
+            f.write(SENTENCE * 300)
+        cls.train_file = os.path.join(d, "lm.train")
+        with open(cls.train_file, "w") as f:
+            f.write(MODEL.replace("%(text)s", text))
+        cls.ckpt = os.path.join(d, "lm.safetensors")
+        e2e.train(cls.train_file, "--device", "cpu", "--no-eval", "--save",
+                  cls.ckpt)
+
+    def test_help(self):
+        self.assertIn("usage: sample", sample("--help").stdout)
+
+    def test_continues_the_text_it_memorised(self):
+        # 60 tokens: past the 16-token context, so the window slides. A
+        # wrong logits row or position would break the period at once.
+        out = sample(self.train_file, self.ckpt, "--prompt", "the cat ",
+                     "--tokens", 60, "--temperature", 0.3, "--seed", 3).stdout
+        want = (SENTENCE * 6)[:8 + 60]
+        self.assertEqual(out.rstrip("\n"), want)
+
+    def test_same_seed_same_text(self):
+        args = (self.train_file, self.ckpt, "--prompt", "the ", "--tokens", 30,
+                "--seed", 11)
+        self.assertEqual(sample(*args).stdout, sample(*args).stdout)
+        other = sample(self.train_file, self.ckpt, "--prompt", "the ",
+                       "--tokens", 30, "--seed", 12, "--temperature", 2).stdout
+        self.assertNotEqual(sample(*args).stdout, other)
+
+    def test_not_a_language_model_is_a_clear_error(self):
+        proc = sample(e2e.EXAMPLE, self.ckpt, check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("sample needs a language model", proc.stderr)
+
+    def test_bad_flags(self):
+        proc = sample(self.train_file, self.ckpt, "--temperature", 0,
+                      check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--temperature: expected a number > 0", proc.stderr)
+        proc = sample(self.train_file, check=False)
+        self.assertEqual(proc.returncode, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
