@@ -1,5 +1,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -185,6 +187,18 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
           path, ": tensor '", slot.name, "' is ", t->dtype, "[",
           absl::StrJoin(t->shape, ","), "], the plan has F32[",
           absl::StrJoin(slot.shape, ","), "]"));
+    }
+    // A NaN or Inf would train to a NaN loss: refuse it, naming it.
+    absl::Span<const char> data = file.Data(*t);
+    const int64_t n = static_cast<int64_t>(data.size() / sizeof(float));
+    for (int64_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, data.data() + i * sizeof(float), sizeof(float));
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": tensor '", slot.name, "' holds a non-finite value (",
+            v, ") at element ", i));
+      }
     }
   }
   for (const Slot& slot : slots) {

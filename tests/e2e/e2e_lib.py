@@ -40,6 +40,21 @@ def train(*args, timeout=300, check=True):
     return proc
 
 
+def write_safetensors(path, tensors):
+    """F32 tensors in the published safetensors layout (our own writer)."""
+    header, offset, blobs = {}, 0, []
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype="<f4")
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+        blobs.append(a.tobytes())
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
 def read_safetensors(path):
     """{name: np.ndarray}, metadata — a reader of our own, independent of
     the C++ one, following the published format."""

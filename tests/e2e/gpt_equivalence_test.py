@@ -323,21 +323,6 @@ def initial_weights(seed=1234):
     return w
 
 
-def write_safetensors(path, tensors):
-    """F32 tensors in the published safetensors layout (our own writer)."""
-    header, offset, blobs = {}, 0, []
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype="<f4")
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-        blobs.append(a.tobytes())
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
 def write_text(path):
     """TEXT_BYTES bytes of word salad: a few dozen distinct byte values."""
     rng = np.random.RandomState(7)
@@ -429,7 +414,7 @@ class GptEquivalenceTest(unittest.TestCase):
         assert len(cls.tokens) - 1 >= STEPS * GLOBAL_BATCH * CTX
         cls.init = initial_weights()
         cls.init_path = os.path.join(cls.dir, "init.safetensors")
-        write_safetensors(cls.init_path, cls.init)
+        e2e.write_safetensors(cls.init_path, cls.init)
         cls.text = text
         cls.train_files, cls.refs, cls.runs = {}, {}, {}
         for decay in ("matrices", "all"):
