@@ -12,10 +12,14 @@ PACKAGES=(
   libgloo-dev              # CPU collectives
   libopenblas-dev          # CPU matrix products
   zlib1g-dev               # gzip datasets
+  libisal-dev              # CRC-32C of TensorBoard event files (no libcrc32c-dev in Debian 12)
   dataset-fashion-mnist    # the default example's data
+  fortunes                 # the tiny GPT's text (/usr/share/games/fortunes)
   graphviz                 # tools/viz renders .svg/.png through dot
+  librsvg2-bin             # rsvg-convert: tools/viz's training curves as .png
   chromium                 # browser test of the viz HTML report
   python3-torch            # PyTorch reference in benchmarks and tests
+  python3-venv             # TensorBoard's virtual environment (below)
 )
 
 missing=()
@@ -29,3 +33,17 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all ${#PACKAGES[@]} packages present"
+
+# TensorBoard from PyPI (Debian has none), for //tests/e2e:metrics_test and
+# for looking at --tensorboard folders:
+#   ~/.cache/trainc/tensorboard-venv/bin/tensorboard --logdir DIR
+# Without PyPI the test makes its own or skips, so this step only warns.
+TB_VENV="$HOME/.cache/trainc/tensorboard-venv"
+if ! "$TB_VENV/bin/python" -c "import tensorboard" 2>/dev/null; then
+  if /usr/bin/python3 -m venv "$TB_VENV" &&
+     "$TB_VENV/bin/pip" install -q --disable-pip-version-check "tensorboard>=2,<3"; then
+    echo "setup: TensorBoard in $TB_VENV"
+  else
+    echo "setup: warning: could not install TensorBoard from PyPI into $TB_VENV" >&2
+  fi
+fi

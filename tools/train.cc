@@ -28,6 +28,7 @@
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/rank_env.h"
+#include "runtime/metrics/metrics_log.h"
 #include "runtime/trace/tracer.h"
 #include "runtime/train/trainer.h"
 
@@ -64,6 +65,12 @@ Run:
   --resume PATH           continue a checkpoint: weights, optimizer, step, data
   --trace PATH            write a Chrome trace (Perfetto, tools/viz) of a few steps
   --trace-steps N         steps to trace (default 3)
+  --metrics PATH          write metrics as JSON lines as the run goes: one per
+                          step (loss, lr, step time, throughput), per
+                          evaluation, and the run's settings and summary
+                          (default with --save: beside it, model.metrics.jsonl)
+  --no-metrics            no metrics file beside --save
+  --tensorboard DIR       the same scalars as a TensorBoard event file in DIR
   --no-overlap            issue all-reduces after the whole backward (baseline)
   --no-graph              CUDA: launch every kernel of every step (no CUDA graph)
   --no-eval               skip evaluation
@@ -78,6 +85,7 @@ struct Args {
   std::string output;
   Overrides overrides;
   TrainOptions train;
+  bool metrics_given = false;  // --metrics or --no-metrics
 };
 
 absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v) {
@@ -131,6 +139,20 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
       ASSIGN_OR_RETURN(args.train.resume, next());
     } else if (name == "--trace") {
       ASSIGN_OR_RETURN(args.train.trace_path, next());
+    } else if (name == "--metrics") {
+      ASSIGN_OR_RETURN(args.train.metrics_path, next());
+      if (args.train.metrics_path.empty()) {
+        return absl::InvalidArgumentError("--metrics: needs a path");
+      }
+      args.metrics_given = true;
+    } else if (name == "--no-metrics") {
+      args.train.metrics_path.clear();
+      args.metrics_given = true;
+    } else if (name == "--tensorboard") {
+      ASSIGN_OR_RETURN(args.train.tensorboard_dir, next());
+      if (args.train.tensorboard_dir.empty()) {
+        return absl::InvalidArgumentError("--tensorboard: needs a folder");
+      }
     } else if (name == "--trace-steps") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(args.train.trace_steps, ParseInt(name, v));
@@ -164,6 +186,9 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
                                           positional.size()));
   }
   args.file = positional[0];
+  if (!args.metrics_given) {
+    args.train.metrics_path = DefaultMetricsPath(args.train.save_path);
+  }
   return std::optional<Args>(args);
 }
 

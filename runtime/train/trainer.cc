@@ -29,6 +29,7 @@
 #include "runtime/data/sampler.h"
 #include "runtime/exec/executor.h"
 #include "runtime/launch/heartbeat.h"
+#include "runtime/metrics/metrics_log.h"
 #include "runtime/trace/tracer.h"
 #include "runtime/train/overlap.h"
 #include "runtime/train/schedule.h"
@@ -252,6 +253,28 @@ absl::Status WriteTrace(const Plan& plan, const RankContext& rank,
   return MergeTraceParts(plan, parts, tracer.steps_traced(), path);
 }
 
+// The metrics log's first record: what was run, for a reader to label and
+// compare runs by.
+MetricsRecord RunRecord(const Plan& plan, const std::string& device,
+                        int64_t total_steps, int64_t steps_per_epoch,
+                        int64_t first_step) {
+  MetricsRecord r{"run", first_step - 1, UnixSeconds()};
+  r.info = {{"model", plan.model},
+            {"source", plan.source},
+            {"device", device},
+            {"gpus", int64_t{plan.world_size}},
+            {"micro_batch", int64_t{plan.micro_batch}},
+            {"accumulate", int64_t{plan.accumulate}},
+            {"global_batch", int64_t{plan.global_batch}},
+            {"loss_terms", int64_t{plan.loss_terms}},
+            {"steps", total_steps},
+            {"steps_per_epoch", steps_per_epoch},
+            {"optimizer", plan.optimizer.kind},
+            {"lr", double{plan.optimizer.lr}},
+            {"seed", int64_t{plan.seed}}};
+  return r;
+}
+
 }  // namespace
 
 absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
@@ -347,6 +370,21 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                            state.step_in_epoch);
   }
 
+  // The metrics log (rank 0). Whether there is one is the same on every
+  // rank (one command line), and so is the schedule of loss sums it adds.
+  const bool metrics_on =
+      !options.metrics_path.empty() || !options.tensorboard_dir.empty();
+  std::unique_ptr<MetricsLog> metrics;
+  if (metrics_on && rank.rank == 0) {
+    MetricsLogOptions metrics_options;
+    metrics_options.jsonl_path = options.metrics_path;
+    metrics_options.tensorboard_dir = options.tensorboard_dir;
+    metrics_options.append = state.step > 0;  // a resumed run continues its log
+    ASSIGN_OR_RETURN(metrics, MetricsLog::Open(metrics_options));
+    RETURN_IF_ERROR(metrics->Write(RunRecord(plan, device_kind, total_steps,
+                                             steps_per_epoch, state.step + 1)));
+  }
+
   // A few steps are traced (after the first, which warms caches) to measure
   // overlap; all of them go to --trace when asked.
   Tracer tracer(rank.rank, rank.job_start_ns ? rank.job_start_ns : TraceClockNs());
@@ -387,8 +425,19 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   TrainSummary summary;
   summary.arena_bytes = plan.arena_bytes;
   EvalResult last_eval;
-  std::vector<float> loss_buf(1);
+  // Each step's local loss sum until the next sum over ranks (one
+  // all-reduce for all of them), and on rank 0 the step's other metrics.
+  std::vector<float> step_losses;
+  std::vector<MetricsRecord> pending;
+  // Per-step losses reach the metrics log at least this often (in steps)
+  // even when progress lines are rarer.
+  const int64_t metrics_every = std::min<int64_t>(log_every, 20);
   double last_loss = NAN;
+  double last_grad_norm = -1;
+  const Buffer* grad_sq = nullptr;
+  for (const Buffer& b : plan.buffers) {
+    if (b.kind == BufferKind::kStepScalar && b.name == "grad_sq") grad_sq = &b;
+  }
   bool capture_failure_reported = false;
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
@@ -397,9 +446,10 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   for (int64_t step = first_step; step <= total_steps; ++step) {
     const int64_t epoch = (step - 1) / steps_per_epoch;
     const int64_t in_epoch = (step - 1) % steps_per_epoch;
+    const auto step_start = std::chrono::steady_clock::now();
     batches->SetPosition(epoch, in_epoch);
-    executor.set_tracer(step >= trace_begin && step < trace_end ? &tracer
-                                                                : nullptr);
+    const bool traced = step >= trace_begin && step < trace_end;
+    executor.set_tracer(traced ? &tracer : nullptr);
     StepState step_state;
     step_state.step = step;
     step_state.lr = LearningRateAt(plan.schedule, plan.optimizer.lr, step,
@@ -408,6 +458,39 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                        : total_steps);
     ASSIGN_OR_RETURN(double loss_sum, executor.RunStep(step_state, *batches));
     ++summary.steps;
+    step_losses.push_back(static_cast<float>(loss_sum));
+    if (metrics) {
+      const double ms = Seconds(std::chrono::steady_clock::now() - step_start) * 1e3;
+      MetricsRecord r{"train", step, UnixSeconds()};
+      r.info = {{"epoch", epoch + 1}};
+      r.scalars = {{"loss", NAN},  // known at the next sum over ranks
+                   {"lr", step_state.lr},
+                   {"step_ms", ms},
+                   {"samples_per_s", plan.global_batch / (ms / 1e3)}};
+      if (plan.loss_terms > 1) {
+        r.scalars.emplace_back("tokens_per_s",
+                               plan.global_batch * plan.loss_terms / (ms / 1e3));
+      }
+      if (grad_sq != nullptr) {
+        float sq = 0;
+        RETURN_IF_ERROR(device->Download(grad_sq->offset, &sq, sizeof(sq)));
+        r.scalars.emplace_back("grad_norm", std::sqrt(static_cast<double>(sq)));
+      }
+      if (traced && plan.world_size > 1) {
+        // This rank's all-reduce time in the step and how much of it no
+        // compute hid.
+        std::vector<TraceSpan> spans;
+        for (const TraceSpan& span : tracer.spans()) {
+          if (span.step == step) spans.push_back(span);
+        }
+        const OverlapStats o = ComputeOverlap(spans);
+        if (o.comm_ns > 0) {
+          r.scalars.emplace_back("allreduce_ms", o.comm_ns / 1e6);
+          r.scalars.emplace_back("exposed_comm_ms", (o.comm_ns - o.hidden_ns) / 1e6);
+        }
+      }
+      pending.push_back(std::move(r));
+    }
     if (!executor.capture().failure.empty() && !capture_failure_reported) {
       log << absl::StrFormat(
           "%swarning: step %d could not be captured as a CUDA graph (%s); "
@@ -422,12 +505,30 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     // The loss sum is a collective, so whether to log must be the same
     // decision on every rank: only `tty` (rank 0's terminal) differs, and it
     // only redraws the live line, with no communication.
-    if (step % log_every == 0 || last || epoch_end) {
-      loss_buf[0] = static_cast<float>(loss_sum);
-      RETURN_IF_ERROR(SumOverRanks(*host_comm, &loss_buf));
-      last_loss = loss_buf[0] / (static_cast<double>(plan.global_batch) * plan.loss_terms);
+    const bool log_line = step % log_every == 0 || last || epoch_end;
+    if (log_line || (metrics_on && step % metrics_every == 0)) {
+      RETURN_IF_ERROR(SumOverRanks(*host_comm, &step_losses));
+      const double terms = static_cast<double>(plan.global_batch) * plan.loss_terms;
+      last_loss = step_losses.back() / terms;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        pending[i].scalars[0].second = step_losses[i] / terms;
+        RETURN_IF_ERROR(metrics->Write(pending[i]));
+      }
+      step_losses.clear();
+      pending.clear();
+    }
+    if (log_line) {
       const auto now = std::chrono::steady_clock::now();
       const double step_ms = Seconds(now - window_start) / window_steps * 1e3;
+      // With clipping, the step's global gradient norm (the same on every
+      // rank: it is computed from the reduced gradient).
+      std::string norm;
+      if (grad_sq != nullptr) {
+        float sq = 0;
+        RETURN_IF_ERROR(device->Download(grad_sq->offset, &sq, sizeof(sq)));
+        last_grad_norm = std::sqrt(static_cast<double>(sq));
+        norm = absl::StrFormat(" | grad norm %.3g", last_grad_norm);
+      }
       // Language models also count tokens (loss terms) per second.
       const std::string tokens =
           plan.loss_terms > 1
@@ -438,10 +539,10 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       // Flushed: under the launcher stdout is a pipe or a file, and a
       // long run's progress must show as it happens.
       log << absl::StrFormat(
-                 "%sstep %d/%d | epoch %d/%d | loss %.4f | %.2f ms/step | %s "
+                 "%sstep %d/%d | epoch %d/%d | loss %.4f%s | %.2f ms/step | %s "
                  "samples/s%s | eta %s\n",
                  tty ? "\r\033[K" : "", step, total_steps, epoch + 1,
-                 total_epochs, last_loss, step_ms,
+                 total_epochs, last_loss, norm, step_ms,
                  FormatRate(plan.global_batch / (step_ms / 1e3)), tokens,
                  FormatDuration(step_ms / 1e3 * (total_steps - step)))
           << std::flush;
@@ -478,6 +579,18 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                last_eval.examples);
       }
       log << std::flush;
+      if (metrics) {
+        MetricsRecord r{"eval", step, UnixSeconds()};
+        r.info = {{"epoch", epoch + 1},
+                  {head.rows_per_example > 1 ? "tokens" : "examples",
+                   last_eval.examples}};
+        r.scalars = {{"loss", last_eval.loss}};
+        if (head.classification) r.scalars.emplace_back("accuracy", last_eval.accuracy);
+        if (head.rows_per_example > 1 && plan.data.format == "text") {
+          r.scalars.emplace_back("bits_per_byte", last_eval.loss / std::log(2.0));
+        }
+        RETURN_IF_ERROR(metrics->Write(r));
+      }
     }
   }
   summary.seconds = Seconds(std::chrono::steady_clock::now() - start);
@@ -485,6 +598,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   summary.samples_per_second =
       summary.seconds > 0 ? summary.steps * plan.global_batch / summary.seconds : 0;
   summary.final_loss = last_loss;
+  summary.grad_norm = last_grad_norm;
   summary.replayed_steps = executor.capture().replayed_steps;
   summary.eval_accuracy = last_eval.accuracy;
   summary.eval_loss = eval ? last_eval.loss : -1;
@@ -493,6 +607,27 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   if (overlap.steps > 0) {
     summary.allreduce_ms = overlap.comm_ns / 1e6 / overlap.steps;
     summary.hidden_fraction = overlap.hidden_fraction();
+  }
+  if (metrics) {
+    MetricsRecord r{"summary", summary.final_step, UnixSeconds()};
+    r.info = {{"steps", summary.steps},
+              {"seconds", summary.seconds},
+              {"samples_per_s", summary.samples_per_second},
+              {"final_loss", summary.final_loss}};
+    if (eval) r.info.emplace_back("eval_loss", summary.eval_loss);
+    if (summary.eval_accuracy >= 0) {
+      r.info.emplace_back("eval_accuracy", summary.eval_accuracy);
+    }
+    if (summary.hidden_fraction >= 0 && plan.world_size > 1) {
+      r.info.emplace_back("allreduce_ms", summary.allreduce_ms);
+      r.info.emplace_back("hidden_fraction", summary.hidden_fraction);
+    }
+    RETURN_IF_ERROR(metrics->Write(r));
+    if (!metrics->jsonl_path().empty()) log << "metrics: " << metrics->jsonl_path() << "\n";
+    if (!metrics->tensorboard_path().empty()) {
+      log << "tensorboard: " << metrics->tensorboard_path()
+          << " (tensorboard --logdir " << options.tensorboard_dir << ")\n";
+    }
   }
   if (!options.trace_path.empty()) {
     RETURN_IF_ERROR(WriteTrace(plan, rank, tracer, *host_comm, options.trace_path));
@@ -518,6 +653,10 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                          FormatRate(summary.samples_per_second),
                          summary.steps ? summary.seconds * 1e3 / summary.steps : 0.0);
   log << absl::StrFormat("  final loss      %.4f\n", summary.final_loss);
+  if (summary.grad_norm >= 0) {
+    log << absl::StrFormat("  grad norm       %.4g (last step, before clipping to %g)\n",
+                           summary.grad_norm, plan.clip_grad_norm);
+  }
   if (summary.eval_accuracy >= 0) {
     log << absl::StrFormat("  eval accuracy   %.2f%% (eval loss %.4f)\n",
                            100 * summary.eval_accuracy, summary.eval_loss);

@@ -2,7 +2,9 @@
 # Opens the viz HTML report in headless Chromium and checks what it shows:
 # the DOM has the graph, timeline and tables, and the screenshot has pixels
 # drawn where the graph and the timeline were laid out (the page records
-# those rectangles on <body>). Skips only when Chromium is absent.
+# those rectangles on <body>). Then the same for the training curves of two
+# real metrics logs: drawn, and in both runs' colours. Skips only when
+# Chromium is absent.
 set -euo pipefail
 viz="tools/viz/viz"
 make="tools/viz/make_synthetic"
@@ -61,6 +63,46 @@ for line in open(sys.argv[1]):
     name, frac, total = line.split()
     if int(total) == 0 or float(frac) < 0.02:
         print(f"FAIL: {name} region looks empty ({frac} drawn of {total} px)")
+        ok = False
+sys.exit(0 if ok else 1)
+PY
+
+# Training curves: the first 240 steps of the default example, split
+# gpus=2 x accumulate=2 and gpus=1 x accumulate=4 (real runs' metrics logs).
+m1="tools/viz/testdata/fashion_mlp_gpus2_acc2.metrics.jsonl"
+m2="tools/viz/testdata/fashion_mlp_gpus1_acc4.metrics.jsonl"
+"$viz" --metrics "$m1" --metrics "$m2" -o "$tmp/training.html"
+tflags=("${flags[@]}")
+tflags[-1]=--window-size=1200,1000
+timeout 60 "$chrome" "${tflags[@]}" --dump-dom "file://$tmp/training.html" \
+  > "$tmp/training_dom.html" 2> "$tmp/chrome_dom2.log" || {
+  echo "chromium --dump-dom failed:"; tail -20 "$tmp/chrome_dom2.log"; exit 1; }
+for needle in 'id="training"' 'id="runs"' 'class="curves"' 'id="curves-loss"' \
+              'id="curves-eval-accuracy"' 'id="curves-lr"' 'id="curves-throughput"' \
+              'class="series smooth"' 'class="eval-point"' \
+              'fashion_mlp_gpus2_acc2' 'fashion_mlp_gpus1_acc4'; do
+  grep -q -- "$needle" "$tmp/training_dom.html" || fail "training DOM lacks $needle"
+done
+[[ "$(grep -o 'class="legend-entry"' "$tmp/training_dom.html" | wc -l)" == 2 ]] \
+  || fail "the legend does not have two runs"
+training_rect="$(grep -o 'data-training-rect="[0-9,.-]*"' "$tmp/training_dom.html" | head -1 | cut -d'"' -f2)"
+[[ -n "$training_rect" ]] || fail "page script did not record the training layout"
+echo "training at $training_rect"
+timeout 60 "$chrome" "${tflags[@]}" --screenshot="$tmp/training.png" \
+  "file://$tmp/training.html" > "$tmp/chrome_shot2.log" 2>&1 || {
+  echo "chromium --screenshot failed:"; tail -20 "$tmp/chrome_shot2.log"; exit 1; }
+cp "$tmp/training.png" "${TEST_UNDECLARED_OUTPUTS_DIR:-$tmp}/training.png" 2>/dev/null || true
+# The curves are drawn, and each run's colour (palette.cc RunColor) shows.
+"$py" "$regions" "$tmp/training.png" "training=$training_rect" \
+  "run0=$training_rect@1f77b4" "run1=$training_rect@d62728" | tee "$tmp/regions2.txt"
+"$py" - "$tmp/regions2.txt" <<'PY'
+import sys
+need = {"training": 0.02, "run0": 0.002, "run1": 0.002}
+ok = True
+for line in open(sys.argv[1]):
+    name, frac, total = line.split()
+    if int(total) == 0 or float(frac) < need[name]:
+        print(f"FAIL: {name}: {frac} of {total} px (need {need[name]})")
         ok = False
 sys.exit(0 if ok else 1)
 PY

@@ -1,7 +1,9 @@
 """Counts drawn (non-white) pixels of a PNG inside rectangles.
 
-Usage: png_regions.py SHOT.png NAME=x,y,w,h [NAME=x,y,w,h ...]
-Prints one line per region: NAME drawn_fraction. Decodes the PNG itself
+Usage: png_regions.py SHOT.png NAME=x,y,w,h[@RRGGBB] [...]
+Prints one line per region: NAME drawn_fraction total_pixels; with
+@RRGGBB the fraction counts pixels of that colour (within 40 per channel)
+instead of every non-white one. Decodes the PNG itself
 (zlib + the five PNG filters) so the test needs nothing beyond python3.
 """
 import struct
@@ -60,6 +62,10 @@ def main():
     width, height, bpp, rows = decode_png(sys.argv[1])
     for spec in sys.argv[2:]:
         name, rect = spec.split("=")
+        colour = None
+        if "@" in rect:
+            rect, hexcolour = rect.split("@")
+            colour = tuple(int(hexcolour[i:i + 2], 16) for i in (0, 2, 4))
         x, y, w, h = (int(float(v)) for v in rect.split(","))
         x0, y0 = max(0, x), max(0, y)
         x1, y1 = min(width, x + w), min(height, y + h)
@@ -68,7 +74,11 @@ def main():
             for px in range(x0, x1):
                 r, g, b = row[px * bpp:px * bpp + 3]
                 total += 1
-                if r < 235 or g < 235 or b < 235:
+                if colour is not None:
+                    if (abs(r - colour[0]) <= 40 and abs(g - colour[1]) <= 40
+                            and abs(b - colour[2]) <= 40):
+                        drawn += 1
+                elif r < 235 or g < 235 or b < 235:
                     drawn += 1
         print(f"{name} {drawn / total if total else 0.0:.4f} {total}")
 

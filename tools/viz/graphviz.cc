@@ -49,34 +49,41 @@ class TempFile {
   std::string path_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::string> FindDot() {
-  if (const char* env = std::getenv("TRAINC_DOT"); env && *env) {
+absl::StatusOr<std::string> FindProgram(const std::string& name,
+                                        const char* env_override,
+                                        const std::string& how_to_get) {
+  if (const char* env = std::getenv(env_override); env && *env) {
     if (IsExecutable(env)) return std::string(env);
     return absl::NotFoundError(
-        absl::StrCat("TRAINC_DOT=", env, " is not an executable file"));
+        absl::StrCat(env_override, "=", env, " is not an executable file"));
   }
   const char* path = std::getenv("PATH");
   for (absl::string_view dir :
        absl::StrSplit(path ? path : "/usr/bin:/bin", ':', absl::SkipEmpty())) {
-    std::string candidate = absl::StrCat(dir, "/dot");
+    std::string candidate = absl::StrCat(dir, "/", name);
     if (IsExecutable(candidate)) return candidate;
   }
-  return absl::NotFoundError(
-      "Graphviz 'dot' was not found on PATH: install graphviz "
-      "(apt-get install graphviz) for .svg/.png output, or write .dot "
-      "with -o FILE.dot");
+  return absl::NotFoundError(how_to_get);
 }
 
-absl::StatusOr<std::string> RenderDot(const std::string& dot_text,
-                                      const std::string& format) {
-  ASSIGN_OR_RETURN(std::string dot, FindDot());
+// Runs `program <flag> -o OUT IN` on `input` and returns OUT's contents.
+absl::StatusOr<std::string> RunConverter(const std::string& program,
+                                         const std::vector<std::string>& flags,
+                                         const std::string& input) {
   TempFile in, out, err;
   if (in.path().empty() || out.path().empty() || err.path().empty()) {
-    return absl::InternalError("cannot create a temporary file for dot");
+    return absl::InternalError(
+        absl::StrCat("cannot create a temporary file for ", program));
   }
-  RETURN_IF_ERROR(WriteStringToFile(in.path(), dot_text));
+  RETURN_IF_ERROR(WriteStringToFile(in.path(), input));
+  std::vector<std::string> args = {program};
+  args.insert(args.end(), flags.begin(), flags.end());
+  for (const std::string& a : {std::string("-o"), out.path(), in.path()}) {
+    args.push_back(a);
+  }
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   // Files rather than pipes: dot reads all input before writing, and a
   // large graph would otherwise need a poll loop to avoid a deadlock.
   pid_t pid = fork();
@@ -84,9 +91,7 @@ absl::StatusOr<std::string> RenderDot(const std::string& dot_text,
   if (pid == 0) {
     int efd = open(err.path().c_str(), O_WRONLY | O_TRUNC);
     if (efd >= 0) dup2(efd, 2);
-    std::string tflag = absl::StrCat("-T", format);
-    execl(dot.c_str(), dot.c_str(), tflag.c_str(), "-o", out.path().c_str(),
-          in.path().c_str(), static_cast<char*>(nullptr));
+    execv(program.c_str(), argv.data());
     _exit(127);
   }
   int status = 0;
@@ -96,10 +101,35 @@ absl::StatusOr<std::string> RenderDot(const std::string& dot_text,
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     absl::StatusOr<std::string> msg = ReadFileToString(err.path());
     return absl::InternalError(absl::StrCat(
-        dot, " -T", format, " failed (status ", status, "): ",
-        msg.ok() ? *msg : std::string("no message")));
+        program, " ", flags.empty() ? "" : flags[0], " failed (status ", status,
+        "): ", msg.ok() ? *msg : std::string("no message")));
   }
   return ReadFileToString(out.path());
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> FindDot() {
+  return FindProgram("dot", "TRAINC_DOT",
+                     "Graphviz 'dot' was not found on PATH: install graphviz "
+                     "(apt-get install graphviz) for .svg/.png output, or write "
+                     ".dot with -o FILE.dot");
+}
+
+absl::StatusOr<std::string> RenderDot(const std::string& dot_text,
+                                      const std::string& format) {
+  ASSIGN_OR_RETURN(std::string dot, FindDot());
+  return RunConverter(dot, {absl::StrCat("-T", format)}, dot_text);
+}
+
+absl::StatusOr<std::string> RenderSvgToPng(const std::string& svg) {
+  ASSIGN_OR_RETURN(
+      std::string rsvg,
+      FindProgram("rsvg-convert", "TRAINC_RSVG_CONVERT",
+                  "'rsvg-convert' was not found on PATH: install librsvg2-bin "
+                  "(apt-get install librsvg2-bin) for the curves as .png, or "
+                  "write .svg"));
+  return RunConverter(rsvg, {"--format=png"}, svg);
 }
 
 }  // namespace trainc::viz

@@ -1,4 +1,5 @@
-// Rendering DOT with Graphviz's `dot` program, run as a subprocess.
+// Rendering DOT with Graphviz's `dot` program, run as a subprocess (and SVG
+// to PNG with librsvg's `rsvg-convert`, the same way).
 //
 // We shell out rather than link libgvc: the binary then builds on machines
 // without Graphviz, and only the .svg/.png outputs need it.
@@ -18,6 +19,11 @@ absl::StatusOr<std::string> FindDot();
 // Runs `dot -T<format>` on `dot_text` ("svg", "png") and returns its output.
 absl::StatusOr<std::string> RenderDot(const std::string& dot_text,
                                       const std::string& format);
+
+// A standalone SVG (the training curves) as PNG, through librsvg's
+// `rsvg-convert` (Debian's librsvg2-bin; $TRAINC_RSVG_CONVERT overrides),
+// run the same way as dot. NotFound, saying how to get it, without it.
+absl::StatusOr<std::string> RenderSvgToPng(const std::string& svg);
 
 }  // namespace trainc::viz
 

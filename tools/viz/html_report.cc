@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ops/op_table.h"
+#include "tools/viz/metrics_reader.h"
 #include "tools/viz/palette.h"
 #include "tools/viz/xml_escape.h"
 
@@ -28,6 +29,8 @@ td.l, th.l { text-align: left; }
 #graph.fit svg { max-width: 100%; height: auto; }
 #timeline { border: 1px solid #ddd; overflow-x: auto; }
 #timeline svg { max-width: 100%; height: auto; display: block; }
+#training { border: 1px solid #ddd; }
+#training svg { max-width: 100%; height: auto; display: block; }
 .warn { background: #fff4e5; border: 1px solid #f0b37e; padding: 8px; }
 button { font-size: 12px; }
 )css";
@@ -43,6 +46,7 @@ function rectOf(id) {
 function recordLayout() {
   document.body.setAttribute('data-graph-rect', rectOf('graph'));
   document.body.setAttribute('data-timeline-rect', rectOf('timeline'));
+  document.body.setAttribute('data-training-rect', rectOf('training'));
 }
 function toggleFit() {
   document.getElementById('graph').classList.toggle('fit');
@@ -62,6 +66,66 @@ std::string Row(const std::vector<std::string>& cells, bool first_left = true) {
 }
 
 std::string Ms(double us) { return absl::StrFormat("%.3f", us / 1e3); }
+
+const Series* FindSeries(const std::map<std::string, Series>& m,
+                         const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() || it->second.empty() ? nullptr : &it->second;
+}
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / v.size();
+}
+
+// The curves and one row of figures per run.
+std::string TrainingSection(const std::vector<RunMetrics>& runs,
+                            const std::string& curves_svg) {
+  std::string html = absl::StrCat(
+      "<h2>Training</h2>\n<div id=\"training\">", InlineSvg(curves_svg),
+      "</div>\n<table id=\"runs\">\n<tr><th class=\"l\">run</th>"
+      "<th class=\"l\">model</th><th class=\"l\">split</th><th>steps</th>"
+      "<th>last train loss</th><th>last eval loss</th><th>eval accuracy</th>"
+      "<th>bits/byte</th><th>samples/s</th><th>exposed comm (ms/step)</th>"
+      "<th class=\"l\">file</th></tr>\n");
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunMetrics& r = runs[i];
+    const Series* loss = FindSeries(r.train, "loss");
+    const Series* eval_loss = FindSeries(r.eval, "loss");
+    const Series* acc = FindSeries(r.eval, "accuracy");
+    const Series* bpb = FindSeries(r.eval, "bits_per_byte");
+    const Series* rate = FindSeries(r.train, "samples_per_s");
+    const Series* exposed = FindSeries(r.train, "exposed_comm_ms");
+    // Over the whole run as the trainer timed it, else the mean of steps.
+    const double samples_per_s = r.has_summary && r.summary_samples_per_s > 0
+                                     ? r.summary_samples_per_s
+                                     : rate ? Mean(rate->values) : 0;
+    auto or_dash = [](bool have, const std::string& text) {
+      return have ? text : std::string("-");
+    };
+    absl::StrAppend(
+        &html,
+        Row({absl::StrCat("<span class=\"swatch\" style=\"background:",
+                          RunColor(static_cast<int>(i)), "\"></span> ",
+                          XmlEscape(r.label)),
+             absl::StrCat("<span style=\"float:left\">", XmlEscape(r.model), "</span>"),
+             absl::StrCat("<span style=\"float:left\">", XmlEscape(r.config), "</span>"),
+             or_dash(loss, loss ? absl::StrCat(loss->steps.back()) : ""),
+             or_dash(loss, loss ? absl::StrFormat("%.4f", loss->values.back()) : ""),
+             or_dash(eval_loss, eval_loss ? absl::StrFormat("%.4f", eval_loss->values.back()) : ""),
+             or_dash(acc, acc ? absl::StrFormat("%.2f%%", 100 * acc->values.back()) : ""),
+             or_dash(bpb, bpb ? absl::StrFormat("%.3f", bpb->values.back()) : ""),
+             or_dash(samples_per_s > 0, absl::StrFormat("%.0f", samples_per_s)),
+             or_dash(exposed, exposed ? absl::StrFormat("%.3f", Mean(exposed->values)) : ""),
+             absl::StrCat("<span style=\"float:left\">", XmlEscape(r.path), "</span>")}));
+  }
+  absl::StrAppend(&html, "</table>\n<p class=\"sub\">From the metrics logs "
+                         "(train --metrics, or beside --save); exposed comm: "
+                         "the all-reduce time no compute hid, on the steps the "
+                         "trainer traced.</p>\n");
+  return html;
+}
 
 }  // namespace
 
@@ -84,6 +148,18 @@ std::string InlineSvg(const std::string& svg) {
 }
 
 std::string RenderHtmlReport(const HtmlReportInput& in) {
+  if (in.plan == nullptr || in.graph == nullptr) {
+    std::string html = absl::StrCat(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        "<title>training curves \xE2\x80\x94 trainc</title>\n<style>",
+        kStyle, "</style>\n</head>\n<body>\n<h1>Training curves</h1>\n");
+    if (in.runs != nullptr) {
+      absl::StrAppend(&html, "<div class=\"sub\">", in.runs->size(),
+                      " run(s)</div>\n", TrainingSection(*in.runs, in.curves_svg));
+    }
+    absl::StrAppend(&html, "<script>", kScript, "</script>\n</body>\n</html>\n");
+    return html;
+  }
   const Plan& p = *in.plan;
   const VizGraph& g = *in.graph;
   std::string html = absl::StrCat(
@@ -153,6 +229,10 @@ std::string RenderHtmlReport(const HtmlReportInput& in) {
                            "during which the compute stream was busy; exposed: "
                            "the rest. A late last bucket or large exposed time "
                            "suggests smaller buckets (bucket_mb).</p>\n");
+  }
+
+  if (in.runs != nullptr) {
+    absl::StrAppend(&html, TrainingSection(*in.runs, in.curves_svg));
   }
 
   absl::StrAppend(&html, "<h2>Gradient buckets</h2>\n<table id=\"buckets\">\n"

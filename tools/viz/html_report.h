@@ -1,10 +1,13 @@
 // The self-contained HTML report: one file, no network, that shows the plan
 // graph (inline SVG from dot), the gradient buckets, the memory report, the
-// batch arithmetic and, given a trace, the timeline and overlap numbers.
+// batch arithmetic, given a trace the timeline and overlap numbers, and
+// given metrics logs a "Training" section: the curves of every run and a
+// table of their figures. Without a plan the report is that section alone.
 //
-// A small script records where the graph and the timeline were laid out
-// (data-graph-rect / data-timeline-rect on <body>) so that a headless
-// browser test can check that those regions are actually drawn.
+// A small script records where the graph, the timeline and the curves were
+// laid out (data-graph-rect / data-timeline-rect / data-training-rect on
+// <body>) so that a headless browser test can check that those regions are
+// actually drawn.
 #ifndef TRAINC_TOOLS_VIZ_HTML_REPORT_H_
 #define TRAINC_TOOLS_VIZ_HTML_REPORT_H_
 
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "compiler/plan/plan.h"
+#include "tools/viz/metrics_reader.h"
 #include "tools/viz/timeline.h"
 #include "tools/viz/trace_reader.h"
 #include "tools/viz/viz_graph.h"
@@ -19,14 +23,16 @@
 namespace trainc::viz {
 
 struct HtmlReportInput {
-  const Plan* plan = nullptr;        // required
-  const VizGraph* graph = nullptr;   // required
+  const Plan* plan = nullptr;        // both, or neither (training only)
+  const VizGraph* graph = nullptr;
   std::string input_path;            // shown in the header
   std::string graph_svg;             // dot's SVG; empty when not rendered
   std::string graph_error;           // why not (e.g. dot missing)
   const Trace* trace = nullptr;      // optional
   std::vector<RankOverlap> overlap;  // with the trace
   std::string timeline_svg;          // with the trace
+  const std::vector<RunMetrics>* runs = nullptr;  // optional, labelled
+  std::string curves_svg;            // RenderCurvesSvg(*runs)
 };
 
 std::string RenderHtmlReport(const HtmlReportInput& input);

@@ -23,4 +23,13 @@ std::string PhaseColor(const std::string& phase) {
   return "#eeeeee";
 }
 
+std::string RunColor(int index) {
+  // Tableau 10 (matplotlib's default cycle): strong, and told apart.
+  static const char* const kColors[] = {
+      "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+      "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  constexpr int kN = sizeof(kColors) / sizeof(kColors[0]);
+  return kColors[(index % kN + kN) % kN];
+}
+
 }  // namespace trainc::viz

@@ -11,6 +11,8 @@ namespace trainc::viz {
 std::string BucketColor(int id);
 // Fill of an op by phase name ("forward", "backward", ...).
 std::string PhaseColor(const std::string& phase);
+// A strong line colour for run `index` of overlaid training curves.
+std::string RunColor(int index);
 
 }  // namespace trainc::viz
 

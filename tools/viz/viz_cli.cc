@@ -9,10 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compiler/util/status_macros.h"
+#include "tools/viz/curves.h"
 #include "tools/viz/dot_writer.h"
 #include "tools/viz/file_util.h"
 #include "tools/viz/graphviz.h"
 #include "tools/viz/html_report.h"
+#include "tools/viz/metrics_reader.h"
 #include "tools/viz/plan_loader.h"
 #include "tools/viz/timeline.h"
 #include "tools/viz/trace_reader.h"
@@ -22,6 +24,7 @@ namespace trainc::viz {
 
 std::string VizUsage() {
   return R"usage(usage: bazel run //tools/viz -- INPUT [--trace TRACE.json] [-o OUT]
+       bazel run //tools/viz -- [INPUT] --metrics [LABEL=]RUN.jsonl ... [-o OUT]
 
 Draws a trainc execution plan: forward and backward ops, parameters,
 gradient buckets (one colour each), all-reduces on the comm stream, the
@@ -43,6 +46,15 @@ INPUT        a plan file (compiler/plan/plan_io.h text), or a .train file
                       arithmetic, and timeline + overlap with --trace
              with --trace, the timeline is also written as OUT_timeline.svg
              default: <model>.html in the current directory
+--metrics [LABEL=]F  a metrics log written by `train` (--metrics PATH, or
+             beside --save: model.metrics.jsonl); repeat it to overlay runs.
+             Draws loss (train and eval), eval accuracy or bits per byte,
+             learning rate and throughput against step, one colour per run
+             with a legend (LABEL, else the file's name). Without INPUT,
+             -o picks: .svg or .png (through rsvg-convert) the curves, .html
+             a report of them (default training.html); with INPUT the HTML
+             report gains a Training section, and other outputs are joined
+             by OUT_curves.svg
 --no-collapse        draw every layer, even long runs of identical ones
 --min-repeats N      collapse runs of at least N identical layers (default 3)
 -h, --help   this text
@@ -71,6 +83,12 @@ absl::StatusOr<VizArgs> ParseVizArgs(int argc, const char* const* argv) {
       RETURN_IF_ERROR(value(&args.trace));
     } else if (a.rfind("--trace=", 0) == 0) {
       args.trace = a.substr(8);
+    } else if (a == "--metrics") {
+      std::string v;
+      RETURN_IF_ERROR(value(&v));
+      args.metrics.push_back(v);
+    } else if (a.rfind("--metrics=", 0) == 0) {
+      args.metrics.push_back(a.substr(10));
     } else if (a == "-o" || a == "--output") {
       RETURN_IF_ERROR(value(&args.output));
     } else if (a.rfind("--output=", 0) == 0) {
@@ -92,10 +110,23 @@ absl::StatusOr<VizArgs> ParseVizArgs(int argc, const char* const* argv) {
                                       " and ", a));
     }
   }
-  if (!args.help && args.input.empty()) {
-    return usage_error("no input: pass a plan file or a .train file");
+  if (!args.help && args.input.empty() && args.metrics.empty()) {
+    return usage_error(
+        "no input: pass a plan file or a .train file, or --metrics FILE");
   }
-  if (!args.output.empty()) {
+  for (const std::string& m : args.metrics) {
+    if (m.empty() || m.back() == '=') {
+      return usage_error("--metrics needs a file: --metrics [LABEL=]FILE");
+    }
+  }
+  if (!args.output.empty() && args.input.empty()) {
+    std::string ext = FileExtension(args.output);
+    if (ext != "svg" && ext != "png" && ext != "html") {
+      return usage_error(absl::StrCat("-o ", args.output,
+                                      ": with --metrics alone the extension "
+                                      "must be .svg, .png or .html"));
+    }
+  } else if (!args.output.empty()) {
     std::string ext = FileExtension(args.output);
     if (ext != "dot" && ext != "svg" && ext != "png" && ext != "html") {
       return usage_error(absl::StrCat("-o ", args.output,
@@ -136,15 +167,104 @@ std::string Summary(const Plan& p, const VizGraph& g) {
   return s;
 }
 
+// "LABEL=FILE" -> (LABEL, FILE) when LABEL has no '/' (a path with '=' in
+// its name can be given as ./name=x); else ("", FILE).
+std::pair<std::string, std::string> SplitLabel(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0 ||
+      arg.substr(0, eq).find('/') != std::string::npos) {
+    return {"", arg};
+  }
+  return {arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
+absl::StatusOr<std::vector<RunMetrics>> LoadRuns(const VizArgs& args,
+                                                 std::ostream& err) {
+  std::vector<RunMetrics> runs;
+  for (const std::string& arg : args.metrics) {
+    auto [label, path] = SplitLabel(arg);
+    ASSIGN_OR_RETURN(RunMetrics run, ReadMetricsFile(ResolveUserPath(path)));
+    run.path = path;
+    run.label = label;
+    if (run.truncated_lines > 0) {
+      err << "viz: warning: " << path << ": its last line is incomplete (the "
+          << "run stopped while writing it); skipped\n";
+    }
+    if (run.train.empty() && run.eval.empty()) {
+      err << "viz: warning: " << path << ": no train or eval records\n";
+    }
+    runs.push_back(std::move(run));
+  }
+  LabelRuns(&runs);
+  return runs;
+}
+
+std::string RunsSummary(const std::vector<RunMetrics>& runs) {
+  std::string s;
+  for (const RunMetrics& r : runs) {
+    absl::StrAppend(&s, "run ", r.label, ": ", r.model.empty() ? "" : r.model + " ",
+                    r.config);
+    auto it = r.train.find("loss");
+    if (it != r.train.end() && !it->second.empty()) {
+      absl::StrAppend(&s, absl::StrFormat(", %d steps, last train loss %.4f",
+                                          it->second.steps.back(),
+                                          it->second.values.back()));
+    }
+    it = r.eval.find("loss");
+    if (it != r.eval.end() && !it->second.empty()) {
+      absl::StrAppend(&s, absl::StrFormat(", last eval loss %.4f",
+                                          it->second.values.back()));
+    }
+    it = r.eval.find("accuracy");
+    if (it != r.eval.end() && !it->second.empty()) {
+      absl::StrAppend(&s, absl::StrFormat(" (accuracy %.2f%%)",
+                                          100 * it->second.values.back()));
+    }
+    absl::StrAppend(&s, "\n");
+  }
+  return s;
+}
+
+// Curves alone: no plan.
+absl::Status RunCurvesOnly(const VizArgs& args, const std::vector<RunMetrics>& runs,
+                           const std::string& curves_svg, std::ostream& out) {
+  const std::string output = ResolveUserPath(
+      args.output.empty() ? std::string("training.html") : args.output);
+  const std::string ext = FileExtension(output);
+  if (ext == "svg") {
+    RETURN_IF_ERROR(WriteStringToFile(output, curves_svg));
+  } else if (ext == "png") {
+    ASSIGN_OR_RETURN(std::string png, RenderSvgToPng(curves_svg));
+    RETURN_IF_ERROR(WriteStringToFile(output, png));
+  } else {
+    HtmlReportInput report;
+    report.runs = &runs;
+    report.curves_svg = curves_svg;
+    RETURN_IF_ERROR(WriteStringToFile(output, RenderHtmlReport(report)));
+  }
+  out << RunsSummary(runs) << "wrote " << output << "\n";
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
+  ASSIGN_OR_RETURN(std::vector<RunMetrics> runs, LoadRuns(args, err));
+  const std::string curves_svg = runs.empty() ? "" : RenderCurvesSvg(runs);
+  if (args.input.empty()) return RunCurvesOnly(args, runs, curves_svg, out);
+
   const std::string input = ResolveUserPath(args.input);
   ASSIGN_OR_RETURN(Plan plan, LoadPlanForViz(input));
   VizOptions options;
   options.collapse_repeats = args.collapse;
   options.min_repeats = args.min_repeats;
   ASSIGN_OR_RETURN(VizGraph graph, BuildVizGraph(plan, options));
+  for (const RunMetrics& run : runs) {
+    if (!run.model.empty() && run.model != plan.model) {
+      err << "viz: warning: " << run.path << " is a run of model " << run.model
+          << ", not of " << plan.model << "\n";
+    }
+  }
 
   Trace trace;
   bool have_trace = !args.trace.empty();
@@ -185,6 +305,10 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
       report.overlap = overlap;
       report.timeline_svg = timeline_svg;
     }
+    if (!runs.empty()) {
+      report.runs = &runs;
+      report.curves_svg = curves_svg;
+    }
     RETURN_IF_ERROR(WriteStringToFile(output, RenderHtmlReport(report)));
   }
 
@@ -197,6 +321,15 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
           absl::StrCat(StripExtension(output), "_timeline.svg");
       RETURN_IF_ERROR(WriteStringToFile(timeline_path, timeline_svg));
       out << "wrote " << timeline_path << "\n";
+    }
+  }
+  if (!runs.empty()) {
+    out << "\n" << RunsSummary(runs);
+    if (!args.output.empty() && ext != "html") {
+      const std::string curves_path =
+          absl::StrCat(StripExtension(output), "_curves.svg");
+      RETURN_IF_ERROR(WriteStringToFile(curves_path, curves_svg));
+      out << "wrote " << curves_path << "\n";
     }
   }
   out << "wrote " << output << "\n";

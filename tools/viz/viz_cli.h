@@ -6,6 +6,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -13,8 +14,9 @@ namespace trainc::viz {
 
 struct VizArgs {
   bool help = false;
-  std::string input;   // .train or plan file, as typed
+  std::string input;   // .train or plan file, as typed; optional with metrics
   std::string trace;   // optional trace JSON, as typed
+  std::vector<std::string> metrics;  // --metrics [LABEL=]FILE, as typed
   std::string output;  // optional; extension picks the format
   bool collapse = true;
   int min_repeats = 3;

@@ -40,6 +40,23 @@ TEST(ParseVizArgsTest, AcceptsTheDocumentedForms) {
   EXPECT_THAT(VizUsage(), HasSubstr("--trace"));
 }
 
+TEST(ParseVizArgsTest, MetricsAloneOrWithAPlan) {
+  auto a = Parse({"--metrics", "a.jsonl", "--metrics=b=run/b.jsonl", "-o", "c.svg"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->input.empty());
+  EXPECT_THAT(a->metrics, ::testing::ElementsAre("a.jsonl", "b=run/b.jsonl"));
+  a = Parse({"m.plan", "--metrics", "a.jsonl", "-o", "m.dot"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->input, "m.plan");
+  EXPECT_THAT(VizUsage(), HasSubstr("--metrics [LABEL=]F"));
+  // Without a plan there is no graph to write as .dot.
+  auto dot = Parse({"--metrics", "a.jsonl", "-o", "c.dot"});
+  ASSERT_FALSE(dot.ok());
+  EXPECT_THAT(std::string(dot.status().message()), HasSubstr(".svg, .png or .html"));
+  EXPECT_FALSE(Parse({"--metrics"}).ok());
+  EXPECT_FALSE(Parse({"--metrics", "label="}).ok());
+}
+
 TEST(ParseVizArgsTest, RejectsUsageMistakes) {
   EXPECT_FALSE(Parse({}).ok());
   EXPECT_FALSE(Parse({"a.plan", "b.plan"}).ok());
@@ -179,6 +196,123 @@ TEST_F(RunVizTest, TrainFileIsCompiledInProcess) {
   a.output = dir_ + "/fm.dot";
   ASSERT_TRUE(Run(a).ok()) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("model fashion_mlp"));
+}
+
+// Two small metrics logs, as `train` writes them.
+class CurvesVizTest : public RunVizTest {
+ protected:
+  void SetUp() override {
+    RunVizTest::SetUp();
+    a_ = dir_ + "/a.metrics.jsonl";
+    b_ = dir_ + "/b.metrics.jsonl";
+    for (const std::string& path : {a_, b_}) {
+      std::string log =
+          "{\"kind\":\"run\",\"step\":0,\"time\":1,\"model\":\"fashion_mlp\","
+          "\"gpus\":2,\"micro_batch\":64,\"accumulate\":2,\"loss_terms\":1}\n";
+      for (int step = 1; step <= 50; ++step) {
+        absl::StrAppend(&log, "{\"kind\":\"train\",\"step\":", step,
+                        ",\"time\":2,\"epoch\":1,\"loss\":", 2.0 / step,
+                        ",\"lr\":0.001,\"step_ms\":2.5,\"samples_per_s\":102400.0}\n");
+        if (step % 25 == 0) {
+          absl::StrAppend(&log, "{\"kind\":\"eval\",\"step\":", step,
+                          ",\"time\":3,\"epoch\":1,\"examples\":100,\"loss\":",
+                          2.5 / step, ",\"accuracy\":0.8}\n");
+        }
+      }
+      ASSERT_TRUE(WriteStringToFile(path, log).ok());
+    }
+  }
+  std::string a_, b_;
+};
+
+TEST_F(CurvesVizTest, CurvesAloneAsSvg) {
+  VizArgs v;
+  v.metrics = {a_, absl::StrCat("four gpus=", b_)};
+  v.output = dir_ + "/curves.svg";
+  ASSERT_TRUE(Run(v).ok()) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("run a: fashion_mlp gpus=2 micro_batch=64 "
+                                    "accumulate=2, 50 steps, last train loss 0.0400, "
+                                    "last eval loss 0.0500 (accuracy 80.00%)"));
+  EXPECT_THAT(out_.str(), HasSubstr("run four gpus: "));
+  auto svg = ReadFileToString(v.output);
+  ASSERT_TRUE(svg.ok());
+  EXPECT_THAT(*svg, HasSubstr("class=\"curves\""));
+  EXPECT_THAT(*svg, HasSubstr("data-run=\"a\""));
+}
+
+TEST_F(CurvesVizTest, CurvesAloneAsHtml) {
+  VizArgs v;
+  v.metrics = {a_, b_};
+  setenv("BUILD_WORKING_DIRECTORY", dir_.c_str(), 1);
+  absl::Status s = Run(v);  // default output: training.html
+  unsetenv("BUILD_WORKING_DIRECTORY");
+  ASSERT_TRUE(s.ok()) << s;
+  auto html = ReadFileToString(dir_ + "/training.html");
+  ASSERT_TRUE(html.ok());
+  EXPECT_THAT(*html, HasSubstr("<h2>Training</h2>"));
+  EXPECT_THAT(*html, HasSubstr("id=\"training\""));
+  EXPECT_THAT(*html, HasSubstr("id=\"runs\""));
+  EXPECT_THAT(*html, HasSubstr("80.00%"));
+  EXPECT_THAT(*html, ::testing::Not(HasSubstr("id=\"graph\"")));
+}
+
+TEST_F(CurvesVizTest, ThePlanReportGainsATrainingSection) {
+  VizArgs v;
+  v.input = plan_path_;
+  v.trace = trace_path_;
+  v.metrics = {a_, b_};
+  v.output = dir_ + "/both.html";
+  ASSERT_TRUE(Run(v).ok()) << err_.str();
+  auto html = ReadFileToString(v.output);
+  ASSERT_TRUE(html.ok());
+  for (const char* id : {"id=\"graph\"", "id=\"timeline\"", "id=\"training\"",
+                         "id=\"runs\"", "id=\"buckets\""}) {
+    EXPECT_THAT(*html, HasSubstr(id));
+  }
+  // The synthetic plan's model is not fashion_mlp.
+  EXPECT_THAT(err_.str(), HasSubstr("is a run of model fashion_mlp, not of"));
+  // Other outputs get the curves beside them, as the timeline.
+  v.output = dir_ + "/both.dot";
+  ASSERT_TRUE(Run(v).ok()) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("both_curves.svg"));
+  EXPECT_TRUE(ReadFileToString(dir_ + "/both_curves.svg").ok());
+}
+
+TEST_F(CurvesVizTest, BadMetricsFilesAreErrorsOrWarnings) {
+  VizArgs v;
+  v.metrics = {dir_ + "/nope.jsonl"};
+  v.output = dir_ + "/x.svg";
+  EXPECT_EQ(Run(v).code(), absl::StatusCode::kNotFound);
+  v.metrics = {trace_path_};  // a trace is not a metrics log
+  absl::Status s = Run(v);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("m.trace.json:1:"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not a metrics log"));
+  // A log cut short mid-line (the run crashed) is drawn, with a warning.
+  auto text = ReadFileToString(a_);
+  ASSERT_TRUE(WriteStringToFile(dir_ + "/cut.jsonl", *text + "{\"kind\":\"tr").ok());
+  v.metrics = {dir_ + "/cut.jsonl"};
+  ASSERT_TRUE(Run(v).ok());
+  EXPECT_THAT(err_.str(), HasSubstr("last line is incomplete"));
+}
+
+TEST_F(CurvesVizTest, PngThroughRsvgConvert) {
+  VizArgs v;
+  v.metrics = {a_};
+  v.output = dir_ + "/curves.png";
+  const char* old_path = std::getenv("PATH");
+  std::string saved = old_path ? old_path : "";
+  setenv("PATH", "/nonexistent", 1);
+  absl::Status missing = Run(v);
+  setenv("PATH", saved.c_str(), 1);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("librsvg2-bin"));
+  absl::Status s = Run(v);
+  if (absl::IsNotFound(s)) GTEST_SKIP() << "rsvg-convert not installed: " << s;
+  ASSERT_TRUE(s.ok()) << s;
+  auto png = ReadFileToString(v.output);
+  ASSERT_TRUE(png.ok());
+  EXPECT_EQ(png->substr(0, 8), "\x89PNG\r\n\x1a\n");
 }
 
 TEST_F(RunVizTest, SvgWithoutDotIsAClearError) {
