@@ -1,29 +1,39 @@
 // cpu_bench: step time of trainc on the CPU, one rank and two, next to
 // PyTorch on the same machine.
 //
-//   bazel run //tools/bench:cpu_bench [-- --steps 300 --no-torch]
+//   bazel run //tools/bench:cpu_bench [-- --steps 300 --gpt-steps 40]
+//   bazel run //tools/bench:cpu_bench -- --only gpt [--no-torch]
 //
-// The model is the default example (dsl_examples/fashion_mlp.train: a
-// 784-256-128-10 MLP, AdamW) at a global batch of 256, compiled by the real
-// front end (CompileFile with overrides) and planner (BuildPlan), run by the
-// shared Executor on a CpuDevice with synthetic data (one random batch
-// uploaded every micro-step: data loading is not what this measures).
+// Two models, each compiled by the real front end (CompileFile with
+// overrides) and planner (BuildPlan), run by the shared Executor on a
+// CpuDevice with synthetic data (one random batch uploaded every
+// micro-step: data loading is not what this measures):
 //
-//   1 rank    gpus 1, micro_batch 256, accumulate 1
-//   2 ranks   gpus 2, micro_batch 128, accumulate 1, the file's buckets,
-//             with overlap (ExecutorOptions::overlap) and without
+//   mlp  the default example (dsl_examples/fashion_mlp.train: a
+//        784-256-128-10 MLP, AdamW) at a global batch of 256 samples;
+//   gpt  dsl_examples/tiny_gpt.train (GPT-2's block, 4 layers x 128 wide,
+//        vocab 256, context 64, tied output weight, AdamW 1e-3, betas
+//        (0.9, 0.95), weight decay 0.1 on matrices) at a global batch of 32
+//        sequences = 2,048 tokens, random token ids in [0, 256).
+//
+//   1 rank    gpus 1, micro_batch = global batch, accumulate 1
+//   2 ranks   gpus 2, micro_batch = global batch / 2, accumulate 1, the
+//             file's buckets, with overlap (ExecutorOptions::overlap) and,
+//             for the MLP, without
 //
 // Two ranks are two processes: this binary re-executes itself through
 // LaunchLocalWorkers, each worker builds a GlooCommunicator from the
 // launcher's rendezvous folder and rank 0 prints its median step time on
 // stdout, which the launcher writes to a file that this process reads.
 // PyTorch's figures come from tools/bench/torch_cpu_bench.py (eager, one
-// thread; DDP over Gloo, two processes of one thread).
+// thread; DDP over Gloo, two processes of one thread; the same models,
+// batches and optimizers).
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +50,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -56,32 +67,65 @@
 namespace trainc {
 namespace {
 
-constexpr char kTrainFile[] = "dsl_examples/fashion_mlp.train";
 constexpr char kTorchScript[] = "tools/bench/torch_cpu_bench.py";
-constexpr int kGlobalBatch = 256;
 // What a worker prints for the launcher's output file to be parsed.
 constexpr char kResultTag[] = "CPU_BENCH_RESULT";
 
-constexpr char kUsage[] = R"(usage: cpu_bench [--steps N] [--warmup N] [--no-torch]
+// One benchmarked model.
+struct ModelConfig {
+  const char* key;           // "mlp" or "gpt": --only, --worker-model
+  const char* train_file;
+  int global_batch;          // samples (sequences) per optimizer step
+  int32_t id_range;          // i32 inputs and labels: random ids in [0, n)
+  bool per_token;            // rate in tokens/s (else samples/s)
+  const char* torch_prefix;  // torch_cpu_bench.py's result names
+  const char* description;   // for the table's section line
+};
 
-Step time of the default example (fashion_mlp.train: 784-256-128-10 MLP,
-AdamW, global batch 256) on the CPU: one rank, and two ranks (processes,
-Gloo over loopback) with and without overlapping the all-reduces with the
-backward pass, beside PyTorch eager and DDP (tools/bench/torch_cpu_bench.py).
-Synthetic data; each figure is the median step time of the timed steps.
+// key, train_file, global_batch, id_range (classes), per_token, torch names
+constexpr ModelConfig kMlp = {"mlp", "dsl_examples/fashion_mlp.train", 256,
+                              10, false, "torch_",
+                              "784-256-128-10 MLP, adamw"};
+// id_range: the vocabulary (token ids in [0, 256), inputs and targets).
+constexpr ModelConfig kGpt = {
+    "gpt", "dsl_examples/tiny_gpt.train", 32, 256, true, "torch_gpt_",
+    "4 layers x 128, ctx 64, vocab 256, tied head, adamw 1e-3, "
+    "betas (0.9, 0.95), wd 0.1 on matrices"};
 
-  --steps N     timed steps per configuration (default 300)
-  --warmup N    untimed steps first (default 30)
-  --no-torch    do not run the PyTorch reference
-  -h, --help    this help
+constexpr char kUsage[] = R"(usage: cpu_bench [--steps N] [--warmup N]
+                 [--gpt-steps N] [--gpt-warmup N] [--only mlp|gpt] [--no-torch]
+
+Step time on the CPU of two models, each at one rank and at two ranks
+(processes, Gloo over loopback), beside PyTorch eager and DDP
+(tools/bench/torch_cpu_bench.py, one thread per rank):
+  mlp  the default example (fashion_mlp.train: 784-256-128-10 MLP, AdamW),
+       global batch 256; two ranks with and without overlapping the
+       all-reduces with the backward pass;
+  gpt  tiny_gpt.train (4 layers x 128 wide, context 64, AdamW), global
+       batch 32 sequences x 64 tokens.
+Synthetic data; each figure is the median step time of the timed steps;
+"ratio" is our step time / PyTorch's (below 1: faster than PyTorch).
+
+  --steps N       timed steps per MLP configuration (default 300)
+  --warmup N      untimed MLP steps first (default 30)
+  --gpt-steps N   timed steps per GPT configuration (default 40)
+  --gpt-warmup N  untimed GPT steps first (default 5)
+  --only M        only the model M (mlp or gpt)
+  --no-torch      do not run the PyTorch reference
+  -h, --help      this help
 )";
 
 struct Args {
   int steps = 300;
   int warmup = 30;
+  int gpt_steps = 40;
+  int gpt_warmup = 5;
+  std::string only;  // empty: both models
   bool torch = true;
-  // Internal, for the re-executed workers: "overlap" or "no-overlap".
+  // Internal, for the re-executed workers: "overlap" or "no-overlap", and
+  // the model's key (they take --steps and --warmup as given).
   std::string worker_mode;
+  std::string worker_model = "mlp";
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv, bool* help) {
@@ -104,55 +148,85 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv, bool* help) {
       }
       return absl::OkStatus();
     };
+    auto model = [&](const char* name, std::string* out) -> absl::Status {
+      absl::StatusOr<std::string> v = value(name);
+      if (!v.ok()) return v.status();
+      if (*v != kMlp.key && *v != kGpt.key) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": mlp or gpt, not ", *v));
+      }
+      *out = *v;
+      return absl::OkStatus();
+    };
+    absl::Status s;
     if (a == "-h" || a == "--help") {
       *help = true;
     } else if (a == "--steps") {
-      if (absl::Status s = positive("--steps", &args.steps); !s.ok()) return s;
+      s = positive("--steps", &args.steps);
     } else if (a == "--warmup") {
-      if (absl::Status s = positive("--warmup", &args.warmup); !s.ok()) {
-        return s;
-      }
+      s = positive("--warmup", &args.warmup);
+    } else if (a == "--gpt-steps") {
+      s = positive("--gpt-steps", &args.gpt_steps);
+    } else if (a == "--gpt-warmup") {
+      s = positive("--gpt-warmup", &args.gpt_warmup);
+    } else if (a == "--only") {
+      s = model("--only", &args.only);
     } else if (a == "--no-torch") {
       args.torch = false;
     } else if (a == "--worker-mode") {
       absl::StatusOr<std::string> v = value("--worker-mode");
       if (!v.ok()) return v.status();
       args.worker_mode = *v;
+    } else if (a == "--worker-model") {
+      s = model("--worker-model", &args.worker_model);
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown argument ", a));
     }
+    if (!s.ok()) return s;
   }
   return args;
 }
 
-absl::StatusOr<Plan> CompilePlan(int gpus, int micro_batch) {
-  const Overrides overrides = {{"gpus", absl::StrCat(gpus)},
-                               {"micro_batch", absl::StrCat(micro_batch)},
-                               {"accumulate", "1"},
-                               {"global_batch", absl::StrCat(kGlobalBatch)}};
-  FrontendResult result = CompileFile(kTrainFile, overrides);
+absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus) {
+  const int micro_batch = model.global_batch / gpus;
+  const Overrides overrides = {
+      {"gpus", absl::StrCat(gpus)},
+      {"micro_batch", absl::StrCat(micro_batch)},
+      {"accumulate", "1"},
+      {"global_batch", absl::StrCat(model.global_batch)}};
+  FrontendResult result = CompileFile(model.train_file, overrides);
   if (!result.spec) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kTrainFile, ": compilation failed (run from the "
-                                 "runfiles tree, e.g. with bazel run)\n",
+        absl::StrCat(model.train_file, ": compilation failed (run from the "
+                                       "runfiles tree, e.g. with bazel run)\n",
                      FormatDiagnostics(result.diagnostics, result.source)));
   }
   return BuildPlan(*result.spec);
 }
 
+// Tokens per sample: the elements of the first input per sample (the
+// GPT's context); 1 where the rate is in samples.
+int64_t TokensPerSample(const ModelConfig& model, const Plan& plan) {
+  if (!model.per_token || plan.input_buffers.empty()) return 1;
+  const Buffer& b = plan.buffers[plan.input_buffers[0]];
+  int64_t n = 1;
+  for (size_t i = 1; i < b.shape.size(); ++i) n *= b.shape[i];
+  return n;
+}
+
 // The same random batch every micro-step.
 class FixedBatch : public BatchSource {
  public:
-  FixedBatch(const Plan& plan, int seed) {
+  // i32 buffers (class indices, token ids) get ids in [0, id_range);
+  // f32 buffers (features) pixel-like values in [0, 1).
+  FixedBatch(const Plan& plan, int32_t id_range, int seed) {
     std::mt19937 rng(seed);
     for (int id : plan.input_buffers) {
       const Buffer& b = plan.buffers[id];
-      // Labels: a class index per sample; features: pixel-like [0, 1).
       std::vector<char> data(b.bytes);
-      const int64_t classes = 10;
       for (int64_t i = 0; i < b.bytes / 4; ++i) {
         if (b.dtype == DType::kI32) {
-          const int32_t v = static_cast<int32_t>(rng() % classes);
+          const int32_t v = static_cast<int32_t>(rng() % id_range);
           std::memcpy(data.data() + 4 * i, &v, 4);
         } else {
           const float v = std::uniform_real_distribution<float>(0, 1)(rng);
@@ -183,9 +257,14 @@ absl::Status InitParameters(const Plan& plan, Device& device) {
   for (int id : plan.parameter_buffers) {
     const Buffer& b = plan.buffers[id];
     std::vector<float> init(b.bytes / 4);
-    std::uniform_real_distribution<float> uni(-b.init_bound, b.init_bound);
-    for (float& v : init) {
-      v = b.init == "ones" ? 1.0f : b.init == "zeros" ? 0.0f : uni(rng);
+    if (b.init == "normal") {  // init_bound is the standard deviation
+      std::normal_distribution<float> normal(0.0f, b.init_bound);
+      for (float& v : init) v = normal(rng);
+    } else {
+      std::uniform_real_distribution<float> uni(-b.init_bound, b.init_bound);
+      for (float& v : init) {
+        v = b.init == "ones" ? 1.0f : b.init == "zeros" ? 0.0f : uni(rng);
+      }
     }
     absl::Status s = device.Upload(b.offset, init.data(), b.bytes);
     if (!s.ok()) return s;
@@ -195,24 +274,24 @@ absl::Status InitParameters(const Plan& plan, Device& device) {
 
 // Runs warmup + steps optimizer steps; returns the median step time (ms).
 // With a communicator, a barrier lines the ranks up before the timed steps.
-absl::StatusOr<double> TimeSteps(const Plan& plan, Communicator* comm,
-                                 ExecutorOptions options, const Args& args,
-                                 int rank) {
+absl::StatusOr<double> TimeSteps(const ModelConfig& model, const Plan& plan,
+                                 Communicator* comm, ExecutorOptions options,
+                                 int warmup, int steps, int rank) {
   CpuDevice device;  // one BLAS thread: the ranks share the cores
   Executor executor(plan, &device, comm, /*tracer=*/nullptr, options);
   if (absl::Status s = executor.Prepare(); !s.ok()) return s;
   if (absl::Status s = InitParameters(plan, device); !s.ok()) return s;
-  FixedBatch batches(plan, /*seed=*/100 + rank);
+  FixedBatch batches(plan, model.id_range, /*seed=*/100 + rank);
   std::vector<double> ms;
-  ms.reserve(args.steps);
-  for (int step = 1; step <= args.warmup + args.steps; ++step) {
-    if (step == args.warmup + 1 && comm != nullptr) {
+  ms.reserve(steps);
+  for (int step = 1; step <= warmup + steps; ++step) {
+    if (step == warmup + 1 && comm != nullptr) {
       if (absl::Status s = comm->Barrier(); !s.ok()) return s;
     }
     const absl::Time begin = absl::Now();
     absl::StatusOr<double> loss = executor.RunStep({step, 1e-3}, batches);
     if (!loss.ok()) return loss.status();
-    if (step > args.warmup) {
+    if (step > warmup) {
       ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - begin));
     }
   }
@@ -220,7 +299,7 @@ absl::StatusOr<double> TimeSteps(const Plan& plan, Communicator* comm,
   return ms[ms.size() / 2];
 }
 
-// A re-executed worker: one rank of the two-rank measurement.
+// A re-executed worker: one rank of a two-rank measurement.
 int RunWorker(const RankInfo& rank, const Args& args) {
   auto fail = [&](const absl::Status& s) {
     std::fprintf(stderr, "cpu_bench rank %d: %s\n", rank.rank,
@@ -231,8 +310,8 @@ int RunWorker(const RankInfo& rank, const Args& args) {
     return fail(absl::FailedPreconditionError(
         "workers are started by cpu_bench itself (file-store rendezvous)"));
   }
-  absl::StatusOr<Plan> plan = CompilePlan(rank.world_size,
-                                          kGlobalBatch / rank.world_size);
+  const ModelConfig& model = args.worker_model == kGpt.key ? kGpt : kMlp;
+  absl::StatusOr<Plan> plan = CompilePlan(model, rank.world_size);
   if (!plan.ok()) return fail(plan.status());
   GlooOptions gloo;
   gloo.rank = rank.rank;
@@ -243,8 +322,8 @@ int RunWorker(const RankInfo& rank, const Args& args) {
   if (!comm.ok()) return fail(comm.status());
   ExecutorOptions options;
   options.overlap = args.worker_mode != "no-overlap";
-  absl::StatusOr<double> ms =
-      TimeSteps(*plan, comm->get(), options, args, rank.rank);
+  absl::StatusOr<double> ms = TimeSteps(model, *plan, comm->get(), options,
+                                        args.warmup, args.steps, rank.rank);
   if (!ms.ok()) return fail(ms.status());
   if (rank.rank == 0) {
     std::printf("%s %.6f %zu\n", kResultTag, *ms, plan->buckets.size());
@@ -259,7 +338,8 @@ struct TwoRankResult {
 };
 
 // Launches two workers of this binary; parses rank 0's result line.
-absl::StatusOr<TwoRankResult> RunTwoRanks(const Args& args, bool overlap) {
+absl::StatusOr<TwoRankResult> RunTwoRanks(const ModelConfig& model, int warmup,
+                                          int steps, bool overlap) {
   char path[] = "/tmp/cpu_bench_out_XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) {
@@ -267,8 +347,8 @@ absl::StatusOr<TwoRankResult> RunTwoRanks(const Args& args, bool overlap) {
   }
   unlink(path);  // the descriptor is all we need
   std::vector<std::string> argv = {
-      "cpu_bench", "--steps", absl::StrCat(args.steps), "--warmup",
-      absl::StrCat(args.warmup), "--worker-mode",
+      "cpu_bench", "--steps", absl::StrCat(steps), "--warmup",
+      absl::StrCat(warmup), "--worker-model", model.key, "--worker-mode",
       overlap ? "overlap" : "no-overlap"};
   LaunchOptions options;
   options.stdout_fd = fd;
@@ -295,12 +375,13 @@ absl::StatusOr<TwoRankResult> RunTwoRanks(const Args& args, bool overlap) {
 }
 
 // name -> ms per step, from torch_cpu_bench.py; a reason in *why if none.
-std::vector<std::pair<std::string, double>> RunTorch(const Args& args,
-                                                      std::string* why) {
+std::vector<std::pair<std::string, double>> RunTorch(const ModelConfig& model,
+                                                     int warmup, int steps,
+                                                     std::string* why) {
   std::vector<std::pair<std::string, double>> out;
-  const std::string cmd =
-      absl::StrCat("/usr/bin/python3 ", kTorchScript, " --warmup ",
-                   args.warmup, " --iters ", args.steps, " 2>&1");
+  const std::string cmd = absl::StrCat(
+      "/usr/bin/python3 ", kTorchScript, " --model ", model.key, " --batch ",
+      model.global_batch, " --warmup ", warmup, " --iters ", steps, " 2>&1");
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) {
     *why = absl::StrCat("cannot run ", cmd);
@@ -320,10 +401,119 @@ std::vector<std::pair<std::string, double>> RunTorch(const Args& args,
   }
   const int rc = pclose(pipe);
   if (out.empty()) {
-    *why = absl::StrCat("torch_cpu_bench.py printed no results (exit ", rc,
+    *why = absl::StrCat("torch_cpu_bench.py --model ", model.key,
+                        " printed no results (exit ", rc,
                         "): ", text.substr(0, 300));
   }
   return out;
+}
+
+// One model's figures (ms per step; 0: not measured).
+struct ModelResult {
+  double one = 0;
+  TwoRankResult overlap;
+  std::optional<TwoRankResult> serial;  // the MLP only
+  double torch1 = 0;
+  double torch2 = 0;
+  int64_t tokens_per_sample = 1;
+  std::string torch_why;  // why there are no PyTorch figures, if so
+};
+
+absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
+                                         const Args& args) {
+  const bool gpt = &model == &kGpt;
+  const int warmup = gpt ? args.gpt_warmup : args.warmup;
+  const int steps = gpt ? args.gpt_steps : args.steps;
+  ModelResult r;
+  // One rank, in this process.
+  absl::StatusOr<Plan> plan1 = CompilePlan(model, 1);
+  if (!plan1.ok()) return plan1.status();
+  r.tokens_per_sample = TokensPerSample(model, *plan1);
+  absl::StatusOr<double> one =
+      TimeSteps(model, *plan1, nullptr, {}, warmup, steps, 0);
+  if (!one.ok()) {
+    return absl::Status(one.status().code(),
+                        absl::StrCat("1 rank: ", one.status().message()));
+  }
+  r.one = *one;
+  auto two = [&](bool overlap) -> absl::StatusOr<TwoRankResult> {
+    absl::StatusOr<TwoRankResult> t =
+        RunTwoRanks(model, warmup, steps, overlap);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(),
+                          absl::StrCat("2 ranks: ", t.status().message()));
+    }
+    return t;
+  };
+  absl::StatusOr<TwoRankResult> overlap = two(true);
+  if (!overlap.ok()) return overlap.status();
+  r.overlap = *overlap;
+  if (!gpt) {
+    absl::StatusOr<TwoRankResult> serial = two(false);
+    if (!serial.ok()) return serial.status();
+    r.serial = *serial;
+  }
+  r.torch_why = "--no-torch";
+  if (args.torch) {
+    r.torch_why.clear();
+    std::vector<std::pair<std::string, double>> torch =
+        RunTorch(model, warmup, steps, &r.torch_why);
+    for (const auto& [name, ms] : torch) {
+      if (name == absl::StrCat(model.torch_prefix, "eager_1rank")) {
+        r.torch1 = ms;
+      } else if (name == absl::StrCat(model.torch_prefix, "ddp_gloo_2rank")) {
+        r.torch2 = ms;
+      }
+    }
+  }
+  return r;
+}
+
+void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
+                  int steps) {
+  const bool tokens = model.per_token;
+  const int64_t per_step = model.global_batch * r.tokens_per_sample;
+  const std::string batch =
+      tokens ? absl::StrCat(model.global_batch, " x ", r.tokens_per_sample,
+                            " = ", per_step, " tokens")
+             : absl::StrCat(model.global_batch);
+  std::printf("%s: %s (%s), global batch %s; median of %d steps after %d "
+              "warm-up\n",
+              model.key, model.train_file, model.description, batch.c_str(),
+              steps, warmup);
+  const char* rate = tokens ? "tokens/s" : "samples/s";
+  std::printf("%-30s %10s %11s %9s | %-22s %10s %11s %9s\n", "trainc",
+              "ms/step", rate, "vs 1rank", "pytorch", "ms/step", rate,
+              "ratio");
+  auto per_s = [&](double ms) { return per_step / ms * 1e3; };
+  auto row = [&](const std::string& name, double ms, const char* tname,
+                 double tms) {
+    std::printf("%-30s %10.3f %11.0f %8.2fx | ", name.c_str(), ms, per_s(ms),
+                r.one / ms);
+    if (tms > 0) {
+      // ratio: our time / PyTorch's (below 1: faster than PyTorch).
+      std::printf("%-22s %10.3f %11.0f %8.2fx\n", tname, tms, per_s(tms),
+                  ms / tms);
+    } else {
+      std::printf("%-22s %10s %11s %9s\n", tname, "-", "-", "-");
+    }
+  };
+  row(absl::StrCat("1 rank (mb ", model.global_batch, ")"), r.one,
+      "eager, 1 thread", r.torch1);
+  row(absl::StrCat("2 ranks, overlap (", r.overlap.buckets, " buckets)"),
+      r.overlap.ms, "DDP gloo, 2 procs", r.torch2);
+  if (r.serial) {
+    row(absl::StrCat("2 ranks, no overlap (", r.serial->buckets, " bkts)"),
+        r.serial->ms, "", 0);
+  }
+}
+
+// "0.85x PyTorch eager's time, goal <= 0.7x: NOT met" or why none.
+std::string VsTorch(const ModelResult& r) {
+  if (r.torch1 <= 0) return "no PyTorch figure";
+  const double ratio = r.one / r.torch1;
+  return absl::StrFormat("%.2fx PyTorch eager's time, goal <= 0.7x: %s", ratio,
+                         ratio <= 0.7 ? "met" : "NOT met");
 }
 
 int Main(const Args& args) {
@@ -336,81 +526,56 @@ int Main(const Args& args) {
     return RunWorker(**rank, args);
   }
 
-  // One rank, in this process.
-  absl::StatusOr<Plan> plan1 = CompilePlan(1, kGlobalBatch);
-  if (!plan1.ok()) {
-    std::fprintf(stderr, "cpu_bench: %s\n", plan1.status().ToString().c_str());
-    return 1;
-  }
-  absl::StatusOr<double> one = TimeSteps(*plan1, nullptr, {}, args, 0);
-  if (!one.ok()) {
-    std::fprintf(stderr, "cpu_bench: 1 rank: %s\n",
-                 one.status().ToString().c_str());
-    return 1;
-  }
-  absl::StatusOr<TwoRankResult> overlap = RunTwoRanks(args, true);
-  absl::StatusOr<TwoRankResult> serial = RunTwoRanks(args, false);
-  for (const auto* r : {&overlap, &serial}) {
-    if (!r->ok()) {
-      std::fprintf(stderr, "cpu_bench: 2 ranks: %s\n",
-                   r->status().ToString().c_str());
+  std::optional<ModelResult> mlp, gpt;
+  for (const ModelConfig* model : {&kMlp, &kGpt}) {
+    if (!args.only.empty() && args.only != model->key) continue;
+    absl::StatusOr<ModelResult> r = MeasureModel(*model, args);
+    if (!r.ok()) {
+      std::fprintf(stderr, "cpu_bench: %s: %s\n", model->key,
+                   r.status().ToString().c_str());
       return 1;
     }
+    (model == &kMlp ? mlp : gpt) = *std::move(r);
   }
-  std::string torch_why = "--no-torch";
-  std::vector<std::pair<std::string, double>> torch;
-  if (args.torch) {
-    torch_why.clear();
-    torch = RunTorch(args, &torch_why);
-  }
-  auto torch_ms = [&](const char* name) -> double {
-    for (const auto& [n, ms] : torch) {
-      if (n == name) return ms;
-    }
-    return 0;
-  };
-  const double torch1 = torch_ms("torch_eager_1rank");
-  const double torch2 = torch_ms("torch_ddp_gloo_2rank");
 
-  auto sps = [](double ms) { return kGlobalBatch / ms * 1e3; };
   std::printf(
-      "cpu_bench: %s, global batch %d, adamw; median of %d steps after %d "
-      "warm-up; 1 BLAS thread per rank; %ld CPUs\n",
-      kTrainFile, kGlobalBatch, args.steps, args.warmup,
+      "cpu_bench: 1 BLAS thread per rank (PyTorch: 1 thread per rank); %ld "
+      "CPUs; ratio = our step time / PyTorch's\n",
       sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("%-30s %10s %11s %9s | %-22s %10s %11s %9s\n", "trainc",
-              "ms/step", "samples/s", "vs 1rank", "pytorch", "ms/step",
-              "samples/s", "vs torch");
-  auto row = [&](const std::string& name, double ms, const char* tname,
-                 double tms) {
-    std::printf("%-30s %10.3f %11.0f %8.2fx | ", name.c_str(), ms, sps(ms),
-                *one / ms);
-    if (tms > 0) {
-      // vs torch: our time / PyTorch's (below 1: faster than PyTorch).
-      std::printf("%-22s %10.3f %11.0f %8.2fx\n", tname, tms, sps(tms),
-                  ms / tms);
-    } else {
-      std::printf("%-22s %10s %11s %9s\n", tname, "-", "-", "-");
+  if (mlp) PrintSection(kMlp, *mlp, args.warmup, args.steps);
+  if (gpt) PrintSection(kGpt, *gpt, args.gpt_warmup, args.gpt_steps);
+
+  std::vector<std::string> summary;
+  if (mlp) {
+    const double speedup = mlp->one / mlp->overlap.ms;
+    summary.push_back(absl::StrFormat(
+        "mlp 1 rank %.3f ms/step (%s); 2 ranks %.3f ms/step = %.2fx one "
+        "rank (goal >= 1.7x: %s); overlap saves %.3f ms/step vs no overlap",
+        mlp->one, VsTorch(*mlp), mlp->overlap.ms, speedup,
+        speedup >= 1.7 ? "met" : "NOT met", mlp->serial->ms - mlp->overlap.ms));
+  }
+  if (gpt) {
+    summary.push_back(absl::StrFormat(
+        "tiny gpt 1 rank %.1f ms/step (%s); 2 ranks %.1f ms/step = %.2fx one "
+        "rank%s",
+        gpt->one, VsTorch(*gpt), gpt->overlap.ms, gpt->one / gpt->overlap.ms,
+        gpt->torch2 > 0
+            ? absl::StrFormat(", %.2fx PyTorch DDP's time",
+                              gpt->overlap.ms / gpt->torch2)
+            : ""));
+  }
+  // Why PyTorch figures are missing, once per distinct reason.
+  std::vector<std::string> why;
+  for (const std::optional<ModelResult>* r : {&mlp, &gpt}) {
+    if (*r && !(*r)->torch_why.empty() &&
+        std::find(why.begin(), why.end(), (*r)->torch_why) == why.end()) {
+      why.push_back((*r)->torch_why);
     }
-  };
-  row("1 rank (mb 256)", *one, "eager, 1 thread", torch1);
-  row(absl::StrCat("2 ranks, overlap (", overlap->buckets, " buckets)"),
-      overlap->ms, "DDP gloo, 2 procs", torch2);
-  row(absl::StrCat("2 ranks, no overlap (", serial->buckets, " bkts)"),
-      serial->ms, "", 0);
-  const double speedup = *one / overlap->ms;
-  std::printf(
-      "summary: 1 rank %.3f ms/step (%s); 2 ranks %.3f ms/step = %.2fx one "
-      "rank (goal >= 1.7x: %s); overlap saves %.3f ms/step vs no overlap%s%s\n",
-      *one,
-      torch1 > 0 ? absl::StrCat(absl::StrFormat("%.2f", *one / torch1),
-                                "x PyTorch eager's time, goal <= 0.7x: ",
-                                *one / torch1 <= 0.7 ? "met" : "NOT met")
-                       .c_str()
-                 : "no PyTorch figure",
-      overlap->ms, speedup, speedup >= 1.7 ? "met" : "NOT met",
-      serial->ms - overlap->ms, torch_why.empty() ? "" : "; torch: ",
-      torch_why.c_str());
+  }
+  if (!why.empty()) {
+    summary.push_back(absl::StrCat("torch: ", absl::StrJoin(why, "; ")));
+  }
+  std::printf("summary: %s\n", absl::StrJoin(summary, "; ").c_str());
   return 0;
 }
 

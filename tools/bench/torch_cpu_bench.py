@@ -1,16 +1,35 @@
 #!/usr/bin/python3
 """PyTorch reference for //tools/bench:cpu_bench (Debian's python3-torch).
 
-Times one optimizer step of the default example's model (784-256-128-10 MLP,
-ReLU, cross-entropy, AdamW) at a global batch of 256:
-  eager: one process, one thread;
+Times one optimizer step of one of cpu_bench's models:
+
+  --model mlp  the default example (dsl_examples/fashion_mlp.train):
+               784-256-128-10 MLP, ReLU, cross-entropy, AdamW, global batch
+               256 samples;
+  --model gpt  the tiny GPT (dsl_examples/tiny_gpt.train): GPT-2's block
+               (pre-LN, causal self-attention, 4x MLP with tanh GELU), 4
+               layers x 128 wide, 4 heads, vocab 256, context 64, learned
+               position embeddings, output weight tied to the token
+               embedding; AdamW(lr 1e-3, betas (0.9, 0.95), weight decay 0.1
+               on 2-D parameters only); global batch 32 sequences of random
+               token ids in [0, 256), inputs and targets.
+
+in two configurations:
+  eager: one process, one thread, the whole global batch;
   ddp:   two processes, one thread each, DistributedDataParallel over Gloo,
-         each rank a micro-batch of 128.
-Prints one line per configuration, `name ms_per_step samples_per_s`, which
-the C++ benchmark parses and puts beside its own figures.
+         each rank half the global batch.
+
+Each figure is the median step time of the timed steps (for DDP the slower
+rank's), as cpu_bench's own. Prints one line per configuration,
+`name ms_per_step samples_or_tokens_per_s`, which the C++ benchmark parses
+and puts beside its own figures: torch_eager_1rank, torch_ddp_gloo_2rank
+(mlp; samples/s) and torch_gpt_eager_1rank, torch_gpt_ddp_gloo_2rank (gpt;
+tokens/s).
 """
 import argparse
+import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -19,55 +38,165 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
+import torch.nn.functional as F
+
+# The tiny GPT's shape (dsl_examples/tiny_gpt.train).
+VOCAB, CTX, WIDTH, HEADS, LAYERS = 256, 64, 128, 4, 4
 
 
-def make_model():
-    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
-                         nn.ReLU(), nn.Linear(128, 10))
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention without flash: q k^T / sqrt(hs), mask, softmax, @ v."""
+
+    def __init__(self):
+        super().__init__()
+        self.c_attn = nn.Linear(WIDTH, 3 * WIDTH)  # [3C, C]: q | k | v
+        self.c_proj = nn.Linear(WIDTH, WIDTH)
+        self.register_buffer(
+            "bias", torch.tril(torch.ones(CTX, CTX)).view(1, 1, CTX, CTX))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        hs = C // HEADS
+        q = q.view(B, T, HEADS, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, HEADS, hs).transpose(1, 2)
+        v = v.view(B, T, HEADS, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c_fc = nn.Linear(WIDTH, 4 * WIDTH)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * WIDTH, WIDTH)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(WIDTH, eps=1e-5)
+        self.attn = CausalSelfAttention()
+        self.ln_2 = nn.LayerNorm(WIDTH, eps=1e-5)
+        self.mlp = MLP()
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, WIDTH)
+        self.wpe = nn.Embedding(CTX, WIDTH)
+        self.h = nn.ModuleList([Block() for _ in range(LAYERS)])
+        self.ln_f = nn.LayerNorm(WIDTH, eps=1e-5)
+        # As trainc's embedding and position_embedding: N(0, 0.02).
+        nn.init.normal_(self.wte.weight, std=0.02)
+        nn.init.normal_(self.wpe.weight, std=0.02)
+
+    def forward(self, idx, targets):
+        T = idx.size(1)
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        x = self.ln_f(x)
+        logits = F.linear(x, self.wte.weight)  # tied lm head, no bias
+        return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+
+
+class MlpLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(),
+                                 nn.Linear(256, 128), nn.ReLU(),
+                                 nn.Linear(128, 10))
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.net(x), y)
+
+
+def make_model(kind):
+    return GPT() if kind == "gpt" else MlpLoss()
+
+
+def make_optimizer(kind, model):
+    if kind == "gpt":
+        # Weight decay on matrices (weights, embeddings) only, as trainc and
+        # nanoGPT do; the tied weight is one parameter.
+        params = [p for p in model.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        return torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.1},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=1e-3, betas=(0.9, 0.95))
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+
+
+def make_batch(kind, batch, seed):
+    g = torch.Generator().manual_seed(seed)
+    if kind == "gpt":
+        x = torch.randint(0, VOCAB, (batch, CTX), generator=g)
+        y = torch.randint(0, VOCAB, (batch, CTX), generator=g)
+    else:
+        x = torch.rand(batch, 784, generator=g)
+        y = torch.randint(0, 10, (batch,), generator=g)
+    return x, y
 
 
 def time_steps(model, opt, x, y, warmup, iters, barrier=None):
-    loss_fn = nn.CrossEntropyLoss()
+    """Median seconds per optimizer step over the timed steps."""
+    sec = []
     for i in range(warmup + iters):
-        if i == warmup:
-            if barrier:
-                barrier()
-            start = time.perf_counter()
+        if i == warmup and barrier:
+            barrier()
+        start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        loss = model(x, y)
         loss.backward()
         opt.step()
-    return (time.perf_counter() - start) / iters
+        if i >= warmup:
+            sec.append(time.perf_counter() - start)
+    return statistics.median(sec)
 
 
-def eager(batch, warmup, iters):
+def eager(kind, batch, warmup, iters):
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = make_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    x = torch.rand(batch, 784)
-    y = torch.randint(0, 10, (batch,))
+    model = make_model(kind)
+    opt = make_optimizer(kind, model)
+    x, y = make_batch(kind, batch, 100)
     return time_steps(model, opt, x, y, warmup, iters)
 
 
-def ddp_worker(rank, world, batch, warmup, iters, init_file, out):
+def ddp_worker(rank, kind, world, batch, warmup, iters, init_file, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + init_file,
                             rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(make_model())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    x = torch.rand(batch // world, 784)
-    y = torch.randint(0, 10, (batch // world,))
+    model = nn.parallel.DistributedDataParallel(make_model(kind))
+    opt = make_optimizer(kind, model)
+    x, y = make_batch(kind, batch // world, 100 + rank)
     sec = time_steps(model, opt, x, y, warmup, iters, barrier=dist.barrier)
     out[rank] = sec
     dist.destroy_process_group()
 
 
-def ddp(batch, world, warmup, iters):
+def ddp(kind, batch, world, warmup, iters):
     with tempfile.TemporaryDirectory() as tmp:
         out = mp.Manager().dict()
-        mp.spawn(ddp_worker, args=(world, batch, warmup, iters,
+        mp.spawn(ddp_worker, args=(kind, world, batch, warmup, iters,
                                    os.path.join(tmp, "init"), out),
                  nprocs=world, join=True)
         return max(out.values())
@@ -76,16 +205,23 @@ def ddp(batch, world, warmup, iters):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--model", choices=("mlp", "gpt"), default="mlp")
+    p.add_argument("--batch", type=int, default=None,
+                   help="global batch (default: 256 mlp, 32 gpt)")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--no-ddp", action="store_true")
     a = p.parse_args()
-    sec = eager(a.batch, a.warmup, a.iters)
-    print(f"torch_eager_1rank {sec * 1e3:.3f} {a.batch / sec:.0f}", flush=True)
+    batch = a.batch or (32 if a.model == "gpt" else 256)
+    # Rate: samples/s for the MLP, tokens/s for the GPT.
+    per_step = batch * (CTX if a.model == "gpt" else 1)
+    prefix = "torch_gpt_" if a.model == "gpt" else "torch_"
+    sec = eager(a.model, batch, a.warmup, a.iters)
+    print(f"{prefix}eager_1rank {sec * 1e3:.3f} {per_step / sec:.0f}", flush=True)
     if not a.no_ddp:
-        sec = ddp(a.batch, 2, a.warmup, a.iters)
-        print(f"torch_ddp_gloo_2rank {sec * 1e3:.3f} {a.batch / sec:.0f}", flush=True)
+        sec = ddp(a.model, batch, 2, a.warmup, a.iters)
+        print(f"{prefix}ddp_gloo_2rank {sec * 1e3:.3f} {per_step / sec:.0f}",
+              flush=True)
 
 
 if __name__ == "__main__":
