@@ -1,8 +1,14 @@
 #include "runtime/checkpoint/checkpoint.h"
 
+#include <signal.h>
+#include <sys/resource.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -190,6 +196,108 @@ TEST(CheckpointTest, MismatchesAreClearErrors) {
   EXPECT_TRUE(LoadCheckpoint(path, sgd, device, &state, true).ok());
   absl::Status no_momentum = LoadCheckpoint(path, sgd, device, &state, false);
   EXPECT_FALSE(no_momentum.ok());
+}
+
+// While alive, files this process writes cannot grow past `bytes`: a
+// write beyond fails with EFBIG (SIGXFSZ ignored), as on a full disk.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_;
+  sighandler_t old_handler_;
+};
+
+// Entries of path's folder named "<file name>.tmp..." (safetensors.cc
+// writes path.tmp.XXXXXX, then renames it).
+std::vector<std::string> TempFilesOf(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp";
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(p.parent_path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) == 0) found.push_back(name);
+  }
+  return found;
+}
+
+// A save that fails part-way (the disk fills up) must leave the previous
+// checkpoint as it was, loadable, and no temporary file behind.
+TEST(CheckpointTest, FailedSaveLeavesThePreviousCheckpointIntact) {
+  Plan plan = TinyPlan();
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string path = TempPath("keep.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, device, {3, 1, 2}).ok());
+  std::vector<char> saved(plan.arena_bytes);
+  std::memcpy(saved.data(), device.At<char>(0), plan.arena_bytes);
+
+  // Training moves on; the next save runs out of space after 64 bytes.
+  for (int64_t i = 0; i < plan.arena_bytes / 4; ++i) {
+    const float x = 100.0f + i;
+    ASSERT_TRUE(device.Upload(i * 4, &x, 4).ok());
+  }
+  absl::Status failed;
+  {
+    FileSizeLimit limit(64);
+    failed = SaveCheckpoint(path, plan, device, {4, 1, 3});
+  }
+  ASSERT_FALSE(failed.ok()) << "the save should have hit the file size limit";
+  EXPECT_THAT(std::string(failed.message()), HasSubstr("keep.safetensors"));
+
+  HostTestDevice restored;
+  ASSERT_TRUE(restored.AllocateArena(plan.arena_bytes).ok());
+  TrainingState state;
+  const absl::Status load = LoadCheckpoint(path, plan, restored, &state, false);
+  ASSERT_TRUE(load.ok()) << "the previous checkpoint is gone or damaged: "
+                         << load;
+  EXPECT_EQ(state.step, 3);
+  EXPECT_EQ(state.step_in_epoch, 2);
+  for (int64_t base : {0, 128, 256}) {
+    EXPECT_EQ(std::memcmp(saved.data() + base, restored.At<char>(base), 24), 0)
+        << "at " << base;
+  }
+  EXPECT_THAT(TempFilesOf(path), ::testing::IsEmpty());
+
+  // Once there is room again, the save goes through.
+  ASSERT_TRUE(SaveCheckpoint(path, plan, device, {4, 1, 3}).ok());
+  ASSERT_TRUE(LoadCheckpoint(path, plan, restored, &state, false).ok());
+  EXPECT_EQ(state.step, 4);
+  EXPECT_EQ(*restored.At<float>(0), 100.0f);
+}
+
+TEST(CheckpointTest, SaveIntoAMissingFolderOrOntoAFolderIsAClearError) {
+  Plan plan = TinyPlan();
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string missing = TempPath("no-such-folder/ckpt.safetensors");
+  const absl::Status no_folder = SaveCheckpoint(missing, plan, device, {});
+  ASSERT_FALSE(no_folder.ok());
+  EXPECT_THAT(std::string(no_folder.message()), HasSubstr("no-such-folder/ckpt.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(TempPath("no-such-folder")));
+
+  // A folder where the checkpoint should go: an error, and the folder and
+  // what it holds are left alone.
+  const std::string folder = TempPath("folder.safetensors");
+  std::filesystem::create_directories(folder);
+  std::ofstream(folder + "/inside") << "x";
+  const absl::Status onto_folder = SaveCheckpoint(folder, plan, device, {});
+  ASSERT_FALSE(onto_folder.ok());
+  EXPECT_THAT(std::string(onto_folder.message()), HasSubstr("folder.safetensors"));
+  EXPECT_TRUE(std::filesystem::is_directory(folder));
+  EXPECT_TRUE(std::filesystem::exists(folder + "/inside"));
+  EXPECT_THAT(TempFilesOf(folder), ::testing::IsEmpty());
 }
 
 TEST(CheckpointTest, TruncatedOrMissingFile) {

@@ -3,8 +3,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -18,6 +21,18 @@ using ::testing::HasSubstr;
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
   return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+// Every entry of path's folder whose name starts with "<file name>.tmp".
+std::vector<std::string> TempFilesOf(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp";
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(p.parent_path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) == 0) found.push_back(name);
+  }
+  return found;
 }
 
 absl::Span<const char> Bytes(const void* p, size_t n) {
@@ -68,9 +83,18 @@ TEST(SafetensorsTest, FileRoundTrip) {
   absl::Span<const char> data = file->Data(*t);
   ASSERT_EQ(data.size(), 400u);
   EXPECT_EQ(std::memcmp(data.data(), a.data(), 400), 0);
-  // No temporary file is left behind.
-  std::ifstream tmp(path + ".tmp");
-  EXPECT_FALSE(tmp.good());
+  // No temporary file is left behind: they are named path.tmp.XXXXXX
+  // (mkstemp), so look for anything in the folder starting with that.
+  EXPECT_THAT(TempFilesOf(path), ::testing::IsEmpty());
+  // Writing again replaces the file (rename over it), again leaving nothing.
+  a[0] = 42.0f;
+  ASSERT_TRUE(WriteSafetensorsFile(path, {{"a", "F32", {10, 10}, Bytes(a.data(), 400)}},
+                                   {{"k", "w"}})
+                  .ok());
+  auto again = SafetensorsFile::Read(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->metadata().at("k"), "w");
+  EXPECT_THAT(TempFilesOf(path), ::testing::IsEmpty());
 }
 
 TEST(SafetensorsTest, RejectsDataThatDoesNotMatchTheShape) {

@@ -17,9 +17,16 @@ namespace {
 
 constexpr uint32_t kImagesMagic = 0x00000803;  // u8, 3 dimensions
 constexpr uint32_t kLabelsMagic = 0x00000801;  // u8, 1 dimension
-// Larger sizes are certainly corruption, and keep the products below in
-// int64 range.
+// Larger sizes are certainly corruption. Three such dimensions still
+// multiply past int64 (2^72), so the total is bounded separately.
 constexpr int64_t kMaxDim = 1 << 24;
+// 2^40 bytes: far beyond any IDX file, and count * rows * cols below it is
+// computed without overflow.
+constexpr int64_t kMaxBytes = int64_t{1} << 40;
+// Storage grows with the data actually read, this much at a time, so a
+// header that promises more than the file holds costs no more memory than
+// the file (plus one chunk).
+constexpr int64_t kReadChunk = int64_t{64} << 20;
 
 // The file name without its directory, as people know it.
 std::string BaseName(const std::string& path) {
@@ -106,6 +113,24 @@ class IdxFile {
     return dims;
   }
 
+  // Reads up to `n` bytes into `out` (replacing its contents), growing it
+  // as the bytes arrive rather than allocating `n` up front; returns how
+  // many were read.
+  absl::StatusOr<int64_t> ReadInto(std::vector<uint8_t>* out, int64_t n) {
+    out->clear();
+    out->reserve(static_cast<size_t>(std::min(n, kReadChunk)));
+    int64_t done = 0;
+    while (done < n) {
+      const int64_t want = std::min(n - done, kReadChunk);
+      out->resize(static_cast<size_t>(done + want));
+      ASSIGN_OR_RETURN(int64_t got, Read(out->data() + done, want));
+      done += got;
+      if (got < want) break;
+    }
+    out->resize(static_cast<size_t>(done));
+    return done;
+  }
+
   // Fails unless the data ended exactly where the header said it would.
   absl::Status ExpectEnd() {
     char extra;
@@ -143,10 +168,15 @@ absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path) {
         file.name(), ": images of ", images.rows, "x", images.cols,
         " pixels are empty"));
   }
-  images.pixels.resize(images.count * per_image);
-  ASSIGN_OR_RETURN(int64_t got,
-                   file.Read(images.pixels.data(), images.pixels.size()));
-  if (got != static_cast<int64_t>(images.pixels.size())) {
+  // per_image <= 2^48, so the division is exact and nothing overflows.
+  if (images.count > kMaxBytes / per_image) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.name(), ": ", images.count, " images of ", images.rows, "x",
+        images.cols, " pixels are too large to be real"));
+  }
+  const int64_t total = images.count * per_image;
+  ASSIGN_OR_RETURN(int64_t got, file.ReadInto(&images.pixels, total));
+  if (got != total) {
     return absl::DataLossError(absl::StrCat(
         file.name(), ": expected ", images.count, " images of ", images.rows,
         "x", images.cols, ", file ends after ", got / per_image,
@@ -161,9 +191,7 @@ absl::StatusOr<IdxLabels> ReadIdxLabels(const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<int64_t> dims,
                    file.ReadHeader(kLabelsMagic, "labels"));
   IdxLabels labels;
-  labels.labels.resize(dims[0]);
-  ASSIGN_OR_RETURN(int64_t got,
-                   file.Read(labels.labels.data(), labels.labels.size()));
+  ASSIGN_OR_RETURN(int64_t got, file.ReadInto(&labels.labels, dims[0]));
   if (got != dims[0]) {
     return absl::DataLossError(absl::StrCat(file.name(), ": expected ", dims[0],
                                             " labels, file ends after ", got));

@@ -1,8 +1,12 @@
 #include "runtime/data/idx.h"
 
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <cstdio>
+#include <fstream>
+#include <new>
+#include <stdexcept>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -155,6 +159,121 @@ TEST(IdxTest, TruncatedGzip) {
   EXPECT_THAT(images.status().message(), HasSubstr("cut.gz: "));
 }
 
+// While alive, this process may map at most `headroom` more bytes, so a
+// reader that trusts a header's sizes fails fast (bad_alloc) instead of
+// allocating gigabytes.
+class AddressSpaceLimit {
+ public:
+  explicit AddressSpaceLimit(int64_t headroom) {
+    getrlimit(RLIMIT_AS, &saved_);
+    rlimit limit = saved_;
+    limit.rlim_cur = MappedBytes() + headroom;
+    if (saved_.rlim_max != RLIM_INFINITY && limit.rlim_cur > saved_.rlim_max) {
+      limit.rlim_cur = saved_.rlim_max;
+    }
+    EXPECT_EQ(setrlimit(RLIMIT_AS, &limit), 0);
+  }
+  ~AddressSpaceLimit() { setrlimit(RLIMIT_AS, &saved_); }
+
+ private:
+  static int64_t MappedBytes() {
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    int64_t kb = 0;
+    while (status >> key) {
+      if (key == "VmSize:") {
+        status >> kb;
+        break;
+      }
+    }
+    return kb * 1024;
+  }
+  rlimit saved_;
+};
+
+// Runs a read with at most 512 MiB of new address space; an attempt to
+// allocate what the header promises is a test failure, not a crash or a
+// machine out of memory.
+template <typename T>
+absl::StatusOr<T> Bounded(absl::StatusOr<T> (*read)(const std::string&),
+                          const std::string& path) {
+  AddressSpaceLimit limit(int64_t{512} << 20);
+  try {
+    return read(path);
+  } catch (const std::bad_alloc&) {
+    ADD_FAILURE() << path << ": the reader tried to allocate what the header "
+                  << "claims (bad_alloc under a 512 MiB limit)";
+  } catch (const std::length_error&) {
+    ADD_FAILURE() << path << ": the reader tried to allocate what the header "
+                  << "claims (length_error)";
+  }
+  return absl::InternalError("allocation failed");
+}
+
+TEST(IdxTest, AbsurdDimensionIsAClearErrorWithoutAHugeAllocation) {
+  struct Case {
+    std::string name;
+    std::vector<unsigned char> bytes;
+    std::string error;
+  } images_cases[] = {
+      {"count-idx3-ubyte", ImagesFile(0xFFFFFFFFu, 28, 28, 784),
+       "count-idx3-ubyte: dimension 0 is 4294967295, too large to be real"},
+      {"rows-idx3-ubyte", ImagesFile(1, 0xFFFFFFFFu, 28, 28),
+       "rows-idx3-ubyte: dimension 1 is 4294967295, too large to be real"},
+      {"all-idx3-ubyte", ImagesFile(0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0),
+       "all-idx3-ubyte: dimension 0 is 4294967295, too large to be real"},
+  };
+  for (const Case& c : images_cases) {
+    auto images = Bounded<IdxImages>(&ReadIdxImages, WriteRaw(c.name, c.bytes));
+    ASSERT_FALSE(images.ok()) << c.name;
+    EXPECT_EQ(images.status().code(), absl::StatusCode::kInvalidArgument)
+        << images.status();
+    EXPECT_THAT(std::string(images.status().message()), HasSubstr(c.error));
+  }
+  auto labels = Bounded<IdxLabels>(
+      &ReadIdxLabels, WriteGz("huge-idx1-ubyte.gz", LabelsFile(0xFFFFFFFFu, 10)));
+  ASSERT_FALSE(labels.ok());
+  EXPECT_EQ(labels.status().code(), absl::StatusCode::kInvalidArgument)
+      << labels.status();
+  EXPECT_THAT(std::string(labels.status().message()),
+              HasSubstr("huge-idx1-ubyte.gz: dimension 0 is 4294967295, too "
+                        "large to be real"));
+}
+
+// Dimensions each within bounds whose product is absurd: 2^72 bytes wraps
+// int64 to exactly 0, which once read as an empty, valid file of 16.7M
+// images.
+TEST(IdxTest, SizesWhoseProductOverflowsAreAnError) {
+  const uint32_t big = 1u << 24;
+  auto wrapped = Bounded<IdxImages>(
+      &ReadIdxImages, WriteRaw("wrap-idx3-ubyte", ImagesFile(big, big, big, 0)));
+  ASSERT_FALSE(wrapped.ok());
+  EXPECT_THAT(std::string(wrapped.status().message()),
+              HasSubstr("wrap-idx3-ubyte: 16777216 images of 16777216x16777216 "
+                        "pixels are too large to be real"));
+}
+
+// A header within bounds that promises far more than the file holds: the
+// memory used follows the bytes actually in the file, not the header.
+TEST(IdxTest, HeaderPromisingMoreThanTheFileHolds) {
+  const uint32_t big = 1u << 24;
+  // 16.7M images of 28x28 (13 GB) promised, 3 present.
+  auto images = Bounded<IdxImages>(
+      &ReadIdxImages, WriteGz("liar-idx3-ubyte.gz", ImagesFile(big, 28, 28, 3 * 784)));
+  ASSERT_FALSE(images.ok());
+  EXPECT_EQ(images.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(images.status().message()),
+              HasSubstr("liar-idx3-ubyte.gz: expected 16777216 images of 28x28, "
+                        "file ends after 3 (and 0 bytes)"));
+
+  auto labels = Bounded<IdxLabels>(
+      &ReadIdxLabels, WriteRaw("liar-idx1-ubyte", LabelsFile(big, 7)));
+  ASSERT_FALSE(labels.ok());
+  EXPECT_THAT(std::string(labels.status().message()),
+              HasSubstr("liar-idx1-ubyte: expected 16777216 labels, file ends "
+                        "after 7"));
+}
+
 TEST(DatasetTest, ScalesFeaturesAndKeepsLabels) {
   auto data = LoadIdxDataset(WriteGz("d-img.gz", ImagesFile(3, 2, 2, 12)),
                              WriteGz("d-lab.gz", LabelsFile(3, 3)), 1.0 / 255);
@@ -163,6 +282,31 @@ TEST(DatasetTest, ScalesFeaturesAndKeepsLabels) {
   EXPECT_EQ(data->feature_dim(), 4);
   EXPECT_EQ(data->features(2)[3], 11.0f / 255.0f);  // correctly rounded
   EXPECT_EQ(data->label(2), 2);
+}
+
+// Every pixel value scales to the correctly rounded pixel / 255, what
+// PyTorch's `x.float() / 255` gives (one float division), not the float
+// product pixel * (1/255), which is off by one ulp for some values.
+TEST(DatasetTest, ScalingIsCorrectlyRoundedForEveryPixelValue) {
+  std::vector<unsigned char> bytes;
+  BigEndian32(&bytes, 0x00000803);
+  BigEndian32(&bytes, 1);
+  BigEndian32(&bytes, 16);
+  BigEndian32(&bytes, 16);
+  for (int v = 0; v < 256; ++v) bytes.push_back(static_cast<unsigned char>(v));
+  auto data = LoadIdxDataset(WriteRaw("all-pixels", bytes),
+                             WriteRaw("one-label", LabelsFile(1, 1)), 1.0 / 255);
+  ASSERT_TRUE(data.ok()) << data.status();
+  int wrong = 0;
+  for (int v = 0; v < 256; ++v) {
+    const float want = static_cast<float>(v) / 255.0f;  // correctly rounded
+    if (data->features(0)[v] != want) {
+      ++wrong;
+      ADD_FAILURE() << "pixel " << v << ": " << data->features(0)[v]
+                    << ", want " << want;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 TEST(DatasetTest, CountMismatchNamesBothFiles) {

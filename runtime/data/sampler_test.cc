@@ -52,6 +52,57 @@ TEST(EpochSamplerTest, IsAPermutationAndDeterministic) {
   for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[i], i);
 }
 
+// The seed matters: the same epoch under another seed is another order.
+TEST(EpochSamplerTest, SeedChangesTheOrder) {
+  for (int64_t epoch : {0, 1, 5}) {
+    const std::vector<int64_t> a = EpochSampler(1000, 0, true).Permutation(epoch);
+    const std::vector<int64_t> b = EpochSampler(1000, 1, true).Permutation(epoch);
+    const std::vector<int64_t> c =
+        EpochSampler(1000, 12345, true).Permutation(epoch);
+    EXPECT_NE(a, b) << "epoch " << epoch << ": seeds 0 and 1 give one order";
+    EXPECT_NE(a, c) << "epoch " << epoch << ": seeds 0 and 12345 give one order";
+    EXPECT_NE(b, c) << "epoch " << epoch << ": seeds 1 and 12345 give one order";
+  }
+}
+
+// With the default seed (0) every epoch is still its own order: seed and
+// epoch are mixed so that a zero seed does not cancel the epoch (as a
+// product seed * epoch would).
+TEST(EpochSamplerTest, DefaultSeedGivesEveryEpochItsOwnOrder) {
+  EpochSampler sampler(1000, 0, true);
+  std::vector<std::vector<int64_t>> orders;
+  for (int64_t epoch = 0; epoch < 5; ++epoch) {
+    orders.push_back(sampler.Permutation(epoch));
+    for (int64_t earlier = 0; earlier < epoch; ++earlier) {
+      EXPECT_NE(orders[epoch], orders[earlier])
+          << "seed 0: epochs " << earlier << " and " << epoch
+          << " visit the examples in the same order";
+    }
+  }
+  // The same through the planner with a default BatchConfig (seed 0).
+  BatchConfig config;
+  config.micro_batch = 10;
+  auto planner = BatchPlanner::Create(1000, config);
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  EXPECT_NE(*planner->MicroBatchIndices(0, 0, 0, 0),
+            *planner->MicroBatchIndices(1, 0, 0, 0));
+}
+
+// The data order is part of the checkpoint format: a checkpoint stores only
+// (seed, epoch, step_in_epoch), so resuming with another build must give
+// the same permutations. Fisher-Yates over SplitMix64(seed + epoch); these
+// are that reference's outputs (computed independently, in Python).
+TEST(EpochSamplerTest, PermutationsArePinned) {
+  EXPECT_EQ(EpochSampler(10, 0, true).Permutation(0),
+            (std::vector<int64_t>{6, 3, 2, 9, 8, 1, 4, 7, 0, 5}));
+  EXPECT_EQ(EpochSampler(10, 0, true).Permutation(2),
+            (std::vector<int64_t>{9, 8, 3, 2, 4, 6, 1, 7, 5, 0}));
+  EXPECT_EQ(EpochSampler(10, 7, true).Permutation(0),
+            (std::vector<int64_t>{8, 1, 5, 9, 0, 4, 3, 2, 6, 7}));
+  EXPECT_EQ(EpochSampler(10, 7, true).Permutation(3),
+            (std::vector<int64_t>{3, 0, 2, 1, 7, 9, 4, 8, 5, 6}));
+}
+
 TEST(EpochSamplerTest, NoShuffleIsIdentity) {
   std::vector<int64_t> p = EpochSampler(5, 3, false).Permutation(4);
   EXPECT_EQ(p, (std::vector<int64_t>{0, 1, 2, 3, 4}));

@@ -7,13 +7,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -68,10 +72,17 @@ struct JobResult {
   std::string out, err;
   absl::Duration elapsed;
   std::vector<pid_t> pids;
+  // False when the launcher had not returned by the test's own deadline
+  // (the test then killed the workers itself so that it could report).
+  bool returned_in_time = true;
 };
 
+// Runs the job with a deadline of the test's own, far below Bazel's
+// timeout: a launcher that fails to stop a job becomes a failed assertion
+// with a message, not a TIMEOUT.
 JobResult RunJob(const std::string& name, int n, std::vector<std::string> flags,
-                 LaunchOptions options = {}) {
+                 LaunchOptions options = {},
+                 absl::Duration deadline = absl::Seconds(30)) {
   const std::string dir = FreshDir(name);
   std::vector<std::string> argv = {"test_worker", "--pid_dir=" + dir};
   argv.insert(argv.end(), flags.begin(), flags.end());
@@ -82,8 +93,27 @@ JobResult RunJob(const std::string& name, int n, std::vector<std::string> flags,
   options.temp_dir = dir;
   JobResult result;
   const absl::Time start = absl::Now();
-  result.status = LaunchLocalWorkers(n, argv, options);
-  result.elapsed = absl::Now() - start;
+  absl::Notification returned;
+  // The launcher's thread forks the workers and must outlive them
+  // (PR_SET_PDEATHSIG): it is joined below, after LaunchLocalWorkers
+  // returned.
+  std::thread launcher([&] {
+    result.status = LaunchLocalWorkers(n, argv, options);
+    result.elapsed = absl::Now() - start;
+    returned.Notify();
+  });
+  if (!returned.WaitForNotificationWithTimeout(deadline)) {
+    result.returned_in_time = false;
+    for (pid_t pid : Pids(dir, n)) kill(pid, SIGKILL);
+    if (!returned.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+      std::fprintf(stderr,
+                   "launcher_test: job '%s' still running %s after its "
+                   "deadline, even with every worker killed; giving up\n",
+                   name.c_str(), absl::FormatDuration(deadline).c_str());
+      std::_Exit(1);
+    }
+  }
+  launcher.join();
   close(options.stdout_fd);
   close(options.stderr_fd);
   result.out = ReadFile(out_path);
@@ -98,6 +128,7 @@ void ExpectAllGone(const std::vector<pid_t>& pids) {
 
 TEST(LauncherTest, NormalRunForwardsOutputAndCleansUp) {
   JobResult r = RunJob("normal", 3, {"--run_ms=300"});
+  ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
   ASSERT_TRUE(r.status.ok()) << r.status << "\n" << r.err;
   ASSERT_EQ(r.pids.size(), 3u);
   ExpectAllGone(r.pids);
@@ -120,6 +151,7 @@ TEST(LauncherTest, FailingRankStopsTheOthers) {
   options.grace_period = absl::Seconds(2);
   JobResult r = RunJob("fail", 3, {"--run_ms=-1", "--fail_rank=1", "--exit_code=3"},
                        options);
+  ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
   ASSERT_FALSE(r.status.ok());
   EXPECT_EQ(r.status.message(),
             "rank 1 exited with status 3; stopping the other 2 rank(s)");
@@ -130,6 +162,7 @@ TEST(LauncherTest, FailingRankStopsTheOthers) {
 
 TEST(LauncherTest, RankKilledBySignal) {
   JobResult r = RunJob("crash", 2, {"--run_ms=-1", "--crash_rank=1"});
+  ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
   ASSERT_FALSE(r.status.ok());
   EXPECT_EQ(r.status.message(),
             "rank 1 exited with signal 9 (Killed); stopping the other 1 rank(s)");
@@ -140,7 +173,15 @@ TEST(LauncherTest, HungRankIsStoppedAfterTheTimeout) {
   LaunchOptions options;
   options.heartbeat_timeout = absl::Seconds(2);
   options.grace_period = absl::Seconds(1);
-  JobResult r = RunJob("hang", 3, {"--run_ms=-1", "--hang_rank=2"}, options);
+  // Rank 2 stops beating after 0.2 s, so the job should end after about
+  // 3.2 s; 15 s is a broken watchdog.
+  JobResult r = RunJob("hang", 3, {"--run_ms=-1", "--hang_rank=2"}, options,
+                       /*deadline=*/absl::Seconds(15));
+  ASSERT_TRUE(r.returned_in_time)
+      << "rank 2 hung with a 2 s heartbeat timeout, but the launcher had "
+         "not stopped the job after 15 s (the test killed the workers): the "
+         "watchdog did not fire. Launcher said: "
+      << r.status;
   ASSERT_FALSE(r.status.ok());
   EXPECT_THAT(std::string(r.status.message()),
               ::testing::MatchesRegex("rank 2 sent no heartbeat for 2\\.[0-9]*s "
@@ -155,6 +196,7 @@ TEST(LauncherTest, RanksIgnoringSigtermAreKilled) {
   JobResult r = RunJob("stubborn", 3,
                        {"--run_ms=-1", "--fail_rank=0", "--ignore_sigterm"},
                        options);
+  ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
   ASSERT_FALSE(r.status.ok());
   EXPECT_THAT(r.status.message(), HasSubstr("rank 0 exited with status 1"));
   EXPECT_LT(r.elapsed, absl::Seconds(8));
