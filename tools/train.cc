@@ -6,10 +6,13 @@
 // With gpus = N > 1 and no cluster launcher, this process starts N workers
 // (itself, once per rank) and waits for them; under torchrun, srun or
 // mpirun each process is one rank already.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -74,6 +77,7 @@ Run:
   --no-overlap            issue all-reduces after the whole backward (baseline)
   --no-graph              CUDA: launch every kernel of every step (no CUDA graph)
   --no-eval               skip evaluation
+  --eval-every N          also evaluate every N steps (default: each epoch's end)
   --log-every N           steps between progress lines (default: ~5 per epoch)
   --blas-threads N        OpenBLAS threads per rank (default 1)
   -h, --help              this help
@@ -95,6 +99,41 @@ absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v) 
         absl::StrCat(flag, ": expected an integer, got '", v, "'"));
   }
   return n;
+}
+
+// The folder of `path` ("." for a bare name).
+std::string FolderOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "."
+         : slash == 0               ? "/"
+                                    : path.substr(0, slash);
+}
+
+// An output file must be writable before the first step, not after the
+// last: the path is not a folder, and its folder exists and is writable
+// (or, when the writer makes missing folders, the nearest existing one).
+absl::Status CheckOutputFile(const std::string& flag, const std::string& path,
+                             bool makes_folders = false) {
+  if (path.empty()) return absl::OkStatus();
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": is a folder; give a file name"));
+  }
+  std::string dir = FolderOf(path);
+  while (makes_folders && ::stat(dir.c_str(), &st) != 0 && dir != "." &&
+         dir != "/") {
+    dir = FolderOf(dir);
+  }
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": the folder ", dir, " does not exist"));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " ", path, ": cannot write in ", dir, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
@@ -156,18 +195,33 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
     } else if (name == "--trace-steps") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(args.train.trace_steps, ParseInt(name, v));
+      if (args.train.trace_steps < 1) {
+        return absl::InvalidArgumentError("--trace-steps: must be >= 1");
+      }
     } else if (name == "--no-overlap") {
       args.train.overlap = false;
     } else if (name == "--no-graph") {
       args.train.graph = false;
+    } else if (name == "--eval-every") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(args.train.eval_every, ParseInt(name, v));
+      if (args.train.eval_every < 1) {
+        return absl::InvalidArgumentError("--eval-every: must be >= 1");
+      }
     } else if (name == "--no-eval") {
       args.train.eval = false;
     } else if (name == "--log-every") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(args.train.log_every, ParseInt(name, v));
+      if (args.train.log_every < 1) {
+        return absl::InvalidArgumentError("--log-every: must be >= 1");
+      }
     } else if (name == "--blas-threads") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(int64_t n, ParseInt(name, v));
+      if (n < 1 || n > 1024) {
+        return absl::InvalidArgumentError("--blas-threads: must be in [1, 1024]");
+      }
       args.train.blas_threads = static_cast<int>(n);
     } else if (absl::StartsWith(name, "--")) {
       // A train { } field or a model constant: the front end checks the
@@ -186,8 +240,19 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
                                           positional.size()));
   }
   args.file = positional[0];
+  if (!args.train.resume.empty() && !args.train.init_from.empty()) {
+    return absl::InvalidArgumentError(
+        "--init-from and --resume: give one (--resume already restores the "
+        "weights, the optimizer state and the data position)");
+  }
   if (!args.metrics_given) {
     args.train.metrics_path = DefaultMetricsPath(args.train.save_path);
+  }
+  if (!args.compile_only) {
+    RETURN_IF_ERROR(CheckOutputFile("--save", args.train.save_path));
+    RETURN_IF_ERROR(CheckOutputFile("--trace", args.train.trace_path));
+    RETURN_IF_ERROR(CheckOutputFile("--metrics", args.train.metrics_path,
+                                    /*makes_folders=*/true));
   }
   return std::optional<Args>(args);
 }

@@ -356,6 +356,12 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     RETURN_IF_ERROR(InitializeParameters(plan, *device));
   }
   RETURN_IF_ERROR(device->Synchronize());
+  if (state.step >= total_steps) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is at step %d, and this run has %d steps: nothing to train "
+        "(raise --steps or --epochs to continue it)",
+        options.resume, state.step, total_steps));
+  }
 
   log << absl::StrFormat(
       "training %s on %d %s rank(s): global_batch %d = %d x %d micro_batch x "
@@ -508,6 +514,20 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     const bool log_line = step % log_every == 0 || last || epoch_end;
     if (log_line || (metrics_on && step % metrics_every == 0)) {
       RETURN_IF_ERROR(SumOverRanks(*host_comm, &step_losses));
+      // Divergence stops the run on every rank alike (the sums are the
+      // world's), before anything is saved over a good checkpoint.
+      for (size_t i = 0; i < step_losses.size(); ++i) {
+        if (!std::isfinite(step_losses[i])) {
+          const int64_t bad = step - static_cast<int64_t>(step_losses.size()) + 1 +
+                              static_cast<int64_t>(i);
+          return absl::DataLossError(absl::StrFormat(
+              "step %d: the loss is %s: training diverged; stopping without "
+              "saving (lower the learning rate, or set clip_grad_norm)",
+              bad, std::isnan(step_losses[i]) ? "nan"
+                   : step_losses[i] > 0      ? "inf"
+                                             : "-inf"));
+        }
+      }
       const double terms = static_cast<double>(plan.global_batch) * plan.loss_terms;
       last_loss = step_losses.back() / terms;
       for (size_t i = 0; i < pending.size(); ++i) {
@@ -556,26 +576,32 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                              FormatDuration(step_ms / 1e3 * (total_steps - step)))
           << std::flush;
     }
-    if (eval && (epoch_end || last)) {
+    const bool eval_due =
+        options.eval_every > 0 && step % options.eval_every == 0;
+    if (eval && (epoch_end || last || eval_due)) {
       ASSIGN_OR_RETURN(last_eval, Evaluate(plan, executor, *device, *host_comm,
                                            *eval, head));
+      // "eval epoch 3" at an epoch's end, "eval step 200 (epoch 1)" between.
+      const std::string when =
+          epoch_end || last ? absl::StrCat("epoch ", epoch + 1)
+                            : absl::StrCat("step ", step, " (epoch ", epoch + 1, ")");
       if (head.classification && head.rows_per_example > 1) {
         // A language model: the loss is per token; on bytes it is also
         // bits per byte (nats / ln 2).
         log << absl::StrFormat(
-            "%seval epoch %d | loss %.4f%s | next-token accuracy %.2f%% (%d tokens)\n",
-            tty ? "\r\033[K" : "", epoch + 1, last_eval.loss,
+            "%seval %s | loss %.4f%s | next-token accuracy %.2f%% (%d tokens)\n",
+            tty ? "\r\033[K" : "", when, last_eval.loss,
             plan.data.format == "text"
                 ? absl::StrFormat(" | %.3f bits/byte", last_eval.loss / std::log(2.0))
                 : "",
             100 * last_eval.accuracy, last_eval.examples);
       } else if (head.classification) {
-        log << absl::StrFormat("%seval epoch %d | loss %.4f | accuracy %.2f%% (%d examples)\n",
-                               tty ? "\r\033[K" : "", epoch + 1, last_eval.loss,
+        log << absl::StrFormat("%seval %s | loss %.4f | accuracy %.2f%% (%d examples)\n",
+                               tty ? "\r\033[K" : "", when, last_eval.loss,
                                100 * last_eval.accuracy, last_eval.examples);
       } else {
-        log << absl::StrFormat("%seval epoch %d | loss %.5f (%d examples)\n",
-                               tty ? "\r\033[K" : "", epoch + 1, last_eval.loss,
+        log << absl::StrFormat("%seval %s | loss %.5f (%d examples)\n",
+                               tty ? "\r\033[K" : "", when, last_eval.loss,
                                last_eval.examples);
       }
       log << std::flush;

@@ -53,6 +53,7 @@ struct TrainOptions {
   bool overlap = true;          // false: all-reduces after the whole backward
   bool graph = true;            // CUDA: replay each step as one CUDA graph
   bool eval = true;             // evaluate after each epoch and at the end
+  int64_t eval_every = 0;       // > 0: also every this many steps
   int64_t log_every = 0;        // steps between progress lines; 0: automatic
   int blas_threads = 1;         // CPU: OpenBLAS threads per rank
 };

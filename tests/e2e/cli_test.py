@@ -65,5 +65,56 @@ class CliTest(unittest.TestCase):
         self.assertIn("step 5/5", out)
 
 
+    def test_output_paths_are_checked_before_training(self):
+        d = e2e.tmpdir()
+        for flag, path, want in (
+                ("--save", os.path.join(d, "missing", "m.safetensors"),
+                 "does not exist"),
+                ("--save", d, "is a folder"),
+                ("--trace", os.path.join(d, "nope", "t.json"), "does not exist")):
+            proc = e2e.train(e2e.EXAMPLE, "--steps", 1, flag, path, check=False)
+            self.assertNotEqual(proc.returncode, 0, flag)
+            self.assertIn(want, proc.stdout)
+            self.assertNotIn("step 1/", proc.stdout, "checked before training")
+
+    def test_bad_run_flags(self):
+        for args, want in ((("--log-every", 0), "--log-every: must be >= 1"),
+                           (("--trace-steps", -1), "--trace-steps: must be >= 1"),
+                           (("--blas-threads", 0), "--blas-threads: must be in"),
+                           (("--init-from", "a", "--resume", "b"),
+                            "--init-from and --resume: give one")):
+            proc = e2e.train(e2e.EXAMPLE, *args, check=False)
+            self.assertEqual(proc.returncode, 2, args)
+            self.assertIn(want, proc.stdout)
+
+    def test_divergence_stops_without_overwriting_the_checkpoint(self):
+        e2e.need_fashion_mnist(self)
+        d = e2e.tmpdir()
+        ckpt = os.path.join(d, "good.safetensors")
+        e2e.train(e2e.EXAMPLE, "--gpus", 1, "--steps", 2, "--no-eval",
+                  "--save", ckpt)
+        before = open(ckpt, "rb").read()
+        proc = e2e.train(e2e.EXAMPLE, "--gpus", 2, "--steps", 30, "--no-eval",
+                         "--lr", "1e10", "--log-every", 5, "--save", ckpt,
+                         check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertRegex(proc.stdout, r"step \d+: the loss is (nan|inf|-inf): "
+                                      r"training diverged")
+        self.assertEqual(open(ckpt, "rb").read(), before,
+                         "the good checkpoint must stay as it was")
+
+    def test_resume_past_the_end_is_an_error(self):
+        e2e.need_fashion_mnist(self)
+        d = e2e.tmpdir()
+        ckpt = os.path.join(d, "c.safetensors")
+        e2e.train(e2e.EXAMPLE, "--gpus", 1, "--steps", 3, "--no-eval",
+                  "--save", ckpt)
+        proc = e2e.train(e2e.EXAMPLE, "--gpus", 1, "--steps", 3, "--no-eval",
+                         "--resume", ckpt, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("is at step 3, and this run has 3 steps", proc.stdout)
+        self.assertNotIn("final loss nan", proc.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
