@@ -55,6 +55,18 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+def rel_diff(a, b):
+    """max |a - b| / max |b|, in float64."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+def parameters_of(tensors):
+    """A checkpoint's parameters: without the optimizer state tensors
+    (optimizer.<name>.exp_avg ...)."""
+    return {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
+
+
 def read_safetensors(path):
     """{name: np.ndarray}, metadata — a reader of our own, independent of
     the C++ one, following the published format."""

@@ -169,10 +169,6 @@ def torch_reference(init, images, labels, optimizer, grad_scale=1.0,
     return {k: v.detach().numpy() for k, v in p.items()}
 
 
-def rel_diff(a, b):
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
-
 
 class PyTorchReferenceTest(unittest.TestCase):
 
@@ -230,7 +226,7 @@ class PyTorchReferenceTest(unittest.TestCase):
                   "--steps", REF_STEPS, "--no-eval", "--init-from",
                   self.init_path, "--save", out)
         tensors = e2e.read_safetensors(out)[0]
-        return {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
+        return e2e.parameters_of(tensors)
 
     def assert_matches(self, got, ref, what):
         self.assertEqual(sorted(got), sorted(ref),
@@ -238,15 +234,15 @@ class PyTorchReferenceTest(unittest.TestCase):
         worst = 0.0
         for name, want in ref.items():
             self.assertEqual(got[name].shape, want.shape, name)
-            rel = rel_diff(got[name], want)
+            rel = e2e.rel_diff(got[name], want)
             worst = max(worst, rel)
             self.assertLessEqual(
                 rel, TOLERANCE, f"{name}: {what}: relative difference "
                 f"{rel:.3g} from PyTorch float64 (tolerance {TOLERANCE})")
-            moved = rel_diff(want, self.init[name])
+            moved = e2e.rel_diff(want, self.init[name])
             self.assertGreater(moved, 100 * TOLERANCE,
                                f"{name} barely moved in the reference")
-            self.assertGreater(rel_diff(got[name], self.init[name]),
+            self.assertGreater(e2e.rel_diff(got[name], self.init[name]),
                                100 * TOLERANCE, f"{name} barely moved")
         print(f"\n{what}: max relative difference from PyTorch float64 "
               f"{worst:.3g}")
@@ -259,9 +255,9 @@ class PyTorchReferenceTest(unittest.TestCase):
         doubled = self.reference("adamw", grad_scale=2.0)
         for name, want in ref.items():
             if want.ndim == 1:
-                self.assertGreater(rel_diff(decay_all[name], want),
+                self.assertGreater(e2e.rel_diff(decay_all[name], want),
                                    3 * TOLERANCE, name)
-            self.assertGreater(rel_diff(doubled[name], want),
+            self.assertGreater(e2e.rel_diff(doubled[name], want),
                                10 * TOLERANCE, name)
         for gpus, acc in REF_SPLITS:
             self.assert_matches(self.run_trainc("adamw", gpus, acc), ref,
@@ -273,7 +269,7 @@ class PyTorchReferenceTest(unittest.TestCase):
         # belongs) moves SGD's weights far beyond the tolerance.
         doubled = self.reference("sgd", grad_scale=2.0)
         for name in ref:
-            self.assertGreater(rel_diff(doubled[name], ref[name]),
+            self.assertGreater(e2e.rel_diff(doubled[name], ref[name]),
                                100 * TOLERANCE, name)
         self.assert_matches(self.run_trainc("sgd", 1, 4), ref,
                             "sgd gpus=1 accumulate=4")

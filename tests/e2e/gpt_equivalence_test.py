@@ -392,10 +392,6 @@ def reference(init, tokens, decay, dropout_p=None, seed=SEED, clip=None,
     return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 
-def rel_diff(a, b):
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
-
 
 class GptEquivalenceTest(unittest.TestCase):
 
@@ -467,10 +463,7 @@ class GptEquivalenceTest(unittest.TestCase):
                       "--deterministic", "true" if deterministic else "false",
                       *extra, "--save", out)
             tensors = e2e.read_safetensors(out)[0]
-            # The checkpoint also holds the optimizer state
-            # (optimizer.<name>.exp_avg / .exp_avg_sq): not parameters.
-            cls.runs[key] = {k: v for k, v in tensors.items()
-                             if not k.startswith("optimizer.")}
+            cls.runs[key] = e2e.parameters_of(tensors)
         return cls.runs[key]
 
     def assert_matches(self, got, ref, what):
@@ -480,7 +473,7 @@ class GptEquivalenceTest(unittest.TestCase):
         worst = 0.0
         for name, want in ref.items():
             self.assertEqual(got[name].shape, want.shape, name)
-            rel = rel_diff(got[name], want)
+            rel = e2e.rel_diff(got[name], want)
             worst = max(worst, rel)
             self.assertLessEqual(
                 rel, TOLERANCE, f"{name}: {what}: relative difference "
@@ -513,7 +506,7 @@ class GptEquivalenceTest(unittest.TestCase):
         self.assertTrue(all(n > clip for n in norms),
                         f"clipping must be active every step: norms {norms}")
         for name, want in ref.items():
-            self.assertGreater(rel_diff(want, self.ref[name]), 10 * TOLERANCE,
+            self.assertGreater(e2e.rel_diff(want, self.ref[name]), 10 * TOLERANCE,
                                f"{name}: clipped and unclipped references "
                                "must differ")
         for gpus, acc in SPLITS:
@@ -531,7 +524,7 @@ class GptEquivalenceTest(unittest.TestCase):
         # 1-D parameter (decayed or not), so the comparison tells them apart.
         for name, a in self.refs[("all", None, SEED)].items():
             if a.ndim < 2:
-                self.assertGreater(rel_diff(a, self.ref[name]),
+                self.assertGreater(e2e.rel_diff(a, self.ref[name]),
                                    10 * TOLERANCE, name)
         worst = self.assert_matches(
             self.run_split(1, 4, deterministic=False, decay="all"),
@@ -555,8 +548,8 @@ class GptEquivalenceTest(unittest.TestCase):
         # initial value, in both trainings, by far more than the tolerance.
         got = self.run_split(*SPLITS[0], deterministic=False)
         for name, start in self.init.items():
-            ours = rel_diff(got[name], start)
-            theirs = rel_diff(self.ref[name], start)
+            ours = e2e.rel_diff(got[name], start)
+            theirs = e2e.rel_diff(self.ref[name], start)
             self.assertGreater(ours, 100 * TOLERANCE,
                                f"{name} barely moved in trainc ({ours:.3g})")
             self.assertGreater(theirs, 100 * TOLERANCE,
@@ -618,7 +611,7 @@ class GptEquivalenceTest(unittest.TestCase):
         # The masks matter far more than the tolerance: the dropout
         # reference is far from the plain one in every parameter.
         for name, want in ref.items():
-            self.assertGreater(rel_diff(want, self.ref[name]),
+            self.assertGreater(e2e.rel_diff(want, self.ref[name]),
                                10 * TOLERANCE, name)
         worst = {}
         for deterministic in (False, True):
@@ -641,7 +634,7 @@ class GptEquivalenceTest(unittest.TestCase):
         other = self.run_split(1, 4, True, dropout_p=DROPOUT_P,
                                seed=OTHER_SEED)
         for name in base:
-            self.assertGreater(rel_diff(other[name], base[name]),
+            self.assertGreater(e2e.rel_diff(other[name], base[name]),
                                10 * TOLERANCE,
                                f"{name}: seed {OTHER_SEED} vs {SEED}")
         worst = self.assert_matches(
