@@ -140,12 +140,53 @@ absl::StatusOr<int64_t> TokenContext(const Plan& plan) {
   return context;
 }
 
+namespace {
+
+// The class count of the plan's cross_entropy over a one-index-per-sample
+// label (its logits' last dimension); 0 when there is none.
+int64_t ClassCount(const Plan& plan) {
+  for (const Instruction& in : plan.instructions) {
+    if (in.op != "cross_entropy" || in.inputs.size() != 2) continue;
+    const Buffer& logits = plan.buffers[in.inputs[0]];
+    const Buffer& label = plan.buffers[in.inputs[1]];
+    if (label.shape.size() == 1 && !logits.shape.empty()) return logits.shape.back();
+  }
+  return 0;
+}
+
+// Every label is checked when the data set is loaded, naming the file, the
+// index and the value, not when its batch first reaches the loss (in the
+// evaluation set, only after a whole epoch).
+absl::Status CheckClassLabels(const Dataset& data, int64_t classes,
+                              const std::string& labels_path) {
+  if (classes <= 0) return absl::OkStatus();
+  for (int64_t i = 0; i < data.size(); ++i) {
+    const int32_t label = data.label(i);
+    if (label < 0 || label >= classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          labels_path, ": label ", label, " of example ", i,
+          " is outside [0, ", classes, "), the model's classes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Dataset> Checked(absl::StatusOr<Dataset> data, const Plan& plan,
+                                const std::vector<std::string>& paths) {
+  if (!data.ok() || plan.data.format != "idx" || paths.size() != 2) return data;
+  RETURN_IF_ERROR(CheckClassLabels(*data, ClassCount(plan), paths[1]));
+  return data;
+}
+
+}  // namespace
+
 absl::StatusOr<Dataset> LoadTrainDataset(const Plan& plan) {
   int64_t context = 0;
   if (IsTokenFormat(plan.data)) {
     ASSIGN_OR_RETURN(context, TokenContext(plan));
   }
-  return LoadTrainDataset(plan.data, context);
+  return Checked(LoadTrainDataset(plan.data, context), plan,
+                 plan.data.train_paths);
 }
 
 absl::StatusOr<Dataset> LoadEvalDataset(const Plan& plan) {
@@ -153,7 +194,8 @@ absl::StatusOr<Dataset> LoadEvalDataset(const Plan& plan) {
   if (IsTokenFormat(plan.data)) {
     ASSIGN_OR_RETURN(context, TokenContext(plan));
   }
-  return LoadEvalDataset(plan.data, context);
+  return Checked(LoadEvalDataset(plan.data, context), plan,
+                 plan.data.eval_paths);
 }
 
 }  // namespace trainc

@@ -1,7 +1,9 @@
-"""Checkpoints from elsewhere: a NaN weight, a FIFO, a device file. Each
-is a clear error naming the file (and the tensor), before any training,
-and nothing hangs."""
+"""Files from elsewhere: checkpoints with a NaN weight, a FIFO, a device
+file; IDX labels outside the model's classes. Each is a clear error naming
+the file (and the tensor or example), before any training, and nothing
+hangs."""
 import os
+import struct
 import unittest
 
 import numpy as np
@@ -62,6 +64,66 @@ class HostileCheckpointTest(unittest.TestCase):
                          check=False, timeout=30)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("/dev/zero: not a regular file", proc.stdout)
+
+
+MLP = """
+model mlp {
+  input  image: f32[784]
+  label  class: i32[10]
+  h      = relu(linear(image, 32))
+  logits = linear(h, 10)
+  loss   = cross_entropy(logits, class)
+}
+data {
+  train = idx("%(images)s", "%(labels)s")
+  eval  = idx("%(images)s", "%(eval_labels)s")
+}
+train { gpus = 1  micro_batch = 16  steps = 2  optimizer = sgd(lr = 0.1) }
+"""
+
+
+def write_idx(path, magic, dims, payload):
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic))
+        f.write(b"".join(struct.pack(">I", d) for d in dims))
+        f.write(bytes(payload))
+
+
+class HostileLabelsTest(unittest.TestCase):
+
+    def run_with_labels(self, train_labels, eval_labels):
+        d = e2e.tmpdir()
+        n = len(train_labels)
+        paths = {k: os.path.join(d, k + ".idx")
+                 for k in ("images", "labels", "eval_labels")}
+        write_idx(paths["images"], 0x803, (n, 28, 28), [7] * (n * 784))
+        write_idx(paths["labels"], 0x801, (n,), train_labels)
+        write_idx(paths["eval_labels"], 0x801, (n,), eval_labels)
+        train_file = os.path.join(d, "mlp.train")
+        with open(train_file, "w") as f:
+            f.write(MLP % paths)
+        return e2e.train(train_file, "--device", "cpu", check=False)
+
+    def test_a_label_outside_the_classes_names_file_example_and_value(self):
+        labels = [i % 10 for i in range(64)]
+        labels[37] = 10
+        proc = self.run_with_labels(labels, [0] * 64)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("labels.idx: label 10 of example 37 is outside [0, 10)",
+                      proc.stdout)
+        self.assertNotIn("step 1/", proc.stdout)
+
+    def test_the_eval_labels_are_checked_before_training_too(self):
+        eval_labels = [0] * 64
+        eval_labels[63] = 255
+        proc = self.run_with_labels([i % 10 for i in range(64)], eval_labels)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("eval_labels.idx: label 255 of example 63", proc.stdout)
+        self.assertNotIn("step 1/", proc.stdout)
+
+    def test_good_labels_train(self):
+        proc = self.run_with_labels([i % 10 for i in range(64)], [3] * 64)
+        self.assertEqual(proc.returncode, 0, proc.stdout)
 
 
 if __name__ == "__main__":
