@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -151,6 +152,9 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
                              int heartbeat_fd, const char* executable,
                              char* const* argv, char* const* envp) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The launcher ignores SIGPIPE, and an ignored signal stays ignored
+  // across exec: give the worker the default back.
+  ::signal(SIGPIPE, SIG_DFL);
   // The launcher may have died before prctl took effect.
   if (::getppid() != launcher) ::_exit(1);
   ::dup2(out_fd, STDOUT_FILENO);
@@ -172,6 +176,43 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
   (void)!::write(STDERR_FILENO, message, len);
   ::_exit(127);
 }
+
+// The signal that asked the launcher to stop (SIGINT, SIGTERM, SIGHUP),
+// or 0. Set by the handler, read by the supervising loop.
+volatile sig_atomic_t g_stop_signal = 0;
+
+void OnStopSignal(int sig) { g_stop_signal = sig; }
+
+// Installs the stop handlers for the job's lifetime, and ignores SIGPIPE so
+// that a closed pipe (`train ... | head`) is a write error, not a silent
+// death. The previous dispositions come back at the end.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction action = {};
+    action.sa_handler = OnStopSignal;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      ::sigaction(kSignals[i], &action, &previous_[i]);
+    }
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, &previous_pipe_);
+  }
+  ~StopSignals() {
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      ::sigaction(kSignals[i], &previous_[i], nullptr);
+    }
+    ::sigaction(SIGPIPE, &previous_pipe_, nullptr);
+  }
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> previous_;
+  struct sigaction previous_pipe_;
+};
 
 class Job {
  public:
@@ -254,6 +295,19 @@ class Job {
     for (Worker& w : workers_) w.last_beat = start;
     while (running_ > 0) {
       PollOnce(kPollIntervalMs);
+      if (g_stop_signal != 0 && !stopping_) {
+        // Asked to stop (Ctrl-C, Slurm preemption, a closed terminal): every
+        // rank gets SIGTERM, then SIGKILL after the grace period, and the
+        // rendezvous folder goes with the job. Ranks that die of it are
+        // not the news.
+        const int sig = g_stop_signal;
+        failure_ = absl::CancelledError(absl::StrCat(
+            "interrupted by ", strsignal(sig), " (signal ", sig,
+            "); stopped ", running_, " rank(s)"));
+        stopping_ = true;
+        kill_at_ = absl::Now() + options_.grace_period;
+        Signal(SIGTERM);
+      }
       ReapExited();
       CheckHeartbeats();
       if (stopping_ && !killed_ && absl::Now() >= kill_at_) {
@@ -375,6 +429,7 @@ absl::Status LaunchLocalWorkers(int num_workers,
         absl::StrCat("cannot launch ", num_workers, " workers"));
   }
   if (argv.empty()) return absl::InvalidArgumentError("empty worker argv");
+  StopSignals stop_signals;
   Job job(num_workers, options);
   absl::Status started = job.Start(argv);
   if (!started.ok()) return started;  // ~Job kills what did start

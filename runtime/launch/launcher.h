@@ -15,6 +15,13 @@
 // Workers die with the launcher too (PR_SET_PDEATHSIG), so that no rank
 // outlives it, whatever kills it.
 //
+// Signals. SIGINT, SIGTERM or SIGHUP to the launcher (Ctrl-C, Slurm
+// preemption, a closed terminal) stops every rank the same way (SIGTERM,
+// then SIGKILL after the grace period), removes the rendezvous folder and
+// returns CANCELLED: "interrupted by Terminated (signal 15); stopped 2
+// rank(s)". SIGPIPE is ignored while the job runs (a closed output pipe is
+// an error, not a silent death).
+//
 // Output. Rank 0's stdout and stderr pass through unchanged; every other
 // rank's lines are prefixed "[rank k] " so that its warnings and errors
 // stay readable. Lines are never interleaved mid-line.

@@ -146,6 +146,36 @@ TEST(LauncherTest, NormalRunForwardsOutputAndCleansUp) {
   }
 }
 
+// Ctrl-C or Slurm's SIGTERM to the launcher: every rank is stopped, the
+// status says why, and the rendezvous folder is gone.
+TEST(LauncherTest, SigtermToTheLauncherStopsEveryRankAndCleansUp) {
+  LaunchOptions options;
+  // Long, so that ranks stopped only by the SIGKILL after it would show.
+  options.grace_period = absl::Seconds(10);
+  const std::string dir = FreshDir("sigterm");
+  std::thread interrupter([&] {
+    // Once every worker runs, the launcher's handlers are installed.
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (Pids(dir, 3).size() < 3 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    kill(getpid(), SIGTERM);
+  });
+  JobResult r = RunJob("sigterm", 3, {"--run_ms=-1"}, options);
+  interrupter.join();
+  ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kCancelled) << r.status;
+  EXPECT_EQ(r.status.message(),
+            "interrupted by Terminated (signal 15); stopped 3 rank(s)");
+  // The ranks got SIGTERM at once, not the SIGKILL after the grace period.
+  EXPECT_LT(r.elapsed, absl::Seconds(8));
+  ASSERT_EQ(r.pids.size(), 3u);
+  ExpectAllGone(r.pids);
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    EXPECT_THAT(entry.path().string(), Not(HasSubstr("trainc-rendezvous")));
+  }
+}
+
 TEST(LauncherTest, FailingRankStopsTheOthers) {
   LaunchOptions options;
   options.grace_period = absl::Seconds(2);
