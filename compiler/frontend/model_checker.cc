@@ -388,9 +388,7 @@ class ModelChecker {
   }
 
   std::string ConstantNames() const {
-    std::vector<std::string> names;
-    for (const auto& [name, value] : constants_) names.push_back(name);
-    return absl::StrJoin(names, ", ");
+    return absl::StrJoin(ConstantKeys(), ", ");
   }
 
   void CheckStatement(const ast::Assignment& statement, Scope& scope) {

@@ -465,6 +465,18 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     ASSIGN_OR_RETURN(double loss_sum, executor.RunStep(step_state, *batches));
     ++summary.steps;
     step_losses.push_back(static_cast<float>(loss_sum));
+    // With clipping, the step's global gradient norm (the same on every
+    // rank: it is computed from the reduced gradient), read from the device
+    // at most once per step, and only when a record or a line shows it.
+    std::optional<double> step_grad_norm;
+    auto grad_norm = [&]() -> absl::StatusOr<double> {
+      if (!step_grad_norm) {
+        float sq = 0;
+        RETURN_IF_ERROR(device->Download(grad_sq->offset, &sq, sizeof(sq)));
+        step_grad_norm = std::sqrt(static_cast<double>(sq));
+      }
+      return *step_grad_norm;
+    };
     if (metrics) {
       const double ms = Seconds(std::chrono::steady_clock::now() - step_start) * 1e3;
       MetricsRecord r{"train", step, UnixSeconds()};
@@ -478,9 +490,8 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                plan.global_batch * plan.loss_terms / (ms / 1e3));
       }
       if (grad_sq != nullptr) {
-        float sq = 0;
-        RETURN_IF_ERROR(device->Download(grad_sq->offset, &sq, sizeof(sq)));
-        r.scalars.emplace_back("grad_norm", std::sqrt(static_cast<double>(sq)));
+        ASSIGN_OR_RETURN(const double norm, grad_norm());
+        r.scalars.emplace_back("grad_norm", norm);
       }
       if (traced && plan.world_size > 1) {
         // This rank's all-reduce time in the step and how much of it no
@@ -540,13 +551,9 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     if (log_line) {
       const auto now = std::chrono::steady_clock::now();
       const double step_ms = Seconds(now - window_start) / window_steps * 1e3;
-      // With clipping, the step's global gradient norm (the same on every
-      // rank: it is computed from the reduced gradient).
       std::string norm;
       if (grad_sq != nullptr) {
-        float sq = 0;
-        RETURN_IF_ERROR(device->Download(grad_sq->offset, &sq, sizeof(sq)));
-        last_grad_norm = std::sqrt(static_cast<double>(sq));
+        ASSIGN_OR_RETURN(last_grad_norm, grad_norm());
         norm = absl::StrFormat(" | grad norm %.3g", last_grad_norm);
       }
       // Language models also count tokens (loss terms) per second.

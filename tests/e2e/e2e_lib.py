@@ -61,6 +61,22 @@ def rel_diff(a, b):
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
+def assert_close_to_reference(test, got, ref, tolerance, what):
+    """Every parameter of `got` within `tolerance` (rel_diff) of the
+    reference's, the same names and shapes; returns the worst difference."""
+    test.assertEqual(sorted(got), sorted(ref),
+                     "parameter names differ from the PyTorch model's")
+    worst = 0.0
+    for name, want in ref.items():
+        test.assertEqual(got[name].shape, want.shape, name)
+        rel = rel_diff(got[name], want)
+        worst = max(worst, rel)
+        test.assertLessEqual(
+            rel, tolerance, f"{name}: {what}: relative difference "
+            f"{rel:.3g} from PyTorch float64 (tolerance {tolerance})")
+    return worst
+
+
 def parameters_of(tensors):
     """A checkpoint's parameters: without the optimizer state tensors
     (optimizer.<name>.exp_avg ...)."""

@@ -468,17 +468,7 @@ class GptEquivalenceTest(unittest.TestCase):
 
     def assert_matches(self, got, ref, what):
         """The worst relative difference over the parameters."""
-        self.assertEqual(sorted(got), sorted(ref),
-                         "parameter names differ from the PyTorch state dict")
-        worst = 0.0
-        for name, want in ref.items():
-            self.assertEqual(got[name].shape, want.shape, name)
-            rel = e2e.rel_diff(got[name], want)
-            worst = max(worst, rel)
-            self.assertLessEqual(
-                rel, TOLERANCE, f"{name}: {what}: relative difference "
-                f"{rel:.3g} from PyTorch float64 (tolerance {TOLERANCE})")
-        return worst
+        return e2e.assert_close_to_reference(self, got, ref, TOLERANCE, what)
 
     def check_splits(self, deterministic):
         worst = {}
