@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libgloo-dev              # CPU collectives
   libopenblas-dev          # CPU matrix products
+  libdnnl-dev              # oneDNN: CPU convolution and pooling
   zlib1g-dev               # gzip datasets
   libisal-dev              # CRC-32C of TensorBoard event files (no libcrc32c-dev in Debian 12)
   dataset-fashion-mnist    # the default example's data

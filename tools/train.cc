@@ -282,7 +282,8 @@ absl::StatusOr<Plan> LoadPlan(const Args& args, bool print_spec) {
         absl::StrCat(args.file, ": compilation failed"));
   }
   if (print_spec) std::cout << DescribeSpec(*result.spec) << "\n";
-  return BuildPlan(*result.spec);
+  ASSIGN_OR_RETURN(PlanOptions options, PlanOptionsForDevice(args.train.device));
+  return BuildPlan(*result.spec, options);
 }
 
 absl::Status Run(const Args& args) {

@@ -117,6 +117,16 @@ class Differentiator {
       w.shape = like.shape;
       n.outputs.push_back(g_.AddValue(w));
     }
+    if (const ops::OpDef* def = ops::FindOp(op); def && def->workspace) {
+      // Sized by the planner for the backend (ops::OpDef::workspace).
+      // Written once, by this node: a temporary, not a gradient (a value
+      // with two gradient contributions gets one workspace per writer).
+      Value w;
+      w.name = absl::StrCat(names.empty() ? op : names[0], "/workspace.", g_.nodes().size());
+      w.kind = ValueKind::kActivation;
+      w.shape = {0};
+      n.outputs.push_back(g_.AddValue(w));
+    }
     n.attrs = std::move(attrs);
     n.attrs["accumulate"] = contributions_[targets[0]] > 0 ? 1 : 0;
     for (int t : targets) ++contributions_[t];

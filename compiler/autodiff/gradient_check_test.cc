@@ -565,6 +565,32 @@ TEST(SourceGradientCheck, CausalAttention) {
                        7, {"attention", "attention_grad"});
 }
 
+// Convolution (bias, padding, stride), max and average pooling (padding
+// counted), the global average and flatten, the second convolution's input
+// gradient included.
+constexpr char kCnn[] = R"(
+  input  x: f32[2, 6, 6]
+  label  y: i32[3]
+  c1     = relu(conv2d(x, 3, kernel = 3, padding = 1))
+  p1     = max_pool2d(c1, 2)
+  c2     = conv2d(p1, 4, kernel = 2, bias = false)
+  a2     = avg_pool2d(c2, 2, stride = 1, padding = 1)
+  c3     = conv2d(a2, 2, kernel = 3, stride = 2, padding = 1)
+  g      = linear(global_avg_pool(a2), 3)
+  logits = linear(flatten(c3), 3) + g
+  loss   = cross_entropy(logits, y)
+)";
+
+TEST(SourceGradientCheck, ConvolutionAndPooling) {
+  CheckSourceGradients(Source(kCnn), 3,
+                       {"conv2d", "conv2d_grad_input", "conv2d_grad_params", "max_pool2d",
+                        "max_pool2d_grad", "avg_pool2d", "avg_pool2d_grad", "reshape"});
+}
+
+TEST(SourceGradientCheck, ConvolutionAndPoolingTwoMicroSteps) {
+  CheckSourceGradients(Source(kCnn, 2, 2), 3, {"conv2d_grad_params"});
+}
+
 // The tied weight gets two contributions in one micro-step: the head's
 // (accumulate 0, it comes first in the backward) and the embedding's
 // (accumulate 1).

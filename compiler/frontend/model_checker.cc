@@ -726,6 +726,8 @@ class ModelChecker {
                     absl::StrCat(what, " must be a ",
                                  def.kind == ArgDef::Kind::kInt
                                      ? "positive integer"
+                                 : def.kind == ArgDef::Kind::kCount
+                                     ? "non-negative integer"
                                      : def.kind == ArgDef::Kind::kFloat
                                            ? "number"
                                            : def.kind == ArgDef::Kind::kBool
@@ -741,13 +743,16 @@ class ModelChecker {
     ops::ArgValue out;
     switch (def.kind) {
       case ArgDef::Kind::kInt:
-        if (value->kind != Constant::Kind::kInt || value->int_value <= 0 ||
+      case ArgDef::Kind::kCount: {
+        const int64_t least = def.kind == ArgDef::Kind::kInt ? 1 : 0;
+        if (value->kind != Constant::Kind::kInt || value->int_value < least ||
             value->int_value > kMaxDim) {
           sink_.Error(arg ? arg->span : span,
-                      absl::StrCat(what, " must be a positive integer, got ",
-                                   DescribeConstant(*value)),
+                      absl::StrCat(what, " must be a ",
+                                   least ? "positive" : "non-negative",
+                                   " integer, got ", DescribeConstant(*value)),
                       value->kind == Constant::Kind::kInt &&
-                              value->int_value > 0
+                              value->int_value >= least
                           ? absl::StrCat("the largest dimension is ", kMaxDim)
                           : absl::StrCat("e.g. ", op.Signature()));
           return std::nullopt;
@@ -755,6 +760,7 @@ class ModelChecker {
         out.kind = ops::ArgValue::Kind::kInt;
         out.i = value->int_value;
         return out;
+      }
       case ArgDef::Kind::kFloat:
         if (!value->is_number()) break;
         out.kind = ops::ArgValue::Kind::kFloat;

@@ -103,10 +103,12 @@ class Lowerer {
     return it->second;
   }
 
-  int NewValue(const std::string& name, ValueKind kind, std::vector<int64_t> shape) {
+  int NewValue(const std::string& name, ValueKind kind, std::vector<int64_t> shape,
+               DType dtype = DType::kF32) {
     Value v;
     v.name = name;
     v.kind = kind;
+    v.dtype = dtype;
     v.shape = std::move(shape);
     return graph_.AddValue(v);
   }
@@ -187,7 +189,13 @@ class Lowerer {
     for (const ops::SavedOutput& saved : l.saved) {
       // A v1 class label's logits are [B, C]; saved shapes are per sample.
       node.outputs.push_back(NewValue(absl::StrCat(op.name, "/", saved.suffix),
-                                      ValueKind::kActivation, Batched(batch_, saved.shape)));
+                                      ValueKind::kActivation, Batched(batch_, saved.shape),
+                                      saved.i32 ? DType::kI32 : DType::kF32));
+    }
+    if (const ops::OpDef* instr = ops::FindOp(l.instruction); instr && instr->workspace) {
+      // Sized by the planner for the backend (ops::OpDef::workspace).
+      node.outputs.push_back(
+          NewValue(absl::StrCat(op.name, "/workspace"), ValueKind::kActivation, {0}));
     }
     if (!by_name_.emplace(op.name, out).second) {
       return Bad(op, "value defined twice");

@@ -67,6 +67,30 @@ Cost AttentionGradCost(const std::vector<Shape>& in,
   return {2.0 * forward.flops, Bytes(in, out)};
 }
 
+// conv2d: x[B, C, H, W], w[O, C, kh, kw] -> y[B, O, OH, OW]: each output
+// element is a C kh kw dot product; both gradients are products of the same
+// size (dy against w, dy against x).
+Cost ConvOf(const std::vector<Shape>& in, const std::vector<Shape>& out,
+            const Shape& y, const Shape& w) {
+  const int64_t per_output = w.empty() || w[0] == 0 ? 0 : Elements(w) / w[0];
+  return {2.0 * Elements(y) * per_output, Bytes(in, out)};
+}
+Cost ConvCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  return ConvOf(in, out, out[0], in[1]);
+}
+Cost ConvGradInputCost(const std::vector<Shape>& in,
+                       const std::vector<Shape>& out) {
+  return ConvOf(in, out, in[0], in[1]);
+}
+Cost ConvGradParamsCost(const std::vector<Shape>& in,
+                        const std::vector<Shape>& out) {
+  return ConvOf(in, out, in[0], out[0]);
+}
+// Pooling reads each input element about once per window covering it.
+Cost PoolCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  return {double(Elements(in[0])), Bytes(in, out)};
+}
+
 // ---------------------------------------------------------------------------
 // Instruction ops.
 
@@ -75,7 +99,9 @@ std::vector<OpDef> MakeOps() {
                    kElem = OpCategory::kElementwise,
                    kNorm = OpCategory::kNormalization,
                    kEmbed = OpCategory::kEmbedding,
-                   kAttn = OpCategory::kAttention, kLoss = OpCategory::kLoss;
+                   kAttn = OpCategory::kAttention, kLoss = OpCategory::kLoss,
+                   kConv = OpCategory::kConvolution,
+                   kPool = OpCategory::kPooling;
   return {
       {"load_batch", 0, 0, 0, -1, false, kData,
        "-> every input and label buffer, in declaration order; attrs: micro"},
@@ -168,6 +194,44 @@ std::vector<OpDef> MakeOps() {
        "dy[B, T, C], qkv, probs -> dqkv[B, T, 3C], scratch[B, H, T, T]; acc; "
        "attrs: heads",
        {}, {}, false, AttentionGradCost},
+      // --- convolution and pooling (NCHW, PyTorch's layouts) ---
+      {"conv2d", 2, 3, 2, 2, false, kConv,
+       "x[B, C, H, W], w[O, C, kh, kw], b[O] (optional) -> y[B, O, OH, OW], "
+       "workspace; attrs: stride, padding (both axes)",
+       {},
+       {{"conv2d_grad_params", {kDy, In(0)}, {1, 2}},
+        {"conv2d_grad_input", {kDy, In(1)}, {0}}},
+       false, ConvCost, /*workspace=*/true},
+      {"conv2d_grad_input", 2, 2, 2, 2, false, kConv,
+       "dy[B, O, OH, OW], w -> dx[B, C, H, W], workspace; acc; attrs: "
+       "stride, padding",
+       {}, {}, false, ConvGradInputCost, true},
+      {"conv2d_grad_params", 2, 2, 2, 3, false, kConv,
+       "dy[B, O, OH, OW], x -> dw[O, C, kh, kw], db[O] (optional), workspace; "
+       "acc; attrs: stride, padding",
+       {}, {}, false, ConvGradParamsCost, true},
+      {"max_pool2d", 1, 1, 3, 3, false, kPool,
+       "x[B, C, H, W] -> y[B, C, OH, OW], argmax i32[B, C, OH, OW] (the "
+       "backend's own encoding), workspace; attrs: kernel_h, kernel_w, "
+       "stride, padding (padding never wins the max)",
+       {},
+       {{"max_pool2d_grad", {kDy, In(0), Out(0), Out(1)}, {0}}},
+       false, PoolCost, true},
+      {"max_pool2d_grad", 4, 4, 2, 2, false, kPool,
+       "dy, x, y, argmax -> dx, workspace: dy to the max of each window; acc; "
+       "attrs as max_pool2d",
+       {}, {}, false, PoolCost, true},
+      {"avg_pool2d", 1, 1, 2, 2, false, kPool,
+       "x[B, C, H, W] -> y[B, C, OH, OW], workspace: window means, padding "
+       "counted as zeros (PyTorch's count_include_pad); attrs: kernel_h, "
+       "kernel_w, stride, padding",
+       {}, {{"avg_pool2d_grad", {kDy}, {0}}}, false, PoolCost, true},
+      {"avg_pool2d_grad", 1, 1, 2, 2, false, kPool,
+       "dy -> dx[B, C, H, W], workspace; acc; attrs as avg_pool2d", {}, {},
+       false, PoolCost, true},
+      {"reshape", 1, 1, 1, 1, false, kElem,
+       "x -> y: the same elements under another shape (a copy)", {},
+       {{"copy_grad", {kDy}, {0}}}, false, Elementwise<0>},
       // --- losses ---
       {"cross_entropy", 2, 2, 2, 2, false, kLoss,
        "logits[.., C], label i32[..] -> loss_sum[1], probs[.., C]: the sum "
@@ -393,6 +457,150 @@ std::variant<Lowering, ShapeError> AttentionRule(const OpCall& call) {
   return l;
 }
 
+// One spatial axis of a convolution or pooling window:
+//   out = (size + 2 padding - kernel) / stride + 1,
+// where the division must be exact (PyTorch floors, silently dropping the
+// last rows; here that is an error that shows the arithmetic).
+std::optional<ShapeError> WindowAxis(const char* op, const char* axis,
+                                     int64_t size, int64_t kernel,
+                                     int64_t stride, int64_t padding,
+                                     int kernel_arg, int stride_arg,
+                                     int64_t* out) {
+  const std::string sum = std::to_string(size) + " - " +
+                          std::to_string(kernel) + " + 2\u00b7" +
+                          std::to_string(padding);
+  const int64_t span = size - kernel + 2 * padding;
+  if (span < 0) {
+    return Error(kernel_arg,
+                 std::string(op) + ": kernel " + std::to_string(kernel) +
+                     " is larger than the padded " + axis + " " +
+                     std::to_string(size) + " + 2\u00b7" +
+                     std::to_string(padding) + " = " +
+                     std::to_string(size + 2 * padding));
+  }
+  if (span % stride != 0) {
+    const int64_t lower = span / stride * stride, upper = lower + stride;
+    return Error(stride_arg,
+                 std::string(op) + ": " + axis + ": " + sum + " = " +
+                     std::to_string(span) + " is not divisible by stride " +
+                     std::to_string(stride),
+                 "the windows must tile the " + std::string(axis) +
+                     " exactly: change padding, kernel or stride so that " +
+                     std::to_string(span) + " becomes a multiple of " +
+                     std::to_string(stride) + " (e.g. " +
+                     std::to_string(lower) + " or " + std::to_string(upper) +
+                     ")");
+  }
+  *out = span / stride + 1;
+  return std::nullopt;
+}
+
+// x must be an image [C, H, W].
+std::optional<ShapeError> NeedImage(const OpCall& call, const char* op) {
+  if (call.values[0].size() == 3) return std::nullopt;
+  return Error(0,
+               std::string(op) + " needs an image [channels, height, width], " +
+                   Named(call, 0),
+               "declare images with their shape, e.g. input image: "
+               "f32[1, 28, 28]");
+}
+
+std::variant<Lowering, ShapeError> Conv2dRule(const OpCall& call) {
+  if (auto e = NeedImage(call, "conv2d")) return *e;
+  const ModelOpDef& def = Def("conv2d");
+  const Shape& x = call.values[0];
+  const int64_t c = x[0], out = call.Int("out_channels"),
+                k = call.Int("kernel"), stride = call.Int("stride"),
+                padding = call.Int("padding");
+  const int ka = def.ArgIndex("kernel"), sa = def.ArgIndex("stride");
+  int64_t oh = 0, ow = 0;
+  if (auto e = WindowAxis("conv2d", "height", x[1], k, stride, padding, ka,
+                          sa, &oh)) {
+    return *e;
+  }
+  if (auto e = WindowAxis("conv2d", "width", x[2], k, stride, padding, ka, sa,
+                          &ow)) {
+    return *e;
+  }
+  Lowering l;
+  l.instruction = "conv2d";
+  l.shape = {out, oh, ow};
+  l.attrs["stride"] = double(stride);
+  l.attrs["padding"] = double(padding);
+  // nn.Conv2d's init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C kh kw.
+  const double fan_in = double(c * k * k);
+  if (auto e = Slot(call, def, "weight", "weight", {out, c, k, k},
+                    Init::kUniformFanIn, fan_in, &l)) {
+    return *e;
+  }
+  if (call.Bool("bias")) {
+    l.params.push_back({"bias", {out}, Init::kUniformFanIn, fan_in, ""});
+  }
+  return l;
+}
+
+std::variant<Lowering, ShapeError> PoolRule(const OpCall& call, const char* op,
+                                            const char* instruction) {
+  if (auto e = NeedImage(call, op)) return *e;
+  const ModelOpDef& def = Def(op);
+  const Shape& x = call.values[0];
+  const int64_t k = call.Int("kernel"), padding = call.Int("padding");
+  // stride = 0: the kernel size, as PyTorch's default.
+  const int64_t stride = call.Int("stride") == 0 ? k : call.Int("stride");
+  if (2 * padding > k) {
+    return Error(def.ArgIndex("padding"),
+                 std::string(op) + ": padding " + std::to_string(padding) +
+                     " is more than half the kernel " + std::to_string(k),
+                 "a window would then hold only padding");
+  }
+  const int ka = def.ArgIndex("kernel"), sa = def.ArgIndex("stride");
+  int64_t oh = 0, ow = 0;
+  if (auto e = WindowAxis(op, "height", x[1], k, stride, padding, ka, sa, &oh)) {
+    return *e;
+  }
+  if (auto e = WindowAxis(op, "width", x[2], k, stride, padding, ka, sa, &ow)) {
+    return *e;
+  }
+  Lowering l;
+  l.instruction = instruction;
+  l.shape = {x[0], oh, ow};
+  l.attrs["kernel_h"] = double(k);
+  l.attrs["kernel_w"] = double(k);
+  l.attrs["stride"] = double(stride);
+  l.attrs["padding"] = double(padding);
+  if (std::string(instruction) == "max_pool2d") {
+    l.saved = {{"argmax", l.shape, /*i32=*/true}};
+  }
+  return l;
+}
+std::variant<Lowering, ShapeError> MaxPoolRule(const OpCall& call) {
+  return PoolRule(call, "max_pool2d", "max_pool2d");
+}
+std::variant<Lowering, ShapeError> AvgPoolRule(const OpCall& call) {
+  return PoolRule(call, "avg_pool2d", "avg_pool2d");
+}
+
+// The mean over each channel's whole image: one avg_pool2d window.
+std::variant<Lowering, ShapeError> GlobalAvgPoolRule(const OpCall& call) {
+  if (auto e = NeedImage(call, "global_avg_pool")) return *e;
+  const Shape& x = call.values[0];
+  Lowering l;
+  l.instruction = "avg_pool2d";
+  l.shape = {x[0]};
+  l.attrs["kernel_h"] = double(x[1]);
+  l.attrs["kernel_w"] = double(x[2]);
+  l.attrs["stride"] = 1;
+  l.attrs["padding"] = 0;
+  return l;
+}
+
+std::variant<Lowering, ShapeError> FlattenRule(const OpCall& call) {
+  Lowering l;
+  l.instruction = "reshape";
+  l.shape = {Elements(call.values[0])};
+  return l;
+}
+
 std::variant<Lowering, ShapeError> CrossEntropyRule(const OpCall& call) {
   // The checker has matched the label to the logits (see model_checker):
   // labels hold one class index per row of logits.
@@ -470,6 +678,44 @@ std::vector<ModelOpDef> MakeModelOps() {
        "causal multi-head self-attention over q|k|v [T, 3C] -> [T, C], "
        "softmax(q k^T / sqrt(C/heads)) v per head",
        AttentionRule},
+      {"conv2d",
+       {{"x", Kind::kValue},
+        {"out_channels", Kind::kInt},
+        {"kernel", Kind::kInt},
+        {"stride", Kind::kInt, "1"},
+        {"padding", Kind::kCount, "0"},
+        {"bias", Kind::kBool, "true"},
+        {"weight", Kind::kParameter}},
+       false,
+       "2-D convolution of an image [C, H, W], square kernel; <name>.weight "
+       "[out_channels, C, kernel, kernel], <name>.bias [out_channels], "
+       "U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as nn.Conv2d",
+       Conv2dRule},
+      {"max_pool2d",
+       {{"x", Kind::kValue},
+        {"kernel", Kind::kInt},
+        {"stride", Kind::kCount, "0"},
+        {"padding", Kind::kCount, "0"}},
+       false,
+       "the maximum of each kernel x kernel window of an image (stride 0: "
+       "the kernel size)",
+       MaxPoolRule},
+      {"avg_pool2d",
+       {{"x", Kind::kValue},
+        {"kernel", Kind::kInt},
+        {"stride", Kind::kCount, "0"},
+        {"padding", Kind::kCount, "0"}},
+       false,
+       "the mean of each kernel x kernel window of an image, padding counted "
+       "as zeros (stride 0: the kernel size)",
+       AvgPoolRule},
+      {"global_avg_pool", {{"x", Kind::kValue}}, false,
+       "the mean of each channel of an image: [C, H, W] -> [C]",
+       GlobalAvgPoolRule},
+      {"flatten", {{"x", Kind::kValue}}, false,
+       "the same values as one axis: [C, H, W] -> [C H W], in PyTorch's "
+       "(row-major) order",
+       FlattenRule},
       {"cross_entropy", {{"logits", Kind::kValue}, {"label", Kind::kIndices}},
        true, "mean over every row (token) of -log softmax(logits)[label]",
        CrossEntropyRule},
@@ -515,6 +761,7 @@ std::optional<ArgValue> DefaultValue(const ArgDef& def) {
       return ArgValue::String(text.size() >= 2 ? text.substr(1, text.size() - 2)
                                                : text);
     case ArgDef::Kind::kInt:
+    case ArgDef::Kind::kCount:
       return ArgValue::Int(std::stoll(text));
     case ArgDef::Kind::kFloat:
       return ArgValue::Float(std::stod(text));
@@ -531,6 +778,8 @@ const char* OpCategoryName(OpCategory category) {
     case OpCategory::kNormalization: return "normalization";
     case OpCategory::kEmbedding: return "embedding";
     case OpCategory::kAttention: return "attention";
+    case OpCategory::kConvolution: return "convolution";
+    case OpCategory::kPooling: return "pooling";
     case OpCategory::kLoss: return "loss";
     case OpCategory::kCollective: return "collective";
     case OpCategory::kOptimizer: return "optimizer";

@@ -49,6 +49,8 @@ enum class OpCategory {
   kNormalization,
   kEmbedding,
   kAttention,
+  kConvolution,
+  kPooling,
   kLoss,
   kCollective,
   kOptimizer,
@@ -101,6 +103,12 @@ struct OpDef {
   bool is_loss = false;          // output 0 is the loss sum
   Cost (*cost)(const std::vector<Shape>& inputs,
                const std::vector<Shape>& outputs) = nullptr;
+  // The instruction's last output is a workspace of the library that runs
+  // it (oneDNN's scratchpad, cuDNN's workspace, room to accumulate). The
+  // graph gives it no shape; the planner asks the backend for its size
+  // (PlanOptions::workspace) and reserves it in the arena, so no kernel
+  // allocates during a step.
+  bool workspace = false;
 };
 
 // nullptr for an unknown op.
@@ -136,6 +144,7 @@ struct ArgDef {
     kValue,      // an f32 tensor: a name, an op call, `a + b`
     kIndices,    // an i32 tensor of indices (token ids, class labels)
     kInt,        // a positive integer constant
+    kCount,      // a non-negative integer constant (padding)
     kFloat,      // a number
     kString,
     kBool,
@@ -189,6 +198,7 @@ struct ParamSlot {
 struct SavedOutput {
   std::string suffix;  // the value <statement>/<suffix>
   Shape shape;         // per sample
+  bool i32 = false;    // 4-byte integers (max pooling's argmax), else f32
 };
 
 // What a call lowers to: one instruction.

@@ -25,6 +25,7 @@ const char* BufferKindName(BufferKind kind) {
     case BufferKind::kParameterSpan: return "parameter_span";
     case BufferKind::kStateSpan: return "state_span";
     case BufferKind::kStepScalar: return "step_scalar";
+    case BufferKind::kWorkspace: return "workspace";
   }
   return "unknown";
 }

@@ -77,6 +77,7 @@ enum class BufferKind {
   kParameterSpan,   // a bucket's parameters, contiguous
   kStateSpan,       // a bucket's optimizer state, one per state kind
   kStepScalar,      // computed once per step (the gradient's squared norm)
+  kWorkspace,       // a library's scratch for one instruction (its last output)
 };
 
 struct Buffer {
@@ -136,6 +137,7 @@ struct MemoryReport {
   int64_t peak_activation_bytes = 0;  // activations + backward temporaries
   int64_t arena_bytes = 0;            // the planned arena
   int64_t unshared_bytes = 0;         // the same buffers without any reuse
+  int64_t workspace_bytes = 0;        // the largest instruction workspace
 };
 
 struct OptimizerConfig {

@@ -289,7 +289,8 @@ const std::vector<BufferKind>& AllBufferKinds() {
       BufferKind::kOptimizerState, BufferKind::kActivation,
       BufferKind::kActivationGrad, BufferKind::kLoss,
       BufferKind::kBucket,         BufferKind::kParameterSpan,
-      BufferKind::kStateSpan,      BufferKind::kStepScalar};
+      BufferKind::kStateSpan,      BufferKind::kStepScalar,
+      BufferKind::kWorkspace};
   return *kinds;
 }
 
@@ -450,6 +451,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     ASSIGN_OR_RETURN(m.peak_activation_bytes, f.Int("peak_activations"));
     ASSIGN_OR_RETURN(m.arena_bytes, f.Int("arena"));
     ASSIGN_OR_RETURN(m.unshared_bytes, f.Int("unshared"));
+    if (r.fields.count("workspace")) {  // optional: plans without conv/pool
+      ASSIGN_OR_RETURN(m.workspace_bytes, f.Int("workspace"));
+    }
   } else if (kw == "io") {
     ASSIGN_OR_RETURN(plan.input_buffers, f.Ints("inputs"));
     ASSIGN_OR_RETURN(int64_t loss, f.Int("loss"));
@@ -555,7 +559,10 @@ std::string PlanToText(const Plan& plan) {
                   " gradients=", m.gradient_bytes,
                   " optimizer_state=", m.optimizer_state_bytes,
                   " peak_activations=", m.peak_activation_bytes, " arena=", m.arena_bytes,
-                  " unshared=", m.unshared_bytes, "\n");
+                  " unshared=", m.unshared_bytes,
+                  m.workspace_bytes > 0 ? absl::StrCat(" workspace=", m.workspace_bytes)
+                                        : std::string(),
+                  "\n");
   absl::StrAppend(&out, "io inputs=", JoinInts(plan.input_buffers),
                   " loss=", plan.loss_buffer,
                   " parameters=", JoinInts(plan.parameter_buffers), "\n");

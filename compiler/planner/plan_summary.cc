@@ -81,6 +81,10 @@ std::string PlanSummary(const Plan& plan) {
   absl::StrAppend(&out, "  optimizer state   ", Bytes(m.optimizer_state_bytes), " (",
                   plan.optimizer.kind, ")\n");
   absl::StrAppend(&out, "  peak activations  ", Bytes(m.peak_activation_bytes), "\n");
+  if (m.workspace_bytes > 0) {
+    absl::StrAppend(&out, "  workspace         ", Bytes(m.workspace_bytes),
+                    " (the largest; convolution and pooling scratch, in the arena)\n");
+  }
   absl::StrAppend(&out, "  arena             ", Bytes(m.arena_bytes), "\n");
   absl::StrAppend(&out, "  without reuse     ", Bytes(m.unshared_bytes),
                   absl::StrFormat(" (reuse saves %.0f%%)", saved), "\n");

@@ -41,6 +41,7 @@ bool IsPersistent(BufferKind kind) {
     case BufferKind::kLabel:
     case BufferKind::kActivation:
     case BufferKind::kActivationGrad:
+    case BufferKind::kWorkspace:
       return false;
     default:
       return true;
@@ -50,9 +51,10 @@ bool IsPersistent(BufferKind kind) {
 // Turns a differentiated graph into a Plan; all state of one BuildPlan.
 class PlanBuilder {
  public:
-  PlanBuilder(const TrainSpec& spec, const Graph& graph)
+  PlanBuilder(const TrainSpec& spec, const Graph& graph, const PlanOptions& options)
       : spec_(spec),
         graph_(graph),
+        options_(options),
         accumulate_(static_cast<int>(spec.train.accumulate)),
         deterministic_(spec.train.deterministic),
         shared_(graph.values().size(), -1),
@@ -64,6 +66,7 @@ class PlanBuilder {
     CreatePersistentBuffers();
     for (int k = 0; k < accumulate_; ++k) EmitMicroStep(k);
     EmitOptimizer();
+    RETURN_IF_ERROR(SizeWorkspaces());
     PlanArena();
     RETURN_IF_ERROR(ValidatePlan(plan_));
     return std::move(plan_);
@@ -424,6 +427,38 @@ class PlanBuilder {
     }
   }
 
+  // The last output of every op with a workspace (ops::OpDef::workspace),
+  // sized by the backend; one per instruction, so liveness reuses it.
+  absl::Status SizeWorkspaces() {
+    std::vector<const Instruction*> users;
+    for (const Instruction& in : plan_.instructions) {
+      const ops::OpDef* def = ops::FindOp(in.op);
+      if (def == nullptr || !def->workspace || in.outputs.empty()) continue;
+      Buffer& b = plan_.buffers[in.outputs.back()];
+      b.kind = BufferKind::kWorkspace;
+      b.dtype = DType::kF32;
+      users.push_back(&in);
+    }
+    for (const Instruction* user : users) {
+      const Instruction& in = *user;
+      int64_t bytes = 0;
+      if (options_.workspace) {
+        absl::StatusOr<int64_t> asked = options_.workspace(plan_, in);
+        if (!asked.ok()) {
+          return absl::Status(asked.status().code(),
+                              absl::StrCat("workspace of \"", in.label, "\": ",
+                                           asked.status().message()));
+        }
+        bytes = *asked;
+      }
+      Buffer& b = plan_.buffers[in.outputs.back()];
+      b.shape = {(std::max<int64_t>(bytes, 0) + 3) / 4};
+      b.bytes = b.shape[0] * 4;
+      plan_.memory.workspace_bytes = std::max(plan_.memory.workspace_bytes, b.bytes);
+    }
+    return absl::OkStatus();
+  }
+
   void PlanArena() {
     for (const Instruction& in : plan_.instructions) {
       for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
@@ -460,6 +495,7 @@ class PlanBuilder {
 
   const TrainSpec& spec_;
   const Graph& graph_;
+  const PlanOptions& options_;
   const int accumulate_;
   const bool deterministic_;
   Plan plan_;
@@ -474,7 +510,7 @@ class PlanBuilder {
 
 }  // namespace
 
-absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec) {
+absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options) {
   RETURN_IF_ERROR(CheckConfig(spec.train));
   ASSIGN_OR_RETURN(Graph graph, LowerModel(spec.model, spec.train.micro_batch));
   PassPipeline pipeline("train");
@@ -485,7 +521,7 @@ absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec) {
       1.0 / (static_cast<double>(spec.train.global_batch) *
              static_cast<double>(spec.model.loss_terms))));
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
-  return PlanBuilder(spec, graph).Build();
+  return PlanBuilder(spec, graph, options).Build();
 }
 
 }  // namespace trainc

@@ -41,6 +41,8 @@
 #ifndef TRAINC_COMPILER_PLANNER_PLANNER_H_
 #define TRAINC_COMPILER_PLANNER_PLANNER_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -49,7 +51,19 @@
 
 namespace trainc {
 
-absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec);
+// What the backend that will run the plan tells the planner.
+struct PlanOptions {
+  // Bytes of workspace for `instr`, an op whose last output is a workspace
+  // (ops::OpDef::workspace: convolution, pooling), asked once the plan's
+  // buffers have their shapes. The planner reserves it in the arena as a
+  // BufferKind::kWorkspace buffer live for that instruction only, so
+  // kernels never allocate during a step. Unset: 0 bytes, and a backend
+  // that needs more refuses the plan at Prepare, saying so.
+  std::function<absl::StatusOr<int64_t>(const Plan& plan, const Instruction& instr)>
+      workspace;
+};
+
+absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options = {});
 
 // A human summary: ops per micro-step, buckets, memory, batch arithmetic.
 std::string PlanSummary(const Plan& plan);

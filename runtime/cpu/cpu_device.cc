@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/cpu/dnnl_ops.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device/kernel_args.h"
 
@@ -54,6 +55,7 @@ struct CpuDevice::State {
 
   const Plan* prepared_plan = nullptr;
   std::vector<Kernel> kernels;  // by instruction id
+  cpu::DnnlOps dnnl;            // convolution and pooling
 
   // Comm stream.
   struct Item {
@@ -148,7 +150,10 @@ struct CpuDevice::State {
 CpuDevice::CpuDevice(CpuDeviceOptions options)
     : state_(std::make_unique<State>()) {
   state_->options = options;
-  if (options.blas_threads > 0) cpu::SetBlasThreads(options.blas_threads);
+  if (options.blas_threads > 0) {
+    cpu::SetBlasThreads(options.blas_threads);
+    cpu::SetDnnlThreads(options.blas_threads);
+  }
   state_->worker = std::thread([s = state_.get()] { s->WorkerLoop(); });
 }
 
@@ -228,6 +233,7 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
   ASSIGN_OR_RETURN(state_->kernels,
                    ResolveKernels(plan, state_->arena.get(),
                                   state_->arena_bytes, "cpu"));
+  RETURN_IF_ERROR(state_->dnnl.Prepare(plan, state_->kernels));
   state_->prepared_plan = &plan;
   return absl::OkStatus();
 }
@@ -395,6 +401,17 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
     case Op::kAttentionGrad:
       cpu::AttentionGrad(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.heads,
                          k.accumulate, k.y[0], k.y[1]);
+      break;
+    case Op::kConv2d:
+    case Op::kConv2dGradInput:
+    case Op::kConv2dGradParams:
+    case Op::kMaxPool2d:
+    case Op::kMaxPool2dGrad:
+    case Op::kAvgPool2d:
+    case Op::kAvgPool2dGrad:
+      return state_->dnnl.Run(instr.id);
+    case Op::kReshape:
+      cpu::CopyGrad(k.x[0], k.rows, /*accumulate=*/false, k.y[0]);
       break;
   }
   return absl::OkStatus();

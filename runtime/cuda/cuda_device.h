@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "compiler/plan/plan.h"
 #include "runtime/device/device.h"
 
 namespace trainc {
@@ -43,6 +44,11 @@ int CudaDeviceCount();
 // The GPU `local_rank` (cudaSetDevice(local_rank)) as a Device. Its dynamic
 // type is CudaDevice.
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int local_rank);
+
+// The workspace `instr` needs on this backend (cuDNN's, for convolution
+// and pooling): PlanOptions::workspace for plans that will run on GPUs.
+// Asks the current GPU; Unavailable without one.
+absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& plan, const Instruction& instr);
 
 // The CUDA-specific part of the interface.
 class CudaDevice : public Device {

@@ -12,4 +12,10 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int /*local_rank*/) {
       "NCCL found at build time); rebuild on a machine that has them");
 }
 
+absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& /*plan*/,
+                                           const Instruction& /*instr*/) {
+  return absl::UnavailableError(
+      "cuda: trainc was built without the CUDA toolkit; compile for --device cpu");
+}
+
 }  // namespace trainc

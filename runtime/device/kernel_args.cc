@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_table.h"
+#include "compiler/util/status_macros.h"
 
 namespace trainc {
 namespace {
@@ -51,6 +52,14 @@ constexpr KernelOpName kKernels[] = {
     {"mse", KernelOp::kMse},
     {"mse_grad", KernelOp::kMseGrad},
     {"sum_squares", KernelOp::kSumSquares},
+    {"conv2d", KernelOp::kConv2d},
+    {"conv2d_grad_input", KernelOp::kConv2dGradInput},
+    {"conv2d_grad_params", KernelOp::kConv2dGradParams},
+    {"max_pool2d", KernelOp::kMaxPool2d},
+    {"max_pool2d_grad", KernelOp::kMaxPool2dGrad},
+    {"avg_pool2d", KernelOp::kAvgPool2d},
+    {"avg_pool2d_grad", KernelOp::kAvgPool2dGrad},
+    {"reshape", KernelOp::kReshape},
     {"optimizer", KernelOp::kAdamW},  // kAdamW or kSgd, from plan.optimizer
 };
 
@@ -59,6 +68,94 @@ const KernelOpName* FindKernel(absl::string_view name) {
     if (name == candidate.name) return &candidate;
   }
   return nullptr;
+}
+
+// Convolution and pooling: the geometry from the image-side buffer, the
+// weight and the attributes, checked against the other side.
+template <typename Fail>
+absl::Status ResolveWindow(const Plan& plan, const Instruction& instr,
+                           const Fail& fail, KernelArgs& k) {
+  auto in_buf = [&](int j) -> const Buffer& { return plan.buffers[instr.inputs[j]]; };
+  auto out_buf = [&](int j) -> const Buffer& { return plan.buffers[instr.outputs[j]]; };
+  auto attr = [&](const char* name) {
+    auto it = instr.attrs.find(name);
+    return it == instr.attrs.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
+  };
+  const Buffer& workspace = out_buf(static_cast<int>(instr.outputs.size()) - 1);
+  if (workspace.kind != BufferKind::kWorkspace) {
+    return fail("the last output is not a workspace buffer");
+  }
+  k.workspace = reinterpret_cast<char*>(k.y[instr.outputs.size() - 1]);
+  k.y[instr.outputs.size() - 1] = nullptr;  // at most 3 outputs
+  k.workspace_bytes = workspace.bytes;
+
+  WindowGeometry& g = k.window;
+  const bool conv = k.op == KernelOp::kConv2d || k.op == KernelOp::kConv2dGradInput ||
+                    k.op == KernelOp::kConv2dGradParams;
+  // The image side: x for the forward ops and grad_params, dx otherwise.
+  const bool image_is_output = k.op == KernelOp::kConv2dGradInput ||
+                               k.op == KernelOp::kMaxPool2dGrad ||
+                               k.op == KernelOp::kAvgPool2dGrad;
+  const Buffer& image = image_is_output ? out_buf(0)
+                        : k.op == KernelOp::kConv2dGradParams ? in_buf(1)
+                                                              : in_buf(0);
+  const Buffer& other = k.op == KernelOp::kConv2d || k.op == KernelOp::kMaxPool2d ||
+                                k.op == KernelOp::kAvgPool2d
+                            ? out_buf(0)
+                            : in_buf(0);
+  if (image.shape.size() != 4) return fail("the image is not [N, C, H, W]");
+  g.n = image.shape[0];
+  g.c = image.shape[1];
+  g.h = image.shape[2];
+  g.w = image.shape[3];
+  g.stride = attr("stride");
+  g.padding = attr("padding");
+  if (conv) {
+    const Buffer& weight = k.op == KernelOp::kConv2dGradParams ? out_buf(0) : in_buf(1);
+    if (weight.shape.size() != 4 || weight.shape[1] != g.c) {
+      return fail("the weight is not [O, C, kh, kw] for the image's C");
+    }
+    g.o = weight.shape[0];
+    g.kh = weight.shape[2];
+    g.kw = weight.shape[3];
+    if (k.op == KernelOp::kConv2d) {
+      g.has_bias = instr.inputs.size() == 3;
+      if (g.has_bias && Elements(in_buf(2)) != g.o) return fail("bias size");
+      if (!g.has_bias) k.x[2] = nullptr;
+    } else if (k.op == KernelOp::kConv2dGradParams) {
+      g.has_bias = instr.outputs.size() == 3;
+      if (g.has_bias && Elements(out_buf(1)) != g.o) return fail("db size");
+    }
+  } else {
+    g.o = g.c;
+    g.kh = attr("kernel_h");
+    g.kw = attr("kernel_w");
+  }
+  if (g.stride < 1 || g.padding < 0 || g.kh < 1 || g.kw < 1) {
+    return fail("attrs stride, padding and the kernel size are missing or out of range");
+  }
+  const int64_t span_h = g.h + 2 * g.padding - g.kh, span_w = g.w + 2 * g.padding - g.kw;
+  if (span_h < 0 || span_w < 0 || span_h % g.stride || span_w % g.stride) {
+    return fail("the windows do not tile the padded image");
+  }
+  g.oh = span_h / g.stride + 1;
+  g.ow = span_w / g.stride + 1;
+  if (Elements(other) != g.n * g.o * g.oh * g.ow) {
+    return fail(absl::StrCat("the output side holds ", Elements(other),
+                             " elements, the geometry gives ", g.n, "x", g.o, "x", g.oh,
+                             "x", g.ow));
+  }
+  if (k.op == KernelOp::kMaxPool2d || k.op == KernelOp::kMaxPool2dGrad) {
+    const Buffer& argmax = k.op == KernelOp::kMaxPool2d ? out_buf(1) : in_buf(3);
+    if (argmax.dtype != DType::kI32 || Elements(argmax) != Elements(other)) {
+      return fail("argmax is not i32 shaped like y");
+    }
+  }
+  if (k.op == KernelOp::kMaxPool2dGrad &&
+      (Elements(in_buf(1)) != g.n * g.c * g.h * g.w || Elements(in_buf(2)) != Elements(other))) {
+    return fail("x or y does not match the geometry");
+  }
+  return absl::OkStatus();
 }
 
 // Fills `k` for `instr` (already checked for arity and ids).
@@ -77,8 +174,9 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
   auto out_buf = [&](int j) -> const Buffer& {
     return plan.buffers[instr.outputs[j]];
   };
+  // Without an arena (DescribeKernel) every pointer stays null.
   auto fptr = [&](const Buffer& b) {
-    return reinterpret_cast<float*>(base + b.offset);
+    return base == nullptr ? nullptr : reinterpret_cast<float*>(base + b.offset);
   };
   for (size_t j = 0; j < instr.inputs.size() && j < 5; ++j) {
     k.x[j] = fptr(in_buf(j));
@@ -158,7 +256,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
     case KernelOp::kCrossEntropyGrad: {
       const Buffer& label = in_buf(1);
       if (label.dtype != DType::kI32) return fail("label is not i32");
-      k.labels = reinterpret_cast<const int32_t*>(base + label.offset);
+      k.labels = reinterpret_cast<const int32_t*>(fptr(label));
       k.rows = Elements(label);
       if (k.rows == 0 || Elements(in_buf(0)) % k.rows != 0) {
         return fail("logits are not [B, C]");
@@ -220,7 +318,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       const Buffer& table = forward ? in_buf(1) : out_buf(0);
       if (ids.dtype != DType::kI32) return fail("ids are not i32");
       if (table.shape.size() != 2) return fail("table is not [V, C]");
-      k.labels = reinterpret_cast<const int32_t*>(base + ids.offset);
+      k.labels = reinterpret_cast<const int32_t*>(fptr(ids));
       k.rows = Elements(ids);
       k.in = table.shape[0];
       k.out = table.shape[1];
@@ -268,6 +366,18 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       }
       return absl::OkStatus();
     }
+    case KernelOp::kConv2d:
+    case KernelOp::kConv2dGradInput:
+    case KernelOp::kConv2dGradParams:
+    case KernelOp::kMaxPool2d:
+    case KernelOp::kMaxPool2dGrad:
+    case KernelOp::kAvgPool2d:
+    case KernelOp::kAvgPool2dGrad:
+      return ResolveWindow(plan, instr, fail, k);
+    case KernelOp::kReshape:
+      k.rows = Elements(in_buf(0));
+      if (Elements(out_buf(0)) != k.rows) return fail("sizes differ");
+      return absl::OkStatus();
     case KernelOp::kSumSquares: {
       const int b = static_cast<int>(attr("bucket", -1));
       if (b < 0 || b >= static_cast<int>(plan.buckets.size())) {
@@ -366,7 +476,53 @@ void FuseLinearActivations(const Plan& plan, std::vector<KernelArgs>& kernels) {
   }
 }
 
+// Checks `instr` against the op table (arity, ids, stream) and fills `k`;
+// `base` null: no arena, pointers stay null.
+absl::Status ResolveInstruction(const Plan& plan, const Instruction& instr,
+                                char* base, const std::string& device_name,
+                                KernelArgs& k) {
+  auto fail = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        device_name, ": instruction ", instr.id, " (", instr.op, " \"", instr.label,
+        "\"): ", why));
+  };
+  if (instr.id < 0 || instr.id >= static_cast<int>(plan.instructions.size()) ||
+      &plan.instructions[instr.id] != &instr) {
+    return fail("id != its index");
+  }
+  const ops::OpDef* def = ops::FindOp(instr.op);
+  const KernelOpName* kernel = FindKernel(instr.op);
+  if (def == nullptr || kernel == nullptr) {
+    return fail(def == nullptr ? "unknown op" : "no kernel for this op");
+  }
+  const int n_in = static_cast<int>(instr.inputs.size());
+  const int n_out = static_cast<int>(instr.outputs.size());
+  if (n_in < def->min_inputs || (def->max_inputs >= 0 && n_in > def->max_inputs) ||
+      n_out < def->min_outputs || (def->max_outputs >= 0 && n_out > def->max_outputs)) {
+    return fail(absl::StrCat("has ", n_in, " inputs and ", n_out,
+                             " outputs; ", def->name, " takes ", def->doc));
+  }
+  const int num_buffers = static_cast<int>(plan.buffers.size());
+  for (int id : instr.inputs) {
+    if (id < 0 || id >= num_buffers) return fail("input id out of range");
+  }
+  for (int id : instr.outputs) {
+    if (id < 0 || id >= num_buffers) return fail("output id out of range");
+  }
+  k.op = kernel->op;
+  if (k.op == KernelOp::kNotCompute) return absl::OkStatus();
+  if (instr.stream != Stream::kCompute) return fail("not on compute stream");
+  return ResolveOne(plan, instr, base, device_name, k);
+}
+
 }  // namespace
+
+absl::StatusOr<KernelArgs> DescribeKernel(const Plan& plan, const Instruction& instr,
+                                          const std::string& device_name) {
+  KernelArgs k;
+  RETURN_IF_ERROR(ResolveInstruction(plan, instr, nullptr, device_name, k));
+  return k;
+}
 
 bool IsKernelOp(absl::string_view op) {
   const KernelOpName* kernel = FindKernel(op);
@@ -381,7 +537,6 @@ absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
         absl::StrCat(device_name, ": plan needs an arena of ", plan.arena_bytes,
                      " bytes, have ", arena_bytes));
   }
-  const int num_buffers = static_cast<int>(plan.buffers.size());
   for (const Buffer& b : plan.buffers) {
     if (b.offset < 0 || b.bytes < 0 || b.offset + b.bytes > arena_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -390,37 +545,8 @@ absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
   }
   std::vector<KernelArgs> kernels(plan.instructions.size());
   for (size_t i = 0; i < plan.instructions.size(); ++i) {
-    const Instruction& instr = plan.instructions[i];
-    auto fail = [&](const std::string& why) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          device_name, ": instruction ", i, " (", instr.op, " \"", instr.label,
-          "\"): ", why));
-    };
-    if (instr.id != static_cast<int>(i)) return fail("id != its index");
-    const ops::OpDef* def = ops::FindOp(instr.op);
-    const KernelOpName* kernel = FindKernel(instr.op);
-    if (def == nullptr || kernel == nullptr) {
-      return fail(def == nullptr ? "unknown op" : "no kernel for this op");
-    }
-    const int n_in = static_cast<int>(instr.inputs.size());
-    const int n_out = static_cast<int>(instr.outputs.size());
-    if (n_in < def->min_inputs || (def->max_inputs >= 0 && n_in > def->max_inputs) ||
-        n_out < def->min_outputs || (def->max_outputs >= 0 && n_out > def->max_outputs)) {
-      return fail(absl::StrCat("has ", n_in, " inputs and ", n_out,
-                               " outputs; ", def->name, " takes ", def->doc));
-    }
-    for (int id : instr.inputs) {
-      if (id < 0 || id >= num_buffers) return fail("input id out of range");
-    }
-    for (int id : instr.outputs) {
-      if (id < 0 || id >= num_buffers) return fail("output id out of range");
-    }
-    KernelArgs& k = kernels[i];
-    k.op = kernel->op;
-    if (k.op == KernelOp::kNotCompute) continue;
-    if (instr.stream != Stream::kCompute) return fail("not on compute stream");
-    absl::Status status = ResolveOne(plan, instr, arena, device_name, k);
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(ResolveInstruction(plan, plan.instructions[i], arena, device_name,
+                                       kernels[i]));
   }
   FuseLinearActivations(plan, kernels);
   return kernels;

@@ -64,6 +64,27 @@ enum class KernelOp : uint8_t {
   kSumSquares,            // bucket grads (slot 0, rows floats) -> y[0] (+)= sum x^2
   kSilu,                  // x -> y; rows = n
   kSiluGrad,              // dy, x -> dx acc; rows = n
+  // Convolution and pooling (geometry in KernelArgs::window; the last
+  // output is the workspace).
+  kConv2d,                // x, w[, b] -> y
+  kConv2dGradInput,       // dy, w -> dx acc
+  kConv2dGradParams,      // dy, x -> dw[, db] acc
+  kMaxPool2d,             // x -> y, argmax (the backend's encoding)
+  kMaxPool2dGrad,         // dy, x, y, argmax -> dx acc
+  kAvgPool2d,             // x -> y
+  kAvgPool2dGrad,         // dy -> dx acc
+  kReshape,               // x -> y, a copy; rows = n
+};
+
+// An NCHW convolution or pooling window: the image side [n, c, h, w]
+// (x or dx), the other side [n, o, oh, ow] (y or dy; o = c for pooling),
+// the window kh x kw moved by `stride` over the image padded by `padding`
+// on every side.
+struct WindowGeometry {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t o = 0, oh = 0, ow = 0;
+  int64_t kh = 0, kw = 0, stride = 1, padding = 0;
+  bool has_bias = false;  // conv2d / conv2d_grad_params
 };
 
 // Activation fused into a forward linear.
@@ -89,6 +110,10 @@ struct KernelArgs {
   // squared gradient norm; null without clipping.
   const float* grad_sq = nullptr;
   int micro = 0;             // dropout: the instruction's micro-step
+  WindowGeometry window;     // convolution and pooling
+  // Ops with a workspace (ops::OpDef::workspace): the plan's reservation.
+  char* workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
 
 // True for the ops a device runs (everything but load_batch and
@@ -100,6 +125,13 @@ bool IsKernelOp(absl::string_view op);
 absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
     const Plan& plan, char* arena, int64_t arena_bytes,
     const std::string& device_name);
+
+// One instruction resolved without an arena (pointers left null): what a
+// backend needs to size its workspace (PlanOptions::workspace) before the
+// plan's memory is laid out.
+absl::StatusOr<KernelArgs> DescribeKernel(const Plan& plan,
+                                          const Instruction& instr,
+                                          const std::string& device_name);
 
 // Elements of a f32/i32 buffer.
 inline int64_t Elements(const Buffer& b) { return b.bytes / 4; }

@@ -23,6 +23,7 @@
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/nccl/nccl_communicator.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/cpu/dnnl_ops.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/loader.h"
@@ -75,6 +76,21 @@ absl::StatusOr<std::string> ResolveDevice(const std::string& requested,
   }
   return std::string("cuda");
 }
+
+}  // namespace
+
+absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device) {
+  ASSIGN_OR_RETURN(std::string kind, ResolveDevice(device, 1));
+  PlanOptions options;
+  if (kind == "cuda") {
+    options.workspace = CudaWorkspaceBytes;
+  } else {
+    options.workspace = cpu::WorkspaceBytes;
+  }
+  return options;
+}
+
+namespace {
 
 // Parameters are initialised like PyTorch's modules (see Buffer::init) from
 // one portable generator seeded by the plan, so every rank and every

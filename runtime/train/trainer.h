@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
+#include "compiler/planner/planner.h"
 
 namespace trainc {
 
@@ -75,6 +76,11 @@ struct TrainSummary {
 
 // Runs the training of one rank. Progress and the summary go to `log` on
 // rank 0 only. Collective: every rank of the job must call it.
+// What the planner must know of the backend `device` ("cpu", "cuda" or
+// "auto", as --device) that will run the plan: the workspace its
+// convolution and pooling libraries need (oneDNN, cuDNN).
+absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device);
+
 absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                        const RankContext& rank,
                                        const TrainOptions& options,

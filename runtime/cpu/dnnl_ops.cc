@@ -1,0 +1,406 @@
+#include "runtime/cpu/dnnl_ops.h"
+
+#include <omp.h>
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace trainc::cpu {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Dims = memory::dims;
+constexpr auto kF32 = memory::data_type::f32;
+
+constexpr int64_t kAlign = 64;
+int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// One primitive with its arguments.
+struct Step {
+  dnnl::primitive primitive;
+  std::unordered_map<int, memory> args;
+};
+
+// What one instruction runs: reorders into oneDNN's layouts, the
+// operation, reorders back, then `out += temp` for accumulated outputs.
+struct Program {
+  std::vector<Step> steps;
+  struct Accumulate {
+    const float* temp;
+    float* out;
+    int64_t n;
+  };
+  std::vector<Accumulate> accumulate;
+};
+
+// Lays out one instruction's workspace and, unless dry (sizing only),
+// builds the memory objects and reorders over it.
+class Builder {
+ public:
+  Builder(const dnnl::engine& engine, char* workspace, bool dry)
+      : engine_(engine), base_(workspace), dry_(dry) {}
+
+  int64_t used() const { return used_; }
+  bool dry() const { return dry_; }
+
+  // `bytes` of the workspace, 64-byte aligned.
+  void* Take(int64_t bytes) {
+    void* p = dry_ ? nullptr : base_ + used_;
+    used_ += AlignUp(bytes);
+    return p;
+  }
+
+  // An input the user holds at `data` in layout `plain`, as the primitive
+  // wants it (`want`): the buffer itself, or a copy reordered into the
+  // workspace before the primitive runs.
+  memory In(const memory::desc& plain, const void* data, const memory::desc& want) {
+    if (want == plain) return Wrap(plain, const_cast<void*>(data));
+    memory staged = Wrap(want, Take(want.get_size()));
+    if (!dry_) {
+      memory user = Wrap(plain, const_cast<void*>(data));
+      before_.push_back({dnnl::reorder(user, staged), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, staged}}});
+    }
+    return staged;
+  }
+
+  // An output the user wants at `data` in layout `plain`, written (or, with
+  // `accumulate`, added) from the primitive's layout `want`.
+  memory Out(const memory::desc& plain, float* data, const memory::desc& want,
+             bool accumulate) {
+    void* target = data;
+    if (accumulate) {
+      const int64_t n = static_cast<int64_t>(plain.get_size() / sizeof(float));
+      target = Take(plain.get_size());
+      if (!dry_) accumulate_.push_back({static_cast<const float*>(target), data, n});
+    }
+    if (want == plain) return Wrap(plain, target);
+    memory staged = Wrap(want, Take(want.get_size()));
+    if (!dry_) {
+      memory user = Wrap(plain, target);
+      after_.push_back({dnnl::reorder(staged, user), {{DNNL_ARG_FROM, staged}, {DNNL_ARG_TO, user}}});
+    }
+    return staged;
+  }
+
+  memory Scratchpad(const memory::desc& md) { return Wrap(md, Take(md.get_size())); }
+
+  Program Finish(dnnl::primitive primitive, std::unordered_map<int, memory> args) {
+    Program p;
+    p.steps = std::move(before_);
+    p.steps.push_back({std::move(primitive), std::move(args)});
+    for (Step& s : after_) p.steps.push_back(std::move(s));
+    p.accumulate = std::move(accumulate_);
+    return p;
+  }
+
+ private:
+  memory Wrap(const memory::desc& md, void* data) {
+    if (dry_) return memory();
+    return memory(md, engine_, data);
+  }
+
+  const dnnl::engine& engine_;
+  char* base_;
+  bool dry_;
+  int64_t used_ = 0;
+  std::vector<Step> before_, after_;
+  std::vector<Program::Accumulate> accumulate_;
+};
+
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+memory::desc Plain(const Dims& dims, Tag tag) { return memory::desc(dims, kF32, tag); }
+memory::desc Any(const Dims& dims) { return memory::desc(dims, kF32, Tag::any); }
+
+struct ConvShapes {
+  Dims image, weight, bias, out, strides, padding;
+};
+ConvShapes ShapesOf(const WindowGeometry& g) {
+  return {{g.n, g.c, g.h, g.w},     {g.o, g.c, g.kh, g.kw}, {g.o},
+          {g.n, g.o, g.oh, g.ow},   {g.stride, g.stride},   {g.padding, g.padding}};
+}
+
+// The forward convolution every convolution primitive is defined against
+// (the backward ones take it as their hint).
+dnnl::convolution_forward::primitive_desc ConvForwardDesc(const WindowGeometry& g,
+                                                          const dnnl::engine& engine) {
+  const ConvShapes s = ShapesOf(g);
+  const memory::desc bias = g.has_bias ? Plain(s.bias, Tag::a) : memory::desc();
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
+                                    dnnl::algorithm::convolution_direct, Any(s.image),
+                                    Any(s.weight), bias, Any(s.out), s.strides, s.padding,
+                                    s.padding);
+  return dnnl::convolution_forward::primitive_desc(d, UserScratchpad(), engine);
+}
+
+Program BuildConv2d(const KernelArgs& k, const dnnl::engine& engine, Builder& b) {
+  const WindowGeometry& g = k.window;
+  const ConvShapes s = ShapesOf(g);
+  auto pd = ConvForwardDesc(g, engine);
+  std::unordered_map<int, memory> args;
+  args[DNNL_ARG_SRC] = b.In(Plain(s.image, Tag::nchw), k.x[0], pd.src_desc());
+  args[DNNL_ARG_WEIGHTS] = b.In(Plain(s.weight, Tag::oihw), k.x[1], pd.weights_desc());
+  if (g.has_bias) args[DNNL_ARG_BIAS] = b.In(Plain(s.bias, Tag::a), k.x[2], pd.bias_desc());
+  args[DNNL_ARG_DST] = b.Out(Plain(s.out, Tag::nchw), k.y[0], pd.dst_desc(), false);
+  args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
+  if (b.dry()) return {};
+  return b.Finish(dnnl::convolution_forward(pd), std::move(args));
+}
+
+Program BuildConv2dGradInput(const KernelArgs& k, const dnnl::engine& engine, Builder& b) {
+  const WindowGeometry& g = k.window;
+  const ConvShapes s = ShapesOf(g);
+  auto hint = ConvForwardDesc(g, engine);
+  dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, Any(s.image),
+                                          Any(s.weight), Any(s.out), s.strides, s.padding,
+                                          s.padding);
+  dnnl::convolution_backward_data::primitive_desc pd(d, UserScratchpad(), engine, hint);
+  std::unordered_map<int, memory> args;
+  args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, Tag::nchw), k.x[0], pd.diff_dst_desc());
+  args[DNNL_ARG_WEIGHTS] = b.In(Plain(s.weight, Tag::oihw), k.x[1], pd.weights_desc());
+  args[DNNL_ARG_DIFF_SRC] =
+      b.Out(Plain(s.image, Tag::nchw), k.y[0], pd.diff_src_desc(), k.accumulate);
+  args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
+  if (b.dry()) return {};
+  return b.Finish(dnnl::convolution_backward_data(pd), std::move(args));
+}
+
+Program BuildConv2dGradParams(const KernelArgs& k, const dnnl::engine& engine, Builder& b) {
+  const WindowGeometry& g = k.window;
+  const ConvShapes s = ShapesOf(g);
+  auto hint = ConvForwardDesc(g, engine);
+  const memory::desc bias = g.has_bias ? Plain(s.bias, Tag::a) : memory::desc();
+  // Few input channels (an image's first layer): oneDNN's blocked direct
+  // kernel runs at a tenth of its speed there (1 of 8 lanes used); on plain
+  // layouts it takes its GEMM path instead.
+  const bool few = g.c < 8;
+  dnnl::convolution_backward_weights::desc d(
+      dnnl::algorithm::convolution_direct, few ? Plain(s.image, Tag::nchw) : Any(s.image),
+      Any(s.weight), bias, few ? Plain(s.out, Tag::nchw) : Any(s.out), s.strides, s.padding,
+      s.padding);
+  dnnl::convolution_backward_weights::primitive_desc pd(d, UserScratchpad(), engine, hint);
+  std::unordered_map<int, memory> args;
+  args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, Tag::nchw), k.x[0], pd.diff_dst_desc());
+  args[DNNL_ARG_SRC] = b.In(Plain(s.image, Tag::nchw), k.x[1], pd.src_desc());
+  args[DNNL_ARG_DIFF_WEIGHTS] =
+      b.Out(Plain(s.weight, Tag::oihw), k.y[0], pd.diff_weights_desc(), k.accumulate);
+  if (g.has_bias) {
+    args[DNNL_ARG_DIFF_BIAS] =
+        b.Out(Plain(s.bias, Tag::a), k.y[1], pd.diff_bias_desc(), k.accumulate);
+  }
+  args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
+  if (b.dry()) return {};
+  return b.Finish(dnnl::convolution_backward_weights(pd), std::move(args));
+}
+
+dnnl::algorithm PoolAlgorithm(KernelOp op) {
+  return op == KernelOp::kMaxPool2d || op == KernelOp::kMaxPool2dGrad
+             ? dnnl::algorithm::pooling_max
+             : dnnl::algorithm::pooling_avg_include_padding;
+}
+
+dnnl::pooling_forward::primitive_desc PoolForwardDesc(const WindowGeometry& g, KernelOp op,
+                                                      Tag layout, const dnnl::engine& engine) {
+  const ConvShapes s = ShapesOf(g);
+  dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_training, PoolAlgorithm(op),
+                                Plain(s.image, layout), Plain(s.out, layout), s.strides,
+                                {g.kh, g.kw}, s.padding, s.padding);
+  return dnnl::pooling_forward::primitive_desc(d, UserScratchpad(), engine);
+}
+
+// Max pooling's oneDNN workspace (where each maximum came from) lives in
+// the plan's argmax buffer, one i32 per output element.
+bool ArgmaxFits(const dnnl::pooling_forward::primitive_desc& pd, const WindowGeometry& g) {
+  return static_cast<int64_t>(pd.workspace_desc().get_size()) <= g.n * g.o * g.oh * g.ow * 4;
+}
+
+// The layout pooling runs in. oneDNN pools plain NCHW with its reference
+// loops (20x slower than its JIT kernels here), so the image is reordered
+// to channel blocks of 16 or 8 (whichever this CPU has kernels for) when a
+// JIT kernel takes it and max pooling's workspace fits the argmax buffer;
+// else plain. A function of the geometry and the CPU only, so the forward
+// and backward instructions agree.
+Tag PoolLayout(const WindowGeometry& g, KernelOp forward_op, const dnnl::engine& engine) {
+  for (Tag blocked : {Tag::nChw16c, Tag::nChw8c}) {
+    try {
+      auto pd = PoolForwardDesc(g, forward_op, blocked, engine);
+      const std::string impl = pd.impl_info_str();
+      if (impl.rfind("jit", 0) != 0) continue;
+      if (forward_op == KernelOp::kMaxPool2d && !ArgmaxFits(pd, g)) continue;
+      return blocked;
+    } catch (const dnnl::error&) {
+    }
+  }
+  return Tag::nchw;
+}
+
+absl::Status CheckArgmaxFits(const dnnl::pooling_forward::primitive_desc& pd,
+                             const WindowGeometry& g) {
+  if (ArgmaxFits(pd, g)) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("oneDNN's max-pooling workspace needs ",
+                                          pd.workspace_desc().get_size(),
+                                          " bytes, the argmax buffer holds ",
+                                          g.n * g.o * g.oh * g.ow * 4));
+}
+
+absl::StatusOr<Program> BuildPool(const KernelArgs& k, const dnnl::engine& engine,
+                                  Builder& b) {
+  const WindowGeometry& g = k.window;
+  const ConvShapes s = ShapesOf(g);
+  auto pd = PoolForwardDesc(g, k.op, PoolLayout(g, k.op, engine), engine);
+  std::unordered_map<int, memory> args;
+  args[DNNL_ARG_SRC] = b.In(Plain(s.image, Tag::nchw), k.x[0], pd.src_desc());
+  args[DNNL_ARG_DST] = b.Out(Plain(s.out, Tag::nchw), k.y[0], pd.dst_desc(), false);
+  if (k.op == KernelOp::kMaxPool2d) {
+    if (absl::Status fits = CheckArgmaxFits(pd, g); !fits.ok()) return fits;
+    if (!b.dry()) args[DNNL_ARG_WORKSPACE] = memory(pd.workspace_desc(), engine, k.y[1]);
+  }
+  args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
+  if (b.dry()) return Program{};
+  return b.Finish(dnnl::pooling_forward(pd), std::move(args));
+}
+
+absl::StatusOr<Program> BuildPoolGrad(const KernelArgs& k, const dnnl::engine& engine,
+                                      Builder& b) {
+  const WindowGeometry& g = k.window;
+  const ConvShapes s = ShapesOf(g);
+  const KernelOp forward_op =
+      k.op == KernelOp::kMaxPool2dGrad ? KernelOp::kMaxPool2d : KernelOp::kAvgPool2d;
+  const Tag layout = PoolLayout(g, forward_op, engine);
+  auto hint = PoolForwardDesc(g, forward_op, layout, engine);
+  dnnl::pooling_backward::desc d(PoolAlgorithm(k.op), Plain(s.image, layout),
+                                 Plain(s.out, layout), s.strides, {g.kh, g.kw}, s.padding,
+                                 s.padding);
+  dnnl::pooling_backward::primitive_desc pd(d, UserScratchpad(), engine, hint);
+  std::unordered_map<int, memory> args;
+  args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, Tag::nchw), k.x[0], pd.diff_dst_desc());
+  args[DNNL_ARG_DIFF_SRC] =
+      b.Out(Plain(s.image, Tag::nchw), k.y[0], pd.diff_src_desc(), k.accumulate);
+  if (k.op == KernelOp::kMaxPool2dGrad) {
+    if (absl::Status fits = CheckArgmaxFits(hint, g); !fits.ok()) return fits;
+    if (!b.dry()) {
+      args[DNNL_ARG_WORKSPACE] =
+          memory(hint.workspace_desc(), engine, const_cast<float*>(k.x[3]));
+    }
+  }
+  args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
+  if (b.dry()) return Program{};
+  return b.Finish(dnnl::pooling_backward(pd), std::move(args));
+}
+
+// Builds (or, dry, sizes) the program of one instruction; oneDNN reports
+// errors as exceptions, turned into a Status here.
+absl::StatusOr<Program> Build(const KernelArgs& k, const dnnl::engine& engine, Builder& b) {
+  try {
+    switch (k.op) {
+      case KernelOp::kConv2d: return BuildConv2d(k, engine, b);
+      case KernelOp::kConv2dGradInput: return BuildConv2dGradInput(k, engine, b);
+      case KernelOp::kConv2dGradParams: return BuildConv2dGradParams(k, engine, b);
+      case KernelOp::kMaxPool2d:
+      case KernelOp::kAvgPool2d: return BuildPool(k, engine, b);
+      case KernelOp::kMaxPool2dGrad:
+      case KernelOp::kAvgPool2dGrad: return BuildPoolGrad(k, engine, b);
+      default: return absl::InternalError("not a oneDNN op");
+    }
+  } catch (const dnnl::error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("oneDNN: ", e.what()));
+  }
+}
+
+const dnnl::engine& CpuEngine() {
+  static const auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+}  // namespace
+
+void SetDnnlThreads(int threads) { omp_set_num_threads(threads); }
+
+bool IsDnnlOp(KernelOp op) {
+  switch (op) {
+    case KernelOp::kConv2d:
+    case KernelOp::kConv2dGradInput:
+    case KernelOp::kConv2dGradParams:
+    case KernelOp::kMaxPool2d:
+    case KernelOp::kMaxPool2dGrad:
+    case KernelOp::kAvgPool2d:
+    case KernelOp::kAvgPool2dGrad:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<int64_t> WorkspaceBytes(const Plan& plan, const Instruction& instr) {
+  absl::StatusOr<KernelArgs> k = DescribeKernel(plan, instr, "cpu");
+  if (!k.ok()) return k.status();
+  if (!IsDnnlOp(k->op)) return 0;
+  Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
+  absl::StatusOr<Program> program = Build(*k, CpuEngine(), sizing);
+  if (!program.ok()) return program.status();
+  return sizing.used();
+}
+
+struct DnnlOps::State {
+  dnnl::stream stream{CpuEngine()};
+  std::unordered_map<int, Program> programs;  // by instruction id
+};
+
+DnnlOps::DnnlOps() : state_(std::make_unique<State>()) {}
+DnnlOps::~DnnlOps() = default;
+
+absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels) {
+  state_->programs.clear();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const KernelArgs& k = kernels[i];
+    if (!IsDnnlOp(k.op)) continue;
+    const Instruction& instr = plan.instructions[i];
+    auto fail = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat("cpu: instruction ", i, " (", instr.op,
+                                                     " \"", instr.label, "\"): ", why));
+    };
+    Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
+    absl::StatusOr<Program> sized = Build(k, CpuEngine(), sizing);
+    if (!sized.ok()) return fail(std::string(sized.status().message()));
+    if (sizing.used() > k.workspace_bytes) {
+      return fail(absl::StrCat("oneDNN needs ", sizing.used(),
+                               " bytes of workspace, the plan reserves ", k.workspace_bytes,
+                               " (a plan compiled for another device? compile it with "
+                               "--device cpu)"));
+    }
+    Builder builder(CpuEngine(), k.workspace, /*dry=*/false);
+    absl::StatusOr<Program> program = Build(k, CpuEngine(), builder);
+    if (!program.ok()) return fail(std::string(program.status().message()));
+    state_->programs[static_cast<int>(i)] = *std::move(program);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DnnlOps::Run(int id) {
+  auto it = state_->programs.find(id);
+  if (it == state_->programs.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cpu: instruction ", id, " has no oneDNN primitive"));
+  }
+  try {
+    for (Step& step : it->second.steps) step.primitive.execute(state_->stream, step.args);
+    state_->stream.wait();
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("cpu: oneDNN: ", e.what()));
+  }
+  for (const Program::Accumulate& a : it->second.accumulate) {
+    for (int64_t j = 0; j < a.n; ++j) a.out[j] += a.temp[j];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainc::cpu
