@@ -3,8 +3,9 @@
 //
 //   bazel run //tools/bench:cpu_bench [-- --steps 300 --gpt-steps 40]
 //   bazel run //tools/bench:cpu_bench -- --only gpt [--no-torch]
+//   bazel run //tools/bench:cpu_bench -- --only cnn
 //
-// Two models, each compiled by the real front end (CompileFile with
+// Three models, each compiled by the real front end (CompileFile with
 // overrides) and planner (BuildPlan), run by the shared Executor on a
 // CpuDevice with synthetic data (one random batch uploaded every
 // micro-step: data loading is not what this measures):
@@ -14,7 +15,10 @@
 //   gpt  dsl_examples/tiny_gpt.train (GPT-2's block, 4 layers x 128 wide,
 //        vocab 256, context 64, tied output weight, AdamW 1e-3, betas
 //        (0.9, 0.95), weight decay 0.1 on matrices) at a global batch of 32
-//        sequences = 2,048 tokens, random token ids in [0, 256).
+//        sequences = 2,048 tokens, random token ids in [0, 256);
+//   cnn  dsl_examples/fashion_cnn.train (two 3x3 conv + ReLU + 2x2
+//        max-pool blocks on oneDNN, 3136-256-10 head, dropout) at a
+//        global batch of 256 images.
 //
 //   1 rank    gpus 1, micro_batch = global batch, accumulate 1
 //   2 ranks   gpus 2, micro_batch = global batch / 2, accumulate 1, the
@@ -59,6 +63,7 @@
 #include "compiler/planner/planner.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/cpu/dnnl_ops.h"
 #include "runtime/exec/batch_source.h"
 #include "runtime/exec/executor.h"
 #include "runtime/launch/launcher.h"
@@ -73,7 +78,7 @@ constexpr char kResultTag[] = "CPU_BENCH_RESULT";
 
 // One benchmarked model.
 struct ModelConfig {
-  const char* key;           // "mlp" or "gpt": --only, --worker-model
+  const char* key;           // "mlp", "gpt" or "cnn": --only, --worker-model
   const char* train_file;
   int global_batch;          // samples (sequences) per optimizer step
   int32_t id_range;          // i32 inputs and labels: random ids in [0, n)
@@ -91,18 +96,33 @@ constexpr ModelConfig kGpt = {
     "gpt", "dsl_examples/tiny_gpt.train", 32, 256, true, "torch_gpt_",
     "4 layers x 128, ctx 64, vocab 256, tied head, adamw 1e-3, "
     "betas (0.9, 0.95), wd 0.1 on matrices"};
+constexpr ModelConfig kCnn = {
+    "cnn", "dsl_examples/fashion_cnn.train", 256, 10, false, "torch_cnn_",
+    "conv 32 3x3, pool, conv 64 3x3, pool, 3136-256-10, dropout 0.3, adamw; "
+    "oneDNN"};
+constexpr const ModelConfig* kModels[] = {&kMlp, &kGpt, &kCnn};
+
+const ModelConfig* FindModel(const std::string& key) {
+  for (const ModelConfig* m : kModels) {
+    if (key == m->key) return m;
+  }
+  return nullptr;
+}
 
 constexpr char kUsage[] = R"(usage: cpu_bench [--steps N] [--warmup N]
-                 [--gpt-steps N] [--gpt-warmup N] [--only mlp|gpt] [--no-torch]
+                 [--gpt-steps N] [--gpt-warmup N] [--cnn-steps N]
+                 [--cnn-warmup N] [--only mlp|gpt|cnn] [--no-torch]
 
-Step time on the CPU of two models, each at one rank and at two ranks
+Step time on the CPU of three models, each at one rank and at two ranks
 (processes, Gloo over loopback), beside PyTorch eager and DDP
 (tools/bench/torch_cpu_bench.py, one thread per rank):
   mlp  the default example (fashion_mlp.train: 784-256-128-10 MLP, AdamW),
        global batch 256; two ranks with and without overlapping the
        all-reduces with the backward pass;
   gpt  tiny_gpt.train (4 layers x 128 wide, context 64, AdamW), global
-       batch 32 sequences x 64 tokens.
+       batch 32 sequences x 64 tokens;
+  cnn  fashion_cnn.train (two 3x3 conv + max-pool blocks, oneDNN), global
+       batch 256 images.
 Synthetic data; each figure is the median step time of the timed steps;
 "ratio" is our step time / PyTorch's (below 1: faster than PyTorch).
 
@@ -110,7 +130,9 @@ Synthetic data; each figure is the median step time of the timed steps;
   --warmup N      untimed MLP steps first (default 30)
   --gpt-steps N   timed steps per GPT configuration (default 40)
   --gpt-warmup N  untimed GPT steps first (default 5)
-  --only M        only the model M (mlp or gpt)
+  --cnn-steps N   timed steps per CNN configuration (default 20)
+  --cnn-warmup N  untimed CNN steps first (default 3)
+  --only M        only the model M (mlp, gpt or cnn)
   --no-torch      do not run the PyTorch reference
   -h, --help      this help
 )";
@@ -120,6 +142,8 @@ struct Args {
   int warmup = 30;
   int gpt_steps = 40;
   int gpt_warmup = 5;
+  int cnn_steps = 20;
+  int cnn_warmup = 3;
   std::string only;  // empty: both models
   bool torch = true;
   // Internal, for the re-executed workers: "overlap" or "no-overlap", and
@@ -151,9 +175,9 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv, bool* help) {
     auto model = [&](const char* name, std::string* out) -> absl::Status {
       absl::StatusOr<std::string> v = value(name);
       if (!v.ok()) return v.status();
-      if (*v != kMlp.key && *v != kGpt.key) {
+      if (FindModel(*v) == nullptr) {
         return absl::InvalidArgumentError(
-            absl::StrCat(name, ": mlp or gpt, not ", *v));
+            absl::StrCat(name, ": mlp, gpt or cnn, not ", *v));
       }
       *out = *v;
       return absl::OkStatus();
@@ -169,6 +193,10 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv, bool* help) {
       s = positive("--gpt-steps", &args.gpt_steps);
     } else if (a == "--gpt-warmup") {
       s = positive("--gpt-warmup", &args.gpt_warmup);
+    } else if (a == "--cnn-steps") {
+      s = positive("--cnn-steps", &args.cnn_steps);
+    } else if (a == "--cnn-warmup") {
+      s = positive("--cnn-warmup", &args.cnn_warmup);
     } else if (a == "--only") {
       s = model("--only", &args.only);
     } else if (a == "--no-torch") {
@@ -201,7 +229,17 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus) {
                                        "runfiles tree, e.g. with bazel run)\n",
                      FormatDiagnostics(result.diagnostics, result.source)));
   }
-  return BuildPlan(*result.spec);
+  PlanOptions options;
+  options.workspace = cpu::WorkspaceBytes;  // oneDNN's, for the CNN
+  return BuildPlan(*result.spec, options);
+}
+
+// Untimed and timed steps for `model`.
+int WarmupFor(const ModelConfig& model, const Args& args) {
+  return &model == &kGpt ? args.gpt_warmup : &model == &kCnn ? args.cnn_warmup : args.warmup;
+}
+int StepsFor(const ModelConfig& model, const Args& args) {
+  return &model == &kGpt ? args.gpt_steps : &model == &kCnn ? args.cnn_steps : args.steps;
 }
 
 // Tokens per sample: the elements of the first input per sample (the
@@ -310,7 +348,7 @@ int RunWorker(const RankInfo& rank, const Args& args) {
     return fail(absl::FailedPreconditionError(
         "workers are started by cpu_bench itself (file-store rendezvous)"));
   }
-  const ModelConfig& model = args.worker_model == kGpt.key ? kGpt : kMlp;
+  const ModelConfig& model = *FindModel(args.worker_model);
   absl::StatusOr<Plan> plan = CompilePlan(model, rank.world_size);
   if (!plan.ok()) return fail(plan.status());
   GlooOptions gloo;
@@ -421,9 +459,8 @@ struct ModelResult {
 
 absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
                                          const Args& args) {
-  const bool gpt = &model == &kGpt;
-  const int warmup = gpt ? args.gpt_warmup : args.warmup;
-  const int steps = gpt ? args.gpt_steps : args.steps;
+  const int warmup = WarmupFor(model, args);
+  const int steps = StepsFor(model, args);
   ModelResult r;
   // One rank, in this process.
   absl::StatusOr<Plan> plan1 = CompilePlan(model, 1);
@@ -448,7 +485,7 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
   absl::StatusOr<TwoRankResult> overlap = two(true);
   if (!overlap.ok()) return overlap.status();
   r.overlap = *overlap;
-  if (!gpt) {
+  if (&model == &kMlp) {
     absl::StatusOr<TwoRankResult> serial = two(false);
     if (!serial.ok()) return serial.status();
     r.serial = *serial;
@@ -526,8 +563,8 @@ int Main(const Args& args) {
     return RunWorker(**rank, args);
   }
 
-  std::optional<ModelResult> mlp, gpt;
-  for (const ModelConfig* model : {&kMlp, &kGpt}) {
+  std::optional<ModelResult> mlp, gpt, cnn;
+  for (const ModelConfig* model : kModels) {
     if (!args.only.empty() && args.only != model->key) continue;
     absl::StatusOr<ModelResult> r = MeasureModel(*model, args);
     if (!r.ok()) {
@@ -535,7 +572,7 @@ int Main(const Args& args) {
                    r.status().ToString().c_str());
       return 1;
     }
-    (model == &kMlp ? mlp : gpt) = *std::move(r);
+    (model == &kMlp ? mlp : model == &kGpt ? gpt : cnn) = *std::move(r);
   }
 
   std::printf(
@@ -544,6 +581,7 @@ int Main(const Args& args) {
       sysconf(_SC_NPROCESSORS_ONLN));
   if (mlp) PrintSection(kMlp, *mlp, args.warmup, args.steps);
   if (gpt) PrintSection(kGpt, *gpt, args.gpt_warmup, args.gpt_steps);
+  if (cnn) PrintSection(kCnn, *cnn, args.cnn_warmup, args.cnn_steps);
 
   std::vector<std::string> summary;
   if (mlp) {
@@ -564,9 +602,14 @@ int Main(const Args& args) {
                               gpt->overlap.ms / gpt->torch2)
             : ""));
   }
+  if (cnn) {
+    summary.push_back(absl::StrFormat(
+        "cnn 1 rank %.1f ms/step (%s); 2 ranks %.1f ms/step = %.2fx one rank",
+        cnn->one, VsTorch(*cnn), cnn->overlap.ms, cnn->one / cnn->overlap.ms));
+  }
   // Why PyTorch figures are missing, once per distinct reason.
   std::vector<std::string> why;
-  for (const std::optional<ModelResult>* r : {&mlp, &gpt}) {
+  for (const std::optional<ModelResult>* r : {&mlp, &gpt, &cnn}) {
     if (*r && !(*r)->torch_why.empty() &&
         std::find(why.begin(), why.end(), (*r)->torch_why) == why.end()) {
       why.push_back((*r)->torch_why);

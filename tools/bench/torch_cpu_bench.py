@@ -12,7 +12,12 @@ Times one optimizer step of one of cpu_bench's models:
                position embeddings, output weight tied to the token
                embedding; AdamW(lr 1e-3, betas (0.9, 0.95), weight decay 0.1
                on 2-D parameters only); global batch 32 sequences of random
-               token ids in [0, 256), inputs and targets.
+               token ids in [0, 256), inputs and targets;
+  --model cnn  the CNN example (dsl_examples/fashion_cnn.train): conv 32
+               3x3 pad 1, ReLU, max-pool 2, conv 64 3x3 pad 1, ReLU,
+               max-pool 2, flatten, linear 256, ReLU, dropout 0.3, linear
+               10, cross-entropy, AdamW(lr 2e-3, weight decay 0.01 on 2-D and
+               4-D parameters only); global batch 256 images 1x28x28.
 
 in two configurations:
   eager: one process, one thread, the whole global batch;
@@ -23,8 +28,9 @@ Each figure is the median step time of the timed steps (for DDP the slower
 rank's), as cpu_bench's own. Prints one line per configuration,
 `name ms_per_step samples_or_tokens_per_s`, which the C++ benchmark parses
 and puts beside its own figures: torch_eager_1rank, torch_ddp_gloo_2rank
-(mlp; samples/s) and torch_gpt_eager_1rank, torch_gpt_ddp_gloo_2rank (gpt;
-tokens/s).
+(mlp; samples/s), torch_gpt_eager_1rank, torch_gpt_ddp_gloo_2rank (gpt;
+tokens/s) and torch_cnn_eager_1rank, torch_cnn_ddp_gloo_2rank (cnn;
+samples/s).
 """
 import argparse
 import math
@@ -135,8 +141,21 @@ class MlpLoss(nn.Module):
         return F.cross_entropy(self.net(x), y)
 
 
+class CnnLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(3136, 256), nn.ReLU(), nn.Dropout(0.3),
+            nn.Linear(256, 10))
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.net(x), y)
+
+
 def make_model(kind):
-    return GPT() if kind == "gpt" else MlpLoss()
+    return {"gpt": GPT, "cnn": CnnLoss, "mlp": MlpLoss}[kind]()
 
 
 def make_optimizer(kind, model):
@@ -150,6 +169,12 @@ def make_optimizer(kind, model):
             [{"params": decay, "weight_decay": 0.1},
              {"params": no_decay, "weight_decay": 0.0}],
             lr=1e-3, betas=(0.9, 0.95))
+    if kind == "cnn":
+        params = list(model.parameters())
+        return torch.optim.AdamW(
+            [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+            lr=2e-3)
     return torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
 
@@ -158,6 +183,9 @@ def make_batch(kind, batch, seed):
     if kind == "gpt":
         x = torch.randint(0, VOCAB, (batch, CTX), generator=g)
         y = torch.randint(0, VOCAB, (batch, CTX), generator=g)
+    elif kind == "cnn":
+        x = torch.rand(batch, 1, 28, 28, generator=g)
+        y = torch.randint(0, 10, (batch,), generator=g)
     else:
         x = torch.rand(batch, 784, generator=g)
         y = torch.randint(0, 10, (batch,), generator=g)
@@ -214,7 +242,7 @@ def ddp(kind, batch, world, warmup, iters):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=("mlp", "gpt"), default="mlp")
+    p.add_argument("--model", choices=("mlp", "gpt", "cnn"), default="mlp")
     p.add_argument("--batch", type=int, default=None,
                    help="global batch (default: 256 mlp, 32 gpt)")
     p.add_argument("--warmup", type=int, default=20)
@@ -224,7 +252,7 @@ def main():
     batch = a.batch or (32 if a.model == "gpt" else 256)
     # Rate: samples/s for the MLP, tokens/s for the GPT.
     per_step = batch * (CTX if a.model == "gpt" else 1)
-    prefix = "torch_gpt_" if a.model == "gpt" else "torch_"
+    prefix = {"gpt": "torch_gpt_", "cnn": "torch_cnn_"}.get(a.model, "torch_")
     sec = eager(a.model, batch, a.warmup, a.iters)
     print(f"{prefix}eager_1rank {sec * 1e3:.3f} {per_step / sec:.0f}", flush=True)
     if not a.no_ddp:
