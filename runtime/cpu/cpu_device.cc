@@ -318,6 +318,7 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
       cpu::Add(k.x[0], k.x[1], k.rows, k.y[0]);
       break;
     case Op::kCopyGrad:
+      if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
       cpu::CopyGrad(k.x[0], k.rows, k.accumulate, k.y[0]);
       break;
     case Op::kCrossEntropy:
@@ -411,6 +412,7 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
     case Op::kAvgPool2dGrad:
       return state_->dnnl.Run(instr.id);
     case Op::kReshape:
+      if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
       cpu::CopyGrad(k.x[0], k.rows, /*accumulate=*/false, k.y[0]);
       break;
   }

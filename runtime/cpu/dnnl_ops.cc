@@ -20,6 +20,58 @@ constexpr auto kF32 = memory::data_type::f32;
 constexpr int64_t kAlign = 64;
 int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+Tag BlockedTag() { return ChannelBlock() == 16 ? Tag::nChw16c : Tag::nChw8c; }
+
+// What an instruction does with the layout of its operands.
+enum class LayoutUse {
+  kDnnl,         // convolution, pooling: any layout per operand
+  kElementwise,  // the same op on every element: all operands alike
+  kConvert,      // flatten and its gradient: 4-D one side, 2-D the other
+  kPlain,        // reads its operands as NCHW (linear, losses, dropout...)
+};
+
+LayoutUse UseOf(const Plan& plan, const Instruction& in) {
+  static const char* const kDnnlOps[] = {"conv2d",     "conv2d_grad_input", "conv2d_grad_params",
+                                         "max_pool2d", "max_pool2d_grad",   "avg_pool2d",
+                                         "avg_pool2d_grad"};
+  static const char* const kElementwiseOps[] = {
+      "relu", "relu_grad", "gelu", "gelu_grad", "gelu_tanh", "gelu_tanh_grad", "tanh",
+      "tanh_grad", "silu", "silu_grad", "add"};
+  for (const char* op : kDnnlOps) {
+    if (in.op == op) return LayoutUse::kDnnl;
+  }
+  for (const char* op : kElementwiseOps) {
+    if (in.op == op) return LayoutUse::kElementwise;
+  }
+  if ((in.op == "reshape" || in.op == "copy_grad") && in.inputs.size() == 1 &&
+      in.outputs.size() == 1) {
+    const Buffer& x = plan.buffers[in.inputs[0]];
+    const Buffer& y = plan.buffers[in.outputs[0]];
+    if (x.shape == y.shape) return LayoutUse::kElementwise;
+    if (x.bytes == y.bytes && (x.shape.size() == 4) != (y.shape.size() == 4)) {
+      return LayoutUse::kConvert;
+    }
+  }
+  return LayoutUse::kPlain;
+}
+
+// The layout each operand of one instruction is kept in.
+struct Layouts {
+  Tag in[5] = {Tag::nchw, Tag::nchw, Tag::nchw, Tag::nchw, Tag::nchw};
+  Tag out[3] = {Tag::nchw, Tag::nchw, Tag::nchw};
+};
+
+Layouts LayoutsOf(const Instruction& instr, const std::vector<bool>& blocked) {
+  Layouts t;
+  for (size_t j = 0; j < instr.inputs.size() && j < 5; ++j) {
+    if (blocked[instr.inputs[j]]) t.in[j] = BlockedTag();
+  }
+  for (size_t j = 0; j < instr.outputs.size() && j < 3; ++j) {
+    if (blocked[instr.outputs[j]]) t.out[j] = BlockedTag();
+  }
+  return t;
+}
+
 // One primitive with its arguments.
 struct Step {
   dnnl::primitive primitive;
@@ -142,21 +194,23 @@ dnnl::convolution_forward::primitive_desc ConvForwardDesc(const WindowGeometry& 
   return dnnl::convolution_forward::primitive_desc(d, UserScratchpad(), engine);
 }
 
-Program BuildConv2d(const KernelArgs& k, const dnnl::engine& engine, Builder& b) {
+Program BuildConv2d(const KernelArgs& k, const Layouts& t, const dnnl::engine& engine,
+                    Builder& b) {
   const WindowGeometry& g = k.window;
   const ConvShapes s = ShapesOf(g);
   auto pd = ConvForwardDesc(g, engine);
   std::unordered_map<int, memory> args;
-  args[DNNL_ARG_SRC] = b.In(Plain(s.image, Tag::nchw), k.x[0], pd.src_desc());
+  args[DNNL_ARG_SRC] = b.In(Plain(s.image, t.in[0]), k.x[0], pd.src_desc());
   args[DNNL_ARG_WEIGHTS] = b.In(Plain(s.weight, Tag::oihw), k.x[1], pd.weights_desc());
   if (g.has_bias) args[DNNL_ARG_BIAS] = b.In(Plain(s.bias, Tag::a), k.x[2], pd.bias_desc());
-  args[DNNL_ARG_DST] = b.Out(Plain(s.out, Tag::nchw), k.y[0], pd.dst_desc(), false);
+  args[DNNL_ARG_DST] = b.Out(Plain(s.out, t.out[0]), k.y[0], pd.dst_desc(), false);
   args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
   if (b.dry()) return {};
   return b.Finish(dnnl::convolution_forward(pd), std::move(args));
 }
 
-Program BuildConv2dGradInput(const KernelArgs& k, const dnnl::engine& engine, Builder& b) {
+Program BuildConv2dGradInput(const KernelArgs& k, const Layouts& t,
+                             const dnnl::engine& engine, Builder& b) {
   const WindowGeometry& g = k.window;
   const ConvShapes s = ShapesOf(g);
   auto hint = ConvForwardDesc(g, engine);
@@ -165,16 +219,17 @@ Program BuildConv2dGradInput(const KernelArgs& k, const dnnl::engine& engine, Bu
                                           s.padding);
   dnnl::convolution_backward_data::primitive_desc pd(d, UserScratchpad(), engine, hint);
   std::unordered_map<int, memory> args;
-  args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, Tag::nchw), k.x[0], pd.diff_dst_desc());
+  args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, t.in[0]), k.x[0], pd.diff_dst_desc());
   args[DNNL_ARG_WEIGHTS] = b.In(Plain(s.weight, Tag::oihw), k.x[1], pd.weights_desc());
   args[DNNL_ARG_DIFF_SRC] =
-      b.Out(Plain(s.image, Tag::nchw), k.y[0], pd.diff_src_desc(), k.accumulate);
+      b.Out(Plain(s.image, t.out[0]), k.y[0], pd.diff_src_desc(), k.accumulate);
   args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
   if (b.dry()) return {};
   return b.Finish(dnnl::convolution_backward_data(pd), std::move(args));
 }
 
-Program BuildConv2dGradParams(const KernelArgs& k, const dnnl::engine& engine, Builder& b) {
+Program BuildConv2dGradParams(const KernelArgs& k, const Layouts& t,
+                              const dnnl::engine& engine, Builder& b) {
   const WindowGeometry& g = k.window;
   const ConvShapes s = ShapesOf(g);
   auto hint = ConvForwardDesc(g, engine);
@@ -189,8 +244,8 @@ Program BuildConv2dGradParams(const KernelArgs& k, const dnnl::engine& engine, B
       s.padding);
   dnnl::convolution_backward_weights::primitive_desc pd(d, UserScratchpad(), engine, hint);
   std::unordered_map<int, memory> args;
-  args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, Tag::nchw), k.x[0], pd.diff_dst_desc());
-  args[DNNL_ARG_SRC] = b.In(Plain(s.image, Tag::nchw), k.x[1], pd.src_desc());
+  args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, t.in[0]), k.x[0], pd.diff_dst_desc());
+  args[DNNL_ARG_SRC] = b.In(Plain(s.image, t.in[1]), k.x[1], pd.src_desc());
   args[DNNL_ARG_DIFF_WEIGHTS] =
       b.Out(Plain(s.weight, Tag::oihw), k.y[0], pd.diff_weights_desc(), k.accumulate);
   if (g.has_bias) {
@@ -225,12 +280,12 @@ bool ArgmaxFits(const dnnl::pooling_forward::primitive_desc& pd, const WindowGeo
 
 // The layout pooling runs in. oneDNN pools plain NCHW with its reference
 // loops (20x slower than its JIT kernels here), so the image is reordered
-// to channel blocks of 16 or 8 (whichever this CPU has kernels for) when a
+// to channel blocks of the CPU's vector width (if it is not already) when a
 // JIT kernel takes it and max pooling's workspace fits the argmax buffer;
 // else plain. A function of the geometry and the CPU only, so the forward
 // and backward instructions agree.
 Tag PoolLayout(const WindowGeometry& g, KernelOp forward_op, const dnnl::engine& engine) {
-  for (Tag blocked : {Tag::nChw16c, Tag::nChw8c}) {
+  for (Tag blocked : {BlockedTag()}) {
     try {
       auto pd = PoolForwardDesc(g, forward_op, blocked, engine);
       const std::string impl = pd.impl_info_str();
@@ -252,14 +307,14 @@ absl::Status CheckArgmaxFits(const dnnl::pooling_forward::primitive_desc& pd,
                                           g.n * g.o * g.oh * g.ow * 4));
 }
 
-absl::StatusOr<Program> BuildPool(const KernelArgs& k, const dnnl::engine& engine,
-                                  Builder& b) {
+absl::StatusOr<Program> BuildPool(const KernelArgs& k, const Layouts& t,
+                                  const dnnl::engine& engine, Builder& b) {
   const WindowGeometry& g = k.window;
   const ConvShapes s = ShapesOf(g);
   auto pd = PoolForwardDesc(g, k.op, PoolLayout(g, k.op, engine), engine);
   std::unordered_map<int, memory> args;
-  args[DNNL_ARG_SRC] = b.In(Plain(s.image, Tag::nchw), k.x[0], pd.src_desc());
-  args[DNNL_ARG_DST] = b.Out(Plain(s.out, Tag::nchw), k.y[0], pd.dst_desc(), false);
+  args[DNNL_ARG_SRC] = b.In(Plain(s.image, t.in[0]), k.x[0], pd.src_desc());
+  args[DNNL_ARG_DST] = b.Out(Plain(s.out, t.out[0]), k.y[0], pd.dst_desc(), false);
   if (k.op == KernelOp::kMaxPool2d) {
     if (absl::Status fits = CheckArgmaxFits(pd, g); !fits.ok()) return fits;
     if (!b.dry()) args[DNNL_ARG_WORKSPACE] = memory(pd.workspace_desc(), engine, k.y[1]);
@@ -269,8 +324,8 @@ absl::StatusOr<Program> BuildPool(const KernelArgs& k, const dnnl::engine& engin
   return b.Finish(dnnl::pooling_forward(pd), std::move(args));
 }
 
-absl::StatusOr<Program> BuildPoolGrad(const KernelArgs& k, const dnnl::engine& engine,
-                                      Builder& b) {
+absl::StatusOr<Program> BuildPoolGrad(const KernelArgs& k, const Layouts& t,
+                                      const dnnl::engine& engine, Builder& b) {
   const WindowGeometry& g = k.window;
   const ConvShapes s = ShapesOf(g);
   const KernelOp forward_op =
@@ -282,9 +337,9 @@ absl::StatusOr<Program> BuildPoolGrad(const KernelArgs& k, const dnnl::engine& e
                                  s.padding);
   dnnl::pooling_backward::primitive_desc pd(d, UserScratchpad(), engine, hint);
   std::unordered_map<int, memory> args;
-  args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, Tag::nchw), k.x[0], pd.diff_dst_desc());
+  args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, t.in[0]), k.x[0], pd.diff_dst_desc());
   args[DNNL_ARG_DIFF_SRC] =
-      b.Out(Plain(s.image, Tag::nchw), k.y[0], pd.diff_src_desc(), k.accumulate);
+      b.Out(Plain(s.image, t.out[0]), k.y[0], pd.diff_src_desc(), k.accumulate);
   if (k.op == KernelOp::kMaxPool2dGrad) {
     if (absl::Status fits = CheckArgmaxFits(hint, g); !fits.ok()) return fits;
     if (!b.dry()) {
@@ -297,23 +352,64 @@ absl::StatusOr<Program> BuildPoolGrad(const KernelArgs& k, const dnnl::engine& e
   return b.Finish(dnnl::pooling_backward(pd), std::move(args));
 }
 
+// flatten (reshape) of a channel-blocked image, or its gradient (copy_grad)
+// into one: a reorder between the blocked 4-D side and the plain 2-D side
+// (seen as NCHW), adding into the output with a sum post-op when it
+// accumulates. No workspace.
+absl::StatusOr<Program> BuildConvert(const Plan& plan, const Instruction& instr,
+                                     const KernelArgs& k, const Layouts& t,
+                                     const dnnl::engine& engine, Builder& b) {
+  const Buffer& x = plan.buffers[instr.inputs[0]];
+  const Buffer& y = plan.buffers[instr.outputs[0]];
+  const std::vector<int64_t>& image = x.shape.size() == 4 ? x.shape : y.shape;
+  const Dims dims(image.begin(), image.end());
+  if (b.dry()) return Program{};
+  memory from(Plain(dims, t.in[0]), engine, const_cast<float*>(k.x[0]));
+  memory to(Plain(dims, t.out[0]), engine, k.y[0]);
+  dnnl::primitive_attr attr;
+  if (k.accumulate) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attr.set_post_ops(sum);
+  }
+  dnnl::reorder::primitive_desc pd(from, to, attr);
+  Program p;
+  p.steps.push_back({dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}});
+  return p;
+}
+
 // Builds (or, dry, sizes) the program of one instruction; oneDNN reports
 // errors as exceptions, turned into a Status here.
-absl::StatusOr<Program> Build(const KernelArgs& k, const dnnl::engine& engine, Builder& b) {
+absl::StatusOr<Program> Build(const Plan& plan, const Instruction& instr, const KernelArgs& k,
+                              const std::vector<bool>& blocked, const dnnl::engine& engine,
+                              Builder& b) {
+  const Layouts t = LayoutsOf(instr, blocked);
   try {
     switch (k.op) {
-      case KernelOp::kConv2d: return BuildConv2d(k, engine, b);
-      case KernelOp::kConv2dGradInput: return BuildConv2dGradInput(k, engine, b);
-      case KernelOp::kConv2dGradParams: return BuildConv2dGradParams(k, engine, b);
+      case KernelOp::kConv2d: return BuildConv2d(k, t, engine, b);
+      case KernelOp::kConv2dGradInput: return BuildConv2dGradInput(k, t, engine, b);
+      case KernelOp::kConv2dGradParams: return BuildConv2dGradParams(k, t, engine, b);
       case KernelOp::kMaxPool2d:
-      case KernelOp::kAvgPool2d: return BuildPool(k, engine, b);
+      case KernelOp::kAvgPool2d: return BuildPool(k, t, engine, b);
       case KernelOp::kMaxPool2dGrad:
-      case KernelOp::kAvgPool2dGrad: return BuildPoolGrad(k, engine, b);
+      case KernelOp::kAvgPool2dGrad: return BuildPoolGrad(k, t, engine, b);
+      case KernelOp::kReshape:
+      case KernelOp::kCopyGrad: return BuildConvert(plan, instr, k, t, engine, b);
       default: return absl::InternalError("not a oneDNN op");
     }
   } catch (const dnnl::error& e) {
     return absl::InvalidArgumentError(absl::StrCat("oneDNN: ", e.what()));
   }
+}
+
+// Whether oneDNN runs `instr`: convolution and pooling, and the copies
+// that change a buffer's layout.
+bool RunsOnDnnl(const Plan& plan, const Instruction& instr, const std::vector<bool>& blocked,
+                KernelOp op) {
+  if (IsDnnlOp(op)) return true;
+  if (op != KernelOp::kReshape && op != KernelOp::kCopyGrad) return false;
+  const Layouts t = LayoutsOf(instr, blocked);
+  return UseOf(plan, instr) == LayoutUse::kConvert && t.in[0] != t.out[0];
 }
 
 const dnnl::engine& CpuEngine() {
@@ -324,6 +420,12 @@ const dnnl::engine& CpuEngine() {
 }  // namespace
 
 void SetDnnlThreads(int threads) { omp_set_num_threads(threads); }
+
+int64_t ChannelBlock() {
+  const int isa = static_cast<int>(dnnl::get_effective_cpu_isa());
+  const int avx512 = static_cast<int>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512) == avx512 ? 16 : 8;
+}
 
 bool IsDnnlOp(KernelOp op) {
   switch (op) {
@@ -340,12 +442,44 @@ bool IsDnnlOp(KernelOp op) {
   }
 }
 
+std::vector<bool> BlockedBuffers(const Plan& plan) {
+  const int64_t block = ChannelBlock();
+  std::vector<bool> blocked(plan.buffers.size(), false);
+  for (const Buffer& b : plan.buffers) {
+    blocked[b.id] = b.shape.size() == 4 && b.dtype == DType::kF32 && b.shape[1] % block == 0 &&
+                    (b.kind == BufferKind::kActivation || b.kind == BufferKind::kActivationGrad);
+  }
+  // Unblock until every instruction can take its operands' layouts: an
+  // op reading NCHW gets NCHW; an elementwise op gets one layout for all.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Instruction& in : plan.instructions) {
+      const LayoutUse use = UseOf(plan, in);
+      if (use == LayoutUse::kDnnl || use == LayoutUse::kConvert) continue;
+      bool any = false, all = true;
+      for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
+        for (int id : *ids) {
+          any = any || blocked[id];
+          all = all && blocked[id];
+        }
+      }
+      if (!any || (use == LayoutUse::kElementwise && all)) continue;
+      for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
+        for (int id : *ids) blocked[id] = false;
+      }
+      changed = true;
+    }
+  }
+  return blocked;
+}
+
 absl::StatusOr<int64_t> WorkspaceBytes(const Plan& plan, const Instruction& instr) {
   absl::StatusOr<KernelArgs> k = DescribeKernel(plan, instr, "cpu");
   if (!k.ok()) return k.status();
   if (!IsDnnlOp(k->op)) return 0;
   Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
-  absl::StatusOr<Program> program = Build(*k, CpuEngine(), sizing);
+  absl::StatusOr<Program> program =
+      Build(plan, instr, *k, BlockedBuffers(plan), CpuEngine(), sizing);
   if (!program.ok()) return program.status();
   return sizing.used();
 }
@@ -360,16 +494,17 @@ DnnlOps::~DnnlOps() = default;
 
 absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels) {
   state_->programs.clear();
+  const std::vector<bool> blocked = BlockedBuffers(plan);
   for (size_t i = 0; i < kernels.size(); ++i) {
     const KernelArgs& k = kernels[i];
-    if (!IsDnnlOp(k.op)) continue;
     const Instruction& instr = plan.instructions[i];
+    if (!RunsOnDnnl(plan, instr, blocked, k.op)) continue;
     auto fail = [&](const std::string& why) {
       return absl::InvalidArgumentError(absl::StrCat("cpu: instruction ", i, " (", instr.op,
                                                      " \"", instr.label, "\"): ", why));
     };
     Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
-    absl::StatusOr<Program> sized = Build(k, CpuEngine(), sizing);
+    absl::StatusOr<Program> sized = Build(plan, instr, k, blocked, CpuEngine(), sizing);
     if (!sized.ok()) return fail(std::string(sized.status().message()));
     if (sizing.used() > k.workspace_bytes) {
       return fail(absl::StrCat("oneDNN needs ", sizing.used(),
@@ -378,12 +513,14 @@ absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& k
                                "--device cpu)"));
     }
     Builder builder(CpuEngine(), k.workspace, /*dry=*/false);
-    absl::StatusOr<Program> program = Build(k, CpuEngine(), builder);
+    absl::StatusOr<Program> program = Build(plan, instr, k, blocked, CpuEngine(), builder);
     if (!program.ok()) return fail(std::string(program.status().message()));
     state_->programs[static_cast<int>(i)] = *std::move(program);
   }
   return absl::OkStatus();
 }
+
+bool DnnlOps::Runs(int id) const { return state_->programs.count(id) > 0; }
 
 absl::Status DnnlOps::Run(int id) {
   auto it = state_->programs.find(id);

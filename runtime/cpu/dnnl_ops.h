@@ -4,13 +4,18 @@
 //   RETURN_IF_ERROR(ops.Prepare(plan, kernels));  // primitives, once
 //   ... RETURN_IF_ERROR(ops.Run(instr.id, kernels[instr.id])); ...
 //
-// Tensors stay in PyTorch's layouts in the arena (NCHW activations, OIHW
-// weights). oneDNN picks its own layouts for each convolution (blocked
-// formats are several times faster than plain ones on AVX2/AVX-512); the
-// reorders to and from them, oneDNN's scratchpad and the room to
-// accumulate a gradient (`out += v`, which oneDNN's backward primitives
-// cannot do) live in the instruction's workspace, reserved in the arena by
-// the planner (WorkspaceBytes). Nothing is allocated during a step.
+// Layouts. Weights stay in PyTorch's OIHW. Images (4-D activations and
+// their gradients) whose channels fill whole vector blocks are kept in
+// oneDNN's channel-blocked layout (nChw8c, nChw16c with AVX-512), the one
+// its convolution and pooling kernels run fastest on, when every
+// instruction touching them takes it: convolution and pooling, elementwise
+// ops (relu, add...: all operands alike), and flatten and its gradient,
+// which become reorders to and from NCHW. Any other reader (linear,
+// dropout, a loss) keeps the image NCHW (BlockedBuffers). Reorders a
+// primitive still needs, oneDNN's scratchpad and the room to accumulate a
+// gradient (`out += v`, which oneDNN's backward primitives cannot do) live
+// in the instruction's workspace, reserved in the arena by the planner
+// (WorkspaceBytes). Nothing is allocated during a step.
 //
 // oneDNN runs on OpenMP: SetDnnlThreads sets its thread count for the
 // calling thread (the compute stream's).
@@ -30,8 +35,17 @@ namespace trainc::cpu {
 
 void SetDnnlThreads(int threads);
 
-// True for the ops DnnlOps runs (convolution and pooling).
+// True for convolution and pooling (DnnlOps also runs the reshapes and
+// copies that change a buffer's layout: Runs()).
 bool IsDnnlOp(KernelOp op);
+
+// By buffer id: whether the CPU backend keeps the buffer channel-blocked
+// (see above) rather than NCHW. A function of the plan and the CPU.
+// Element (n, c, h, w) of a blocked [N, C, H, W] buffer is at
+// ((n C/B + c/B) H W + h W + w) B + c%B, B = ChannelBlock() (8, or 16 with
+// AVX-512).
+std::vector<bool> BlockedBuffers(const Plan& plan);
+int64_t ChannelBlock();
 
 // The workspace `instr` needs on this backend: PlanOptions::workspace for
 // plans that will run on the CPU.
@@ -47,6 +61,10 @@ class DnnlOps {
   // the plan reserves less workspace than oneDNN needs (a plan compiled
   // for another backend) or oneDNN refuses a shape.
   absl::Status Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels);
+
+  // Whether instruction `id` was prepared here (convolution, pooling, or a
+  // flatten between layouts).
+  bool Runs(int id) const;
 
   // Runs instruction `id` (one of those prepared).
   absl::Status Run(int id);

@@ -80,7 +80,9 @@ void CompareWithReference(const Plan& plan) {
     }
   };
   for (int id : plan.parameter_buffers) fill(id, false);
-  int checked = 0;
+  const std::vector<bool> blocked = cpu::BlockedBuffers(plan);
+  const int64_t block = cpu::ChannelBlock();
+  int checked = 0, checked_blocked = 0;
   StepState step;
   for (const Instruction& instr : plan.instructions) {
     if (instr.op == "optimizer" || instr.op == "all_reduce") continue;
@@ -95,7 +97,20 @@ void CompareWithReference(const Plan& plan) {
       const Buffer& b = plan.buffers[id];
       // The workspace and max pooling's argmax are the backend's own.
       if (b.kind == BufferKind::kWorkspace || b.dtype == DType::kI32) continue;
-      const float* got = reinterpret_cast<const float*>(arena + b.offset);
+      const float* raw = reinterpret_cast<const float*>(arena + b.offset);
+      std::vector<float> got(raw, raw + b.bytes / 4);
+      if (blocked[id]) {  // back to NCHW, as cpu::BlockedBuffers documents
+        const int64_t C = b.shape[1], H = b.shape[2], W = b.shape[3];
+        for (int64_t n = 0; n < b.shape[0]; ++n) {
+          for (int64_t c = 0; c < C; ++c) {
+            for (int64_t hw = 0; hw < H * W; ++hw) {
+              got[(n * C + c) * H * W + hw] =
+                  raw[((n * (C / block) + c / block) * H * W + hw) * block + c % block];
+            }
+          }
+        }
+        ++checked_blocked;
+      }
       TensorRef want = reference.buffer(id);
       double worst = 0, scale = 1e-6;
       for (int64_t i = 0; i < want.size(); ++i) {
@@ -107,6 +122,8 @@ void CompareWithReference(const Plan& plan) {
     }
   }
   EXPECT_GT(checked, 20);
+  // The 16- and 8-channel images between convolutions and pooling.
+  EXPECT_GT(checked_blocked, 4);
 }
 
 TEST(DnnlOps, MatchesTheReferenceForwardAndBackward) {

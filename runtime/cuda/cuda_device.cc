@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/cuda/cuda_status.h"
+#include "runtime/cuda/cudnn_ops.h"
 #include "runtime/device/kernel_args.h"
 #include "runtime/cuda/kernels.h"
 
@@ -186,6 +188,8 @@ class CudaDeviceImpl final : public CudaDevice {
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* blas_workspace_ = nullptr;
+  // Convolution and pooling; its handle runs on compute_, like cuBLAS's.
+  std::unique_ptr<cuda::CudnnOps> cudnn_;
 
   char* arena_ = nullptr;
   int64_t arena_bytes_ = 0;
@@ -237,6 +241,7 @@ CudaDeviceImpl::~CudaDeviceImpl() {
   if (graph_) cudaGraphDestroy(graph_);
   for (InputSlot& slot : input_slots_) cudaFree(slot.device);
   ReleaseLtMatmuls();
+  cudnn_.reset();  // its handle is bound to compute_, destroyed below
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : timing_pool_) cudaEventDestroy(e);
   for (TimedWork& t : timed_) {
@@ -278,6 +283,10 @@ absl::Status CudaDeviceImpl::Init() {
   CUDA_RETURN_IF_ERROR(cudaMalloc(&blas_workspace_, kBlasWorkspaceBytes));
   CUBLAS_RETURN_IF_ERROR(
       cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
+  // cuDNN's scratch is each instruction's workspace in the arena, so the
+  // handle needs nothing but the stream.
+  cudnn_ = std::make_unique<cuda::CudnnOps>();
+  RETURN_IF_ERROR(cudnn_->Init(compute_));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&device_error_, sizeof(int)));
   RETURN_IF_ERROR(Zero(device_error_, sizeof(int)));
   CUDA_RETURN_IF_ERROR(
@@ -740,6 +749,12 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
                    ResolveKernels(plan, arena_, arena_bytes_, name_));
   // Old matmul descriptors may still be referenced by queued work.
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  // A plan cuDNN refuses (too little workspace: compiled for another
+  // device) leaves the previous preparation as it was.
+  RETURN_IF_ERROR(cudnn_->Prepare(plan, resolved, name_));
+  // From here a failure leaves no plan prepared (the old one's matmul
+  // descriptors are gone).
+  prepared_plan_ = nullptr;
   ReleaseLtMatmuls();
   tf32_ = plan.tf32;
   std::vector<Kernel> kernels(resolved.begin(), resolved.end());
@@ -1045,6 +1060,23 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
     case Op::kSumSquares:
       err = cuda::LaunchSumSquares(k.x[0], k.rows, k.y[0], k.accumulate, s);
       break;
+    case Op::kConv2d:
+    case Op::kConv2dGradInput:
+    case Op::kConv2dGradParams:
+    case Op::kMaxPool2d:
+    case Op::kMaxPool2dGrad:
+    case Op::kAvgPool2d:
+    case Op::kAvgPool2dGrad: {
+      absl::Status status = cudnn_->Run(instr.id);
+      if (!status.ok()) return Fail(status);
+      break;
+    }
+    case Op::kReshape:
+      if (k.y[0] != k.x[0]) {
+        err = cudaMemcpyAsync(k.y[0], k.x[0], static_cast<size_t>(k.rows) * 4,
+                              cudaMemcpyDeviceToDevice, s);
+      }
+      break;
   }
   if (err != cudaSuccess) {
     return Fail(cuda::CudaErrorToStatus(err, instr.op.c_str(), __FILE__,
@@ -1329,9 +1361,7 @@ absl::Status CudaDeviceImpl::DropCapture() {
 }  // namespace
 
 absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& plan, const Instruction& instr) {
-  ASSIGN_OR_RETURN(KernelArgs k, DescribeKernel(plan, instr, "cuda"));
-  (void)k;
-  return absl::UnimplementedError("cuda: convolution and pooling are not implemented yet");
+  return cuda::CudnnWorkspaceBytes(plan, instr);
 }
 
 int CudaDeviceCount() {

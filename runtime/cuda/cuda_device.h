@@ -7,7 +7,8 @@
 //   ... the shared Executor drives it exactly like a CpuDevice ...
 //
 // A drop-in for CpuDevice: the same ops with the same semantics (matrix
-// products through cuBLAS/cublasLt, TF32 when plan.tf32), the plan's
+// products through cuBLAS/cublasLt, convolution and pooling through cuDNN
+// with fixed deterministic algorithms, TF32 when plan.tf32), the plan's
 // compute and comm streams as two non-blocking cudaStreams, its events as
 // cudaEvents. Every call only enqueues work, except Download, CopyToHost
 // and Synchronize, which wait. Kernels never use atomics for sums, so a run is

@@ -18,9 +18,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan.h"
+#include "compiler/planner/planner.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/cpu/dnnl_ops.h"
 
 namespace trainc {
 namespace {
@@ -834,6 +837,382 @@ TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
   EXPECT_EQ(0, std::memcmp(eager.data() + w.offset, graph.data() + w.offset,
                            w.bytes))
       << "replayed parameters differ from eager ones";
+}
+
+
+// --- Convolution and pooling (cuDNN) on plans the real compiler makes ---
+
+// Every window op both ways: a biased and a bias-free convolution, strides,
+// padding, overlapping max-pooling windows whose padding must never win
+// (c2 is about half negative), average pooling counting its padding, a
+// global average, two convolutions reading p1 (dx accumulates) and three
+// pools reading c2 (their gradients accumulate). No ReLU comes right
+// before a max pool: a window of tied zeros may send its gradient to a
+// different (equally valid) element on each backend. With 8 and 16
+// channels the CPU keeps some images channel-blocked (8-wide blocks; 16
+// with AVX-512), which the comparison turns back to NCHW.
+constexpr char kCnnModel[] = R"(
+  input  x: f32[3, 10, 10]
+  label  y: i32[4]
+  c1     = conv2d(x, 8, kernel = 3, padding = 1)
+  p1     = relu(max_pool2d(c1, 3, stride = 1, padding = 1))
+  c2a    = conv2d(p1, 16, kernel = 2, stride = 2, bias = false)
+  c2b    = conv2d(p1, 16, kernel = 4, stride = 2, padding = 1)
+  c2     = c2a + c2b
+  p2     = max_pool2d(c2, 3, stride = 2, padding = 1)
+  a2     = avg_pool2d(c2, 3, stride = 1, padding = 1)
+  c3     = conv2d(a2, 5, kernel = 3, stride = 2, padding = 1)
+  g      = linear(global_avg_pool(c2), 4)
+  h      = linear(flatten(p2), 4)
+  logits = linear(flatten(c3), 4) + g + h
+  loss   = cross_entropy(logits, y)
+)";
+constexpr int kCnnClasses = 4;
+
+absl::StatusOr<Plan> CompileCnn(int accumulate, bool tf32,
+                                const PlanOptions& options) {
+  const std::string source = absl::StrCat(
+      "model cnn {\n", kCnnModel, "\n}\n",
+      "data { train = idx(\"/dev/null\", \"/dev/null\") }\n",
+      "train {\n  gpus = 1  micro_batch = 3  accumulate = ", accumulate,
+      "  steps = 1", tf32 ? "  tf32 = true" : "",
+      "\n  optimizer = sgd(lr = 0.1, momentum = 0.9)\n}\n");
+  const FrontendResult r = CompileSource(source, "cnn.train");
+  if (!r.spec) {
+    return absl::InvalidArgumentError(
+        FormatDiagnostics(r.diagnostics, r.source));
+  }
+  return BuildPlan(*r.spec, options);
+}
+
+// Workspace for both backends, so that one plan runs on each.
+PlanOptions CpuAndCudaWorkspace() {
+  PlanOptions options;
+  options.workspace = [](const Plan& plan,
+                         const Instruction& instr) -> absl::StatusOr<int64_t> {
+    absl::StatusOr<int64_t> cpu_bytes = cpu::WorkspaceBytes(plan, instr);
+    if (!cpu_bytes.ok()) return cpu_bytes.status();
+    absl::StatusOr<int64_t> cuda_bytes = CudaWorkspaceBytes(plan, instr);
+    if (!cuda_bytes.ok()) return cuda_bytes.status();
+    return std::max(*cpu_bytes, *cuda_bytes);
+  };
+  return options;
+}
+
+PlanOptions CpuWorkspace() {
+  PlanOptions options;
+  options.workspace = cpu::WorkspaceBytes;
+  return options;
+}
+
+// Uniform floats in [-1, 1], or labels in [0, kCnnClasses) for i32.
+std::vector<char> RandomBytes(const Buffer& b, std::mt19937& rng) {
+  std::vector<char> bytes(b.bytes);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  for (int64_t i = 0; i < b.bytes / 4; ++i) {
+    if (b.dtype == DType::kI32) {
+      const int32_t v = static_cast<int32_t>(rng() % kCnnClasses);
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    } else {
+      const float v = uni(rng);
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    }
+  }
+  return bytes;
+}
+
+// The buffers `instr` may write: its outputs, and those of an activation
+// that ResolveKernels fuses into a linear right before it (the linear
+// writes them).
+std::vector<int> WrittenBy(const Plan& plan, const Instruction& instr) {
+  std::vector<int> written = instr.outputs;
+  const size_t next = static_cast<size_t>(instr.id) + 1;
+  if (instr.op == "linear" && next < plan.instructions.size()) {
+    const Instruction& act = plan.instructions[next];
+    if ((act.op == "relu" || act.op == "gelu" || act.op == "tanh") &&
+        !act.inputs.empty() && act.inputs[0] == instr.outputs[0]) {
+      written.insert(written.end(), act.outputs.begin(), act.outputs.end());
+    }
+  }
+  return written;
+}
+
+// A [N, C, H, W] buffer of the CPU backend's channel-blocked layout
+// (cpu::BlockedBuffers documents it) as NCHW floats.
+std::vector<float> Unblocked(const Buffer& b, const char* raw, int64_t block) {
+  const float* in = reinterpret_cast<const float*>(raw);
+  std::vector<float> out(b.bytes / 4);
+  const int64_t C = b.shape[1], HW = b.shape[2] * b.shape[3];
+  for (int64_t n = 0; n < b.shape[0]; ++n) {
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t hw = 0; hw < HW; ++hw) {
+        out[(n * C + c) * HW + hw] =
+            in[((n * (C / block) + c / block) * HW + hw) * block + c % block];
+      }
+    }
+  }
+  return out;
+}
+
+// Runs the step of `plan` on the CPU (the reference) and on `gpu` side by
+// side, one instruction at a time, each from the same values: random
+// parameters and batches to begin with, then before every instruction the
+// CPU's arena copied into the GPU's, the operands the CPU keeps
+// channel-blocked turned to NCHW on the way. So each kernel is checked
+// alone, on identical inputs (no drift from earlier instructions; a max
+// pool's window never has a different winner on each side), right after
+// it ran (the planner reuses memory). Every output within `tol` relative
+// to the buffer's largest magnitude, except workspaces and max pooling's
+// argmax (each backend's own); every other byte of the GPU's arena
+// unchanged. all_reduce over one rank is the identity and is skipped; the
+// optimizer runs. Returns how many outputs were compared.
+int ExpectSameStep(const Plan& plan, CpuDevice& cpu, Device& gpu, double tol) {
+  const std::vector<bool> blocked = cpu::BlockedBuffers(plan);
+  const int64_t block = cpu::ChannelBlock();
+  std::mt19937 rng(2024);
+  std::vector<char> arena = RandomArena(plan, kCnnClasses, 99);  // the CPU's
+  const StepState step{1, 0.1};
+  for (Device* d : {static_cast<Device*>(&cpu), &gpu}) {
+    absl::Status s = d->AllocateArena(plan.arena_bytes);
+    if (s.ok()) s = d->Prepare(plan);
+    if (s.ok()) s = d->ResetEvents(plan.num_events);
+    EXPECT_TRUE(s.ok()) << d->name() << ": " << s;
+    if (!s.ok()) return 0;
+  }
+  const int64_t n = plan.arena_bytes;
+  std::vector<char> before(n), after(n);  // the GPU's
+  int compared = 0;
+  for (const Instruction& instr : plan.instructions) {
+    if (instr.op == "all_reduce") continue;
+    if (instr.op == "load_batch") {
+      for (int id : instr.outputs) {
+        const Buffer& b = plan.buffers[id];
+        const std::vector<char> batch = RandomBytes(b, rng);
+        std::memcpy(arena.data() + b.offset, batch.data(), b.bytes);
+      }
+      continue;
+    }
+    const std::string what =
+        absl::StrCat("instruction ", instr.id, " \"", instr.label,
+                     "\" (micro-step ", instr.micro_step, ")");
+    const std::vector<int> written = WrittenBy(plan, instr);
+    before = arena;
+    std::vector<int> operands = instr.inputs;
+    operands.insert(operands.end(), written.begin(), written.end());
+    for (int id : operands) {
+      if (!blocked[id]) continue;
+      const Buffer& b = plan.buffers[id];
+      const std::vector<float> nchw =
+          Unblocked(b, arena.data() + b.offset, block);
+      std::memcpy(before.data() + b.offset, nchw.data(), b.bytes);
+    }
+    absl::Status s = cpu.Upload(0, arena.data(), n);
+    if (s.ok()) s = cpu.RunKernel(plan, instr, step);
+    if (s.ok()) s = cpu.Synchronize();
+    if (s.ok()) s = cpu.Download(0, arena.data(), n);
+    EXPECT_TRUE(s.ok()) << "cpu: " << what << ": " << s;
+    if (!s.ok()) return compared;
+    s = gpu.Upload(0, before.data(), n);
+    if (s.ok()) s = gpu.RunKernel(plan, instr, step);
+    if (s.ok()) s = gpu.Synchronize();
+    if (s.ok()) s = gpu.Download(0, after.data(), n);
+    EXPECT_TRUE(s.ok()) << gpu.name() << ": " << what << ": " << s;
+    if (!s.ok()) return compared;
+    std::vector<char> is_output(n, 0);
+    for (int id : written) {
+      const Buffer& b = plan.buffers[id];
+      std::fill(is_output.begin() + b.offset,
+                is_output.begin() + b.offset + b.bytes, 1);
+      if (b.kind == BufferKind::kWorkspace || b.dtype == DType::kI32) continue;
+      const char* raw = arena.data() + b.offset;
+      const std::vector<float> want =
+          blocked[id] ? Unblocked(b, raw, block)
+                      : std::vector<float>(reinterpret_cast<const float*>(raw),
+                                           reinterpret_cast<const float*>(raw) +
+                                               b.bytes / 4);
+      const float* got =
+          reinterpret_cast<const float*>(after.data() + b.offset);
+      double diff = 0, scale = 1e-30;
+      for (size_t i = 0; i < want.size(); ++i) {
+        diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+        scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+      }
+      EXPECT_LE(diff / scale, tol)
+          << gpu.name() << ": " << what << " -> " << b.name << ": max |diff| "
+          << diff << ", max |cpu| " << scale;
+      ++compared;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (is_output[i] || before[i] == after[i]) continue;
+      std::string holders;
+      for (const Buffer& b : plan.buffers) {
+        if (b.offset <= i && i < b.offset + b.bytes) {
+          absl::StrAppend(&holders, " ", b.name);
+        }
+      }
+      ADD_FAILURE() << gpu.name() << ": " << what << " changed arena byte "
+                    << i << " outside its outputs (buffers there:" << holders
+                    << ")";
+      break;
+    }
+  }
+  return compared;
+}
+
+void ExpectCnnMatchesCpu(int accumulate, bool tf32, double tol) {
+  absl::StatusOr<Plan> plan =
+      CompileCnn(accumulate, tf32, CpuAndCudaWorkspace());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  CpuDevice cpu;
+  auto cuda = CreateCudaDevice(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  const int compared = ExpectSameStep(*plan, cpu, **cuda, tol);
+  EXPECT_GT(compared, 30 * accumulate);
+}
+
+// The model covers what the GPU tests below mean to check (needs no GPU).
+TEST(CudaCnnTest, ModelCoversEveryWindowOpAndAccumulation) {
+  absl::StatusOr<Plan> plan = CompileCnn(2, false, CpuWorkspace());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::map<std::string, int> accumulated, seen;
+  for (const Instruction& in : plan->instructions) {
+    ++seen[in.op];
+    auto acc = in.attrs.find("accumulate");
+    if (acc != in.attrs.end() && acc->second == 1) ++accumulated[in.op];
+  }
+  for (const char* op :
+       {"conv2d", "conv2d_grad_input", "conv2d_grad_params", "max_pool2d",
+        "max_pool2d_grad", "avg_pool2d", "avg_pool2d_grad", "reshape"}) {
+    EXPECT_GT(seen[op], 0) << op;
+  }
+  // Gradient accumulation over micro-steps (parameters) and within one
+  // (an image read twice).
+  for (const char* op :
+       {"conv2d_grad_input", "conv2d_grad_params", "avg_pool2d_grad"}) {
+    EXPECT_GT(accumulated[op], 0) << op << " never accumulates";
+  }
+}
+
+// Outside convolution and pooling there is no workspace, and nothing asks
+// the GPU; for a convolution, without a GPU, the answer says why.
+TEST(CudaCnnTest, WorkspaceBytesWithoutCudnnOps) {
+  absl::StatusOr<Plan> plan = CompileCnn(1, false, CpuWorkspace());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const Instruction& in : plan->instructions) {
+    absl::StatusOr<int64_t> bytes = CudaWorkspaceBytes(*plan, in);
+    if (!bytes.ok() &&
+        bytes.status().code() == absl::StatusCode::kUnavailable &&
+        CudaDeviceCount() == 0) {
+      // No GPU to ask (or built without the toolkit, which says so for
+      // every op): only convolution and pooling need one in a CUDA build.
+      continue;
+    }
+    ASSERT_TRUE(bytes.ok()) << in.label << ": " << bytes.status();
+    if (in.op == "relu" || in.op == "linear" || in.op == "reshape") {
+      EXPECT_EQ(*bytes, 0) << in.label;
+    }
+  }
+}
+
+TEST(CudaCnnTest, MatchesCpuForwardAndBackward) {
+  SKIP_WITHOUT_GPU();
+  ExpectCnnMatchesCpu(/*accumulate=*/1, /*tf32=*/false, kFp32Tol);
+}
+
+// Micro-step 1 adds its parameter gradients to micro-step 0's (cuDNN's
+// beta = 1).
+TEST(CudaCnnTest, AccumulatesOverMicroSteps) {
+  SKIP_WITHOUT_GPU();
+  ExpectCnnMatchesCpu(/*accumulate=*/2, /*tf32=*/false, kFp32Tol);
+}
+
+// TF32 rounds every convolution's and linear's operands to 10 mantissa
+// bits, and the error compounds through the layers: this checks that the
+// tensor-op path runs and stays close, not its precision.
+TEST(CudaCnnTest, Tf32StaysClose) {
+  SKIP_WITHOUT_GPU();
+  ExpectCnnMatchesCpu(/*accumulate=*/1, /*tf32=*/true, 1e-2);
+}
+
+// A plan compiled without cuDNN's workspace sizes is refused at Prepare,
+// naming the instruction and the fix, when cuDNN needs any workspace.
+TEST(CudaCnnTest, RefusesAPlanWithTooLittleWorkspace) {
+  SKIP_WITHOUT_GPU();
+  absl::StatusOr<Plan> plan = CompileCnn(1, false, PlanOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t needed = 0;
+  for (const Instruction& in : plan->instructions) {
+    absl::StatusOr<int64_t> bytes = CudaWorkspaceBytes(*plan, in);
+    ASSERT_TRUE(bytes.ok()) << in.label << ": " << bytes.status();
+    needed = std::max(needed, *bytes);
+  }
+  auto cuda = CreateCudaDevice(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  Device& d = **cuda;
+  ASSERT_TRUE(d.AllocateArena(plan->arena_bytes).ok());
+  absl::Status s = d.Prepare(*plan);
+  if (needed == 0) {
+    EXPECT_TRUE(s.ok()) << s;
+    GTEST_SKIP() << "cuDNN needs no workspace for this model on this GPU";
+  }
+  ASSERT_FALSE(s.ok());
+  const std::string message(s.message());
+  EXPECT_NE(message.find("bytes of workspace, the plan reserves 0"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(message.find("compile it with --device cuda"), std::string::npos)
+      << s;
+}
+
+// Two runs give the same bits, and a captured step replays them (cuDNN on
+// the compute stream, no allocation in the step): three steps eager, and
+// one captured then replayed three times.
+TEST(CudaCnnTest, CaptureMatchesEagerBitForBit) {
+  SKIP_WITHOUT_GPU();
+  absl::StatusOr<Plan> compiled = CompileCnn(2, false, CpuAndCudaWorkspace());
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const Plan& plan = *compiled;
+  const std::vector<char> init = RandomArena(plan, kCnnClasses, 5);
+  auto run = [&](bool graph, std::vector<char>* out) -> absl::Status {
+    auto made = CreateCudaDevice(0);
+    if (!made.ok()) return made.status();
+    Device& d = **made;
+    absl::Status s;
+    if (!(s = d.AllocateArena(plan.arena_bytes)).ok()) return s;
+    if (!(s = d.Upload(0, init.data(), plan.arena_bytes)).ok()) return s;
+    if (!(s = d.Prepare(plan)).ok()) return s;
+    const StepState state{1, 0.05};
+    for (int step = 1; step <= 3; ++step) {
+      if (!graph || step == 1) {
+        if (graph && !(s = d.BeginCapture()).ok()) return s;
+        if (!(s = d.ResetEvents(0)).ok()) return s;  // no events recorded
+        for (const Instruction& instr : plan.instructions) {
+          // The batch stays what `init` holds; one rank: no all-reduce.
+          if (instr.op == "load_batch" || instr.op == "all_reduce") continue;
+          if (!(s = d.RunKernel(plan, instr, state)).ok()) return s;
+        }
+        if (graph && !(s = d.EndCapture()).ok()) return s;
+      }
+      if (graph && !(s = d.Replay(state)).ok()) return s;
+      if (!(s = d.Synchronize()).ok()) return s;
+    }
+    out->assign(plan.arena_bytes, 0);
+    return d.Download(0, out->data(), plan.arena_bytes);
+  };
+  std::vector<char> eager, graph;
+  absl::Status s = run(false, &eager);
+  ASSERT_TRUE(s.ok()) << s;
+  s = run(true, &graph);
+  ASSERT_TRUE(s.ok()) << s;
+  int parameters = 0;
+  for (const Buffer& b : plan.buffers) {
+    if (b.kind != BufferKind::kParameter) continue;
+    ++parameters;
+    EXPECT_EQ(0, std::memcmp(eager.data() + b.offset, graph.data() + b.offset,
+                             b.bytes))
+        << b.name << " differs between eager and replayed steps";
+  }
+  EXPECT_GT(parameters, 0);
 }
 
 }  // namespace

@@ -1,14 +1,19 @@
-// absl::Status from CUDA runtime and cuBLAS errors (internal to the CUDA
-// backend). Every runtime and library call goes through one of these, so a
-// failure surfaces as a Status naming the call, never as a crash or exit().
+// absl::Status from CUDA runtime, cuBLAS and cuDNN errors (internal to the
+// CUDA backend). Every runtime and library call goes through one of these,
+// so a failure surfaces as a Status naming the call, never as a crash or
+// exit().
 //
 //   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(...));
 //   CUBLAS_RETURN_IF_ERROR(cublasGemmEx(...));
+//   CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(...));
 #ifndef TRAINC_RUNTIME_CUDA_CUDA_STATUS_H_
 #define TRAINC_RUNTIME_CUDA_CUDA_STATUS_H_
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -34,6 +39,20 @@ inline absl::Status CublasErrorToStatus(cublasStatus_t err, const char* expr,
                                           cublasGetStatusString(err)));
 }
 
+// With cuDNN's own account of the failure (cuDNN 9 keeps the calling
+// thread's last error message; a NOT_SUPPORTED says what it refused).
+inline absl::Status CudnnErrorToStatus(cudnnStatus_t err, const char* expr,
+                                       const char* file, int line) {
+  std::string message = absl::StrCat(file, ":", line, ": ", expr, ": ",
+                                     cudnnGetErrorString(err));
+#if CUDNN_MAJOR >= 9
+  char detail[512] = {};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  if (detail[0] != '\0') absl::StrAppend(&message, " (", detail, ")");
+#endif
+  return absl::InternalError(message);
+}
+
 }  // namespace cuda
 }  // namespace trainc
 
@@ -52,6 +71,15 @@ inline absl::Status CublasErrorToStatus(cublasStatus_t err, const char* expr,
     if (trainc_cublas_err_ != CUBLAS_STATUS_SUCCESS) {                      \
       return ::trainc::cuda::CublasErrorToStatus(trainc_cublas_err_, #expr, \
                                                  __FILE__, __LINE__);       \
+    }                                                                       \
+  } while (0)
+
+#define CUDNN_RETURN_IF_ERROR(expr)                                         \
+  do {                                                                      \
+    const cudnnStatus_t trainc_cudnn_err_ = (expr);                         \
+    if (trainc_cudnn_err_ != CUDNN_STATUS_SUCCESS) {                        \
+      return ::trainc::cuda::CudnnErrorToStatus(trainc_cudnn_err_, #expr,   \
+                                                __FILE__, __LINE__);        \
     }                                                                       \
   } while (0)
 

@@ -1,5 +1,6 @@
 """Helpers for the end-to-end tests: run the real `train` binary on real
 .train files and data, read what it wrote (safetensors, traces)."""
+import gzip
 import json
 import os
 import struct
@@ -10,6 +11,8 @@ import unittest
 import numpy as np
 
 FASHION = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+TRAIN_IMAGES = FASHION
+TRAIN_LABELS = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz"
 
 
 def runfile(path):
@@ -103,3 +106,15 @@ def read_safetensors(path):
 def need_fashion_mnist(test):
     if not os.path.exists(FASHION):
         test.skipTest("Fashion-MNIST is not installed (dataset-fashion-mnist)")
+
+
+def read_idx(path, count):
+    """The first `count` items of a gzipped IDX file of unsigned bytes, by a
+    reader of our own (magic, dimensions, then the bytes)."""
+    with gzip.open(path, "rb") as f:
+        magic, = struct.unpack(">I", f.read(4))
+        dims = struct.unpack(">" + "I" * (magic & 0xFF), f.read(4 * (magic & 0xFF)))
+        assert magic >> 8 == 0x08, hex(magic)
+        per_item = int(np.prod(dims[1:], dtype=np.int64))
+        data = np.frombuffer(f.read(count * per_item), dtype=np.uint8)
+    return data.reshape((count,) + tuple(dims[1:]))

@@ -24,9 +24,7 @@ examples read by a reader of its own:
     checks that a 2x scale moves the reference far beyond the tolerance);
 every parameter within 1e-5 relative (max abs difference / max abs) of the
 reference after 5 steps, and moved from its initial value by far more."""
-import gzip
 import os
-import struct
 import json
 import unittest
 
@@ -102,22 +100,6 @@ ADAMW_EXAMPLE = "adamw(lr = 1e-3, weight_decay = 0.01)"
 ADAMW_HERE = "adamw(lr = 1e-3, weight_decay = 0.01, eps = 1e-5)"
 SGD = dict(lr=0.05, momentum=0.9)
 SGD_LINE = "optimizer   = sgd(lr = 0.05, momentum = 0.9, weight_decay = 0)"
-TRAIN_IMAGES = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
-TRAIN_LABELS = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz"
-
-
-def read_idx(path, count):
-    """The first `count` items of a gzipped IDX file of unsigned bytes, by a
-    reader of our own (magic, dimensions, then the bytes)."""
-    with gzip.open(path, "rb") as f:
-        magic, = struct.unpack(">I", f.read(4))
-        dims = struct.unpack(">" + "I" * (magic & 0xFF), f.read(4 * (magic & 0xFF)))
-        assert magic >> 8 == 0x08, hex(magic)
-        per_item = int(np.prod(dims[1:], dtype=np.int64))
-        data = np.frombuffer(f.read(count * per_item), dtype=np.uint8)
-    return data.reshape((count,) + tuple(dims[1:]))
-
-
 def initial_mlp_weights(seed=3):
     """nn.Linear's init, U(+-1/sqrt(in)), biases included, PyTorch names."""
     rng = np.random.RandomState(seed)
@@ -174,7 +156,7 @@ class PyTorchReferenceTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if not os.path.exists(TRAIN_IMAGES):
+        if not os.path.exists(e2e.TRAIN_IMAGES):
             raise unittest.SkipTest("Fashion-MNIST is not installed")
         if torch is None:
             raise unittest.SkipTest(
@@ -183,8 +165,8 @@ class PyTorchReferenceTest(unittest.TestCase):
         torch.set_num_threads(1)
         cls.dir = e2e.tmpdir()
         n = REF_STEPS * REF_GLOBAL_BATCH
-        cls.images = read_idx(TRAIN_IMAGES, n)
-        cls.labels = read_idx(TRAIN_LABELS, n)
+        cls.images = e2e.read_idx(e2e.TRAIN_IMAGES, n)
+        cls.labels = e2e.read_idx(e2e.TRAIN_LABELS, n)
         cls.init = initial_mlp_weights()
         cls.init_path = os.path.join(cls.dir, "init.safetensors")
         e2e.write_safetensors(cls.init_path, cls.init)

@@ -1,8 +1,9 @@
-"""Finds the CUDA Toolkit (nvcc, cudart, cuBLAS, NCCL) at fetch time.
+"""Finds the CUDA Toolkit (nvcc, cudart, cuBLAS, cuDNN, NCCL) at fetch time.
 
 Creates @local_cuda with:
   //:config.bzl   CUDA_ENABLED (bool), NVCC (absolute path), CUDA_ARCHS
-  //:cuda         cc_library over cudart, cuBLAS and NCCL (empty when absent)
+  //:cuda         cc_library over cudart, cuBLAS, cuDNN and NCCL (empty when
+                  absent)
 
 The toolkit is looked up from $CUDA_PATH, then `nvcc` on the PATH, then
 /usr/local/cuda. Without a toolkit the build still succeeds: CUDA targets are
@@ -28,6 +29,10 @@ def _find_cuda(ctx):
         if not ctx.path(root + "/include/cuda_runtime.h").exists:
             continue
         if not ctx.path(root + "/include/cublas_v2.h").exists:
+            continue
+        # cuDNN ships inside the toolkit here (convolution and pooling); a
+        # toolkit without it builds the CPU-only stand-ins.
+        if not ctx.path(root + "/include/cudnn.h").exists:
             continue
         return root
     return None
@@ -66,6 +71,7 @@ cc_library(
         "-Wl,-rpath,{nccl_lib}",
         "-lcublas",
         "-lcublasLt",
+        "-lcudnn",
         "-lnccl",
         "-lcudart",
         "-ldl",
