@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,7 +22,8 @@ namespace {
 
 const std::vector<std::string>& DataFields() {
   static const auto* fields =
-      new std::vector<std::string>{"train", "eval", "scale", "shuffle"};
+      new std::vector<std::string>{"train",   "eval",        "scale",
+                                   "shuffle", "random_crop", "random_flip"};
   return *fields;
 }
 
@@ -459,6 +461,30 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
   }
   if (auto it = settings.find("shuffle"); it != settings.end()) {
     if (auto v = Bool(it->second, sink)) data.shuffle = *v;
+  }
+  // Augmentation moves pixels: images only.
+  auto images_only = [&](const Setting& s) {
+    if (data.train.format.empty() || data.train.format == "idx") return true;
+    sink.Error(s.expr ? s.expr->span : s.name_span,
+               absl::StrCat(s.field, " augments images: it needs idx(...) data, not ",
+                            data.train.format, "(...)"));
+    return false;
+  };
+  if (auto it = settings.find("random_crop"); it != settings.end()) {
+    if (auto v = NumberAtLeast(it->second, 0, false, sink)) {
+      if (*v != std::floor(*v) || *v > 64) {
+        sink.Error(it->second.expr->span,
+                   "random_crop is a shift in whole pixels, at most 64",
+                   "e.g. random_crop = 2 (PyTorch's RandomCrop(28, padding = 2))");
+      } else if (images_only(it->second)) {
+        data.random_crop = static_cast<int64_t>(*v);
+      }
+    }
+  }
+  if (auto it = settings.find("random_flip"); it != settings.end()) {
+    if (auto v = Bool(it->second, sink)) {
+      if (images_only(it->second)) data.random_flip = *v;
+    }
   }
   if (sink.error_count() > errors_before) return std::nullopt;
   return data;

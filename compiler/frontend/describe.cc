@@ -159,7 +159,10 @@ std::string DescribeSpec(const TrainSpec& spec) {
     absl::StrAppend(&out, "      eval = ", Dataset(d.eval), "\n");
   }
   absl::StrAppend(&out, "      scale = ", FormatFloat(d.scale), ", shuffle = ",
-                  d.shuffle ? "true" : "false", "\n");
+                  d.shuffle ? "true" : "false");
+  if (d.random_crop > 0) absl::StrAppend(&out, ", random_crop = ", d.random_crop);
+  if (d.random_flip) absl::StrAppend(&out, ", random_flip = true");
+  absl::StrAppend(&out, "\n");
   return out;
 }
 

@@ -174,6 +174,14 @@ struct DataConfig {
   int64_t token_vocab = 0;
   double scale = 1.0;  // idx only
   bool shuffle = true;
+  // Augmentation of the training images (idx, an input [B, C, H, W]):
+  // example g of the run (step s, place i in the global batch: g =
+  // (s - 1) global_batch + i, whatever the split) is shifted by (dy, dx)
+  // in [-random_crop, random_crop]^2 with zeros shifted in, then mirrored
+  // left-right if random_flip and a coin says so; dy, dx and the coin are
+  // one Philox4x32-10 draw of (seed, g) (runtime/data/augment.h).
+  int64_t random_crop = 0;
+  bool random_flip = false;
 };
 
 struct Plan {

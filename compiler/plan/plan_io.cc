@@ -353,6 +353,13 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     ASSIGN_OR_RETURN(plan.data.format, f.Str("format"));
     ASSIGN_OR_RETURN(plan.data.scale, f.Double("scale"));
     ASSIGN_OR_RETURN(plan.data.shuffle, f.Bool("shuffle"));
+    // Optional (absent from plans without augmentation).
+    if (r.fields.count("random_crop")) {
+      ASSIGN_OR_RETURN(plan.data.random_crop, f.Int("random_crop"));
+    }
+    if (r.fields.count("random_flip")) {
+      ASSIGN_OR_RETURN(plan.data.random_flip, f.Bool("random_flip"));
+    }
     // Optional (absent from older plans and from idx plans).
     if (r.fields.count("train_split")) {
       ASSIGN_OR_RETURN(plan.data.train_split, f.Split("train_split"));
@@ -502,7 +509,11 @@ std::string PlanToText(const Plan& plan) {
                   " total_steps=", plan.schedule.total_steps, "\n");
   absl::StrAppend(&out, "data format=", Quote(plan.data.format),
                   " scale=", FormatDouble(plan.data.scale),
-                  " shuffle=", plan.data.shuffle ? 1 : 0);
+                  " shuffle=", plan.data.shuffle ? 1 : 0,
+                  plan.data.random_crop > 0
+                      ? absl::StrCat(" random_crop=", plan.data.random_crop)
+                      : std::string(),
+                  plan.data.random_flip ? " random_flip=1" : "");
   // Written only when set, so that an idx plan's text is unchanged.
   const TokenSplit whole;
   for (const auto& [key, split] :

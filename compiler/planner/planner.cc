@@ -120,6 +120,8 @@ class PlanBuilder {
     plan_.data.eval_split = {spec_.data.eval.split_begin, spec_.data.eval.split_end};
     plan_.data.scale = spec_.data.scale;
     plan_.data.shuffle = spec_.data.shuffle;
+    plan_.data.random_crop = spec_.data.random_crop;
+    plan_.data.random_flip = spec_.data.random_flip;
     plan_.loss_terms = spec_.model.loss_terms;
     plan_.clip_grad_norm = t.clip_grad_norm;
     // Token ids index the embedding of the model's input: the data loader
@@ -467,6 +469,16 @@ class PlanBuilder {
           if (IsPersistent(b.kind)) continue;
           if (b.first_use < 0) b.first_use = in.id;
           b.last_use = in.id;
+        }
+      }
+    }
+    // Outputs a backend writes one instruction early live from there.
+    if (options_.writes_next_outputs) {
+      for (size_t i = 0; i + 1 < plan_.instructions.size(); ++i) {
+        if (!options_.writes_next_outputs(plan_, plan_.instructions[i])) continue;
+        for (int id : plan_.instructions[i + 1].outputs) {
+          Buffer& b = plan_.buffers[id];
+          if (!IsPersistent(b.kind)) b.first_use = std::min(b.first_use, static_cast<int>(i));
         }
       }
     }

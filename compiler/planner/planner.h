@@ -61,6 +61,11 @@ struct PlanOptions {
   // that needs more refuses the plan at Prepare, saying so.
   std::function<absl::StatusOr<int64_t>(const Plan& plan, const Instruction& instr)>
       workspace;
+  // True when the backend runs the next instruction's work inside `instr`
+  // (a relu absorbed by the convolution before it): the next
+  // instruction's outputs are then written during `instr`, and the memory
+  // plan keeps them apart from everything `instr` touches.
+  std::function<bool(const Plan& plan, const Instruction& instr)> writes_next_outputs;
 };
 
 absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options = {});

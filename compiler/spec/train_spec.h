@@ -113,6 +113,13 @@ struct DataSpec {
   DatasetSpec eval;     // format empty when absent
   double scale = 1.0;   // applied to every input feature
   bool shuffle = true;
+  // Training images only (idx), each a function of the seed and the
+  // example's place in the run, so the split does not change them: shifted
+  // by up to random_crop pixels each way (zeros shifted in: a crop of the
+  // image padded by random_crop) and mirrored left-right with probability
+  // 1/2 when random_flip.
+  int64_t random_crop = 0;
+  bool random_flip = false;
 };
 
 struct OptimizerSpec {

@@ -233,7 +233,8 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
   ASSIGN_OR_RETURN(state_->kernels,
                    ResolveKernels(plan, state_->arena.get(),
                                   state_->arena_bytes, "cpu"));
-  RETURN_IF_ERROR(state_->dnnl.Prepare(plan, state_->kernels));
+  RETURN_IF_ERROR(
+      state_->dnnl.Prepare(plan, state_->kernels, state_->options.fuse_conv_relu));
   state_->prepared_plan = &plan;
   return absl::OkStatus();
 }
@@ -265,6 +266,7 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
                             k.y[0], k.y[1]);
       break;
     case Op::kRelu:
+      if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
       cpu::Relu(k.x[0], k.rows, k.y[0]);
       break;
     case Op::kReluGrad:

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -184,26 +185,38 @@ ConvShapes ShapesOf(const WindowGeometry& g) {
 // The forward convolution every convolution primitive is defined against
 // (the backward ones take it as their hint).
 dnnl::convolution_forward::primitive_desc ConvForwardDesc(const WindowGeometry& g,
-                                                          const dnnl::engine& engine) {
+                                                          const dnnl::engine& engine,
+                                                          bool relu = false) {
   const ConvShapes s = ShapesOf(g);
   const memory::desc bias = g.has_bias ? Plain(s.bias, Tag::a) : memory::desc();
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
                                     dnnl::algorithm::convolution_direct, Any(s.image),
                                     Any(s.weight), bias, Any(s.out), s.strides, s.padding,
                                     s.padding);
-  return dnnl::convolution_forward::primitive_desc(d, UserScratchpad(), engine);
+  dnnl::primitive_attr attr = UserScratchpad();
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  return dnnl::convolution_forward::primitive_desc(d, attr, engine);
 }
 
-Program BuildConv2d(const KernelArgs& k, const Layouts& t, const dnnl::engine& engine,
-                    Builder& b) {
+// relu_out: the output of the relu this convolution absorbs (a post-op
+// writing relu(conv) there instead of conv to y), or null.
+Program BuildConv2d(const KernelArgs& k, const Layouts& t, float* relu_out,
+                    const dnnl::engine& engine, Builder& b) {
   const WindowGeometry& g = k.window;
   const ConvShapes s = ShapesOf(g);
-  auto pd = ConvForwardDesc(g, engine);
+  auto pd = ConvForwardDesc(g, engine, relu_out != nullptr);
   std::unordered_map<int, memory> args;
   args[DNNL_ARG_SRC] = b.In(Plain(s.image, t.in[0]), k.x[0], pd.src_desc());
   args[DNNL_ARG_WEIGHTS] = b.In(Plain(s.weight, Tag::oihw), k.x[1], pd.weights_desc());
   if (g.has_bias) args[DNNL_ARG_BIAS] = b.In(Plain(s.bias, Tag::a), k.x[2], pd.bias_desc());
-  args[DNNL_ARG_DST] = b.Out(Plain(s.out, t.out[0]), k.y[0], pd.dst_desc(), false);
+  // A fused relu's output has the convolution output's layout (the
+  // elementwise rule of BlockedBuffers).
+  args[DNNL_ARG_DST] = b.Out(Plain(s.out, t.out[0]), relu_out ? relu_out : k.y[0],
+                             pd.dst_desc(), false);
   args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
   if (b.dry()) return {};
   return b.Finish(dnnl::convolution_forward(pd), std::move(args));
@@ -381,12 +394,12 @@ absl::StatusOr<Program> BuildConvert(const Plan& plan, const Instruction& instr,
 // Builds (or, dry, sizes) the program of one instruction; oneDNN reports
 // errors as exceptions, turned into a Status here.
 absl::StatusOr<Program> Build(const Plan& plan, const Instruction& instr, const KernelArgs& k,
-                              const std::vector<bool>& blocked, const dnnl::engine& engine,
-                              Builder& b) {
+                              const std::vector<bool>& blocked, float* relu_out,
+                              const dnnl::engine& engine, Builder& b) {
   const Layouts t = LayoutsOf(instr, blocked);
   try {
     switch (k.op) {
-      case KernelOp::kConv2d: return BuildConv2d(k, t, engine, b);
+      case KernelOp::kConv2d: return BuildConv2d(k, t, relu_out, engine, b);
       case KernelOp::kConv2dGradInput: return BuildConv2dGradInput(k, t, engine, b);
       case KernelOp::kConv2dGradParams: return BuildConv2dGradParams(k, t, engine, b);
       case KernelOp::kMaxPool2d:
@@ -400,6 +413,44 @@ absl::StatusOr<Program> Build(const Plan& plan, const Instruction& instr, const 
   } catch (const dnnl::error& e) {
     return absl::InvalidArgumentError(absl::StrCat("oneDNN: ", e.what()));
   }
+}
+
+// The relu right after convolution `conv` that it can absorb, or -1: the
+// relu reads the convolution's output, nothing else does, and no event
+// lies between them (the linear + activation fusion's rule, kernel_args.h).
+int FusibleRelu(const Plan& plan, int conv) {
+  const int next = conv + 1;
+  if (next >= static_cast<int>(plan.instructions.size())) return -1;
+  const Instruction& c = plan.instructions[conv];
+  const Instruction& r = plan.instructions[next];
+  if (c.op != "conv2d" || r.op != "relu" || r.inputs.size() != 1 || c.outputs.empty() ||
+      r.inputs[0] != c.outputs[0] || !c.record_events.empty() || !r.wait_events.empty()) {
+    return -1;
+  }
+  for (const Instruction& in : plan.instructions) {
+    if (in.id == next) continue;
+    for (int id : in.inputs) {
+      if (id == c.outputs[0]) return -1;
+    }
+  }
+  return next;
+}
+
+// FusibleRelu, and the relu's output shares no memory with what the
+// convolution reads or writes (a plan made with PlanOptions::
+// writes_next_outputs = ConvAbsorbsNextRelu guarantees it).
+int FusedRelu(const Plan& plan, int conv) {
+  const int relu = FusibleRelu(plan, conv);
+  if (relu < 0) return -1;
+  const Buffer& h = plan.buffers[plan.instructions[relu].outputs[0]];
+  const Instruction& c = plan.instructions[conv];
+  for (const std::vector<int>* ids : {&c.inputs, &c.outputs}) {
+    for (int id : *ids) {
+      const Buffer& b = plan.buffers[id];
+      if (b.offset < h.offset + h.bytes && h.offset < b.offset + b.bytes) return -1;
+    }
+  }
+  return relu;
 }
 
 // Whether oneDNN runs `instr`: convolution and pooling, and the copies
@@ -420,6 +471,10 @@ const dnnl::engine& CpuEngine() {
 }  // namespace
 
 void SetDnnlThreads(int threads) { omp_set_num_threads(threads); }
+
+bool ConvAbsorbsNextRelu(const Plan& plan, const Instruction& instr) {
+  return FusibleRelu(plan, instr.id) >= 0;
+}
 
 int64_t ChannelBlock() {
   const int isa = static_cast<int>(dnnl::get_effective_cpu_isa());
@@ -477,11 +532,19 @@ absl::StatusOr<int64_t> WorkspaceBytes(const Plan& plan, const Instruction& inst
   absl::StatusOr<KernelArgs> k = DescribeKernel(plan, instr, "cpu");
   if (!k.ok()) return k.status();
   if (!IsDnnlOp(k->op)) return 0;
-  Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
-  absl::StatusOr<Program> program =
-      Build(plan, instr, *k, BlockedBuffers(plan), CpuEngine(), sizing);
-  if (!program.ok()) return program.status();
-  return sizing.used();
+  // With and without a fused relu (CpuDeviceOptions::fuse_conv_relu).
+  const std::vector<bool> blocked = BlockedBuffers(plan);
+  int64_t most = 0;
+  for (bool fused : {false, true}) {
+    if (fused && FusibleRelu(plan, instr.id) < 0) continue;
+    static float no_data;
+    Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
+    absl::StatusOr<Program> program =
+        Build(plan, instr, *k, blocked, fused ? &no_data : nullptr, CpuEngine(), sizing);
+    if (!program.ok()) return program.status();
+    most = std::max(most, sizing.used());
+  }
+  return most;
 }
 
 struct DnnlOps::State {
@@ -492,19 +555,25 @@ struct DnnlOps::State {
 DnnlOps::DnnlOps() : state_(std::make_unique<State>()) {}
 DnnlOps::~DnnlOps() = default;
 
-absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels) {
+absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels,
+                              bool fuse_conv_relu) {
   state_->programs.clear();
   const std::vector<bool> blocked = BlockedBuffers(plan);
   for (size_t i = 0; i < kernels.size(); ++i) {
     const KernelArgs& k = kernels[i];
     const Instruction& instr = plan.instructions[i];
     if (!RunsOnDnnl(plan, instr, blocked, k.op)) continue;
+    const int relu = fuse_conv_relu && k.op == KernelOp::kConv2d
+                         ? FusedRelu(plan, static_cast<int>(i))
+                         : -1;
+    float* relu_out = relu >= 0 ? kernels[relu].y[0] : nullptr;
     auto fail = [&](const std::string& why) {
       return absl::InvalidArgumentError(absl::StrCat("cpu: instruction ", i, " (", instr.op,
                                                      " \"", instr.label, "\"): ", why));
     };
     Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
-    absl::StatusOr<Program> sized = Build(plan, instr, k, blocked, CpuEngine(), sizing);
+    absl::StatusOr<Program> sized =
+        Build(plan, instr, k, blocked, relu_out, CpuEngine(), sizing);
     if (!sized.ok()) return fail(std::string(sized.status().message()));
     if (sizing.used() > k.workspace_bytes) {
       return fail(absl::StrCat("oneDNN needs ", sizing.used(),
@@ -513,9 +582,11 @@ absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& k
                                "--device cpu)"));
     }
     Builder builder(CpuEngine(), k.workspace, /*dry=*/false);
-    absl::StatusOr<Program> program = Build(plan, instr, k, blocked, CpuEngine(), builder);
+    absl::StatusOr<Program> program =
+        Build(plan, instr, k, blocked, relu_out, CpuEngine(), builder);
     if (!program.ok()) return fail(std::string(program.status().message()));
     state_->programs[static_cast<int>(i)] = *std::move(program);
+    if (relu >= 0) state_->programs[relu] = Program{};  // done by the convolution
   }
   return absl::OkStatus();
 }

@@ -51,13 +51,18 @@ absl::StatusOr<Plan> CompileCnn(int accumulate, PlanOptions options) {
 PlanOptions CpuOptions() {
   PlanOptions options;
   options.workspace = cpu::WorkspaceBytes;
+  options.writes_next_outputs = cpu::ConvAbsorbsNextRelu;
   return options;
 }
 
 // Runs every instruction but the optimizer on the CPU device and on the
 // reference, with the same inputs and parameters, comparing each output.
-void CompareWithReference(const Plan& plan) {
-  CpuDevice device;
+// With fuse_conv_relu a convolution followed by a relu writes the relu's
+// output only: its own output is not compared (nothing else reads it).
+void CompareWithReference(const Plan& plan, bool fuse_conv_relu = false) {
+  CpuDeviceOptions options;
+  options.fuse_conv_relu = fuse_conv_relu;
+  CpuDevice device(options);
   ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
   ASSERT_TRUE(device.Prepare(plan).ok());
   PlanInterpreter reference(plan);
@@ -82,7 +87,7 @@ void CompareWithReference(const Plan& plan) {
   for (int id : plan.parameter_buffers) fill(id, false);
   const std::vector<bool> blocked = cpu::BlockedBuffers(plan);
   const int64_t block = cpu::ChannelBlock();
-  int checked = 0, checked_blocked = 0;
+  int checked = 0, checked_blocked = 0, fused_convolutions = 0;
   StepState step;
   for (const Instruction& instr : plan.instructions) {
     if (instr.op == "optimizer" || instr.op == "all_reduce") continue;
@@ -93,7 +98,12 @@ void CompareWithReference(const Plan& plan) {
     ASSERT_TRUE(reference.Run(instr).ok()) << instr.label;
     absl::Status s = device.RunKernel(plan, instr, step);
     ASSERT_TRUE(s.ok()) << instr.label << ": " << s;
+    const bool fused = fuse_conv_relu && instr.op == "conv2d" &&
+                       instr.id + 1 < static_cast<int>(plan.instructions.size()) &&
+                       plan.instructions[instr.id + 1].op == "relu";
+    if (fused) ++fused_convolutions;
     for (int id : instr.outputs) {
+      if (fused) break;
       const Buffer& b = plan.buffers[id];
       // The workspace and max pooling's argmax are the backend's own.
       if (b.kind == BufferKind::kWorkspace || b.dtype == DType::kI32) continue;
@@ -124,6 +134,7 @@ void CompareWithReference(const Plan& plan) {
   EXPECT_GT(checked, 20);
   // The 16- and 8-channel images between convolutions and pooling.
   EXPECT_GT(checked_blocked, 4);
+  if (fuse_conv_relu) EXPECT_GT(fused_convolutions, 0);
 }
 
 TEST(DnnlOps, MatchesTheReferenceForwardAndBackward) {
@@ -131,6 +142,13 @@ TEST(DnnlOps, MatchesTheReferenceForwardAndBackward) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_GT(plan->memory.workspace_bytes, 0);
   CompareWithReference(*plan);
+}
+
+// The relu after c1 done by the convolution (oneDNN's post-op), as runs do.
+TEST(DnnlOps, FusedConvolutionAndRelu) {
+  absl::StatusOr<Plan> plan = CompileCnn(2, CpuOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  CompareWithReference(*plan, /*fuse_conv_relu=*/true);
 }
 
 // Micro-step 1 adds its parameter gradients to micro-step 0's: oneDNN

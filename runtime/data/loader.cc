@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/data/augment.h"
 
 namespace trainc {
 namespace {
@@ -73,7 +74,8 @@ absl::Status MicroBatchLoader::Validate(const Plan& plan) const {
 }
 
 absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
-                                    const Plan& plan, Device& device) {
+                                    const Plan& plan, Device& device,
+                                    int64_t first_example) {
   for (int id : plan.input_buffers) {
     const Buffer& b = plan.buffers[id];
     ASSIGN_OR_RETURN(Field field, FieldFor(b, *dataset_));
@@ -86,6 +88,9 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
     }
     // Zero the padding rows too: the previous batch must not leak into them.
     staging_.assign(rows * width * 4, 0);
+    const bool augment = first_example >= 0 && field == Field::kFeatures &&
+                         b.kind == BufferKind::kInput && b.shape.size() == 4 &&
+                         (plan.data.random_crop > 0 || plan.data.random_flip);
     for (size_t r = 0; r < indices.size(); ++r) {
       const int64_t i = indices[r];
       if (i < 0 || i >= dataset_->size()) {
@@ -95,7 +100,16 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
       char* row = staging_.data() + r * width * 4;
       switch (field) {
         case Field::kFeatures:
-          std::memcpy(row, dataset_->features(i).data(), width * 4);
+          if (augment) {
+            const ImageTransform t =
+                TransformFor(static_cast<uint64_t>(plan.seed),
+                             static_cast<uint64_t>(first_example) + r,
+                             plan.data.random_crop, plan.data.random_flip);
+            ApplyTransform(t, dataset_->features(i).data(), b.shape[1], b.shape[2],
+                           b.shape[3], reinterpret_cast<float*>(row));
+          } else {
+            std::memcpy(row, dataset_->features(i).data(), width * 4);
+          }
           break;
         case Field::kClassIndex: {
           const int32_t label = dataset_->label(i);
@@ -130,6 +144,22 @@ absl::Status FillMicroBatch(const Dataset& dataset,
 absl::StatusOr<std::unique_ptr<TrainBatchSource>> TrainBatchSource::Create(
     const Dataset* dataset, const Plan& plan, int rank) {
   RETURN_IF_ERROR(MicroBatchLoader(dataset).Validate(plan));
+  if (plan.data.random_crop > 0 || plan.data.random_flip) {
+    bool image = false;
+    std::vector<std::string> inputs;
+    for (int id : plan.input_buffers) {
+      const Buffer& b = plan.buffers[id];
+      if (b.kind != BufferKind::kInput) continue;
+      image = image || (b.shape.size() == 4 && b.dtype == DType::kF32);
+      inputs.push_back(Describe(b));
+    }
+    if (!image) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "random_crop and random_flip move pixels: they need an image input "
+          "[channels, height, width] (e.g. input image: f32[1, 28, 28]); the "
+          "model's inputs are ", absl::StrJoin(inputs, ", ")));
+    }
+  }
   ASSIGN_OR_RETURN(BatchPlanner planner,
                    BatchPlanner::ForPlan(plan, dataset->size()));
   if (rank < 0 || rank >= plan.world_size) {
@@ -154,7 +184,12 @@ absl::Status TrainBatchSource::Fill(int micro_step, const Plan& plan,
   ASSIGN_OR_RETURN(
       std::vector<int64_t> indices,
       planner_.MicroBatchIndices(epoch_, step_in_epoch_, rank_, micro_step));
-  return loader_.Fill(indices, plan, device);
+  // The first row's place in the run, as dropout's masks count it.
+  const int64_t step_index = epoch_ * planner_.steps_per_epoch() + step_in_epoch_;
+  const int64_t first_example =
+      step_index * plan.global_batch +
+      (int64_t{rank_} * plan.accumulate + micro_step) * plan.micro_batch;
+  return loader_.Fill(indices, plan, device, first_example);
 }
 
 }  // namespace trainc

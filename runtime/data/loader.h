@@ -44,8 +44,11 @@ class MicroBatchLoader {
   // Checks that every input buffer of `plan` can be served (see above).
   absl::Status Validate(const Plan& plan) const;
 
+  // `first_example` >= 0: the rows are global examples first_example,
+  // first_example + 1, ... of the run, and image inputs are augmented as
+  // plan.data says (runtime/data/augment.h). -1: no augmentation (eval).
   absl::Status Fill(absl::Span<const int64_t> indices, const Plan& plan,
-                    Device& device);
+                    Device& device, int64_t first_example = -1);
 
  private:
   const Dataset* dataset_;
@@ -53,7 +56,8 @@ class MicroBatchLoader {
 };
 
 // The executor's BatchSource for training: rank `rank`'s micro-batches of
-// the step set by SetPosition, as BatchPlanner assigns them.
+// the step set by SetPosition, as BatchPlanner assigns them, augmented as
+// the plan says.
 //
 //   ASSIGN_OR_RETURN(auto batches, TrainBatchSource::Create(&train, plan, rank));
 //   for (int64_t s = 0; s < batches->steps_per_epoch(); ++s) {

@@ -242,3 +242,67 @@ TEST(TrainBatchSourceTest, FillsThisRanksMicroBatches) {
 
 }  // namespace
 }  // namespace trainc
+
+namespace trainc {
+namespace {
+
+// 8 images 1 x 2 x 3 (example i holds i*10 + 1 .. i*10 + 6) through a
+// plan of `gpus` x `accumulate` x 2: what rank r's micro-step m loads.
+std::vector<float> AugmentedRows(int gpus, int accumulate, int rank, int micro) {
+  std::vector<float> features;
+  std::vector<int32_t> labels;
+  for (int i = 0; i < 8; ++i) {
+    for (int p = 1; p <= 6; ++p) features.push_back(i * 10.0f + p);
+    labels.push_back(i % 3);
+  }
+  Dataset data(6, std::move(features), std::move(labels));
+  Plan plan = PlanWith({MakeBuffer(0, "image", BufferKind::kInput, DType::kF32, {2, 1, 2, 3}, 0)});
+  plan.world_size = gpus;
+  plan.accumulate = accumulate;
+  plan.global_batch = 4;
+  plan.seed = 5;
+  plan.data.shuffle = false;
+  plan.data.random_crop = 1;
+  plan.data.random_flip = true;
+  auto source = TrainBatchSource::Create(&data, plan, rank);
+  EXPECT_TRUE(source.ok()) << source.status();
+  HostTestDevice device;
+  EXPECT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  (*source)->SetPosition(/*epoch=*/1, /*step_in_epoch=*/1);  // step 4 of the run
+  EXPECT_TRUE((*source)->Fill(micro, plan, device).ok());
+  const float* x = device.At<float>(0);
+  return std::vector<float>(x, x + 12);
+}
+
+// Augmentation is a function of the example's place in the run: the rows
+// of global micro-batch k are the same whichever rank and micro-step load
+// them, and they differ from the unaugmented images.
+TEST(LoaderTest, AugmentationDoesNotDependOnTheSplit) {
+  std::vector<float> one_rank, two_ranks;
+  for (int m = 0; m < 2; ++m) {
+    std::vector<float> a = AugmentedRows(1, 2, 0, m), b = AugmentedRows(2, 1, m, 0);
+    one_rank.insert(one_rank.end(), a.begin(), a.end());
+    two_ranks.insert(two_ranks.end(), b.begin(), b.end());
+  }
+  EXPECT_EQ(one_rank, two_ranks);
+  // Step 4 (0-based 3) holds examples 4..7 unshuffled; at least one of the
+  // four is moved or mirrored.
+  std::vector<float> plain;
+  for (int i = 4; i < 8; ++i) {
+    for (int p = 1; p <= 6; ++p) plain.push_back(i * 10.0f + p);
+  }
+  EXPECT_NE(one_rank, plain);
+}
+
+TEST(LoaderTest, AugmentationNeedsAnImageInput) {
+  Dataset data = Tiny();
+  Plan plan = PlanWith({MakeBuffer(0, "x", BufferKind::kInput, DType::kF32, {2, 3}, 0)});
+  plan.global_batch = 2;
+  plan.data.random_flip = true;
+  auto source = TrainBatchSource::Create(&data, plan, 0);
+  ASSERT_FALSE(source.ok());
+  EXPECT_THAT(std::string(source.status().message()), HasSubstr("need an image input"));
+}
+
+}  // namespace
+}  // namespace trainc

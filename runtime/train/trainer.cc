@@ -86,6 +86,7 @@ absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device) {
     options.workspace = CudaWorkspaceBytes;
   } else {
     options.workspace = cpu::WorkspaceBytes;
+    options.writes_next_outputs = cpu::ConvAbsorbsNextRelu;
   }
   return options;
 }

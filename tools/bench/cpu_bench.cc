@@ -231,6 +231,7 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus) {
   }
   PlanOptions options;
   options.workspace = cpu::WorkspaceBytes;  // oneDNN's, for the CNN
+  options.writes_next_outputs = cpu::ConvAbsorbsNextRelu;
   return BuildPlan(*result.spec, options);
 }
 
