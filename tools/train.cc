@@ -7,6 +7,7 @@
 // (itself, once per rank) and waits for them; under torchrun, srun or
 // mpirun each process is one rank already.
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +59,7 @@ Override train { } fields (checked by the same rules as the file):
   --gpus N  --micro_batch N  --accumulate N  --global_batch N
   --epochs N  --steps N  --lr X  --seed N  --bucket_mb X
   --deterministic true|false  --tf32 true|false
+  --checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR
   (any train { } field name works as --FIELD VALUE, and so does a model
   constant: --width 256 for `const width = 128`)
 
@@ -65,7 +67,9 @@ Run:
   --device cpu|cuda|auto  where to run (default auto: CUDA if a GPU is seen)
   --save PATH             write a safetensors checkpoint at the end
   --init-from PATH        start from a checkpoint's weights
-  --resume PATH           continue a checkpoint: weights, optimizer, step, data
+  --resume PATH|DIR       continue a checkpoint: weights, optimizer, step, data
+                          position; given a folder (checkpoint_dir), the newest
+                          checkpoint in it that loads
   --trace PATH            write a Chrome trace (Perfetto, tools/viz) of a few steps
   --trace-steps N         steps to trace (default 3)
   --metrics PATH          write metrics as JSON lines as the run goes: one per
@@ -81,6 +85,15 @@ Run:
   --log-every N           steps between progress lines (default: ~5 per epoch)
   --blas-threads N        OpenBLAS threads per rank (default 1)
   -h, --help              this help
+
+Long runs: with checkpoint_every = N in train { } (or --checkpoint_every N)
+the full state is written every N steps and at the end to checkpoint_dir
+(default checkpoints/<model>) as step-<N>.safetensors, atomically, keeping
+the newest checkpoint_keep (default 3). SIGTERM, SIGINT or SIGHUP (Slurm
+preemption, Ctrl-C) stop every rank at the same step boundary within 10
+steps and write one checkpoint (there, else at --save, else in
+checkpoints/<model>); the exit code is 128 + the signal. A second signal
+stops at once.
 )";
 
 struct Args {
@@ -364,6 +377,13 @@ int main(int argc, char** argv) {
   trainc::args_argc = argc;
   trainc::args_argv = argv;
   absl::Status status = trainc::Run(**args);
+  if (absl::IsCancelled(status)) {
+    // Stopped by a signal at a step boundary, checkpoint written (or the
+    // launcher relaying one): the shell's convention, 128 + the signal.
+    std::cerr << "train: " << status.message() << "\n";
+    const int sig = trainc::ReceivedStopSignal();
+    return 128 + (sig != 0 ? sig : SIGTERM);
+  }
   if (!status.ok()) {
     std::cerr << "train: error: " << status.message() << "\n";
     return 1;

@@ -152,6 +152,12 @@ std::string DescribeSpec(const TrainSpec& spec) {
   absl::StrAppend(&out, "\nseed: ", t.seed, ", deterministic: ",
                   t.deterministic ? "true" : "false",
                   ", tf32: ", t.tf32 ? "true" : "false", "\n");
+  if (t.checkpoint_every > 0) {
+    absl::StrAppend(&out, "checkpoints: every ", t.checkpoint_every, " steps into ",
+                    t.checkpoint_dir.empty() ? "checkpoints/" + spec.model.name
+                                             : t.checkpoint_dir,
+                    ", newest ", t.checkpoint_keep, " kept\n");
+  }
 
   const DataSpec& d = spec.data;
   absl::StrAppend(&out, "data: train = ", Dataset(d.train), "\n");

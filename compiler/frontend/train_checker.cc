@@ -18,7 +18,7 @@ const std::vector<std::string>& OverridableFields() {
       "gpus",  "micro_batch",   "accumulate", "global_batch",
       "epochs", "steps",        "lr",         "seed",
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
-      "clip_grad_norm"};
+      "clip_grad_norm", "checkpoint_every", "checkpoint_keep", "checkpoint_dir"};
   return *fields;
 }
 
@@ -30,7 +30,8 @@ const std::vector<std::string>& TrainFields() {
       "gpus",     "micro_batch", "accumulate", "global_batch",
       "epochs",   "steps",       "optimizer",  "schedule",
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
-      "tf32",     "clip_grad_norm"};
+      "tf32",     "clip_grad_norm", "checkpoint_every", "checkpoint_keep",
+      "checkpoint_dir"};
   return *fields;
 }
 
@@ -281,6 +282,15 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("clip_grad_norm")) {
       if (auto v = NumberAtLeast(*s, 0, true, sink_)) config_.clip_grad_norm = *v;
+    }
+    if (const Setting* s = Effective("checkpoint_every")) {
+      if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;
+    }
+    if (const Setting* s = Effective("checkpoint_keep")) {
+      if (auto v = PositiveInt(*s, sink_)) config_.checkpoint_keep = *v;
+    }
+    if (const Setting* s = Effective("checkpoint_dir")) {
+      if (auto v = String(*s, sink_)) config_.checkpoint_dir = *v;
     }
     if (sink_.error_count() > errors_before) return std::nullopt;
     return config_;

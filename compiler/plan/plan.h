@@ -184,6 +184,16 @@ struct DataConfig {
   bool random_flip = false;
 };
 
+// Checkpoints during the run (runtime/checkpoint, runtime/train): the full
+// training state every `every` steps and at the last, as
+// <dir>/step-<8-digit step>.safetensors, written atomically; only the
+// newest `keep` stay.
+struct CheckpointConfig {
+  int64_t every = 0;  // 0: none
+  int64_t keep = 3;
+  std::string dir;
+};
+
 struct Plan {
   int version = kPlanFormatVersion;
   std::string model;
@@ -213,6 +223,7 @@ struct Plan {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   DataConfig data;
+  CheckpointConfig checkpoints;
 
   std::vector<Buffer> buffers;
   std::vector<Instruction> instructions;

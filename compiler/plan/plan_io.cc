@@ -335,6 +335,10 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("clip_grad_norm")) {  // absent: no clipping
       ASSIGN_OR_RETURN(plan.clip_grad_norm, f.Double("clip_grad_norm"));
     }
+  } else if (kw == "checkpoints") {
+    ASSIGN_OR_RETURN(plan.checkpoints.every, f.Int("every"));
+    ASSIGN_OR_RETURN(plan.checkpoints.keep, f.Int("keep"));
+    ASSIGN_OR_RETURN(plan.checkpoints.dir, f.Str("dir"));
   } else if (kw == "optimizer") {
     OptimizerConfig& o = plan.optimizer;
     ASSIGN_OR_RETURN(o.kind, f.Str("kind"));
@@ -498,6 +502,11 @@ std::string PlanToText(const Plan& plan) {
                       ? absl::StrCat(" clip_grad_norm=", FormatDouble(plan.clip_grad_norm))
                       : std::string(),
                   "\n");
+  if (plan.checkpoints.every > 0) {  // absent: no checkpoints during the run
+    absl::StrAppend(&out, "checkpoints every=", plan.checkpoints.every,
+                    " keep=", plan.checkpoints.keep, " dir=", Quote(plan.checkpoints.dir),
+                    "\n");
+  }
   const OptimizerConfig& o = plan.optimizer;
   absl::StrAppend(&out, "optimizer kind=", Quote(o.kind), " lr=", FormatDouble(o.lr),
                   " momentum=", FormatDouble(o.momentum), " nesterov=", o.nesterov ? 1 : 0,

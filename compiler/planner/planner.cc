@@ -124,6 +124,11 @@ class PlanBuilder {
     plan_.data.random_flip = spec_.data.random_flip;
     plan_.loss_terms = spec_.model.loss_terms;
     plan_.clip_grad_norm = t.clip_grad_norm;
+    plan_.checkpoints.every = t.checkpoint_every;
+    plan_.checkpoints.keep = t.checkpoint_keep;
+    plan_.checkpoints.dir = t.checkpoint_dir.empty()
+                                ? absl::StrCat("checkpoints/", spec_.model.name)
+                                : t.checkpoint_dir;
     // Token ids index the embedding of the model's input: the data loader
     // rejects any id outside it, naming the file (labels are the same
     // stream shifted by one).

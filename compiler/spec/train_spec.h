@@ -160,6 +160,11 @@ struct TrainConfig {
   // parameter, after the all-reduce) is at most this, as
   // torch.nn.utils.clip_grad_norm_.
   double clip_grad_norm = 0.0;
+  // > 0: a checkpoint every this many steps (and at the last) into
+  // checkpoint_dir, the newest checkpoint_keep kept.
+  int64_t checkpoint_every = 0;
+  int64_t checkpoint_keep = 3;
+  std::string checkpoint_dir;  // empty: checkpoints/<model name>
 };
 
 struct TrainSpec {

@@ -1,14 +1,24 @@
 #include "runtime/checkpoint/checkpoint.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -206,6 +216,105 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
     RETURN_IF_ERROR(device.Upload(slot.offset, data.data(), data.size()));
   }
   if (!weights_only && state != nullptr) *state = loaded;
+  return absl::OkStatus();
+}
+
+namespace {
+
+constexpr char kPrefix[] = "step-";
+constexpr char kSuffix[] = ".safetensors";
+
+// The step of a checkpoint file name, or -1 for any other name.
+int64_t StepOfName(const std::string& name) {
+  const size_t prefix = sizeof(kPrefix) - 1, suffix = sizeof(kSuffix) - 1;
+  if (name.size() <= prefix + suffix || name.compare(0, prefix, kPrefix) != 0 ||
+      name.compare(name.size() - suffix, suffix, kSuffix) != 0) {
+    return -1;
+  }
+  int64_t step = 0;
+  for (size_t i = prefix; i < name.size() - suffix; ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+// (step, path) of every checkpoint in `dir`, newest first.
+absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> ListCheckpoints(
+    const std::string& dir) {
+  std::error_code error;
+  std::filesystem::directory_iterator it(dir, error);
+  if (error) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read the checkpoint folder ", dir, ": ", error.message()));
+  }
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::filesystem::directory_entry& entry : it) {
+    const int64_t step = StepOfName(entry.path().filename().string());
+    if (step >= 0 && entry.is_regular_file(error)) {
+      found.emplace_back(step, entry.path().string());
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a > b; });
+  return found;
+}
+
+}  // namespace
+
+std::string CheckpointPath(const std::string& dir, int64_t step) {
+  return absl::StrFormat("%s/%s%08d%s", dir, kPrefix, step, kSuffix);
+}
+
+absl::Status PrepareCheckpointFolder(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint folder ", dir, ": cannot create it: ", error.message()));
+  }
+  if (!std::filesystem::is_directory(dir, error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint folder ", dir, ": exists and is not a folder"));
+  }
+  std::string probe = dir + "/.write-test.XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint folder ", dir,
+                                                   ": cannot write in it: ",
+                                                   std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> CheckpointsNewestFirst(const std::string& dir) {
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> found = ListCheckpoints(dir);
+  if (!found.ok()) return found.status();
+  std::vector<std::string> paths;
+  for (auto& [step, path] : *found) paths.push_back(std::move(path));
+  return paths;
+}
+
+absl::Status PruneCheckpoints(const std::string& dir, int64_t keep) {
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> found = ListCheckpoints(dir);
+  if (!found.ok()) return found.status();
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 0)); i < found->size(); ++i) {
+    if (::unlink((*found)[i].second.c_str()) != 0 && errno != ENOENT) {
+      return absl::InternalError(absl::StrCat("cannot delete the old checkpoint ",
+                                              (*found)[i].second, ": ",
+                                              std::strerror(errno)));
+    }
+  }
+  // Temporary files of writes a killed run never finished
+  // (<name>.tmp.XXXXXX, safetensors.h).
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPrefix, 0) == 0 && name.find(std::string(kSuffix) + ".tmp.") != std::string::npos) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
   return absl::OkStatus();
 }
 

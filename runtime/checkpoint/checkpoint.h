@@ -18,8 +18,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
 #include "runtime/device/device.h"
 
@@ -45,6 +47,25 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
 absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, TrainingState* state,
                             bool weights_only);
+
+// A folder of checkpoints during a run (Plan::checkpoints):
+// <dir>/step-<8-digit step>.safetensors. Each is written atomically
+// (safetensors.h: a temporary file, fsync, rename), so a name of this form
+// is always a whole file, also when the run is killed or the disk fills
+// while the next one is written.
+std::string CheckpointPath(const std::string& dir, int64_t step);
+
+// Makes `dir` (and its parents) when missing and checks that a file can be
+// created in it: before the first step, not when the first checkpoint is due.
+absl::Status PrepareCheckpointFolder(const std::string& dir);
+
+// The checkpoints in `dir`, newest (highest step) first; empty when there
+// are none. Fails when `dir` cannot be read.
+absl::StatusOr<std::vector<std::string>> CheckpointsNewestFirst(const std::string& dir);
+
+// Deletes all but the newest `keep` checkpoints of `dir`, and temporary
+// files left by writes that never finished (a killed run).
+absl::Status PruneCheckpoints(const std::string& dir, int64_t keep);
 
 }  // namespace trainc
 

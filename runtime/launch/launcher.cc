@@ -180,8 +180,12 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
 // The signal that asked the launcher to stop (SIGINT, SIGTERM, SIGHUP),
 // or 0. Set by the handler, read by the supervising loop.
 volatile sig_atomic_t g_stop_signal = 0;
+volatile sig_atomic_t g_stop_count = 0;
 
-void OnStopSignal(int sig) { g_stop_signal = sig; }
+void OnStopSignal(int sig) {
+  g_stop_signal = sig;
+  g_stop_count = g_stop_count + 1;
+}
 
 // Installs the stop handlers for the job's lifetime, and ignores SIGPIPE so
 // that a closed pipe (`train ... | head`) is a write error, not a silent
@@ -190,6 +194,7 @@ class StopSignals {
  public:
   StopSignals() {
     g_stop_signal = 0;
+    g_stop_count = 0;
     struct sigaction action = {};
     action.sa_handler = OnStopSignal;
     sigemptyset(&action.sa_mask);
@@ -297,7 +302,9 @@ class Job {
       PollOnce(kPollIntervalMs);
       if (g_stop_signal != 0 && !stopping_) {
         // Asked to stop (Ctrl-C, Slurm preemption, a closed terminal): every
-        // rank gets SIGTERM, then SIGKILL after the grace period, and the
+        // rank gets SIGTERM (the trainer stops at a step boundary and
+        // writes a checkpoint), then SIGKILL after the stop grace period
+        // or a second signal, and the
         // rendezvous folder goes with the job. Ranks that die of it are
         // not the news.
         const int sig = g_stop_signal;
@@ -305,8 +312,12 @@ class Job {
             "interrupted by ", strsignal(sig), " (signal ", sig,
             "); stopped ", running_, " rank(s)"));
         stopping_ = true;
-        kill_at_ = absl::Now() + options_.grace_period;
+        kill_at_ = absl::Now() + options_.stop_grace_period;
         Signal(SIGTERM);
+      }
+      if (g_stop_count > 1 && !killed_) {  // asked twice: no more waiting
+        Signal(SIGKILL);
+        killed_ = true;
       }
       ReapExited();
       CheckHeartbeats();

@@ -43,8 +43,13 @@ struct LaunchOptions {
   // (absl::ZeroDuration(): no watchdog). With the grace period, a hung job
   // is gone within 30 s by default.
   absl::Duration heartbeat_timeout = absl::Seconds(20);
-  // Between SIGTERM and SIGKILL when stopping the ranks.
+  // Between SIGTERM and SIGKILL when stopping the ranks after one failed.
   absl::Duration grace_period = absl::Seconds(5);
+  // The same when the launcher itself was asked to stop (SIGINT, SIGTERM,
+  // SIGHUP): long enough for the ranks to reach a step boundary together
+  // and write a checkpoint (runtime/train). A second signal kills them at
+  // once.
+  absl::Duration stop_grace_period = absl::Seconds(30);
   // Where to create the rendezvous folder; empty: $TMPDIR, else /tmp.
   std::string temp_dir;
   // Where the workers' output goes.

@@ -151,7 +151,7 @@ TEST(LauncherTest, NormalRunForwardsOutputAndCleansUp) {
 TEST(LauncherTest, SigtermToTheLauncherStopsEveryRankAndCleansUp) {
   LaunchOptions options;
   // Long, so that ranks stopped only by the SIGKILL after it would show.
-  options.grace_period = absl::Seconds(10);
+  options.stop_grace_period = absl::Seconds(10);
   const std::string dir = FreshDir("sigterm");
   std::thread interrupter([&] {
     // Once every worker runs, the launcher's handlers are installed.

@@ -1,11 +1,15 @@
 #include "runtime/train/trainer.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -77,7 +81,78 @@ absl::StatusOr<std::string> ResolveDevice(const std::string& requested,
   return std::string("cuda");
 }
 
+// SIGTERM, SIGINT or SIGHUP received during TrainRank (Slurm preemption,
+// Ctrl-C, the launcher passing either on), or 0. A second one ends the
+// process at once.
+volatile sig_atomic_t g_stop_signal = 0;
+
+void OnStopSignal(int sig) {
+  if (g_stop_signal != 0) {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+
+// The stop handlers for one TrainRank; the previous ones come back after.
+class StopSignalScope {
+ public:
+  StopSignalScope() {
+    g_stop_signal = 0;
+    struct sigaction action = {};
+    action.sa_handler = OnStopSignal;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      ::sigaction(kSignals[i], &action, &previous_[i]);
+    }
+  }
+  ~StopSignalScope() {
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      ::sigaction(kSignals[i], &previous_[i], nullptr);
+    }
+  }
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGTERM, SIGINT, SIGHUP};
+  std::array<struct sigaction, 3> previous_;
+};
+
+// Ranks agree to stop this often (in steps): one 4-byte sum over ranks.
+constexpr int64_t kStopCheckSteps = 10;
+
+// Where a run stopped by a signal writes its checkpoint: the run's
+// checkpoint folder, else --save, else checkpoints/<model>.
+std::string StopCheckpointPath(const Plan& plan, const TrainOptions& options, int64_t step) {
+  if (plan.checkpoints.every > 0) return CheckpointPath(plan.checkpoints.dir, step);
+  if (!options.save_path.empty()) return options.save_path;
+  return CheckpointPath(absl::StrCat("checkpoints/", plan.model), step);
+}
+
+// --resume: a checkpoint file, or a folder of them (the newest that loads).
+absl::StatusOr<std::string> ResumeFrom(const std::string& path, const Plan& plan,
+                                       Device& device, TrainingState* state,
+                                       std::ostream& log) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(path, error)) {
+    RETURN_IF_ERROR(LoadCheckpoint(path, plan, device, state, /*weights_only=*/false));
+    return path;
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> candidates, CheckpointsNewestFirst(path));
+  for (const std::string& candidate : candidates) {
+    absl::Status loaded =
+        LoadCheckpoint(candidate, plan, device, state, /*weights_only=*/false);
+    if (loaded.ok()) return candidate;
+    log << "warning: skipping " << candidate << ": " << loaded.message() << "\n";
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "--resume ", path, ": no checkpoint (step-<N>.safetensors) in this folder",
+      candidates.empty() ? "" : " loads"));
+}
+
 }  // namespace
+
+int ReceivedStopSignal() { return g_stop_signal; }
 
 absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device) {
   ASSIGN_OR_RETURN(std::string kind, ResolveDevice(device, 1));
@@ -362,9 +437,9 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
 
   // Weights.
   TrainingState state;
+  std::string resumed_from;
   if (!options.resume.empty()) {
-    RETURN_IF_ERROR(LoadCheckpoint(options.resume, plan, *device, &state,
-                                   /*weights_only=*/false));
+    ASSIGN_OR_RETURN(resumed_from, ResumeFrom(options.resume, plan, *device, &state, log));
   } else if (!options.init_from.empty()) {
     RETURN_IF_ERROR(LoadCheckpoint(options.init_from, plan, *device, &state,
                                    /*weights_only=*/true));
@@ -377,8 +452,12 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s is at step %d, and this run has %d steps: nothing to train "
         "(raise --steps or --epochs to continue it)",
-        options.resume, state.step, total_steps));
+        resumed_from, state.step, total_steps));
   }
+  if (plan.checkpoints.every > 0 && rank.rank == 0) {
+    RETURN_IF_ERROR(PrepareCheckpointFolder(plan.checkpoints.dir));
+  }
+  const StopSignalScope stop_signals;
 
   log << absl::StrFormat(
       "training %s on %d %s rank(s): global_batch %d = %d x %d micro_batch x "
@@ -389,7 +468,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       steps_per_epoch, dropped, FormatBytes(plan.arena_bytes));
   if (state.step > 0) {
     log << absl::StrFormat("resumed from %s at step %d (epoch %d, step %d)\n",
-                           options.resume, state.step, state.epoch + 1,
+                           resumed_from, state.step, state.epoch + 1,
                            state.step_in_epoch);
   }
 
@@ -640,6 +719,47 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
           r.scalars.emplace_back("bits_per_byte", last_eval.loss / std::log(2.0));
         }
         RETURN_IF_ERROR(metrics->Write(r));
+      }
+    }
+
+    // The full state every checkpoints.every steps and at the last.
+    TrainingState now;
+    now.step = step;
+    now.epoch = step / steps_per_epoch;
+    now.step_in_epoch = step % steps_per_epoch;
+    const CheckpointConfig& periodic = plan.checkpoints;
+    if (periodic.every > 0 && (step % periodic.every == 0 || last) && rank.rank == 0) {
+      const std::string path = CheckpointPath(periodic.dir, step);
+      RETURN_IF_ERROR(SaveCheckpoint(path, plan, *device, now));
+      RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
+      log << absl::StrFormat("%scheckpoint %s\n", tty ? "\r\033[K" : "", path) << std::flush;
+    }
+    // A stop signal (preemption, Ctrl-C) reaches the ranks at different
+    // steps: they agree at the next check and stop together at that step
+    // boundary, with one checkpoint.
+    if (!last && (plan.world_size == 1 || step % kStopCheckSteps == 0)) {
+      std::vector<float> stop = {g_stop_signal != 0 ? 1.0f : 0.0f};
+      RETURN_IF_ERROR(SumOverRanks(*host_comm, &stop));
+      if (stop[0] > 0) {
+        const std::string path = StopCheckpointPath(plan, options, step);
+        if (rank.rank == 0) {
+          if (periodic.every == 0 || step % periodic.every != 0) {
+            const std::string folder = std::filesystem::path(path).parent_path().string();
+            RETURN_IF_ERROR(PrepareCheckpointFolder(folder.empty() ? "." : folder));
+            RETURN_IF_ERROR(SaveCheckpoint(path, plan, *device, now));
+          }
+          if (periodic.every > 0) {
+            RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
+          }
+        }
+        RETURN_IF_ERROR(host_comm->Barrier());
+        const int sig = g_stop_signal != 0 ? g_stop_signal : SIGTERM;
+        return absl::CancelledError(absl::StrFormat(
+            "stopped at step %d of %d (%s, signal %d on %s); checkpoint %s; "
+            "continue with --resume %s",
+            step, total_steps, strsignal(sig), sig,
+            g_stop_signal != 0 ? "this rank" : "another rank", path,
+            periodic.every > 0 ? periodic.dir : path));
       }
     }
   }

@@ -81,6 +81,12 @@ struct TrainSummary {
 // convolution and pooling libraries need (oneDNN, cuDNN).
 absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device);
 
+// The signal (SIGTERM, SIGINT, SIGHUP) that stopped the last TrainRank, or
+// 0. Such a run stops on every rank at one step boundary, writes one
+// checkpoint and returns Cancelled, saying where; a second signal ends the
+// process at once.
+int ReceivedStopSignal();
+
 absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                        const RankContext& rank,
                                        const TrainOptions& options,

@@ -1,0 +1,154 @@
+"""Long runs that survive: periodic checkpoints, SIGKILL and SIGTERM.
+
+The default MLP example on 1 and 2 ranks:
+  - checkpoint_every = N writes step-<N>.safetensors into checkpoint_dir and
+    keeps only the newest checkpoint_keep, with no temporary file left;
+  - a run killed with SIGKILL (the whole process group, as an OOM killer or
+    a lost node would) at several points and resumed with --resume DIR ends
+    with the same weights and optimizer state, bit for bit, as the run that
+    was never interrupted;
+  - SIGTERM to the launcher (Slurm preemption) stops every rank at one step
+    boundary: exit code 143, a message naming the step and the checkpoint,
+    no rendezvous folder left; resuming from that checkpoint again ends bit
+    for bit where the uninterrupted run does.
+"""
+import glob
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+import numpy as np
+
+import e2e_lib as e2e
+
+STEPS = 400
+EVERY = 50
+
+
+def common(gpus):
+    # micro_batch 64 x accumulate 2 per rank, as the example; no
+    # evaluation, no metrics file.
+    return [e2e.EXAMPLE, "--device", "cpu", "--gpus", gpus, "--steps", STEPS,
+            "--no-eval", "--no-metrics", "--log-every", 100]
+
+
+def reference(gpus, cache={}):
+    if gpus not in cache:
+        out = os.path.join(e2e.tmpdir(), f"ref{gpus}.safetensors")
+        e2e.train(*common(gpus), "--save", out)
+        cache[gpus] = e2e.read_safetensors(out)[0]
+    return cache[gpus]
+
+
+def step_files(folder):
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*")))
+
+
+def start(args, tmp):
+    """tools/train in its own process group, output to a file."""
+    log = open(os.path.join(tmp, "log.txt"), "w")
+    env = dict(os.environ, TMPDIR=tmp)  # where the launcher's rendezvous goes
+    return subprocess.Popen([e2e.TRAIN, *map(str, args)], stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            env=env), log
+
+
+def wait_for(predicate, proc, timeout=60):
+    give_up = time.time() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended ({proc.returncode}) first")
+        if time.time() > give_up:
+            raise AssertionError("timed out")
+        time.sleep(0.005)
+
+
+class PreemptionTest(unittest.TestCase):
+
+    def setUp(self):
+        e2e.need_fashion_mnist(self)
+
+    def assert_bit_identical(self, got, want, what):
+        self.assertEqual(sorted(got), sorted(want), what)
+        for name in want:
+            self.assertTrue(np.array_equal(got[name].view(np.uint32),
+                                           want[name].view(np.uint32)),
+                            f"{what}: {name} differs")
+
+    def test_periodic_checkpoints_keep_the_newest(self):
+        folder = os.path.join(e2e.tmpdir(), "ckpt")
+        e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 1, "--steps", 23,
+                  "--no-eval", "--no-metrics", "--checkpoint_every", 5,
+                  "--checkpoint_keep", 2, "--checkpoint_dir", folder)
+        # Steps 5, 10, 15, 20 and the last (23); the newest two kept.
+        self.assertEqual(step_files(folder),
+                         ["step-00000020.safetensors", "step-00000023.safetensors"])
+        tensors, meta = e2e.read_safetensors(os.path.join(folder, "step-00000023.safetensors"))
+        self.assertEqual(meta["step"], "23")
+        self.assertTrue(any(n.startswith("optimizer.") for n in tensors))
+
+    def sigkill_then_resume(self, gpus, kill_after_checkpoints):
+        tmp = e2e.tmpdir()
+        folder = os.path.join(tmp, "ckpt")
+        args = common(gpus) + ["--checkpoint_every", EVERY, "--checkpoint_dir", folder]
+        proc, log = start(args, tmp)
+        def newest_step():
+            steps = [int(os.path.basename(p)[5:13])
+                     for p in glob.glob(os.path.join(folder, "step-*.safetensors"))]
+            return max(steps, default=0)
+        try:
+            wait_for(lambda: newest_step() >= kill_after_checkpoints * EVERY, proc)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            log.close()
+        written = step_files(folder)
+        self.assertTrue(written, "no checkpoint before the kill")
+        out = os.path.join(tmp, "resumed.safetensors")
+        resumed = e2e.train(*common(gpus), "--checkpoint_every", EVERY,
+                            "--checkpoint_dir", folder, "--resume", folder,
+                            "--save", out)
+        self.assertIn("resumed from " + folder, resumed.stdout)
+        self.assert_bit_identical(e2e.read_safetensors(out)[0], reference(gpus),
+                                  f"{gpus} rank(s), killed after {written[-1]}")
+
+    def test_sigkill_one_rank_early(self):
+        self.sigkill_then_resume(1, 1)
+
+    def test_sigkill_one_rank_late(self):
+        self.sigkill_then_resume(1, 5)
+
+    def test_sigkill_two_ranks(self):
+        self.sigkill_then_resume(2, 3)
+
+    def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint(self):
+        tmp = e2e.tmpdir()
+        saved = os.path.join(tmp, "preempted.safetensors")
+        proc, log = start(common(2) + ["--save", saved], tmp)
+        try:
+            wait_for(lambda: "step 100/" in open(log.name).read(), proc)
+            os.kill(proc.pid, signal.SIGTERM)  # the launcher, as Slurm does
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()
+        text = open(log.name).read()
+        self.assertEqual(code, 128 + signal.SIGTERM, text)
+        self.assertRegex(text, r"stopped at step \d+ of 400 \(Terminated")
+        self.assertIn("checkpoint " + saved, text)
+        self.assertEqual(glob.glob(os.path.join(tmp, "trainc-rendezvous*")), [])
+        step = int(e2e.read_safetensors(saved)[1]["step"])
+        self.assertTrue(100 <= step < STEPS, step)
+        self.assertEqual(step % 10, 0)  # the ranks agree every 10 steps
+        out = os.path.join(tmp, "resumed.safetensors")
+        e2e.train(*common(2), "--resume", saved, "--save", out)
+        self.assert_bit_identical(e2e.read_safetensors(out)[0], reference(2),
+                                  f"SIGTERM at step {step}")
+
+
+if __name__ == "__main__":
+    unittest.main()
