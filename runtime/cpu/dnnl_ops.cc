@@ -247,14 +247,9 @@ Program BuildConv2dGradParams(const KernelArgs& k, const Layouts& t,
   const ConvShapes s = ShapesOf(g);
   auto hint = ConvForwardDesc(g, engine);
   const memory::desc bias = g.has_bias ? Plain(s.bias, Tag::a) : memory::desc();
-  // Few input channels (an image's first layer): oneDNN's blocked direct
-  // kernel runs at a tenth of its speed there (1 of 8 lanes used); on plain
-  // layouts it takes its GEMM path instead.
-  const bool few = g.c < 8;
-  dnnl::convolution_backward_weights::desc d(
-      dnnl::algorithm::convolution_direct, few ? Plain(s.image, Tag::nchw) : Any(s.image),
-      Any(s.weight), bias, few ? Plain(s.out, Tag::nchw) : Any(s.out), s.strides, s.padding,
-      s.padding);
+  dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct,
+                                             Any(s.image), Any(s.weight), bias, Any(s.out),
+                                             s.strides, s.padding, s.padding);
   dnnl::convolution_backward_weights::primitive_desc pd(d, UserScratchpad(), engine, hint);
   std::unordered_map<int, memory> args;
   args[DNNL_ARG_DIFF_DST] = b.In(Plain(s.out, t.in[0]), k.x[0], pd.diff_dst_desc());
