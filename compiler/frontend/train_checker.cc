@@ -18,7 +18,8 @@ const std::vector<std::string>& OverridableFields() {
       "gpus",  "micro_batch",   "accumulate", "global_batch",
       "epochs", "steps",        "lr",         "seed",
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
-      "clip_grad_norm", "checkpoint_every", "checkpoint_keep", "checkpoint_dir"};
+      "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
+      "checkpoint_dir"};
   return *fields;
 }
 
@@ -30,8 +31,8 @@ const std::vector<std::string>& TrainFields() {
       "gpus",     "micro_batch", "accumulate", "global_batch",
       "epochs",   "steps",       "optimizer",  "schedule",
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
-      "tf32",     "clip_grad_norm", "checkpoint_every", "checkpoint_keep",
-      "checkpoint_dir"};
+      "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
+      "checkpoint_keep", "checkpoint_dir"};
   return *fields;
 }
 
@@ -282,6 +283,9 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("clip_grad_norm")) {
       if (auto v = NumberAtLeast(*s, 0, true, sink_)) config_.clip_grad_norm = *v;
+    }
+    if (const Setting* s = Effective("skip_nonfinite")) {
+      if (auto v = Bool(*s, sink_)) config_.skip_nonfinite = *v;
     }
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;

@@ -219,6 +219,11 @@ struct Plan {
   // torch.nn.utils.clip_grad_norm_: no optimizer runs before every bucket
   // is reduced.
   double clip_grad_norm = 0.0;
+  // With clipping or skip_nonfinite the step's grad_sq is computed, and an
+  // optimizer whose grad_sq is not finite (inf or NaN anywhere in the
+  // reduced gradient) changes nothing. skip_nonfinite: the trainer then
+  // goes on with the next step (counting it) instead of stopping.
+  bool skip_nonfinite = false;
 
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

@@ -335,6 +335,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("clip_grad_norm")) {  // absent: no clipping
       ASSIGN_OR_RETURN(plan.clip_grad_norm, f.Double("clip_grad_norm"));
     }
+    if (r.fields.count("skip_nonfinite")) {
+      ASSIGN_OR_RETURN(plan.skip_nonfinite, f.Bool("skip_nonfinite"));
+    }
   } else if (kw == "checkpoints") {
     ASSIGN_OR_RETURN(plan.checkpoints.every, f.Int("every"));
     ASSIGN_OR_RETURN(plan.checkpoints.keep, f.Int("keep"));
@@ -501,6 +504,7 @@ std::string PlanToText(const Plan& plan) {
                   plan.clip_grad_norm > 0
                       ? absl::StrCat(" clip_grad_norm=", FormatDouble(plan.clip_grad_norm))
                       : std::string(),
+                  plan.skip_nonfinite ? " skip_nonfinite=1" : "",
                   "\n");
   if (plan.checkpoints.every > 0) {  // absent: no checkpoints during the run
     absl::StrAppend(&out, "checkpoints every=", plan.checkpoints.every,

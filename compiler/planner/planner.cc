@@ -124,6 +124,7 @@ class PlanBuilder {
     plan_.data.random_flip = spec_.data.random_flip;
     plan_.loss_terms = spec_.model.loss_terms;
     plan_.clip_grad_norm = t.clip_grad_norm;
+    plan_.skip_nonfinite = t.skip_nonfinite;
     plan_.checkpoints.every = t.checkpoint_every;
     plan_.checkpoints.keep = t.checkpoint_keep;
     plan_.checkpoints.dir = t.checkpoint_dir.empty()
@@ -293,7 +294,7 @@ class PlanBuilder {
     shared_[graph_.loss()] = NewValueBuffer(loss, BufferKind::kLoss, loss.name, cursor);
     plan_.loss_buffer = shared_[graph_.loss()];
     cursor += AlignUp(loss.bytes());
-    if (spec_.train.clip_grad_norm > 0) {
+    if (NeedsGradSq()) {
       grad_sq_ = NewBuffer("grad_sq", BufferKind::kStepScalar, DType::kF32, {1}, cursor);
       cursor += AlignUp(4);
     }
@@ -393,11 +394,17 @@ class PlanBuilder {
     }
   }
 
+  // The step's squared gradient norm: for clipping, and for telling a
+  // non-finite gradient (the optimizer then changes nothing).
+  bool NeedsGradSq() const {
+    return spec_.train.clip_grad_norm > 0 || spec_.train.skip_nonfinite;
+  }
+
   void EmitOptimizer() {
     // Clipping needs the norm of the whole reduced gradient: each bucket's
     // sum of squares as soon as its all-reduce is done, in bucket order
     // (the same sum on every rank), then the optimizers.
-    const bool clip = spec_.train.clip_grad_norm > 0;
+    const bool clip = NeedsGradSq();
     for (size_t b = 0; clip && b < buckets_.size(); ++b) {
       Instruction in;
       in.op = "sum_squares";
@@ -424,7 +431,7 @@ class PlanBuilder {
       in.attrs["bucket"] = static_cast<double>(b);
       if (clip) {
         in.inputs.push_back(grad_sq_);
-        in.attrs["clip"] = spec_.train.clip_grad_norm;
+        in.attrs["clip"] = spec_.train.clip_grad_norm;  // 0: skip_nonfinite only
       }
       in.phase = Phase::kOptimizer;
       in.micro_step = -1;

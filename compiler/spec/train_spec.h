@@ -160,6 +160,9 @@ struct TrainConfig {
   // parameter, after the all-reduce) is at most this, as
   // torch.nn.utils.clip_grad_norm_.
   double clip_grad_norm = 0.0;
+  // A step whose gradient norm is not finite leaves the weights and the
+  // optimizer state as they were (llm.c's rule) instead of stopping the run.
+  bool skip_nonfinite = false;
   // > 0: a checkpoint every this many steps (and at the last) into
   // checkpoint_dir, the newest checkpoint_keep kept.
   int64_t checkpoint_every = 0;

@@ -1,5 +1,6 @@
 #include "runtime/cpu/cpu_device.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -341,6 +342,9 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
                    k.y[0]);
       break;
     case Op::kAdamW: {
+      // A non-finite gradient (clipping or skip_nonfinite computed its
+      // norm): the weights and the state stay as they were.
+      if (k.grad_sq != nullptr && !std::isfinite(*k.grad_sq)) break;
       const OptimizerConfig& o = plan.optimizer;
       cpu::AdamWParams h;
       h.lr = step.lr;
@@ -354,6 +358,7 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
       break;
     }
     case Op::kSgd: {
+      if (k.grad_sq != nullptr && !std::isfinite(*k.grad_sq)) break;
       const OptimizerConfig& o = plan.optimizer;
       cpu::SgdParams h;
       h.lr = step.lr;

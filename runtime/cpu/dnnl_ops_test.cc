@@ -134,7 +134,9 @@ void CompareWithReference(const Plan& plan, bool fuse_conv_relu = false) {
   EXPECT_GT(checked, 20);
   // The 16- and 8-channel images between convolutions and pooling.
   EXPECT_GT(checked_blocked, 4);
-  if (fuse_conv_relu) EXPECT_GT(fused_convolutions, 0);
+  if (fuse_conv_relu) {
+    EXPECT_GT(fused_convolutions, 0);
+  }
 }
 
 TEST(DnnlOps, MatchesTheReferenceForwardAndBackward) {

@@ -11,6 +11,12 @@ namespace {
 
 // torch.nn.utils.clip_grad_norm_'s factor, in float as torch's tensor ops:
 // min(1, clip / (sqrt(sum of squares) + 1e-6)); 1 without clipping.
+// A non-finite reduced gradient (clipping or skip_nonfinite computed its
+// squared norm): the step changes nothing, as on the CPU.
+__device__ inline bool NonFinite(const float* grad_sq) {
+  return grad_sq != nullptr && !isfinite(*grad_sq);
+}
+
 __device__ inline float ClipScale(const float* grad_sq, float clip) {
   if (grad_sq == nullptr || clip <= 0.0f) return 1.0f;
   return fminf(1.0f, clip / (sqrtf(*grad_sq) + 1e-6f));
@@ -47,6 +53,7 @@ __global__ void AdamWKernel(float* params, const float* grads, float* m,
                             const OptimizerStepScalars* scalars, float b1,
                             float one_minus_b1, float b2, float one_minus_b2,
                             float eps, const float* grad_sq, float clip) {
+  if (NonFinite(grad_sq)) return;
   const float scale = ClipScale(grad_sq, clip);
   const float decay = scalars->adamw_decay;
   const float neg_step_size = scalars->adamw_neg_step_size;
@@ -70,6 +77,7 @@ __global__ void SgdKernel(float* params, const float* grads,
                           const OptimizerStepScalars* scalars, float momentum,
                           float weight_decay, bool nesterov,
                           const float* grad_sq, float clip) {
+  if (NonFinite(grad_sq)) return;
   const float scale = ClipScale(grad_sq, clip);
   const float lr = scalars->lr;
   const bool first = scalars->first_step != 0;

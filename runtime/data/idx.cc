@@ -1,5 +1,8 @@
 #include "runtime/data/idx.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -42,9 +45,24 @@ struct GzCloser {
 class IdxFile {
  public:
   static absl::StatusOr<IdxFile> Open(const std::string& path) {
+    // Only a regular file: a FIFO would hang every rank waiting for a
+    // writer (O_NONBLOCK: opening it does not wait), /dev/zero never ends.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+      return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": not a regular file (an IDX data set is a file, optionally gzipped)"));
+    }
+    // Reads block again (a regular file never waits anyway).
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     errno = 0;
-    gzFile f = gzopen(path.c_str(), "rb");
+    gzFile f = gzdopen(fd, "rb");
     if (f == nullptr) {
+      ::close(fd);
       return absl::NotFoundError(absl::StrCat(
           path, ": cannot open: ",
           errno != 0 ? std::strerror(errno) : "out of memory"));

@@ -1,6 +1,7 @@
 #include "runtime/data/idx.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -321,6 +322,26 @@ TEST(DatasetTest, RejectsOtherFormats) {
   DataConfig config;
   config.format = "csv";
   EXPECT_FALSE(LoadTrainDataset(config).ok());
+}
+
+}  // namespace
+}  // namespace trainc
+
+namespace trainc {
+namespace {
+
+// A FIFO (or any non-file) is refused at once: opening it must not wait
+// for a writer, as gzopen would, with every rank hung.
+TEST(IdxTest, AFifoIsRefusedWithoutWaiting) {
+  const std::string path = TempPath("images.fifo");
+  std::remove(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  absl::StatusOr<IdxImages> images = ReadIdxImages(path);
+  ASSERT_FALSE(images.ok());
+  EXPECT_THAT(std::string(images.status().message()), ::testing::HasSubstr("not a regular file"));
+  absl::StatusOr<IdxImages> dir = ReadIdxImages(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_THAT(std::string(dir.status().message()), ::testing::HasSubstr("not a regular file"));
 }
 
 }  // namespace

@@ -401,15 +401,17 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
         return fail("bucket has no parameter span or gradient buffer");
       }
       k.weight_decay = bucket.weight_decay;
-      const double clip = attr("clip", 0);
-      if (clip > 0) {
-        // The step's squared gradient norm is the last operand.
-        const Buffer& sq = in_buf(static_cast<int>(instr.inputs.size()) - 1);
-        if (sq.kind != BufferKind::kStepScalar || Elements(sq) != 1) {
-          return fail("clipping needs the grad_sq step scalar as last input");
-        }
-        k.grad_sq = fptr(sq);
-        k.scalar = static_cast<float>(clip);
+      // With clipping or skip_nonfinite the step's squared gradient norm is
+      // the last operand (a step scalar).
+      const double clip = attr("clip", -1);
+      const Buffer& last = in_buf(static_cast<int>(instr.inputs.size()) - 1);
+      if (clip > 0 && last.kind != BufferKind::kStepScalar) {
+        return fail("clipping needs the grad_sq step scalar as last input");
+      }
+      if (last.kind == BufferKind::kStepScalar) {
+        if (Elements(last) != 1) return fail("grad_sq is not [1]");
+        k.grad_sq = fptr(last);
+        k.scalar = static_cast<float>(std::max(clip, 0.0));
       }
       const Buffer& params = plan.buffers[bucket.param_span];
       k.rows = Elements(params);

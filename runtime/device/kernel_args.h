@@ -106,8 +106,9 @@ struct KernelArgs {
   float* state[2] = {};  // optimizer state spans
   bool weight_decay = true;  // optimizer: this bucket is decayed
   uint32_t key = 0;          // dropout: the op's key
-  // optimizer with clipping (scalar = clip_grad_norm > 0): the step's
-  // squared gradient norm; null without clipping.
+  // optimizer with clipping (scalar = clip_grad_norm > 0) or skip_nonfinite
+  // (scalar = 0): the step's squared gradient norm, null otherwise. Not
+  // finite: the optimizer changes nothing.
   const float* grad_sq = nullptr;
   int micro = 0;             // dropout: the instruction's micro-step
   WindowGeometry window;     // convolution and pooling

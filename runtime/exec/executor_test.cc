@@ -7,6 +7,7 @@
 #include "runtime/exec/executor.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/planner/planner.h"
+#include "compiler/planner/testing/specs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/cpu_device.h"
@@ -467,6 +470,66 @@ TEST(ExecutorTest, PrepareRejectsUnknownOpsAndBadEvents) {
     CpuDevice device;
     Executor executor(plan, &device, nullptr);
     EXPECT_EQ(executor.Prepare().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace trainc
+
+namespace trainc {
+namespace {
+
+// Every parameter and optimizer-state byte of `plan`'s arena.
+std::vector<float> TrainedState(const Plan& plan, Device& device) {
+  std::vector<float> all;
+  for (const Buffer& b : plan.buffers) {
+    if (b.kind != BufferKind::kParameterSpan && b.kind != BufferKind::kStateSpan) continue;
+    std::vector<float> v(b.bytes / 4);
+    EXPECT_TRUE(device.Download(b.offset, v.data(), b.bytes).ok());
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+// skip_nonfinite (and clipping): a step whose reduced gradient holds a NaN
+// leaves the weights and the optimizer state as they were, bit for bit;
+// the next finite step trains as usual.
+TEST(ExecutorSkipTest, NonFiniteGradientLeavesWeightsAndState) {
+  for (const double clip : {0.0, 1.0}) {
+    TrainSpec spec = testing::MlpSpec(6, {5}, 3, 1, 4, 1);
+    spec.train.skip_nonfinite = clip == 0;
+    spec.train.clip_grad_norm = clip;
+    absl::StatusOr<Plan> plan = BuildPlan(spec);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    CpuDevice device;
+    Executor executor(*plan, &device, nullptr, nullptr, {});
+    ASSERT_TRUE(executor.Prepare().ok());
+    std::vector<float> init;
+    for (int id : plan->parameter_buffers) {
+      const Buffer& b = plan->buffers[id];
+      std::vector<float> v(b.bytes / 4);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>((i * 7 + id) % 11) - 0.5f;
+      ASSERT_TRUE(device.Upload(b.offset, v.data(), b.bytes).ok());
+    }
+    std::vector<MlpBatch> good = RandomBatches({6, 5, 3}, 4, 1, 3);
+    VectorBatchSource first(good);
+    ASSERT_TRUE(executor.RunStep(StepState{1, 1e-2}, first).ok());
+    const std::vector<float> before = TrainedState(*plan, device);
+
+    std::vector<MlpBatch> bad = good;
+    bad[0].x[5] = std::numeric_limits<float>::quiet_NaN();
+    VectorBatchSource poisoned(bad);
+    ASSERT_TRUE(executor.RunStep(StepState{2, 1e-2}, poisoned).ok());
+    const std::vector<float> after = TrainedState(*plan, device);
+    ASSERT_EQ(before.size(), after.size());
+    for (size_t i = 0; i < before.size(); ++i) {
+      ASSERT_EQ(before[i], after[i]) << "clip " << clip << ": value " << i << " changed";
+    }
+    VectorBatchSource again(good);
+    ASSERT_TRUE(executor.RunStep(StepState{3, 1e-2}, again).ok());
+    const std::vector<float> trained = TrainedState(*plan, device);
+    EXPECT_NE(trained, before) << "clip " << clip;
+    for (float v : trained) ASSERT_TRUE(std::isfinite(v));
   }
 }
 

@@ -39,6 +39,28 @@ absl::StatusOr<int> ReadInt(const EnvLookup& getenv, const char* name,
   return value;
 }
 
+// The job's id as a file name ([A-Za-z0-9._-], other bytes as '_'), from
+// the first of TRAINC_JOB_ID, SLURM_JOB_ID(.SLURM_STEP_ID),
+// TORCHELASTIC_RUN_ID, PMIX_NAMESPACE that is set.
+std::optional<std::string> JobId(const EnvLookup& getenv) {
+  std::optional<std::string> id = getenv(kJobIdEnv);
+  if (!id) {
+    if (std::optional<std::string> slurm = getenv("SLURM_JOB_ID")) {
+      id = *slurm;
+      if (std::optional<std::string> step = getenv("SLURM_STEP_ID")) *id += "." + *step;
+    }
+  }
+  if (!id) id = getenv("TORCHELASTIC_RUN_ID");
+  if (!id) id = getenv("PMIX_NAMESPACE");
+  if (!id || id->empty()) return std::nullopt;
+  for (char& c : *id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) c = '_';
+  }
+  return id;
+}
+
 absl::StatusOr<RankInfo> Read(const EnvLookup& getenv, const Convention& c) {
   RankInfo info;
   info.source = c.source;
@@ -57,12 +79,16 @@ absl::StatusOr<RankInfo> Read(const EnvLookup& getenv, const Convention& c) {
   }
 
   std::optional<std::string> dir = getenv(kRendezvousDirEnv);
+  std::optional<std::string> job = JobId(getenv);
   std::optional<std::string> addr = getenv("MASTER_ADDR");
   std::optional<std::string> port = getenv("MASTER_PORT");
   if (dir) {
     // Ours, or a shared folder given by hand under mpirun/srun.
     info.rendezvous_kind = RendezvousKind::kFileStore;
     info.rendezvous = *dir;
+    // Our launcher makes a fresh folder per job; a shared folder given by
+    // hand gets one subfolder per job.
+    if (!getenv(kLocalLauncherEnv) && job) info.rendezvous += "/job-" + *job;
     if (getenv(kLocalLauncherEnv)) {
       info.source = "trainc";
       info.from_cluster = false;

@@ -30,6 +30,12 @@ namespace trainc {
 // a marker telling its workers from a cluster launcher's.
 inline constexpr char kRendezvousDirEnv[] = "TRAINC_RENDEZVOUS_DIR";
 inline constexpr char kLocalLauncherEnv[] = "TRAINC_LAUNCHER";
+// Any string the ranks of one job share. With TRAINC_RENDEZVOUS_DIR the
+// ranks meet in its subfolder named after the job (this, else Slurm's
+// SLURM_JOB_ID.SLURM_STEP_ID, torchrun's TORCHELASTIC_RUN_ID or Open
+// MPI/PMIx's PMIX_NAMESPACE), so one shared folder serves every job: a
+// rerun does not trip over the keys an earlier job left.
+inline constexpr char kJobIdEnv[] = "TRAINC_JOB_ID";
 
 enum class RendezvousKind {
   kNone,       // world_size 1: nobody to meet

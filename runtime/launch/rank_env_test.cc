@@ -71,6 +71,28 @@ TEST(RankEnvTest, SlurmAndMpi) {
   EXPECT_EQ((*mpi)->rendezvous_kind, RendezvousKind::kFileStore);
 }
 
+// A shared folder given by hand serves many jobs: each meets in a
+// subfolder named after the job, so a rerun does not collide with the keys
+// an earlier job left; our own launcher's folder is fresh per job already.
+TEST(RankEnvTest, SharedRendezvousFolderGetsOneSubfolderPerJob) {
+  auto slurm = From({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"},
+                     {"SLURM_JOB_ID", "4711"}, {"SLURM_STEP_ID", "0"},
+                     {"TRAINC_RENDEZVOUS_DIR", "/shared/r"}});
+  ASSERT_TRUE(slurm.ok()) << slurm.status();
+  EXPECT_EQ((*slurm)->rendezvous, "/shared/r/job-4711.0");
+  auto own = From({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TRAINC_JOB_ID", "run 7/a"},
+                   {"TORCHELASTIC_RUN_ID", "x"}, {"TRAINC_RENDEZVOUS_DIR", "/shared/r"}});
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ((*own)->rendezvous, "/shared/r/job-run_7_a");  // TRAINC_JOB_ID first, safe name
+  auto none = From({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TRAINC_RENDEZVOUS_DIR", "/shared/r"}});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ((*none)->rendezvous, "/shared/r");
+  auto local = From({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"SLURM_JOB_ID", "4711"},
+                     {"TRAINC_RENDEZVOUS_DIR", "/tmp/r"}, {"TRAINC_LAUNCHER", "local"}});
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ((*local)->rendezvous, "/tmp/r");
+}
+
 TEST(RankEnvTest, SingleTaskNeedsNoRendezvous) {
   auto info = From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
   ASSERT_TRUE(info.ok()) << info.status();

@@ -118,6 +118,30 @@ class StopSignalScope {
   std::array<struct sigaction, 3> previous_;
 };
 
+// The first parameter (in model order) whose reduced gradient of the last
+// step holds a non-finite value, as "; first non-finite gradient: NAME", or
+// "" when there is none or it cannot be read. Read once, on the way out.
+std::string FirstNonFiniteGradient(const Plan& plan, Device& device) {
+  for (int id : plan.parameter_buffers) {
+    const std::string name = "grad/" + plan.buffers[id].name;
+    for (const Buffer& g : plan.buffers) {
+      if (g.kind != BufferKind::kGradient || g.name != name) continue;
+      std::vector<float> values(g.bytes / 4);
+      if (!device.Download(g.offset, values.data(), g.bytes).ok()) return "";
+      for (float v : values) {
+        if (!std::isfinite(v)) {
+          return absl::StrCat("; first non-finite gradient: ", plan.buffers[id].name);
+        }
+      }
+      break;  // slot 0: the reduced gradient
+    }
+  }
+  return "";
+}
+
+// skip_nonfinite gives up after this many skipped steps in a row.
+constexpr int64_t kMaxSkippedInARow = 100;
+
 // Ranks agree to stop this often (in steps): one 4-byte sum over ranks.
 constexpr int64_t kStopCheckSteps = 10;
 
@@ -530,6 +554,8 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   // Each step's local loss sum until the next sum over ranks (one
   // all-reduce for all of them), and on rank 0 the step's other metrics.
   std::vector<float> step_losses;
+  std::vector<bool> step_skipped;  // skip_nonfinite, aligned with step_losses
+  int64_t skipped_in_a_row = 0;
   std::vector<MetricsRecord> pending;
   // Per-step losses reach the metrics log at least this often (in steps)
   // even when progress lines are rarer.
@@ -561,9 +587,10 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     ASSIGN_OR_RETURN(double loss_sum, executor.RunStep(step_state, *batches));
     ++summary.steps;
     step_losses.push_back(static_cast<float>(loss_sum));
-    // With clipping, the step's global gradient norm (the same on every
-    // rank: it is computed from the reduced gradient), read from the device
-    // at most once per step, and only when a record or a line shows it.
+    // With clipping or skip_nonfinite, the step's global gradient norm (the
+    // same on every rank: it is computed from the reduced gradient), read
+    // from the device at most once per step, and only when a record or a
+    // line shows it, or to tell a skipped step.
     std::optional<double> step_grad_norm;
     auto grad_norm = [&]() -> absl::StatusOr<double> {
       if (!step_grad_norm) {
@@ -573,6 +600,33 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       }
       return *step_grad_norm;
     };
+    bool skipped = false;
+    if (plan.skip_nonfinite && grad_sq != nullptr) {
+      // The optimizers left the weights and their state alone (plan.h).
+      ASSIGN_OR_RETURN(const double norm, grad_norm());
+      skipped = !std::isfinite(norm);
+      if (skipped) {
+        ++summary.skipped_steps;
+        if (++skipped_in_a_row >= kMaxSkippedInARow) {
+          return absl::DataLossError(absl::StrFormat(
+              "step %d: %d steps in a row had a non-finite gradient (skip_nonfinite "
+              "left them out)%s: training diverged; stopping without saving",
+              step, skipped_in_a_row, FirstNonFiniteGradient(plan, *device)));
+        }
+        if (summary.skipped_steps <= 10 || summary.skipped_steps % 100 == 0) {
+          log << absl::StrFormat(
+                     "%sstep %d: gradient norm %s: step skipped, weights unchanged "
+                     "(skip_nonfinite; %d so far)%s\n",
+                     tty ? "\r\033[K" : "", step, std::isnan(norm) ? "nan" : "inf",
+                     summary.skipped_steps,
+                     summary.skipped_steps == 10 ? "; reporting every 100th from now" : "")
+              << std::flush;
+        }
+      } else {
+        skipped_in_a_row = 0;
+      }
+    }
+    step_skipped.push_back(skipped);
     if (metrics) {
       const double ms = Seconds(std::chrono::steady_clock::now() - step_start) * 1e3;
       MetricsRecord r{"train", step, UnixSeconds()};
@@ -624,15 +678,18 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       // Divergence stops the run on every rank alike (the sums are the
       // world's), before anything is saved over a good checkpoint.
       for (size_t i = 0; i < step_losses.size(); ++i) {
-        if (!std::isfinite(step_losses[i])) {
+        if (!std::isfinite(step_losses[i]) && !step_skipped[i]) {
           const int64_t bad = step - static_cast<int64_t>(step_losses.size()) + 1 +
                               static_cast<int64_t>(i);
           return absl::DataLossError(absl::StrFormat(
-              "step %d: the loss is %s: training diverged; stopping without "
-              "saving (lower the learning rate, or set clip_grad_norm)",
-              bad, std::isnan(step_losses[i]) ? "nan"
-                   : step_losses[i] > 0      ? "inf"
-                                             : "-inf"));
+              "step %d: the loss is %s%s: training diverged; stopping without "
+              "saving (lower the learning rate, set clip_grad_norm, or "
+              "skip_nonfinite = true to leave such steps out)",
+              bad,
+              std::isnan(step_losses[i]) ? "nan"
+              : step_losses[i] > 0       ? "inf"
+                                         : "-inf",
+              FirstNonFiniteGradient(plan, *device)));
         }
       }
       const double terms = static_cast<double>(plan.global_batch) * plan.loss_terms;
@@ -642,6 +699,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
         RETURN_IF_ERROR(metrics->Write(pending[i]));
       }
       step_losses.clear();
+      step_skipped.clear();
       pending.clear();
     }
     if (log_line) {
@@ -651,6 +709,15 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       if (grad_sq != nullptr) {
         ASSIGN_OR_RETURN(last_grad_norm, grad_norm());
         norm = absl::StrFormat(" | grad norm %.3g", last_grad_norm);
+        // With clipping the optimizers already left this step out; without
+        // skip_nonfinite that is a divergence, not a skip.
+        if (!std::isfinite(last_grad_norm) && !plan.skip_nonfinite) {
+          return absl::DataLossError(absl::StrFormat(
+              "step %d: the gradient norm is %s%s: training diverged; stopping "
+              "without saving (skip_nonfinite = true leaves such steps out)",
+              step, std::isnan(last_grad_norm) ? "nan" : "inf",
+              FirstNonFiniteGradient(plan, *device)));
+        }
       }
       // Language models also count tokens (loss terms) per second.
       const std::string tokens =
@@ -860,6 +927,10 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     log << absl::StrFormat(
         "  drop_last       %d samples per epoch not in a full global batch\n",
         dropped);
+  }
+  if (plan.skip_nonfinite) {
+    log << absl::StrFormat("  skipped         %d step(s) with a non-finite gradient\n",
+                           summary.skipped_steps);
   }
   return summary;
 }

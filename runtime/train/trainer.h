@@ -72,6 +72,7 @@ struct TrainSummary {
   double allreduce_ms = 0;      // per step, measured on traced steps
   double hidden_fraction = -1;  // of all-reduce time overlapped by compute
   int64_t replayed_steps = 0;   // steps run as one captured graph
+  int64_t skipped_steps = 0;    // skip_nonfinite: steps left out
 };
 
 // Runs the training of one rank. Progress and the summary go to `log` on

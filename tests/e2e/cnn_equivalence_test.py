@@ -1,8 +1,10 @@
 """The CNN example trained by trainc against an independent PyTorch reference.
 
 The test takes dsl_examples/fashion_cnn.train (conv2d, max_pool2d, flatten,
-linear, relu, cross_entropy) and writes a test copy of it with four changes,
+linear, relu, cross_entropy) and writes a test copy of it with five changes,
 none of them to the model's layers or parameters:
+  - no augmentation (the example's random_flip line removed): the reference
+    reads the images as they are;
   - shuffle = false, so that global batch s is examples s*G .. s*G + G - 1
     of the file (runtime/data/sampler.h: the identity permutation), however
     it is split into ranks and micro-steps;
@@ -178,7 +180,8 @@ class CnnEquivalenceTest(unittest.TestCase):
 
     @classmethod
     def write_train_file(cls):
-        """The example with shuffle = false, no dropout, SGD, constant lr."""
+        """The example with shuffle = false, no augmentation, no dropout, SGD,
+        constant lr."""
         with open(EXAMPLE) as f:
             text = f.read()
         for line in EXAMPLE_MODEL:
@@ -187,6 +190,9 @@ class CnnEquivalenceTest(unittest.TestCase):
                          (WITH_DROPOUT, WITHOUT_DROPOUT)]:
             assert text.count(old) == 1, f"the example changed: '{old}'"
             text = text.replace(old, new)
+        # No augmentation: the reference reads the images as they are.
+        text = "\n".join(l for l in text.splitlines()
+                         if not l.strip().startswith(("random_flip", "random_crop")))
         for field, new in [("optimizer", SGD_LINE),
                            ("schedule", "schedule    = constant")]:
             lines = [l for l in text.splitlines()

@@ -153,6 +153,16 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
       }
     }
   });
+  if (!status.ok() && absl::StrContains(status.message(), "already exists")) {
+    // Gloo's file store keeps every key as a file: an earlier job's left in
+    // the folder collide with this one's.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gloo: the rendezvous folder ", options.file_store_dir,
+        " holds keys of an earlier job (", status.message(),
+        "); give each job its own folder, or set TRAINC_JOB_ID to a string "
+        "the job's ranks share (Slurm, torchrun and Open MPI jobs get one "
+        "subfolder per job by themselves)"));
+  }
   if (!status.ok()) return status;
   return std::unique_ptr<GlooCommunicator>(
       new GlooCommunicator(options.rank, options.world_size,
