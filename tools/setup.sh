@@ -10,6 +10,8 @@ PACKAGES=(
   libabsl-dev              # absl::Status, flags, strings
   libgtest-dev libgmock-dev
   libgloo-dev              # CPU collectives
+  libhiredis-dev           # Gloo's RedisStore (--rendezvous redis://)
+  redis-server             # the Redis rendezvous test
   libopenblas-dev          # CPU matrix products
   libdnnl-dev              # oneDNN: CPU convolution and pooling
   zlib1g-dev               # gzip datasets

@@ -83,7 +83,11 @@ Run:
   --no-eval               skip evaluation
   --eval-every N          also evaluate every N steps (default: each epoch's end)
   --log-every N           steps between progress lines (default: ~5 per epoch)
-  --blas-threads N        OpenBLAS threads per rank (default 1)
+  --blas-threads N        OpenBLAS and oneDNN threads per rank (default 1)
+  --rendezvous redis://HOST:PORT/JOB
+                          ranks meet through a Redis server (machines with no
+                          shared folder; also TRAINC_RENDEZVOUS); JOB names the
+                          job and must be new
   -h, --help              this help
 
 Long runs: with checkpoint_every = N in train { } (or --checkpoint_every N)
@@ -103,6 +107,7 @@ struct Args {
   Overrides overrides;
   TrainOptions train;
   bool metrics_given = false;  // --metrics or --no-metrics
+  std::string rendezvous;      // --rendezvous redis://HOST:PORT/JOB
 };
 
 absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v) {
@@ -229,6 +234,9 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
       if (args.train.log_every < 1) {
         return absl::InvalidArgumentError("--log-every: must be >= 1");
       }
+    } else if (name == "--rendezvous") {
+      ASSIGN_OR_RETURN(args.rendezvous, next());
+      RETURN_IF_ERROR(ParseRedisUrl(args.rendezvous).status());
     } else if (name == "--blas-threads") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(int64_t n, ParseInt(name, v));
@@ -300,6 +308,8 @@ absl::StatusOr<Plan> LoadPlan(const Args& args, bool print_spec) {
 }
 
 absl::Status Run(const Args& args) {
+  // For this process and the local workers it starts (they inherit it).
+  if (!args.rendezvous.empty()) setenv(kRendezvousEnv, args.rendezvous.c_str(), 1);
   ASSIGN_OR_RETURN(std::optional<RankInfo> worker, RankFromEnvironment());
   const bool is_rank0 = !worker || worker->rank == 0;
   ASSIGN_OR_RETURN(Plan plan, LoadPlan(args, args.compile_only));
@@ -321,11 +331,17 @@ absl::Status Run(const Args& args) {
     if (worker->rendezvous_kind == RendezvousKind::kTcpStore) {
       return absl::UnimplementedError(absl::StrCat(
           "rendezvous at ", worker->rendezvous,
-          ": Gloo's TCP store is not in Debian's Gloo 0.5; set ",
+          ": Gloo's TCP store is not in Debian's Gloo 0.5; use a Redis server "
+          "(--rendezvous redis://HOST:PORT/JOB or ", kRendezvousEnv, ") or set ",
           kRendezvousDirEnv, " to a folder on a file system every machine "
           "shares (see README, 'Two machines')"));
     }
-    rank.rendezvous_dir = worker->rendezvous;
+    if (worker->rendezvous_kind == RendezvousKind::kRedis) {
+      rank.redis = worker->rendezvous;
+      rank.job = worker->job;
+    } else {
+      rank.rendezvous_dir = worker->rendezvous;
+    }
     if (const char* host = std::getenv("TRAINC_HOSTNAME")) rank.hostname = host;
     if (const char* t = std::getenv("TRAINC_JOB_START_NS")) {
       absl::SimpleAtoi(t, &rank.job_start_ns);

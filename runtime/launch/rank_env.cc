@@ -61,6 +61,42 @@ std::optional<std::string> JobId(const EnvLookup& getenv) {
   return id;
 }
 
+}  // namespace
+
+absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kRendezvousEnv, "=", url, ": ", why,
+        " (expected redis://HOST:PORT/JOB, e.g. redis://10.0.0.1:6379/run-42)"));
+  };
+  constexpr char kScheme[] = "redis://";
+  if (url.rfind(kScheme, 0) != 0) return bad("not a redis:// address");
+  const std::string rest = url.substr(sizeof(kScheme) - 1);
+  const size_t slash = rest.find('/');
+  if (slash == std::string::npos || slash + 1 >= rest.size()) {
+    return bad("no job name after the address");
+  }
+  const std::string address = rest.substr(0, slash);
+  RedisAddress r;
+  r.job = rest.substr(slash + 1);
+  const size_t colon = address.rfind(':');
+  r.host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (r.host.empty()) return bad("no host");
+  if (colon != std::string::npos &&
+      (!absl::SimpleAtoi(address.substr(colon + 1), &r.port) || r.port < 1 ||
+       r.port > 65535)) {
+    return bad("the port is not a number in [1, 65535]");
+  }
+  for (char c : r.job) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return bad("the job name may hold letters, digits, '.', '_' and '-' only");
+  }
+  return r;
+}
+
+namespace {
+
 absl::StatusOr<RankInfo> Read(const EnvLookup& getenv, const Convention& c) {
   RankInfo info;
   info.source = c.source;
@@ -80,6 +116,17 @@ absl::StatusOr<RankInfo> Read(const EnvLookup& getenv, const Convention& c) {
 
   std::optional<std::string> dir = getenv(kRendezvousDirEnv);
   std::optional<std::string> job = JobId(getenv);
+  if (std::optional<std::string> url = getenv(kRendezvousEnv)) {
+    ASSIGN_OR_RETURN(RedisAddress redis, ParseRedisUrl(*url));
+    info.rendezvous_kind = RendezvousKind::kRedis;
+    info.rendezvous = absl::StrCat(redis.host, ":", redis.port);
+    info.job = redis.job;
+    if (getenv(kLocalLauncherEnv)) {
+      info.source = "trainc";
+      info.from_cluster = false;
+    }
+    return info;
+  }
   std::optional<std::string> addr = getenv("MASTER_ADDR");
   std::optional<std::string> port = getenv("MASTER_PORT");
   if (dir) {

@@ -36,11 +36,17 @@ inline constexpr char kLocalLauncherEnv[] = "TRAINC_LAUNCHER";
 // MPI/PMIx's PMIX_NAMESPACE), so one shared folder serves every job: a
 // rerun does not trip over the keys an earlier job left.
 inline constexpr char kJobIdEnv[] = "TRAINC_JOB_ID";
+// redis://HOST:PORT/JOB: the ranks meet through a Redis server (machines
+// without a shared folder), under the key prefix JOB (one per job: keys of
+// an earlier job with the same name collide). Takes precedence over
+// TRAINC_RENDEZVOUS_DIR and MASTER_ADDR.
+inline constexpr char kRendezvousEnv[] = "TRAINC_RENDEZVOUS";
 
 enum class RendezvousKind {
   kNone,       // world_size 1: nobody to meet
   kFileStore,  // `rendezvous` is a folder every rank can read and write
   kTcpStore,   // `rendezvous` is "host:port" of rank 0's store
+  kRedis,      // `rendezvous` is "host:port" of a Redis server, `job` the prefix
 };
 
 struct RankInfo {
@@ -49,9 +55,19 @@ struct RankInfo {
   int local_rank = 0;  // index on this machine: picks the GPU
   RendezvousKind rendezvous_kind = RendezvousKind::kNone;
   std::string rendezvous;
+  std::string job;            // kRedis: the job's key prefix
   bool from_cluster = false;  // false: started by LaunchLocalWorkers
   std::string source;         // "trainc", "torchrun", "mpirun", "slurm"
 };
+
+struct RedisAddress {
+  std::string host;
+  int port = 6379;
+  std::string job;
+};
+// "redis://HOST[:PORT]/JOB" (kRendezvousEnv), or an error saying what is
+// wrong with it.
+absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url);
 
 // std::nullopt when no launcher's variables are set. Malformed or
 // inconsistent values (rank >= world size, RANK without WORLD_SIZE, no

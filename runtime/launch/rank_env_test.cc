@@ -93,6 +93,27 @@ TEST(RankEnvTest, SharedRendezvousFolderGetsOneSubfolderPerJob) {
   EXPECT_EQ((*local)->rendezvous, "/tmp/r");
 }
 
+TEST(RankEnvTest, RedisRendezvous) {
+  auto info = From({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}, {"SLURM_JOB_ID", "9"},
+                    {"TRAINC_RENDEZVOUS_DIR", "/shared/r"},
+                    {"TRAINC_RENDEZVOUS", "redis://10.0.0.1:6380/run-42"}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ((*info)->rendezvous_kind, RendezvousKind::kRedis);
+  EXPECT_EQ((*info)->rendezvous, "10.0.0.1:6380");
+  EXPECT_EQ((*info)->job, "run-42");
+  EXPECT_EQ((*info)->rank, 2);
+  absl::StatusOr<RedisAddress> plain = ParseRedisUrl("redis://cache/j");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->port, 6379);
+  for (const char* bad : {"http://h:1/j", "redis://h:1", "redis://h:1/", "redis://:1/j",
+                          "redis://h:0/j", "redis://h:x/j", "redis://h:1/a/b"}) {
+    EXPECT_FALSE(ParseRedisUrl(bad).ok()) << bad;
+  }
+  auto broken = From({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TRAINC_RENDEZVOUS", "redis://h"}});
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(std::string(broken.status().message()), HasSubstr("TRAINC_RENDEZVOUS=redis://h"));
+}
+
 TEST(RankEnvTest, SingleTaskNeedsNoRendezvous) {
   auto info = From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
   ASSERT_TRUE(info.ok()) << info.status();

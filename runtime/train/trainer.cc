@@ -345,6 +345,12 @@ absl::Status WriteTrace(const Plan& plan, const RankContext& rank,
   if (rank.world_size == 1) {
     return MergeTraceParts(plan, {part}, tracer.steps_traced(), path);
   }
+  if (rank.rendezvous_dir.empty()) {
+    // No folder the ranks share (Redis rendezvous): each machine keeps its
+    // ranks' traces, PATH.rank<N>.json.
+    return MergeTraceParts(plan, {part}, tracer.steps_traced(),
+                           absl::StrCat(path, ".rank", rank.rank, ".json"));
+  }
   // Ranks meet in the rendezvous folder: each writes its part, rank 0
   // merges once every part is there.
   const std::string mine =
@@ -418,6 +424,12 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   gloo.rank = rank.rank;
   gloo.world_size = rank.world_size;
   gloo.file_store_dir = rank.rendezvous_dir;
+  if (!rank.redis.empty()) {
+    const size_t colon = rank.redis.rfind(':');
+    gloo.redis_host = rank.redis.substr(0, colon);
+    gloo.redis_port = std::atoi(rank.redis.c_str() + colon + 1);
+    gloo.store_prefix = absl::StrCat("trainc/", rank.job);
+  }
   gloo.hostname = rank.hostname;
   // A peer silent this long fails the collective: with the launcher's 5 s
   // grace period a stuck job ends within 30 s.

@@ -33,6 +33,10 @@ struct RankContext {
   int local_rank = 0;
   // Gloo file-store folder shared by the job's ranks; empty for one rank.
   std::string rendezvous_dir;
+  // Or a Redis server "host:port" and the job's key prefix (redis://
+  // rendezvous, TRAINC_RENDEZVOUS).
+  std::string redis;
+  std::string job;
   // Address this rank's Gloo transport listens on (other machines' ranks
   // must reach it); loopback suits one machine.
   std::string hostname = "127.0.0.1";

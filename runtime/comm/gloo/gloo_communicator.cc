@@ -20,6 +20,9 @@
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
+// Debian installs hiredis.h under hiredis/.
+#define HIREDIS_NESTED_INCLUDE
+#include "gloo/rendezvous/redis_store.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 
@@ -108,11 +111,12 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(0, 1, nullptr, nullptr));
   }
-  if (options.file_store_dir.empty()) {
-    return absl::InvalidArgumentError("gloo: no rendezvous folder");
+  const bool redis = !options.redis_host.empty();
+  if (!redis && options.file_store_dir.empty()) {
+    return absl::InvalidArgumentError("gloo: no rendezvous folder or Redis server");
   }
   std::error_code error;
-  std::filesystem::create_directories(options.file_store_dir, error);
+  if (!redis) std::filesystem::create_directories(options.file_store_dir, error);
   if (error) {
     return absl::UnavailableError(absl::StrCat(
         "gloo: cannot create rendezvous folder ", options.file_store_dir, ": ",
@@ -125,9 +129,15 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     attr.hostname = options.hostname;
     std::shared_ptr<gloo::transport::Device> device =
         gloo::transport::tcp::CreateDevice(attr);
-    gloo::rendezvous::FileStore file_store(options.file_store_dir);
+    std::unique_ptr<gloo::rendezvous::Store> base;
+    if (redis) {
+      base = std::make_unique<gloo::rendezvous::RedisStore>(options.redis_host,
+                                                           options.redis_port);
+    } else {
+      base = std::make_unique<gloo::rendezvous::FileStore>(options.file_store_dir);
+    }
     auto connect = [&](const std::string& prefix) {
-      gloo::rendezvous::PrefixStore store(prefix, file_store);
+      gloo::rendezvous::PrefixStore store(prefix, *base);
       auto c = std::make_shared<gloo::rendezvous::Context>(options.rank,
                                                            options.world_size);
       // Before connecting: the timeout also bounds the wait for peers' keys.
@@ -153,6 +163,18 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
       }
     }
   });
+  if (!status.ok() && redis && absl::StrContains(status.message(), "already set")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gloo: the job name in ", options.store_prefix, " was used before on the Redis "
+        "server at ", options.redis_host, ":", options.redis_port,
+        ": give each job a new one (", status.message(), ")"));
+  }
+  if (!status.ok() && redis) {
+    return absl::UnavailableError(absl::StrCat(
+        "gloo: rendezvous through Redis at ", options.redis_host, ":", options.redis_port,
+        " (key prefix ", options.store_prefix, "): ", status.message(),
+        " (is redis-server running there, and is the job name new?)"));
+  }
   if (!status.ok() && absl::StrContains(status.message(), "already exists")) {
     // Gloo's file store keeps every key as a file: an earlier job's left in
     // the folder collide with this one's.

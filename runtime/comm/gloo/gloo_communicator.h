@@ -49,6 +49,9 @@ struct GlooOptions {
   int world_size = 1;
   // Folder for the FileStore rendezvous (created if missing).
   std::string file_store_dir;
+  // Or a Redis server (Gloo's RedisStore): used when redis_host is set.
+  std::string redis_host;
+  int redis_port = 6379;
   // Namespace inside the store, so that several groups can share a folder.
   std::string store_prefix = "trainc";
   // Address this rank's transport listens on; peers must reach it.
