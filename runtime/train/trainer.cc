@@ -809,7 +809,17 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     const CheckpointConfig& periodic = plan.checkpoints;
     if (periodic.every > 0 && (step % periodic.every == 0 || last) && rank.rank == 0) {
       const std::string path = CheckpointPath(periodic.dir, step);
-      RETURN_IF_ERROR(SaveCheckpoint(path, plan, *device, now));
+      if (absl::Status saved = SaveCheckpoint(path, plan, *device, now); !saved.ok()) {
+        // A full disk: the write was a temporary file, now gone; the
+        // checkpoints already there are whole.
+        absl::StatusOr<std::vector<std::string>> kept = CheckpointsNewestFirst(periodic.dir);
+        return absl::Status(saved.code(), absl::StrCat(
+            "step ", step, ": checkpoint not written: ", saved.message(), "; ",
+            kept.ok() && !kept->empty()
+                ? absl::StrCat("the newest whole one is ", kept->front(),
+                               " (continue with --resume ", periodic.dir, ")")
+                : std::string("no earlier checkpoint")));
+      }
       RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
       log << absl::StrFormat("%scheckpoint %s\n", tty ? "\r\033[K" : "", path) << std::flush;
     }

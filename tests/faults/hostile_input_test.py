@@ -8,6 +8,7 @@ import unittest
 
 import numpy as np
 
+import faults_lib  # noqa: F401  (puts tests/e2e on the path)
 import e2e_lib as e2e
 
 

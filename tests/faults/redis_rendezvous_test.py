@@ -17,6 +17,7 @@ import unittest
 
 import numpy as np
 
+import faults_lib  # noqa: F401  (puts tests/e2e on the path)
 import e2e_lib as e2e
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
