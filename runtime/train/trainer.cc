@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -445,6 +446,15 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   } else {
     CpuDeviceOptions cpu;
     cpu.blas_threads = options.blas_threads;
+    // torchrun (and some Slurm setups) export OMP_NUM_THREADS=1; the CPU
+    // backend's threads come from --blas-threads instead, whatever it says.
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    if (omp != nullptr && options.blas_threads > 0 &&
+        std::string(omp) != std::to_string(options.blas_threads)) {
+      log << "note: OMP_NUM_THREADS=" << omp << " (set by a launcher?) is not used: "
+          << "OpenBLAS and oneDNN run " << options.blas_threads
+          << " thread(s) per rank (--blas-threads)\n";
+    }
     device = std::make_unique<CpuDevice>(cpu);
   }
   Communicator& grad_comm = nccl ? *nccl : *host_comm;
