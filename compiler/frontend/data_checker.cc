@@ -2,6 +2,7 @@
 
 #include <glob.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <cerrno>
 #include <cmath>
@@ -488,6 +489,64 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
   }
   if (sink.error_count() > errors_before) return std::nullopt;
   return data;
+}
+
+namespace {
+
+// rows x cols from an IDX images header (plain or gzip), or nullopt when
+// the file cannot be read as one (the loader reports that, in full).
+std::optional<std::pair<int64_t, int64_t>> IdxImageSize(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) return std::nullopt;
+  unsigned char header[16];
+  const int got = gzread(f, header, sizeof(header));
+  gzclose(f);
+  if (got != static_cast<int>(sizeof(header))) return std::nullopt;
+  auto word = [&](int i) {
+    return (int64_t{header[4 * i]} << 24) | (int64_t{header[4 * i + 1]} << 16) |
+           (int64_t{header[4 * i + 2]} << 8) | int64_t{header[4 * i + 3]};
+  };
+  if (word(0) != 0x00000803) return std::nullopt;  // u8, 3 dimensions
+  return std::make_pair(word(2), word(3));
+}
+
+}  // namespace
+
+void CheckDataFitsModel(const ModelSpec& model, const DataSpec& data,
+                        DiagnosticSink& sink) {
+  const ValueSpec* input = nullptr;
+  for (const ValueSpec& v : model.inputs) {
+    if (v.type == ElementType::kF32) {
+      input = &v;
+      break;
+    }
+  }
+  if (input == nullptr) return;
+  int64_t values = 1;
+  for (int64_t d : input->shape) values *= d;
+  std::string declared = "[";
+  for (size_t i = 0; i < input->shape.size(); ++i) {
+    absl::StrAppend(&declared, i ? ", " : "", input->shape[i]);
+  }
+  declared += "]";
+  for (const DatasetSpec* set : {&data.train, &data.eval}) {
+    if (set->format != "idx" || set->paths.empty()) continue;
+    const std::optional<std::pair<int64_t, int64_t>> size = IdxImageSize(set->paths[0]);
+    if (!size || size->first * size->second == values) continue;
+    const Span at{input->location.line, input->location.column,
+                  static_cast<int>(input->name.size())};
+    sink.Error(at,
+               absl::StrCat("input ", input->name, " is f32", declared, " (", values,
+                            " values per example) but ", set->paths[0], " holds ",
+                            size->first, "x", size->second, " images (",
+                            size->first * size->second, " values)"),
+               absl::StrCat("declare input ", input->name, ": f32[1, ", size->first, ", ",
+                            size->second, "] for convolutions, or f32[",
+                            size->first * size->second, "]"));
+    return;
+  }
 }
 
 }  // namespace trainc::frontend

@@ -32,6 +32,13 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
                                   const std::string& base_dir,
                                   DiagnosticSink& sink);
 
+// An idx data set must fit the model's image input: the values per image
+// in each images file's header (rows x cols) must be the input's per-sample
+// size, else an error at the input's declaration showing both. Only the
+// headers are read.
+void CheckDataFitsModel(const ModelSpec& model, const DataSpec& data,
+                        DiagnosticSink& sink);
+
 }  // namespace trainc::frontend
 
 #endif  // TRAINC_COMPILER_FRONTEND_DATA_CHECKER_H_

@@ -116,6 +116,9 @@ FrontendResult CompileSource(std::string_view source,
     // Checked even without a train block, so flag errors still show.
     std::optional<TrainConfig> train =
         frontend::CheckTrain(blocks.train, train_overrides, sink);
+    if (sink.error_count() == 0 && model && data) {
+      frontend::CheckDataFitsModel(*model, *data, sink);
+    }
     if (sink.error_count() == 0 && model && data && train) {
       spec.model = std::move(*model);
       spec.data = std::move(*data);
