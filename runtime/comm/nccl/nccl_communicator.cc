@@ -1,6 +1,9 @@
 #include "runtime/comm/nccl/nccl_communicator.h"
 
+#include <chrono>
 #include <cstring>
+#include <deque>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -8,6 +11,7 @@
 #include <nccl.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "compiler/util/status_macros.h"
 
 namespace trainc {
@@ -54,16 +58,33 @@ absl::Status NcclErrorToStatus(ncclResult_t result, ncclComm_t comm,
     }                                                                      \
   } while (0)
 
+// A collective that has not finished after this long means a peer hung or
+// died without NCCL noticing: the watchdog aborts the communicator.
+constexpr auto kCollectiveTimeout = std::chrono::seconds(120);
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
+
+// NCCL reports a failed peer asynchronously and a hung one never: every
+// collective would then block the streams, and the process, forever. A
+// watchdog thread polls ncclCommGetAsyncError and the completion of every
+// collective enqueued outside stream capture (an event recorded after
+// it); on an asynchronous error, or a collective older than
+// kCollectiveTimeout, it calls ncclCommAbort (which makes the stuck kernels
+// return), and every later call fails with that error, naming the rank.
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(int rank, int world_size, int local_rank)
       : rank_(rank), world_size_(world_size), local_rank_(local_rank) {}
 
   ~NcclCommunicator() override {
-    // ncclCommDestroy waits for the communicator's pending work; a rank
-    // that failed mid-collective should abort instead, which the Barrier /
-    // error paths report before we get here.
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (watchdog_.joinable()) watchdog_.join();
+    for (Pending& p : pending_) cudaEventDestroy(p.done);
+    // ncclCommDestroy waits for the communicator's pending work; an
+    // aborted communicator is already gone.
+    if (comm_ != nullptr && !aborted_) ncclCommDestroy(comm_);
     if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
     if (barrier_stream_ != nullptr) cudaStreamDestroy(barrier_stream_);
   }
@@ -80,6 +101,7 @@ class NcclCommunicator final : public Communicator {
     // Collectives inside stream capture are supported from NCCL 2.9.6 on
     // (the library actually loaded, which may be older than the headers).
     capturable_ = version >= 20906;
+    watchdog_ = std::thread([this] { Watch(); });
     return absl::OkStatus();
   }
 
@@ -90,18 +112,20 @@ class NcclCommunicator final : public Communicator {
 
   absl::Status AllReduceSum(float* data, int64_t count,
                             void* stream) override {
+    RETURN_IF_ERROR(Failure());
     NCCL_RETURN_IF_ERROR(
         comm_, ncclAllReduce(data, data, static_cast<size_t>(count),
                              ncclFloat, ncclSum, comm_, AsStream(stream)));
-    return absl::OkStatus();
+    return Track(AsStream(stream));
   }
 
   absl::Status AllGather(const float* in, float* out, int64_t count,
                          void* stream) override {
+    RETURN_IF_ERROR(Failure());
     NCCL_RETURN_IF_ERROR(
         comm_, ncclAllGather(in, out, static_cast<size_t>(count), ncclFloat,
                              comm_, AsStream(stream)));
-    return absl::OkStatus();
+    return Track(AsStream(stream));
   }
 
   absl::Status Broadcast(float* data, int64_t count, int root,
@@ -111,22 +135,36 @@ class NcclCommunicator final : public Communicator {
           absl::StrCat("nccl: broadcast root ", root, " outside [0, ",
                        world_size_, ")"));
     }
+    RETURN_IF_ERROR(Failure());
     NCCL_RETURN_IF_ERROR(
         comm_, ncclBroadcast(data, data, static_cast<size_t>(count),
                              ncclFloat, root, comm_, AsStream(stream)));
-    return absl::OkStatus();
+    return Track(AsStream(stream));
   }
 
   // NCCL has no barrier: a one-element all-reduce on a private stream,
   // waited for on the host, is one (every rank must contribute before any
   // completes). Asynchronous errors of earlier collectives show up here.
   absl::Status Barrier() override {
+    RETURN_IF_ERROR(Failure());
     NCCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(local_rank_));
     NCCL_RETURN_IF_ERROR(comm_,
                          ncclAllReduce(barrier_buf_, barrier_buf_, 1,
                                        ncclFloat, ncclSum, comm_,
                                        barrier_stream_));
-    NCCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(barrier_stream_));
+    RETURN_IF_ERROR(Track(barrier_stream_));
+    // Polled rather than cudaStreamSynchronize: an abort by the watchdog
+    // ends the wait with its error.
+    for (;;) {
+      const cudaError_t state = cudaStreamQuery(barrier_stream_);
+      if (state == cudaSuccess) break;
+      if (state != cudaErrorNotReady) {
+        RETURN_IF_ERROR(Failure());
+        NCCL_CUDA_RETURN_IF_ERROR(state);
+      }
+      RETURN_IF_ERROR(Failure());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     ncclResult_t async_error = ncclSuccess;
     NCCL_RETURN_IF_ERROR(comm_, ncclCommGetAsyncError(comm_, &async_error));
     NCCL_RETURN_IF_ERROR(comm_, async_error);
@@ -138,6 +176,69 @@ class NcclCommunicator final : public Communicator {
     return static_cast<cudaStream_t>(stream);
   }
 
+  struct Pending {
+    cudaEvent_t done;
+    std::chrono::steady_clock::time_point since;
+  };
+
+  // The watchdog's verdict so far (OK while none).
+  absl::Status Failure() {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+
+  // Records an event after a collective just enqueued on `stream`, for the
+  // watchdog; not inside stream capture (a graph replays its collectives
+  // later, and the device's own synchronisation sees an aborted one).
+  absl::Status Track(cudaStream_t stream) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    NCCL_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return absl::OkStatus();
+    cudaEvent_t done;
+    NCCL_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    NCCL_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, stream));
+    absl::MutexLock lock(&mu_);
+    pending_.push_back({done, std::chrono::steady_clock::now()});
+    return absl::OkStatus();
+  }
+
+  void Watch() {
+    cudaSetDevice(local_rank_);
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stop_ || !failure_.ok()) return;
+        while (!pending_.empty() && cudaEventQuery(pending_.front().done) == cudaSuccess) {
+          cudaEventDestroy(pending_.front().done);
+          pending_.pop_front();
+        }
+        std::string why;
+        ncclResult_t async_error = ncclSuccess;
+        if (ncclCommGetAsyncError(comm_, &async_error) == ncclSuccess &&
+            async_error != ncclSuccess && async_error != ncclInProgress) {
+          why = absl::StrCat("NCCL reported ", ncclGetErrorString(async_error),
+                             " (a peer died or the network failed)");
+        } else if (!pending_.empty() &&
+                   std::chrono::steady_clock::now() - pending_.front().since >
+                       kCollectiveTimeout) {
+          why = absl::StrCat("a collective did not finish in ",
+                             std::chrono::duration_cast<std::chrono::seconds>(
+                                 kCollectiveTimeout)
+                                 .count(),
+                             " s (a peer hung or died)");
+        }
+        if (!why.empty()) {
+          ncclCommAbort(comm_);
+          aborted_ = true;
+          failure_ = absl::UnavailableError(absl::StrCat(
+              "nccl: rank ", rank_, ": ", why, "; communicator aborted"));
+          return;
+        }
+      }
+      std::this_thread::sleep_for(kWatchdogPeriod);
+    }
+  }
+
   const int rank_;
   const int world_size_;
   const int local_rank_;
@@ -145,6 +246,13 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t barrier_stream_ = nullptr;
   float* barrier_buf_ = nullptr;
   bool capturable_ = false;
+
+  absl::Mutex mu_;
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool aborted_ = false;  // written by the watchdog before it returns
+  std::thread watchdog_;
 };
 
 absl::Status CheckRanks(int rank, int world_size, int local_rank) {
