@@ -15,6 +15,7 @@ PACKAGES=(
   libopenblas-dev          # CPU matrix products
   libdnnl-dev              # oneDNN: CPU convolution and pooling
   zlib1g-dev               # gzip datasets
+  nlohmann-json3-dev       # JSON: checkpoint and trace headers, metrics
   libisal-dev              # CRC-32C of TensorBoard event files (no libcrc32c-dev in Debian 12)
   dataset-fashion-mnist    # the default example's data
   fortunes                 # the tiny GPT's text (/usr/share/games/fortunes)

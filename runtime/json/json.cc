@@ -1,19 +1,23 @@
 #include "runtime/json/json.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compiler/util/status_macros.h"
-#include "compiler/util/utf8.h"
+#include "nlohmann/json.hpp"
 
 namespace trainc {
 
@@ -77,242 +81,172 @@ const char* JsonTypeName(JsonValue::Type type) {
 namespace {
 
 // Deep enough for any trace or header; shallow enough that a hostile
-// "[[[[..." cannot overflow the stack of the recursive descent.
+// "[[[[..." cannot exhaust memory or the stack of a recursive destructor.
 constexpr int kMaxDepth = 256;
 
-class Parser {
- public:
-  explicit Parser(absl::string_view text) : s_(text) {}
+// "LINE:COL" (1-based, columns in bytes) of byte `offset` of `text`.
+std::string Where(absl::string_view text, size_t offset) {
+  offset = std::min(offset, text.size());
+  int line = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return absl::StrCat(line, ":", offset - line_start + 1);
+}
 
-  absl::StatusOr<JsonValue> ParseDocument() {
-    SkipSpace();
-    ASSIGN_OR_RETURN(JsonValue v, ParseValue(0));
-    SkipSpace();
-    if (pos_ != s_.size()) return Error("unexpected text after the JSON value");
-    return v;
+// Builds a JsonValue from nlohmann's SAX events, adding what nlohmann
+// accepts and we refuse: duplicate object keys (which of two tensors named
+// alike would be meant?), nesting past kMaxDepth and numbers beyond a
+// double's range.
+class Builder : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit Builder(absl::string_view text) : text_(text) {}
+
+  absl::StatusOr<JsonValue> Result() {
+    if (!error_.ok()) return error_;
+    if (done_.size() != 1) return absl::InvalidArgumentError("1:1: empty document");
+    return std::move(done_.front());
+  }
+
+  bool null() override { return Add(JsonValue()); }
+  bool boolean(bool b) override { return Add(JsonValue::Bool(b)); }
+  bool number_integer(number_integer_t i) override {
+    return Add(JsonValue::Integer(static_cast<int64_t>(i)));
+  }
+  bool number_unsigned(number_unsigned_t u) override {
+    if (u <= static_cast<number_unsigned_t>(INT64_MAX)) {
+      return Add(JsonValue::Integer(static_cast<int64_t>(u)));
+    }
+    return Add(JsonValue::Number(static_cast<double>(u)));
+  }
+  bool number_float(number_float_t d, const string_t& literal) override {
+    if (!std::isfinite(d)) {
+      return Fail(absl::StrCat("number ", literal, " is out of range"), text_.find(literal));
+    }
+    return Add(JsonValue::Number(d));
+  }
+  bool string(string_t& v) override { return Add(JsonValue::String(std::move(v))); }
+  bool binary(binary_t&) override { return Fail("binary values are not JSON", 0); }
+  bool start_object(std::size_t) override { return Open(true); }
+  bool key(string_t& k) override {
+    Frame& f = stack_.back();
+    const int seen = keys_seen_[k]++;
+    if (!f.keys.insert(k).second) {
+      return Fail(absl::StrCat("duplicate key \"", k, "\""), NthOccurrence(JsonQuote(k), seen));
+    }
+    f.pending_key = std::move(k);
+    return true;
+  }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(false); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& e) override {
+    // nlohmann's message: "[json.exception.parse_error.101] parse error at
+    // line 1, column 3: syntax error ..." : keep the part after the place.
+    std::string what = e.what();
+    if (what.rfind("[json.exception", 0) == 0 && what.find("] ") != std::string::npos) {
+      what = what.substr(what.find("] ") + 2);
+    }
+    if (const size_t at = what.find("parse error at line "); at == 0) {
+      const size_t colon = what.find(": ");
+      if (colon != std::string::npos) what = what.substr(colon + 2);
+    }
+    (void)last_token;
+    // position counts the bytes read, the offending one included.
+    error_ = absl::InvalidArgumentError(
+        absl::StrCat(Where(text_, position > 0 ? position - 1 : 0), ": ", what));
+    return false;
   }
 
  private:
-  absl::Status Error(absl::string_view what) const { return ErrorAt(pos_, what); }
+  struct Frame {
+    bool object;
+    std::vector<JsonValue> items;
+    std::vector<std::pair<std::string, JsonValue>> members;
+    absl::flat_hash_set<std::string> keys;
+    std::string pending_key;
+  };
 
-  // "LINE:COL: what", both 1-based, columns in bytes.
-  absl::Status ErrorAt(size_t at, absl::string_view what) const {
-    int line = 1, col = 1;
-    for (size_t i = 0; i < at && i < s_.size(); ++i) {
-      if (s_[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
+  // SAX events carry no position: the callers find theirs in the text.
+  bool Fail(std::string why, size_t offset) {
+    error_ = absl::InvalidArgumentError(absl::StrCat(Where(text_, offset), ": ", why));
+    return false;
+  }
+
+  // Offset of the n-th (0-based) occurrence of `needle`, or 0.
+  size_t NthOccurrence(const std::string& needle, int n) const {
+    size_t at = text_.find(needle);
+    for (int i = 0; i < n && at != absl::string_view::npos; ++i) {
+      at = text_.find(needle, at + 1);
+    }
+    return at == absl::string_view::npos ? 0 : at;
+  }
+
+  // Offset of the `n`-th (1-based) '[' or '{' outside strings.
+  size_t NthOpening(int n) const {
+    bool in_string = false;
+    for (size_t i = 0; i < text_.size(); ++i) {
+      const char c = text_[i];
+      if (in_string) {
+        if (c == '\\') ++i;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if ((c == '[' || c == '{') && --n == 0) {
+        return i;
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat(line, ":", col, ": ", what));
+    return 0;
   }
 
-  void SkipSpace() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' ||
-                                s_[pos_] == '\n' || s_[pos_] == '\r')) {
-      ++pos_;
+  bool Open(bool object) {
+    ++opened_;
+    if (static_cast<int>(stack_.size()) >= kMaxDepth) {
+      return Fail(absl::StrCat("nesting deeper than ", kMaxDepth, " levels"),
+                  NthOpening(opened_));
     }
+    stack_.push_back(Frame{object, {}, {}, {}, {}});
+    return true;
   }
-
-  // Consumes `token` if the text continues with it.
-  bool Consume(absl::string_view token) {
-    if (s_.substr(pos_, token.size()) != token) return false;
-    pos_ += token.size();
+  bool Close() {
+    Frame f = std::move(stack_.back());
+    stack_.pop_back();
+    return Add(f.object ? JsonValue::Object(std::move(f.members))
+                        : JsonValue::Array(std::move(f.items)));
+  }
+  bool Add(JsonValue v) {
+    if (stack_.empty()) {
+      done_.push_back(std::move(v));
+    } else if (stack_.back().object) {
+      stack_.back().members.emplace_back(std::move(stack_.back().pending_key), std::move(v));
+    } else {
+      stack_.back().items.push_back(std::move(v));
+    }
     return true;
   }
 
-  absl::StatusOr<JsonValue> ParseValue(int depth) {
-    if (depth > kMaxDepth) {
-      return Error(absl::StrCat("nesting deeper than ", kMaxDepth, " levels"));
-    }
-    if (pos_ >= s_.size()) return Error("unexpected end of input, expected a value");
-    const char c = s_[pos_];
-    switch (c) {
-      case '{': return ParseObject(depth);
-      case '[': return ParseArray(depth);
-      case '"': {
-        ASSIGN_OR_RETURN(std::string str, ParseString());
-        return JsonValue::String(std::move(str));
-      }
-      case 't':
-        if (Consume("true")) return JsonValue::Bool(true);
-        break;
-      case 'f':
-        if (Consume("false")) return JsonValue::Bool(false);
-        break;
-      case 'n':
-        if (Consume("null")) return JsonValue();
-        break;
-      default:
-        if (c == '-' || (c >= '0' && c <= '9')) return ParseNumber();
-    }
-    return Error(absl::StrCat("unexpected character '", std::string(1, c),
-                              "', expected a value"));
-  }
-
-  absl::StatusOr<JsonValue> ParseObject(int depth) {
-    ++pos_;  // '{'
-    std::vector<std::pair<std::string, JsonValue>> members;
-    absl::flat_hash_set<std::string> seen;
-    SkipSpace();
-    if (Consume("}")) return JsonValue::Object(std::move(members));
-    for (;;) {
-      SkipSpace();
-      if (pos_ >= s_.size()) {
-        return Error("unexpected end of input, expected a string key");
-      }
-      if (s_[pos_] != '"') return Error("expected a string key");
-      const size_t key_at = pos_;
-      ASSIGN_OR_RETURN(std::string key, ParseString());
-      if (!seen.insert(key).second) {
-        return ErrorAt(key_at, absl::StrCat("duplicate key \"", key, "\""));
-      }
-      SkipSpace();
-      if (!Consume(":")) return Error("expected ':'");
-      SkipSpace();
-      ASSIGN_OR_RETURN(JsonValue v, ParseValue(depth + 1));
-      members.emplace_back(std::move(key), std::move(v));
-      SkipSpace();
-      if (Consume(",")) continue;
-      if (Consume("}")) return JsonValue::Object(std::move(members));
-      return Error("expected ',' or '}'");
-    }
-  }
-
-  absl::StatusOr<JsonValue> ParseArray(int depth) {
-    ++pos_;  // '['
-    std::vector<JsonValue> items;
-    SkipSpace();
-    if (Consume("]")) return JsonValue::Array(std::move(items));
-    for (;;) {
-      SkipSpace();
-      ASSIGN_OR_RETURN(JsonValue v, ParseValue(depth + 1));
-      items.push_back(std::move(v));
-      SkipSpace();
-      if (Consume(",")) continue;
-      if (Consume("]")) return JsonValue::Array(std::move(items));
-      return Error("expected ',' or ']'");
-    }
-  }
-
-  absl::StatusOr<uint32_t> ParseHex4() {
-    if (pos_ + 4 > s_.size()) return Error("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char h = s_[pos_ + i];
-      v <<= 4;
-      if (h >= '0' && h <= '9') v |= h - '0';
-      else if (h >= 'a' && h <= 'f') v |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F') v |= h - 'A' + 10;
-      else return ErrorAt(pos_ + i, "bad hex digit in \\u escape");
-    }
-    pos_ += 4;
-    return v;
-  }
-
-  absl::StatusOr<std::string> ParseString() {
-    const size_t start = pos_;
-    ++pos_;  // '"'
-    std::string out;
-    for (;;) {
-      if (pos_ >= s_.size()) return ErrorAt(start, "unterminated string");
-      const unsigned char c = s_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (c < 0x20) return Error("control character in string");
-      if (c != '\\') {
-        out.push_back(static_cast<char>(c));
-        ++pos_;
-        continue;
-      }
-      ++pos_;
-      if (pos_ >= s_.size()) return ErrorAt(start, "unterminated string");
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
-        case 'u': {
-          const size_t at = pos_ - 2;
-          ASSIGN_OR_RETURN(uint32_t cp, ParseHex4());
-          if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            return ErrorAt(at, "unpaired low surrogate");
-          }
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (!Consume("\\u")) return ErrorAt(at, "unpaired high surrogate");
-            ASSIGN_OR_RETURN(uint32_t lo, ParseHex4());
-            if (lo < 0xDC00 || lo > 0xDFFF) {
-              return ErrorAt(at, "unpaired high surrogate");
-            }
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          AppendUtf8(cp, &out);
-          break;
-        }
-        default:
-          return ErrorAt(pos_ - 2, absl::StrCat("bad escape '\\",
-                                                std::string(1, e), "'"));
-      }
-    }
-  }
-
-  absl::StatusOr<JsonValue> ParseNumber() {
-    const size_t start = pos_;
-    auto digit = [&](size_t i) {
-      return i < s_.size() && s_[i] >= '0' && s_[i] <= '9';
-    };
-    bool integral = true;
-    if (s_[pos_] == '-') ++pos_;
-    if (!digit(pos_)) return Error("expected a digit");
-    if (s_[pos_] == '0') {
-      ++pos_;
-      if (digit(pos_)) return Error("leading zero in number");
-    } else {
-      while (digit(pos_)) ++pos_;
-    }
-    if (pos_ < s_.size() && s_[pos_] == '.') {
-      integral = false;
-      ++pos_;
-      if (!digit(pos_)) return Error("expected a digit after '.'");
-      while (digit(pos_)) ++pos_;
-    }
-    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      integral = false;
-      ++pos_;
-      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      if (!digit(pos_)) return Error("expected a digit in the exponent");
-      while (digit(pos_)) ++pos_;
-    }
-    const std::string token(s_.substr(start, pos_ - start));
-    int64_t integer = 0;
-    if (integral && absl::SimpleAtoi(token, &integer)) {
-      return JsonValue::Integer(integer);
-    }
-    errno = 0;
-    const double d = std::strtod(token.c_str(), nullptr);
-    if (errno == ERANGE && (d > 1.0 || d < -1.0)) {
-      return ErrorAt(start, "number out of range");
-    }
-    return JsonValue::Number(d);
-  }
-
-  absl::string_view s_;
-  size_t pos_ = 0;
+  absl::string_view text_;
+  absl::flat_hash_map<std::string, int> keys_seen_;  // for error positions
+  int opened_ = 0;                                   // objects and arrays
+  std::vector<Frame> stack_;
+  std::vector<JsonValue> done_;
+  absl::Status error_;
 };
 
 }  // namespace
 
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text) {
-  return Parser(text).ParseDocument();
+  Builder builder(text);
+  // Strict: one document, nothing after it; comments are errors.
+  nlohmann::json::sax_parse(text.begin(), text.end(), &builder,
+                            nlohmann::json::input_format_t::json, /*strict=*/true,
+                            /*ignore_comments=*/false);
+  return builder.Result();
 }
 
 std::string JsonQuote(absl::string_view s) {

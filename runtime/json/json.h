@@ -1,15 +1,17 @@
-// A small strict JSON (RFC 8259) reader and string quoter.
+// Strict JSON (RFC 8259) reading on Debian's nlohmann-json3, into a small
+// value type, and a string quoter.
 //
 // Used for safetensors headers (runtime/checkpoint), Chrome trace files
-// (written by runtime/trace, read by tools/viz), and anything else that
-// needs to read or write a little JSON.
+// (written by runtime/trace, read by tools/viz), metrics logs, and anything
+// else that needs to read or write a little JSON.
 //
 // Strict on purpose: a file that is truncated or hand-edited should fail
 // with the line and column of the problem rather than be half read.
-// Rejected: trailing commas, comments, NaN/Infinity, single quotes, leading
-// zeros, numbers out of a double's range, control characters in strings,
-// bad escapes, unpaired surrogates, duplicate object keys, nesting deeper
-// than 256 levels, and anything after the top-level value.
+// nlohmann's strict parser rejects trailing commas, comments, NaN/Infinity,
+// single quotes, leading zeros, numbers out of a double's range, control
+// characters in strings, bad escapes, unpaired surrogates and anything after
+// the top-level value; this layer adds duplicate object keys (which of two
+// tensors named alike would be meant?) and nesting deeper than 256 levels.
 //
 // Numbers keep their exact value when they are integers that fit int64,
 // since safetensors offsets may exceed the 2^53 a double holds exactly.
@@ -84,7 +86,9 @@ class JsonValue {
 
 // Parses exactly one JSON document (surrounding whitespace allowed). Errors
 // are InvalidArgument with a message that starts "LINE:COL: " (both 1-based;
-// columns count bytes), e.g. "2:14: expected a string key". Callers that
+// columns count bytes; a syntax error is placed at the end of the offending
+// token, as nlohmann reports it), e.g. "2:14: syntax error while parsing
+// object key - unexpected '}'; expected string literal". Callers that
 // read a file prefix the file name: "trace.json:2:14: ...".
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text);
 
