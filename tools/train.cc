@@ -17,6 +17,8 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan_io.h"
@@ -307,6 +310,52 @@ absl::StatusOr<Plan> LoadPlan(const Args& args, bool print_spec) {
   return BuildPlan(*result.spec, options);
 }
 
+// What one rank needs besides its arena and the data: the binary, its
+// libraries (CUDA's included) and buffers; a default-example rank peaks at
+// ~230 MiB resident, the mapped data set included.
+constexpr int64_t kProcessBytes = int64_t{256} << 20;
+
+// Bytes of MemAvailable in /proc/meminfo, or -1.
+int64_t AvailableMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+// A local job's ranks must fit in memory: each its arena (on the host for
+// CPU ranks) and process, the images once (the machine's ranks map one
+// pixel cache). Refused before any rank starts, rather than an out-of-memory
+// kill that says only "signal 9".
+absl::Status CheckMemoryFits(const Plan& plan, bool on_gpus) {
+  const int64_t available = AvailableMemory();
+  if (available < 0) return absl::OkStatus();
+  int64_t data = 0;
+  if (plan.data.format == "idx") {
+    for (const std::vector<std::string>* paths : {&plan.data.train_paths, &plan.data.eval_paths}) {
+      if (paths->empty()) continue;
+      std::error_code error;
+      // The images decompressed: the gzip's size is a lower bound; the
+      // pixel cache (or the file itself) gives the exact figure later.
+      const int64_t size = static_cast<int64_t>(std::filesystem::file_size((*paths)[0], error));
+      if (!error) data += absl::EndsWith((*paths)[0], ".gz") ? 4 * size : size;
+    }
+  }
+  const int64_t per_rank = kProcessBytes + (on_gpus ? 0 : plan.arena_bytes);
+  const int64_t need = plan.world_size * per_rank + data;
+  if (need <= available) return absl::OkStatus();
+  auto gib = [](int64_t b) { return absl::StrFormat("%.1f GiB", b / 1073741824.0); };
+  return absl::ResourceExhaustedError(absl::StrCat(
+      plan.world_size, " ranks need about ", gib(need), " of memory (per rank: arena ",
+      gib(on_gpus ? 0 : plan.arena_bytes), " + process ", gib(kProcessBytes), "; data ",
+      gib(data), " shared) but this machine has ", gib(available),
+      " available: use fewer --gpus, a smaller --micro_batch, or a larger machine"));
+}
+
 absl::Status Run(const Args& args) {
   // For this process and the local workers it starts (they inherit it).
   if (!args.rendezvous.empty()) setenv(kRendezvousEnv, args.rendezvous.c_str(), 1);
@@ -363,6 +412,7 @@ absl::Status Run(const Args& args) {
         " CUDA GPU(s) (use --gpus ", std::max(gpus_here, 1),
         " or --device cpu)"));
   }
+  RETURN_IF_ERROR(CheckMemoryFits(plan, on_gpus));
   if (is_rank0) {
     std::cout << "launching " << plan.world_size << " ranks\n" << std::flush;
   }

@@ -1,5 +1,6 @@
 #include "runtime/data/dataset.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -50,26 +51,37 @@ Dataset::Dataset(int64_t feature_dim, std::vector<float> features,
       features_(std::move(features)),
       labels_(std::move(labels)) {}
 
-absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
-                                       const std::string& labels_path,
-                                       double scale) {
-  ASSIGN_OR_RETURN(IdxImages images, ReadIdxImages(images_path));
-  ASSIGN_OR_RETURN(IdxLabels labels, ReadIdxLabels(labels_path));
-  if (static_cast<int64_t>(labels.labels.size()) != images.count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        images_path, " holds ", images.count, " images but ", labels_path,
-        " holds ", labels.labels.size(), " labels"));
+Dataset::Dataset(std::shared_ptr<const PixelBlock> pixels, double scale,
+                 std::vector<int32_t> labels)
+    : feature_dim_(pixels->rows * pixels->cols),
+      pixels_(std::move(pixels)),
+      scale_(scale),
+      labels_(std::move(labels)) {}
+
+void Dataset::CopyFeatures(int64_t i, float* out) const {
+  if (pixels_ == nullptr) {
+    std::copy_n(features_.data() + i * feature_dim_, feature_dim_, out);
+    return;
   }
   // Scaling in double and rounding once gives the correctly rounded
   // pixel / 255 for scale = 1/255, the value PyTorch's `x.float() / 255`
   // produces; a float multiply would differ in the last bit for some pixels.
-  std::vector<float> features(images.pixels.size());
-  for (size_t i = 0; i < features.size(); ++i) {
-    features[i] = static_cast<float>(images.pixels[i] * scale);
+  const uint8_t* p = pixels_->pixels().data() + i * feature_dim_;
+  for (int64_t j = 0; j < feature_dim_; ++j) out[j] = static_cast<float>(p[j] * scale_);
+}
+
+absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
+                                       const std::string& labels_path,
+                                       double scale) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const PixelBlock> images, LoadIdxPixels(images_path));
+  ASSIGN_OR_RETURN(IdxLabels labels, ReadIdxLabels(labels_path));
+  if (static_cast<int64_t>(labels.labels.size()) != images->count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        images_path, " holds ", images->count, " images but ", labels_path,
+        " holds ", labels.labels.size(), " labels"));
   }
   std::vector<int32_t> classes(labels.labels.begin(), labels.labels.end());
-  return Dataset(images.rows * images.cols, std::move(features),
-                 std::move(classes));
+  return Dataset(std::move(images), scale, std::move(classes));
 }
 
 Dataset Dataset::TokenWindows(std::vector<int32_t> tokens, int64_t context) {

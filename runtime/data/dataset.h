@@ -15,12 +15,14 @@
 #define TRAINC_RUNTIME_DATA_DATASET_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "compiler/plan/plan.h"
+#include "runtime/data/pixel_cache.h"
 
 namespace trainc {
 
@@ -29,6 +31,10 @@ class Dataset {
   // Labelled examples: `features` holds size() rows of `feature_dim`
   // floats; `labels` one per row.
   Dataset(int64_t feature_dim, std::vector<float> features,
+          std::vector<int32_t> labels);
+  // Images as bytes (shared by the machine's ranks when mapped from the
+  // pixel cache), each feature pixel * scale.
+  Dataset(std::shared_ptr<const PixelBlock> pixels, double scale,
           std::vector<int32_t> labels);
 
   // Token windows of `context` (T > 0) + 1 tokens over `tokens`:
@@ -47,10 +53,12 @@ class Dataset {
 
   // Labelled examples only.
   int64_t feature_dim() const { return feature_dim_; }
-  absl::Span<const float> features(int64_t i) const {
-    return {features_.data() + i * feature_dim_,
-            static_cast<size_t>(feature_dim_)};
-  }
+  // Example i's feature_dim() features into `out`: pixel * scale rounded
+  // once from double (the correctly rounded pixel / 255 for scale 1/255,
+  // as PyTorch's x.float() / 255).
+  void CopyFeatures(int64_t i, float* out) const;
+  // Images mapped from the machine's pixel cache (one copy for all ranks).
+  bool shares_pixels() const { return pixels_ != nullptr && pixels_->shared; }
   int32_t label(int64_t i) const { return labels_[i]; }
 
   // Token windows only: T, and window i's T + 1 tokens.
@@ -65,6 +73,8 @@ class Dataset {
 
   int64_t feature_dim_ = 0;
   std::vector<float> features_;
+  std::shared_ptr<const PixelBlock> pixels_;  // or images as bytes
+  double scale_ = 1.0;
   std::vector<int32_t> labels_;
   int64_t context_ = 0;  // 0: labelled examples
   std::vector<int32_t> tokens_;

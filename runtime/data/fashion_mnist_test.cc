@@ -33,7 +33,9 @@ TEST(FashionMnistTest, LoadsTrainAndTestSets) {
     ++counts[train->label(i)];
   }
   for (int c : counts) EXPECT_EQ(c, 6000);  // balanced classes
-  for (float x : train->features(0)) {
+  std::vector<float> first(train->feature_dim());
+  train->CopyFeatures(0, first.data());
+  for (float x : first) {
     ASSERT_GE(x, 0.0f);
     ASSERT_LE(x, 1.0f);
   }

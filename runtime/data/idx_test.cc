@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <new>
 #include <stdexcept>
@@ -281,7 +282,9 @@ TEST(DatasetTest, ScalesFeaturesAndKeepsLabels) {
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->size(), 3);
   EXPECT_EQ(data->feature_dim(), 4);
-  EXPECT_EQ(data->features(2)[3], 11.0f / 255.0f);  // correctly rounded
+  std::vector<float> row(4);
+  data->CopyFeatures(2, row.data());
+  EXPECT_EQ(row[3], 11.0f / 255.0f);  // correctly rounded
   EXPECT_EQ(data->label(2), 2);
 }
 
@@ -299,11 +302,13 @@ TEST(DatasetTest, ScalingIsCorrectlyRoundedForEveryPixelValue) {
                              WriteRaw("one-label", LabelsFile(1, 1)), 1.0 / 255);
   ASSERT_TRUE(data.ok()) << data.status();
   int wrong = 0;
+  std::vector<float> row(256);
+  data->CopyFeatures(0, row.data());
   for (int v = 0; v < 256; ++v) {
     const float want = static_cast<float>(v) / 255.0f;  // correctly rounded
-    if (data->features(0)[v] != want) {
+    if (row[v] != want) {
       ++wrong;
-      ADD_FAILURE() << "pixel " << v << ": " << data->features(0)[v]
+      ADD_FAILURE() << "pixel " << v << ": " << row[v]
                     << ", want " << want;
     }
   }
@@ -342,6 +347,55 @@ TEST(IdxTest, AFifoIsRefusedWithoutWaiting) {
   absl::StatusOr<IdxImages> dir = ReadIdxImages(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp");
   ASSERT_FALSE(dir.ok());
   EXPECT_THAT(std::string(dir.status().message()), ::testing::HasSubstr("not a regular file"));
+}
+
+}  // namespace
+}  // namespace trainc
+
+namespace trainc {
+namespace {
+
+// The first load writes the machine's pixel cache, later loads (other
+// ranks, later runs) map it: one copy, the same values; an edited file
+// gets a new cache entry.
+TEST(PixelCacheTest, SecondLoadMapsTheCache) {
+  const std::string cache = TempPath("pixel-cache");
+  setenv("TRAINC_CACHE_DIR", cache.c_str(), 1);
+  const std::string images = WriteGz("cached-img.gz", ImagesFile(3, 2, 2, 12));
+  const std::string labels = WriteGz("cached-lab.gz", LabelsFile(3, 3));
+  auto first = LoadIdxDataset(images, labels, 1.0 / 255);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->shares_pixels());
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(cache)) {
+    EXPECT_THAT(entry.path().filename().string(), ::testing::StartsWith("idx-"));
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+  auto second = LoadIdxDataset(images, labels, 1.0 / 255);
+  ASSERT_TRUE(second.ok());
+  for (int64_t i = 0; i < 3; ++i) {
+    std::vector<float> a(4), b(4);
+    first->CopyFeatures(i, a.data());
+    second->CopyFeatures(i, b.data());
+    EXPECT_EQ(a, b);
+  }
+  // A cache file cut short (replaced, as every write of it is) is not
+  // trusted: the images are read again.
+  std::vector<float> want(4);
+  first->CopyFeatures(2, want.data());
+  for (const auto& entry : std::filesystem::directory_iterator(cache)) {
+    const std::string short_copy = entry.path().string() + ".short";
+    std::ofstream(short_copy, std::ios::binary) << "TRNCPX1";
+    std::filesystem::rename(short_copy, entry.path());
+    break;
+  }
+  auto third = LoadIdxDataset(images, labels, 1.0 / 255);
+  ASSERT_TRUE(third.ok());
+  std::vector<float> c(4);
+  third->CopyFeatures(2, c.data());
+  EXPECT_EQ(c, want);
+  unsetenv("TRAINC_CACHE_DIR");
 }
 
 }  // namespace

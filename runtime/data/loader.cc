@@ -105,10 +105,12 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
                 TransformFor(static_cast<uint64_t>(plan.seed),
                              static_cast<uint64_t>(first_example) + r,
                              plan.data.random_crop, plan.data.random_flip);
-            ApplyTransform(t, dataset_->features(i).data(), b.shape[1], b.shape[2],
-                           b.shape[3], reinterpret_cast<float*>(row));
+            plain_.resize(width);
+            dataset_->CopyFeatures(i, plain_.data());
+            ApplyTransform(t, plain_.data(), b.shape[1], b.shape[2], b.shape[3],
+                           reinterpret_cast<float*>(row));
           } else {
-            std::memcpy(row, dataset_->features(i).data(), width * 4);
+            dataset_->CopyFeatures(i, reinterpret_cast<float*>(row));
           }
           break;
         case Field::kClassIndex: {

@@ -53,6 +53,7 @@ class MicroBatchLoader {
  private:
   const Dataset* dataset_;
   std::vector<char> staging_;
+  std::vector<float> plain_;  // one example before augmentation
 };
 
 // The executor's BatchSource for training: rank `rank`'s micro-batches of

@@ -52,7 +52,12 @@ void WriteAll(int fd, const char* data, size_t n) {
 std::string ExitDescription(int status) {
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
-    return absl::StrFormat("exited with signal %d (%s)", sig, strsignal(sig));
+    // Nobody in the job sends SIGKILL before a failure: most often the
+    // kernel's out-of-memory killer.
+    return absl::StrFormat("exited with signal %d (%s)%s", sig, strsignal(sig),
+                           sig == SIGKILL ? ", not sent by trainc: out of memory? "
+                                            "(`dmesg | grep -i oom` tells)"
+                                          : "");
   }
   return absl::StrCat("exited with status ", WEXITSTATUS(status));
 }

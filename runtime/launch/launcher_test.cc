@@ -195,7 +195,8 @@ TEST(LauncherTest, RankKilledBySignal) {
   ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
   ASSERT_FALSE(r.status.ok());
   EXPECT_EQ(r.status.message(),
-            "rank 1 exited with signal 9 (Killed); stopping the other 1 rank(s)");
+            "rank 1 exited with signal 9 (Killed), not sent by trainc: out of memory? "
+            "(`dmesg | grep -i oom` tells); stopping the other 1 rank(s)");
   ExpectAllGone(r.pids);
 }
 

@@ -3,4 +3,6 @@
 set -euo pipefail
 dir="$(dirname "$0")"
 cd "$dir"
+# Data caches (the pixel cache of runtime/data) stay inside the test.
+export TRAINC_CACHE_DIR="${TEST_TMPDIR:-/tmp}/trainc-cache"
 exec /usr/bin/python3 -u "$(basename "$1")"

@@ -1,10 +1,13 @@
-"""A disk that fills, and output that must show as it happens.
+"""A disk that fills, memory that does not suffice, and output that must show
+as it happens.
 
   - Periodic checkpoints into a 4 MiB tmpfs (mounted by the test; skipped,
     saying so, where mounting is not allowed): the first fits, the second
     does not. The run stops naming the step, the error (no space left) and
     the newest whole checkpoint; no temporary file is left, that checkpoint
     loads, and --resume from the folder continues it.
+  - A local job whose ranks cannot fit in memory is refused before any
+    starts, with the arithmetic, rather than killed by the kernel.
   - With 2 ranks the step lines reach a pipe while the run goes on, not all
     at once at the end.
 """
@@ -50,6 +53,20 @@ class DiskFullTest(unittest.TestCase):
         resumed = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 1, "--steps", 8,
                             "--no-eval", "--no-metrics", "--resume", saved)
         self.assertIn("resumed from " + saved + " at step 5", resumed.stdout)
+
+
+class MemoryTest(unittest.TestCase):
+
+    def test_a_job_that_cannot_fit_is_refused_before_it_starts(self):
+        # 20M samples per micro-batch: an arena of ~116 GiB per rank.
+        e2e.need_fashion_mnist(self)
+        proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 2, "--micro_batch",
+                         20000000, "--accumulate", 1, "--steps", 1, "--no-eval",
+                         check=False, timeout=60)
+        self.assertEqual(proc.returncode, 1, proc.stdout)
+        self.assertRegex(proc.stdout, r"2 ranks need about \d+\.\d GiB of memory \(per rank: "
+                                      r"arena \d+\.\d GiB")
+        self.assertNotIn("launching", proc.stdout)
 
 
 class LiveOutputTest(unittest.TestCase):
