@@ -67,7 +67,8 @@ struct OutputStream {
   int fd = -1;  // read end; -1 once closed
   int sink = -1;
   std::string prefix;
-  std::string partial;  // an unfinished line
+  std::string partial;     // an unfinished line
+  std::string last_error;  // the last line saying "error: ", for the summary
 
   void Forward(const char* data, size_t n) {
     partial.append(data, n);
@@ -77,6 +78,10 @@ struct OutputStream {
     size_t begin = 0;
     while (begin <= end) {
       size_t eol = partial.find('\n', begin);
+      const absl::string_view line = absl::string_view(partial).substr(begin, eol - begin);
+      if (const size_t at = line.find("error: "); at != absl::string_view::npos) {
+        last_error = std::string(line.substr(at + 7));
+      }
       absl::StrAppend(&out, prefix,
                       absl::string_view(partial).substr(begin, eol + 1 - begin));
       begin = eol + 1;
@@ -341,6 +346,7 @@ class Job {
       w.out.Flush();
       w.err.Flush();
     }
+    RefineBlame();
     return failure_;
   }
 
@@ -406,10 +412,41 @@ class Job {
     }
   }
 
+  // The first rank to fail is not always the cause: when rank 0's save
+  // fails, the others may exit first with "connection closed" from their
+  // collective. If the first failure says only that a peer went away and
+  // another rank failed of something else, that one is named; either way
+  // the summary carries the named rank's own error.
+  void RefineBlame() {
+    if (blamed_ < 0 || failure_.code() != absl::StatusCode::kAborted) return;
+    auto is_peer_error = [](const std::string& e) {
+      for (const char* s : {"gloo", "nccl", "Connection", "connection", "peer", "Timed out",
+                            "timed out", "Broken pipe"}) {
+        if (absl::StrContains(e, s)) return true;
+      }
+      return false;
+    };
+    const Worker* named = &workers_[blamed_];
+    if (is_peer_error(named->err.last_error)) {
+      for (const Worker& w : workers_) {
+        if (!w.err.last_error.empty() && !is_peer_error(w.err.last_error)) {
+          named = &w;
+          break;
+        }
+      }
+    }
+    if (named->err.last_error.empty()) return;
+    const int others = static_cast<int>(workers_.size()) - 1;
+    failure_ = absl::AbortedError(absl::StrCat("rank ", named->rank, " failed: ",
+                                               named->err.last_error, "; stopped the other ",
+                                               others, " rank(s)"));
+  }
+
   // The first failure stops the job and is the one reported; the ranks
   // that die of our SIGTERM after it are not news.
   void Fail(const Worker& w, const std::string& what) {
     if (stopping_) return;
+    blamed_ = static_cast<int>(&w - workers_.data());
     const int others = running_ - (w.running ? 1 : 0);
     failure_ = absl::AbortedError(absl::StrCat(
         "rank ", w.rank, " ", what, "; stopping the other ", others,
@@ -428,6 +465,7 @@ class Job {
   const LaunchOptions& options_;
   std::vector<Worker> workers_;
   std::string rendezvous_;
+  int blamed_ = -1;  // index of the first worker to fail
   int running_ = 0;
   bool stopping_ = false;
   bool killed_ = false;

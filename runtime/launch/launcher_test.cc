@@ -200,6 +200,21 @@ TEST(LauncherTest, RankKilledBySignal) {
   ExpectAllGone(r.pids);
 }
 
+// The cause is named even when another rank exits first with only a
+// "connection closed" from its collective (rank 0's failed save used to be
+// blamed on rank 1), and the summary carries the cause's own error.
+TEST(LauncherTest, BlamesTheCauseNotTheFirstPeerError) {
+  JobResult r = RunJob("blame", 3,
+                       {"--run_ms=-1", "--peer_error_rank=1", "--error_rank=0",
+                        "--error=cannot write model.safetensors: No space left on device",
+                        "--error_exit_delay_ms=400"});
+  ASSERT_TRUE(r.returned_in_time) << r.status;
+  EXPECT_EQ(r.status.message(),
+            "rank 0 failed: cannot write model.safetensors: No space left on device; "
+            "stopped the other 2 rank(s)");
+  ExpectAllGone(r.pids);
+}
+
 TEST(LauncherTest, HungRankIsStoppedAfterTheTimeout) {
   LaunchOptions options;
   options.heartbeat_timeout = absl::Seconds(2);

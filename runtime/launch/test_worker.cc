@@ -2,7 +2,10 @@
 // name. Flags: --pid_dir=DIR (writes DIR/rank<k>.pid), --run_ms=T (beat
 // for T ms then exit 0; -1: forever), --fail_rank=R --exit_code=C,
 // --crash_rank=R (SIGKILL itself), --hang_rank=R (beat once, then sleep
-// without beating), --ignore_sigterm.
+// without beating), --ignore_sigterm, --error_rank=R --error=TEXT (at
+// 200 ms prints "train: error: TEXT", then exits 1 after
+// --error_exit_delay_ms, as a rank slow to tear down), --peer_error_rank=R
+// (at 250 ms prints a "connection closed" error and exits 1).
 #include <signal.h>
 #include <unistd.h>
 
@@ -75,6 +78,21 @@ int main(int argc, char** argv) {
     if (elapsed >= 200) {
       if (rank == IntFlag(argc, argv, "fail_rank", -1)) {
         return IntFlag(argc, argv, "exit_code", 1);
+      }
+      if (rank == IntFlag(argc, argv, "error_rank", -1)) {
+        std::string text = "failed";
+        for (int i = 1; i < argc; ++i) {
+          if (absl::StartsWith(argv[i], "--error=")) text = argv[i] + 8;
+        }
+        std::fprintf(stderr, "\ntrain: error: %s\n", text.c_str());
+        std::fflush(stderr);
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(IntFlag(argc, argv, "error_exit_delay_ms", 0)));
+        return 1;
+      }
+      if (rank == IntFlag(argc, argv, "peer_error_rank", -1) && elapsed >= 250) {
+        std::fprintf(stderr, "\ntrain: error: gloo: Connection closed by peer\n");
+        return 1;
       }
       if (rank == IntFlag(argc, argv, "crash_rank", -1)) raise(SIGKILL);
       if (rank == IntFlag(argc, argv, "hang_rank", -1)) {
