@@ -477,20 +477,7 @@ int64_t ChannelBlock() {
   return (isa & avx512) == avx512 ? 16 : 8;
 }
 
-bool IsDnnlOp(KernelOp op) {
-  switch (op) {
-    case KernelOp::kConv2d:
-    case KernelOp::kConv2dGradInput:
-    case KernelOp::kConv2dGradParams:
-    case KernelOp::kMaxPool2d:
-    case KernelOp::kMaxPool2dGrad:
-    case KernelOp::kAvgPool2d:
-    case KernelOp::kAvgPool2dGrad:
-      return true;
-    default:
-      return false;
-  }
-}
+bool IsDnnlOp(KernelOp op) { return IsWindowOp(op); }
 
 std::vector<bool> BlockedBuffers(const Plan& plan) {
   const int64_t block = ChannelBlock();

@@ -187,20 +187,7 @@ absl::StatusOr<cudnnHandle_t> SizingHandleLocked() {
 
 }  // namespace
 
-bool IsCudnnOp(KernelOp op) {
-  switch (op) {
-    case KernelOp::kConv2d:
-    case KernelOp::kConv2dGradInput:
-    case KernelOp::kConv2dGradParams:
-    case KernelOp::kMaxPool2d:
-    case KernelOp::kMaxPool2dGrad:
-    case KernelOp::kAvgPool2d:
-    case KernelOp::kAvgPool2dGrad:
-      return true;
-    default:
-      return false;
-  }
-}
+bool IsCudnnOp(KernelOp op) { return IsWindowOp(op); }
 
 absl::StatusOr<int64_t> CudnnWorkspaceBytes(const Plan& plan,
                                             const Instruction& instr) {

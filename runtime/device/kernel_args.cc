@@ -526,6 +526,21 @@ absl::StatusOr<KernelArgs> DescribeKernel(const Plan& plan, const Instruction& i
   return k;
 }
 
+bool IsWindowOp(KernelOp op) {
+  switch (op) {
+    case KernelOp::kConv2d:
+    case KernelOp::kConv2dGradInput:
+    case KernelOp::kConv2dGradParams:
+    case KernelOp::kMaxPool2d:
+    case KernelOp::kMaxPool2dGrad:
+    case KernelOp::kAvgPool2d:
+    case KernelOp::kAvgPool2dGrad:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool IsKernelOp(absl::string_view op) {
   const KernelOpName* kernel = FindKernel(op);
   return kernel != nullptr && kernel->op != KernelOp::kNotCompute;

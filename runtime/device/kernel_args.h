@@ -127,6 +127,10 @@ absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
     const Plan& plan, char* arena, int64_t arena_bytes,
     const std::string& device_name);
 
+// Convolution and pooling: the geometry is in KernelArgs::window and the
+// last output is the instruction's workspace.
+bool IsWindowOp(KernelOp op);
+
 // One instruction resolved without an arena (pointers left null): what a
 // backend needs to size its workspace (PlanOptions::workspace) before the
 // plan's memory is laid out.
