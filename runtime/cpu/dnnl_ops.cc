@@ -108,33 +108,33 @@ class Builder {
     return p;
   }
 
-  // An input the user holds at `data` in layout `plain`, as the primitive
+  // An input the user holds at `data` in the arena's layout `arena`, as the primitive
   // wants it (`want`): the buffer itself, or a copy reordered into the
   // workspace before the primitive runs.
-  memory In(const memory::desc& plain, const void* data, const memory::desc& want) {
-    if (want == plain) return Wrap(plain, const_cast<void*>(data));
+  memory In(const memory::desc& arena, const void* data, const memory::desc& want) {
+    if (want == arena) return Wrap(arena, const_cast<void*>(data));
     memory staged = Wrap(want, Take(want.get_size()));
     if (!dry_) {
-      memory user = Wrap(plain, const_cast<void*>(data));
+      memory user = Wrap(arena, const_cast<void*>(data));
       before_.push_back({dnnl::reorder(user, staged), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, staged}}});
     }
     return staged;
   }
 
-  // An output the user wants at `data` in layout `plain`, written (or, with
+  // An output the user wants at `data` in the arena's layout `arena`, written (or, with
   // `accumulate`, added) from the primitive's layout `want`.
-  memory Out(const memory::desc& plain, float* data, const memory::desc& want,
+  memory Out(const memory::desc& arena, float* data, const memory::desc& want,
              bool accumulate) {
     void* target = data;
     if (accumulate) {
-      const int64_t n = static_cast<int64_t>(plain.get_size() / sizeof(float));
-      target = Take(plain.get_size());
+      const int64_t n = static_cast<int64_t>(arena.get_size() / sizeof(float));
+      target = Take(arena.get_size());
       if (!dry_) accumulate_.push_back({static_cast<const float*>(target), data, n});
     }
-    if (want == plain) return Wrap(plain, target);
+    if (want == arena) return Wrap(arena, target);
     memory staged = Wrap(want, Take(want.get_size()));
     if (!dry_) {
-      memory user = Wrap(plain, target);
+      memory user = Wrap(arena, target);
       after_.push_back({dnnl::reorder(staged, user), {{DNNL_ARG_FROM, staged}, {DNNL_ARG_TO, user}}});
     }
     return staged;

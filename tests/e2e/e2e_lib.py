@@ -43,9 +43,12 @@ def train(*args, timeout=300, check=True):
     return proc
 
 
-def write_safetensors(path, tensors):
-    """F32 tensors in the published safetensors layout (our own writer)."""
+def write_safetensors(path, tensors, metadata=None):
+    """F32 tensors in the published safetensors layout (our own writer),
+    with string `metadata` when given."""
     header, offset, blobs = {}, 0, []
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
     for name in sorted(tensors):
         a = np.ascontiguousarray(tensors[name], dtype="<f4")
         header[name] = {"dtype": "F32", "shape": list(a.shape),

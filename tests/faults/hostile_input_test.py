@@ -50,6 +50,23 @@ class HostileCheckpointTest(unittest.TestCase):
         self.assertIn("tensor 'logits.bias' holds a non-finite value (-inf)",
                       proc.stdout)
 
+    def test_a_checkpoint_at_step_int64_max_is_refused_cleanly(self):
+        # A header from another tool (or an overflow) claiming step 2^63 - 1:
+        # a clear refusal, no negative epochs or ETAs.
+        good = os.path.join(self.dir, "good.safetensors")
+        e2e.train(e2e.EXAMPLE, "--gpus", 1, "--steps", 1, "--no-eval", "--no-metrics",
+                  "--save", good)
+        tensors, meta = e2e.read_safetensors(good)
+        meta["step"] = str(2**63 - 1)
+        far = os.path.join(self.dir, "far.safetensors")
+        e2e.write_safetensors(far, tensors, meta)
+        proc = e2e.train(e2e.EXAMPLE, "--gpus", 1, "--steps", 5, "--no-eval",
+                         "--no-metrics", "--resume", far, check=False)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        self.assertNotIn("step -", proc.stdout)
+        self.assertNotIn("epoch -", proc.stdout)
+        self.assertRegex(proc.stdout, far + r"(:| is at step 9223372036854775807)")
+
     def test_a_fifo_does_not_hang(self):
         fifo = os.path.join(self.dir, "pipe.safetensors")
         os.mkfifo(fifo)
