@@ -47,7 +47,9 @@ TEST(OpTable, GradientRulesAreWellFormed) {
       }
       EXPECT_TRUE(grad->grads.empty()) << rule.op << ": no second order";
     }
-    if (op.is_loss) EXPECT_FALSE(op.grads.empty()) << op.name;
+    if (op.is_loss) {
+      EXPECT_FALSE(op.grads.empty()) << op.name;
+    }
   }
 }
 

@@ -153,7 +153,7 @@ TEST(JsonTest, QuoteEscapes) {
 }
 
 TEST(JsonTest, QuoteRoundTrips) {
-  for (const std::string s :
+  for (const std::string& s :
        {std::string("h1.weight\t\"x\""), std::string("a\\b\r\n"),
         std::string("\x01\x1f \xF0\x9F\x98\x80"), std::string("\0z", 2)}) {
     auto round = ParseJson(JsonQuote(s));

@@ -54,8 +54,12 @@ TEST(VizGraphTest, DrawsOneMicroStepOnce) {
   EXPECT_EQ(CountOps(*g, "adamw"), static_cast<int>(plan.buckets.size()));
   for (const VizNode& n : g->nodes) {
     if (n.kind != NodeKind::kOp) continue;
-    if (n.comm) EXPECT_EQ(n.group, NodeGroup::kComm) << n.label;
-    if (absl::StrContains(n.label, "adamw")) EXPECT_EQ(n.group, NodeGroup::kStep);
+    if (n.comm) {
+      EXPECT_EQ(n.group, NodeGroup::kComm) << n.label;
+    }
+    if (absl::StrContains(n.label, "adamw")) {
+      EXPECT_EQ(n.group, NodeGroup::kStep);
+    }
     if (absl::StrContains(n.label, "= linear")) {
       EXPECT_EQ(n.group, NodeGroup::kMicroStep);
     }
