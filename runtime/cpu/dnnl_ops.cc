@@ -103,7 +103,7 @@ class Builder {
 
   // `bytes` of the workspace, 64-byte aligned.
   void* Take(int64_t bytes) {
-    void* p = dry_ ? nullptr : base_ + used_;
+    void* p = dry_ || base_ == nullptr ? nullptr : base_ + used_;
     used_ += AlignUp(bytes);
     return p;
   }
@@ -553,20 +553,19 @@ absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& k
       return absl::InvalidArgumentError(absl::StrCat("cpu: instruction ", i, " (", instr.op,
                                                      " \"", instr.label, "\"): ", why));
     };
-    Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
-    absl::StatusOr<Program> sized =
-        Build(plan, instr, k, blocked, relu_out, CpuEngine(), sizing);
-    if (!sized.ok()) return fail(std::string(sized.status().message()));
-    if (sizing.used() > k.workspace_bytes) {
-      return fail(absl::StrCat("oneDNN needs ", sizing.used(),
-                               " bytes of workspace, the plan reserves ", k.workspace_bytes,
-                               " (a plan compiled for another device? compile it with "
-                               "--device cpu)"));
-    }
+    // One build: the memory objects only point into the workspace, so a
+    // layout that would run past the plan's reservation is refused here,
+    // before anything runs.
     Builder builder(CpuEngine(), k.workspace, /*dry=*/false);
     absl::StatusOr<Program> program =
         Build(plan, instr, k, blocked, relu_out, CpuEngine(), builder);
     if (!program.ok()) return fail(std::string(program.status().message()));
+    if (builder.used() > k.workspace_bytes) {
+      return fail(absl::StrCat("oneDNN needs ", builder.used(),
+                               " bytes of workspace, the plan reserves ", k.workspace_bytes,
+                               " (a plan compiled for another device? compile it with "
+                               "--device cpu)"));
+    }
     state_->programs[static_cast<int>(i)] = *std::move(program);
     if (relu >= 0) state_->programs[relu] = Program{};  // done by the convolution
   }
