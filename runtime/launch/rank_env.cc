@@ -39,6 +39,12 @@ absl::StatusOr<int> ReadInt(const EnvLookup& getenv, const char* name,
   return value;
 }
 
+// A byte of a job name: safe in a file name and a Redis key.
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '.' || c == '_' || c == '-';
+}
+
 // The job's id as a file name ([A-Za-z0-9._-], other bytes as '_'), from
 // the first of TRAINC_JOB_ID, SLURM_JOB_ID(.SLURM_STEP_ID),
 // TORCHELASTIC_RUN_ID, PMIX_NAMESPACE that is set.
@@ -54,9 +60,7 @@ std::optional<std::string> JobId(const EnvLookup& getenv) {
   if (!id) id = getenv("PMIX_NAMESPACE");
   if (!id || id->empty()) return std::nullopt;
   for (char& c : *id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) c = '_';
+    if (!IsNameChar(c)) c = '_';
   }
   return id;
 }
@@ -88,9 +92,7 @@ absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
     return bad("the port is not a number in [1, 65535]");
   }
   for (char c : r.job) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return bad("the job name may hold letters, digits, '.', '_' and '-' only");
+    if (!IsNameChar(c)) return bad("the job name may hold letters, digits, '.', '_' and '-' only");
   }
   return r;
 }
