@@ -111,6 +111,18 @@ def need_fashion_mnist(test):
         test.skipTest("Fashion-MNIST is not installed (dataset-fashion-mnist)")
 
 
+def need_torch_reference(torch, fashion_mnist=True):
+    """For a PyTorch reference test's setUpClass: skips the class, saying
+    why, without `torch` (the module, None when its import failed) or,
+    when asked, Fashion-MNIST; else pins PyTorch to one thread."""
+    if fashion_mnist and not os.path.exists(FASHION):
+        raise unittest.SkipTest("Fashion-MNIST is not installed (dataset-fashion-mnist)")
+    if torch is None:
+        raise unittest.SkipTest("PyTorch is not installed for this interpreter "
+                                "(Debian: apt-get install python3-torch)")
+    torch.set_num_threads(1)
+
+
 def read_idx(path, count):
     """The first `count` items of a gzipped IDX file of unsigned bytes, by a
     reader of our own (magic, dimensions, then the bytes)."""

@@ -156,13 +156,7 @@ class PyTorchReferenceTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if not os.path.exists(e2e.TRAIN_IMAGES):
-            raise unittest.SkipTest("Fashion-MNIST is not installed")
-        if torch is None:
-            raise unittest.SkipTest(
-                "PyTorch is not installed for this interpreter "
-                "(Debian: apt-get install python3-torch)")
-        torch.set_num_threads(1)
+        e2e.need_torch_reference(torch)
         cls.dir = e2e.tmpdir()
         n = REF_STEPS * REF_GLOBAL_BATCH
         cls.images = e2e.read_idx(e2e.TRAIN_IMAGES, n)

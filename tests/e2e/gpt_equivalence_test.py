@@ -397,12 +397,7 @@ class GptEquivalenceTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if torch is None:
-            raise unittest.SkipTest(
-                "PyTorch is not installed for this interpreter "
-                "(Debian: apt-get install python3-torch); the GPT reference "
-                "needs it")
-        torch.set_num_threads(1)
+        e2e.need_torch_reference(torch, fashion_mnist=False)
         cls.dir = e2e.tmpdir()
         text = os.path.join(cls.dir, "corpus.txt")
         stream = write_text(text)
