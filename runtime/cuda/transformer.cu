@@ -248,7 +248,10 @@ __global__ void DropoutKernel(const float* x, float* y, int64_t batch,
       static_cast<uint64_t>(scalars->step - 1) * global_batch + position;
   TRAINC_GRID_STRIDE(i, batch * per_example) {
     const int64_t b = i / per_example, j = i % per_example;
-    const float v = x[i] * DropoutFactor(seed, key, base + b, j, p);
+    // __fmul_rn: the product is rounded before the accumulating add, as on
+    // the CPU; nvcc would otherwise fuse the two into one FMA (one rounding)
+    // and the masks' bit-for-bit agreement with the CPU would be lost.
+    const float v = __fmul_rn(x[i], DropoutFactor(seed, key, base + b, j, p));
     y[i] = accumulate ? y[i] + v : v;
   }
 }
