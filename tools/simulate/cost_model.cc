@@ -1,0 +1,108 @@
+#include "tools/simulate/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "compiler/ops/op_table.h"
+
+namespace trainc::simulate {
+namespace {
+
+// Microseconds to move `bytes` at `GBps` (1e9 bytes/s = 1e3 bytes/us).
+double TransferUs(double bytes, double GBps) { return bytes / (GBps * 1e3); }
+
+bool UsesTensorCores(ops::OpCategory category) {
+  return category == ops::OpCategory::kMatmul ||
+         category == ops::OpCategory::kAttention ||
+         category == ops::OpCategory::kConvolution;
+}
+
+double Lookup(const std::map<std::string, double>& m, const std::string& key,
+              double fallback) {
+  auto it = m.find(key);
+  return it == m.end() ? fallback : it->second;
+}
+
+}  // namespace
+
+double RingAllReduceUs(const LinkProfile& link, int64_t n, double bytes) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) * link.alpha_us +
+         2.0 * (n - 1) / n * TransferUs(bytes, link.bandwidth_GBps);
+}
+
+double TreeAllReduceUs(const LinkProfile& link, int64_t n, double bytes) {
+  if (n <= 1) return 0;
+  const double depth = std::ceil(std::log2(static_cast<double>(n)));
+  return 2.0 * depth * link.alpha_us + 2.0 * TransferUs(bytes, link.bandwidth_GBps);
+}
+
+double WholeBufferRingAllReduceUs(const LinkProfile& link, int64_t n, double bytes) {
+  if (n <= 1) return 0;
+  return (n - 1) * (link.alpha_us + TransferUs(bytes, link.bandwidth_GBps));
+}
+
+double ReduceScatterUs(const LinkProfile& link, int64_t n, double bytes) {
+  if (n <= 1) return 0;
+  return (n - 1) * link.alpha_us +
+         double(n - 1) / n * TransferUs(bytes, link.bandwidth_GBps);
+}
+
+double AllGatherUs(const LinkProfile& link, int64_t n, double bytes) {
+  return ReduceScatterUs(link, n, bytes);  // the same traffic, reversed
+}
+
+double AllReduceUs(const MachineProfile& profile, int64_t n, double bytes) {
+  const LinkProfile& link = profile.LinkFor(n);
+  switch (profile.all_reduce) {
+    case AllReduceAlgorithm::kRing: return RingAllReduceUs(link, n, bytes);
+    case AllReduceAlgorithm::kTree: return TreeAllReduceUs(link, n, bytes);
+    case AllReduceAlgorithm::kAuto:
+      return std::min(RingAllReduceUs(link, n, bytes), TreeAllReduceUs(link, n, bytes));
+    case AllReduceAlgorithm::kWholeBufferRing:
+      return WholeBufferRingAllReduceUs(link, n, bytes);
+  }
+  return 0;
+}
+
+ComputeEstimate EstimateCompute(const Plan& plan, const Instruction& instr,
+                                const MachineProfile& profile) {
+  ComputeEstimate e;
+  const ops::OpDef* def = ops::FindOp(instr.op);
+  if (def == nullptr) return e;  // plan validation rejects these first
+  std::vector<ops::Shape> ins, outs;
+  for (int id : instr.inputs) ins.push_back(plan.buffers[id].shape);
+  for (int id : instr.outputs) outs.push_back(plan.buffers[id].shape);
+  const ops::Cost cost = ops::EstimateCost(*def, ins, outs);
+  e.flops = cost.flops;
+  e.bytes = cost.bytes;
+  const double peak = plan.tf32 && UsesTensorCores(def->category)
+                          ? profile.peak_flops_tf32
+                          : profile.peak_flops;
+  e.roofline_us = std::max(e.flops / peak, e.bytes / profile.memory_bandwidth) * 1e6;
+  const double efficiency =
+      Lookup(profile.efficiency, instr.op,
+             Lookup(profile.efficiency, ops::OpCategoryName(def->category), 1.0));
+  e.us = Lookup(profile.scale, instr.op, 1.0) *
+         (profile.kernel_overhead_us + e.roofline_us / efficiency);
+  return e;
+}
+
+double InstructionUs(const Plan& plan, const Instruction& instr,
+                     const MachineProfile& profile, int64_t world_size) {
+  if (instr.op != "all_reduce") return EstimateCompute(plan, instr, profile).us;
+  auto it = instr.attrs.find("bucket");
+  const int b = it == instr.attrs.end() ? -1 : static_cast<int>(it->second);
+  if (b < 0 || b >= static_cast<int>(plan.buckets.size())) return 0;
+  const double bytes = static_cast<double>(plan.buckets[b].bytes);
+  if (!plan.deterministic) return AllReduceUs(profile, world_size, bytes);
+  // Every rank's `accumulate` slots, gathered, then summed in global order.
+  const double slots = static_cast<double>(plan.accumulate);
+  if (world_size <= 1 && plan.accumulate <= 1) return 0;
+  const double gathered = world_size * slots * bytes;
+  const double sum_us = gathered / profile.reduce_bandwidth * 1e6;
+  return AllGatherUs(profile.LinkFor(world_size), world_size, gathered) + sum_us;
+}
+
+}  // namespace trainc::simulate

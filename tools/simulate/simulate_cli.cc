@@ -1,0 +1,366 @@
+#include "tools/simulate/simulate_cli.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "compiler/frontend/frontend.h"
+#include "compiler/plan/plan_io.h"
+#include "compiler/planner/planner.h"
+#include "compiler/util/status_macros.h"
+#include "tools/simulate/bundled_profiles.h"
+#include "tools/simulate/calibration.h"
+#include "tools/simulate/machine_profile.h"
+#include "tools/simulate/simulator.h"
+#include "tools/viz/timeline.h"
+#include "tools/viz/trace_reader.h"
+
+namespace trainc::simulate {
+namespace {
+
+constexpr char kUsage[] = R"(usage: simulate [options] FILE.train|PLAN
+
+Predicts the step time of a compiled plan on a machine profile, for several
+world sizes: it replays one optimizer step (compute and comm streams, with
+the plan's events, as the runtime executes them) with a roofline per
+instruction and an alpha-beta model of each all-reduce. The file is
+compiled once per world size with --gpus N, so the per-rank batch stays and
+the global batch grows (unless the file pins global_batch).
+
+Options:
+  --gpus N[,N...]         world sizes (default 1,2,4,...,1024)
+  --machine NAME|FILE     machine profile (default h100_nvlink_ib); bundled:
+                          )";
+constexpr char kUsageTail[] = R"(
+                          or a `key = value` file (tools/simulate/README.md)
+  --calibrate TRACE.json  fit the profile to a `train --trace` run first:
+                          per-op time scales, alpha and beta of the
+                          all-reduce, the host's time between steps (give
+                          the same --FIELD overrides as that train run)
+  --write-profile FILE    write the calibrated profile (with --calibrate)
+  --no-overlap            all-reduces after the whole backward, as
+                          train --no-overlap
+  --bucket-mb X[,Y...]    override the file's bucket_mb; several values print
+                          one table each and a comparison
+  --FIELD VALUE           any train { } field or model constant, as train takes
+                          it (--micro_batch 16, --accumulate 4, --tf32 true)
+  -h, --help              this help
+
+Columns: step time (a step's period: both streams drained, plus the host's
+time between steps), backward (busy time of backward instructions),
+all-reduce (busy time of the comm stream), hidden (all-reduce time while the
+compute stream is busy), exposed (the rest), and scaling efficiency (samples
+per second per rank against one rank). They mean what `viz --trace` reports
+for a measured run.
+)";
+
+absl::StatusOr<std::vector<std::string>> SplitList(const std::string& flag,
+                                                   const std::string& value) {
+  std::vector<std::string> items = absl::StrSplit(value, ',', absl::SkipEmpty());
+  if (items.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": needs a value"));
+  return items;
+}
+
+// The profile named by --machine: a bundled name, else a file.
+absl::StatusOr<MachineProfile> LoadProfile(const std::string& machine) {
+  for (const BundledProfile& b : BundledProfiles()) {
+    if (machine == b.name) return ParseMachineProfile(b.text, b.path);
+  }
+  if (absl::StrContains(machine, '/') || absl::EndsWith(machine, ".profile")) {
+    return ReadMachineProfile(machine);
+  }
+  std::vector<std::string> names;
+  for (const BundledProfile& b : BundledProfiles()) names.push_back(b.name);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--machine ", machine, ": no such bundled profile (", absl::StrJoin(names, ", "),
+      ") and not a file path (a path has a '/' or ends in .profile)"));
+}
+
+// A .train file through the front end and the planner, as train does; any
+// other file is read as a compiled plan.
+absl::StatusOr<Plan> LoadPlan(const std::string& file, const Overrides& overrides) {
+  if (!absl::EndsWith(file, ".train")) {
+    if (!overrides.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", overrides[0].first, ": ", file, " is a compiled plan; recompile "
+          "the .train file to change it"));
+    }
+    return ReadPlanFile(file);
+  }
+  FrontendResult result = CompileFile(file, overrides);
+  if (!result.spec) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, " does not compile:\n", FormatDiagnostics(result.diagnostics, result.source)));
+  }
+  absl::StatusOr<Plan> plan = BuildPlan(*result.spec);
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(),
+                        absl::StrCat(file, ": planning failed: ", plan.status().message()));
+  }
+  return plan;
+}
+
+struct Row {
+  int64_t gpus = 1;
+  int64_t global_batch = 0;
+  StepPrediction prediction;
+};
+
+// The plan for `gpus` ranks: recompiled from a .train file, or a plan
+// file's own plan run on that many ranks (the same per-rank work).
+absl::StatusOr<Row> Simulate(const SimulateArgs& args, Overrides overrides, int64_t gpus,
+                             const MachineProfile& profile) {
+  const bool train_file = absl::EndsWith(args.input, ".train");
+  if (train_file) overrides.emplace_back("gpus", absl::StrCat(gpus));
+  ASSIGN_OR_RETURN(Plan plan, LoadPlan(args.input, overrides));
+  Row row;
+  row.gpus = gpus;
+  row.global_batch =
+      train_file ? plan.global_batch : plan.global_batch / plan.world_size * gpus;
+  SimulationOptions options;
+  options.world_size = gpus;
+  options.overlap = args.overlap;
+  ASSIGN_OR_RETURN(row.prediction, SimulateStep(plan, profile, options));
+  return row;
+}
+
+double SamplesPerRankPerSecond(const Row& r) {
+  return r.global_batch / (r.prediction.step_us * 1e-6) / r.gpus;
+}
+
+std::string FormatTable(const std::vector<Row>& rows, const Row& one_rank) {
+  std::string out = absl::StrFormat("%6s %12s %10s %13s %15s %11s %12s %11s\n", "gpus",
+                                    "global_batch", "step(ms)", "backward(ms)",
+                                    "all-reduce(ms)", "hidden(ms)", "exposed(ms)",
+                                    "efficiency");
+  for (const Row& r : rows) {
+    const StepPrediction& p = r.prediction;
+    absl::StrAppend(&out, absl::StrFormat(
+        "%6d %12d %10.3f %13.3f %15.3f %11.3f %12.3f %10.1f%%\n", r.gpus, r.global_batch,
+        p.step_us / 1e3, p.backward_us / 1e3, p.all_reduce_us / 1e3, p.hidden_us / 1e3,
+        p.exposed_us / 1e3, 100.0 * SamplesPerRankPerSecond(r) / SamplesPerRankPerSecond(one_rank)));
+  }
+  return out;
+}
+
+std::string DescribePlan(const Plan& plan) {
+  int64_t grad_bytes = 0;
+  for (const Bucket& b : plan.buckets) grad_bytes += b.bytes;
+  return absl::StrFormat("bucket_mb %g: %d buckets, %.2f MiB of gradients", plan.bucket_mb,
+                         plan.buckets.size(), grad_bytes / 1048576.0);
+}
+
+// The period of traced steps on rank 0: start of one to start of the next.
+double MeasuredStepUs(const viz::Trace& trace) {
+  std::map<int64_t, double> start;
+  for (const viz::TraceEvent& e : trace.events) {
+    if (e.rank != 0) continue;
+    auto [it, fresh] = start.try_emplace(e.step, e.ts_us);
+    if (!fresh) it->second = std::min(it->second, e.ts_us);
+  }
+  double sum = 0;
+  int n = 0;
+  for (auto it = start.begin(); it != start.end(); ++it) {
+    auto next = std::next(it);
+    if (next == start.end() || next->first != it->first + 1) continue;
+    sum += next->second - it->second;
+    ++n;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
+absl::StatusOr<MachineProfile> CalibrateProfile(const SimulateArgs& args,
+                                                const MachineProfile& base,
+                                                std::ostream& out) {
+  ASSIGN_OR_RETURN(viz::Trace trace, viz::ReadTraceFile(args.calibrate));
+  int64_t world = trace.world_size;
+  if (world <= 0) {
+    for (const viz::TraceEvent& e : trace.events) world = std::max<int64_t>(world, e.rank + 1);
+  }
+  Overrides overrides = args.overrides;
+  if (absl::EndsWith(args.input, ".train")) overrides.emplace_back("gpus", absl::StrCat(world));
+  ASSIGN_OR_RETURN(Plan plan, LoadPlan(args.input, overrides));
+  absl::StatusOr<Calibration> fit = Calibrate(plan, trace, base);
+  if (!fit.ok()) {
+    return absl::Status(fit.status().code(),
+                        absl::StrCat("--calibrate ", args.calibrate, ": ", fit.status().message()));
+  }
+  out << FormatCalibration(*fit, args.calibrate, world);
+
+  // The fit against its own run: measured (the trace, rank 0) vs predicted.
+  SimulationOptions options;
+  options.world_size = world;
+  options.overlap = args.overlap;
+  ASSIGN_OR_RETURN(StepPrediction p, SimulateStep(plan, fit->profile, options));
+  const std::vector<viz::RankOverlap> measured = viz::ComputeOverlap(trace);
+  if (!measured.empty()) {
+    const viz::RankOverlap& m = measured[0];
+    out << absl::StrFormat(
+        "  this run, rank 0 (measured -> predicted%s): step %.3f -> %.3f ms, backward "
+        "%.3f -> %.3f ms, all-reduce %.3f -> %.3f ms, exposed %.3f -> %.3f ms\n",
+        args.overlap ? "" : ", overlap off as asked", MeasuredStepUs(trace) / 1e3,
+        p.step_us / 1e3, m.backward_us / 1e3, p.backward_us / 1e3, m.all_reduce_us / 1e3,
+        p.all_reduce_us / 1e3, m.exposed_us / 1e3, p.exposed_us / 1e3);
+  }
+  if (!args.write_profile.empty()) {
+    std::ofstream file(args.write_profile);
+    file << FormatMachineProfile(
+        fit->profile,
+        absl::StrCat("Calibrated by tools/simulate from ", args.calibrate, " (", args.input,
+                     ", ", world, world == 1 ? " rank" : " ranks", "), starting from the ",
+                     base.name, " profile; see that profile for its sources.\n"));
+    if (!file.good()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("--write-profile ", args.write_profile, ": cannot write"));
+    }
+    out << "  calibrated profile written to " << args.write_profile << "\n";
+  }
+  out << "\n";
+  return fit->profile;
+}
+
+}  // namespace
+
+std::string SimulateUsage() {
+  std::vector<std::string> names;
+  for (const BundledProfile& b : BundledProfiles()) names.push_back(b.name);
+  return absl::StrCat(kUsage, absl::StrJoin(names, ", "), kUsageTail);
+}
+
+absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv) {
+  SimulateArgs args;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      args.help = true;
+      return args;
+    }
+    if (arg.empty() || arg[0] != '-') {
+      positional.push_back(arg);
+      continue;
+    }
+    std::string name = arg, value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    auto next = [&]() -> absl::StatusOr<std::string> {
+      if (has_value) return value;
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(name, ": needs a value"));
+      return std::string(argv[++i]);
+    };
+    if (name == "--gpus") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(std::vector<std::string> items, SplitList(name, v));
+      for (const std::string& item : items) {
+        int64_t n;
+        if (!absl::SimpleAtoi(item, &n) || n < 1 || n > (int64_t{1} << 20)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--gpus: expected world sizes >= 1, got '", item, "'"));
+        }
+        args.gpus.push_back(n);
+      }
+    } else if (name == "--machine") {
+      ASSIGN_OR_RETURN(args.machine, next());
+    } else if (name == "--calibrate") {
+      ASSIGN_OR_RETURN(args.calibrate, next());
+    } else if (name == "--write-profile") {
+      ASSIGN_OR_RETURN(args.write_profile, next());
+    } else if (name == "--no-overlap") {
+      args.overlap = false;
+    } else if (name == "--bucket-mb" || name == "--bucket_mb") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      ASSIGN_OR_RETURN(args.bucket_mb, SplitList(name, v));
+    } else if (absl::StartsWith(name, "--")) {
+      // A train { } field or a model constant: the front end checks both.
+      ASSIGN_OR_RETURN(std::string v, next());
+      args.overrides.emplace_back(name.substr(2), v);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown option ", name, " (see --help)"));
+    }
+  }
+  if (positional.size() != 1) {
+    return absl::InvalidArgumentError(
+        positional.empty() ? "no input file (see --help)"
+                           : absl::StrCat("one input file expected, got ", positional.size()));
+  }
+  args.input = positional[0];
+  if (!args.write_profile.empty() && args.calibrate.empty()) {
+    return absl::InvalidArgumentError("--write-profile: needs --calibrate TRACE.json");
+  }
+  if (!args.bucket_mb.empty() && !absl::EndsWith(args.input, ".train")) {
+    return absl::InvalidArgumentError(
+        "--bucket-mb: a plan file is already bucketed; give the .train file");
+  }
+  return args;
+}
+
+absl::Status RunSimulate(const SimulateArgs& args, std::ostream& out, std::ostream& err) {
+  ASSIGN_OR_RETURN(MachineProfile profile, LoadProfile(args.machine));
+  if (!args.calibrate.empty()) {
+    ASSIGN_OR_RETURN(profile, CalibrateProfile(args, profile, out));
+  }
+  std::vector<int64_t> gpus = args.gpus;
+  if (gpus.empty()) {
+    for (int64_t n = 1; n <= 1024; n *= 2) gpus.push_back(n);
+  }
+  std::vector<std::string> buckets = args.bucket_mb;
+  if (buckets.empty()) buckets.push_back("");  // the file's
+
+  // bucket_mb -> rows, for the comparison when there are several.
+  std::vector<std::pair<std::string, std::vector<Row>>> tables;
+  for (const std::string& bucket_mb : buckets) {
+    Overrides overrides = args.overrides;
+    if (!bucket_mb.empty()) overrides.emplace_back("bucket_mb", bucket_mb);
+    ASSIGN_OR_RETURN(Plan first, LoadPlan(args.input, overrides));
+    ASSIGN_OR_RETURN(Row one_rank, Simulate(args, overrides, 1, profile));
+    std::vector<Row> rows;
+    for (int64_t n : gpus) {
+      if (n == 1) {
+        rows.push_back(one_rank);
+        continue;
+      }
+      ASSIGN_OR_RETURN(Row row, Simulate(args, overrides, n, profile));
+      rows.push_back(std::move(row));
+    }
+    out << absl::StrFormat("%s on %s (%s all-reduce, overlap %s), %s\n", first.model,
+                           profile.name, AllReduceAlgorithmName(profile.all_reduce),
+                           args.overlap ? "on" : "off", DescribePlan(first));
+    out << FormatTable(rows, one_rank) << "\n";
+    tables.emplace_back(bucket_mb, std::move(rows));
+  }
+  if (tables.size() > 1) {
+    out << "step time in ms (exposed communication) by bucket_mb\n";
+    out << absl::StrFormat("%6s", "gpus");
+    for (const auto& [bucket_mb, rows] : tables) {
+      out << absl::StrFormat(" %20s", absl::StrCat("bucket_mb ", bucket_mb));
+    }
+    out << "\n";
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      out << absl::StrFormat("%6d", gpus[i]);
+      for (const auto& [bucket_mb, rows] : tables) {
+        const StepPrediction& p = rows[i].prediction;
+        out << absl::StrFormat(" %20s", absl::StrFormat("%.2f (%.2f)", p.step_us / 1e3,
+                                                        p.exposed_us / 1e3));
+      }
+      out << "\n";
+    }
+  }
+  (void)err;
+  return absl::OkStatus();
+}
+
+}  // namespace trainc::simulate

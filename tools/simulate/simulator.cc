@@ -1,0 +1,212 @@
+#include "tools/simulate/simulator.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/ops/op_table.h"
+#include "compiler/util/status_macros.h"
+#include "tools/simulate/cost_model.h"
+#include "tools/viz/timeline.h"
+
+namespace trainc::simulate {
+namespace {
+
+// The executor's fence between the compute and comm streams when overlap
+// is off (Executor::hold_event_), in this replay's issue order.
+constexpr int kHold = -1;
+
+absl::Status CheckPlan(const Plan& plan) {
+  const int num_buffers = static_cast<int>(plan.buffers.size());
+  for (const Instruction& in : plan.instructions) {
+    auto fail = [&](const std::string& why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("instruction ", in.id, " (", in.op, "): ", why));
+    };
+    if (in.op != "load_batch" && in.op != "all_reduce" && ops::FindOp(in.op) == nullptr) {
+      return fail("unknown op");
+    }
+    if ((in.op == "all_reduce") != (in.stream == Stream::kComm)) {
+      return fail("all_reduce and only all_reduce runs on the comm stream");
+    }
+    for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
+      for (int id : *ids) {
+        if (id < 0 || id >= num_buffers) return fail("buffer out of range");
+      }
+    }
+    for (const std::vector<int>* events : {&in.wait_events, &in.record_events}) {
+      for (int e : *events) {
+        if (e < 0 || e >= plan.num_events) return fail("event out of range");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Issue order: program order, or with overlap off every all-reduce before
+// the last backward instruction moved behind it (Executor::Prepare).
+std::vector<int> IssueOrder(const Plan& plan, bool overlap) {
+  const int n = static_cast<int>(plan.instructions.size());
+  std::vector<int> order;
+  if (overlap) {
+    for (int i = 0; i < n; ++i) order.push_back(i);
+    return order;
+  }
+  int last_backward = -1;
+  for (int i = 0; i < n; ++i) {
+    const Instruction& in = plan.instructions[i];
+    if (in.stream == Stream::kCompute && in.phase == Phase::kBackward) last_backward = i;
+  }
+  std::vector<int> held;
+  for (int i = 0; i < n; ++i) {
+    if (plan.instructions[i].op == "all_reduce" && i < last_backward) {
+      held.push_back(i);
+    } else {
+      order.push_back(i);
+    }
+    if (i == last_backward && !held.empty()) {
+      order.push_back(kHold);
+      order.insert(order.end(), held.begin(), held.end());
+    }
+  }
+  return order;
+}
+
+// When `work` us of compute started at `start` ends, given the sorted,
+// disjoint intervals in which the comm stream moves data and slows compute
+// down by 1 + contention.
+double FinishCompute(double start, double work,
+                     const std::vector<std::pair<double, double>>& busy,
+                     double contention) {
+  double t = start;
+  for (const auto& [begin, end] : busy) {
+    if (end <= t) continue;
+    if (begin > t) {
+      if (t + work <= begin) return t + work;
+      work -= begin - t;
+      t = begin;
+    }
+    const double can = (end - t) / (1 + contention);
+    if (work <= can) return t + work * (1 + contention);
+    work -= can;
+    t = end;
+  }
+  return t + work;
+}
+
+}  // namespace
+
+absl::StatusOr<StepPrediction> SimulateStep(const Plan& plan,
+                                            const MachineProfile& profile,
+                                            const SimulationOptions& options) {
+  RETURN_IF_ERROR(CheckPlan(plan));
+  StepPrediction p;
+  p.world_size = options.world_size > 0 ? options.world_size : plan.world_size;
+
+  // Rank classes: every rank but one runs at the modelled speed; with
+  // compute.rank_imbalance the slowest runs (1 + imbalance) times slower,
+  // and every collective starts when it arrives.
+  struct Rank {
+    double speed = 1;              // compute time multiplier
+    double host = 0;               // when the host issues the next instruction
+    double free_at[2] = {0, 0};    // per stream: when its last work ends
+    std::vector<double> recorded;  // per event: when it was recorded
+    std::vector<std::pair<double, double>> moving;  // collectives moving data
+    std::vector<SimulatedSpan> spans;
+  };
+  std::vector<Rank> ranks(p.world_size > 1 && profile.rank_imbalance > 0 ? 2 : 1);
+  if (ranks.size() > 1) ranks[1].speed = 1 + profile.rank_imbalance;
+  for (Rank& r : ranks) r.recorded.assign(plan.num_events, 0.0);
+
+  const int kComputeStream = static_cast<int>(Stream::kCompute);
+  const int kCommStream = static_cast<int>(Stream::kComm);
+  for (int i : IssueOrder(plan, options.overlap)) {
+    if (i == kHold) {
+      for (Rank& r : ranks) {
+        r.free_at[kCommStream] = std::max(r.free_at[kCommStream], r.free_at[kComputeStream]);
+      }
+      continue;
+    }
+    const Instruction& in = plan.instructions[i];
+    const int s = static_cast<int>(in.stream);
+    const double us = InstructionUs(plan, in, profile, p.world_size);
+    std::vector<double> ready(ranks.size());
+    double last_arrival = 0;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      const Rank& r = ranks[k];
+      ready[k] = std::max(r.host, r.free_at[s]);
+      for (int e : in.wait_events) ready[k] = std::max(ready[k], r.recorded[e]);
+      last_arrival = std::max(last_arrival, ready[k]);
+    }
+    const bool collective = in.op == "all_reduce";
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      Rank& r = ranks[k];
+      // A rank inside a collective waits there for the last to arrive.
+      const double end =
+          collective ? last_arrival + us
+          : profile.comm_contention > 0
+              ? FinishCompute(ready[k], us * r.speed, r.moving, profile.comm_contention)
+              : ready[k] + us * r.speed;
+      if (collective && us > 0) r.moving.emplace_back(last_arrival, end);
+      r.free_at[s] = end;
+      for (int e : in.record_events) r.recorded[e] = end;
+      if (profile.host_synchronous && in.stream == Stream::kCompute) r.host = end;
+      // The executor submits nothing for an all-reduce over one rank.
+      if (us > 0 || !collective) r.spans.push_back({i, in.stream, ready[k], end});
+    }
+  }
+  p.spans = std::move(ranks[0].spans);
+  double drained = 0;
+  for (const Rank& r : ranks) {
+    drained = std::max({drained, r.free_at[kComputeStream], r.free_at[kCommStream]});
+  }
+
+  const viz::Trace trace = PredictionAsTrace(plan, p);
+  const std::vector<viz::RankOverlap> overlap = viz::ComputeOverlap(trace);
+  if (!overlap.empty()) {
+    const viz::RankOverlap& o = overlap[0];
+    p.backward_us = o.backward_us;
+    p.all_reduce_us = o.all_reduce_us;
+    p.hidden_us = o.hidden_us;
+    p.exposed_us = o.exposed_us;
+  }
+  for (const SimulatedSpan& span : p.spans) {
+    if (span.stream == Stream::kCompute) p.compute_us += span.end_us - span.begin_us;
+  }
+  p.step_us = drained + profile.step_overhead_us;
+  return p;
+}
+
+viz::Trace PredictionAsTrace(const Plan& plan, const StepPrediction& prediction) {
+  viz::Trace trace;
+  trace.plan_model = plan.model;
+  trace.plan_instructions = static_cast<int64_t>(plan.instructions.size());
+  trace.world_size = prediction.world_size;
+  trace.steps_traced = 1;
+  for (const SimulatedSpan& span : prediction.spans) {
+    const Instruction& in = plan.instructions[span.instr];
+    viz::TraceEvent e;
+    e.name = in.label.empty() ? in.op : in.label;
+    e.cat = PhaseName(in.phase);
+    e.ts_us = span.begin_us;
+    e.dur_us = span.end_us - span.begin_us;
+    e.rank = 0;
+    e.stream = span.stream == Stream::kComm ? 1 : 0;
+    e.instr = span.instr;
+    e.step = 1;
+    e.micro = in.micro_step;
+    e.op = in.op;
+    if (in.op == "all_reduce") {
+      auto it = in.attrs.find("bucket");
+      e.bucket = it == in.attrs.end() ? -1 : static_cast<int>(it->second);
+      if (e.bucket >= 0 && e.bucket < static_cast<int>(plan.buckets.size())) {
+        e.bytes = plan.buckets[e.bucket].bytes;
+      }
+    }
+    trace.events.push_back(e);
+  }
+  return trace;
+}
+
+}  // namespace trainc::simulate
