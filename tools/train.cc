@@ -403,7 +403,8 @@ absl::Status Run(const Args& args) {
   // A local job: check what can be checked before starting any worker.
   // --device auto runs on the GPUs where there are any, so it is held to
   // the file's gpus = N as well.
-  const int gpus_here = CudaDeviceCount();
+  // (--device cpu does not count GPUs: that would load the CUDA plugin.)
+  const int gpus_here = args.train.device == "cpu" ? 0 : CudaDeviceCount();
   const bool on_gpus = args.train.device == "cuda" ||
                        (args.train.device == "auto" && gpus_here > 0);
   if (on_gpus && gpus_here < plan.world_size) {

@@ -24,12 +24,18 @@
 // captured with the step (NCCL >= 2.9.6). SubmitTimed does not time inside
 // a capture (a graph is one unit on the timeline).
 //
+// Programs link //runtime/cuda:cuda_device, which links no CUDA library:
+// these functions forward to the CUDA plugin libtrainc_cuda.so, loaded on
+// first use (cuda_loader.h), so a CPU-only run never loads cuBLAS or cuDNN.
+// (The backend's own tests link it statically: :cuda_device_impl.)
+//
 // Built without the CUDA toolkit, CudaDeviceCount() is 0 and
 // CreateCudaDevice() returns Unavailable, so tools always link.
 #ifndef TRAINC_RUNTIME_CUDA_CUDA_DEVICE_H_
 #define TRAINC_RUNTIME_CUDA_CUDA_DEVICE_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,8 +45,12 @@
 namespace trainc {
 
 // Usable CUDA GPUs; 0 when there is no driver or no GPU (never crashes) or
-// when built without the toolkit.
+// when built without the toolkit, or the CUDA plugin cannot be loaded.
 int CudaDeviceCount();
+
+// Why CudaDeviceCount() is 0, for messages (no NVIDIA driver, plugin not
+// found or not loadable, what the CUDA runtime said); "" when it is not.
+std::string CudaUnavailableReason();
 
 // The GPU `local_rank` (cudaSetDevice(local_rank)) as a Device. Its dynamic
 // type is CudaDevice.

@@ -6,6 +6,10 @@ namespace trainc {
 
 int CudaDeviceCount() { return 0; }
 
+std::string CudaUnavailableReason() {
+  return "trainc was built without the CUDA toolkit";
+}
+
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int /*local_rank*/) {
   return absl::UnavailableError(
       "cuda: trainc was built without the CUDA toolkit (no nvcc, cuBLAS or "

@@ -1,0 +1,14 @@
+// A "plugin" of a future ABI version (for cuda_loader_test).
+#include "runtime/cuda/cuda_plugin_abi.h"
+
+namespace {
+trainc::CudaPluginV1 MakeFuturePlugin() {
+  trainc::CudaPluginV1 plugin{};
+  plugin.abi_version = TRAINC_CUDA_PLUGIN_ABI_VERSION + 998;
+  plugin.toolchain = TRAINC_CUDA_PLUGIN_TOOLCHAIN;
+  return plugin;
+}
+const trainc::CudaPluginV1 kFuture = MakeFuturePlugin();
+}  // namespace
+
+extern "C" const trainc::CudaPluginV1* trainc_cuda_plugin_v1() { return &kFuture; }
