@@ -19,7 +19,7 @@ const std::vector<std::string>& OverridableFields() {
       "epochs", "steps",        "lr",         "seed",
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
       "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
-      "checkpoint_dir"};
+      "checkpoint_dir", "zero", "grad_comm"};
   return *fields;
 }
 
@@ -32,7 +32,7 @@ const std::vector<std::string>& TrainFields() {
       "epochs",   "steps",       "optimizer",  "schedule",
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
       "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
-      "checkpoint_keep", "checkpoint_dir"};
+      "checkpoint_keep", "checkpoint_dir", "zero", "grad_comm"};
   return *fields;
 }
 
@@ -241,6 +241,33 @@ void CheckSchedule(const Setting& setting, ScheduleSpec* schedule,
   }
 }
 
+// grad_comm = fp32 | bf16: a bare name in the file, the word as a flag.
+void CheckGradComm(const Setting& setting, std::string* grad_comm,
+                   DiagnosticSink& sink) {
+  std::string name;
+  if (setting.from_flag()) {
+    name = setting.flag_text;
+  } else if (setting.expr != nullptr &&
+             setting.expr->kind == ast::Expr::Kind::kName) {
+    name = setting.expr->text;
+  } else {
+    ReportSetting(setting, sink,
+                  absl::StrCat("grad_comm must be fp32 or bf16, got ",
+                               setting.expr != nullptr
+                                   ? DescribeExpr(*setting.expr)
+                                   : std::string("nothing")));
+    return;
+  }
+  const std::vector<std::string> formats = {"fp32", "bf16"};
+  if (!Contains(formats, name)) {
+    ReportSetting(setting, sink,
+                  absl::StrCat("unknown gradient format '", name, "'"),
+                  SuggestionHint(name, formats, "formats"));
+    return;
+  }
+  *grad_comm = name;
+}
+
 class TrainChecker {
  public:
   TrainChecker(const ast::Block* block, DiagnosticSink& sink)
@@ -286,6 +313,21 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("skip_nonfinite")) {
       if (auto v = Bool(*s, sink_)) config_.skip_nonfinite = *v;
+    }
+    if (const Setting* s = Effective("zero")) {
+      if (auto v = NonNegativeInt(*s, sink_)) {
+        if (*v > 1) {
+          ReportSetting(*s, sink_,
+                        absl::StrCat("zero must be 0 or 1, got ", *v),
+                        "ZeRO stage 1 shards the optimizer state; stages 2 "
+                        "and 3 are not supported");
+        } else {
+          config_.zero = *v;
+        }
+      }
+    }
+    if (const Setting* s = Effective("grad_comm")) {
+      CheckGradComm(*s, &config_.grad_comm, sink_);
     }
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;

@@ -255,12 +255,19 @@ std::vector<OpDef> MakeOps() {
       // --- the step's tail ---
       {"all_reduce", 1, 1, 1, 1, true, OpCategory::kCollective,
        "bucket grads -> the same buffer, summed over ranks; attrs: bucket"},
+      {"reduce_scatter", 1, 1, 1, 1, true, OpCategory::kCollective,
+       "bucket grads -> the same buffer, this rank's shard summed over ranks "
+       "(ZeRO-1); attrs: bucket"},
+      {"all_gather", 1, 1, 1, 1, true, OpCategory::kCollective,
+       "params span -> the same buffer, every rank's shard to every rank "
+       "(ZeRO-1); attrs: bucket"},
       {"sum_squares", 1, 1, 1, 1, false, OpCategory::kOptimizer,
-       "bucket grads -> grad_sq[1] (+)= sum of squares, in double; acc"},
+       "bucket grads -> grad_sq[1] (+)= sum of squares, in double; acc; "
+       "attrs: bucket, shard (1: this rank's ZeRO-1 shard only)"},
       {"optimizer", 2, -1, 1, -1, false, OpCategory::kOptimizer,
        "params span, grads, state spans[, grad_sq] -> params, state spans; "
        "attrs: bucket, clip (> 0: grads scaled by min(1, clip / (sqrt(grad_sq) "
-       "+ 1e-6)))"},
+       "+ 1e-6))), shard (1: this rank's ZeRO-1 shard only)"},
   };
 }
 

@@ -30,13 +30,24 @@
 //   load_batch          -> all input and label buffers, in declaration order
 //                          attrs: micro (index within this rank's step)
 //   all_reduce          bucket grads -> the same buffer (in place, sum over
-//                       ranks); stream comm; attrs: bucket
+//                       ranks); stream comm; attrs: bucket. Without attr
+//                       bucket: its one input (grad_sq under ZeRO).
+//   reduce_scatter      (zero = 1) bucket grads -> the same buffer: this
+//                       rank's shard (elements [rank * shard_elems, +
+//                       shard_elems) of slot 0) becomes the sum over ranks;
+//                       the rest is left undefined; stream comm; attrs: bucket
+//   all_gather          (zero = 1) params span -> the same buffer: every
+//                       rank's shard of it to every rank; stream comm;
+//                       attrs: bucket
 //   optimizer           params span, grads (bucket), state spans -> params,
 //                       state; attrs: bucket. Elementwise over the bucket's
 //                       flat span, hyper-parameters from `optimizer` (weight
 //                       decay only if the bucket's weight_decay) and the
 //                       learning rate from `schedule` at the current step.
 //                       adamw state: m, v; sgd state: momentum (if > 0).
+//                       Under ZeRO-1 (attr shard = 1) over this rank's
+//                       shard of params and grads only; the state spans
+//                       hold just that shard.
 // Loss ops (cross_entropy, mse) write the micro-batch's loss_sum; their
 // gradients carry attr scale = 1 / (global_batch * loss_terms).
 // So the loss is the mean over the global batch (every token of it)
@@ -49,6 +60,14 @@
 // (rank 0's slot 0, slot 1, ..., then rank 1's, ...), leaving the sum in
 // slot 0 on every rank. The result is bit for bit the same whatever the
 // split of the global batch into gpus x accumulate.
+//
+// ZeRO-1 (`zero` = 1, world_size > 1): every bucket is padded to
+// world_size x shard_elems floats (the padding is zero and stays zero);
+// reduce_scatter replaces all_reduce, each rank's optimizer updates its
+// shard (state spans of shard_elems), and all_gather gives every rank the
+// whole updated span before the step ends. In deterministic mode the
+// reduce_scatter is the deterministic all-reduce's gather and ordered sum,
+// so the weights are bit for bit those of zero = 0.
 #ifndef TRAINC_COMPILER_PLAN_PLAN_H_
 #define TRAINC_COMPILER_PLAN_PLAN_H_
 
@@ -127,7 +146,12 @@ struct Bucket {
   // The optimizer applies weight decay to this bucket (its parameters are
   // all matrices, or the optimizer decays everything).
   bool weight_decay = true;
-  int all_reduce = -1;               // its all_reduce instruction
+  int all_reduce = -1;               // its all_reduce (or reduce_scatter)
+  // ZeRO-1: the floats of one rank's shard (bytes / 4 = world_size x
+  // shard_elems), and the all_gather of the updated parameters. 0 and -1
+  // without ZeRO.
+  int64_t shard_elems = 0;
+  int all_gather = -1;
 };
 
 struct MemoryReport {
@@ -224,6 +248,11 @@ struct Plan {
   // reduced gradient) changes nothing. skip_nonfinite: the trainer then
   // goes on with the next step (counting it) instead of stopping.
   bool skip_nonfinite = false;
+  // ZeRO stage (0 or 1; 1 only when world_size > 1), see above.
+  int64_t zero = 0;
+  // The gradient collectives' wire format: "fp32", or "bf16" (rounded to
+  // bf16 for the collective, sums in fp32; the result widened back).
+  std::string grad_comm = "fp32";
 
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

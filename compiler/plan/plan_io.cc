@@ -338,6 +338,12 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("skip_nonfinite")) {
       ASSIGN_OR_RETURN(plan.skip_nonfinite, f.Bool("skip_nonfinite"));
     }
+    if (r.fields.count("zero")) {  // absent: 0
+      ASSIGN_OR_RETURN(plan.zero, f.Int("zero"));
+    }
+    if (r.fields.count("grad_comm")) {  // absent: fp32
+      ASSIGN_OR_RETURN(plan.grad_comm, f.Str("grad_comm"));
+    }
   } else if (kw == "checkpoints") {
     ASSIGN_OR_RETURN(plan.checkpoints.every, f.Int("every"));
     ASSIGN_OR_RETURN(plan.checkpoints.keep, f.Int("keep"));
@@ -451,6 +457,11 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("weight_decay")) {  // absent from older plans: decayed
       ASSIGN_OR_RETURN(b.weight_decay, f.Bool("weight_decay"));
     }
+    if (r.fields.count("shard_elems")) {  // ZeRO-1 only
+      ASSIGN_OR_RETURN(b.shard_elems, f.Int("shard_elems"));
+      ASSIGN_OR_RETURN(int64_t gather, f.Int("all_gather"));
+      b.all_gather = static_cast<int>(gather);
+    }
     plan.buckets.push_back(std::move(b));
   } else if (kw == "events") {
     ASSIGN_OR_RETURN(int64_t n, f.Int("count"));
@@ -505,6 +516,9 @@ std::string PlanToText(const Plan& plan) {
                       ? absl::StrCat(" clip_grad_norm=", FormatDouble(plan.clip_grad_norm))
                       : std::string(),
                   plan.skip_nonfinite ? " skip_nonfinite=1" : "",
+                  plan.zero > 0 ? absl::StrCat(" zero=", plan.zero) : std::string(),
+                  plan.grad_comm != "fp32" ? absl::StrCat(" grad_comm=", Quote(plan.grad_comm))
+                                           : std::string(),
                   "\n");
   if (plan.checkpoints.every > 0) {  // absent: no checkpoints during the run
     absl::StrAppend(&out, "checkpoints every=", plan.checkpoints.every,
@@ -574,6 +588,9 @@ std::string PlanToText(const Plan& plan) {
                     " param_span=", b.param_span, " state_spans=", JoinInts(b.state_spans),
                     " ready_after=", b.ready_after, " all_reduce=", b.all_reduce,
                     " weight_decay=", b.weight_decay ? 1 : 0,
+                    b.shard_elems > 0 ? absl::StrCat(" shard_elems=", b.shard_elems,
+                                                     " all_gather=", b.all_gather)
+                                      : std::string(),
                     " params=", absl::StrJoin(b.parameters, ","), "\n");
   }
   absl::StrAppend(&out, "events count=", plan.num_events, "\n");
@@ -768,9 +785,21 @@ absl::Status ValidatePlan(const Plan& plan) {
     if (b.ready_after < 0 || b.ready_after >= num_instr) {
       return Invalid(absl::StrCat(where, ": ready_after ", b.ready_after));
     }
+    const char* reduce = b.shard_elems > 0 ? "reduce_scatter" : "all_reduce";
     if (b.all_reduce < 0 || b.all_reduce >= num_instr ||
-        plan.instructions[b.all_reduce].op != "all_reduce") {
-      return Invalid(absl::StrCat(where, ": all_reduce ", b.all_reduce));
+        plan.instructions[b.all_reduce].op != reduce) {
+      return Invalid(absl::StrCat(where, ": ", reduce, " ", b.all_reduce));
+    }
+    if (b.shard_elems < 0 ||
+        (b.shard_elems > 0 && b.shard_elems * plan.world_size * 4 != b.bytes)) {
+      return Invalid(absl::StrCat(where, ": shard of ", b.shard_elems, " floats in ",
+                                  plan.world_size, " ranks is not its ", b.bytes,
+                                  " bytes"));
+    }
+    if (b.shard_elems > 0 &&
+        (b.all_gather < 0 || b.all_gather >= num_instr ||
+         plan.instructions[b.all_gather].op != "all_gather")) {
+      return Invalid(absl::StrCat(where, ": all_gather ", b.all_gather));
     }
   }
   for (int id : plan.input_buffers) {

@@ -18,6 +18,28 @@ std::string Bytes(int64_t bytes) {
   return absl::StrFormat("%.2f MiB", bytes / (1024.0 * 1024.0));
 }
 
+// Bytes one rank sends per step for bucket `b` (ring algorithms): an
+// all-reduce sends 2 (N - 1) / N of the bucket, a reduce-scatter or an
+// all-gather (N - 1) / N; the deterministic all-reduce gathers every
+// rank's slots whole. bf16 gradients are half the bytes; ZeRO's
+// all-gather of the parameters stays fp32.
+int64_t WireBytes(const Plan& plan, const Bucket& b) {
+  const int64_t n = plan.world_size;
+  if (n <= 1) return 0;
+  const double grad_width = plan.grad_comm == "bf16" ? 0.5 : 1.0;
+  const double bytes = static_cast<double>(b.bytes);
+  double sent = 0;
+  if (plan.deterministic) {
+    sent = (n - 1) * plan.accumulate * bytes * grad_width;
+  } else if (plan.zero > 0) {
+    sent = (n - 1) * bytes / n * grad_width;
+  } else {
+    sent = 2.0 * (n - 1) * bytes / n * grad_width;
+  }
+  if (plan.zero > 0) sent += (n - 1) * bytes / n;
+  return static_cast<int64_t>(sent);
+}
+
 }  // namespace
 
 std::string PlanSummary(const Plan& plan) {
@@ -36,18 +58,22 @@ std::string PlanSummary(const Plan& plan) {
 
   // Ops per micro-step (they repeat) and once per step.
   std::map<int, std::pair<int, int>> per_micro;  // micro -> (forward, backward)
-  int all_reduce = 0, optimizer = 0;
+  int optimizer = 0;
+  std::map<std::string, int> collectives;
   for (const Instruction& in : plan.instructions) {
     if (in.phase == Phase::kForward) ++per_micro[in.micro_step].first;
     if (in.phase == Phase::kBackward) ++per_micro[in.micro_step].second;
-    if (in.op == "all_reduce") ++all_reduce;
+    if (in.stream == Stream::kComm) ++collectives[in.op];
     if (in.op == "optimizer") ++optimizer;
   }
+  const char* reduce = plan.zero > 0 ? "reduce_scatter" : "all_reduce";
   absl::StrAppend(&out, "instructions: ", plan.instructions.size(), " (", plan.accumulate,
                   " micro-steps of 1 load_batch + ", per_micro[0].first, " forward + ",
-                  per_micro[0].second, " backward; ", all_reduce, " all_reduce in the last; ",
-                  optimizer, " optimizer), ", plan.num_events, " events, ",
-                  plan.buffers.size(), " buffers\n");
+                  per_micro[0].second, " backward; ", plan.buckets.size(), " ", reduce,
+                  " in the last; ", optimizer, " optimizer",
+                  plan.zero > 0 ? absl::StrCat(" + ", collectives["all_gather"], " all_gather")
+                                : std::string(),
+                  "), ", plan.num_events, " events, ", plan.buffers.size(), " buffers\n");
 
   // The op table's cost rules over one rank's step.
   double flops[2] = {0, 0};  // forward, backward
@@ -66,10 +92,26 @@ std::string PlanSummary(const Plan& plan) {
                   absl::StrFormat("%.3g", flops[1] / 1e9), " GFLOP backward\n");
 
   absl::StrAppend(&out, "buckets: ", plan.buckets.size(), " (bucket_mb ", plan.bucket_mb,
-                  ", in all-reduce order)\n");
+                  ", in ", plan.zero > 0 ? "reduce-scatter" : "all-reduce", " order",
+                  plan.zero > 0 ? absl::StrCat("; ZeRO-1: 1/", plan.world_size,
+                                               " of each bucket's update per rank")
+                                : std::string(),
+                  ")\n");
+  int64_t wire = 0;
   for (const Bucket& b : plan.buckets) {
-    absl::StrAppend(&out, "  bucket ", b.id, ": ", Bytes(b.bytes), ", ", b.parameters.size(),
-                    " parameters: ", absl::StrJoin(b.parameters, ", "), "\n");
+    wire += WireBytes(plan, b);
+    absl::StrAppend(&out, "  bucket ", b.id, ": ", Bytes(b.bytes),
+                    b.shard_elems > 0 ? absl::StrCat(" (shard ", Bytes(b.shard_elems * 4), ")")
+                                      : std::string(),
+                    ", ", b.parameters.size(), " parameters: ",
+                    absl::StrJoin(b.parameters, ", "), "\n");
+  }
+  if (plan.world_size > 1) {
+    absl::StrAppend(&out, "communication per rank and step: ", Bytes(wire), " sent (",
+                    plan.grad_comm, " gradients",
+                    plan.zero > 0 ? ", fp32 parameter all-gather" : "",
+                    plan.deterministic ? ", deterministic: every rank's slots gathered" : "",
+                    "; ring algorithms)\n");
   }
 
   const MemoryReport& m = plan.memory;

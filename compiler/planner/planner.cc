@@ -20,6 +20,8 @@
 namespace trainc {
 namespace {
 
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 absl::Status CheckConfig(const TrainConfig& t) {
   if (t.gpus < 1 || t.micro_batch < 1 || t.accumulate < 1) {
     return absl::InvalidArgumentError("gpus, micro_batch and accumulate must be >= 1");
@@ -76,7 +78,7 @@ class PlanBuilder {
   struct BucketInfo {
     std::vector<int> params;  // parameter value ids, ready order
     int ready_node = -1;      // graph node writing the last gradient
-    int done_event = -1;      // recorded by its all_reduce
+    int done_event = -1;      // recorded by its all_reduce (reduce_scatter)
     bool weight_decay = true;
   };
 
@@ -125,6 +127,9 @@ class PlanBuilder {
     plan_.loss_terms = spec_.model.loss_terms;
     plan_.clip_grad_norm = t.clip_grad_norm;
     plan_.skip_nonfinite = t.skip_nonfinite;
+    // One rank has nothing to shard: ZeRO-1 on one rank is plain DDP.
+    plan_.zero = t.gpus > 1 ? t.zero : 0;
+    plan_.grad_comm = t.grad_comm;
     plan_.checkpoints.every = t.checkpoint_every;
     plan_.checkpoints.keep = t.checkpoint_keep;
     plan_.checkpoints.dir = t.checkpoint_dir.empty()
@@ -233,14 +238,19 @@ class PlanBuilder {
     // Offsets of each parameter within its bucket: the same in the
     // parameter span, every gradient slot and every state span.
     std::vector<int64_t> relative(graph_.values().size(), 0);
-    std::vector<int64_t> slot_bytes;
+    std::vector<int64_t> slot_bytes, shard_elems;
     for (const BucketInfo& b : buckets_) {
       int64_t size = 0;
       for (int p : b.params) {
         relative[p] = size;
         size += AlignUp(graph_.value(p).bytes());
       }
+      // ZeRO-1: world_size equal shards, each 64-byte aligned; the padding
+      // at the end of the bucket is never written.
+      const int64_t shard = Sharded() ? AlignUp(CeilDiv(size, plan_.world_size)) / 4 : 0;
+      if (Sharded()) size = shard * 4 * plan_.world_size;
       slot_bytes.push_back(size);
+      shard_elems.push_back(shard);
     }
     int64_t cursor = 0;
     const int num_slots = deterministic_ ? accumulate_ : 1;
@@ -248,6 +258,7 @@ class PlanBuilder {
       Bucket bucket;
       bucket.id = static_cast<int>(b);
       bucket.bytes = slot_bytes[b];
+      bucket.shard_elems = shard_elems[b];
       bucket.weight_decay = buckets_[b].weight_decay;
       bucket.param_span = NewBuffer(absl::StrCat("bucket", b, "/params"),
                                     BufferKind::kParameterSpan, DType::kF32,
@@ -279,15 +290,18 @@ class PlanBuilder {
     }
     for (const std::string& state : state_kinds_) {
       for (size_t b = 0; b < buckets_.size(); ++b) {
+        // ZeRO-1: only this rank's shard, so no parameter's own view.
+        const int64_t bytes = Sharded() ? shard_elems[b] * 4 : slot_bytes[b];
         plan_.buckets[b].state_spans.push_back(
             NewBuffer(absl::StrCat("bucket", b, "/", state), BufferKind::kStateSpan,
-                      DType::kF32, {slot_bytes[b] / 4}, cursor));
+                      DType::kF32, {bytes / 4}, cursor));
         for (int p : buckets_[b].params) {
+          if (Sharded()) break;
           const Value& v = graph_.value(p);
           NewValueBuffer(v, BufferKind::kOptimizerState, absl::StrCat(state, "/", v.name),
                          cursor + relative[p]);
         }
-        cursor += slot_bytes[b];
+        cursor += bytes;
       }
     }
     const Value& loss = graph_.value(graph_.loss());
@@ -334,7 +348,7 @@ class PlanBuilder {
     const int ready_event = plan_.num_events++;
     plan_.instructions[after].record_events.push_back(ready_event);
     Instruction in;
-    in.op = "all_reduce";
+    in.op = Sharded() ? "reduce_scatter" : "all_reduce";
     in.inputs = {plan_.buckets[bucket].grad_buffer};
     in.outputs = in.inputs;
     in.attrs["bucket"] = bucket;
@@ -344,7 +358,7 @@ class PlanBuilder {
     in.wait_events = {ready_event};
     buckets_[bucket].done_event = plan_.num_events++;
     in.record_events = {buckets_[bucket].done_event};
-    in.label = absl::StrCat("all_reduce bucket ", bucket);
+    in.label = absl::StrCat(in.op, " bucket ", bucket);
     plan_.buckets[bucket].ready_after = after;
     plan_.buckets[bucket].all_reduce = Emit(std::move(in));
   }
@@ -400,11 +414,18 @@ class PlanBuilder {
     return spec_.train.clip_grad_norm > 0 || spec_.train.skip_nonfinite;
   }
 
+  // ZeRO-1 in effect (FillConfig leaves plan_.zero 0 on one rank).
+  bool Sharded() const { return plan_.zero > 0; }
+
   void EmitOptimizer() {
     // Clipping needs the norm of the whole reduced gradient: each bucket's
     // sum of squares as soon as its all-reduce is done, in bucket order
     // (the same sum on every rank), then the optimizers.
     const bool clip = NeedsGradSq();
+    // ZeRO-1 sums the squares of its own shard, then over ranks; except in
+    // deterministic mode, whose reduce-scatter leaves the whole reduced
+    // bucket on every rank: the whole-bucket sum there gives zero = 0's bits.
+    const bool shard_norm = Sharded() && !plan_.deterministic;
     for (size_t b = 0; clip && b < buckets_.size(); ++b) {
       Instruction in;
       in.op = "sum_squares";
@@ -412,10 +433,29 @@ class PlanBuilder {
       in.outputs = {grad_sq_};
       in.attrs["bucket"] = static_cast<double>(b);
       in.attrs["accumulate"] = b > 0 ? 1 : 0;
+      if (shard_norm) in.attrs["shard"] = 1;
       in.phase = Phase::kOptimizer;
       in.micro_step = -1;
       in.wait_events = {buckets_[b].done_event};
-      in.label = absl::StrCat("grad_sq += |bucket ", b, "|^2");
+      in.label = absl::StrCat("grad_sq += |bucket ", b, shard_norm ? " shard" : "", "|^2");
+      Emit(std::move(in));
+    }
+    // ZeRO-1: each rank summed its own shards; the norm is their sum.
+    int grad_sq_event = -1;
+    if (clip && shard_norm) {
+      const int ready = plan_.num_events++;
+      plan_.instructions.back().record_events.push_back(ready);
+      grad_sq_event = plan_.num_events++;
+      Instruction in;
+      in.op = "all_reduce";
+      in.inputs = {grad_sq_};
+      in.outputs = {grad_sq_};
+      in.stream = Stream::kComm;
+      in.phase = Phase::kComm;
+      in.micro_step = -1;
+      in.wait_events = {ready};
+      in.record_events = {grad_sq_event};
+      in.label = "all_reduce grad_sq";
       Emit(std::move(in));
     }
     for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -436,8 +476,30 @@ class PlanBuilder {
       in.phase = Phase::kOptimizer;
       in.micro_step = -1;
       in.wait_events = {buckets_[b].done_event};
+      if (grad_sq_event >= 0) in.wait_events.push_back(grad_sq_event);
       in.label = absl::StrCat("optimizer bucket ", b);
+      if (!Sharded()) {
+        Emit(std::move(in));
+        continue;
+      }
+      // ZeRO-1: the shard's update, then its all-gather on the comm stream
+      // while the next bucket's shard is updated.
+      in.attrs["shard"] = 1;
+      in.label += " shard";
+      const int updated = plan_.num_events++;
+      in.record_events = {updated};
       Emit(std::move(in));
+      Instruction gather;
+      gather.op = "all_gather";
+      gather.inputs = {bucket.param_span};
+      gather.outputs = {bucket.param_span};
+      gather.attrs["bucket"] = static_cast<double>(b);
+      gather.stream = Stream::kComm;
+      gather.phase = Phase::kComm;
+      gather.micro_step = -1;
+      gather.wait_events = {updated};
+      gather.label = absl::StrCat("all_gather bucket ", b, " params");
+      plan_.buckets[b].all_gather = Emit(std::move(gather));
     }
   }
 

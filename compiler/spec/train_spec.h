@@ -163,6 +163,14 @@ struct TrainConfig {
   // A step whose gradient norm is not finite leaves the weights and the
   // optimizer state as they were (llm.c's rule) instead of stopping the run.
   bool skip_nonfinite = false;
+  // 1: ZeRO stage 1. Each bucket is reduce-scattered, each rank updates
+  // its 1/N shard of the parameters (and keeps only that shard's optimizer
+  // state), then the shards are all-gathered. 0: all-reduce, every rank
+  // updates everything.
+  int64_t zero = 0;
+  // The gradients' wire format: "fp32", or "bf16" (each bucket rounded to
+  // bf16 for the collective, summed in fp32, as DDP's bf16_compress_hook).
+  std::string grad_comm = "fp32";
   // > 0: a checkpoint every this many steps (and at the last) into
   // checkpoint_dir, the newest checkpoint_keep kept.
   int64_t checkpoint_every = 0;

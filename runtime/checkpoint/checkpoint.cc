@@ -29,12 +29,18 @@ namespace {
 constexpr char kFormat[] = "trainc-checkpoint-1";
 constexpr char kOptimizerPrefix[] = "optimizer.";
 
-// A tensor of the checkpoint and where it lives in the arena.
+// A tensor of the checkpoint and where it lives in the arena. Optimizer
+// state is a slice of its bucket's state span: bytes [within, within +
+// bytes) of state span `kind` of bucket `bucket`. Under ZeRO-1 the arena
+// holds only this rank's shard of that span, and `offset` is unused.
 struct Slot {
   std::string name;
   std::vector<int64_t> shape;
   int64_t offset = 0;
   int64_t bytes = 0;
+  int bucket = -1;  // optimizer state only
+  int kind = -1;
+  int64_t within = 0;
 };
 
 absl::StatusOr<std::vector<std::string>> StateNames(const Plan& plan) {
@@ -86,14 +92,17 @@ absl::StatusOr<std::vector<Slot>> Slots(const Plan& plan, bool with_state) {
       const int64_t within = p.offset - span.offset;
       for (size_t k = 0; k < kinds.size(); ++k) {
         const Buffer& state = plan.buffers[bucket.state_spans[k]];
+        const int64_t state_bytes =
+            bucket.shard_elems > 0 ? bucket.bytes : state.bytes;
         if (within < 0 || within + p.bytes > span.bytes ||
-            within + p.bytes > state.bytes) {
+            within + p.bytes > state_bytes) {
           return absl::InvalidArgumentError(absl::StrCat(
               "parameter '", name, "' is not inside bucket ", bucket.id,
               "'s parameter and state spans"));
         }
         slots.push_back({absl::StrCat(kOptimizerPrefix, name, ".", kinds[k]),
-                         p.shape, state.offset + within, p.bytes});
+                         p.shape, state.offset + within, p.bytes, bucket.id,
+                         static_cast<int>(k), within});
       }
     }
   }
@@ -112,20 +121,54 @@ absl::StatusOr<int64_t> MetadataInt(const SafetensorsFile& file,
   return value;
 }
 
+// ZeRO-1: every rank's shard of every state span, gathered through
+// `sharding` (collective); [bucket][kind] -> the whole span's bytes.
+absl::StatusOr<std::vector<std::vector<std::vector<char>>>> GatherStateSpans(
+    const Plan& plan, Device& device, const Sharding& sharding) {
+  std::vector<std::vector<std::vector<char>>> spans(plan.buckets.size());
+  for (const Bucket& bucket : plan.buckets) {
+    for (int id : bucket.state_spans) {
+      const Buffer& mine = plan.buffers[id];
+      std::vector<float> shard(bucket.shard_elems);
+      RETURN_IF_ERROR(device.Download(mine.offset, shard.data(), mine.bytes));
+      std::vector<char> whole(bucket.bytes);
+      RETURN_IF_ERROR(sharding.all_gather(
+          shard.data(), reinterpret_cast<float*>(whole.data()), bucket.shard_elems));
+      spans[bucket.id].push_back(std::move(whole));
+    }
+  }
+  return spans;
+}
+
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
-                            Device& device, const TrainingState& state) {
+                            Device& device, const TrainingState& state,
+                            const Sharding* sharding) {
   ASSIGN_OR_RETURN(std::vector<Slot> slots, Slots(plan, /*with_state=*/true));
+  const bool sharded = plan.zero > 0;
+  if (sharded && (sharding == nullptr || !sharding->all_gather)) {
+    return absl::InvalidArgumentError(
+        "a ZeRO-1 plan's checkpoint needs every rank's optimizer state shard");
+  }
   RETURN_IF_ERROR(device.Synchronize());
+  std::vector<std::vector<std::vector<char>>> spans;
+  if (sharded) {
+    ASSIGN_OR_RETURN(spans, GatherStateSpans(plan, device, *sharding));
+  }
+  if (sharding != nullptr && sharding->rank != 0) return absl::OkStatus();
   std::vector<std::vector<char>> data(slots.size());
   std::vector<TensorRef> tensors;
   for (size_t i = 0; i < slots.size(); ++i) {
-    data[i].resize(slots[i].bytes);
-    RETURN_IF_ERROR(
-        device.Download(slots[i].offset, data[i].data(), slots[i].bytes));
-    tensors.push_back({slots[i].name, "F32", slots[i].shape,
-                       absl::Span<const char>(data[i])});
+    const Slot& slot = slots[i];
+    if (sharded && slot.bucket >= 0) {
+      const char* from = spans[slot.bucket][slot.kind].data() + slot.within;
+      data[i].assign(from, from + slot.bytes);
+    } else {
+      data[i].resize(slot.bytes);
+      RETURN_IF_ERROR(device.Download(slot.offset, data[i].data(), slot.bytes));
+    }
+    tensors.push_back({slot.name, "F32", slot.shape, absl::Span<const char>(data[i])});
   }
   const std::map<std::string, std::string> metadata = {
       {"format", kFormat},
@@ -145,7 +188,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
 
 absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, TrainingState* state,
-                            bool weights_only) {
+                            bool weights_only, int rank) {
   ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Read(path));
   auto format = file.metadata().find("format");
   if (format == file.metadata().end() || format->second != kFormat) {
@@ -213,7 +256,20 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
   }
   for (const Slot& slot : slots) {
     absl::Span<const char> data = file.Data(*file.Find(slot.name));
-    RETURN_IF_ERROR(device.Upload(slot.offset, data.data(), data.size()));
+    if (plan.zero == 0 || slot.bucket < 0) {
+      RETURN_IF_ERROR(device.Upload(slot.offset, data.data(), data.size()));
+      continue;
+    }
+    // ZeRO-1: the part of this tensor inside this rank's shard of the span.
+    const Bucket& bucket = plan.buckets[slot.bucket];
+    const int64_t shard_begin = rank * bucket.shard_elems * 4;
+    const int64_t shard_end = shard_begin + bucket.shard_elems * 4;
+    const int64_t begin = std::max(slot.within, shard_begin);
+    const int64_t end = std::min(slot.within + slot.bytes, shard_end);
+    if (begin >= end) continue;
+    const Buffer& span = plan.buffers[bucket.state_spans[slot.kind]];
+    RETURN_IF_ERROR(device.Upload(span.offset + (begin - shard_begin),
+                                  data.data() + (begin - slot.within), end - begin));
   }
   if (!weights_only && state != nullptr) *state = loaded;
   return absl::OkStatus();

@@ -17,6 +17,7 @@
 #define TRAINC_RUNTIME_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,24 @@ struct TrainingState {
   int64_t step_in_epoch = 0;  // the next step's index within that epoch
 };
 
+// ZeRO-1 (plan.zero): each rank holds one shard of every optimizer state
+// span. The file still holds whole tensors: SaveCheckpoint gathers them,
+// LoadCheckpoint keeps this rank's shard, so a run resumes on another rank
+// count.
+struct Sharding {
+  int rank = 0;
+  // Collective, host memory: whole[r * count + i] = rank r's mine[i].
+  std::function<absl::Status(const float* mine, float* whole, int64_t count)>
+      all_gather;
+};
+
 // Synchronizes `device`, then writes atomically (see safetensors.h). Call
-// on one rank: every rank holds the same weights after a step.
+// on one rank: every rank holds the same weights after a step. A ZeRO-1
+// plan needs `sharding`, and then every rank calls it (the state is
+// gathered) and rank 0 writes.
 absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
-                            Device& device, const TrainingState& state);
+                            Device& device, const TrainingState& state,
+                            const Sharding* sharding = nullptr);
 
 // Uploads the checkpoint's parameters into the plan's arena. Every rank
 // loads the same file (or rank 0 loads and broadcasts the parameters). Unless
@@ -44,9 +59,10 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
 // Every parameter (and state tensor) must be present with the plan's shape
 // and dtype; a tensor the plan does not have is an error too (the wrong
 // model), except optimizer state when `weights_only`.
+// Under ZeRO-1 `rank` picks the optimizer state shard this rank keeps.
 absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, TrainingState* state,
-                            bool weights_only);
+                            bool weights_only, int rank = 0);
 
 // A folder of checkpoints during a run (Plan::checkpoints):
 // <dir>/step-<8-digit step>.safetensors. Each is written atomically

@@ -25,7 +25,13 @@ class Communicator {
   // In place: data[i] = sum over ranks of data[i].
   virtual absl::Status AllReduceSum(float* data, int64_t count,
                                     void* stream) = 0;
+  // In place: `data` holds world_size * count floats. On return, this
+  // rank's segment data[rank * count, (rank + 1) * count) is the sum over
+  // ranks of that segment; the other segments are undefined.
+  virtual absl::Status ReduceScatterSum(float* data, int64_t count,
+                                        void* stream) = 0;
   // out[r * count + i] = rank r's in[i]; `out` holds world_size * count.
+  // In place when in == out + rank * count.
   virtual absl::Status AllGather(const float* in, float* out, int64_t count,
                                  void* stream) = 0;
   // Every rank gets root's data.

@@ -354,7 +354,9 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
       h.weight_decay = k.weight_decay ? o.weight_decay : 0.0;
       h.step = step.step;
       if (k.grad_sq != nullptr) h.grad_scale = cpu::ClipScale(*k.grad_sq, k.scalar);
-      cpu::AdamW(h, k.x[0], k.rows, k.y[0], k.state[0], k.state[1]);
+      const ShardRange sh = ShardOf(k, step.rank);
+      cpu::AdamW(h, k.x[0] + sh.begin, sh.count, k.y[0] + sh.begin, k.state[0],
+                 k.state[1]);
       break;
     }
     case Op::kSgd: {
@@ -367,12 +369,15 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
       h.nesterov = o.nesterov;
       h.step = step.step;
       if (k.grad_sq != nullptr) h.grad_scale = cpu::ClipScale(*k.grad_sq, k.scalar);
-      cpu::Sgd(h, k.x[0], k.rows, k.y[0], k.state[0]);
+      const ShardRange sh = ShardOf(k, step.rank);
+      cpu::Sgd(h, k.x[0] + sh.begin, sh.count, k.y[0] + sh.begin, k.state[0]);
       break;
     }
-    case Op::kSumSquares:
-      cpu::SumSquares(k.x[0], k.rows, k.accumulate, k.y[0]);
+    case Op::kSumSquares: {
+      const ShardRange sh = ShardOf(k, step.rank);
+      cpu::SumSquares(k.x[0] + sh.begin, sh.count, k.accumulate, k.y[0]);
       break;
+    }
     case Op::kGeluTanh:
       cpu::GeluTanh(k.x[0], k.rows, k.y[0]);
       break;

@@ -1044,22 +1044,28 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
         if (!status.ok()) return Fail(status);
       }
       const OptimizerConfig& o = plan.optimizer;
+      const ShardRange sh = ShardOf(k, step.rank);
       if (k.op == Op::kAdamW) {
-        err = cuda::LaunchAdamW(k.y[0], k.x[0], k.state[0], k.state[1], k.rows,
+        err = cuda::LaunchAdamW(k.y[0] + sh.begin, k.x[0] + sh.begin, k.state[0],
+                                k.state[1], sh.count,
                                 device_scalars_ + (k.weight_decay ? 0 : 1),
                                 o.beta1, o.beta2, o.eps, k.grad_sq, k.scalar,
                                 s);
       } else {
-        err = cuda::LaunchSgd(k.y[0], k.x[0], k.state[0], k.rows,
+        err = cuda::LaunchSgd(k.y[0] + sh.begin, k.x[0] + sh.begin, k.state[0],
+                              sh.count,
                               device_scalars_, static_cast<float>(o.momentum),
                               k.weight_decay ? static_cast<float>(o.weight_decay) : 0.0f,
                               o.nesterov, k.grad_sq, k.scalar, s);
       }
       break;
     }
-    case Op::kSumSquares:
-      err = cuda::LaunchSumSquares(k.x[0], k.rows, k.y[0], k.accumulate, s);
+    case Op::kSumSquares: {
+      const ShardRange sh = ShardOf(k, step.rank);
+      err = cuda::LaunchSumSquares(k.x[0] + sh.begin, sh.count, k.y[0],
+                                   k.accumulate, s);
       break;
+    }
     case Op::kConv2d:
     case Op::kConv2dGradInput:
     case Op::kConv2dGradParams:

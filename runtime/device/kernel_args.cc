@@ -19,6 +19,8 @@ struct KernelOpName {
 constexpr KernelOpName kKernels[] = {
     {"load_batch", KernelOp::kNotCompute},
     {"all_reduce", KernelOp::kNotCompute},
+    {"reduce_scatter", KernelOp::kNotCompute},
+    {"all_gather", KernelOp::kNotCompute},
     {"linear", KernelOp::kLinear},
     {"linear_grad_input", KernelOp::kLinearGradInput},
     {"linear_grad_params", KernelOp::kLinearGradParams},
@@ -68,6 +70,16 @@ const KernelOpName* FindKernel(absl::string_view name) {
     if (name == candidate.name) return &candidate;
   }
   return nullptr;
+}
+
+// ZeRO-1 (attr shard = 1): the kernel covers one rank's shard of the
+// bucket (k.shard floats at rank * k.shard). Returns why not, or "".
+std::string ResolveShard(const Bucket& bucket, bool shard, KernelArgs& k) {
+  if (!shard) return "";
+  if (bucket.shard_elems <= 0) return "attr shard on a bucket without shards";
+  if (bucket.shard_elems > k.rows) return "shard larger than its bucket";
+  k.shard = bucket.shard_elems;
+  return "";
 }
 
 // Convolution and pooling: the geometry from the image-side buffer, the
@@ -387,7 +399,8 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       k.rows = plan.buckets[b].bytes / 4;
       if (k.rows > Elements(in_buf(0))) return fail("bucket larger than its buffer");
       if (Elements(out_buf(0)) != 1) return fail("grad_sq is not [1]");
-      return absl::OkStatus();
+      const std::string shard = ResolveShard(plan.buckets[b], attr("shard", 0) != 0, k);
+      return shard.empty() ? absl::OkStatus() : fail(shard);
     }
     case KernelOp::kAdamW:
     case KernelOp::kSgd: {
@@ -418,6 +431,8 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       if (bucket.bytes < params.bytes) {
         return fail("bucket gradient slot smaller than its parameters");
       }
+      const std::string shard = ResolveShard(bucket, attr("shard", 0) != 0, k);
+      if (!shard.empty()) return fail(shard);
       // Deterministic mode leaves the reduced sum in slot 0, which starts
       // at the bucket's offset: the same pointer either way.
       k.y[0] = fptr(params);
@@ -440,7 +455,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       for (size_t s = 0; s < want_state; ++s) {
         const int id = bucket.state_spans[s];
         if (id < 0 || id >= num_buffers ||
-            Elements(plan.buffers[id]) != k.rows) {
+            Elements(plan.buffers[id]) != (k.shard > 0 ? k.shard : k.rows)) {
           return fail("state span does not match the parameter span");
         }
         k.state[s] = fptr(plan.buffers[id]);

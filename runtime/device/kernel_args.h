@@ -110,12 +110,28 @@ struct KernelArgs {
   // (scalar = 0): the step's squared gradient norm, null otherwise. Not
   // finite: the optimizer changes nothing.
   const float* grad_sq = nullptr;
+  // ZeRO-1 optimizer / sum_squares: floats of one rank's shard (0: the
+  // whole bucket). The device runs the kernel on x[0] / y[0] advanced by
+  // StepState::rank * shard, over `shard` floats; state spans hold the
+  // shard alone.
+  int64_t shard = 0;
   int micro = 0;             // dropout: the instruction's micro-step
   WindowGeometry window;     // convolution and pooling
   // Ops with a workspace (ops::OpDef::workspace): the plan's reservation.
   char* workspace = nullptr;
   int64_t workspace_bytes = 0;
 };
+
+// The floats an optimizer or sum_squares kernel covers: the whole bucket,
+// or under ZeRO-1 this rank's shard.
+struct ShardRange {
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+inline ShardRange ShardOf(const KernelArgs& k, int rank) {
+  if (k.shard == 0) return {0, k.rows};
+  return {rank * k.shard, k.shard};
+}
 
 // True for the ops a device runs (everything but load_batch and
 // all_reduce, which the executor handles).

@@ -410,6 +410,14 @@ absl::Status MirrorCommunicator::AllReduceSum(float* data, int64_t count,
   return absl::OkStatus();
 }
 
+absl::Status MirrorCommunicator::ReduceScatterSum(float* data, int64_t count,
+                                                  void* /*stream*/) {
+  RETURN_IF_ERROR(Check("ReduceScatterSum"));
+  absl::SleepFor(latency_);
+  for (int64_t i = 0; i < count; ++i) data[i] *= world_size_;  // rank 0's
+  return absl::OkStatus();
+}
+
 absl::Status MirrorCommunicator::AllGather(const float* in, float* out,
                                            int64_t count, void* /*stream*/) {
   RETURN_IF_ERROR(Check("AllGather"));

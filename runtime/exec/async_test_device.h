@@ -155,6 +155,9 @@ class MirrorCommunicator : public Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return world_size_; }
   absl::Status AllReduceSum(float* data, int64_t count, void* stream) override;
+  // This rank's segment times world_size.
+  absl::Status ReduceScatterSum(float* data, int64_t count,
+                                void* stream) override;
   absl::Status AllGather(const float* in, float* out, int64_t count,
                          void* stream) override;
   absl::Status Broadcast(float* data, int64_t count, int root,

@@ -9,6 +9,33 @@
 #include "runtime/device/kernel_args.h"
 
 namespace trainc {
+namespace {
+
+// The floats of a bucket's slot 0 that no parameter's gradient covers:
+// (offset, count) ranges, in order. Gradients repeat the parameter span's
+// layout.
+std::vector<std::pair<int64_t, int64_t>> Holes(const Plan& plan, const Bucket& bucket) {
+  const Buffer& span = plan.buffers[bucket.param_span];
+  std::vector<std::pair<int64_t, int64_t>> covered;
+  for (int id : plan.parameter_buffers) {
+    const Buffer& p = plan.buffers[id];
+    if (p.offset >= span.offset && p.offset < span.offset + span.bytes) {
+      covered.emplace_back((p.offset - span.offset) / 4, p.bytes / 4);
+    }
+  }
+  std::sort(covered.begin(), covered.end());
+  std::vector<std::pair<int64_t, int64_t>> holes;
+  int64_t at = 0;
+  for (const auto& [begin, count] : covered) {
+    if (begin > at) holes.emplace_back(at, begin - at);
+    at = std::max(at, begin + count);
+  }
+  if (at < bucket.bytes / 4) holes.emplace_back(at, bucket.bytes / 4 - at);
+  return holes;
+}
+
+}  // namespace
+
 
 Executor::Executor(const Plan& plan, Device* device, Communicator* comm,
                    Tracer* tracer, ExecutorOptions options)
@@ -48,6 +75,7 @@ absl::Status Executor::Prepare() {
 
   std::vector<Resolved> program;
   int64_t max_bucket_bytes = 0;
+  int64_t max_hole = 0;  // floats
   int last_backward = -1;
   for (size_t i = 0; i < plan_.instructions.size(); ++i) {
     const Instruction& instr = plan_.instructions[i];
@@ -70,17 +98,38 @@ absl::Status Executor::Prepare() {
         return fail("load_batch without a micro-step");
       }
       if (instr.stream != Stream::kCompute) return fail("not on compute");
-    } else if (instr.op == "all_reduce") {
-      r.kind = Resolved::kAllReduce;
+    } else if (instr.op == "all_reduce" || instr.op == "reduce_scatter" ||
+               instr.op == "all_gather") {
+      r.kind = instr.op == "all_reduce"       ? Resolved::kAllReduce
+               : instr.op == "reduce_scatter" ? Resolved::kReduceScatter
+                                              : Resolved::kAllGather;
       if (instr.stream != Stream::kComm) return fail("not on the comm stream");
       auto it = instr.attrs.find("bucket");
+      if (it == instr.attrs.end() && r.kind == Resolved::kAllReduce) {
+        // A step scalar (ZeRO-1's grad_sq): one slot of its own size.
+        if (instr.inputs.size() != 1 || instr.inputs[0] < 0 ||
+            instr.inputs[0] >= num_buffers) {
+          return fail("all_reduce without a bucket needs one input buffer");
+        }
+        const Buffer& b = plan_.buffers[instr.inputs[0]];
+        if (b.dtype != DType::kF32 || b.offset < 0 ||
+            b.offset + b.bytes > plan_.arena_bytes) {
+          return fail("its buffer is not f32 inside the arena");
+        }
+        r.bucket = reinterpret_cast<float*>(device_->arena() + b.offset);
+        r.count = b.bytes / 4;
+        r.per_slot = false;
+        program.push_back(r);
+        continue;
+      }
       const int b = it == instr.attrs.end() ? -1 : static_cast<int>(it->second);
       if (b < 0 || b >= static_cast<int>(plan_.buckets.size())) {
         return fail("attr bucket out of range");
       }
       const Bucket& bucket = plan_.buckets[b];
-      if (bucket.grad_buffer < 0 || bucket.grad_buffer >= num_buffers) {
-        return fail("bucket without a gradient buffer");
+      if (bucket.grad_buffer < 0 || bucket.grad_buffer >= num_buffers ||
+          bucket.param_span < 0 || bucket.param_span >= num_buffers) {
+        return fail("bucket without a gradient buffer or parameter span");
       }
       const Buffer& grads = plan_.buffers[bucket.grad_buffer];
       const int64_t slots = plan_.deterministic ? plan_.accumulate : 1;
@@ -88,9 +137,25 @@ absl::Status Executor::Prepare() {
           grads.offset + slots * bucket.bytes > plan_.arena_bytes) {
         return fail("bucket slots do not fit the arena");
       }
-      r.bucket = reinterpret_cast<float*>(device_->arena() + grads.offset);
+      if (r.kind != Resolved::kAllReduce &&
+          (bucket.shard_elems <= 0 ||
+           bucket.shard_elems * 4 * plan_.world_size != bucket.bytes)) {
+        return fail("the bucket is not in world_size shards");
+      }
+      const Buffer& target =
+          r.kind == Resolved::kAllGather ? plan_.buffers[bucket.param_span] : grads;
+      r.bucket = reinterpret_cast<float*>(device_->arena() + target.offset);
       r.count = bucket.bytes / 4;
-      max_bucket_bytes = std::max(max_bucket_bytes, bucket.bytes);
+      r.shard = bucket.shard_elems;
+      if (r.kind == Resolved::kReduceScatter) {
+        r.holes = Holes(plan_, bucket);
+        for (const auto& [offset, count] : r.holes) {
+          max_hole = std::max(max_hole, count);
+        }
+      }
+      if (r.kind != Resolved::kAllGather) {
+        max_bucket_bytes = std::max(max_bucket_bytes, bucket.bytes);
+      }
     } else if (IsKernelOp(instr.op)) {
       r.kind = Resolved::kCompute;
       if (instr.stream != Stream::kCompute) return fail("not on compute");
@@ -113,8 +178,9 @@ absl::Status Executor::Prepare() {
   } else {
     std::vector<Resolved> held;
     for (size_t i = 0; i < program.size(); ++i) {
-      if (program[i].kind == Resolved::kAllReduce &&
-          static_cast<int>(i) < last_backward) {
+      const bool gradients = program[i].kind == Resolved::kAllReduce ||
+                             program[i].kind == Resolved::kReduceScatter;
+      if (gradients && static_cast<int>(i) < last_backward) {
         held.push_back(program[i]);
       } else {
         order_.push_back(program[i]);
@@ -155,6 +221,13 @@ absl::Status Executor::Prepare() {
                                               plan_.accumulate *
                                               max_bucket_bytes));
     scratch_ = reinterpret_cast<float*>(scratch);
+  }
+  if (max_hole > 0) {
+    ASSIGN_OR_RETURN(char* zeros, device_->AllocateScratch(max_hole * 4));
+    const std::vector<float> host(max_hole, 0.0f);
+    RETURN_IF_ERROR(device_->CopyFromHost(host.data(), zeros, max_hole * 4));
+    RETURN_IF_ERROR(device_->Synchronize());
+    zeros_ = reinterpret_cast<float*>(zeros);
   }
   prepared_ = true;
   return absl::OkStatus();
@@ -324,7 +397,9 @@ absl::Status Executor::Issue(const Resolved& r, BatchSource& batches) {
       }));
       break;
     case Resolved::kAllReduce:
-      RETURN_IF_ERROR(IssueAllReduce(r));
+    case Resolved::kReduceScatter:
+    case Resolved::kAllGather:
+      RETURN_IF_ERROR(IssueCollective(r));
       break;
     case Resolved::kHoldForComm:
       break;
@@ -339,16 +414,34 @@ absl::Status Executor::Issue(const Resolved& r, BatchSource& batches) {
   return absl::OkStatus();
 }
 
-absl::Status Executor::IssueAllReduce(const Resolved& r) {
+absl::Status Executor::IssueCollective(const Resolved& r) {
   const int64_t world = plan_.world_size;
-  if (!plan_.deterministic) {
-    if (world == 1) return absl::OkStatus();  // a sum over one rank
-    return SubmitTraced(Stream::kComm, r, [this, &r] {
-      return comm_->AllReduceSum(r.bucket, r.count,
-                                 device_->NativeStream(Stream::kComm));
+  void* stream = device_->NativeStream(Stream::kComm);
+  for (const auto& [offset, count] : r.holes) {
+    RETURN_IF_ERROR(device_->Copy(Stream::kComm, zeros_, r.bucket + offset, count * 4));
+  }
+  if (r.kind == Resolved::kAllGather) {
+    const int64_t rank = comm_ != nullptr ? comm_->rank() : 0;
+    return SubmitTraced(Stream::kComm, r, [this, &r, rank, stream] {
+      return comm_->AllGather(r.bucket + rank * r.shard, r.bucket, r.shard,
+                              stream);
     });
   }
-  const int64_t slots = plan_.accumulate;
+  if (!plan_.deterministic) {
+    if (world == 1) return absl::OkStatus();  // a sum over one rank
+    if (r.kind == Resolved::kReduceScatter) {
+      return SubmitTraced(Stream::kComm, r, [this, &r, stream] {
+        return comm_->ReduceScatterSum(r.bucket, r.shard, stream);
+      });
+    }
+    return SubmitTraced(Stream::kComm, r, [this, &r, stream] {
+      return comm_->AllReduceSum(r.bucket, r.count, stream);
+    });
+  }
+  // Deterministic: the world's slots gathered and added in global order,
+  // for a reduce-scatter too (each rank then uses its shard of the sum), so
+  // ZeRO-1 gives the bits of zero = 0.
+  const int64_t slots = r.per_slot ? plan_.accumulate : 1;
   if (world == 1) {
     // Slot 0 may be OrderedSum's destination and first operand at once.
     if (slots == 1) return absl::OkStatus();
@@ -359,9 +452,8 @@ absl::Status Executor::IssueAllReduce(const Resolved& r) {
   }
   // Rank q's slots land at scratch + q * slots * count, so the scratch holds
   // the world's micro-batches in global order.
-  return SubmitTraced(Stream::kComm, r, [this, &r, slots, world] {
-    RETURN_IF_ERROR(comm_->AllGather(r.bucket, scratch_, slots * r.count,
-                                     device_->NativeStream(Stream::kComm)));
+  return SubmitTraced(Stream::kComm, r, [this, &r, slots, world, stream] {
+    RETURN_IF_ERROR(comm_->AllGather(r.bucket, scratch_, slots * r.count, stream));
     return device_->OrderedSum(Stream::kComm, scratch_, world * slots,
                                r.count, r.bucket);
   });

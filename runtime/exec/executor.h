@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -108,12 +109,29 @@ class Executor {
  private:
   // One instruction resolved by Prepare.
   struct Resolved {
-    enum Kind { kLoadBatch, kCompute, kAllReduce, kHoldForComm } kind;
+    enum Kind {
+      kLoadBatch,
+      kCompute,
+      kAllReduce,
+      kReduceScatter,  // ZeRO-1
+      kAllGather,      // ZeRO-1
+      kHoldForComm
+    } kind;
     const Instruction* instr = nullptr;  // null for kHoldForComm
     int micro = -1;
     bool writes_loss = false;
-    float* bucket = nullptr;  // all_reduce: slot 0 of the bucket
-    int64_t count = 0;        // all_reduce: floats in one slot
+    // Collectives: slot 0 of the bucket's gradients (the parameter span for
+    // all_gather), or a step scalar for an all_reduce without a bucket.
+    float* bucket = nullptr;
+    int64_t count = 0;        // floats in one slot (in the scalar)
+    int64_t shard = 0;        // ZeRO-1: floats of one rank's shard
+    bool per_slot = true;     // deterministic mode: one slot per micro-step
+    // reduce_scatter: the floats of slot 0 no gradient covers (alignment
+    // gaps, the shards' padding) as (offset, count). No kernel writes them,
+    // and a reduce-scatter leaves other ranks' segments undefined: zeroed
+    // before each one, they cannot carry last step's values into the
+    // gradient norm.
+    std::vector<std::pair<int64_t, int64_t>> holes;
   };
 
   // One step, issued instruction by instruction.
@@ -126,7 +144,8 @@ class Executor {
   absl::StatusOr<bool> AllRanks(bool ok_here);
   absl::Status ReplayStep(BatchSource& batches);
   absl::Status Issue(const Resolved& r, BatchSource& batches);
-  absl::Status IssueAllReduce(const Resolved& r);
+  // all_reduce, reduce_scatter, all_gather on the comm stream.
+  absl::Status IssueCollective(const Resolved& r);
   // Submit, timed into the tracer when one is set.
   absl::Status SubmitTraced(Stream stream, const Resolved& r,
                             std::function<absl::Status()> work);
@@ -141,6 +160,7 @@ class Executor {
   std::vector<Resolved> order_;  // issue order (see ExecutorOptions::overlap)
   int hold_event_ = -1;          // overlap off: compute -> comm fence
   float* scratch_ = nullptr;     // deterministic gather area
+  float* zeros_ = nullptr;       // device: zeros, as many as the largest hole
   float* losses_ = nullptr;      // device: loss_sum of each micro-step
   float* vote_ = nullptr;        // device: AllRanks' flag
   std::vector<float> host_losses_;

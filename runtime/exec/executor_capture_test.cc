@@ -239,6 +239,9 @@ class ReplayableComm : public Communicator {
   absl::Status AllReduceSum(float* data, int64_t count, void* s) override {
     return inner_->AllReduceSum(data, count, s);
   }
+  absl::Status ReduceScatterSum(float* data, int64_t count, void* s) override {
+    return inner_->ReduceScatterSum(data, count, s);
+  }
   absl::Status AllGather(const float* in, float* out, int64_t count,
                          void* s) override {
     return inner_->AllGather(in, out, count, s);

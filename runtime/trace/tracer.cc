@@ -28,9 +28,12 @@ std::string EventJson(const Plan& plan, int rank, int64_t job_start_ns,
     cat = PhaseName(instr->phase);
     name = instr->label.empty() ? instr->op : instr->label;
     auto bucket_attr = instr->attrs.find("bucket");
-    if (instr->op == "all_reduce" && bucket_attr != instr->attrs.end()) {
+    const bool collective = instr->op == "all_reduce" ||
+                            instr->op == "reduce_scatter" ||
+                            instr->op == "all_gather";
+    if (collective && bucket_attr != instr->attrs.end()) {
       const int b = static_cast<int>(bucket_attr->second);
-      name = absl::StrCat("all_reduce bucket ", b);
+      name = absl::StrCat(instr->op, " bucket ", b);
       absl::StrAppend(&extra, ", \"bucket\": ", b);
       if (b >= 0 && b < static_cast<int>(plan.buckets.size())) {
         absl::StrAppend(&extra, ", \"bytes\": ", plan.buckets[b].bytes);

@@ -67,17 +67,19 @@ std::string FormatBytes(int64_t bytes) {
 
 absl::StatusOr<std::string> ResolveDevice(const std::string& requested,
                                           int world_size) {
-  const int gpus = CudaDeviceCount();
+  // Not asked for cpu: counting GPUs loads the CUDA plugin where there is a
+  // driver (cuda_device.h).
   if (requested == "cpu") return std::string("cpu");
-  if (requested == "auto") return std::string(gpus > 0 ? "cuda" : "cpu");
-  if (requested != "cuda") {
+  if (requested != "cuda" && requested != "auto") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device: '", requested, "' is not one of cpu, cuda, auto"));
   }
+  const int gpus = CudaDeviceCount();
+  if (requested == "auto") return std::string(gpus > 0 ? "cuda" : "cpu");
   if (gpus == 0) {
-    return absl::FailedPreconditionError(
-        "--device cuda: no CUDA GPU is visible on this machine (use --device "
-        "cpu or auto)");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device cuda: no CUDA GPU is visible on this machine (",
+        CudaUnavailableReason(), "; use --device cpu or auto)"));
   }
   return std::string("cuda");
 }
@@ -156,17 +158,18 @@ std::string StopCheckpointPath(const Plan& plan, const TrainOptions& options, in
 
 // --resume: a checkpoint file, or a folder of them (the newest that loads).
 absl::StatusOr<std::string> ResumeFrom(const std::string& path, const Plan& plan,
-                                       Device& device, TrainingState* state,
+                                       Device& device, int rank, TrainingState* state,
                                        std::ostream& log) {
   std::error_code error;
   if (!std::filesystem::is_directory(path, error)) {
-    RETURN_IF_ERROR(LoadCheckpoint(path, plan, device, state, /*weights_only=*/false));
+    RETURN_IF_ERROR(
+        LoadCheckpoint(path, plan, device, state, /*weights_only=*/false, rank));
     return path;
   }
   ASSIGN_OR_RETURN(std::vector<std::string> candidates, CheckpointsNewestFirst(path));
   for (const std::string& candidate : candidates) {
     absl::Status loaded =
-        LoadCheckpoint(candidate, plan, device, state, /*weights_only=*/false);
+        LoadCheckpoint(candidate, plan, device, state, /*weights_only=*/false, rank);
     if (loaded.ok()) return candidate;
     log << "warning: skipping " << candidate << ": " << loaded.message() << "\n";
   }
@@ -458,6 +461,15 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     device = std::make_unique<CpuDevice>(cpu);
   }
   Communicator& grad_comm = nccl ? *nccl : *host_comm;
+  // ZeRO-1 checkpoints: every rank's optimizer state shard, over the host
+  // communicator (the device is idle then).
+  Sharding zero_sharding;
+  zero_sharding.rank = rank.rank;
+  zero_sharding.all_gather = [&host_comm](const float* mine, float* whole,
+                                          int64_t count) {
+    return host_comm->AllGather(mine, whole, count, nullptr);
+  };
+  const Sharding* sharding = plan.zero > 0 ? &zero_sharding : nullptr;
 
   ExecutorOptions exec_options;
   exec_options.overlap = options.overlap;
@@ -485,7 +497,8 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   TrainingState state;
   std::string resumed_from;
   if (!options.resume.empty()) {
-    ASSIGN_OR_RETURN(resumed_from, ResumeFrom(options.resume, plan, *device, &state, log));
+    ASSIGN_OR_RETURN(resumed_from,
+                     ResumeFrom(options.resume, plan, *device, rank.rank, &state, log));
   } else if (!options.init_from.empty()) {
     RETURN_IF_ERROR(LoadCheckpoint(options.init_from, plan, *device, &state,
                                    /*weights_only=*/true));
@@ -817,9 +830,13 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     now.epoch = step / steps_per_epoch;
     now.step_in_epoch = step % steps_per_epoch;
     const CheckpointConfig& periodic = plan.checkpoints;
-    if (periodic.every > 0 && (step % periodic.every == 0 || last) && rank.rank == 0) {
+    if (periodic.every > 0 && (step % periodic.every == 0 || last) &&
+        (rank.rank == 0 || plan.zero > 0)) {
       const std::string path = CheckpointPath(periodic.dir, step);
-      if (absl::Status saved = SaveCheckpoint(path, plan, *device, now); !saved.ok()) {
+      absl::Status saved = SaveCheckpoint(path, plan, *device, now, sharding);
+      if (rank.rank != 0) {
+        RETURN_IF_ERROR(saved);  // ZeRO-1: this rank's part of the gather
+      } else if (!saved.ok()) {
         // A full disk: the write was a temporary file, now gone; the
         // checkpoints already there are whole.
         absl::StatusOr<std::vector<std::string>> kept = CheckpointsNewestFirst(periodic.dir);
@@ -829,9 +846,11 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                 ? absl::StrCat("the newest whole one is ", kept->front(),
                                " (continue with --resume ", periodic.dir, ")")
                 : std::string("no earlier checkpoint")));
+      } else {
+        RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
+        log << absl::StrFormat("%scheckpoint %s\n", tty ? "\r\033[K" : "", path)
+            << std::flush;
       }
-      RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
-      log << absl::StrFormat("%scheckpoint %s\n", tty ? "\r\033[K" : "", path) << std::flush;
     }
     // A stop signal (preemption, Ctrl-C) reaches the ranks at different
     // steps: they agree at the next check and stop together at that step
@@ -841,11 +860,15 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       RETURN_IF_ERROR(SumOverRanks(*host_comm, &stop));
       if (stop[0] > 0) {
         const std::string path = StopCheckpointPath(plan, options, step);
+        const bool written = periodic.every > 0 && step % periodic.every == 0;
+        if (!written && rank.rank != 0 && plan.zero > 0) {
+          RETURN_IF_ERROR(SaveCheckpoint(path, plan, *device, now, sharding));
+        }
         if (rank.rank == 0) {
-          if (periodic.every == 0 || step % periodic.every != 0) {
+          if (!written) {
             const std::string folder = std::filesystem::path(path).parent_path().string();
             RETURN_IF_ERROR(PrepareCheckpointFolder(folder.empty() ? "." : folder));
-            RETURN_IF_ERROR(SaveCheckpoint(path, plan, *device, now));
+            RETURN_IF_ERROR(SaveCheckpoint(path, plan, *device, now, sharding));
           }
           if (periodic.every > 0) {
             RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
@@ -908,8 +931,10 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     out.step = summary.final_step;
     out.epoch = summary.final_step / steps_per_epoch;
     out.step_in_epoch = summary.final_step % steps_per_epoch;
+    if (rank.rank == 0 || plan.zero > 0) {
+      RETURN_IF_ERROR(SaveCheckpoint(options.save_path, plan, *device, out, sharding));
+    }
     if (rank.rank == 0) {
-      RETURN_IF_ERROR(SaveCheckpoint(options.save_path, plan, *device, out));
       log << "checkpoint: " << options.save_path << " (step " << out.step << ")\n";
     }
     RETURN_IF_ERROR(host_comm->Barrier());

@@ -52,7 +52,9 @@ double IntersectionLength(const std::vector<Interval>& a,
 }
 
 bool IsAllReduce(const TraceEvent& e) {
-  return e.op == "all_reduce" || (e.op.empty() && e.stream == 1);
+  // ZeRO-1's reduce-scatter and all-gather are the same traffic, split.
+  return e.op == "all_reduce" || e.op == "reduce_scatter" ||
+         e.op == "all_gather" || (e.op.empty() && e.stream == 1);
 }
 
 }  // namespace

@@ -364,8 +364,10 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
         if (b.all_reduce == i) bucket = b.id;
       }
     }
-    if (in.op == "all_reduce" || in.op == "optimizer") node.bucket = bucket;
-    if (in.op == "all_reduce" && bucket_by_id.count(bucket)) {
+    const bool collective = in.op == "all_reduce" ||
+                            in.op == "reduce_scatter" || in.op == "all_gather";
+    if (collective || in.op == "optimizer") node.bucket = bucket;
+    if (collective && bucket_by_id.count(bucket)) {
       absl::StrAppend(&node.label, "\n", HumanBytes(bucket_by_id[bucket]->bytes));
     }
     g.nodes.push_back(node);

@@ -18,6 +18,7 @@
 #include "gloo/common/error.h"
 #include "gloo/common/logging.h"
 #include "gloo/math.h"
+#include "gloo/reduce_scatter.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 // Debian installs hiredis.h under hiredis/.
@@ -227,6 +228,40 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count,
   return status;
 }
 
+absl::Status GlooCommunicator::ReduceScatterSum(float* data, int64_t count,
+                                                void* /*stream*/) {
+  if (context_ == nullptr || count == 0) return absl::OkStatus();
+  if (count * world_size_ > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo: reduce-scatter of ", count * world_size_,
+        " floats is beyond Gloo's int count"));
+  }
+  absl::Status status = GlooCall("reduce-scatter", [&] {
+    auto it = reduce_scatters_.find({data, count});
+    if (it == reduce_scatters_.end()) {
+      // On the async context: halving-doubling sends both halves before
+      // receiving, which sync pairs could not buffer for large buckets.
+      it = reduce_scatters_
+               .emplace(std::make_pair(data, count),
+                        std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+                            context_, std::vector<float*>{data},
+                            static_cast<int>(count * world_size_),
+                            std::vector<int>(world_size_, static_cast<int>(count))))
+               .first;
+    }
+    it->second->run();
+  });
+  if (!status.ok()) {
+    reduce_scatters_.clear();
+    return status;
+  }
+  // Gloo leaves this rank's sum at the start of the buffer.
+  if (rank_ != 0) {
+    std::memmove(data + rank_ * count, data, count * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GlooCommunicator::AllGather(const float* in, float* out,
                                          int64_t count, void* /*stream*/) {
   if (context_ == nullptr) {
@@ -236,8 +271,12 @@ absl::Status GlooCommunicator::AllGather(const float* in, float* out,
   if (count == 0) return absl::OkStatus();
   return GlooCall("allgather", [&] {
     gloo::AllgatherOptions opts(context_);
-    // Gloo's buffers are not const; the input is only read.
-    opts.setInput(const_cast<float*>(in), static_cast<size_t>(count));
+    // In place (this rank's input already at its place in the output):
+    // Gloo then takes it from there.
+    if (in != out + rank_ * count) {
+      // Gloo's buffers are not const; the input is only read.
+      opts.setInput(const_cast<float*>(in), static_cast<size_t>(count));
+    }
     opts.setOutput(out, static_cast<size_t>(count) * world_size_);
     gloo::allgather(opts);
   });

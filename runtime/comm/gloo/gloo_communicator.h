@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -36,6 +37,8 @@
 
 namespace gloo {
 class Context;
+template <typename T>
+class ReduceScatterHalvingDoubling;
 }  // namespace gloo
 
 namespace trainc {
@@ -71,6 +74,8 @@ class GlooCommunicator : public Communicator {
   int world_size() const override { return world_size_; }
 
   absl::Status AllReduceSum(float* data, int64_t count, void* stream) override;
+  absl::Status ReduceScatterSum(float* data, int64_t count,
+                                void* stream) override;
   absl::Status AllGather(const float* in, float* out, int64_t count,
                          void* stream) override;
   absl::Status Broadcast(float* data, int64_t count, int root,
@@ -98,6 +103,13 @@ class GlooCommunicator : public Communicator {
   absl::flat_hash_map<int64_t,
                       std::unique_ptr<gloo_internal::ReboundAllreduceRing>>
       rings_;
+  // ReduceScatterSum's algorithm per (buffer, count): Gloo's halving-
+  // doubling binds the caller's buffer. Built on first use, in the same
+  // call order on every rank; the buffers are the arena's buckets, so a
+  // run builds one per bucket.
+  absl::flat_hash_map<std::pair<float*, int64_t>,
+                      std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>>>
+      reduce_scatters_;
 };
 
 }  // namespace trainc

@@ -76,6 +76,39 @@ TEST_P(GlooCollectivesTest, AllReduceAllGatherBroadcastBarrier) {
   });
 }
 
+// ZeRO-1's pair: a bucket reduce-scattered in place (each rank's segment
+// becomes the sum of that segment), then the segments all-gathered in place.
+// Twice on the same buffer (the cached algorithm), and on a large bucket.
+// Every element differs from rank to rank and from its neighbours, so a
+// segment summed at another offset, or one left out, shows.
+TEST_P(GlooCollectivesTest, ReduceScatterThenInPlaceAllGather) {
+  const int world = GetParam();
+  RunRanks(world, [world](GlooCommunicator& comm) {
+    const int r = comm.rank();
+    auto value = [](int rank, int64_t i) {
+      return static_cast<float>(i % 4099 + 8192 * rank);
+    };
+    for (int64_t count : {16, 1000, 1 << 20}) {
+      std::vector<float> data(count * world);
+      for (int round = 0; round < 2; ++round) {
+        for (int64_t i = 0; i < count * world; ++i) data[i] = value(r, i);
+        ASSERT_TRUE(comm.ReduceScatterSum(data.data(), count, nullptr).ok());
+        for (int64_t i = r * count; i < (r + 1) * count; ++i) {
+          float want = 0;
+          for (int q = 0; q < world; ++q) want += value(q, i);
+          ASSERT_EQ(data[i], want) << "rank " << r << " count " << count << " i " << i;
+        }
+        float* mine = data.data() + r * count;
+        ASSERT_TRUE(comm.AllGather(mine, data.data(), count, nullptr).ok());
+        for (int64_t i = 0; i < count * world; ++i) {
+          float want = 0;
+          for (int q = 0; q < world; ++q) want += value(q, i);
+          ASSERT_EQ(data[i], want) << "after all-gather, rank " << r << " i " << i;
+        }
+      }
+    }
+  });
+}
 
 // A bucket larger than the communicator's 4 MiB ring piece (2^20 floats) is
 // reduced piece by piece: 3,000,000 floats are two whole pieces and a
@@ -114,7 +147,7 @@ TEST_P(GlooCollectivesTest, BucketLargerThanOnePieceIsReducedOnceEverywhere) {
   });
 }
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooCollectivesTest,
-                         ::testing::Values(1, 2, 3));
+                         ::testing::Values(1, 2, 3, 4));
 
 TEST(GlooCommunicatorTest, MissingPeerIsAnErrorNotAHang) {
   GlooOptions options;

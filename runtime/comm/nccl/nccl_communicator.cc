@@ -119,6 +119,18 @@ class NcclCommunicator final : public Communicator {
     return Track(AsStream(stream));
   }
 
+  // In place: NCCL's reduce-scatter is in place when the receive buffer
+  // is the send buffer's segment of this rank.
+  absl::Status ReduceScatterSum(float* data, int64_t count,
+                                void* stream) override {
+    RETURN_IF_ERROR(Failure());
+    NCCL_RETURN_IF_ERROR(
+        comm_, ncclReduceScatter(data, data + rank_ * count,
+                                 static_cast<size_t>(count), ncclFloat, ncclSum,
+                                 comm_, AsStream(stream)));
+    return Track(AsStream(stream));
+  }
+
   absl::Status AllGather(const float* in, float* out, int64_t count,
                          void* stream) override {
     RETURN_IF_ERROR(Failure());
