@@ -328,6 +328,13 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("grad_comm")) {
       CheckGradComm(*s, &config_.grad_comm, sink_);
+      if (config_.grad_comm == "bf16" && config_.deterministic) {
+        ReportSetting(*s, sink_,
+                      "grad_comm = bf16 cannot be deterministic: the "
+                      "deterministic all-reduce gathers every micro-batch's "
+                      "fp32 gradient to add them in a fixed order",
+                      "drop one of grad_comm = bf16 and deterministic = true");
+      }
     }
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;

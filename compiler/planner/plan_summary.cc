@@ -42,6 +42,12 @@ int64_t WireBytes(const Plan& plan, const Bucket& b) {
 
 }  // namespace
 
+int64_t BytesSentPerStep(const Plan& plan) {
+  int64_t sent = 0;
+  for (const Bucket& b : plan.buckets) sent += WireBytes(plan, b);
+  return sent;
+}
+
 std::string PlanSummary(const Plan& plan) {
   std::string out;
   absl::StrAppend(&out, "plan ", plan.model, " (", plan.source, "), format v", plan.version,
@@ -97,9 +103,7 @@ std::string PlanSummary(const Plan& plan) {
                                                " of each bucket's update per rank")
                                 : std::string(),
                   ")\n");
-  int64_t wire = 0;
   for (const Bucket& b : plan.buckets) {
-    wire += WireBytes(plan, b);
     absl::StrAppend(&out, "  bucket ", b.id, ": ", Bytes(b.bytes),
                     b.shard_elems > 0 ? absl::StrCat(" (shard ", Bytes(b.shard_elems * 4), ")")
                                       : std::string(),
@@ -107,7 +111,8 @@ std::string PlanSummary(const Plan& plan) {
                     absl::StrJoin(b.parameters, ", "), "\n");
   }
   if (plan.world_size > 1) {
-    absl::StrAppend(&out, "communication per rank and step: ", Bytes(wire), " sent (",
+    absl::StrAppend(&out, "communication per rank and step: ", Bytes(BytesSentPerStep(plan)),
+                    " sent (",
                     plan.grad_comm, " gradients",
                     plan.zero > 0 ? ", fp32 parameter all-gather" : "",
                     plan.deterministic ? ", deterministic: every rank's slots gathered" : "",

@@ -73,6 +73,12 @@ absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options
 // A human summary: ops per micro-step, buckets, memory, batch arithmetic.
 std::string PlanSummary(const Plan& plan);
 
+// Bytes one rank sends per step for its gradient collectives (and ZeRO-1's
+// parameter all-gather), as bandwidth-optimal ring algorithms send them:
+// an all-reduce 2 (N - 1) / N of a bucket, a reduce-scatter or all-gather
+// (N - 1) / N; grad_comm = bf16 halves the gradients'. 0 on one rank.
+int64_t BytesSentPerStep(const Plan& plan);
+
 }  // namespace trainc
 
 #endif  // TRAINC_COMPILER_PLANNER_PLANNER_H_

@@ -30,6 +30,14 @@ class Communicator {
   // ranks of that segment; the other segments are undefined.
   virtual absl::Status ReduceScatterSum(float* data, int64_t count,
                                         void* stream) = 0;
+  // The same two with bf16 on the wire (grad_comm = bf16, as DDP's
+  // bf16_compress_hook): `data` is rounded to bf16 (nearest even), summed
+  // over ranks (each partial sum formed in fp32 and rounded to bf16, as a
+  // library's bf16 reduction does), and widened back into `data`.
+  virtual absl::Status AllReduceSumBf16(float* data, int64_t count,
+                                        void* stream);
+  virtual absl::Status ReduceScatterSumBf16(float* data, int64_t count,
+                                            void* stream);
   // out[r * count + i] = rank r's in[i]; `out` holds world_size * count.
   // In place when in == out + rank * count.
   virtual absl::Status AllGather(const float* in, float* out, int64_t count,

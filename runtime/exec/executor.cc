@@ -429,13 +429,17 @@ absl::Status Executor::IssueCollective(const Resolved& r) {
   }
   if (!plan_.deterministic) {
     if (world == 1) return absl::OkStatus();  // a sum over one rank
+    // grad_comm = bf16: gradients travel as bf16 (a step scalar stays fp32).
+    const bool bf16 = plan_.grad_comm == "bf16" && r.per_slot;
     if (r.kind == Resolved::kReduceScatter) {
-      return SubmitTraced(Stream::kComm, r, [this, &r, stream] {
-        return comm_->ReduceScatterSum(r.bucket, r.shard, stream);
+      return SubmitTraced(Stream::kComm, r, [this, &r, stream, bf16] {
+        return bf16 ? comm_->ReduceScatterSumBf16(r.bucket, r.shard, stream)
+                    : comm_->ReduceScatterSum(r.bucket, r.shard, stream);
       });
     }
-    return SubmitTraced(Stream::kComm, r, [this, &r, stream] {
-      return comm_->AllReduceSum(r.bucket, r.count, stream);
+    return SubmitTraced(Stream::kComm, r, [this, &r, stream, bf16] {
+      return bf16 ? comm_->AllReduceSumBf16(r.bucket, r.count, stream)
+                  : comm_->AllReduceSum(r.bucket, r.count, stream);
     });
   }
   // Deterministic: the world's slots gathered and added in global order,

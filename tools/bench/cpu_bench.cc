@@ -23,7 +23,10 @@
 //   1 rank    gpus 1, micro_batch = global batch, accumulate 1
 //   2 ranks   gpus 2, micro_batch = global batch / 2, accumulate 1, the
 //             file's buckets, with overlap (ExecutorOptions::overlap) and,
-//             for the MLP, without
+//             for the MLP, without; for the MLP and the GPT also with
+//             zero = 1, grad_comm = bf16 and both, with the bytes each rank
+//             sends per step (measured on the loopback interface, and the
+//             plan's count)
 //
 // Two ranks are two processes: this binary re-executes itself through
 // LaunchLocalWorkers, each worker builds a GlooCommunicator from the
@@ -118,9 +121,10 @@ Step time on the CPU of three models, each at one rank and at two ranks
 (tools/bench/torch_cpu_bench.py, one thread per rank):
   mlp  the default example (fashion_mlp.train: 784-256-128-10 MLP, AdamW),
        global batch 256; two ranks with and without overlapping the
-       all-reduces with the backward pass;
+       all-reduces with the backward pass, and with ZeRO-1 (zero = 1) and
+       bf16 gradients (grad_comm = bf16): ms/step and bytes sent per step;
   gpt  tiny_gpt.train (4 layers x 128 wide, context 64, AdamW), global
-       batch 32 sequences x 64 tokens;
+       batch 32 sequences x 64 tokens; ZeRO-1 and bf16 rows as the MLP's;
   cnn  fashion_cnn.train (two 3x3 conv + max-pool blocks, oneDNN), global
        batch 256 images.
 Synthetic data; each figure is the median step time of the timed steps;
@@ -215,13 +219,38 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv, bool* help) {
   return args;
 }
 
-absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus) {
+// A two-rank variant: overlap on or off, ZeRO-1, bf16 gradients. Workers
+// get it as --worker-mode "overlap[,zero][,bf16]" or "no-overlap".
+struct Variant {
+  bool overlap = true;
+  bool zero = false;
+  bool bf16 = false;
+
+  std::string Mode() const {
+    return absl::StrCat(overlap ? "overlap" : "no-overlap", zero ? ",zero" : "",
+                        bf16 ? ",bf16" : "");
+  }
+  static Variant FromMode(absl::string_view mode) {
+    Variant v;
+    for (absl::string_view part : absl::StrSplit(mode, ',')) {
+      if (part == "no-overlap") v.overlap = false;
+      if (part == "zero") v.zero = true;
+      if (part == "bf16") v.bf16 = true;
+    }
+    return v;
+  }
+};
+
+absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
+                                 const Variant& variant = {}) {
   const int micro_batch = model.global_batch / gpus;
-  const Overrides overrides = {
+  Overrides overrides = {
       {"gpus", absl::StrCat(gpus)},
       {"micro_batch", absl::StrCat(micro_batch)},
       {"accumulate", "1"},
       {"global_batch", absl::StrCat(model.global_batch)}};
+  if (variant.zero) overrides.push_back({"zero", "1"});
+  if (variant.bf16) overrides.push_back({"grad_comm", "bf16"});
   FrontendResult result = CompileFile(model.train_file, overrides);
   if (!result.spec) {
     return absl::InvalidArgumentError(
@@ -311,11 +340,33 @@ absl::Status InitParameters(const Plan& plan, Device& device) {
   return absl::OkStatus();
 }
 
+// Bytes the loopback interface has sent since boot (/proc/net/dev), or -1:
+// every rank's traffic, measured by the kernel.
+int64_t LoopbackBytesSent() {
+  FILE* f = std::fopen("/proc/net/dev", "r");
+  if (f == nullptr) return -1;
+  char line[512];
+  int64_t sent = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    std::vector<std::string> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" :"), absl::SkipWhitespace());
+    // lo: rx bytes packets errs drop fifo frame compressed multicast tx bytes
+    if (fields.size() > 9 && fields[0] == "lo" && !absl::SimpleAtoi(fields[9], &sent)) {
+      sent = -1;
+    }
+  }
+  std::fclose(f);
+  return sent;
+}
+
 // Runs warmup + steps optimizer steps; returns the median step time (ms).
-// With a communicator, a barrier lines the ranks up before the timed steps.
+// With a communicator, a barrier lines the ranks up before the timed steps;
+// *loopback_bytes (if given) gets what the loopback interface sent during
+// them, -1 if unknown.
 absl::StatusOr<double> TimeSteps(const ModelConfig& model, const Plan& plan,
                                  Communicator* comm, ExecutorOptions options,
-                                 int warmup, int steps, int rank) {
+                                 int warmup, int steps, int rank,
+                                 int64_t* loopback_bytes = nullptr) {
   CpuDevice device;  // one BLAS thread: the ranks share the cores
   Executor executor(plan, &device, comm, /*tracer=*/nullptr, options);
   if (absl::Status s = executor.Prepare(); !s.ok()) return s;
@@ -323,9 +374,11 @@ absl::StatusOr<double> TimeSteps(const ModelConfig& model, const Plan& plan,
   FixedBatch batches(plan, model.id_range, /*seed=*/100 + rank);
   std::vector<double> ms;
   ms.reserve(steps);
+  int64_t loopback_before = -1;
   for (int step = 1; step <= warmup + steps; ++step) {
     if (step == warmup + 1 && comm != nullptr) {
       if (absl::Status s = comm->Barrier(); !s.ok()) return s;
+      loopback_before = LoopbackBytesSent();
     }
     const absl::Time begin = absl::Now();
     absl::StatusOr<double> loss = executor.RunStep({step, 1e-3}, batches);
@@ -333,6 +386,10 @@ absl::StatusOr<double> TimeSteps(const ModelConfig& model, const Plan& plan,
     if (step > warmup) {
       ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - begin));
     }
+  }
+  if (loopback_bytes != nullptr) {
+    const int64_t after = LoopbackBytesSent();
+    *loopback_bytes = loopback_before >= 0 && after >= 0 ? after - loopback_before : -1;
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
@@ -350,7 +407,8 @@ int RunWorker(const RankInfo& rank, const Args& args) {
         "workers are started by cpu_bench itself (file-store rendezvous)"));
   }
   const ModelConfig& model = *FindModel(args.worker_model);
-  absl::StatusOr<Plan> plan = CompilePlan(model, rank.world_size);
+  const Variant variant = Variant::FromMode(args.worker_mode);
+  absl::StatusOr<Plan> plan = CompilePlan(model, rank.world_size, variant);
   if (!plan.ok()) return fail(plan.status());
   GlooOptions gloo;
   gloo.rank = rank.rank;
@@ -360,12 +418,16 @@ int RunWorker(const RankInfo& rank, const Args& args) {
       GlooCommunicator::Create(gloo);
   if (!comm.ok()) return fail(comm.status());
   ExecutorOptions options;
-  options.overlap = args.worker_mode != "no-overlap";
+  options.overlap = variant.overlap;
+  int64_t loopback = -1;
   absl::StatusOr<double> ms = TimeSteps(model, *plan, comm->get(), options,
-                                        args.warmup, args.steps, rank.rank);
+                                        args.warmup, args.steps, rank.rank, &loopback);
   if (!ms.ok()) return fail(ms.status());
   if (rank.rank == 0) {
-    std::printf("%s %.6f %zu\n", kResultTag, *ms, plan->buckets.size());
+    // Loopback carries both ranks' sends: per rank and step, half of it.
+    std::printf("%s %.6f %zu %.0f %lld\n", kResultTag, *ms, plan->buckets.size(),
+                loopback < 0 ? -1.0 : loopback / 2.0 / args.steps,
+                static_cast<long long>(BytesSentPerStep(*plan)));
     std::fflush(stdout);
   }
   return 0;
@@ -374,11 +436,13 @@ int RunWorker(const RankInfo& rank, const Args& args) {
 struct TwoRankResult {
   double ms = 0;
   int buckets = 0;
+  double loopback_bytes = -1;  // sent per rank and step, measured (-1: unknown)
+  int64_t plan_bytes = 0;      // the plan's BytesSentPerStep
 };
 
 // Launches two workers of this binary; parses rank 0's result line.
 absl::StatusOr<TwoRankResult> RunTwoRanks(const ModelConfig& model, int warmup,
-                                          int steps, bool overlap) {
+                                          int steps, const Variant& variant) {
   char path[] = "/tmp/cpu_bench_out_XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) {
@@ -388,7 +452,7 @@ absl::StatusOr<TwoRankResult> RunTwoRanks(const ModelConfig& model, int warmup,
   std::vector<std::string> argv = {
       "cpu_bench", "--steps", absl::StrCat(steps), "--warmup",
       absl::StrCat(warmup), "--worker-model", model.key, "--worker-mode",
-      overlap ? "overlap" : "no-overlap"};
+      variant.Mode()};
   LaunchOptions options;
   options.stdout_fd = fd;
   absl::Status status = LaunchLocalWorkers(2, argv, options);
@@ -404,8 +468,9 @@ absl::StatusOr<TwoRankResult> RunTwoRanks(const ModelConfig& model, int warmup,
     std::vector<std::string> f =
         absl::StrSplit(line, ' ', absl::SkipWhitespace());
     TwoRankResult r;
-    if (f.size() == 3 && f[0] == kResultTag && absl::SimpleAtod(f[1], &r.ms) &&
-        absl::SimpleAtoi(f[2], &r.buckets)) {
+    if (f.size() == 5 && f[0] == kResultTag && absl::SimpleAtod(f[1], &r.ms) &&
+        absl::SimpleAtoi(f[2], &r.buckets) && absl::SimpleAtod(f[3], &r.loopback_bytes) &&
+        absl::SimpleAtoi(f[4], &r.plan_bytes)) {
       return r;
     }
   }
@@ -452,6 +517,8 @@ struct ModelResult {
   double one = 0;
   TwoRankResult overlap;
   std::optional<TwoRankResult> serial;  // the MLP only
+  // The MLP and GPT: two ranks (overlap on) with ZeRO-1, bf16 gradients.
+  std::vector<std::pair<Variant, TwoRankResult>> variants;
   double torch1 = 0;
   double torch2 = 0;
   int64_t tokens_per_sample = 1;
@@ -474,22 +541,30 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
                         absl::StrCat("1 rank: ", one.status().message()));
   }
   r.one = *one;
-  auto two = [&](bool overlap) -> absl::StatusOr<TwoRankResult> {
+  auto two = [&](const Variant& variant) -> absl::StatusOr<TwoRankResult> {
     absl::StatusOr<TwoRankResult> t =
-        RunTwoRanks(model, warmup, steps, overlap);
+        RunTwoRanks(model, warmup, steps, variant);
     if (!t.ok()) {
       return absl::Status(t.status().code(),
                           absl::StrCat("2 ranks: ", t.status().message()));
     }
     return t;
   };
-  absl::StatusOr<TwoRankResult> overlap = two(true);
+  absl::StatusOr<TwoRankResult> overlap = two(Variant{});
   if (!overlap.ok()) return overlap.status();
   r.overlap = *overlap;
   if (&model == &kMlp) {
-    absl::StatusOr<TwoRankResult> serial = two(false);
+    absl::StatusOr<TwoRankResult> serial = two(Variant{/*overlap=*/false});
     if (!serial.ok()) return serial.status();
     r.serial = *serial;
+  }
+  if (&model != &kCnn) {
+    for (const Variant& v : {Variant{true, true, false}, Variant{true, false, true},
+                             Variant{true, true, true}}) {
+      absl::StatusOr<TwoRankResult> t = two(v);
+      if (!t.ok()) return t.status();
+      r.variants.emplace_back(v, *t);
+    }
   }
   r.torch_why = "--no-torch";
   if (args.torch) {
@@ -543,6 +618,26 @@ void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
   if (r.serial) {
     row(absl::StrCat("2 ranks, no overlap (", r.serial->buckets, " bkts)"),
         r.serial->ms, "", 0);
+  }
+  if (r.variants.empty()) return;
+  // ZeRO-1 and bf16 gradients on two ranks (overlap on): ms/step, and the
+  // bytes each rank sends per step, measured on the loopback interface
+  // (TCP payload and headers, Gloo's own messages) beside the plan's count.
+  std::printf("%-30s %10s %9s | %14s %14s\n", "2 ranks, overlap", "ms/step",
+              "vs fp32", "sent/rank/step", "plan's count");
+  auto bytes = [](double b) {
+    return b < 0 ? std::string("-") : absl::StrFormat("%.1f KiB", b / 1024);
+  };
+  auto variant_row = [&](const std::string& name, const TwoRankResult& t) {
+    std::printf("%-30s %10.3f %8.2fx | %14s %14s\n", name.c_str(), t.ms,
+                r.overlap.ms / t.ms, bytes(t.loopback_bytes).c_str(),
+                bytes(static_cast<double>(t.plan_bytes)).c_str());
+  };
+  variant_row("zero 0, grad_comm fp32", r.overlap);
+  for (const auto& [v, t] : r.variants) {
+    variant_row(absl::StrCat("zero ", v.zero ? 1 : 0, ", grad_comm ",
+                             v.bf16 ? "bf16" : "fp32"),
+                t);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "gloo/rendezvous/redis_store.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
+#include "runtime/device/bf16.h"
 
 namespace trainc {
 namespace {
@@ -72,19 +73,36 @@ namespace gloo_internal {
 // rebinds it for free. Keying by count (not by pointer) matters: counts are
 // the same on every rank for every call, pointers are not (host vectors),
 // and each new instance takes context slots that must match across ranks.
-class ReboundAllreduceRing : public gloo::AllreduceRing<float> {
+template <typename T>
+class ReboundAllreduceRing : public gloo::AllreduceRing<T> {
  public:
-  ReboundAllreduceRing(const std::shared_ptr<gloo::Context>& context,
-                       int count)
-      : gloo::AllreduceRing<float>(context, {nullptr}, count) {}
+  ReboundAllreduceRing(const std::shared_ptr<gloo::Context>& context, int count,
+                       const gloo::ReductionFunction<T>* fn =
+                           gloo::ReductionFunction<T>::sum)
+      : gloo::AllreduceRing<T>(context, {nullptr}, count, fn) {}
 
-  void set_data(float* data) { ptrs_[0] = data; }
+  void set_data(T* data) { this->ptrs_[0] = data; }
+};
+
+// bf16 gradients travel as their bits; each reduction step adds in fp32.
+const gloo::ReductionFunction<uint16_t>* Bf16SumFunction() {
+  static const auto* fn =
+      new gloo::ReductionFunction<uint16_t>(gloo::SUM, &trainc::Bf16Sum);
+  return fn;
+}
+
+// A bf16 reduce-scatter bound to its own bf16 copy of one bucket.
+struct Bf16ReduceScatter {
+  std::vector<uint16_t> bits;
+  std::unique_ptr<gloo::ReduceScatterHalvingDoubling<uint16_t>> algorithm;
 };
 
 }  // namespace gloo_internal
 
 namespace {
 
+using gloo_internal::Bf16ReduceScatter;
+using gloo_internal::Bf16SumFunction;
 using gloo_internal::ReboundAllreduceRing;
 
 // Largest piece one ring moves (4 MiB). The ring's pairs block in send()
@@ -215,7 +233,7 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count,
         // same order everywhere, so the slots of new rings stay matched.
         if (rings_.size() >= kMaxCachedRings) rings_.clear();
         it = rings_
-                 .emplace(n, std::make_unique<ReboundAllreduceRing>(
+                 .emplace(n, std::make_unique<ReboundAllreduceRing<float>>(
                                  ring_context_, static_cast<int>(n)))
                  .first;
       }
@@ -259,6 +277,69 @@ absl::Status GlooCommunicator::ReduceScatterSum(float* data, int64_t count,
   if (rank_ != 0) {
     std::memmove(data + rank_ * count, data, count * sizeof(float));
   }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::AllReduceSumBf16(float* data, int64_t count,
+                                                void* /*stream*/) {
+  if (context_ == nullptr || count == 0) return absl::OkStatus();
+  bf16_.resize(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) bf16_[i] = FloatToBf16(data[i]);
+  absl::Status status = GlooCall("bf16 allreduce", [&] {
+    // Pieces of the same element count as the fp32 ring's: half the bytes.
+    for (int64_t begin = 0; begin < count; begin += kMaxRingFloats) {
+      const int64_t n = std::min(kMaxRingFloats, count - begin);
+      auto it = bf16_rings_.find(n);
+      if (it == bf16_rings_.end()) {
+        if (bf16_rings_.size() >= kMaxCachedRings) bf16_rings_.clear();
+        it = bf16_rings_
+                 .emplace(n, std::make_unique<ReboundAllreduceRing<uint16_t>>(
+                                 ring_context_, static_cast<int>(n), Bf16SumFunction()))
+                 .first;
+      }
+      it->second->set_data(bf16_.data() + begin);
+      it->second->run();
+    }
+  });
+  if (!status.ok()) {
+    bf16_rings_.clear();
+    return status;
+  }
+  for (int64_t i = 0; i < count; ++i) data[i] = Bf16ToFloat(bf16_[i]);
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::ReduceScatterSumBf16(float* data, int64_t count,
+                                                    void* /*stream*/) {
+  if (context_ == nullptr || count == 0) return absl::OkStatus();
+  const int64_t total = count * world_size_;
+  if (total > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo: reduce-scatter of ", total, " values is beyond Gloo's int count"));
+  }
+  auto it = bf16_reduce_scatters_.find({data, count});
+  absl::Status status = GlooCall("bf16 reduce-scatter", [&] {
+    if (it == bf16_reduce_scatters_.end()) {
+      auto made = std::make_unique<Bf16ReduceScatter>();
+      made->bits.resize(static_cast<size_t>(total));
+      made->algorithm = std::make_unique<gloo::ReduceScatterHalvingDoubling<uint16_t>>(
+          context_, std::vector<uint16_t*>{made->bits.data()}, static_cast<int>(total),
+          std::vector<int>(world_size_, static_cast<int>(count)), Bf16SumFunction());
+      it = bf16_reduce_scatters_.emplace(std::make_pair(data, count), std::move(made))
+               .first;
+    }
+    std::vector<uint16_t>& bits = it->second->bits;
+    for (int64_t i = 0; i < total; ++i) bits[i] = FloatToBf16(data[i]);
+    it->second->algorithm->run();
+  });
+  if (!status.ok()) {
+    bf16_reduce_scatters_.clear();
+    return status;
+  }
+  // Gloo leaves this rank's sum at the start of the buffer.
+  const std::vector<uint16_t>& bits = it->second->bits;
+  float* mine = data + rank_ * count;
+  for (int64_t i = 0; i < count; ++i) mine[i] = Bf16ToFloat(bits[i]);
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -44,7 +45,9 @@ class ReduceScatterHalvingDoubling;
 namespace trainc {
 
 namespace gloo_internal {
+template <typename T>
 class ReboundAllreduceRing;  // gloo_communicator.cc
+struct Bf16ReduceScatter;    // gloo_communicator.cc
 }  // namespace gloo_internal
 
 struct GlooOptions {
@@ -76,6 +79,10 @@ class GlooCommunicator : public Communicator {
   absl::Status AllReduceSum(float* data, int64_t count, void* stream) override;
   absl::Status ReduceScatterSum(float* data, int64_t count,
                                 void* stream) override;
+  absl::Status AllReduceSumBf16(float* data, int64_t count,
+                                void* stream) override;
+  absl::Status ReduceScatterSumBf16(float* data, int64_t count,
+                                    void* stream) override;
   absl::Status AllGather(const float* in, float* out, int64_t count,
                          void* stream) override;
   absl::Status Broadcast(float* data, int64_t count, int root,
@@ -101,8 +108,14 @@ class GlooCommunicator : public Communicator {
   // AllReduceSum's ring per element count (a piece of at most 4 MiB), built
   // on first use; collective: every rank builds it at the same call.
   absl::flat_hash_map<int64_t,
-                      std::unique_ptr<gloo_internal::ReboundAllreduceRing>>
+                      std::unique_ptr<gloo_internal::ReboundAllreduceRing<float>>>
       rings_;
+  // The same for bf16 gradients (uint16_t on the wire, summed in fp32),
+  // and the bf16 copy of the bucket they reduce.
+  absl::flat_hash_map<int64_t,
+                      std::unique_ptr<gloo_internal::ReboundAllreduceRing<uint16_t>>>
+      bf16_rings_;
+  std::vector<uint16_t> bf16_;
   // ReduceScatterSum's algorithm per (buffer, count): Gloo's halving-
   // doubling binds the caller's buffer. Built on first use, in the same
   // call order on every rank; the buffers are the arena's buckets, so a
@@ -110,6 +123,10 @@ class GlooCommunicator : public Communicator {
   absl::flat_hash_map<std::pair<float*, int64_t>,
                       std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>>>
       reduce_scatters_;
+  // ReduceScatterSumBf16's, each with the bf16 buffer it binds.
+  absl::flat_hash_map<std::pair<float*, int64_t>,
+                      std::unique_ptr<gloo_internal::Bf16ReduceScatter>>
+      bf16_reduce_scatters_;
 };
 
 }  // namespace trainc

@@ -110,6 +110,41 @@ TEST_P(GlooCollectivesTest, ReduceScatterThenInPlaceAllGather) {
   });
 }
 
+// grad_comm = bf16: values are rounded to bf16 before they travel (1 +
+// 2^-10 arrives as 1), and sums of small integers are exact in bf16, so
+// every result is known exactly. A bucket over one ring piece included.
+TEST_P(GlooCollectivesTest, Bf16AllReduceAndReduceScatter) {
+  const int world = GetParam();
+  RunRanks(world, [world](GlooCommunicator& comm) {
+    const int r = comm.rank();
+    // Integers below 2^8 / world: each partial sum is a bf16 integer.
+    auto value = [](int rank, int64_t i) {
+      return static_cast<float>((i * 7 + rank * 3) % 23) + 1.0f / 1024;
+    };
+    auto want = [&](int64_t i) {
+      float sum = 0;
+      for (int q = 0; q < world; ++q) sum += static_cast<float>((i * 7 + q * 3) % 23);
+      return sum;
+    };
+    for (int64_t count : {int64_t{5}, (int64_t{1} << 20) + 3}) {
+      std::vector<float> data(count);
+      for (int64_t i = 0; i < count; ++i) data[i] = value(r, i);
+      ASSERT_TRUE(comm.AllReduceSumBf16(data.data(), count, nullptr).ok());
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(data[i], want(i) + (world == 1 ? 1.0f / 1024 : 0.0f))
+            << "all-reduce, rank " << r << " i " << i;
+      }
+      std::vector<float> scattered(count * world);
+      for (int64_t i = 0; i < count * world; ++i) scattered[i] = value(r, i);
+      ASSERT_TRUE(comm.ReduceScatterSumBf16(scattered.data(), count, nullptr).ok());
+      for (int64_t i = r * count; i < (r + 1) * count; ++i) {
+        ASSERT_EQ(scattered[i], want(i) + (world == 1 ? 1.0f / 1024 : 0.0f))
+            << "reduce-scatter, rank " << r << " i " << i;
+      }
+    }
+  });
+}
+
 // A bucket larger than the communicator's 4 MiB ring piece (2^20 floats) is
 // reduced piece by piece: 3,000,000 floats are two whole pieces and a
 // partial one. Every element differs from its neighbours and from rank to

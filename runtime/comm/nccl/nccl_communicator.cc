@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/comm/nccl/bf16_cast.h"
 #include "compiler/util/status_macros.h"
 
 namespace trainc {
@@ -86,6 +87,7 @@ class NcclCommunicator final : public Communicator {
     // aborted communicator is already gone.
     if (comm_ != nullptr && !aborted_) ncclCommDestroy(comm_);
     if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
+    if (bf16_ != nullptr) cudaFree(bf16_);
     if (barrier_stream_ != nullptr) cudaStreamDestroy(barrier_stream_);
   }
 
@@ -129,6 +131,38 @@ class NcclCommunicator final : public Communicator {
                                  static_cast<size_t>(count), ncclFloat, ncclSum,
                                  comm_, AsStream(stream)));
     return Track(AsStream(stream));
+  }
+
+  // bf16 on the wire: the bucket is cast into a bf16 buffer of this
+  // communicator's, reduced there with ncclBfloat16 (NCCL adds in fp32 and
+  // rounds each partial sum), and cast back.
+  absl::Status AllReduceSumBf16(float* data, int64_t count,
+                                void* stream) override {
+    RETURN_IF_ERROR(Failure());
+    cudaStream_t s = AsStream(stream);
+    RETURN_IF_ERROR(ReserveBf16(count, s));
+    NCCL_CUDA_RETURN_IF_ERROR(nccl::LaunchToBf16(data, bf16_, count, s));
+    NCCL_RETURN_IF_ERROR(
+        comm_, ncclAllReduce(bf16_, bf16_, static_cast<size_t>(count),
+                             ncclBfloat16, ncclSum, comm_, s));
+    NCCL_CUDA_RETURN_IF_ERROR(nccl::LaunchFromBf16(bf16_, data, count, s));
+    return Track(s);
+  }
+
+  absl::Status ReduceScatterSumBf16(float* data, int64_t count,
+                                    void* stream) override {
+    RETURN_IF_ERROR(Failure());
+    cudaStream_t s = AsStream(stream);
+    const int64_t total = count * world_size_;
+    RETURN_IF_ERROR(ReserveBf16(total, s));
+    uint16_t* mine = static_cast<uint16_t*>(bf16_) + rank_ * count;
+    NCCL_CUDA_RETURN_IF_ERROR(nccl::LaunchToBf16(data, bf16_, total, s));
+    NCCL_RETURN_IF_ERROR(
+        comm_, ncclReduceScatter(bf16_, mine, static_cast<size_t>(count),
+                                 ncclBfloat16, ncclSum, comm_, s));
+    NCCL_CUDA_RETURN_IF_ERROR(
+        nccl::LaunchFromBf16(mine, data + rank_ * count, count, s));
+    return Track(s);
   }
 
   absl::Status AllGather(const float* in, float* out, int64_t count,
@@ -192,6 +226,28 @@ class NcclCommunicator final : public Communicator {
     cudaEvent_t done;
     std::chrono::steady_clock::time_point since;
   };
+
+  // A bf16 buffer of at least `count` values for the bf16 collectives,
+  // grown outside stream capture (the first, eager step reaches every
+  // bucket's size before a step is captured). Growing waits for the work
+  // on `stream` that may still read the old buffer.
+  absl::Status ReserveBf16(int64_t count, cudaStream_t stream) {
+    if (count <= bf16_capacity_) return absl::OkStatus();
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    NCCL_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nccl rank ", rank_, ": a bf16 collective of ", count,
+          " values first seen inside stream capture"));
+    }
+    NCCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    if (bf16_ != nullptr) NCCL_CUDA_RETURN_IF_ERROR(cudaFree(bf16_));
+    bf16_ = nullptr;
+    bf16_capacity_ = 0;
+    NCCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&bf16_, static_cast<size_t>(count) * 2));
+    bf16_capacity_ = count;
+    return absl::OkStatus();
+  }
 
   // The watchdog's verdict so far (OK while none).
   absl::Status Failure() {
@@ -257,6 +313,8 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t barrier_stream_ = nullptr;
   float* barrier_buf_ = nullptr;
+  void* bf16_ = nullptr;  // grad_comm = bf16: the values on the wire
+  int64_t bf16_capacity_ = 0;
   bool capturable_ = false;
 
   absl::Mutex mu_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/device/bf16.h"
 #include "runtime/cuda/cuda_device.h"
 
 namespace trainc {
@@ -68,6 +69,28 @@ TEST(NcclCommunicatorTest, SingleRankCollectives) {
   ASSERT_TRUE(d.Download(0, got.data(), 2 * n * 4).ok());
   EXPECT_EQ(0, std::memcmp(got.data(), host.data(), n * 4));
   EXPECT_EQ(0, std::memcmp(got.data() + n, host.data(), n * 4));
+
+  // ZeRO-1's in-place reduce-scatter and all-gather over one rank: the
+  // identity. bf16 gradients: each value rounded to bf16 (nearest even),
+  // exactly as runtime/device/bf16.h rounds on the host.
+  std::vector<float> odd(n);
+  for (int64_t i = 0; i < n; ++i) odd[i] = 1.0f + i / 1000.0f + 1.0f / 3000;
+  ASSERT_TRUE(d.Upload(0, odd.data(), n * 4).ok());
+  ASSERT_TRUE(d.ResetEvents(1).ok());
+  ASSERT_TRUE(d.RecordEvent(Stream::kCompute, 0).ok());
+  ASSERT_TRUE(d.WaitEvent(Stream::kComm, 0).ok());
+  ASSERT_TRUE(comm.ReduceScatterSum(a, n, stream).ok());
+  ASSERT_TRUE(comm.AllGather(a, a, n, stream).ok());
+  ASSERT_TRUE(comm.ReduceScatterSumBf16(a + n / 2, n / 2, stream).ok());
+  ASSERT_TRUE(comm.AllReduceSumBf16(a, n / 2, stream).ok());
+  ASSERT_TRUE(d.Synchronize().ok());
+  ASSERT_TRUE(d.Download(0, got.data(), n * 4).ok());
+  int64_t rounded = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], Bf16ToFloat(FloatToBf16(odd[i]))) << i;
+    rounded += got[i] != odd[i];
+  }
+  EXPECT_GT(rounded, n * 9 / 10);  // the values lie off bf16's grid
 }
 
 }  // namespace
