@@ -60,7 +60,7 @@ Compile:
 
 Override train { } fields (checked by the same rules as the file):
   --gpus N  --micro_batch N  --accumulate N  --global_batch N
-  --epochs N  --steps N  --lr X  --seed N  --bucket_mb X
+  --epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine PROFILE
   --deterministic true|false  --tf32 true|false
   --checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR
   (any train { } field name works as --FIELD VALUE, and so does a model
@@ -307,6 +307,7 @@ absl::StatusOr<Plan> LoadPlan(const Args& args, bool print_spec) {
   }
   if (print_spec) std::cout << DescribeSpec(*result.spec) << "\n";
   ASSIGN_OR_RETURN(PlanOptions options, PlanOptionsForDevice(args.train.device));
+  options.overlap = args.train.overlap;  // bucket_mb = auto costs what will run
   return BuildPlan(*result.spec, options);
 }
 

@@ -145,8 +145,13 @@ std::string DescribeSpec(const TrainSpec& spec) {
   } else {
     absl::StrAppend(&out, "schedule: constant\n");
   }
-  absl::StrAppend(&out, "buckets: ", FormatFloat(t.bucket_mb), " MB");
-  if (t.first_bucket_mb > 0) {
+  if (t.bucket_mb_auto) {
+    absl::StrAppend(&out, "buckets: auto (the least predicted step time on ",
+                    t.machine.empty() ? "the device's profile" : t.machine, ")");
+  } else {
+    absl::StrAppend(&out, "buckets: ", FormatFloat(t.bucket_mb), " MB");
+  }
+  if (!t.bucket_mb_auto && t.first_bucket_mb > 0) {
     absl::StrAppend(&out, " (first ", FormatFloat(t.first_bucket_mb), " MB)");
   }
   absl::StrAppend(&out, "\nseed: ", t.seed, ", deterministic: ",

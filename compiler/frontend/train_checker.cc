@@ -5,8 +5,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/cost/bundled_profiles.h"
 #include "compiler/frontend/batch_arithmetic.h"
 #include "compiler/frontend/did_you_mean.h"
 #include "compiler/frontend/setting.h"
@@ -19,7 +21,7 @@ const std::vector<std::string>& OverridableFields() {
       "epochs", "steps",        "lr",         "seed",
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
       "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
-      "checkpoint_dir", "zero", "grad_comm"};
+      "checkpoint_dir", "zero", "grad_comm", "machine"};
   return *fields;
 }
 
@@ -32,7 +34,7 @@ const std::vector<std::string>& TrainFields() {
       "epochs",   "steps",       "optimizer",  "schedule",
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
       "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
-      "checkpoint_keep", "checkpoint_dir", "zero", "grad_comm"};
+      "checkpoint_keep", "checkpoint_dir", "zero", "grad_comm", "machine"};
   return *fields;
 }
 
@@ -268,6 +270,58 @@ void CheckGradComm(const Setting& setting, std::string* grad_comm,
   *grad_comm = name;
 }
 
+// bucket_mb = auto | MB >= 0: a bare name or a number in the file, the
+// word or the number as a flag.
+void CheckBucketMb(const Setting& setting, TrainConfig* config,
+                   DiagnosticSink& sink) {
+  const char kHint[] =
+      "bucket_mb is a size in MB >= 0 (0: one bucket per parameter) or auto "
+      "(the planner picks the size with the least predicted step time)";
+  std::string word;
+  double number = 0;
+  if (setting.from_flag()) {
+    if (!absl::SimpleAtod(setting.flag_text, &number)) word = setting.flag_text;
+  } else if (setting.expr != nullptr &&
+             setting.expr->kind == ast::Expr::Kind::kName) {
+    word = setting.expr->text;
+  }
+  if (word == "auto") {
+    config->bucket_mb_auto = true;
+    return;
+  }
+  if (!word.empty()) {
+    ReportSetting(setting, sink,
+                  absl::StrCat("bucket_mb must be a number or auto, got '",
+                               word, "'"),
+                  ClosestMatch(word, {"auto"}).empty()
+                      ? std::string(kHint)
+                      : std::string("did you mean 'auto'?"));
+    return;
+  }
+  if (auto v = NumberAtLeast(setting, 0, true, sink)) {
+    config->bucket_mb = *v;
+    config->bucket_mb_auto = false;
+  }
+}
+
+// machine = "NAME" | "path/to/file.profile": a bundled profile's name is
+// checked here; a file is read by the planner.
+void CheckMachine(const Setting& setting, std::string* machine,
+                  DiagnosticSink& sink) {
+  std::optional<std::string> value = String(setting, sink);
+  if (!value) return;
+  const std::vector<std::string> names = cost::BundledProfileNames();
+  if (!Contains(names, *value) && !absl::StrContains(*value, '/') &&
+      !absl::EndsWith(*value, ".profile")) {
+    ReportSetting(setting, sink,
+                  absl::StrCat("unknown machine profile '", *value, "'"),
+                  absl::StrCat(SuggestionHint(*value, names, "bundled profiles"),
+                               " (or a path to a .profile file)"));
+    return;
+  }
+  *machine = *value;
+}
+
 class TrainChecker {
  public:
   TrainChecker(const ast::Block* block, DiagnosticSink& sink)
@@ -292,7 +346,10 @@ class TrainChecker {
       CheckSchedule(*s, &config_.schedule, sink_);
     }
     if (const Setting* s = Effective("bucket_mb")) {
-      if (auto v = NumberAtLeast(*s, 0, true, sink_)) config_.bucket_mb = *v;
+      CheckBucketMb(*s, &config_, sink_);
+    }
+    if (const Setting* s = Effective("machine")) {
+      CheckMachine(*s, &config_.machine, sink_);
     }
     if (const Setting* s = Effective("first_bucket_mb")) {
       if (auto v = NumberAtLeast(*s, 0, true, sink_)) {

@@ -233,6 +233,10 @@ struct Plan {
   bool deterministic = false;
   bool tf32 = false;
   double bucket_mb = 25.0;
+  // bucket_mb = auto: why the planner chose these buckets (the sizes tried,
+  // the predicted step and exposed communication, the machine profile);
+  // empty for a bucket_mb given as a number.
+  std::string bucket_choice;
   // The loss is the mean of global_batch x loss_terms terms: tokens per
   // sequence for a language model, 1 for a class label or mse.
   int64_t loss_terms = 1;

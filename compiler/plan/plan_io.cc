@@ -344,6 +344,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("grad_comm")) {  // absent: fp32
       ASSIGN_OR_RETURN(plan.grad_comm, f.Str("grad_comm"));
     }
+    if (r.fields.count("bucket_choice")) {  // absent: bucket_mb was a number
+      ASSIGN_OR_RETURN(plan.bucket_choice, f.Str("bucket_choice"));
+    }
   } else if (kw == "checkpoints") {
     ASSIGN_OR_RETURN(plan.checkpoints.every, f.Int("every"));
     ASSIGN_OR_RETURN(plan.checkpoints.keep, f.Int("keep"));
@@ -519,6 +522,9 @@ std::string PlanToText(const Plan& plan) {
                   plan.zero > 0 ? absl::StrCat(" zero=", plan.zero) : std::string(),
                   plan.grad_comm != "fp32" ? absl::StrCat(" grad_comm=", Quote(plan.grad_comm))
                                            : std::string(),
+                  plan.bucket_choice.empty()
+                      ? std::string()
+                      : absl::StrCat(" bucket_choice=", Quote(plan.bucket_choice)),
                   "\n");
   if (plan.checkpoints.every > 0) {  // absent: no checkpoints during the run
     absl::StrAppend(&out, "checkpoints every=", plan.checkpoints.every,

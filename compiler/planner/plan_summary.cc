@@ -103,6 +103,7 @@ std::string PlanSummary(const Plan& plan) {
                                                " of each bucket's update per rank")
                                 : std::string(),
                   ")\n");
+  if (!plan.bucket_choice.empty()) absl::StrAppend(&out, "  ", plan.bucket_choice, "\n");
   for (const Bucket& b : plan.buckets) {
     absl::StrAppend(&out, "  bucket ", b.id, ": ", Bytes(b.bytes),
                     b.shard_elems > 0 ? absl::StrCat(" (shard ", Bytes(b.shard_elems * 4), ")")

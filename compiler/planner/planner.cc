@@ -1,6 +1,7 @@
 #include "compiler/planner/planner.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -8,11 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/autodiff/autodiff.h"
+#include "compiler/cost/bundled_profiles.h"
+#include "compiler/cost/simulator.h"
 #include "compiler/graph/dce.h"
 #include "compiler/graph/graph.h"
 #include "compiler/graph/lower.h"
 #include "compiler/graph/pass.h"
 #include "compiler/plan/plan_io.h"
+#include "compiler/planner/bucket_search.h"
 #include "compiler/planner/bucketing.h"
 #include "compiler/planner/memory_plan.h"
 #include "compiler/util/status_macros.h"
@@ -53,21 +57,35 @@ bool IsPersistent(BufferKind kind) {
 // Turns a differentiated graph into a Plan; all state of one BuildPlan.
 class PlanBuilder {
  public:
-  PlanBuilder(const TrainSpec& spec, const Graph& graph, const PlanOptions& options)
+  PlanBuilder(const TrainSpec& spec, const Graph& graph, const PlanOptions& options,
+              const BucketSizes& sizes)
       : spec_(spec),
         graph_(graph),
         options_(options),
+        sizes_(sizes),
         accumulate_(static_cast<int>(spec.train.accumulate)),
         deterministic_(spec.train.deterministic),
         shared_(graph.values().size(), -1),
         slots_(graph.values().size()) {}
 
-  absl::StatusOr<Plan> Build() {
+  // The first half of Build: the config and which parameters share a
+  // bucket (each bucket's parameter value ids, in bucket order).
+  std::vector<std::vector<int>> AssignBuckets() {
     FillConfig();
     AssignGradientBuckets();
+    std::vector<std::vector<int>> members;
+    for (const BucketInfo& b : buckets_) members.push_back(b.params);
+    return members;
+  }
+
+  // The rest, after AssignBuckets. `for_costing`: only what the cost model
+  // reads (instructions, buffers and their shapes; no workspace sizes, no
+  // arena, no validation), for bucket_mb = auto's candidates.
+  absl::StatusOr<Plan> Build(bool for_costing = false) {
     CreatePersistentBuffers();
     for (int k = 0; k < accumulate_; ++k) EmitMicroStep(k);
     EmitOptimizer();
+    if (for_costing) return std::move(plan_);
     RETURN_IF_ERROR(SizeWorkspaces());
     PlanArena();
     RETURN_IF_ERROR(ValidatePlan(plan_));
@@ -95,7 +113,7 @@ class PlanBuilder {
     plan_.seed = t.seed;
     plan_.deterministic = t.deterministic;
     plan_.tf32 = t.tf32;
-    plan_.bucket_mb = t.bucket_mb;
+    plan_.bucket_mb = sizes_.bucket_mb;
     const OptimizerSpec& o = t.optimizer;
     OptimizerConfig& c = plan_.optimizer;
     c.kind = o.kind == OptimizerSpec::Kind::kSgd ? "sgd" : "adamw";
@@ -183,7 +201,7 @@ class PlanBuilder {
       std::vector<int64_t> bytes;
       for (int p : members_of_class) bytes.push_back(graph_.value(p).bytes());
       const BucketAssignment assignment =
-          AssignBuckets(bytes, spec_.train.bucket_mb, spec_.train.first_bucket_mb);
+          trainc::AssignBuckets(bytes, sizes_.bucket_mb, sizes_.first_bucket_mb);
       for (const std::vector<int>& members : assignment.buckets) {
         BucketInfo info;
         info.weight_decay = one_class ? o.weight_decay > 0 : decayed;
@@ -582,6 +600,7 @@ class PlanBuilder {
   const TrainSpec& spec_;
   const Graph& graph_;
   const PlanOptions& options_;
+  const BucketSizes sizes_;
   const int accumulate_;
   const bool deterministic_;
   Plan plan_;
@@ -593,6 +612,67 @@ class PlanBuilder {
   int64_t persistent_bytes_ = 0;
   int grad_sq_ = -1;  // clipping's step scalar
 };
+
+// The profile bucket_mb = auto costs its candidates on (planner.h).
+absl::StatusOr<cost::MachineProfile> AutoProfile(const TrainSpec& spec,
+                                                 const PlanOptions& options) {
+  if (options.machine != nullptr) return *options.machine;
+  const std::string& name = !spec.train.machine.empty() ? spec.train.machine
+                            : !options.default_machine.empty() ? options.default_machine
+                                                               : std::string(kDefaultMachine);
+  absl::StatusOr<cost::MachineProfile> profile = cost::LoadMachineProfile(name);
+  if (!profile.ok()) {
+    return absl::Status(profile.status().code(),
+                        absl::StrCat("bucket_mb = auto: ", profile.status().message()));
+  }
+  return profile;
+}
+
+// bucket_mb = auto: every candidate's plan (one per distinct bucketing),
+// replayed on the profile; the least predicted step wins (bucket_search.h).
+absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& graph,
+                                           const PlanOptions& options) {
+  ASSIGN_OR_RETURN(const cost::MachineProfile profile, AutoProfile(spec, options));
+  int64_t grad_bytes = 0;
+  for (int p : graph.parameters()) grad_bytes += graph.value(p).bytes();
+  const std::vector<BucketSizes> candidates = BucketCandidates(grad_bytes);
+  std::vector<CandidateCost> costs;
+  std::map<std::vector<std::vector<int>>, size_t> seen;  // bucketing -> first candidate
+  cost::SimulationOptions simulation;
+  simulation.world_size = spec.train.gpus;
+  simulation.overlap = options.overlap;
+  for (const BucketSizes& sizes : candidates) {
+    PlanBuilder builder(spec, graph, options, sizes);
+    auto [it, fresh] = seen.try_emplace(builder.AssignBuckets(), costs.size());
+    if (!fresh) {
+      CandidateCost same = costs[it->second];
+      same.sizes = sizes;
+      costs.push_back(same);
+      continue;
+    }
+    ASSIGN_OR_RETURN(const Plan plan, builder.Build(/*for_costing=*/true));
+    ASSIGN_OR_RETURN(const cost::StepPrediction p,
+                     cost::SimulateStep(plan, profile, simulation));
+    CandidateCost c;
+    c.sizes = sizes;
+    c.buckets = static_cast<int>(plan.buckets.size());
+    for (const Bucket& b : plan.buckets) {
+      c.largest_bucket_bytes = std::max(c.largest_bucket_bytes, b.bytes);
+    }
+    c.step_us = p.step_us;
+    c.exposed_us = p.exposed_us;
+    costs.push_back(c);
+  }
+  const size_t best = BestCandidate(costs);
+  PlanBuilder builder(spec, graph, options, costs[best].sizes);
+  builder.AssignBuckets();
+  ASSIGN_OR_RETURN(Plan plan, builder.Build());
+  plan.bucket_choice =
+      ExplainBucketChoice(costs, best, static_cast<int>(seen.size()),
+                          profile.name.empty() ? std::string("?") : profile.name,
+                          spec.train.gpus, options.overlap);
+  return plan;
+}
 
 }  // namespace
 
@@ -607,7 +687,10 @@ absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options
       1.0 / (static_cast<double>(spec.train.global_batch) *
              static_cast<double>(spec.model.loss_terms))));
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
-  return PlanBuilder(spec, graph, options).Build();
+  if (spec.train.bucket_mb_auto) return BuildAutoBucketedPlan(spec, graph, options);
+  PlanBuilder builder(spec, graph, options, {spec.train.bucket_mb, spec.train.first_bucket_mb});
+  builder.AssignBuckets();
+  return builder.Build();
 }
 
 }  // namespace trainc

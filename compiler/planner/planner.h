@@ -9,7 +9,9 @@
 //   - unroll `accumulate` micro-steps of load_batch -> forward -> backward;
 //     parameter gradients are written with accumulate=0 in micro-step 0 and
 //     accumulate=1 after (deterministic mode: slot k, always accumulate=0);
-//   - bucket the parameter gradients in backward order (bucketing.h) and,
+//   - bucket the parameter gradients in backward order (bucketing.h; with
+//     bucket_mb = auto, the sizes of least predicted step time,
+//     bucket_search.h) and,
 //     in the last micro-step only, issue each bucket's all_reduce on the
 //     comm stream right after the compute instruction that writes the
 //     bucket's last gradient (an event orders the two); then one optimizer
@@ -46,6 +48,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "compiler/cost/machine_profile.h"
 #include "compiler/plan/plan.h"
 #include "compiler/spec/train_spec.h"
 
@@ -66,7 +69,22 @@ struct PlanOptions {
   // instruction's outputs are then written during `instr`, and the memory
   // plan keeps them apart from everything `instr` touches.
   std::function<bool(const Plan& plan, const Instruction& instr)> writes_next_outputs;
+
+  // bucket_mb = auto (bucket_search.h) costs its candidates on a machine
+  // profile (compiler/cost): `machine` when set (a tool's own, as
+  // simulate --machine); else the file's train { machine }; else
+  // `default_machine` (the device's: train gives cpu_loopback for cpu and
+  // h100_nvlink_ib for cuda); else kDefaultMachine.
+  const cost::MachineProfile* machine = nullptr;
+  std::string default_machine;
+  // Whether the runtime overlaps the collectives with the backward pass
+  // (train --no-overlap: false), as the candidates are replayed.
+  bool overlap = true;
 };
+
+// bucket_mb = auto's profile when nothing names one: the machine the tests
+// and CPU runs of this repository use.
+inline constexpr char kDefaultMachine[] = "cpu_loopback";
 
 absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options = {});
 

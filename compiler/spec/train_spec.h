@@ -153,6 +153,14 @@ struct TrainConfig {
   ScheduleSpec schedule;
   double bucket_mb = 25.0;       // 0: one bucket per parameter
   double first_bucket_mb = 0.0;  // 0: same as bucket_mb (DDP's smaller first bucket when > 0)
+  // bucket_mb = auto: the planner picks bucket_mb and first_bucket_mb
+  // (both above are then ignored) for the least predicted step time on
+  // `machine` (compiler/cost; see PlanOptions in compiler/planner).
+  bool bucket_mb_auto = false;
+  // The machine profile bucket_mb = auto is costed on: a bundled name
+  // ("h100_nvlink_ib", compiler/cost/profiles) or a .profile file; empty:
+  // the device's default (PlanOptions::default_machine).
+  std::string machine;
   int64_t seed = 0;
   bool deterministic = false;
   bool tf32 = false;

@@ -185,6 +185,8 @@ int ReceivedStopSignal() { return g_stop_signal; }
 absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device) {
   ASSIGN_OR_RETURN(std::string kind, ResolveDevice(device, 1));
   PlanOptions options;
+  // bucket_mb = auto without a train { machine }: the device's profile.
+  options.default_machine = kind == "cuda" ? "h100_nvlink_ib" : "cpu_loopback";
   if (kind == "cuda") {
     options.workspace = CudaWorkspaceBytes;
   } else {

@@ -83,7 +83,9 @@ struct TrainSummary {
 // rank 0 only. Collective: every rank of the job must call it.
 // What the planner must know of the backend `device` ("cpu", "cuda" or
 // "auto", as --device) that will run the plan: the workspace its
-// convolution and pooling libraries need (oneDNN, cuDNN).
+// convolution and pooling libraries need (oneDNN, cuDNN), and the machine
+// profile bucket_mb = auto costs on when the file names none (cuda:
+// h100_nvlink_ib, cpu: cpu_loopback).
 absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device);
 
 // The signal (SIGTERM, SIGINT, SIGHUP) that stopped the last TrainRank, or

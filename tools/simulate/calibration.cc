@@ -11,21 +11,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compiler/util/status_macros.h"
-#include "tools/simulate/cost_model.h"
-#include "tools/simulate/simulator.h"
+#include "compiler/cost/cost_model.h"
+#include "compiler/cost/simulator.h"
 
 namespace trainc::simulate {
 namespace {
 
 // The step and byte factors of `algorithm`'s time: t = a α + b S β.
-std::pair<double, double> Factors(AllReduceAlgorithm algorithm, int64_t n) {
+std::pair<double, double> Factors(cost::AllReduceAlgorithm algorithm, int64_t n) {
   switch (algorithm) {
-    case AllReduceAlgorithm::kTree:
+    case cost::AllReduceAlgorithm::kTree:
       return {2.0 * std::ceil(std::log2(static_cast<double>(n))), 2.0};
-    case AllReduceAlgorithm::kWholeBufferRing:
+    case cost::AllReduceAlgorithm::kWholeBufferRing:
       return {double(n - 1), double(n - 1)};
-    case AllReduceAlgorithm::kRing:
-    case AllReduceAlgorithm::kAuto:
+    case cost::AllReduceAlgorithm::kRing:
+    case cost::AllReduceAlgorithm::kAuto:
       break;
   }
   return {2.0 * (n - 1), 2.0 * (n - 1) / n};
@@ -39,9 +39,9 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-absl::StatusOr<LinkProfile> FitAllReduce(AllReduceAlgorithm algorithm,
-                                         int64_t world_size,
-                                         const std::vector<CollectiveSample>& samples) {
+absl::StatusOr<cost::LinkProfile> FitAllReduce(
+    cost::AllReduceAlgorithm algorithm, int64_t world_size,
+    const std::vector<CollectiveSample>& samples) {
   if (world_size < 2) {
     return absl::InvalidArgumentError("a single rank sends nothing to fit α and β to");
   }
@@ -71,14 +71,14 @@ absl::StatusOr<LinkProfile> FitAllReduce(AllReduceAlgorithm algorithm,
         "all-reduce time does not grow with bytes in this trace: no bandwidth to fit");
   }
   const auto [a, b] = Factors(algorithm, world_size);
-  LinkProfile link;
+  cost::LinkProfile link;
   link.alpha_us = intercept / a;
   link.bandwidth_GBps = b / slope / 1e3;  // slope / b: µs per byte
   return link;
 }
 
 absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
-                                      const MachineProfile& base) {
+                                      const cost::MachineProfile& base) {
   RETURN_IF_ERROR(viz::CheckTraceMatchesPlan(trace, plan));
   Calibration c;
   c.profile = base;
@@ -117,7 +117,7 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
       it->second.first = std::min(it->second.first, e.ts_us);
       it->second.second = std::max(it->second.second, e.ts_us + e.dur_us);
     }
-    if (plan.instructions[e.instr].op != "all_reduce") continue;
+    if (!cost::IsCollective(plan.instructions[e.instr])) continue;
     Collective& col = collective[{e.step, e.instr}];
     col.first_start = std::min(col.first_start, e.ts_us);
     col.last_start = std::max(col.last_start, e.ts_us);
@@ -127,7 +127,7 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
   // arrival to the end.
   std::map<std::pair<int, int64_t>, std::vector<std::pair<double, double>>> moving;
   for (const viz::TraceEvent& e : trace.events) {
-    if (plan.instructions[e.instr].op != "all_reduce") continue;
+    if (!cost::IsCollective(plan.instructions[e.instr])) continue;
     const Collective& col = collective[{e.step, e.instr}];
     moving[{e.rank, e.step}].emplace_back(col.last_start, e.ts_us + e.dur_us);
   }
@@ -135,7 +135,7 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
   // Compute: measured over modelled, per op, against the unscaled model,
   // from the events that ran while no collective moved data (all of an
   // op's events if none did); then the contention from the others.
-  MachineProfile unscaled = base;
+  cost::MachineProfile unscaled = base;
   unscaled.scale.clear();
   struct Sample {
     const Instruction* instr;
@@ -144,12 +144,12 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
   std::vector<Sample> samples;
   for (const viz::TraceEvent& e : trace.events) {
     const Instruction& in = plan.instructions[e.instr];
-    if (in.op == "all_reduce" || e.rank == c.slowest_rank) continue;
+    if (cost::IsCollective(in) || e.rank == c.slowest_rank) continue;
     double contended = 0;
     for (const auto& [begin, end] : moving[{e.rank, e.step}]) {
       contended += std::max(0.0, std::min(end, e.ts_us + e.dur_us) - std::max(begin, e.ts_us));
     }
-    samples.push_back({&in, e.dur_us, EstimateCompute(plan, in, unscaled).us, contended});
+    samples.push_back({&in, e.dur_us, cost::EstimateCompute(plan, in, unscaled).us, contended});
   }
   std::map<std::string, OpCalibration> by_op, uncontended;
   for (const Sample& s : samples) {
@@ -187,17 +187,29 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
 
   // The network.
   const int64_t world = trace.world_size > 0 ? trace.world_size : plan.world_size;
+  // Fitted on the buckets' all-reduces (what each moves: half the bucket
+  // under grad_comm = bf16); ZeRO-1's reduce-scatters and all-gathers, and
+  // the all-reduce of one scalar, follow other formulas and are left out.
   std::vector<CollectiveSample> collective_samples;
+  const double width = plan.grad_comm == "bf16" ? 0.5 : 1.0;
   for (const auto& [key, col] : collective) {
     const Instruction& in = plan.instructions[key.second];
-    const int b = static_cast<int>(in.attrs.at("bucket"));
-    collective_samples.push_back({static_cast<double>(plan.buckets[b].bytes), col.shortest});
+    auto bucket = in.attrs.find("bucket");
+    if (in.op != "all_reduce" || bucket == in.attrs.end()) continue;
+    const int b = static_cast<int>(bucket->second);
+    if (b < 0 || b >= static_cast<int>(plan.buckets.size())) continue;
+    collective_samples.push_back(
+        {static_cast<double>(plan.buckets[b].bytes) * width, col.shortest});
   }
   c.collective_samples = static_cast<int>(collective_samples.size());
   if (plan.deterministic) {
     c.network_note = "deterministic all-reduces (all-gather + ordered sum) are not fitted";
+  } else if (plan.zero > 0) {
+    c.network_note = "zero = 1 has no bucket all-reduce to fit (reduce-scatters and "
+                     "all-gathers are not fitted); the base profile's α and β stay";
   } else {
-    absl::StatusOr<LinkProfile> link = FitAllReduce(base.all_reduce, world, collective_samples);
+    absl::StatusOr<cost::LinkProfile> link =
+        FitAllReduce(base.all_reduce, world, collective_samples);
     if (link.ok()) {
       (world <= base.ranks_per_node ? c.profile.intra : c.profile.inter) = *link;
       c.network_fitted = true;
@@ -235,10 +247,10 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
     for (double p : periods) sum += p;
     c.measured_step_us = sum / periods.size();
     c.profile.step_overhead_us = 0;
-    SimulationOptions options;
+    cost::SimulationOptions options;
     options.world_size = world;
     options.overlap = c.overlap;
-    ASSIGN_OR_RETURN(StepPrediction replay, SimulateStep(plan, c.profile, options));
+    ASSIGN_OR_RETURN(cost::StepPrediction replay, cost::SimulateStep(plan, c.profile, options));
     c.profile.step_overhead_us = std::max(0.0, c.measured_step_us - replay.step_us);
     c.step_overhead_fitted = true;
   }
@@ -257,11 +269,11 @@ std::string FormatCalibration(const Calibration& c, const std::string& trace_nam
                               op.measured_us / op.events, op.modelled_us / op.events,
                               op.modelled_us > 0 ? op.measured_us / op.modelled_us : 0.0));
   }
-  const LinkProfile& link = c.profile.LinkFor(world_size);
+  const cost::LinkProfile& link = c.profile.LinkFor(world_size);
   if (c.network_fitted) {
     absl::StrAppend(&out, absl::StrFormat(
         "  all-reduce (%s, %d samples): alpha %.2f us, bus bandwidth %.3f GB/s\n",
-        AllReduceAlgorithmName(c.profile.all_reduce), c.collective_samples,
+        cost::AllReduceAlgorithmName(c.profile.all_reduce), c.collective_samples,
         link.alpha_us, link.bandwidth_GBps));
   } else {
     absl::StrAppend(&out, "  all-reduce: not fitted (", c.network_note,

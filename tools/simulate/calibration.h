@@ -15,12 +15,14 @@
 //     arrival to its end); how much longer the other events took than the
 //     scaled model gives the slowdown;
 //   - α and β of the link class the trace's world size runs on, by least
-//     squares of all-reduce time against bucket bytes. A rank that reaches
+//     squares of the buckets' all-reduce time against the bytes each moves
+//     (half the bucket under grad_comm = bf16). A rank that reaches
 //     a collective early waits inside it for the others, so each
 //     all-reduce's sample is its shortest duration over the ranks: the
 //     last rank to arrive waits for nobody. Needs two or more ranks and two
-//     or more distinct bucket sizes; otherwise the base's α and β stay and
-//     the report says why;
+//     or more distinct bucket sizes, and bucket all-reduces (not zero = 1's
+//     reduce-scatters and all-gathers, nor deterministic mode's gathers);
+//     otherwise the base's α and β stay and the report says why;
 //   - compute.step_overhead_us: what the replay of the fitted instructions
 //     does not explain: the measured period of the traced steps (rank 0,
 //     start to start) minus the replayed step. It holds the host's gap
@@ -40,7 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
-#include "tools/simulate/machine_profile.h"
+#include "compiler/cost/machine_profile.h"
 #include "tools/viz/trace_reader.h"
 
 namespace trainc::simulate {
@@ -57,9 +59,9 @@ struct CollectiveSample {
 // byte factors (auto is fitted as ring). A negative intercept is clamped
 // to α = 0 and the slope refitted through the origin. Errors: fewer than
 // two distinct sizes, world_size < 2, or no positive slope.
-absl::StatusOr<LinkProfile> FitAllReduce(AllReduceAlgorithm algorithm,
-                                         int64_t world_size,
-                                         const std::vector<CollectiveSample>& samples);
+absl::StatusOr<cost::LinkProfile> FitAllReduce(
+    cost::AllReduceAlgorithm algorithm, int64_t world_size,
+    const std::vector<CollectiveSample>& samples);
 
 struct OpCalibration {
   std::string op;
@@ -69,7 +71,7 @@ struct OpCalibration {
 };
 
 struct Calibration {
-  MachineProfile profile;           // the base with the fitted values
+  cost::MachineProfile profile;     // the base with the fitted values
   std::vector<OpCalibration> ops;   // by op name
   int collective_samples = 0;
   bool network_fitted = false;
@@ -84,7 +86,7 @@ struct Calibration {
 
 // `trace` must be a trace of `plan` (viz::CheckTraceMatchesPlan).
 absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
-                                      const MachineProfile& base);
+                                      const cost::MachineProfile& base);
 
 // A table of the fit, for the terminal.
 std::string FormatCalibration(const Calibration& calibration,

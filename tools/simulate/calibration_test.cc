@@ -3,38 +3,39 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tools/simulate/cost_model.h"
-#include "tools/simulate/simulator.h"
-#include "tools/simulate/test_plan.h"
+#include "compiler/cost/cost_model.h"
+#include "compiler/cost/simulator.h"
+#include "compiler/cost/test_plan.h"
 
 namespace trainc::simulate {
 namespace {
 
-using testing::TwoStreamPlan;
-using testing::UnitProfile;
+using cost::testing::TwoStreamPlan;
+using cost::testing::UnitProfile;
 
 // Synthetic all-reduces of three sizes, timed by `link` and `algorithm`.
-std::vector<CollectiveSample> Samples(AllReduceAlgorithm algorithm, int64_t n,
-                                      const LinkProfile& link) {
-  MachineProfile p = UnitProfile(0, 1);
+std::vector<CollectiveSample> Samples(cost::AllReduceAlgorithm algorithm, int64_t n,
+                                      const cost::LinkProfile& link) {
+  cost::MachineProfile p = UnitProfile(0, 1);
   p.all_reduce = algorithm;
   p.intra = p.inter = link;
   std::vector<CollectiveSample> samples;
   for (double bytes : {1600.0, 136192.0, 802816.0}) {
     for (int repeat = 0; repeat < 3; ++repeat) {
-      samples.push_back({bytes, AllReduceUs(p, n, bytes)});
+      samples.push_back({bytes, cost::AllReduceUs(p, n, bytes)});
     }
   }
   return samples;
 }
 
 TEST(FitAllReduceTest, RecoversAlphaAndBetaOfEachAlgorithm) {
-  const LinkProfile truth{/*alpha_us=*/30, /*bandwidth_GBps=*/2};
-  for (AllReduceAlgorithm a : {AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree,
-                               AllReduceAlgorithm::kWholeBufferRing}) {
+  const cost::LinkProfile truth{/*alpha_us=*/30, /*bandwidth_GBps=*/2};
+  for (cost::AllReduceAlgorithm a :
+       {cost::AllReduceAlgorithm::kRing, cost::AllReduceAlgorithm::kTree,
+        cost::AllReduceAlgorithm::kWholeBufferRing}) {
     for (int64_t n : {2, 4, 64}) {
-      SCOPED_TRACE(absl::StrCat(AllReduceAlgorithmName(a), " on ", n));
-      LinkProfile fit = FitAllReduce(a, n, Samples(a, n, truth)).value();
+      SCOPED_TRACE(absl::StrCat(cost::AllReduceAlgorithmName(a), " on ", n));
+      cost::LinkProfile fit = FitAllReduce(a, n, Samples(a, n, truth)).value();
       EXPECT_NEAR(fit.alpha_us, truth.alpha_us, 1e-6);
       EXPECT_NEAR(fit.bandwidth_GBps, truth.bandwidth_GBps, 1e-9);
     }
@@ -49,7 +50,7 @@ TEST(FitAllReduceTest, LeastSquaresThroughNoise) {
     const double bytes = 10000.0 * (i % 8 + 1);
     samples.push_back({bytes, 2 * 20 + bytes / 1e3 + ((i / 8) % 2 ? 5 : -5)});
   }
-  LinkProfile fit = FitAllReduce(AllReduceAlgorithm::kRing, 2, samples).value();
+  cost::LinkProfile fit = FitAllReduce(cost::AllReduceAlgorithm::kRing, 2, samples).value();
   EXPECT_NEAR(fit.alpha_us, 20, 0.5);
   EXPECT_NEAR(fit.bandwidth_GBps, 1, 0.01);
 }
@@ -58,16 +59,16 @@ TEST(FitAllReduceTest, NegativeInterceptMeansNoLatency) {
   // 2 ranks, whole-buffer ring: time = α + S β with the points below the
   // origin's line at small sizes.
   std::vector<CollectiveSample> samples = {{1000, 0.5}, {2000, 2.5}, {4000, 4.0}};
-  LinkProfile fit =
-      FitAllReduce(AllReduceAlgorithm::kWholeBufferRing, 2, samples).value();
+  cost::LinkProfile fit =
+      FitAllReduce(cost::AllReduceAlgorithm::kWholeBufferRing, 2, samples).value();
   EXPECT_EQ(fit.alpha_us, 0);
   EXPECT_GT(fit.bandwidth_GBps, 0);
 }
 
 TEST(FitAllReduceTest, NeedsTwoSizesAndTwoRanks) {
-  EXPECT_FALSE(FitAllReduce(AllReduceAlgorithm::kRing, 2, {{100, 5}, {100, 6}}).ok());
-  EXPECT_FALSE(FitAllReduce(AllReduceAlgorithm::kRing, 1, {{100, 5}, {200, 6}}).ok());
-  EXPECT_FALSE(FitAllReduce(AllReduceAlgorithm::kRing, 2, {{100, 6}, {200, 5}}).ok());
+  EXPECT_FALSE(FitAllReduce(cost::AllReduceAlgorithm::kRing, 2, {{100, 5}, {100, 6}}).ok());
+  EXPECT_FALSE(FitAllReduce(cost::AllReduceAlgorithm::kRing, 1, {{100, 5}, {200, 6}}).ok());
+  EXPECT_FALSE(FitAllReduce(cost::AllReduceAlgorithm::kRing, 2, {{100, 6}, {200, 5}}).ok());
 }
 
 // A two-rank trace of `plan` (relu -> all_reduce -> tanh) over `steps`
@@ -110,7 +111,7 @@ viz::Trace SyntheticTrace(const Plan& plan, int steps, double late_us) {
 TEST(CalibrateTest, RecoversOpScalesAndStepOverhead) {
   const Plan plan = TwoStreamPlan({{"relu"}}, true, {{"tanh"}}, 100000, 2);
   // The base has the true network (one bucket size cannot fit it).
-  MachineProfile base = UnitProfile(40, 0.5);
+  cost::MachineProfile base = UnitProfile(40, 0.5);
   base.scale["relu"] = 7;  // the base's own scale is replaced, not multiplied
   Calibration c = Calibrate(plan, SyntheticTrace(plan, 5, 0), base).value();
   // The unscaled model says 1 us for each: the scale is the measured time.
@@ -139,8 +140,8 @@ TEST(CalibrateTest, RecoversAlphaAndBetaFromTheLastArrival) {
     EXPECT_NEAR(c.profile.rank_imbalance, 70.0 / 500, 1e-9);
     samples.push_back({static_cast<double>(bytes), 40 + bytes / 500.0});
   }
-  LinkProfile fit =
-      FitAllReduce(AllReduceAlgorithm::kWholeBufferRing, 2, samples).value();
+  cost::LinkProfile fit =
+      FitAllReduce(cost::AllReduceAlgorithm::kWholeBufferRing, 2, samples).value();
   EXPECT_NEAR(fit.alpha_us, 40, 1e-9);
   EXPECT_NEAR(fit.bandwidth_GBps, 0.5, 1e-12);
 }

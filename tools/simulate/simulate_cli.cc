@@ -18,10 +18,10 @@
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/planner.h"
 #include "compiler/util/status_macros.h"
-#include "tools/simulate/bundled_profiles.h"
+#include "compiler/cost/bundled_profiles.h"
 #include "tools/simulate/calibration.h"
-#include "tools/simulate/machine_profile.h"
-#include "tools/simulate/simulator.h"
+#include "compiler/cost/machine_profile.h"
+#include "compiler/cost/simulator.h"
 #include "tools/viz/timeline.h"
 #include "tools/viz/trace_reader.h"
 
@@ -50,10 +50,13 @@ constexpr char kUsageTail[] = R"(
   --write-profile FILE    write the calibrated profile (with --calibrate)
   --no-overlap            all-reduces after the whole backward, as
                           train --no-overlap
-  --bucket-mb X[,Y...]    override the file's bucket_mb; several values print
-                          one table each and a comparison
+  --bucket-mb X[,Y...]    override the file's bucket_mb (a size in MB, or auto:
+                          the planner's search, on this --machine, per world
+                          size); several values print one table each and a
+                          comparison
   --FIELD VALUE           any train { } field or model constant, as train takes
-                          it (--micro_batch 16, --accumulate 4, --tf32 true)
+                          it (--micro_batch 16, --accumulate 4, --tf32 true,
+                          --zero 1, --grad_comm bf16)
   -h, --help              this help
 
 Columns: step time (a step's period: both streams drained, plus the host's
@@ -72,23 +75,20 @@ absl::StatusOr<std::vector<std::string>> SplitList(const std::string& flag,
 }
 
 // The profile named by --machine: a bundled name, else a file.
-absl::StatusOr<MachineProfile> LoadProfile(const std::string& machine) {
-  for (const BundledProfile& b : BundledProfiles()) {
-    if (machine == b.name) return ParseMachineProfile(b.text, b.path);
+absl::StatusOr<cost::MachineProfile> LoadProfile(const std::string& machine) {
+  absl::StatusOr<cost::MachineProfile> profile = cost::LoadMachineProfile(machine);
+  if (!profile.ok()) {
+    return absl::Status(profile.status().code(),
+                        absl::StrCat("--machine ", machine, ": ", profile.status().message()));
   }
-  if (absl::StrContains(machine, '/') || absl::EndsWith(machine, ".profile")) {
-    return ReadMachineProfile(machine);
-  }
-  std::vector<std::string> names;
-  for (const BundledProfile& b : BundledProfiles()) names.push_back(b.name);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--machine ", machine, ": no such bundled profile (", absl::StrJoin(names, ", "),
-      ") and not a file path (a path has a '/' or ends in .profile)"));
+  return profile;
 }
 
-// A .train file through the front end and the planner, as train does; any
-// other file is read as a compiled plan.
-absl::StatusOr<Plan> LoadPlan(const std::string& file, const Overrides& overrides) {
+// A .train file through the front end and the planner, as train does
+// (bucket_mb = auto costed on `profile` with the overlap asked); any other
+// file is read as a compiled plan.
+absl::StatusOr<Plan> LoadPlan(const std::string& file, const Overrides& overrides,
+                              const cost::MachineProfile& profile, bool overlap) {
   if (!absl::EndsWith(file, ".train")) {
     if (!overrides.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -102,7 +102,10 @@ absl::StatusOr<Plan> LoadPlan(const std::string& file, const Overrides& override
     return absl::InvalidArgumentError(absl::StrCat(
         file, " does not compile:\n", FormatDiagnostics(result.diagnostics, result.source)));
   }
-  absl::StatusOr<Plan> plan = BuildPlan(*result.spec);
+  PlanOptions options;
+  options.machine = &profile;
+  options.overlap = overlap;
+  absl::StatusOr<Plan> plan = BuildPlan(*result.spec, options);
   if (!plan.ok()) {
     return absl::Status(plan.status().code(),
                         absl::StrCat(file, ": planning failed: ", plan.status().message()));
@@ -111,26 +114,28 @@ absl::StatusOr<Plan> LoadPlan(const std::string& file, const Overrides& override
 }
 
 struct Row {
+  std::string bucket_choice;  // bucket_mb = auto's reason at this size
   int64_t gpus = 1;
   int64_t global_batch = 0;
-  StepPrediction prediction;
+  cost::StepPrediction prediction;
 };
 
 // The plan for `gpus` ranks: recompiled from a .train file, or a plan
 // file's own plan run on that many ranks (the same per-rank work).
 absl::StatusOr<Row> Simulate(const SimulateArgs& args, Overrides overrides, int64_t gpus,
-                             const MachineProfile& profile) {
+                             const cost::MachineProfile& profile) {
   const bool train_file = absl::EndsWith(args.input, ".train");
   if (train_file) overrides.emplace_back("gpus", absl::StrCat(gpus));
-  ASSIGN_OR_RETURN(Plan plan, LoadPlan(args.input, overrides));
+  ASSIGN_OR_RETURN(Plan plan, LoadPlan(args.input, overrides, profile, args.overlap));
   Row row;
+  row.bucket_choice = plan.bucket_choice;
   row.gpus = gpus;
   row.global_batch =
       train_file ? plan.global_batch : plan.global_batch / plan.world_size * gpus;
-  SimulationOptions options;
+  cost::SimulationOptions options;
   options.world_size = gpus;
   options.overlap = args.overlap;
-  ASSIGN_OR_RETURN(row.prediction, SimulateStep(plan, profile, options));
+  ASSIGN_OR_RETURN(row.prediction, cost::SimulateStep(plan, profile, options));
   return row;
 }
 
@@ -144,7 +149,7 @@ std::string FormatTable(const std::vector<Row>& rows, const Row& one_rank) {
                                     "all-reduce(ms)", "hidden(ms)", "exposed(ms)",
                                     "efficiency");
   for (const Row& r : rows) {
-    const StepPrediction& p = r.prediction;
+    const cost::StepPrediction& p = r.prediction;
     absl::StrAppend(&out, absl::StrFormat(
         "%6d %12d %10.3f %13.3f %15.3f %11.3f %12.3f %10.1f%%\n", r.gpus, r.global_batch,
         p.step_us / 1e3, p.backward_us / 1e3, p.all_reduce_us / 1e3, p.hidden_us / 1e3,
@@ -156,8 +161,17 @@ std::string FormatTable(const std::vector<Row>& rows, const Row& one_rank) {
 std::string DescribePlan(const Plan& plan) {
   int64_t grad_bytes = 0;
   for (const Bucket& b : plan.buckets) grad_bytes += b.bytes;
-  return absl::StrFormat("bucket_mb %g: %d buckets, %.2f MiB of gradients", plan.bucket_mb,
-                         plan.buckets.size(), grad_bytes / 1048576.0);
+  std::string out =
+      plan.bucket_choice.empty()
+          ? absl::StrFormat("bucket_mb %g: %d buckets, %.2f MiB of gradients", plan.bucket_mb,
+                            plan.buckets.size(), grad_bytes / 1048576.0)
+          : absl::StrFormat("bucket_mb auto (chosen per world size, below), %.2f MiB of "
+                            "gradients", grad_bytes / 1048576.0);
+  if (plan.zero > 0) {
+    absl::StrAppend(&out, ", ZeRO-1 (reduce-scatter, sharded optimizer, all-gather)");
+  }
+  if (plan.grad_comm != "fp32") absl::StrAppend(&out, ", ", plan.grad_comm, " gradients");
+  return out;
 }
 
 // The period of traced steps on rank 0: start of one to start of the next.
@@ -179,8 +193,8 @@ double MeasuredStepUs(const viz::Trace& trace) {
   return n > 0 ? sum / n : 0;
 }
 
-absl::StatusOr<MachineProfile> CalibrateProfile(const SimulateArgs& args,
-                                                const MachineProfile& base,
+absl::StatusOr<cost::MachineProfile> CalibrateProfile(const SimulateArgs& args,
+                                                const cost::MachineProfile& base,
                                                 std::ostream& out) {
   ASSIGN_OR_RETURN(viz::Trace trace, viz::ReadTraceFile(args.calibrate));
   int64_t world = trace.world_size;
@@ -189,7 +203,7 @@ absl::StatusOr<MachineProfile> CalibrateProfile(const SimulateArgs& args,
   }
   Overrides overrides = args.overrides;
   if (absl::EndsWith(args.input, ".train")) overrides.emplace_back("gpus", absl::StrCat(world));
-  ASSIGN_OR_RETURN(Plan plan, LoadPlan(args.input, overrides));
+  ASSIGN_OR_RETURN(Plan plan, LoadPlan(args.input, overrides, base, args.overlap));
   absl::StatusOr<Calibration> fit = Calibrate(plan, trace, base);
   if (!fit.ok()) {
     return absl::Status(fit.status().code(),
@@ -198,10 +212,10 @@ absl::StatusOr<MachineProfile> CalibrateProfile(const SimulateArgs& args,
   out << FormatCalibration(*fit, args.calibrate, world);
 
   // The fit against its own run: measured (the trace, rank 0) vs predicted.
-  SimulationOptions options;
+  cost::SimulationOptions options;
   options.world_size = world;
   options.overlap = args.overlap;
-  ASSIGN_OR_RETURN(StepPrediction p, SimulateStep(plan, fit->profile, options));
+  ASSIGN_OR_RETURN(cost::StepPrediction p, cost::SimulateStep(plan, fit->profile, options));
   const std::vector<viz::RankOverlap> measured = viz::ComputeOverlap(trace);
   if (!measured.empty()) {
     const viz::RankOverlap& m = measured[0];
@@ -214,7 +228,7 @@ absl::StatusOr<MachineProfile> CalibrateProfile(const SimulateArgs& args,
   }
   if (!args.write_profile.empty()) {
     std::ofstream file(args.write_profile);
-    file << FormatMachineProfile(
+    file << cost::FormatMachineProfile(
         fit->profile,
         absl::StrCat("Calibrated by tools/simulate from ", args.calibrate, " (", args.input,
                      ", ", world, world == 1 ? " rank" : " ranks", "), starting from the ",
@@ -233,7 +247,7 @@ absl::StatusOr<MachineProfile> CalibrateProfile(const SimulateArgs& args,
 
 std::string SimulateUsage() {
   std::vector<std::string> names;
-  for (const BundledProfile& b : BundledProfiles()) names.push_back(b.name);
+  for (const cost::BundledProfile& b : cost::BundledProfiles()) names.push_back(b.name);
   return absl::StrCat(kUsage, absl::StrJoin(names, ", "), kUsageTail);
 }
 
@@ -309,7 +323,7 @@ absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv
 }
 
 absl::Status RunSimulate(const SimulateArgs& args, std::ostream& out, std::ostream& err) {
-  ASSIGN_OR_RETURN(MachineProfile profile, LoadProfile(args.machine));
+  ASSIGN_OR_RETURN(cost::MachineProfile profile, LoadProfile(args.machine));
   if (!args.calibrate.empty()) {
     ASSIGN_OR_RETURN(profile, CalibrateProfile(args, profile, out));
   }
@@ -325,7 +339,7 @@ absl::Status RunSimulate(const SimulateArgs& args, std::ostream& out, std::ostre
   for (const std::string& bucket_mb : buckets) {
     Overrides overrides = args.overrides;
     if (!bucket_mb.empty()) overrides.emplace_back("bucket_mb", bucket_mb);
-    ASSIGN_OR_RETURN(Plan first, LoadPlan(args.input, overrides));
+    ASSIGN_OR_RETURN(Plan first, LoadPlan(args.input, overrides, profile, args.overlap));
     ASSIGN_OR_RETURN(Row one_rank, Simulate(args, overrides, 1, profile));
     std::vector<Row> rows;
     for (int64_t n : gpus) {
@@ -337,9 +351,13 @@ absl::Status RunSimulate(const SimulateArgs& args, std::ostream& out, std::ostre
       rows.push_back(std::move(row));
     }
     out << absl::StrFormat("%s on %s (%s all-reduce, overlap %s), %s\n", first.model,
-                           profile.name, AllReduceAlgorithmName(profile.all_reduce),
+                           profile.name, cost::AllReduceAlgorithmName(profile.all_reduce),
                            args.overlap ? "on" : "off", DescribePlan(first));
-    out << FormatTable(rows, one_rank) << "\n";
+    out << FormatTable(rows, one_rank);
+    for (const Row& r : rows) {
+      if (!r.bucket_choice.empty()) out << "  " << r.bucket_choice << "\n";
+    }
+    out << "\n";
     tables.emplace_back(bucket_mb, std::move(rows));
   }
   if (tables.size() > 1) {
@@ -352,7 +370,7 @@ absl::Status RunSimulate(const SimulateArgs& args, std::ostream& out, std::ostre
     for (size_t i = 0; i < gpus.size(); ++i) {
       out << absl::StrFormat("%6d", gpus[i]);
       for (const auto& [bucket_mb, rows] : tables) {
-        const StepPrediction& p = rows[i].prediction;
+        const cost::StepPrediction& p = rows[i].prediction;
         out << absl::StrFormat(" %20s", absl::StrFormat("%.2f (%.2f)", p.step_us / 1e3,
                                                         p.exposed_us / 1e3));
       }

@@ -1,9 +1,9 @@
-#include "tools/simulate/cost_model.h"
+#include "compiler/cost/cost_model.h"
 
 #include "gtest/gtest.h"
-#include "tools/simulate/test_plan.h"
+#include "compiler/cost/test_plan.h"
 
-namespace trainc::simulate {
+namespace trainc::cost {
 namespace {
 
 // α = 2 us, 1 GB/s = 1000 bytes/us, S = 1 MB: S β = 1000 us.
@@ -110,5 +110,36 @@ TEST(ComputeCostTest, AllReduceInstructionFollowsWorldAndDeterminism) {
   EXPECT_DOUBLE_EQ(InstructionUs(plan, all_reduce, p, 2), 49 + 2 + 4);
 }
 
+TEST(ComputeCostTest, ZeroCollectivesAndBf16Gradients) {
+  // One bucket of 1000 bytes on 2 ranks, α 49 us, 1 GB/s (1 us per 1000 B).
+  Plan plan = testing::TwoStreamPlan({{"relu"}}, true, {}, 1000, 2);
+  MachineProfile gloo = testing::UnitProfile(/*alpha_us=*/49, /*bandwidth_GBps=*/1);
+  Instruction in = plan.instructions[1];
+  // Gloo's halving-doubling reduce-scatter: ⌈log2 2⌉ α + (1/2) S β.
+  in.op = "reduce_scatter";
+  EXPECT_DOUBLE_EQ(InstructionUs(plan, in, gloo, 2), 49 + 0.5);
+  EXPECT_DOUBLE_EQ(InstructionUs(plan, in, gloo, 4), 2 * 49 + 0.75);
+  MachineProfile nccl = gloo;
+  nccl.all_reduce = AllReduceAlgorithm::kRing;  // NCCL: a ring, (n-1) α
+  EXPECT_DOUBLE_EQ(InstructionUs(plan, in, nccl, 4), 3 * 49 + 0.75);
+  // The parameter all-gather: a ring in both, fp32 whatever grad_comm.
+  in.op = "all_gather";
+  EXPECT_DOUBLE_EQ(InstructionUs(plan, in, gloo, 4), 3 * 49 + 0.75);
+  plan.grad_comm = "bf16";
+  EXPECT_DOUBLE_EQ(InstructionUs(plan, in, gloo, 4), 3 * 49 + 0.75);
+  // bf16 gradients: half the bytes through the reduce-scatter and the
+  // all-reduce.
+  in.op = "reduce_scatter";
+  EXPECT_DOUBLE_EQ(InstructionUs(plan, in, gloo, 2), 49 + 0.25);
+  in.op = "all_reduce";
+  EXPECT_DOUBLE_EQ(InstructionUs(plan, in, gloo, 2), 49 + 0.5);
+  // Without a bucket: the one scalar it sums (grad_sq), fp32.
+  in.attrs.clear();
+  plan.buffers[in.inputs[0]].bytes = 4;
+  EXPECT_DOUBLE_EQ(InstructionUs(plan, in, gloo, 2), 49 + 0.004);
+  EXPECT_TRUE(IsCollective(in));
+  EXPECT_FALSE(IsCollective(plan.instructions[0]));
+}
+
 }  // namespace
-}  // namespace trainc::simulate
+}  // namespace trainc::cost

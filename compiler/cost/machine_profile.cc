@@ -1,4 +1,4 @@
-#include "tools/simulate/machine_profile.h"
+#include "compiler/cost/machine_profile.h"
 
 #include <cmath>
 #include <fstream>
@@ -19,7 +19,7 @@
 #include "compiler/frontend/did_you_mean.h"
 #include "compiler/ops/op_table.h"
 
-namespace trainc::simulate {
+namespace trainc::cost {
 namespace {
 
 constexpr ops::OpCategory kCategories[] = {
@@ -276,4 +276,4 @@ std::string FormatMachineProfile(const MachineProfile& p, const std::string& hea
   return out;
 }
 
-}  // namespace trainc::simulate
+}  // namespace trainc::cost

@@ -23,21 +23,26 @@
 // a collective moves data (from the last arrival to its end), the rank's
 // compute runs 1 + compute.comm_contention times slower.
 //
+// A collective is any instruction of op category kCollective
+// (IsCollective, cost_model.h): a bucket's all_reduce or reduce_scatter,
+// ZeRO-1's all_gather and its all_reduce of grad_sq. With overlap off the
+// executor holds back only the bucket collectives issued before the last
+// backward instruction.
+//
 // The reported numbers are the typical rank's, and mean what tools/viz's
-// overlap table means for a measured trace (tools/viz/timeline.h),
-// computed by the same code.
-#ifndef TRAINC_TOOLS_SIMULATE_SIMULATOR_H_
-#define TRAINC_TOOLS_SIMULATE_SIMULATOR_H_
+// overlap table means for a measured trace (tools/viz/timeline.h): the
+// same intervals (intervals.h) of the same events.
+#ifndef TRAINC_COMPILER_COST_SIMULATOR_H_
+#define TRAINC_COMPILER_COST_SIMULATOR_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
-#include "tools/simulate/machine_profile.h"
-#include "tools/viz/trace_reader.h"
+#include "compiler/cost/machine_profile.h"
 
-namespace trainc::simulate {
+namespace trainc::cost {
 
 struct SimulationOptions {
   int64_t world_size = 0;  // 0: the plan's world_size
@@ -60,8 +65,8 @@ struct StepPrediction {
   double step_us = 0;
   double compute_us = 0;     // busy time of the compute stream
   double backward_us = 0;    // busy time of backward instructions
-  double all_reduce_us = 0;  // busy time of the comm stream's all-reduces
-  double hidden_us = 0;      // all-reduce time while compute was busy
+  double all_reduce_us = 0;  // busy time of the comm stream's collectives
+  double hidden_us = 0;      // collective time while compute was busy
   double exposed_us = 0;     // all_reduce_us - hidden_us
   std::vector<SimulatedSpan> spans;  // the typical rank's, in issue order;
                                      // no span for a no-op
@@ -72,10 +77,6 @@ absl::StatusOr<StepPrediction> SimulateStep(const Plan& plan,
                                             const MachineProfile& profile,
                                             const SimulationOptions& options = {});
 
-// The prediction as a one-step trace of rank 0, for tools/viz's timeline
-// and overlap code (RenderTimelineSvg, ComputeOverlap).
-viz::Trace PredictionAsTrace(const Plan& plan, const StepPrediction& prediction);
+}  // namespace trainc::cost
 
-}  // namespace trainc::simulate
-
-#endif  // TRAINC_TOOLS_SIMULATE_SIMULATOR_H_
+#endif  // TRAINC_COMPILER_COST_SIMULATOR_H_

@@ -1,6 +1,6 @@
-#include "tools/simulate/test_plan.h"
+#include "compiler/cost/test_plan.h"
 
-namespace trainc::simulate::testing {
+namespace trainc::cost::testing {
 
 Plan TwoStreamPlan(const std::vector<TestCompute>& before, bool wait,
                    const std::vector<TestCompute>& after, int64_t bucket_bytes,
@@ -73,4 +73,4 @@ MachineProfile UnitProfile(double alpha_us, double bandwidth_GBps) {
   return p;
 }
 
-}  // namespace trainc::simulate::testing
+}  // namespace trainc::cost::testing

@@ -1,13 +1,13 @@
-#include "tools/simulate/machine_profile.h"
+#include "compiler/cost/machine_profile.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/simulate/bundled_profiles.h"
+#include "compiler/cost/bundled_profiles.h"
 
-namespace trainc::simulate {
+namespace trainc::cost {
 namespace {
 
 using ::testing::HasSubstr;
@@ -128,4 +128,4 @@ TEST(MachineProfileTest, UnreadableFileIsNamed) {
 }
 
 }  // namespace
-}  // namespace trainc::simulate
+}  // namespace trainc::cost

@@ -1,12 +1,14 @@
-#include "tools/simulate/simulator.h"
+#include "compiler/cost/simulator.h"
+
+#include <string>
 
 #include "compiler/frontend/frontend.h"
 #include "compiler/planner/planner.h"
 #include "gtest/gtest.h"
-#include "tools/simulate/bundled_profiles.h"
-#include "tools/simulate/test_plan.h"
+#include "compiler/cost/bundled_profiles.h"
+#include "compiler/cost/test_plan.h"
 
-namespace trainc::simulate {
+namespace trainc::cost {
 namespace {
 
 using testing::TwoStreamPlan;
@@ -137,5 +139,76 @@ TEST(SimulatorTest, DefaultExampleOnEveryBundledProfile) {
   }
 }
 
+Plan CompileExample(const std::string& file, const Overrides& overrides) {
+  FrontendResult result = CompileFile(file, overrides);
+  EXPECT_TRUE(result.spec.has_value()) << FormatDiagnostics(result.diagnostics, result.source);
+  return BuildPlan(*result.spec).value();
+}
+
+// A profile where communication dominates: 1 us of latency, 0.01 GB/s.
+MachineProfile CommBound() {
+  MachineProfile p = ParseMachineProfile(BundledProfiles()[0].text, "x").value();
+  p.intra = p.inter = {/*alpha_us=*/1, /*bandwidth_GBps=*/0.01};
+  p.step_overhead_us = 0;
+  return p;
+}
+
+TEST(SimulatorTest, ZeroPlanAccountsItsReduceScattersAndAllGathers) {
+  // fashion_mlp with clipping: per bucket a reduce-scatter and an
+  // all-gather, and the all-reduce of grad_sq.
+  const Plan plan = CompileExample("dsl_examples/fashion_mlp.train",
+                                   {{"zero", "1"}, {"gpus", "2"}, {"clip_grad_norm", "1"}});
+  ASSERT_EQ(plan.zero, 1);
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap);
+    SimulationOptions options;
+    options.overlap = overlap;
+    StepPrediction p = SimulateStep(plan, CommBound(), options).value();
+    double rs = 0, ag = 0, scalar = 0;
+    for (const SimulatedSpan& s : p.spans) {
+      const Instruction& in = plan.instructions[s.instr];
+      const double us = s.end_us - s.begin_us;
+      if (in.op == "reduce_scatter") rs += us;
+      if (in.op == "all_gather") ag += us;
+      if (in.op == "all_reduce") scalar += us;
+    }
+    EXPECT_GT(rs, 0);
+    EXPECT_GT(ag, 0);
+    EXPECT_GT(scalar, 0);
+    // One comm stream: its busy time is the sum, hidden + exposed.
+    EXPECT_NEAR(p.all_reduce_us, rs + ag + scalar, 1e-6);
+    EXPECT_NEAR(p.hidden_us + p.exposed_us, p.all_reduce_us, 1e-6);
+    // Comm-bound: the step cannot hide the all-gathers after the last
+    // optimizer, nor (overlap off) any reduce-scatter.
+    EXPECT_GT(p.exposed_us, overlap ? 0.0 : rs);
+  }
+}
+
+TEST(SimulatorTest, Bf16HalvesGradientCommunicationWhenCommBound) {
+  for (const char* zero : {"0", "1"}) {
+    SCOPED_TRACE(zero);
+    const Overrides base = {{"gpus", "2"}, {"zero", zero}};
+    Overrides bf16 = base;
+    bf16.emplace_back("grad_comm", "bf16");
+    const Plan fp32_plan = CompileExample("dsl_examples/fashion_mlp.train", base);
+    const Plan bf16_plan = CompileExample("dsl_examples/fashion_mlp.train", bf16);
+    const StepPrediction a = SimulateStep(fp32_plan, CommBound()).value();
+    const StepPrediction b = SimulateStep(bf16_plan, CommBound()).value();
+    auto gradient_comm_us = [](const Plan& plan, const StepPrediction& p) {
+      double us = 0;
+      for (const SimulatedSpan& s : p.spans) {
+        const std::string& op = plan.instructions[s.instr].op;
+        if (op == "all_reduce" || op == "reduce_scatter") us += s.end_us - s.begin_us;
+      }
+      return us;
+    };
+    const double grads_a = gradient_comm_us(fp32_plan, a);
+    const double grads_b = gradient_comm_us(bf16_plan, b);
+    // 1 us of latency per step of the collective; the bytes halve.
+    EXPECT_NEAR(grads_b / grads_a, 0.5, 0.01);
+    EXPECT_LT(b.step_us, a.step_us);
+  }
+}
+
 }  // namespace
-}  // namespace trainc::simulate
+}  // namespace trainc::cost

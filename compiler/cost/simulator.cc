@@ -1,4 +1,4 @@
-#include "tools/simulate/simulator.h"
+#include "compiler/cost/simulator.h"
 
 #include <algorithm>
 #include <vector>
@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_table.h"
 #include "compiler/util/status_macros.h"
-#include "tools/simulate/cost_model.h"
-#include "tools/viz/timeline.h"
+#include "compiler/cost/cost_model.h"
+#include "compiler/cost/intervals.h"
 
-namespace trainc::simulate {
+namespace trainc::cost {
 namespace {
 
 // The executor's fence between the compute and comm streams when overlap
@@ -24,11 +24,11 @@ absl::Status CheckPlan(const Plan& plan) {
       return absl::InvalidArgumentError(
           absl::StrCat("instruction ", in.id, " (", in.op, "): ", why));
     };
-    if (in.op != "load_batch" && in.op != "all_reduce" && ops::FindOp(in.op) == nullptr) {
+    if (in.op != "load_batch" && ops::FindOp(in.op) == nullptr) {
       return fail("unknown op");
     }
-    if ((in.op == "all_reduce") != (in.stream == Stream::kComm)) {
-      return fail("all_reduce and only all_reduce runs on the comm stream");
+    if (IsCollective(in) != (in.stream == Stream::kComm)) {
+      return fail("collectives, and only collectives, run on the comm stream");
     }
     for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
       for (int id : *ids) {
@@ -44,8 +44,9 @@ absl::Status CheckPlan(const Plan& plan) {
   return absl::OkStatus();
 }
 
-// Issue order: program order, or with overlap off every all-reduce before
-// the last backward instruction moved behind it (Executor::Prepare).
+// Issue order: program order, or with overlap off every collective before
+// the last backward instruction (the bucket all-reduces or reduce-scatters)
+// moved behind it (Executor::Prepare).
 std::vector<int> IssueOrder(const Plan& plan, bool overlap) {
   const int n = static_cast<int>(plan.instructions.size());
   std::vector<int> order;
@@ -60,7 +61,7 @@ std::vector<int> IssueOrder(const Plan& plan, bool overlap) {
   }
   std::vector<int> held;
   for (int i = 0; i < n; ++i) {
-    if (plan.instructions[i].op == "all_reduce" && i < last_backward) {
+    if (IsCollective(plan.instructions[i]) && i < last_backward) {
       held.push_back(i);
     } else {
       order.push_back(i);
@@ -139,7 +140,7 @@ absl::StatusOr<StepPrediction> SimulateStep(const Plan& plan,
       for (int e : in.wait_events) ready[k] = std::max(ready[k], r.recorded[e]);
       last_arrival = std::max(last_arrival, ready[k]);
     }
-    const bool collective = in.op == "all_reduce";
+    const bool collective = IsCollective(in);
     for (size_t k = 0; k < ranks.size(); ++k) {
       Rank& r = ranks[k];
       // A rank inside a collective waits there for the last to arrive.
@@ -162,51 +163,25 @@ absl::StatusOr<StepPrediction> SimulateStep(const Plan& plan,
     drained = std::max({drained, r.free_at[kComputeStream], r.free_at[kCommStream]});
   }
 
-  const viz::Trace trace = PredictionAsTrace(plan, p);
-  const std::vector<viz::RankOverlap> overlap = viz::ComputeOverlap(trace);
-  if (!overlap.empty()) {
-    const viz::RankOverlap& o = overlap[0];
-    p.backward_us = o.backward_us;
-    p.all_reduce_us = o.all_reduce_us;
-    p.hidden_us = o.hidden_us;
-    p.exposed_us = o.exposed_us;
-  }
+  // As tools/viz's ComputeOverlap of the same spans as a trace.
+  std::vector<Interval> compute, backward, comm;
   for (const SimulatedSpan& span : p.spans) {
-    if (span.stream == Stream::kCompute) p.compute_us += span.end_us - span.begin_us;
+    const Interval iv{span.begin_us, span.end_us};
+    if (span.stream == Stream::kCompute) {
+      p.compute_us += span.end_us - span.begin_us;
+      compute.push_back(iv);
+      if (plan.instructions[span.instr].phase == Phase::kBackward) backward.push_back(iv);
+    } else {
+      comm.push_back(iv);
+    }
   }
+  const std::vector<Interval> cu = Union(compute), au = Union(comm);
+  p.backward_us = Length(Union(backward));
+  p.all_reduce_us = Length(au);
+  p.hidden_us = IntersectionLength(au, cu);
+  p.exposed_us = p.all_reduce_us - p.hidden_us;
   p.step_us = drained + profile.step_overhead_us;
   return p;
 }
 
-viz::Trace PredictionAsTrace(const Plan& plan, const StepPrediction& prediction) {
-  viz::Trace trace;
-  trace.plan_model = plan.model;
-  trace.plan_instructions = static_cast<int64_t>(plan.instructions.size());
-  trace.world_size = prediction.world_size;
-  trace.steps_traced = 1;
-  for (const SimulatedSpan& span : prediction.spans) {
-    const Instruction& in = plan.instructions[span.instr];
-    viz::TraceEvent e;
-    e.name = in.label.empty() ? in.op : in.label;
-    e.cat = PhaseName(in.phase);
-    e.ts_us = span.begin_us;
-    e.dur_us = span.end_us - span.begin_us;
-    e.rank = 0;
-    e.stream = span.stream == Stream::kComm ? 1 : 0;
-    e.instr = span.instr;
-    e.step = 1;
-    e.micro = in.micro_step;
-    e.op = in.op;
-    if (in.op == "all_reduce") {
-      auto it = in.attrs.find("bucket");
-      e.bucket = it == in.attrs.end() ? -1 : static_cast<int>(it->second);
-      if (e.bucket >= 0 && e.bucket < static_cast<int>(plan.buckets.size())) {
-        e.bytes = plan.buckets[e.bucket].bytes;
-      }
-    }
-    trace.events.push_back(e);
-  }
-  return trace;
-}
-
-}  // namespace trainc::simulate
+}  // namespace trainc::cost

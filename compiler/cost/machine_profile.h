@@ -41,15 +41,15 @@
 //                                 (deterministic mode's ordered sum)
 //
 // Every numeric key must be present except the ones with a default above.
-#ifndef TRAINC_TOOLS_SIMULATE_MACHINE_PROFILE_H_
-#define TRAINC_TOOLS_SIMULATE_MACHINE_PROFILE_H_
+#ifndef TRAINC_COMPILER_COST_MACHINE_PROFILE_H_
+#define TRAINC_COMPILER_COST_MACHINE_PROFILE_H_
 
 #include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
 
-namespace trainc::simulate {
+namespace trainc::cost {
 
 enum class AllReduceAlgorithm { kRing, kTree, kAuto, kWholeBufferRing };
 const char* AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
@@ -98,6 +98,6 @@ absl::StatusOr<MachineProfile> ReadMachineProfile(const std::string& path);
 std::string FormatMachineProfile(const MachineProfile& profile,
                                  const std::string& header);
 
-}  // namespace trainc::simulate
+}  // namespace trainc::cost
 
-#endif  // TRAINC_TOOLS_SIMULATE_MACHINE_PROFILE_H_
+#endif  // TRAINC_COMPILER_COST_MACHINE_PROFILE_H_

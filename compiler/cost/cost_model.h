@@ -23,19 +23,26 @@
 //                                                       round n-1 times)
 //   auto                     the faster of ring and tree, as NCCL's tuner
 //   reduce-scatter (ring)    (n-1) α + (n-1)/n S β      S: the whole input
+//   reduce-scatter (halving- ⌈log2 n⌉ α + (n-1)/n S β  (Gloo's
+//     doubling)                                         ReduceScatterHalvingDoubling)
 //   all-gather (ring)        (n-1) α + (n-1)/n S β      S: the whole output
+//
+// A profile whose all-reduce is NCCL's (ring, tree, auto) reduce-scatters
+// and all-gathers with NCCL's ring; Gloo's (whole_buffer_ring) with
+// halving-doubling and ring. Under grad_comm = bf16 a gradient collective
+// moves half the bytes (the parameter all-gather of ZeRO-1 stays fp32).
 //
 // β is defined so that nccl-tests' "busbw" is 1 / β for every collective
 // (busbw = S/t · 2(n-1)/n for all-reduce, S/t · (n-1)/n for the others).
-#ifndef TRAINC_TOOLS_SIMULATE_COST_MODEL_H_
-#define TRAINC_TOOLS_SIMULATE_COST_MODEL_H_
+#ifndef TRAINC_COMPILER_COST_COST_MODEL_H_
+#define TRAINC_COMPILER_COST_COST_MODEL_H_
 
 #include <cstdint>
 
 #include "compiler/plan/plan.h"
-#include "tools/simulate/machine_profile.h"
+#include "compiler/cost/machine_profile.h"
 
-namespace trainc::simulate {
+namespace trainc::cost {
 
 // The α-β formulas above, in microseconds; 0 for n <= 1.
 double RingAllReduceUs(const LinkProfile& link, int64_t n, double bytes);
@@ -43,10 +50,20 @@ double TreeAllReduceUs(const LinkProfile& link, int64_t n, double bytes);
 double WholeBufferRingAllReduceUs(const LinkProfile& link, int64_t n, double bytes);
 double ReduceScatterUs(const LinkProfile& link, int64_t n, double bytes);
 double AllGatherUs(const LinkProfile& link, int64_t n, double bytes);
+double HalvingDoublingReduceScatterUs(const LinkProfile& link, int64_t n, double bytes);
 
 // An all-reduce of `bytes` per rank with the profile's algorithm, on the
 // link class for n ranks.
 double AllReduceUs(const MachineProfile& profile, int64_t n, double bytes);
+// A reduce-scatter (all-gather) of `bytes` in all with the library the
+// profile's all-reduce algorithm names (NCCL or Gloo, see above).
+double ReduceScatterUs(const MachineProfile& profile, int64_t n, double bytes);
+double AllGatherUs(const MachineProfile& profile, int64_t n, double bytes);
+
+// True for a collective: an op of category kCollective in the op table
+// (all_reduce, reduce_scatter, all_gather). The plan puts these, and only
+// these, on the comm stream.
+bool IsCollective(const Instruction& instr);
 
 // The model of one compute instruction, before and after the profile's
 // corrections.
@@ -60,12 +77,16 @@ ComputeEstimate EstimateCompute(const Plan& plan, const Instruction& instr,
                                 const MachineProfile& profile);
 
 // The time of any instruction of `plan` when it runs on `world_size` ranks:
-// a compute instruction's estimate, or an all_reduce's collective (what the
-// executor issues for it: nothing for one rank; in deterministic mode an
-// all-gather of every slot, then their ordered sum on the comm stream).
+// a compute instruction's estimate, or a collective (what the executor
+// issues for it: nothing for one rank). A bucket's all_reduce (or, under
+// ZeRO-1, reduce_scatter) moves the bucket, halved under grad_comm = bf16;
+// in deterministic mode it is an all-gather of every rank's slots, then
+// their ordered sum on the comm stream. An all_gather moves the bucket's
+// fp32 parameter span; an all_reduce without a bucket its one input
+// (ZeRO-1's grad_sq).
 double InstructionUs(const Plan& plan, const Instruction& instr,
                      const MachineProfile& profile, int64_t world_size);
 
-}  // namespace trainc::simulate
+}  // namespace trainc::cost
 
-#endif  // TRAINC_TOOLS_SIMULATE_COST_MODEL_H_
+#endif  // TRAINC_COMPILER_COST_COST_MODEL_H_

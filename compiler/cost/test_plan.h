@@ -1,17 +1,17 @@
 // Small hand-made plans and profiles for the simulator's tests, with
 // durations chosen by the profile (tiny rooflines, so an instruction takes
 // the kernel overhead times its op's scale).
-#ifndef TRAINC_TOOLS_SIMULATE_TEST_PLAN_H_
-#define TRAINC_TOOLS_SIMULATE_TEST_PLAN_H_
+#ifndef TRAINC_COMPILER_COST_TEST_PLAN_H_
+#define TRAINC_COMPILER_COST_TEST_PLAN_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "compiler/plan/plan.h"
-#include "tools/simulate/machine_profile.h"
+#include "compiler/cost/machine_profile.h"
 
-namespace trainc::simulate::testing {
+namespace trainc::cost::testing {
 
 // One compute instruction to append: its op ("relu", "tanh", ...), phase
 // and whether the next all_reduce waits for it.
@@ -32,6 +32,6 @@ Plan TwoStreamPlan(const std::vector<TestCompute>& before, bool wait,
 // `alpha_us` and `bandwidth_GBps`; no step overhead.
 MachineProfile UnitProfile(double alpha_us, double bandwidth_GBps);
 
-}  // namespace trainc::simulate::testing
+}  // namespace trainc::cost::testing
 
-#endif  // TRAINC_TOOLS_SIMULATE_TEST_PLAN_H_
+#endif  // TRAINC_COMPILER_COST_TEST_PLAN_H_

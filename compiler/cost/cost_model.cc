@@ -1,4 +1,4 @@
-#include "tools/simulate/cost_model.h"
+#include "compiler/cost/cost_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "compiler/ops/op_table.h"
 
-namespace trainc::simulate {
+namespace trainc::cost {
 namespace {
 
 // Microseconds to move `bytes` at `GBps` (1e9 bytes/s = 1e3 bytes/us).
@@ -53,6 +53,12 @@ double AllGatherUs(const LinkProfile& link, int64_t n, double bytes) {
   return ReduceScatterUs(link, n, bytes);  // the same traffic, reversed
 }
 
+double HalvingDoublingReduceScatterUs(const LinkProfile& link, int64_t n, double bytes) {
+  if (n <= 1) return 0;
+  return std::ceil(std::log2(static_cast<double>(n))) * link.alpha_us +
+         double(n - 1) / n * TransferUs(bytes, link.bandwidth_GBps);
+}
+
 double AllReduceUs(const MachineProfile& profile, int64_t n, double bytes) {
   const LinkProfile& link = profile.LinkFor(n);
   switch (profile.all_reduce) {
@@ -64,6 +70,22 @@ double AllReduceUs(const MachineProfile& profile, int64_t n, double bytes) {
       return WholeBufferRingAllReduceUs(link, n, bytes);
   }
   return 0;
+}
+
+double ReduceScatterUs(const MachineProfile& profile, int64_t n, double bytes) {
+  const LinkProfile& link = profile.LinkFor(n);
+  return profile.all_reduce == AllReduceAlgorithm::kWholeBufferRing
+             ? HalvingDoublingReduceScatterUs(link, n, bytes)
+             : ReduceScatterUs(link, n, bytes);
+}
+
+double AllGatherUs(const MachineProfile& profile, int64_t n, double bytes) {
+  return AllGatherUs(profile.LinkFor(n), n, bytes);  // a ring in both libraries
+}
+
+bool IsCollective(const Instruction& instr) {
+  const ops::OpDef* def = ops::FindOp(instr.op);
+  return def != nullptr && def->category == ops::OpCategory::kCollective;
 }
 
 ComputeEstimate EstimateCompute(const Plan& plan, const Instruction& instr,
@@ -91,18 +113,30 @@ ComputeEstimate EstimateCompute(const Plan& plan, const Instruction& instr,
 
 double InstructionUs(const Plan& plan, const Instruction& instr,
                      const MachineProfile& profile, int64_t world_size) {
-  if (instr.op != "all_reduce") return EstimateCompute(plan, instr, profile).us;
+  if (!IsCollective(instr)) return EstimateCompute(plan, instr, profile).us;
   auto it = instr.attrs.find("bucket");
   const int b = it == instr.attrs.end() ? -1 : static_cast<int>(it->second);
-  if (b < 0 || b >= static_cast<int>(plan.buckets.size())) return 0;
+  if (b < 0) {
+    // A step scalar summed over ranks (ZeRO-1's grad_sq): its own bytes.
+    if (instr.op != "all_reduce" || instr.inputs.empty()) return 0;
+    return AllReduceUs(profile, world_size, plan.buffers[instr.inputs[0]].bytes);
+  }
+  if (b >= static_cast<int>(plan.buckets.size())) return 0;
   const double bytes = static_cast<double>(plan.buckets[b].bytes);
-  if (!plan.deterministic) return AllReduceUs(profile, world_size, bytes);
-  // Every rank's `accumulate` slots, gathered, then summed in global order.
+  if (instr.op == "all_gather") return AllGatherUs(profile, world_size, bytes);
+  const double width = plan.grad_comm == "bf16" ? 0.5 : 1.0;
+  if (!plan.deterministic) {
+    return instr.op == "reduce_scatter"
+               ? ReduceScatterUs(profile, world_size, bytes * width)
+               : AllReduceUs(profile, world_size, bytes * width);
+  }
+  // Every rank's `accumulate` slots, gathered, then summed in global order
+  // (the reduce-scatter of deterministic mode is the same).
   const double slots = static_cast<double>(plan.accumulate);
   if (world_size <= 1 && plan.accumulate <= 1) return 0;
   const double gathered = world_size * slots * bytes;
   const double sum_us = gathered / profile.reduce_bandwidth * 1e6;
-  return AllGatherUs(profile.LinkFor(world_size), world_size, gathered) + sum_us;
+  return AllGatherUs(profile.LinkFor(world_size), world_size, gathered * width) + sum_us;
 }
 
-}  // namespace trainc::simulate
+}  // namespace trainc::cost

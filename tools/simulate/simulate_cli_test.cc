@@ -1,0 +1,51 @@
+#include "tools/simulate/simulate_cli.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainc::simulate {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs the command line; the printed tables, or the error.
+std::string RunCli(std::vector<const char*> argv) {
+  argv.insert(argv.begin(), "simulate");
+  absl::StatusOr<SimulateArgs> args = ParseSimulateArgs(static_cast<int>(argv.size()), argv.data());
+  if (!args.ok()) return std::string(args.status().message());
+  std::ostringstream out, err;
+  absl::Status status = RunSimulate(*args, out, err);
+  return status.ok() ? out.str() : std::string(status.message());
+}
+
+TEST(SimulateCliTest, ZeroPassesThroughAndSays) {
+  const std::string out = RunCli({"dsl_examples/fashion_mlp.train", "--zero", "1", "--gpus", "2",
+                               "--machine", "cpu_loopback"});
+  EXPECT_THAT(out, HasSubstr("ZeRO-1"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("comm stream")));
+}
+
+TEST(SimulateCliTest, Bf16GradientsAreNamed) {
+  EXPECT_THAT(RunCli({"dsl_examples/fashion_mlp.train", "--grad_comm", "bf16", "--gpus", "2"}),
+              HasSubstr("bf16 gradients"));
+}
+
+TEST(SimulateCliTest, AutoBucketsAreChosenPerWorldSizeAndExplained) {
+  const std::string out = RunCli({"dsl_examples/fashion_mlp.train", "--bucket-mb", "auto,25",
+                               "--gpus", "2,8", "--machine", "h100_nvlink_ib"});
+  EXPECT_THAT(out, HasSubstr("bucket_mb auto on h100_nvlink_ib x 2 ranks"));
+  EXPECT_THAT(out, HasSubstr("bucket_mb auto on h100_nvlink_ib x 8 ranks"));
+  EXPECT_THAT(out, HasSubstr("bucket_mb auto"));
+}
+
+TEST(SimulateCliTest, BadBucketMbIsTheFrontEndsError) {
+  EXPECT_THAT(RunCli({"dsl_examples/fashion_mlp.train", "--bucket-mb", "aut", "--gpus", "2"}),
+              HasSubstr("did you mean 'auto'?"));
+}
+
+}  // namespace
+}  // namespace trainc::simulate
