@@ -67,6 +67,21 @@ def rel_diff(a, b):
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
+def norm_rel(a, b):
+    """||a - b|| / ||b||, in float64: a tensor-wise relative difference."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def assert_same_bits(test, got, want, what):
+    """The same tensor names, and every tensor bit for bit equal."""
+    test.assertEqual(sorted(got), sorted(want), what)
+    for name in want:
+        test.assertTrue(np.array_equal(got[name].view(np.uint32),
+                                       want[name].view(np.uint32)),
+                        f"{what}: {name} differs")
+
+
 def assert_close_to_reference(test, got, ref, tolerance, what):
     """Every parameter of `got` within `tolerance` (rel_diff) of the
     reference's, the same names and shapes; returns the worst difference."""

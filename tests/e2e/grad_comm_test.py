@@ -7,15 +7,7 @@ import os
 import re
 import unittest
 
-import numpy as np
-
 import e2e_lib as e2e
-
-
-def norm_rel(a, b):
-    """||a - b|| / ||b||, in float64."""
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def run(d, name, *extra):
@@ -42,7 +34,7 @@ class GradCommTest(unittest.TestCase):
             # relative, which Adam turns into ~1% of the weights after 20
             # steps (measured 0.1-1.5% per tensor, ||a - b|| / ||b||); the
             # loss stays within a percent.
-            worst = max(norm_rel(bf16[n], fp32[n]) for n in fp32)
+            worst = max(e2e.norm_rel(bf16[n], fp32[n]) for n in fp32)
             self.assertGreater(worst, 1e-4, f"zero {zero}: bf16 changed nothing")
             self.assertLess(worst, 0.05, f"zero {zero}")
             self.assertAlmostEqual(final_loss(log16), final_loss(log32),

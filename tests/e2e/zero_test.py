@@ -7,8 +7,6 @@ count."""
 import re
 import unittest
 
-import numpy as np
-
 import e2e_lib as e2e
 
 
@@ -23,20 +21,6 @@ def run(d, name, gpus, *extra, steps=12):
     return e2e.read_safetensors(out)[0], proc.stdout
 
 
-def norm_rel(a, b):
-    """||a - b|| / ||b||, in float64."""
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
-def same_bits(test, a, b, what):
-    test.assertEqual(sorted(a), sorted(b), what)
-    for name in a:
-        test.assertTrue(np.array_equal(a[name].view(np.uint32),
-                                       b[name].view(np.uint32)),
-                        f"{what}: {name} differs")
-
-
 class ZeroTest(unittest.TestCase):
 
     def setUp(self):
@@ -49,13 +33,13 @@ class ZeroTest(unittest.TestCase):
             zero, log = run(self.dir, f"zero{gpus}", gpus, "--deterministic", "true",
                             "--zero", 1)
             self.assertTrue(any(n.endswith("exp_avg_sq") for n in zero))
-            same_bits(self, plain, zero, f"{gpus} ranks")
+            e2e.assert_same_bits(self, plain, zero, f"{gpus} ranks")
 
     def test_deterministic_zero_with_clipping_gives_the_bits_of_zero_0(self):
         clip = ["--deterministic", "true", "--clip_grad_norm", 0.5]
         plain, _ = run(self.dir, "dclip", 3, *clip)
         zero, _ = run(self.dir, "dclipz", 3, *clip, "--zero", 1)
-        same_bits(self, plain, zero, "3 ranks, clipped")
+        e2e.assert_same_bits(self, plain, zero, "3 ranks, clipped")
 
     def test_zero_matches_zero_0_within_1e_6(self):
         # Outside deterministic mode the reduce-scatter (Gloo's halving-
@@ -71,7 +55,7 @@ class ZeroTest(unittest.TestCase):
             zero, _ = run(self.dir, f"ndz{gpus}{len(extra)}", gpus, *extra, "--zero", 1)
             self.assertEqual(sorted(plain), sorted(zero))
             for name in plain:
-                self.assertLessEqual(norm_rel(zero[name], plain[name]), 1e-6,
+                self.assertLessEqual(e2e.norm_rel(zero[name], plain[name]), 1e-6,
                                      f"{gpus} ranks {extra}: {name}")
 
     def test_memory_report_shards_the_optimizer_state(self):
@@ -98,12 +82,12 @@ class ZeroTest(unittest.TestCase):
         whole, _ = run(self.dir, "whole", 2, *det, steps=12)
         half, _ = run(self.dir, "half", 2, *det, "--zero", 1, steps=6)
         plain_half, _ = run(self.dir, "plain_half", 2, *det, steps=6)
-        same_bits(self, plain_half, half, "the ZeRO checkpoint's tensors")
+        e2e.assert_same_bits(self, plain_half, half, "the ZeRO checkpoint's tensors")
         for gpus in (3, 4):
             resumed, log = run(self.dir, f"resumed{gpus}", gpus, *det, "--zero", 1,
                                "--resume", f"{self.dir}/half.safetensors", steps=12)
             self.assertIn("resumed from", log)
-            same_bits(self, whole, resumed, f"resumed on {gpus} ranks")
+            e2e.assert_same_bits(self, whole, resumed, f"resumed on {gpus} ranks")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ import subprocess
 import time
 import unittest
 
-import numpy as np
-
 import faults_lib  # noqa: F401  (puts tests/e2e on the path)
 import e2e_lib as e2e
 
@@ -71,13 +69,6 @@ class PreemptionTest(unittest.TestCase):
     def setUp(self):
         e2e.need_fashion_mnist(self)
 
-    def assert_bit_identical(self, got, want, what):
-        self.assertEqual(sorted(got), sorted(want), what)
-        for name in want:
-            self.assertTrue(np.array_equal(got[name].view(np.uint32),
-                                           want[name].view(np.uint32)),
-                            f"{what}: {name} differs")
-
     def test_periodic_checkpoints_keep_the_newest(self):
         folder = os.path.join(e2e.tmpdir(), "ckpt")
         e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 1, "--steps", 23,
@@ -113,7 +104,7 @@ class PreemptionTest(unittest.TestCase):
                             "--checkpoint_dir", folder, "--resume", folder,
                             "--save", out)
         self.assertIn("resumed from " + folder, resumed.stdout)
-        self.assert_bit_identical(e2e.read_safetensors(out)[0], reference(gpus),
+        e2e.assert_same_bits(self, e2e.read_safetensors(out)[0], reference(gpus),
                                   f"{gpus} rank(s), killed after {written[-1]}")
 
     def test_sigkill_one_rank_early(self):
@@ -147,7 +138,7 @@ class PreemptionTest(unittest.TestCase):
         self.assertEqual(step % 10, 0)  # the ranks agree every 10 steps
         out = os.path.join(tmp, "resumed.safetensors")
         e2e.train(*common(2), "--resume", saved, "--save", out)
-        self.assert_bit_identical(e2e.read_safetensors(out)[0], reference(2),
+        e2e.assert_same_bits(self, e2e.read_safetensors(out)[0], reference(2),
                                   f"SIGTERM at step {step}")
 
 
