@@ -36,7 +36,6 @@ std::vector<std::pair<int64_t, int64_t>> Holes(const Plan& plan, const Bucket& b
 
 }  // namespace
 
-
 Executor::Executor(const Plan& plan, Device* device, Communicator* comm,
                    Tracer* tracer, ExecutorOptions options)
     : plan_(plan),
