@@ -32,7 +32,9 @@ TEST(BucketCandidates, DoubleUpToOneBucketAndIncludeTheFixedSizes) {
   std::vector<double> sizes;
   for (const BucketSizes& s : c) {
     if (s.first_bucket_mb == 0) sizes.push_back(s.bucket_mb);
-    if (s.first_bucket_mb > 0) EXPECT_GE(s.first_bucket_mb, 0.0625);
+    if (s.first_bucket_mb > 0) {
+      EXPECT_GE(s.first_bucket_mb, 0.0625);
+    }
   }
   EXPECT_EQ(sizes, (std::vector<double>{0.25, 0.5, 1, 2, 4, 25, 100}));
 }
