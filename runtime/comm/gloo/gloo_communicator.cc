@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gloo/allgather.h"
+#include "gloo/allgather_ring.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_ring.h"
 #include "gloo/barrier.h"
@@ -91,6 +92,14 @@ const gloo::ReductionFunction<uint16_t>* Bf16SumFunction() {
   return fn;
 }
 
+// Gloo's legacy all-gather ring bound to one buffer, gathering in place:
+// the ring copies its input into the output first, so this rank's segment
+// goes through a copy of its own (source and destination may not overlap).
+struct InPlaceAllgather {
+  std::vector<float> mine;
+  std::unique_ptr<gloo::AllgatherRing<float>> ring;
+};
+
 // A bf16 reduce-scatter bound to its own bf16 copy of one bucket.
 struct Bf16ReduceScatter {
   std::vector<uint16_t> bits;
@@ -103,6 +112,7 @@ namespace {
 
 using gloo_internal::Bf16ReduceScatter;
 using gloo_internal::Bf16SumFunction;
+using gloo_internal::InPlaceAllgather;
 using gloo_internal::ReboundAllreduceRing;
 
 // Largest piece one ring moves (4 MiB). The ring's pairs block in send()
@@ -111,6 +121,12 @@ using gloo_internal::ReboundAllreduceRing;
 // each other until the timeout. 16 MiB was measured to pass here; 4 MiB
 // leaves room, and at that size the per-piece latency is noise.
 constexpr int64_t kMaxRingFloats = int64_t{1} << 20;
+
+// Reduce-scatters and all-gathers of at most this many bytes in all run on
+// the sync pairs too (each message is at most half of it, well inside the
+// loopback socket buffers); larger ones on the async pairs, which cannot
+// block each other.
+constexpr int64_t kMaxSyncCollectiveBytes = int64_t{4} << 20;
 
 std::chrono::milliseconds ToMillis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
@@ -257,12 +273,13 @@ absl::Status GlooCommunicator::ReduceScatterSum(float* data, int64_t count,
   absl::Status status = GlooCall("reduce-scatter", [&] {
     auto it = reduce_scatters_.find({data, count});
     if (it == reduce_scatters_.end()) {
-      // On the async context: halving-doubling sends both halves before
-      // receiving, which sync pairs could not buffer for large buckets.
+      // Halving-doubling sends before it receives: on the sync pairs only
+      // while the messages fit the socket buffers.
+      const bool sync = count * world_size_ * 4 <= kMaxSyncCollectiveBytes;
       it = reduce_scatters_
                .emplace(std::make_pair(data, count),
                         std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-                            context_, std::vector<float*>{data},
+                            sync ? ring_context_ : context_, std::vector<float*>{data},
                             static_cast<int>(count * world_size_),
                             std::vector<int>(world_size_, static_cast<int>(count))))
                .first;
@@ -350,6 +367,26 @@ absl::Status GlooCommunicator::AllGather(const float* in, float* out,
     return absl::OkStatus();
   }
   if (count == 0) return absl::OkStatus();
+  if (in == out + rank_ * count &&
+      count * world_size_ * 4 <= kMaxSyncCollectiveBytes) {
+    // In place and small (ZeRO-1's parameter shards): the legacy ring on
+    // the sync pairs, bound to this buffer, as ReduceScatterSum.
+    absl::Status status = GlooCall("allgather", [&] {
+      auto it = all_gathers_.find({out, count});
+      if (it == all_gathers_.end()) {
+        auto made = std::make_unique<InPlaceAllgather>();
+        made->mine.resize(static_cast<size_t>(count));
+        made->ring = std::make_unique<gloo::AllgatherRing<float>>(
+            ring_context_, std::vector<const float*>{made->mine.data()}, out,
+            static_cast<int>(count));
+        it = all_gathers_.emplace(std::make_pair(out, count), std::move(made)).first;
+      }
+      std::memcpy(it->second->mine.data(), in, count * sizeof(float));
+      it->second->ring->run();
+    });
+    if (!status.ok()) all_gathers_.clear();
+    return status;
+  }
   return GlooCall("allgather", [&] {
     gloo::AllgatherOptions opts(context_);
     // In place (this rank's input already at its place in the output):

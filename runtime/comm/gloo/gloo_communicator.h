@@ -48,6 +48,7 @@ namespace gloo_internal {
 template <typename T>
 class ReboundAllreduceRing;  // gloo_communicator.cc
 struct Bf16ReduceScatter;    // gloo_communicator.cc
+struct InPlaceAllgather;     // gloo_communicator.cc
 }  // namespace gloo_internal
 
 struct GlooOptions {
@@ -123,6 +124,11 @@ class GlooCommunicator : public Communicator {
   absl::flat_hash_map<std::pair<float*, int64_t>,
                       std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>>>
       reduce_scatters_;
+  // In-place AllGathers small enough for the sync pairs, per (buffer,
+  // count), built as reduce_scatters_.
+  absl::flat_hash_map<std::pair<float*, int64_t>,
+                      std::unique_ptr<gloo_internal::InPlaceAllgather>>
+      all_gathers_;
   // ReduceScatterSumBf16's, each with the bf16 buffer it binds.
   absl::flat_hash_map<std::pair<float*, int64_t>,
                       std::unique_ptr<gloo_internal::Bf16ReduceScatter>>
