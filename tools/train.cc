@@ -32,6 +32,7 @@
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/planner.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/comm/mpi/mpi_communicator.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/rank_env.h"
@@ -87,6 +88,11 @@ Run:
   --eval-every N          also evaluate every N steps (default: each epoch's end)
   --log-every N           steps between progress lines (default: ~5 per epoch)
   --blas-threads N        OpenBLAS and oneDNN threads per rank (default 1)
+  --comm gloo|mpi|auto    the ranks' communicator (default auto: mpi when
+                          started by mpirun, else gloo). mpi: Open MPI's
+                          shared-memory collectives, for jobs started as
+                          mpirun -np N train FILE (no rendezvous needed);
+                          gloo: TCP, the local launcher's and torchrun's
   --rendezvous redis://HOST:PORT/JOB
                           ranks meet through a Redis server (machines with no
                           shared folder; also TRAINC_RENDEZVOUS); JOB names the
@@ -111,6 +117,7 @@ struct Args {
   TrainOptions train;
   bool metrics_given = false;  // --metrics or --no-metrics
   std::string rendezvous;      // --rendezvous redis://HOST:PORT/JOB
+  std::string comm = "auto";   // --comm gloo|mpi|auto
 };
 
 absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v) {
@@ -240,6 +247,12 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
     } else if (name == "--rendezvous") {
       ASSIGN_OR_RETURN(args.rendezvous, next());
       RETURN_IF_ERROR(ParseRedisUrl(args.rendezvous).status());
+    } else if (name == "--comm") {
+      ASSIGN_OR_RETURN(args.comm, next());
+      if (args.comm != "gloo" && args.comm != "mpi" && args.comm != "auto") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--comm: expected gloo, mpi or auto, got '", args.comm, "'"));
+      }
     } else if (name == "--blas-threads") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(int64_t n, ParseInt(name, v));
@@ -362,6 +375,13 @@ absl::Status Run(const Args& args) {
   if (!args.rendezvous.empty()) setenv(kRendezvousEnv, args.rendezvous.c_str(), 1);
   ASSIGN_OR_RETURN(std::optional<RankInfo> worker, RankFromEnvironment());
   const bool is_rank0 = !worker || worker->rank == 0;
+  const bool under_mpirun = worker && worker->source == "mpirun";
+  if (args.comm == "mpi" && !under_mpirun) {
+    return absl::FailedPreconditionError(
+        "--comm mpi: this process was not started by mpirun (run e.g. "
+        "mpirun -np 2 train FILE; the local launcher's ranks use --comm gloo)");
+  }
+  const std::string comm = args.comm != "auto" ? args.comm : under_mpirun ? "mpi" : "gloo";
   ASSIGN_OR_RETURN(Plan plan, LoadPlan(args, args.compile_only));
 
   if (args.compile_only) {
@@ -378,7 +398,8 @@ absl::Status Run(const Args& args) {
     rank.rank = worker->rank;
     rank.world_size = worker->world_size;
     rank.local_rank = worker->local_rank;
-    if (worker->rendezvous_kind == RendezvousKind::kTcpStore) {
+    rank.comm = comm;
+    if (worker->rendezvous_kind == RendezvousKind::kTcpStore && comm == "gloo") {
       return absl::UnimplementedError(absl::StrCat(
           "rendezvous at ", worker->rendezvous,
           ": Gloo's TCP store is not in Debian's Gloo 0.5; use a Redis server "
@@ -445,6 +466,9 @@ int main(int argc, char** argv) {
   trainc::args_argc = argc;
   trainc::args_argv = argv;
   absl::Status status = trainc::Run(**args);
+  // Under mpirun: a failed rank must not wait in MPI_Finalize for peers
+  // that may be stuck in a collective; mpirun ends the job instead.
+  if (!status.ok()) trainc::SkipMpiFinalizeAtExit();
   if (absl::IsCancelled(status)) {
     // Stopped by a signal at a step boundary, checkpoint written (or the
     // launcher relaying one): the shell's convention, 128 + the signal.

@@ -146,7 +146,8 @@ absl::StatusOr<RankInfo> Read(const EnvLookup& getenv, const Convention& c) {
     ASSIGN_OR_RETURN(int port_number, ReadInt(getenv, "MASTER_PORT", 1));
     info.rendezvous_kind = RendezvousKind::kTcpStore;
     info.rendezvous = absl::StrCat(*addr, ":", port_number);
-  } else if (info.world_size > 1) {
+  } else if (info.world_size > 1 && std::string(c.source) != "mpirun") {
+    // (mpirun's ranks can meet through MPI itself: kNone, --comm mpi.)
     return absl::InvalidArgumentError(absl::StrCat(
         c.source, " set ", c.rank, " and ", c.world_size,
         " but the ranks have nowhere to meet: set MASTER_ADDR and "

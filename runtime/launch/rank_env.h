@@ -11,7 +11,9 @@
 // (torchrun inside a Slurm allocation sets both; its RANK is the one that
 // counts, hence the order.) Under mpirun and srun the rendezvous comes
 // from MASTER_ADDR/MASTER_PORT or, on a shared file system,
-// TRAINC_RENDEZVOUS_DIR; one of them is required when world_size > 1.
+// TRAINC_RENDEZVOUS_DIR; one of them is required when world_size > 1,
+// except under mpirun, whose ranks can meet through MPI itself (kNone:
+// the MPI communicator, train --comm mpi).
 //
 //   ASSIGN_OR_RETURN(std::optional<RankInfo> rank, RankFromEnvironment());
 //   if (!rank) { /* not a worker: single process, or launch gpus workers */ }

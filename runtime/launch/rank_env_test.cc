@@ -120,6 +120,15 @@ TEST(RankEnvTest, SingleTaskNeedsNoRendezvous) {
   EXPECT_EQ((*info)->rendezvous_kind, RendezvousKind::kNone);
 }
 
+// mpirun's ranks meet through MPI (the MPI communicator): no Gloo
+// rendezvous is needed; Slurm's still do (above: MASTER_ADDR).
+TEST(RankEnvTest, MpirunNeedsNoRendezvous) {
+  auto info = From({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ((*info)->source, "mpirun");
+  EXPECT_EQ((*info)->rendezvous_kind, RendezvousKind::kNone);
+}
+
 TEST(RankEnvTest, ErrorsNameTheVariable) {
   EXPECT_THAT(From({{"RANK", "0"}}).status().message(),
               HasSubstr("RANK is set but WORLD_SIZE is not"));

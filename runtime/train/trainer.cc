@@ -26,6 +26,7 @@
 #include "compiler/util/status_macros.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
+#include "runtime/comm/mpi/mpi_communicator.h"
 #include "runtime/comm/nccl/nccl_communicator.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/dnnl_ops.h"
@@ -424,24 +425,47 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
         CudaDeviceCount()));
   }
 
-  // Communicators: Gloo always (host-side sums, NCCL's bootstrap), NCCL for
-  // gradients on CUDA.
-  GlooOptions gloo;
-  gloo.rank = rank.rank;
-  gloo.world_size = rank.world_size;
-  gloo.file_store_dir = rank.rendezvous_dir;
-  if (!rank.redis.empty()) {
-    const size_t colon = rank.redis.rfind(':');
-    gloo.redis_host = rank.redis.substr(0, colon);
-    gloo.redis_port = std::atoi(rank.redis.c_str() + colon + 1);
-    gloo.store_prefix = absl::StrCat("trainc/", rank.job);
+  // Communicators. The host one (host-side sums, barriers, NCCL's
+  // bootstrap) is Gloo, or MPI with rank.comm == "mpi" (mpirun jobs); on
+  // the CPU it carries the gradients too, on CUDA NCCL does.
+  std::unique_ptr<Communicator> host_comm;
+  if (rank.comm == "mpi") {
+    if (!StartedByMpirun()) {
+      return absl::FailedPreconditionError(
+          "--comm mpi needs a job started by mpirun (e.g. mpirun -np 2 train FILE)");
+    }
+    ASSIGN_OR_RETURN(host_comm, MpiCommunicator::Create());
+    if (host_comm->rank() != rank.rank || host_comm->world_size() != rank.world_size) {
+      return absl::InternalError(absl::StrCat(
+          "MPI says rank ", host_comm->rank(), " of ", host_comm->world_size(),
+          " but the environment says ", rank.rank, " of ", rank.world_size));
+    }
+  } else if (rank.comm == "gloo") {
+    if (rank.world_size > 1 && rank.rendezvous_dir.empty() && rank.redis.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Gloo needs a rendezvous for ", rank.world_size, " ranks: set ",
+          "TRAINC_RENDEZVOUS_DIR (a shared folder) or --rendezvous "
+          "redis://HOST:PORT/JOB, or under mpirun use --comm mpi"));
+    }
+    GlooOptions gloo;
+    gloo.rank = rank.rank;
+    gloo.world_size = rank.world_size;
+    gloo.file_store_dir = rank.rendezvous_dir;
+    if (!rank.redis.empty()) {
+      const size_t colon = rank.redis.rfind(':');
+      gloo.redis_host = rank.redis.substr(0, colon);
+      gloo.redis_port = std::atoi(rank.redis.c_str() + colon + 1);
+      gloo.store_prefix = absl::StrCat("trainc/", rank.job);
+    }
+    gloo.hostname = rank.hostname;
+    // A peer silent this long fails the collective: with the launcher's 5 s
+    // grace period a stuck job ends within 30 s.
+    gloo.timeout = absl::Seconds(20);
+    ASSIGN_OR_RETURN(host_comm, GlooCommunicator::Create(gloo));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown communicator '", rank.comm, "' (gloo or mpi)"));
   }
-  gloo.hostname = rank.hostname;
-  // A peer silent this long fails the collective: with the launcher's 5 s
-  // grace period a stuck job ends within 30 s.
-  gloo.timeout = absl::Seconds(20);
-  ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> host_comm,
-                   GlooCommunicator::Create(gloo));
   std::unique_ptr<Communicator> nccl;
   std::unique_ptr<Device> device;
   if (device_kind == "cuda") {

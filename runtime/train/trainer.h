@@ -40,6 +40,10 @@ struct RankContext {
   // Address this rank's Gloo transport listens on (other machines' ranks
   // must reach it); loopback suits one machine.
   std::string hostname = "127.0.0.1";
+  // "gloo" (TCP; needs the rendezvous above) or "mpi" (Open MPI's shared
+  // memory; the job must have been started by mpirun, no rendezvous): the
+  // host communicator, and on the CPU the gradients' (tools/train --comm).
+  std::string comm = "gloo";
   // steady_clock ns shared by the local job's ranks: time zero of traces.
   int64_t job_start_ns = 0;
 };
