@@ -697,6 +697,69 @@ TEST(CudaDeviceTest, AdamW) {
   ExpectMatchesCpu(plan, kFp32Tol, 0, state, 3);
 }
 
+// ZeRO-1: a 3-rank bucket of 1,008 floats in shards of 336; rank 2's
+// optimizer (with the clipping norm's sum of squares over its shard).
+Plan ShardedOptimizerPlan(const OptimizerConfig& config) {
+  constexpr int64_t kShard = 336, kWorld = 3;
+  PlanBuilder p;
+  p.plan.optimizer = config;
+  p.plan.world_size = kWorld;
+  p.plan.zero = 1;
+  Bucket bucket;
+  bucket.param_span = p.Add("params", {kShard * kWorld}, DType::kF32,
+                            BufferKind::kParameterSpan);
+  bucket.grad_buffer =
+      p.Add("grads", {kShard * kWorld}, DType::kF32, BufferKind::kBucket);
+  bucket.bytes = kShard * kWorld * 4;
+  bucket.shard_elems = kShard;
+  const int states = config.kind == "adamw" ? 2 : config.momentum != 0 ? 1 : 0;
+  for (int s = 0; s < states; ++s) {
+    bucket.state_spans.push_back(p.Add(absl::StrCat("state", s), {kShard},
+                                       DType::kF32, BufferKind::kStateSpan));
+  }
+  p.plan.buckets.push_back(bucket);
+  const int grad_sq =
+      p.Add("grad_sq", {1}, DType::kF32, BufferKind::kStepScalar);
+  p.Instr("sum_squares", {bucket.grad_buffer}, {grad_sq},
+          {{"bucket", 0}, {"accumulate", 0}, {"shard", 1}});
+  std::vector<int> outs = {bucket.param_span};
+  for (int s : bucket.state_spans) outs.push_back(s);
+  std::vector<int> ins = outs;
+  ins.insert(ins.begin() + 1, bucket.grad_buffer);
+  ins.push_back(grad_sq);
+  p.Instr("optimizer", ins, outs, {{"bucket", 0}, {"clip", 0.5}, {"shard", 1}});
+  return p.plan;
+}
+
+TEST(CudaDeviceTest, OptimizerOnItsZeroShardOnly) {
+  SKIP_WITHOUT_GPU();
+  OptimizerConfig adamw;
+  adamw.kind = "adamw";
+  adamw.beta1 = 0.9;
+  adamw.beta2 = 0.999;
+  adamw.eps = 1e-8;
+  adamw.weight_decay = 0.01;
+  OptimizerConfig sgd;
+  sgd.kind = "sgd";
+  sgd.momentum = 0.9;
+  for (const OptimizerConfig& o : {adamw, sgd}) {
+    SCOPED_TRACE(o.kind);
+    const Plan plan = ShardedOptimizerPlan(o);
+    StepState state{1, 1e-3};
+    state.rank = 2;
+    std::vector<char> gpu;
+    ExpectMatchesCpuExcept(plan, kFp32Tol, 0, {}, &gpu, state, 2);
+    // Outside rank 2's shard the parameters are as they started.
+    const std::vector<char> init = RandomArena(plan, 0, 1234);
+    const Buffer& params = plan.buffers[plan.buckets[0].param_span];
+    const int64_t mine = 2 * plan.buckets[0].shard_elems * 4;
+    EXPECT_EQ(0, std::memcmp(gpu.data() + params.offset,
+                             init.data() + params.offset, mine));
+    EXPECT_NE(0, std::memcmp(gpu.data() + params.offset + mine,
+                             init.data() + params.offset + mine, 16));
+  }
+}
+
 TEST(CudaDeviceTest, Sgd) {
   SKIP_WITHOUT_GPU();
   for (bool nesterov : {false, true}) {
