@@ -2,7 +2,7 @@
 # Opens the viz HTML report in headless Chromium and checks what it shows:
 # the DOM has the graph, timeline and tables, and the screenshot has pixels
 # drawn where the graph and the timeline were laid out (the page records
-# those rectangles on <body>). Then the same for the training curves of two
+# those rectangles on <body>), and the predicted scaling plot is laid out. Then the same for the training curves of two
 # real metrics logs: drawn, and in both runs' colours. Skips only when
 # Chromium is absent.
 set -euo pipefail
@@ -22,7 +22,7 @@ py=/usr/bin/python3
 # op costs) since no runtime is involved here.
 example="dsl_examples/fashion_mlp.train"
 "$make" "$tmp/m.plan" "$tmp/m.trace.json" --from "$example" --steps 3
-"$viz" "$example" --trace "$tmp/m.trace.json" -o "$tmp/report.html"
+"$viz" "$example" --trace "$tmp/m.trace.json" --scaling --gpus 1,8,64 -o "$tmp/report.html"
 
 # Chromium wants a writable HOME and profile; keep both in the test's tmp.
 export HOME="$tmp/home"
@@ -37,13 +37,18 @@ timeout 60 "$chrome" "${flags[@]}" --dump-dom "file://$tmp/report.html" \
 fail() { echo "FAIL: $*"; exit 1; }
 for needle in 'id="graph"' 'id="timeline"' 'id="overlap"' 'id="buckets"' \
               'id="memory"' 'id="batch"' 'class="node"' 'class="bar allreduce"' \
-              'rank 1 comm' 'h1.0 = linear'; do
+              'rank 1 comm' 'h1.0 = linear' 'id="scaling-table"' \
+              'class="point step"' 'class="point efficiency"'; do
   grep -q -- "$needle" "$tmp/dom.html" || fail "DOM lacks $needle"
 done
 grep -q 'id="graph-missing"' "$tmp/dom.html" && fail "graph was not rendered"
 graph_rect="$(grep -o 'data-graph-rect="[0-9,.-]*"' "$tmp/dom.html" | head -1 | cut -d'"' -f2)"
 timeline_rect="$(grep -o 'data-timeline-rect="[0-9,.-]*"' "$tmp/dom.html" | head -1 | cut -d'"' -f2)"
+scaling_rect="$(grep -o 'data-scaling-rect="[0-9,.-]*"' "$tmp/dom.html" | head -1 | cut -d'"' -f2 || true)"
 [[ -n "$graph_rect" && -n "$timeline_rect" ]] || fail "page script did not record the layout"
+# The scaling plot is laid out (it may lie below the screenshot).
+[[ "$(cut -d, -f3,4 <<<"$scaling_rect")" =~ ^[1-9][0-9]*,[1-9][0-9]*$ ]] \
+  || fail "scaling plot not laid out: '$scaling_rect'"
 echo "graph at $graph_rect, timeline at $timeline_rect"
 
 timeout 60 "$chrome" "${flags[@]}" --screenshot="$tmp/shot.png" \

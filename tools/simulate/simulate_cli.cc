@@ -9,17 +9,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "compiler/frontend/frontend.h"
-#include "compiler/plan/plan_io.h"
-#include "compiler/planner/planner.h"
 #include "compiler/util/status_macros.h"
 #include "compiler/cost/bundled_profiles.h"
 #include "tools/simulate/calibration.h"
+#include "tools/simulate/scaling.h"
 #include "compiler/cost/machine_profile.h"
 #include "compiler/cost/simulator.h"
 #include "tools/viz/timeline.h"
@@ -64,7 +61,8 @@ time between steps), backward (busy time of backward instructions),
 all-reduce (busy time of the comm stream), hidden (all-reduce time while the
 compute stream is busy), exposed (the rest), and scaling efficiency (samples
 per second per rank against one rank). They mean what `viz --trace` reports
-for a measured run.
+for a measured run. The same as a plot in an HTML report:
+  bazel run //tools:viz -- FILE.train --scaling [--machine PROFILE] -o OUT.html
 )";
 
 absl::StatusOr<std::vector<std::string>> SplitList(const std::string& flag,
@@ -74,103 +72,18 @@ absl::StatusOr<std::vector<std::string>> SplitList(const std::string& flag,
   return items;
 }
 
-// The profile named by --machine: a bundled name, else a file.
-absl::StatusOr<cost::MachineProfile> LoadProfile(const std::string& machine) {
-  absl::StatusOr<cost::MachineProfile> profile = cost::LoadMachineProfile(machine);
-  if (!profile.ok()) {
-    return absl::Status(profile.status().code(),
-                        absl::StrCat("--machine ", machine, ": ", profile.status().message()));
-  }
-  return profile;
-}
-
-// A .train file through the front end and the planner, as train does
-// (bucket_mb = auto costed on `profile` with the overlap asked); any other
-// file is read as a compiled plan.
-absl::StatusOr<Plan> LoadPlan(const std::string& file, const Overrides& overrides,
-                              const cost::MachineProfile& profile, bool overlap) {
-  if (!absl::EndsWith(file, ".train")) {
-    if (!overrides.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", overrides[0].first, ": ", file, " is a compiled plan; recompile "
-          "the .train file to change it"));
-    }
-    return ReadPlanFile(file);
-  }
-  FrontendResult result = CompileFile(file, overrides);
-  if (!result.spec) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file, " does not compile:\n", FormatDiagnostics(result.diagnostics, result.source)));
-  }
-  PlanOptions options;
-  options.machine = &profile;
-  options.overlap = overlap;
-  absl::StatusOr<Plan> plan = BuildPlan(*result.spec, options);
-  if (!plan.ok()) {
-    return absl::Status(plan.status().code(),
-                        absl::StrCat(file, ": planning failed: ", plan.status().message()));
-  }
-  return plan;
-}
-
-struct Row {
-  std::string bucket_choice;  // bucket_mb = auto's reason at this size
-  int64_t gpus = 1;
-  int64_t global_batch = 0;
-  cost::StepPrediction prediction;
-};
-
-// The plan for `gpus` ranks: recompiled from a .train file, or a plan
-// file's own plan run on that many ranks (the same per-rank work).
-absl::StatusOr<Row> Simulate(const SimulateArgs& args, Overrides overrides, int64_t gpus,
-                             const cost::MachineProfile& profile) {
-  const bool train_file = absl::EndsWith(args.input, ".train");
-  if (train_file) overrides.emplace_back("gpus", absl::StrCat(gpus));
-  ASSIGN_OR_RETURN(Plan plan, LoadPlan(args.input, overrides, profile, args.overlap));
-  Row row;
-  row.bucket_choice = plan.bucket_choice;
-  row.gpus = gpus;
-  row.global_batch =
-      train_file ? plan.global_batch : plan.global_batch / plan.world_size * gpus;
-  cost::SimulationOptions options;
-  options.world_size = gpus;
-  options.overlap = args.overlap;
-  ASSIGN_OR_RETURN(row.prediction, cost::SimulateStep(plan, profile, options));
-  return row;
-}
-
-double SamplesPerRankPerSecond(const Row& r) {
-  return r.global_batch / (r.prediction.step_us * 1e-6) / r.gpus;
-}
-
-std::string FormatTable(const std::vector<Row>& rows, const Row& one_rank) {
+std::string FormatTable(const std::vector<ScalingPoint>& points) {
   std::string out = absl::StrFormat("%6s %12s %10s %13s %15s %11s %12s %11s\n", "gpus",
                                     "global_batch", "step(ms)", "backward(ms)",
                                     "all-reduce(ms)", "hidden(ms)", "exposed(ms)",
                                     "efficiency");
-  for (const Row& r : rows) {
+  for (const ScalingPoint& r : points) {
     const cost::StepPrediction& p = r.prediction;
     absl::StrAppend(&out, absl::StrFormat(
         "%6d %12d %10.3f %13.3f %15.3f %11.3f %12.3f %10.1f%%\n", r.gpus, r.global_batch,
         p.step_us / 1e3, p.backward_us / 1e3, p.all_reduce_us / 1e3, p.hidden_us / 1e3,
-        p.exposed_us / 1e3, 100.0 * SamplesPerRankPerSecond(r) / SamplesPerRankPerSecond(one_rank)));
+        p.exposed_us / 1e3, 100.0 * r.efficiency));
   }
-  return out;
-}
-
-std::string DescribePlan(const Plan& plan) {
-  int64_t grad_bytes = 0;
-  for (const Bucket& b : plan.buckets) grad_bytes += b.bytes;
-  std::string out =
-      plan.bucket_choice.empty()
-          ? absl::StrFormat("bucket_mb %g: %d buckets, %.2f MiB of gradients", plan.bucket_mb,
-                            plan.buckets.size(), grad_bytes / 1048576.0)
-          : absl::StrFormat("bucket_mb auto (chosen per world size, below), %.2f MiB of "
-                            "gradients", grad_bytes / 1048576.0);
-  if (plan.zero > 0) {
-    absl::StrAppend(&out, ", ZeRO-1 (reduce-scatter, sharded optimizer, all-gather)");
-  }
-  if (plan.grad_comm != "fp32") absl::StrAppend(&out, ", ", plan.grad_comm, " gradients");
   return out;
 }
 
@@ -203,7 +116,7 @@ absl::StatusOr<cost::MachineProfile> CalibrateProfile(const SimulateArgs& args,
   }
   Overrides overrides = args.overrides;
   if (absl::EndsWith(args.input, ".train")) overrides.emplace_back("gpus", absl::StrCat(world));
-  ASSIGN_OR_RETURN(Plan plan, LoadPlan(args.input, overrides, base, args.overlap));
+  ASSIGN_OR_RETURN(Plan plan, LoadPlanForProfile(args.input, overrides, base, args.overlap));
   absl::StatusOr<Calibration> fit = Calibrate(plan, trace, base);
   if (!fit.ok()) {
     return absl::Status(fit.status().code(),
@@ -278,15 +191,7 @@ absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv
     };
     if (name == "--gpus") {
       ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(std::vector<std::string> items, SplitList(name, v));
-      for (const std::string& item : items) {
-        int64_t n;
-        if (!absl::SimpleAtoi(item, &n) || n < 1 || n > (int64_t{1} << 20)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--gpus: expected world sizes >= 1, got '", item, "'"));
-        }
-        args.gpus.push_back(n);
-      }
+      ASSIGN_OR_RETURN(args.gpus, ParseWorldSizes(v));
     } else if (name == "--machine") {
       ASSIGN_OR_RETURN(args.machine, next());
     } else if (name == "--calibrate") {
@@ -323,54 +228,38 @@ absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv
 }
 
 absl::Status RunSimulate(const SimulateArgs& args, std::ostream& out, std::ostream& err) {
-  ASSIGN_OR_RETURN(cost::MachineProfile profile, LoadProfile(args.machine));
+  ASSIGN_OR_RETURN(cost::MachineProfile profile, LoadProfileFlag(args.machine));
   if (!args.calibrate.empty()) {
     ASSIGN_OR_RETURN(profile, CalibrateProfile(args, profile, out));
   }
-  std::vector<int64_t> gpus = args.gpus;
-  if (gpus.empty()) {
-    for (int64_t n = 1; n <= 1024; n *= 2) gpus.push_back(n);
-  }
-  std::vector<std::string> buckets = args.bucket_mb;
-  if (buckets.empty()) buckets.push_back("");  // the file's
-
-  // bucket_mb -> rows, for the comparison when there are several.
-  std::vector<std::pair<std::string, std::vector<Row>>> tables;
-  for (const std::string& bucket_mb : buckets) {
-    Overrides overrides = args.overrides;
-    if (!bucket_mb.empty()) overrides.emplace_back("bucket_mb", bucket_mb);
-    ASSIGN_OR_RETURN(Plan first, LoadPlan(args.input, overrides, profile, args.overlap));
-    ASSIGN_OR_RETURN(Row one_rank, Simulate(args, overrides, 1, profile));
-    std::vector<Row> rows;
-    for (int64_t n : gpus) {
-      if (n == 1) {
-        rows.push_back(one_rank);
-        continue;
-      }
-      ASSIGN_OR_RETURN(Row row, Simulate(args, overrides, n, profile));
-      rows.push_back(std::move(row));
-    }
-    out << absl::StrFormat("%s on %s (%s all-reduce, overlap %s), %s\n", first.model,
+  ScalingOptions options;
+  options.gpus = args.gpus;
+  options.bucket_mb = args.bucket_mb;
+  options.overlap = args.overlap;
+  options.overrides = args.overrides;
+  ASSIGN_OR_RETURN(std::vector<ScalingCurve> curves,
+                   SimulateScaling(args.input, profile, options));
+  for (const ScalingCurve& curve : curves) {
+    out << absl::StrFormat("%s on %s (%s all-reduce, overlap %s), %s\n", curve.model,
                            profile.name, cost::AllReduceAlgorithmName(profile.all_reduce),
-                           args.overlap ? "on" : "off", DescribePlan(first));
-    out << FormatTable(rows, one_rank);
-    for (const Row& r : rows) {
+                           args.overlap ? "on" : "off", curve.description);
+    out << FormatTable(curve.points);
+    for (const ScalingPoint& r : curve.points) {
       if (!r.bucket_choice.empty()) out << "  " << r.bucket_choice << "\n";
     }
     out << "\n";
-    tables.emplace_back(bucket_mb, std::move(rows));
   }
-  if (tables.size() > 1) {
+  if (curves.size() > 1) {
     out << "step time in ms (exposed communication) by bucket_mb\n";
     out << absl::StrFormat("%6s", "gpus");
-    for (const auto& [bucket_mb, rows] : tables) {
-      out << absl::StrFormat(" %20s", absl::StrCat("bucket_mb ", bucket_mb));
+    for (const ScalingCurve& curve : curves) {
+      out << absl::StrFormat(" %20s", absl::StrCat("bucket_mb ", curve.bucket_mb));
     }
     out << "\n";
-    for (size_t i = 0; i < gpus.size(); ++i) {
-      out << absl::StrFormat("%6d", gpus[i]);
-      for (const auto& [bucket_mb, rows] : tables) {
-        const cost::StepPrediction& p = rows[i].prediction;
+    for (size_t i = 0; i < curves[0].points.size(); ++i) {
+      out << absl::StrFormat("%6d", curves[0].points[i].gpus);
+      for (const ScalingCurve& curve : curves) {
+        const cost::StepPrediction& p = curve.points[i].prediction;
         out << absl::StrFormat(" %20s", absl::StrFormat("%.2f (%.2f)", p.step_us / 1e3,
                                                         p.exposed_us / 1e3));
       }

@@ -31,6 +31,8 @@ td.l, th.l { text-align: left; }
 #timeline svg { max-width: 100%; height: auto; display: block; }
 #training { border: 1px solid #ddd; }
 #training svg { max-width: 100%; height: auto; display: block; }
+#scaling { border: 1px solid #ddd; }
+#scaling svg { max-width: 100%; height: auto; display: block; }
 .warn { background: #fff4e5; border: 1px solid #f0b37e; padding: 8px; }
 button { font-size: 12px; }
 )css";
@@ -47,6 +49,7 @@ function recordLayout() {
   document.body.setAttribute('data-graph-rect', rectOf('graph'));
   document.body.setAttribute('data-timeline-rect', rectOf('timeline'));
   document.body.setAttribute('data-training-rect', rectOf('training'));
+  document.body.setAttribute('data-scaling-rect', rectOf('scaling'));
 }
 function toggleFit() {
   document.getElementById('graph').classList.toggle('fit');
@@ -124,6 +127,45 @@ std::string TrainingSection(const std::vector<RunMetrics>& runs,
                          "(train --metrics, or beside --save); exposed comm: "
                          "the all-reduce time no compute hid, on the steps the "
                          "trainer traced.</p>\n");
+  return html;
+}
+
+// The plot and one row per curve and world size.
+std::string ScalingSection(const std::vector<simulate::ScalingCurve>& curves,
+                           const std::string& title, const std::string& svg) {
+  std::string html = absl::StrCat(
+      "<h2>Predicted scaling</h2>\n<p class=\"sub\">", XmlEscape(title),
+      ": the file compiled for each world size as train --gpus N compiles it, "
+      "one step replayed on the machine profile (tools/simulate).</p>\n"
+      "<div id=\"scaling\">", InlineSvg(svg),
+      "</div>\n<table id=\"scaling-table\">\n<tr><th class=\"l\">buckets</th>"
+      "<th>GPUs</th><th>global batch</th><th>step (ms)</th><th>backward (ms)</th>"
+      "<th>all-reduce (ms)</th><th>hidden (ms)</th><th>exposed (ms)</th>"
+      "<th>efficiency</th></tr>\n");
+  std::string choices;
+  for (size_t c = 0; c < curves.size(); ++c) {
+    for (const simulate::ScalingPoint& p : curves[c].points) {
+      const cost::StepPrediction& s = p.prediction;
+      absl::StrAppend(
+          &html, Row({absl::StrCat("<span class=\"swatch\" style=\"background:",
+                                   RunColor(static_cast<int>(c)), "\"></span> ",
+                                   XmlEscape(curves[c].label)),
+                      absl::StrCat(p.gpus), absl::StrCat(p.global_batch), Ms(s.step_us),
+                      Ms(s.backward_us), Ms(s.all_reduce_us), Ms(s.hidden_us),
+                      Ms(s.exposed_us), absl::StrFormat("%.1f%%", 100 * p.efficiency)}));
+      if (!p.bucket_choice.empty()) {
+        absl::StrAppend(&choices, "<li>", XmlEscape(p.bucket_choice), "</li>\n");
+      }
+    }
+  }
+  absl::StrAppend(&html, "</table>\n<p class=\"sub\">step: a step's period; backward: "
+                         "busy time of backward instructions; hidden: all-reduce time "
+                         "while compute was busy; exposed: the rest; efficiency: "
+                         "samples/s per GPU against one GPU.</p>\n");
+  if (!choices.empty()) {
+    absl::StrAppend(&html, "<details><summary>bucket_mb auto's choices</summary>"
+                           "<ul class=\"sub\">\n", choices, "</ul></details>\n");
+  }
   return html;
 }
 
@@ -229,6 +271,10 @@ std::string RenderHtmlReport(const HtmlReportInput& in) {
                            "during which the compute stream was busy; exposed: "
                            "the rest. A late last bucket or large exposed time "
                            "suggests smaller buckets (bucket_mb).</p>\n");
+  }
+
+  if (in.scaling != nullptr) {
+    absl::StrAppend(&html, ScalingSection(*in.scaling, in.scaling_title, in.scaling_svg));
   }
 
   if (in.runs != nullptr) {

@@ -2,11 +2,13 @@
 // graph (inline SVG from dot), the gradient buckets, the memory report, the
 // batch arithmetic, given a trace the timeline and overlap numbers, and
 // given metrics logs a "Training" section: the curves of every run and a
-// table of their figures. Without a plan the report is that section alone.
+// table of their figures, and given a simulation (viz --scaling) a
+// "Predicted scaling" section: its plot and table. Without a plan the report
+// is the Training section alone.
 //
 // A small script records where the graph, the timeline and the curves were
-// laid out (data-graph-rect / data-timeline-rect / data-training-rect on
-// <body>) so that a headless browser test can check that those regions are
+// laid out (data-graph-rect / data-timeline-rect / data-training-rect /
+// data-scaling-rect on <body>) so that a headless browser test can check that those regions are
 // actually drawn.
 #ifndef TRAINC_TOOLS_VIZ_HTML_REPORT_H_
 #define TRAINC_TOOLS_VIZ_HTML_REPORT_H_
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "compiler/plan/plan.h"
+#include "tools/simulate/scaling.h"
 #include "tools/viz/metrics_reader.h"
 #include "tools/viz/timeline.h"
 #include "tools/viz/trace_reader.h"
@@ -33,6 +36,9 @@ struct HtmlReportInput {
   std::string timeline_svg;          // with the trace
   const std::vector<RunMetrics>* runs = nullptr;  // optional, labelled
   std::string curves_svg;            // RenderCurvesSvg(*runs)
+  const std::vector<simulate::ScalingCurve>* scaling = nullptr;  // optional
+  std::string scaling_title;         // plain text: model, machine, overlap
+  std::string scaling_svg;           // RenderScalingSvg(*scaling, ...)
 };
 
 std::string RenderHtmlReport(const HtmlReportInput& input);

@@ -8,6 +8,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "compiler/cost/bundled_profiles.h"
+#include "compiler/cost/machine_profile.h"
 #include "compiler/util/status_macros.h"
 #include "tools/viz/curves.h"
 #include "tools/viz/dot_writer.h"
@@ -15,15 +19,23 @@
 #include "tools/viz/graphviz.h"
 #include "tools/viz/html_report.h"
 #include "tools/viz/metrics_reader.h"
+#include "tools/simulate/scaling.h"
 #include "tools/viz/plan_loader.h"
+#include "tools/viz/scaling_plot.h"
 #include "tools/viz/timeline.h"
 #include "tools/viz/trace_reader.h"
 #include "tools/viz/viz_graph.h"
 
 namespace trainc::viz {
+namespace {
+
+constexpr char kDefaultMachine[] = "h100_nvlink_ib";
+
+}  // namespace
 
 std::string VizUsage() {
-  return R"usage(usage: bazel run //tools/viz -- INPUT [--trace TRACE.json] [-o OUT]
+  return absl::StrCat(R"usage(usage: bazel run //tools/viz -- INPUT [--trace TRACE.json] [-o OUT]
+       bazel run //tools/viz -- INPUT --scaling [--machine PROFILE] [-o OUT]
        bazel run //tools/viz -- [INPUT] --metrics [LABEL=]RUN.jsonl ... [-o OUT]
 
 Draws a trainc execution plan: forward and backward ops, parameters,
@@ -55,13 +67,27 @@ INPUT        a plan file (compiler/plan/plan_io.h text), or a .train file
              a report of them (default training.html); with INPUT the HTML
              report gains a Training section, and other outputs are joined
              by OUT_curves.svg
+--scaling    predicted scaling (tools/simulate): INPUT compiled for each
+             world size as `train --gpus N` compiles it and one step of each
+             plan replayed on a machine profile. The HTML report gains a
+             "Predicted scaling" section: a plot against GPUs (log axis) of
+             step time, backward and exposed communication, and of scaling
+             efficiency, one colour per bucket size, and their table; with
+             -o the plot is also written as OUT_scaling.svg. With it:
+  --machine NAME|FILE   machine profile (default )usage",
+                      kDefaultMachine, R"usage(); bundled:
+                        )usage",
+                      absl::StrJoin(cost::BundledProfileNames(), ", "), R"usage(
+                        or a `key = value` file (tools/simulate/README.md)
+  --gpus N[,N...]       world sizes (default 1,2,4,...,1024)
+  --bucket-mb X[,Y...]  bucket_mb per line (MB, or auto); default the file's
 --no-collapse        draw every layer, even long runs of identical ones
 --min-repeats N      collapse runs of at least N identical layers (default 3)
 -h, --help   this text
 
 Relative paths are taken from the directory `bazel run` was started in.
 Exit status: 0 ok, 1 error (message on stderr), 2 bad usage.
-)usage";
+)usage");
 }
 
 absl::StatusOr<VizArgs> ParseVizArgs(int argc, const char* const* argv) {
@@ -93,6 +119,21 @@ absl::StatusOr<VizArgs> ParseVizArgs(int argc, const char* const* argv) {
       RETURN_IF_ERROR(value(&args.output));
     } else if (a.rfind("--output=", 0) == 0) {
       args.output = a.substr(9);
+    } else if (a == "--scaling") {
+      args.scaling = true;
+    } else if (a == "--machine") {
+      RETURN_IF_ERROR(value(&args.machine));
+    } else if (a == "--gpus") {
+      std::string v;
+      RETURN_IF_ERROR(value(&v));
+      absl::StatusOr<std::vector<int64_t>> gpus = simulate::ParseWorldSizes(v);
+      if (!gpus.ok()) return usage_error(std::string(gpus.status().message()));
+      args.gpus = *std::move(gpus);
+    } else if (a == "--bucket-mb" || a == "--bucket_mb") {
+      std::string v;
+      RETURN_IF_ERROR(value(&v));
+      args.bucket_mb = absl::StrSplit(v, ',', absl::SkipEmpty());
+      if (args.bucket_mb.empty()) return usage_error("--bucket-mb needs a value");
     } else if (a == "--no-collapse") {
       args.collapse = false;
     } else if (a == "--min-repeats") {
@@ -113,6 +154,13 @@ absl::StatusOr<VizArgs> ParseVizArgs(int argc, const char* const* argv) {
   if (!args.help && args.input.empty() && args.metrics.empty()) {
     return usage_error(
         "no input: pass a plan file or a .train file, or --metrics FILE");
+  }
+  if (!args.scaling &&
+      (!args.machine.empty() || !args.gpus.empty() || !args.bucket_mb.empty())) {
+    return usage_error("--machine, --gpus and --bucket-mb go with --scaling");
+  }
+  if (args.scaling && args.input.empty()) {
+    return usage_error("--scaling needs INPUT, a .train or plan file");
   }
   for (const std::string& m : args.metrics) {
     if (m.empty() || m.back() == '=') {
@@ -225,6 +273,47 @@ std::string RunsSummary(const std::vector<RunMetrics>& runs) {
   return s;
 }
 
+// The predicted scaling of `input` (resolved) as --scaling asks.
+struct Scaling {
+  std::vector<simulate::ScalingCurve> curves;
+  std::string title;
+  std::string svg;
+};
+
+absl::StatusOr<Scaling> SimulateForViz(const VizArgs& args, const std::string& input) {
+  std::string machine = args.machine.empty() ? kDefaultMachine : args.machine;
+  // A profile file is the user's path; a bundled name is not a path.
+  if (machine.find('/') != std::string::npos || FileExtension(machine) == "profile") {
+    machine = ResolveUserPath(machine);
+  }
+  ASSIGN_OR_RETURN(cost::MachineProfile profile, simulate::LoadProfileFlag(machine));
+  simulate::ScalingOptions options;
+  options.gpus = args.gpus;
+  options.bucket_mb = args.bucket_mb;
+  Scaling s;
+  ASSIGN_OR_RETURN(s.curves, simulate::SimulateScaling(input, profile, options));
+  s.title = absl::StrFormat("%s on %s (%s all-reduce, overlap on)",
+                            s.curves.empty() ? "" : s.curves[0].model, profile.name,
+                            cost::AllReduceAlgorithmName(profile.all_reduce));
+  s.svg = RenderScalingSvg(s.curves, s.title);
+  return s;
+}
+
+std::string ScalingSummary(const Scaling& s) {
+  std::string out = absl::StrCat("predicted scaling, ", s.title, ":\n");
+  for (const simulate::ScalingCurve& c : s.curves) {
+    if (c.points.empty()) continue;
+    const simulate::ScalingPoint& a = c.points.front();
+    const simulate::ScalingPoint& b = c.points.back();
+    absl::StrAppend(&out, absl::StrFormat(
+        "  %s: step %.3f ms on %d GPU(s), %.3f ms on %d (exposed %.3f ms, "
+        "efficiency %.1f%%)\n",
+        c.label, a.prediction.step_us / 1e3, a.gpus, b.prediction.step_us / 1e3, b.gpus,
+        b.prediction.exposed_us / 1e3, 100 * b.efficiency));
+  }
+  return out;
+}
+
 // Curves alone: no plan.
 absl::Status RunCurvesOnly(const VizArgs& args, const std::vector<RunMetrics>& runs,
                            const std::string& curves_svg, std::ostream& out) {
@@ -277,6 +366,11 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
     timeline_svg = RenderTimelineSvg(trace);
   }
 
+  Scaling scaling;
+  if (args.scaling) {
+    ASSIGN_OR_RETURN(scaling, SimulateForViz(args, input));
+  }
+
   const std::string dot = WriteDot(graph, plan);
   std::string output = args.output.empty()
                            ? ResolveUserPath(absl::StrCat(plan.model, ".html"))
@@ -309,6 +403,11 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
       report.runs = &runs;
       report.curves_svg = curves_svg;
     }
+    if (args.scaling) {
+      report.scaling = &scaling.curves;
+      report.scaling_title = scaling.title;
+      report.scaling_svg = scaling.svg;
+    }
     RETURN_IF_ERROR(WriteStringToFile(output, RenderHtmlReport(report)));
   }
 
@@ -330,6 +429,15 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
           absl::StrCat(StripExtension(output), "_curves.svg");
       RETURN_IF_ERROR(WriteStringToFile(curves_path, curves_svg));
       out << "wrote " << curves_path << "\n";
+    }
+  }
+  if (args.scaling) {
+    out << "\n" << ScalingSummary(scaling);
+    if (!args.output.empty()) {
+      const std::string scaling_path =
+          absl::StrCat(StripExtension(output), "_scaling.svg");
+      RETURN_IF_ERROR(WriteStringToFile(scaling_path, scaling.svg));
+      out << "wrote " << scaling_path << "\n";
     }
   }
   out << "wrote " << output << "\n";

@@ -4,6 +4,7 @@
 #ifndef TRAINC_TOOLS_VIZ_VIZ_CLI_H_
 #define TRAINC_TOOLS_VIZ_VIZ_CLI_H_
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -20,6 +21,11 @@ struct VizArgs {
   std::string output;  // optional; extension picks the format
   bool collapse = true;
   int min_repeats = 3;
+  // --scaling: the predicted scaling (tools/simulate/scaling.h).
+  bool scaling = false;
+  std::string machine;                // --machine, as typed; empty: the default
+  std::vector<int64_t> gpus;          // --gpus; empty: 1, 2, 4, ..., 1024
+  std::vector<std::string> bucket_mb;  // --bucket-mb, one line each
 };
 
 // The --help text.

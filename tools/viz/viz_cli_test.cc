@@ -67,6 +67,24 @@ TEST(ParseVizArgsTest, RejectsUsageMistakes) {
   EXPECT_THAT(std::string(bad_ext.status().message()), HasSubstr(".dot, .svg"));
 }
 
+TEST(ParseVizArgsTest, ScalingAndItsOptions) {
+  auto a = Parse({"x.train", "--scaling", "--machine", "a100_nvlink", "--gpus", "1,8",
+                  "--bucket-mb", "1,auto"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->scaling);
+  EXPECT_EQ(a->machine, "a100_nvlink");
+  EXPECT_THAT(a->gpus, ::testing::ElementsAre(1, 8));
+  EXPECT_THAT(a->bucket_mb, ::testing::ElementsAre("1", "auto"));
+  EXPECT_THAT(VizUsage(), HasSubstr("--scaling"));
+  EXPECT_THAT(VizUsage(), HasSubstr("cpu_loopback"));
+  // The simulation's options alone would silently do nothing.
+  auto alone = Parse({"x.train", "--machine", "a100_nvlink"});
+  ASSERT_FALSE(alone.ok());
+  EXPECT_THAT(std::string(alone.status().message()), HasSubstr("with --scaling"));
+  EXPECT_FALSE(Parse({"--scaling", "--metrics", "a.jsonl"}).ok());
+  EXPECT_FALSE(Parse({"x.train", "--scaling", "--gpus", "0"}).ok());
+}
+
 class RunVizTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -200,6 +218,50 @@ TEST_F(RunVizTest, TrainFileIsCompiledInProcess) {
 }
 
 // Two small metrics logs, as `train` writes them.
+TEST_F(RunVizTest, ScalingSectionPlotAndTable) {
+  VizArgs a;
+  a.input = "dsl_examples/fashion_mlp.train";
+  a.output = dir_ + "/fm.html";
+  a.scaling = true;
+  a.machine = "a100_nvlink";
+  a.gpus = {1, 16};
+  a.bucket_mb = {"1", "auto"};
+  absl::Status s = Run(a);
+  ASSERT_TRUE(s.ok()) << s;
+  auto html = ReadFileToString(a.output);
+  ASSERT_TRUE(html.ok());
+  EXPECT_THAT(*html, HasSubstr("<h2>Predicted scaling</h2>"));
+  EXPECT_THAT(*html, HasSubstr("fashion_mlp on a100_nvlink"));
+  EXPECT_THAT(*html, HasSubstr("<div id=\"scaling\"><svg"));
+  EXPECT_THAT(*html, HasSubstr("<table id=\"scaling-table\">"));
+  // A row per bucket size and world size, its numbers those of the plot.
+  EXPECT_THAT(*html, HasSubstr("bucket_mb auto</td><td>16</td>"));
+  auto svg = ReadFileToString(dir_ + "/fm_scaling.svg");
+  ASSERT_TRUE(svg.ok());
+  EXPECT_THAT(*html, HasSubstr(svg->substr(0, 200)));
+  EXPECT_THAT(*svg, HasSubstr("data-curve=\"bucket_mb 1\" data-gpus=\"16\""));
+  EXPECT_THAT(*html, HasSubstr("bucket_mb auto's choices"));
+  EXPECT_THAT(out_.str(), HasSubstr("predicted scaling, fashion_mlp on a100_nvlink"));
+}
+
+TEST_F(RunVizTest, ScalingWithABadProfileNamesTheFile) {
+  const std::string bad = dir_ + "/bad.profile";
+  ASSERT_TRUE(WriteStringToFile(bad, "name = bad\ncompute.peak_flop = 1e12\n").ok());
+  VizArgs a;
+  a.input = "dsl_examples/fashion_mlp.train";
+  a.output = dir_ + "/bad.dot";
+  a.scaling = true;
+  a.machine = bad;
+  absl::Status s = Run(a);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--machine " + bad + ": " + bad + ":2:"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("compute.peak_flops"));
+  a.machine = "h100";
+  s = Run(a);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no such bundled machine profile 'h100'"));
+}
+
 class CurvesVizTest : public RunVizTest {
  protected:
   void SetUp() override {
