@@ -38,6 +38,7 @@
 #include "runtime/launch/rank_env.h"
 #include "runtime/metrics/metrics_log.h"
 #include "runtime/trace/tracer.h"
+#include "tools/cli/options.h"
 #include "runtime/train/trainer.h"
 
 namespace trainc {
@@ -178,20 +179,9 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
       positional.push_back(arg);
       continue;
     }
-    std::string name = arg, value;
-    bool has_value = false;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    auto next = [&]() -> absl::StatusOr<std::string> {
-      if (has_value) return value;
-      if (i + 1 >= argc) {
-        return absl::InvalidArgumentError(absl::StrCat(name, ": needs a value"));
-      }
-      return std::string(argv[++i]);
-    };
+    const CliOption option = SplitOption(arg);
+    const std::string& name = option.name;
+    auto next = [&] { return OptionValue(option, argc, argv, &i); };
     if (name == "--compile-only") {
       args.compile_only = true;
     } else if (name == "-o" || name == "--output") {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "compiler/util/status_macros.h"
 #include "compiler/cost/bundled_profiles.h"
+#include "tools/cli/options.h"
 #include "tools/simulate/calibration.h"
 #include "tools/simulate/scaling.h"
 #include "compiler/cost/machine_profile.h"
@@ -177,18 +178,9 @@ absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv
       positional.push_back(arg);
       continue;
     }
-    std::string name = arg, value;
-    bool has_value = false;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    auto next = [&]() -> absl::StatusOr<std::string> {
-      if (has_value) return value;
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(name, ": needs a value"));
-      return std::string(argv[++i]);
-    };
+    const CliOption option = SplitOption(arg);
+    const std::string& name = option.name;
+    auto next = [&] { return OptionValue(option, argc, argv, &i); };
     if (name == "--gpus") {
       ASSIGN_OR_RETURN(std::string v, next());
       ASSIGN_OR_RETURN(args.gpus, ParseWorldSizes(v));
