@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Data files only need to be readable here.
 constexpr char kBase[] = R"(
@@ -125,6 +126,26 @@ TEST(OverridesTest, OverrideOfAllFourGivenReinfersAccumulateWithANote) {
   EXPECT_THAT(Errors(r),
               HasSubstr("accumulate = 2 from the file is re-inferred as 1 "
                         "because of --gpus"));
+}
+
+// zero = 1 on one rank changes nothing (the planner runs the optimizer
+// whole); a note says so, at the setting or the flag, and no other rank
+// count draws it.
+TEST(OverridesTest, ZeroOnOneRankIsANote) {
+  const std::string source = absl::StrReplaceAll(
+      kBase, {{"gpus = 2", "gpus = 1  zero = 1"}});
+  FrontendResult r = Compile(source);
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.zero, 1);
+  EXPECT_THAT(Errors(r), HasSubstr("t.train:"));  // at the setting
+  EXPECT_THAT(Errors(r), HasSubstr("note: zero = 1 on one rank: there is "
+                                   "nothing to shard"));
+  r = Compile(kBase, {{"gpus", "1"}, {"zero", "1"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_THAT(Errors(r), HasSubstr("note: --zero: zero = 1 on one rank"));
+  r = Compile(kBase, {{"zero", "1"}});  // the file's 2 ranks
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_THAT(Errors(r), Not(HasSubstr("nothing to shard")));
 }
 
 TEST(OverridesTest, BadValuesNameTheFlag) {

@@ -380,6 +380,16 @@ class TrainChecker {
                         "and 3 are not supported");
         } else {
           config_.zero = *v;
+          if (*v == 1 && config_.gpus == 1) {
+            const std::string message =
+                "zero = 1 on one rank: there is nothing to shard, the "
+                "optimizer runs whole";
+            if (s->from_flag() || s->expr == nullptr) {
+              sink_.CommandLineNote(absl::StrCat("--zero: ", message));
+            } else {
+              sink_.Note(s->expr->span, message);
+            }
+          }
         }
       }
     }
