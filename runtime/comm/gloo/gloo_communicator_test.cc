@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "runtime/comm/testing/collective_checks.h"
 
 namespace trainc {
 namespace {
@@ -78,34 +79,12 @@ TEST_P(GlooCollectivesTest, AllReduceAllGatherBroadcastBarrier) {
 
 // ZeRO-1's pair: a bucket reduce-scattered in place (each rank's segment
 // becomes the sum of that segment), then the segments all-gathered in place.
-// Twice on the same buffer (the cached algorithm), and on a large bucket.
-// Every element differs from rank to rank and from its neighbours, so a
-// segment summed at another offset, or one left out, shows.
+// Twice on the same buffer (the cached algorithm); small buckets go over the
+// sync pairs, the largest over the async ones.
 TEST_P(GlooCollectivesTest, ReduceScatterThenInPlaceAllGather) {
-  const int world = GetParam();
-  RunRanks(world, [world](GlooCommunicator& comm) {
-    const int r = comm.rank();
-    auto value = [](int rank, int64_t i) {
-      return static_cast<float>(i % 4099 + 8192 * rank);
-    };
+  RunRanks(GetParam(), [](GlooCommunicator& comm) {
     for (int64_t count : {16, 1000, 1 << 20}) {
-      std::vector<float> data(count * world);
-      for (int round = 0; round < 2; ++round) {
-        for (int64_t i = 0; i < count * world; ++i) data[i] = value(r, i);
-        ASSERT_TRUE(comm.ReduceScatterSum(data.data(), count, nullptr).ok());
-        for (int64_t i = r * count; i < (r + 1) * count; ++i) {
-          float want = 0;
-          for (int q = 0; q < world; ++q) want += value(q, i);
-          ASSERT_EQ(data[i], want) << "rank " << r << " count " << count << " i " << i;
-        }
-        float* mine = data.data() + r * count;
-        ASSERT_TRUE(comm.AllGather(mine, data.data(), count, nullptr).ok());
-        for (int64_t i = 0; i < count * world; ++i) {
-          float want = 0;
-          for (int q = 0; q < world; ++q) want += value(q, i);
-          ASSERT_EQ(data[i], want) << "after all-gather, rank " << r << " i " << i;
-        }
-      }
+      EXPECT_EQ(testing::CheckReduceScatterThenAllGather(comm, count, /*rounds=*/2), "");
     }
   });
 }
@@ -114,33 +93,9 @@ TEST_P(GlooCollectivesTest, ReduceScatterThenInPlaceAllGather) {
 // 2^-10 arrives as 1), and sums of small integers are exact in bf16, so
 // every result is known exactly. A bucket over one ring piece included.
 TEST_P(GlooCollectivesTest, Bf16AllReduceAndReduceScatter) {
-  const int world = GetParam();
-  RunRanks(world, [world](GlooCommunicator& comm) {
-    const int r = comm.rank();
-    // Integers below 2^8 / world: each partial sum is a bf16 integer.
-    auto value = [](int rank, int64_t i) {
-      return static_cast<float>((i * 7 + rank * 3) % 23) + 1.0f / 1024;
-    };
-    auto want = [&](int64_t i) {
-      float sum = 0;
-      for (int q = 0; q < world; ++q) sum += static_cast<float>((i * 7 + q * 3) % 23);
-      return sum;
-    };
+  RunRanks(GetParam(), [](GlooCommunicator& comm) {
     for (int64_t count : {int64_t{5}, (int64_t{1} << 20) + 3}) {
-      std::vector<float> data(count);
-      for (int64_t i = 0; i < count; ++i) data[i] = value(r, i);
-      ASSERT_TRUE(comm.AllReduceSumBf16(data.data(), count, nullptr).ok());
-      for (int64_t i = 0; i < count; ++i) {
-        ASSERT_EQ(data[i], want(i) + (world == 1 ? 1.0f / 1024 : 0.0f))
-            << "all-reduce, rank " << r << " i " << i;
-      }
-      std::vector<float> scattered(count * world);
-      for (int64_t i = 0; i < count * world; ++i) scattered[i] = value(r, i);
-      ASSERT_TRUE(comm.ReduceScatterSumBf16(scattered.data(), count, nullptr).ok());
-      for (int64_t i = r * count; i < (r + 1) * count; ++i) {
-        ASSERT_EQ(scattered[i], want(i) + (world == 1 ? 1.0f / 1024 : 0.0f))
-            << "reduce-scatter, rank " << r << " i " << i;
-      }
+      EXPECT_EQ(testing::CheckBf16Collectives(comm, count), "");
     }
   });
 }

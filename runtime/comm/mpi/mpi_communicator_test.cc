@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/comm/testing/collective_checks.h"
 
 namespace trainc {
 namespace {
@@ -57,19 +58,8 @@ TEST(MpiCommunicatorTest, AllReduceSum) {
 
 // ZeRO's pair: each rank's segment summed, then gathered in place.
 TEST(MpiCommunicatorTest, ReduceScatterThenInPlaceAllGather) {
-  MpiCommunicator& comm = Comm();
-  const int world = comm.world_size(), r = comm.rank();
   for (int64_t count : {int64_t{1}, int64_t{12345}}) {
-    std::vector<float> data(count * world);
-    for (int64_t i = 0; i < count * world; ++i) data[i] = Value(r, i);
-    auto sum = [world](int64_t i) { return Sum(world, i); };
-    EXPECT_TRUE(comm.ReduceScatterSum(data.data(), count, nullptr).ok());
-    EXPECT_EQ(Mismatch(data, r * count, (r + 1) * count, sum), "")
-        << "reduce-scatter, rank " << r << " count " << count;
-    float* mine = data.data() + r * count;
-    EXPECT_TRUE(comm.AllGather(mine, data.data(), count, nullptr).ok());
-    EXPECT_EQ(Mismatch(data, 0, count * world, sum), "")
-        << "all-gather, rank " << r << " count " << count;
+    EXPECT_EQ(testing::CheckReduceScatterThenAllGather(Comm(), count), "");
   }
 }
 
@@ -96,29 +86,10 @@ TEST(MpiCommunicatorTest, BroadcastAndBarrier) {
   EXPECT_FALSE(comm.Broadcast(data.data(), 1, comm.world_size(), nullptr).ok());
 }
 
-// As gloo_communicator_test's: small integers (plus 1/1024, lost to bf16
-// rounding) whose partial sums are all bf16 integers, so the result is exact.
+// bf16 gradients: exact small-integer sums (1/1024 lost to the rounding).
 TEST(MpiCommunicatorTest, Bf16AllReduceAndReduceScatter) {
-  MpiCommunicator& comm = Comm();
-  const int world = comm.world_size(), r = comm.rank();
-  auto value = [](int rank, int64_t i) {
-    return static_cast<float>((i * 7 + rank * 3) % 23) + 1.0f / 1024;
-  };
-  auto want = [&](int64_t i) {
-    float sum = 0;
-    for (int q = 0; q < world; ++q) sum += static_cast<float>((i * 7 + q * 3) % 23);
-    return sum;
-  };
   for (int64_t count : {int64_t{5}, (int64_t{1} << 20) + 3}) {
-    std::vector<float> data(count);
-    for (int64_t i = 0; i < count; ++i) data[i] = value(r, i);
-    EXPECT_TRUE(comm.AllReduceSumBf16(data.data(), count, nullptr).ok());
-    EXPECT_EQ(Mismatch(data, 0, count, want), "") << "all-reduce, rank " << r;
-    std::vector<float> scattered(count * world);
-    for (int64_t i = 0; i < count * world; ++i) scattered[i] = value(r, i);
-    EXPECT_TRUE(comm.ReduceScatterSumBf16(scattered.data(), count, nullptr).ok());
-    EXPECT_EQ(Mismatch(scattered, r * count, (r + 1) * count, want), "")
-        << "reduce-scatter, rank " << r;
+    EXPECT_EQ(testing::CheckBf16Collectives(Comm(), count), "");
   }
 }
 
