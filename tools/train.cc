@@ -63,7 +63,7 @@ Compile:
 Override train { } fields (checked by the same rules as the file):
   --gpus N  --micro_batch N  --accumulate N  --global_batch N
   --epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine PROFILE
-  --deterministic true|false  --tf32 true|false
+  --deterministic true|false  --tf32 true|false  --precision fp32|bf16
   --checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR
   (any train { } field name works as --FIELD VALUE, and so does a model
   constant: --width 256 for `const width = 128`)

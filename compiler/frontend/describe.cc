@@ -156,7 +156,8 @@ std::string DescribeSpec(const TrainSpec& spec) {
   }
   absl::StrAppend(&out, "\nseed: ", t.seed, ", deterministic: ",
                   t.deterministic ? "true" : "false",
-                  ", tf32: ", t.tf32 ? "true" : "false", "\n");
+                  ", tf32: ", t.tf32 ? "true" : "false",
+                  t.precision != "fp32" ? ", precision: " + t.precision : std::string(), "\n");
   if (t.checkpoint_every > 0) {
     absl::StrAppend(&out, "checkpoints: every ", t.checkpoint_every, " steps into ",
                     t.checkpoint_dir.empty() ? "checkpoints/" + spec.model.name

@@ -21,7 +21,7 @@ const std::vector<std::string>& OverridableFields() {
       "epochs", "steps",        "lr",         "seed",
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
       "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
-      "checkpoint_dir", "zero", "grad_comm", "machine"};
+      "checkpoint_dir", "zero", "grad_comm", "precision", "machine"};
   return *fields;
 }
 
@@ -34,7 +34,8 @@ const std::vector<std::string>& TrainFields() {
       "epochs",   "steps",       "optimizer",  "schedule",
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
       "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
-      "checkpoint_keep", "checkpoint_dir", "zero", "grad_comm", "machine"};
+      "checkpoint_keep", "checkpoint_dir", "zero", "grad_comm", "precision",
+      "machine"};
   return *fields;
 }
 
@@ -243,9 +244,11 @@ void CheckSchedule(const Setting& setting, ScheduleSpec* schedule,
   }
 }
 
-// grad_comm = fp32 | bf16: a bare name in the file, the word as a flag.
-void CheckGradComm(const Setting& setting, std::string* grad_comm,
-                   DiagnosticSink& sink) {
+// grad_comm / precision = fp32 | bf16: a bare name in the file, the word
+// as a flag. `what` names the choice in the error ("gradient format").
+void CheckFloatFormat(const Setting& setting, const std::string& field,
+                      const std::string& what, std::string* format,
+                      DiagnosticSink& sink) {
   std::string name;
   if (setting.from_flag()) {
     name = setting.flag_text;
@@ -254,7 +257,7 @@ void CheckGradComm(const Setting& setting, std::string* grad_comm,
     name = setting.expr->text;
   } else {
     ReportSetting(setting, sink,
-                  absl::StrCat("grad_comm must be fp32 or bf16, got ",
+                  absl::StrCat(field, " must be fp32 or bf16, got ",
                                setting.expr != nullptr
                                    ? DescribeExpr(*setting.expr)
                                    : std::string("nothing")));
@@ -263,11 +266,11 @@ void CheckGradComm(const Setting& setting, std::string* grad_comm,
   const std::vector<std::string> formats = {"fp32", "bf16"};
   if (!Contains(formats, name)) {
     ReportSetting(setting, sink,
-                  absl::StrCat("unknown gradient format '", name, "'"),
+                  absl::StrCat("unknown ", what, " '", name, "'"),
                   SuggestionHint(name, formats, "formats"));
     return;
   }
-  *grad_comm = name;
+  *format = name;
 }
 
 // bucket_mb = auto | MB >= 0: a bare name or a number in the file, the
@@ -394,7 +397,7 @@ class TrainChecker {
       }
     }
     if (const Setting* s = Effective("grad_comm")) {
-      CheckGradComm(*s, &config_.grad_comm, sink_);
+      CheckFloatFormat(*s, "grad_comm", "gradient format", &config_.grad_comm, sink_);
       if (config_.grad_comm == "bf16" && config_.deterministic) {
         ReportSetting(*s, sink_,
                       "grad_comm = bf16 cannot be deterministic: the "
@@ -402,6 +405,9 @@ class TrainChecker {
                       "fp32 gradient to add them in a fixed order",
                       "drop one of grad_comm = bf16 and deterministic = true");
       }
+    }
+    if (const Setting* s = Effective("precision")) {
+      CheckFloatFormat(*s, "precision", "precision", &config_.precision, sink_);
     }
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;

@@ -76,6 +76,7 @@ class Graph {
   int AddNode(Node node);
 
   const Value& value(int id) const { return values_[id]; }
+  Value& mutable_value(int id) { return values_[id]; }
   const std::vector<Value>& values() const { return values_; }
   const std::vector<Node>& nodes() const { return nodes_; }
   std::vector<Node>& mutable_nodes() { return nodes_; }

@@ -229,6 +229,10 @@ std::vector<OpDef> MakeOps() {
       {"avg_pool2d_grad", 1, 1, 2, 2, false, kPool,
        "dy -> dx[B, C, H, W], workspace; acc; attrs as avg_pool2d", {}, {},
        false, PoolCost, true},
+      {"cast", 1, 1, 1, 1, false, kElem,
+       "x -> y: x's values in y's dtype (f32 -> bf16 rounds to nearest "
+       "even); made by precision = bf16, never differentiated",
+       {}, {}, false, Elementwise<0>},
       {"reshape", 1, 1, 1, 1, false, kElem,
        "x -> y: the same elements under another shape (a copy)", {},
        {{"copy_grad", {kDy}, {0}}}, false, Elementwise<0>},
@@ -792,6 +796,24 @@ const char* OpCategoryName(OpCategory category) {
     case OpCategory::kOptimizer: return "optimizer";
   }
   return "?";
+}
+
+Precision PrecisionOf(const OpDef& def) {
+  switch (def.category) {
+    case OpCategory::kMatmul:
+    case OpCategory::kAttention:
+    case OpCategory::kConvolution:
+      return Precision::kLowPrecision;
+    case OpCategory::kElementwise:
+    case OpCategory::kPooling: {
+      // Softmax is an exponential and a sum: f32, as autocast has it.
+      const std::string_view name = def.name;
+      if (name == "softmax" || name == "softmax_grad") return Precision::kFp32;
+      return Precision::kFollow;
+    }
+    default:
+      return Precision::kFp32;
+  }
 }
 
 const std::vector<OpDef>& AllOps() {

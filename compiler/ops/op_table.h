@@ -111,6 +111,20 @@ struct OpDef {
   bool workspace = false;
 };
 
+// What an op does under precision = bf16 (compiler/graph/precision.h), as
+// PyTorch's autocast lists:
+//   kLowPrecision  matrix products (linear, attention, convolution): every
+//                  float operand is bf16 (a cast makes it), accumulation in
+//                  f32, forward outputs bf16;
+//   kFp32          normalization, softmax, losses, embeddings, the
+//                  optimizer: outputs f32 (bf16 operands are widened);
+//   kFollow        the rest (activations, add, dropout, pooling, reshape):
+//                  outputs bf16 when every float operand is, else f32.
+// Whatever the policy, the gradient of a value has that value's dtype, and
+// parameters, their gradients and optimizer state are f32.
+enum class Precision { kLowPrecision, kFp32, kFollow };
+Precision PrecisionOf(const OpDef& def);
+
 // nullptr for an unknown op.
 const OpDef* FindOp(std::string_view name);
 const std::vector<OpDef>& AllOps();

@@ -7,6 +7,8 @@ int64_t DTypeBytes(DType t) {
     case DType::kF32:
     case DType::kI32:
       return 4;
+    case DType::kBF16:
+      return 2;
   }
   return 4;
 }
@@ -26,6 +28,7 @@ const char* BufferKindName(BufferKind kind) {
     case BufferKind::kStateSpan: return "state_span";
     case BufferKind::kStepScalar: return "step_scalar";
     case BufferKind::kWorkspace: return "workspace";
+    case BufferKind::kParameterCopy: return "parameter_copy";
   }
   return "unknown";
 }
@@ -53,6 +56,7 @@ const char* DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "f32";
     case DType::kI32: return "i32";
+    case DType::kBF16: return "bf16";
   }
   return "unknown";
 }

@@ -80,8 +80,10 @@ namespace trainc {
 
 inline constexpr int kPlanFormatVersion = 1;
 
-enum class DType { kF32, kI32 };
-int64_t DTypeBytes(DType t);  // 4 for both
+// kBF16: bfloat16 (the high half of an f32, rounded to nearest even), for
+// activations under precision = bf16.
+enum class DType { kF32, kI32, kBF16 };
+int64_t DTypeBytes(DType t);  // 4, 4, 2
 
 enum class BufferKind {
   kInput,           // filled by load_batch (features)
@@ -97,6 +99,8 @@ enum class BufferKind {
   kStateSpan,       // a bucket's optimizer state, one per state kind
   kStepScalar,      // computed once per step (the gradient's squared norm)
   kWorkspace,       // a library's scratch for one instruction (its last output)
+  kParameterCopy,   // precision = bf16: a parameter's bf16 copy, cast from
+                    // the f32 master once per step (micro-step 0)
 };
 
 struct Buffer {
@@ -162,6 +166,11 @@ struct MemoryReport {
   int64_t arena_bytes = 0;            // the planned arena
   int64_t unshared_bytes = 0;         // the same buffers without any reuse
   int64_t workspace_bytes = 0;        // the largest instruction workspace
+  // precision = bf16: the parameters' bf16 copies, and the same model
+  // planned in fp32, for the saving. 0 otherwise.
+  int64_t parameter_copy_bytes = 0;
+  int64_t fp32_peak_activation_bytes = 0;
+  int64_t fp32_arena_bytes = 0;
 };
 
 struct OptimizerConfig {
@@ -257,6 +266,15 @@ struct Plan {
   // The gradient collectives' wire format: "fp32", or "bf16" (rounded to
   // bf16 for the collective, sums in fp32; the result widened back).
   std::string grad_comm = "fp32";
+  // "fp32", or "bf16": mixed precision (compiler/graph/precision.h). The
+  // parameters, their gradients and the optimizer state stay f32; matrix
+  // products (linear, attention, convolution) read bf16 operands (cast
+  // instructions make them) with f32 accumulation and write bf16; the
+  // elementwise ops that follow stay bf16; normalization, softmax, losses
+  // and embeddings compute and write f32. An activation's gradient has the
+  // activation's dtype. Every kernel computes in f32: a bf16 operand is
+  // widened on load and rounded to nearest even on store.
+  std::string precision = "fp32";
 
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

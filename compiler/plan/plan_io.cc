@@ -290,7 +290,7 @@ const std::vector<BufferKind>& AllBufferKinds() {
       BufferKind::kActivationGrad, BufferKind::kLoss,
       BufferKind::kBucket,         BufferKind::kParameterSpan,
       BufferKind::kStateSpan,      BufferKind::kStepScalar,
-      BufferKind::kWorkspace};
+      BufferKind::kWorkspace,      BufferKind::kParameterCopy};
   return *kinds;
 }
 
@@ -343,6 +343,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     }
     if (r.fields.count("grad_comm")) {  // absent: fp32
       ASSIGN_OR_RETURN(plan.grad_comm, f.Str("grad_comm"));
+    }
+    if (r.fields.count("precision")) {  // absent: fp32
+      ASSIGN_OR_RETURN(plan.precision, f.Str("precision"));
     }
     if (r.fields.count("bucket_choice")) {  // absent: bucket_mb was a number
       ASSIGN_OR_RETURN(plan.bucket_choice, f.Str("bucket_choice"));
@@ -403,7 +406,7 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     b.id = static_cast<int>(plan.buffers.size());
     ASSIGN_OR_RETURN(b.name, f.Str("name"));
     ASSIGN_OR_RETURN(b.kind, f.Enumerated("kind", AllBufferKinds(), &BufferKindName));
-    ASSIGN_OR_RETURN(b.dtype, f.Enumerated("dtype", std::vector<DType>{DType::kF32, DType::kI32},
+    ASSIGN_OR_RETURN(b.dtype, f.Enumerated("dtype", std::vector<DType>{DType::kF32, DType::kI32, DType::kBF16},
                                            &DTypeName));
     ASSIGN_OR_RETURN(b.shape, f.Shape("shape"));
     ASSIGN_OR_RETURN(b.offset, f.Int("offset"));
@@ -482,6 +485,11 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("workspace")) {  // optional: plans without conv/pool
       ASSIGN_OR_RETURN(m.workspace_bytes, f.Int("workspace"));
     }
+    if (r.fields.count("fp32_peak_activations")) {  // precision = bf16 only
+      ASSIGN_OR_RETURN(m.parameter_copy_bytes, f.Int("parameter_copies"));
+      ASSIGN_OR_RETURN(m.fp32_peak_activation_bytes, f.Int("fp32_peak_activations"));
+      ASSIGN_OR_RETURN(m.fp32_arena_bytes, f.Int("fp32_arena"));
+    }
   } else if (kw == "io") {
     ASSIGN_OR_RETURN(plan.input_buffers, f.Ints("inputs"));
     ASSIGN_OR_RETURN(int64_t loss, f.Int("loss"));
@@ -521,6 +529,8 @@ std::string PlanToText(const Plan& plan) {
                   plan.skip_nonfinite ? " skip_nonfinite=1" : "",
                   plan.zero > 0 ? absl::StrCat(" zero=", plan.zero) : std::string(),
                   plan.grad_comm != "fp32" ? absl::StrCat(" grad_comm=", Quote(plan.grad_comm))
+                                           : std::string(),
+                  plan.precision != "fp32" ? absl::StrCat(" precision=", Quote(plan.precision))
                                            : std::string(),
                   plan.bucket_choice.empty()
                       ? std::string()
@@ -609,6 +619,11 @@ std::string PlanToText(const Plan& plan) {
                   " unshared=", m.unshared_bytes,
                   m.workspace_bytes > 0 ? absl::StrCat(" workspace=", m.workspace_bytes)
                                         : std::string(),
+                  m.fp32_arena_bytes > 0
+                      ? absl::StrCat(" parameter_copies=", m.parameter_copy_bytes,
+                                     " fp32_peak_activations=", m.fp32_peak_activation_bytes,
+                                     " fp32_arena=", m.fp32_arena_bytes)
+                      : std::string(),
                   "\n");
   absl::StrAppend(&out, "io inputs=", JoinInts(plan.input_buffers),
                   " loss=", plan.loss_buffer,
@@ -694,6 +709,9 @@ absl::Status ValidatePlan(const Plan& plan) {
                                 " != world_size * micro_batch * accumulate"));
   }
   if (plan.arena_bytes < 0 || plan.num_events < 0) return Invalid("negative arena or events");
+  if (plan.precision != "fp32" && plan.precision != "bf16") {
+    return Invalid(absl::StrCat("precision \"", plan.precision, "\", expected fp32 or bf16"));
+  }
   const int num_buffers = static_cast<int>(plan.buffers.size());
   const int num_instr = static_cast<int>(plan.instructions.size());
   auto buffer_ok = [&](int id) { return id >= 0 && id < num_buffers; };
@@ -709,6 +727,17 @@ absl::Status ValidatePlan(const Plan& plan) {
     if (b.bytes != elems * DTypeBytes(b.dtype)) {
       return Invalid(absl::StrCat(where, ": bytes ", b.bytes, " but shape holds ",
                                   elems * DTypeBytes(b.dtype)));
+    }
+    // Mixed precision keeps the weights, gradients, optimizer state and
+    // loss in f32; only forward values, their gradients and the weights'
+    // bf16 copies may be bf16.
+    if (b.dtype == DType::kBF16 &&
+        (plan.precision != "bf16" ||
+         (b.kind != BufferKind::kActivation && b.kind != BufferKind::kActivationGrad &&
+          b.kind != BufferKind::kParameterCopy))) {
+      return Invalid(absl::StrCat(where, ": a bf16 ", BufferKindName(b.kind),
+                                  plan.precision != "bf16" ? " in a plan of precision fp32"
+                                                           : " (only activations and parameter copies may be bf16)"));
     }
     if (b.offset < 0 || b.offset % 64 != 0) {
       return Invalid(absl::StrCat(where, ": offset ", b.offset, " not 64-byte aligned"));

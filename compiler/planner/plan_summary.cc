@@ -62,6 +62,16 @@ std::string PlanSummary(const Plan& plan) {
                   plan.deterministic ? "; deterministic (bit-reproducible sums)" : "",
                   "\n");
 
+  if (plan.precision == "bf16") {
+    int casts = 0, bf16_buffers = 0;
+    for (const Instruction& in : plan.instructions) casts += in.op == "cast" && in.micro_step <= 0;
+    for (const Buffer& b : plan.buffers) bf16_buffers += b.dtype == DType::kBF16;
+    absl::StrAppend(&out, "precision: bf16 (", bf16_buffers,
+                    " bf16 buffers; matrix products on bf16 copies made by ", casts,
+                    " casts per micro-step, f32 accumulation; f32 master weights, "
+                    "gradients and optimizer state)\n");
+  }
+
   // Ops per micro-step (they repeat) and once per step.
   std::map<int, std::pair<int, int>> per_micro;  // micro -> (forward, backward)
   int optimizer = 0;
@@ -125,15 +135,26 @@ std::string PlanSummary(const Plan& plan) {
       m.unshared_bytes > 0 ? 100.0 * (m.unshared_bytes - m.arena_bytes) / m.unshared_bytes : 0;
   absl::StrAppend(&out, "memory per rank:\n");
   absl::StrAppend(&out, "  parameters        ", Bytes(m.parameter_bytes), "\n");
+  if (m.parameter_copy_bytes > 0) {
+    absl::StrAppend(&out, "  bf16 copies       ", Bytes(m.parameter_copy_bytes),
+                    " (the parameters in bf16, cast once per step)\n");
+  }
   absl::StrAppend(&out, "  gradients         ", Bytes(m.gradient_bytes), "\n");
   absl::StrAppend(&out, "  optimizer state   ", Bytes(m.optimizer_state_bytes), " (",
                   plan.optimizer.kind, ")\n");
-  absl::StrAppend(&out, "  peak activations  ", Bytes(m.peak_activation_bytes), "\n");
+  // precision = bf16: against the same plan in f32.
+  auto versus_fp32 = [&](int64_t bytes, int64_t fp32) {
+    if (fp32 <= 0) return std::string();
+    return absl::StrFormat(" (fp32: %s, %+.0f%%)", Bytes(fp32), 100.0 * (bytes - fp32) / fp32);
+  };
+  absl::StrAppend(&out, "  peak activations  ", Bytes(m.peak_activation_bytes),
+                  versus_fp32(m.peak_activation_bytes, m.fp32_peak_activation_bytes), "\n");
   if (m.workspace_bytes > 0) {
     absl::StrAppend(&out, "  workspace         ", Bytes(m.workspace_bytes),
                     " (the largest; convolution and pooling scratch, in the arena)\n");
   }
-  absl::StrAppend(&out, "  arena             ", Bytes(m.arena_bytes), "\n");
+  absl::StrAppend(&out, "  arena             ", Bytes(m.arena_bytes),
+                  versus_fp32(m.arena_bytes, m.fp32_arena_bytes), "\n");
   absl::StrAppend(&out, "  without reuse     ", Bytes(m.unshared_bytes),
                   absl::StrFormat(" (reuse saves %.0f%%)", saved), "\n");
   return out;

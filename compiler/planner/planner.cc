@@ -15,6 +15,7 @@
 #include "compiler/graph/graph.h"
 #include "compiler/graph/lower.h"
 #include "compiler/graph/pass.h"
+#include "compiler/graph/precision.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/bucket_search.h"
 #include "compiler/planner/bucketing.h"
@@ -148,6 +149,7 @@ class PlanBuilder {
     // One rank has nothing to shard: ZeRO-1 on one rank is plain DDP.
     plan_.zero = t.gpus > 1 ? t.zero : 0;
     plan_.grad_comm = t.grad_comm;
+    plan_.precision = t.precision;
     plan_.checkpoints.every = t.checkpoint_every;
     plan_.checkpoints.keep = t.checkpoint_keep;
     plan_.checkpoints.dir = t.checkpoint_dir.empty()
@@ -330,13 +332,27 @@ class PlanBuilder {
       grad_sq_ = NewBuffer("grad_sq", BufferKind::kStepScalar, DType::kF32, {1}, cursor);
       cursor += AlignUp(4);
     }
+    // precision = bf16: each parameter's bf16 copy, cast once per step.
+    for (const Node& node : graph_.nodes()) {
+      if (!IsParameterCast(node)) continue;
+      const Value& v = graph_.value(node.outputs[0]);
+      shared_[v.id] = NewValueBuffer(v, BufferKind::kParameterCopy, v.name, cursor);
+      cursor += AlignUp(v.bytes());
+    }
     persistent_bytes_ = cursor;
     for (int p : graph_.parameters()) plan_.parameter_buffers.push_back(shared_[p]);
+  }
+
+  // A parameter's bf16 copy (compiler/graph/precision.h): made in
+  // micro-step 0 only, into a persistent buffer.
+  bool IsParameterCast(const Node& node) const {
+    return node.op == "cast" && graph_.value(node.inputs[0]).kind == ValueKind::kParameter;
   }
 
   // The buffer holding value `id` in micro-step k.
   int BufferFor(int id, int k) {
     const Value& v = graph_.value(id);
+    if (shared_[id] >= 0) return shared_[id];
     switch (v.kind) {
       case ValueKind::kParameterGrad:
         return slots_[v.grad_of][deterministic_ ? k : 0];
@@ -394,6 +410,7 @@ class PlanBuilder {
     int last_compute = Emit(std::move(load));
     size_t next_bucket = 0;
     for (const Node& node : graph_.nodes()) {
+      if (k > 0 && IsParameterCast(node)) continue;
       Instruction in;
       in.op = node.op;
       for (int id : node.inputs) in.inputs.push_back(BufferFor(id, k));
@@ -591,6 +608,7 @@ class PlanBuilder {
       if (b.kind == BufferKind::kParameterSpan) report.parameter_bytes += b.bytes;
       if (b.kind == BufferKind::kBucket) report.gradient_bytes += b.bytes;
       if (b.kind == BufferKind::kStateSpan) report.optimizer_state_bytes += b.bytes;
+      if (b.kind == BufferKind::kParameterCopy) report.parameter_copy_bytes += b.bytes;
     }
     report.peak_activation_bytes = memory.peak_live_bytes;
     report.arena_bytes = plan_.arena_bytes;
@@ -674,10 +692,7 @@ absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& g
   return plan;
 }
 
-}  // namespace
-
-absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options) {
-  RETURN_IF_ERROR(CheckConfig(spec.train));
+absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptions& options) {
   ASSIGN_OR_RETURN(Graph graph, LowerModel(spec.model, spec.train.micro_batch));
   PassPipeline pipeline("train");
   pipeline.Add(std::make_unique<DeadCodeElimination>());
@@ -686,11 +701,32 @@ absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options
   pipeline.Add(std::make_unique<Autodiff>(
       1.0 / (static_cast<double>(spec.train.global_batch) *
              static_cast<double>(spec.model.loss_terms))));
+  if (spec.train.precision == "bf16") pipeline.Add(std::make_unique<MixedPrecision>());
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
   if (spec.train.bucket_mb_auto) return BuildAutoBucketedPlan(spec, graph, options);
   PlanBuilder builder(spec, graph, options, {spec.train.bucket_mb, spec.train.first_bucket_mb});
   builder.AssignBuckets();
   return builder.Build();
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options) {
+  RETURN_IF_ERROR(CheckConfig(spec.train));
+  if (spec.train.precision != "fp32" && spec.train.precision != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("precision must be fp32 or bf16, got ", spec.train.precision));
+  }
+  ASSIGN_OR_RETURN(Plan plan, BuildPlanOfPrecision(spec, options));
+  if (spec.train.precision == "bf16") {
+    // The memory report's saving: the same model, batch and buckets in f32.
+    TrainSpec fp32 = spec;
+    fp32.train.precision = "fp32";
+    ASSIGN_OR_RETURN(const Plan reference, BuildPlanOfPrecision(fp32, options));
+    plan.memory.fp32_peak_activation_bytes = reference.memory.peak_activation_bytes;
+    plan.memory.fp32_arena_bytes = reference.memory.arena_bytes;
+  }
+  return plan;
 }
 
 }  // namespace trainc

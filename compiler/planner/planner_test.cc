@@ -207,5 +207,54 @@ TEST(BuildPlan, ClippingSumsEveryReducedBucketBeforeAnyOptimizer) {
   EXPECT_TRUE(ValidatePlan(*plan).ok());
 }
 
+TEST(BuildPlan, Bf16CastsParametersOncePerStepAndKeepsStateF32) {
+  TrainSpec spec = testing::ResidualSpec(5, 4, 3, 1, 2, /*accumulate=*/2);
+  spec.train.precision = "bf16";
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->precision, "bf16");
+  int parameter_casts = 0, activation_casts[2] = {0, 0};
+  for (const Instruction& in : plan->instructions) {
+    if (in.op != "cast") continue;
+    const Buffer& from = plan->buffers[in.inputs[0]];
+    const Buffer& to = plan->buffers[in.outputs[0]];
+    EXPECT_EQ(to.dtype, DType::kBF16) << in.label;
+    if (from.kind == BufferKind::kParameter) {
+      EXPECT_EQ(to.kind, BufferKind::kParameterCopy);
+      EXPECT_EQ(in.micro_step, 0) << "once per step: " << in.label;
+      ++parameter_casts;
+    } else {
+      ++activation_casts[in.micro_step];
+    }
+  }
+  EXPECT_EQ(parameter_casts, 6);  // three linears' weights and biases
+  EXPECT_EQ(activation_casts[0], activation_casts[1]);  // x and r, each micro-step
+  EXPECT_EQ(activation_casts[0], 2);
+  for (const Buffer& b : plan->buffers) {
+    const bool may_be_bf16 = b.kind == BufferKind::kActivation ||
+                             b.kind == BufferKind::kActivationGrad ||
+                             b.kind == BufferKind::kParameterCopy;
+    if (!may_be_bf16) EXPECT_NE(b.dtype, DType::kBF16) << b.name;
+  }
+  const MemoryReport& m = plan->memory;
+  EXPECT_GT(m.parameter_copy_bytes, 0);
+  EXPECT_LE(m.parameter_copy_bytes, m.parameter_bytes);
+  EXPECT_GT(m.fp32_peak_activation_bytes, 0);
+  EXPECT_GT(m.fp32_arena_bytes, 0);
+  // The plan file carries all of it.
+  absl::StatusOr<Plan> back = PlanFromText(PlanToText(*plan), "bf16.plan");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(PlanToText(*back), PlanToText(*plan));
+  EXPECT_THAT(PlanSummary(*plan), HasSubstr("precision: bf16"));
+  // Validation keeps bf16 off persistent state.
+  Plan bad = *plan;
+  bad.buffers[bad.parameter_buffers[0]].dtype = DType::kBF16;
+  bad.buffers[bad.parameter_buffers[0]].bytes /= 2;
+  EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("a bf16 parameter"));
+  bad = *plan;
+  bad.precision = "fp32";
+  EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("in a plan of precision fp32"));
+}
+
 }  // namespace
 }  // namespace trainc

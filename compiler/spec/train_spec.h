@@ -179,6 +179,9 @@ struct TrainConfig {
   // The gradients' wire format: "fp32", or "bf16" (each bucket rounded to
   // bf16 for the collective, summed in fp32, as DDP's bf16_compress_hook).
   std::string grad_comm = "fp32";
+  // "fp32", or "bf16": mixed precision, bf16 activations and matrix
+  // products over f32 master weights (compiler/graph/precision.h).
+  std::string precision = "fp32";
   // > 0: a checkpoint every this many steps (and at the last) into
   // checkpoint_dir, the newest checkpoint_keep kept.
   int64_t checkpoint_every = 0;

@@ -13,6 +13,7 @@
 #include "compiler/util/status_macros.h"
 #include "runtime/cpu/dnnl_ops.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/device/bf16.h"
 #include "runtime/device/kernel_args.h"
 
 namespace trainc {
@@ -56,6 +57,7 @@ struct CpuDevice::State {
 
   const Plan* prepared_plan = nullptr;
   std::vector<Kernel> kernels;  // by instruction id
+  AlignedBytes bf16_staging;    // f32 views of bf16 operands (kernel_args.h)
   cpu::DnnlOps dnnl;            // convolution and pooling
 
   // Comm stream.
@@ -234,6 +236,10 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
   ASSIGN_OR_RETURN(state_->kernels,
                    ResolveKernels(plan, state_->arena.get(),
                                   state_->arena_bytes, "cpu"));
+  if (const int64_t staging = Bf16StagingBytes(state_->kernels); staging > 0) {
+    ASSIGN_OR_RETURN(state_->bf16_staging, AllocateZeroed(staging));
+    AssignBf16Staging(state_->kernels, state_->bf16_staging.get());
+  }
   RETURN_IF_ERROR(
       state_->dnnl.Prepare(plan, state_->kernels, state_->options.fuse_conv_relu));
   state_->prepared_plan = &plan;
@@ -247,6 +253,25 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
     return absl::FailedPreconditionError(
         "cpu: RunKernel for a plan that was not Prepare()d");
   }
+  // precision = bf16: the kernel computes in f32 on staging, widened from
+  // the bf16 tensors before and rounded to nearest even into them after.
+  const Kernel& k = state_->kernels[instr.id];
+  for (int i = 0; i < k.num_bf16; ++i) {
+    const Bf16Operand& o = k.bf16[i];
+    if (!o.output || k.accumulate) {
+      WidenBf16(static_cast<const uint16_t*>(o.bf16), o.elems, o.f32);
+    }
+  }
+  RETURN_IF_ERROR(RunF32Kernel(plan, instr, step));
+  for (int i = 0; i < k.num_bf16; ++i) {
+    const Bf16Operand& o = k.bf16[i];
+    if (o.output) NarrowToBf16(o.f32, o.elems, static_cast<uint16_t*>(o.bf16));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::RunF32Kernel(const Plan& plan, const Instruction& instr,
+                                     const StepState& step) {
   const Kernel& k = state_->kernels[instr.id];
   switch (k.op) {
     case Op::kNotCompute:
@@ -426,6 +451,12 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
     case Op::kReshape:
       if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
       cpu::CopyGrad(k.x[0], k.rows, /*accumulate=*/false, k.y[0]);
+      break;
+    case Op::kCastToBf16:
+      NarrowToBf16(k.x[0], k.rows, reinterpret_cast<uint16_t*>(k.y[0]));
+      break;
+    case Op::kCastToF32:
+      WidenBf16(reinterpret_cast<const uint16_t*>(k.x[0]), k.rows, k.y[0]);
       break;
   }
   return absl::OkStatus();

@@ -76,6 +76,10 @@ class CpuDevice : public Device {
                             int64_t bytes) override;
 
  private:
+  // RunKernel's kernel proper, on f32 operands (bf16 ones staged).
+  absl::Status RunF32Kernel(const Plan& plan, const Instruction& instr,
+                            const StepState& state);
+
   struct State;  // arena, prepared kernels, comm worker; see cpu_device.cc
   std::unique_ptr<State> state_;
 };

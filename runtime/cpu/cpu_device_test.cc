@@ -212,5 +212,61 @@ TEST(CpuDeviceTest, PrepareChecksThePlan) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// precision = bf16: a cast rounds to nearest even (ties to the even
+// mantissa), a kernel reads bf16 operands widened and rounds what it
+// writes, and an accumulating kernel adds to the widened old value.
+TEST(CpuDeviceTest, Bf16OperandsAreStagedAndRoundedToNearestEven) {
+  Plan plan;
+  plan.precision = "bf16";
+  auto add = [&](const char* name, DType dtype) {
+    Buffer b;
+    b.id = static_cast<int>(plan.buffers.size());
+    b.name = name;
+    b.kind = BufferKind::kActivation;
+    b.dtype = dtype;
+    b.shape = {4};
+    b.bytes = 4 * DTypeBytes(dtype);
+    b.offset = plan.arena_bytes;
+    plan.arena_bytes += 64;
+    plan.buffers.push_back(b);
+    return b.id;
+  };
+  const int x = add("x", DType::kF32), c = add("c", DType::kBF16), y = add("y", DType::kBF16),
+            z = add("z", DType::kF32);
+  auto instr = [&](const char* op, std::vector<int> in, int out, bool accumulate) {
+    Instruction i;
+    i.id = static_cast<int>(plan.instructions.size());
+    i.op = op;
+    i.inputs = std::move(in);
+    i.outputs = {out};
+    if (accumulate) i.attrs["accumulate"] = 1;
+    plan.instructions.push_back(i);
+  };
+  instr("cast", {x}, c, false);          // c = bf16(x)
+  instr("add", {c, c}, y, false);        // y = bf16(c + c)
+  instr("copy_grad", {c}, y, true);      // y = bf16(y + c)
+  instr("cast", {y}, z, false);          // z = y
+  CpuDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  // 1 + 2^-8 and 1 + 3 2^-8 lie halfway between bf16 neighbours (2^-7
+  // apart): they go to the even one. 1 + 2^-8 + 2^-20 is past halfway.
+  const float in[4] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f, -3.0f};
+  ASSERT_TRUE(device.Upload(plan.buffers[x].offset, in, sizeof(in)).ok());
+  ASSERT_TRUE(device.Prepare(plan).ok());
+  for (const Instruction& i : plan.instructions) {
+    ASSERT_TRUE(device.RunKernel(plan, i, StepState{}).ok()) << i.op;
+  }
+  const float rounded[4] = {1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f, -3.0f};
+  float out[4];
+  ASSERT_TRUE(device.Download(plan.buffers[z].offset, out, sizeof(out)).ok());
+  // 3 c: 3 + 3 2^-6 = 3.046875 needs 1 + 2^-6 at exponent 1: exact; 3 (1 +
+  // 2^-7) = 3 + 3 2^-7 lies between 3 + 2^-6 and 3 + 2^-5 (bf16 steps of
+  // 2^-6 at 2..4): halfway, so even.
+  const float want[4] = {3.0f, 3.0f + 3 * 0x1p-6f, 3.0f + 0x1p-5f, -9.0f};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(out[i], want[i]) << i << " (c = " << rounded[i] << ")";
+  }
+}
+
 }  // namespace
 }  // namespace trainc

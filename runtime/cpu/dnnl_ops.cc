@@ -419,8 +419,10 @@ int FusibleRelu(const Plan& plan, int conv) {
   const Instruction& c = plan.instructions[conv];
   const Instruction& r = plan.instructions[next];
   if (c.op != "conv2d" || r.op != "relu" || r.inputs.size() != 1 || c.outputs.empty() ||
-      r.inputs[0] != c.outputs[0] || !c.record_events.empty() || !r.wait_events.empty()) {
-    return -1;
+      r.inputs[0] != c.outputs[0] || !c.record_events.empty() || !r.wait_events.empty() ||
+      plan.buffers[c.outputs[0]].dtype != DType::kF32 ||
+      plan.buffers[r.outputs[0]].dtype != DType::kF32) {
+    return -1;  // a bf16 y is staged around its own instruction
   }
   for (const Instruction& in : plan.instructions) {
     if (in.id == next) continue;

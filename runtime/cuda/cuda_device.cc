@@ -157,6 +157,9 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status EnsureKernelScratch(int64_t floats);
   absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
   absl::Status RunLinear(const Kernel& k);
+  // RunKernel's kernel proper, on f32 operands (bf16 ones staged).
+  absl::Status RunF32Kernel(const Plan& plan, const Instruction& instr,
+                            const StepState& step);
   absl::Status Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m,
                     int64_t n, int64_t k, const float* a, int64_t lda,
                     const float* b, int64_t ldb, float beta, float* c,
@@ -195,6 +198,8 @@ class CudaDeviceImpl final : public CudaDevice {
   int64_t arena_bytes_ = 0;
   std::vector<void*> scratch_;  // AllocateScratch blocks
   float* kernel_scratch_ = nullptr;  // reductions' partial sums
+  char* bf16_staging_ = nullptr;     // f32 views of bf16 operands
+  int64_t bf16_staging_bytes_ = 0;
   int64_t kernel_scratch_floats_ = 0;
   int* device_error_ = nullptr;  // kernels' error bits (kernels.h)
   // [0]: with weight decay; [1]: without (buckets of vectors).
@@ -256,6 +261,7 @@ CudaDeviceImpl::~CudaDeviceImpl() {
   }
   for (void* p : scratch_) cudaFree(p);
   if (kernel_scratch_) cudaFree(kernel_scratch_);
+  if (bf16_staging_) cudaFree(bf16_staging_);
   if (device_scalars_) cudaFree(device_scalars_);
   if (device_error_) cudaFree(device_error_);
   if (arena_) cudaFree(arena_);
@@ -749,6 +755,18 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
                    ResolveKernels(plan, arena_, arena_bytes_, name_));
   // Old matmul descriptors may still be referenced by queued work.
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  // precision = bf16: f32 staging for the bf16 operands (kernel_args.h),
+  // grown here only, so no step allocates.
+  const int64_t staging = Bf16StagingBytes(resolved);
+  if (staging > bf16_staging_bytes_) {
+    prepared_plan_ = nullptr;  // its kernels may point at the old staging
+    if (bf16_staging_ != nullptr) CUDA_RETURN_IF_ERROR(cudaFree(bf16_staging_));
+    bf16_staging_ = nullptr;
+    bf16_staging_bytes_ = 0;
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&bf16_staging_, static_cast<size_t>(staging)));
+    bf16_staging_bytes_ = staging;
+  }
+  AssignBf16Staging(resolved, bf16_staging_);
   // A plan cuDNN refuses (too little workspace: compiled for another
   // device) leaves the previous preparation as it was.
   RETURN_IF_ERROR(cudnn_->Prepare(plan, resolved, name_));
@@ -879,6 +897,30 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
         name_ + ": RunKernel for a plan that was not Prepare()d");
   }
   if (!sticky_.ok()) return sticky_;
+  // precision = bf16: the kernel computes in f32 on staging, widened from
+  // the bf16 tensors before and rounded to nearest even into them after,
+  // all on the compute stream (and so inside a captured step).
+  const Kernel& k = kernels_[instr.id];
+  auto check = [&](cudaError_t err) {
+    return err == cudaSuccess
+               ? absl::OkStatus()
+               : Fail(cuda::CudaErrorToStatus(err, instr.op.c_str(), __FILE__, __LINE__));
+  };
+  for (int i = 0; i < k.num_bf16; ++i) {
+    const Bf16Operand& o = k.bf16[i];
+    if (o.output && !k.accumulate) continue;
+    RETURN_IF_ERROR(check(cuda::LaunchFromBf16(o.bf16, o.f32, o.elems, compute_)));
+  }
+  RETURN_IF_ERROR(RunF32Kernel(plan, instr, step));
+  for (int i = 0; i < k.num_bf16; ++i) {
+    const Bf16Operand& o = k.bf16[i];
+    if (o.output) RETURN_IF_ERROR(check(cuda::LaunchToBf16(o.f32, o.bf16, o.elems, compute_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& instr,
+                                          const StepState& step) {
   const Kernel& k = kernels_[instr.id];
   cudaStream_t s = compute_;
   cudaError_t err = cudaSuccess;
@@ -1082,6 +1124,12 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
         err = cudaMemcpyAsync(k.y[0], k.x[0], static_cast<size_t>(k.rows) * 4,
                               cudaMemcpyDeviceToDevice, s);
       }
+      break;
+    case Op::kCastToBf16:
+      err = cuda::LaunchToBf16(k.x[0], k.y[0], k.rows, s);
+      break;
+    case Op::kCastToF32:
+      err = cuda::LaunchFromBf16(k.x[0], k.y[0], k.rows, s);
       break;
   }
   if (err != cudaSuccess) {

@@ -1,4 +1,7 @@
-// add, copy_grad and the deterministic-mode ordered sum of gradient slots.
+// add, copy_grad, the deterministic-mode ordered sum of gradient slots and
+// the f32 <-> bf16 casts.
+#include <cuda_bf16.h>
+
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -27,7 +30,29 @@ __global__ void OrderedSumKernel(const float* src, int64_t slots,
   }
 }
 
+__global__ void ToBf16Kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  TRAINC_GRID_STRIDE(i, n) { y[i] = __float2bfloat16_rn(x[i]); }
+}
+
+__global__ void FromBf16Kernel(const __nv_bfloat16* x, float* y, int64_t n) {
+  TRAINC_GRID_STRIDE(i, n) { y[i] = __bfloat162float(x[i]); }
+}
+
 }  // namespace
+
+cudaError_t LaunchToBf16(const float* f32, void* bf16, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  ToBf16Kernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
+      f32, static_cast<__nv_bfloat16*>(bf16), n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFromBf16(const void* bf16, float* f32, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  FromBf16Kernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
+      static_cast<const __nv_bfloat16*>(bf16), f32, n);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchAdd(const float* a, const float* b, float* y, int64_t n,
                       cudaStream_t s) {

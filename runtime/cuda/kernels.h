@@ -61,6 +61,13 @@ cudaError_t LaunchCopyGrad(const float* dy, float* dx, int64_t n,
 cudaError_t LaunchOrderedSum(const float* src, int64_t n, int64_t count,
                              float* dst, cudaStream_t s);
 
+// bf16[i] = f32[i] rounded to nearest even (as runtime/device/bf16.h);
+// bf16 holds n 16-bit values. For bf16 tensors (precision = bf16) and
+// bf16 gradients on the wire (grad_comm = bf16).
+cudaError_t LaunchToBf16(const float* f32, void* bf16, int64_t n, cudaStream_t s);
+// f32[i] = bf16[i], exactly.
+cudaError_t LaunchFromBf16(const void* bf16, float* f32, int64_t n, cudaStream_t s);
+
 // ---- layernorm.cu --------------------------------------------------------
 // One warp per row; mean and rstd = 1 / sqrt(biased var + eps) are saved.
 cudaError_t LaunchLayerNorm(const float* x, const float* gamma,

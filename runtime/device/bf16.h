@@ -1,6 +1,7 @@
 // bfloat16 as the CPU sees it: the top 16 bits of an IEEE float, rounded to
 // nearest even (as torch's float -> bfloat16 cast and CUDA's
-// __float2bfloat16_rn). Used for gradients on the wire (grad_comm = bf16).
+// __float2bfloat16_rn). Used for gradients on the wire (grad_comm = bf16)
+// and bf16 tensors on the CPU (precision = bf16).
 #ifndef TRAINC_RUNTIME_DEVICE_BF16_H_
 #define TRAINC_RUNTIME_DEVICE_BF16_H_
 
@@ -27,6 +28,14 @@ inline float Bf16ToFloat(uint16_t h) {
   float f;
   std::memcpy(&f, &bits, sizeof(f));
   return f;
+}
+
+inline void WidenBf16(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(src[i]);
+}
+
+inline void NarrowToBf16(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(src[i]);
 }
 
 // x[i] = bf16(x[i] + y[i]), the sum in float: one reduction step of a

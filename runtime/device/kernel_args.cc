@@ -62,6 +62,7 @@ constexpr KernelOpName kKernels[] = {
     {"avg_pool2d", KernelOp::kAvgPool2d},
     {"avg_pool2d_grad", KernelOp::kAvgPool2dGrad},
     {"reshape", KernelOp::kReshape},
+    {"cast", KernelOp::kCastToBf16},  // or kCastToF32, from the dtypes
     {"optimizer", KernelOp::kAdamW},  // kAdamW or kSgd, from plan.optimizer
 };
 
@@ -390,6 +391,20 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       k.rows = Elements(in_buf(0));
       if (Elements(out_buf(0)) != k.rows) return fail("sizes differ");
       return absl::OkStatus();
+    case KernelOp::kCastToBf16:
+    case KernelOp::kCastToF32: {
+      const DType from = in_buf(0).dtype, to = out_buf(0).dtype;
+      if (from == DType::kF32 && to == DType::kBF16) {
+        k.op = KernelOp::kCastToBf16;
+      } else if (from == DType::kBF16 && to == DType::kF32) {
+        k.op = KernelOp::kCastToF32;
+      } else {
+        return fail(absl::StrCat("no cast from ", DTypeName(from), " to ", DTypeName(to)));
+      }
+      k.rows = Elements(in_buf(0));
+      if (Elements(out_buf(0)) != k.rows) return fail("sizes differ");
+      return absl::OkStatus();
+    }
     case KernelOp::kSumSquares: {
       const int b = static_cast<int>(attr("bucket", -1));
       if (b < 0 || b >= static_cast<int>(plan.buckets.size())) {
@@ -477,6 +492,8 @@ void FuseLinearActivations(const Plan& plan, std::vector<KernelArgs>& kernels) {
     KernelArgs& act = kernels[i + 1];
     const Instruction& a = plan.instructions[i];
     const Instruction& b = plan.instructions[i + 1];
+    // Under bf16 the activation reads the rounded y: not fusible.
+    if (lin.num_bf16 > 0 || act.num_bf16 > 0) continue;
     if (lin.op != KernelOp::kLinear || !a.record_events.empty() ||
         !b.wait_events.empty() || b.inputs.empty() ||
         b.inputs[0] != a.outputs[0] || b.outputs[0] == a.outputs[0]) {
@@ -491,6 +508,38 @@ void FuseLinearActivations(const Plan& plan, std::vector<KernelArgs>& kernels) {
     lin.y[1] = act.y[0];
     act.op = KernelOp::kFused;
   }
+}
+
+// precision = bf16: the operands a kernel reads or writes as bf16, to be
+// staged in f32 around it. A cast converts by itself; the optimizer and
+// the other persistent-state ops never see bf16 (plan validation).
+template <typename Fail>
+absl::Status RecordBf16Operands(const Plan& plan, const Instruction& instr, char* base,
+                                const Fail& fail, KernelArgs& k) {
+  if (k.op == KernelOp::kCastToBf16 || k.op == KernelOp::kCastToF32) return absl::OkStatus();
+  auto add = [&](const Buffer& b, float* slot, bool output) {
+    Bf16Operand& o = k.bf16[k.num_bf16++];
+    o.bf16 = slot;
+    o.elems = Elements(b);
+    o.output = output;
+  };
+  for (size_t j = 0; j < instr.inputs.size(); ++j) {
+    const Buffer& b = plan.buffers[instr.inputs[j]];
+    if (b.dtype != DType::kBF16) continue;
+    if (j >= 5 || (base != nullptr && k.x[j] != reinterpret_cast<float*>(base + b.offset))) {
+      return fail(absl::StrCat("input ", j, " (", b.name, ") is bf16, which this op cannot read"));
+    }
+    add(b, const_cast<float*>(k.x[j]), false);
+  }
+  for (size_t j = 0; j < instr.outputs.size(); ++j) {
+    const Buffer& b = plan.buffers[instr.outputs[j]];
+    if (b.dtype != DType::kBF16) continue;
+    if (j >= 3 || (base != nullptr && k.y[j] != reinterpret_cast<float*>(base + b.offset))) {
+      return fail(absl::StrCat("output ", j, " (", b.name, ") is bf16, which this op cannot write"));
+    }
+    add(b, k.y[j], true);
+  }
+  return absl::OkStatus();
 }
 
 // Checks `instr` against the op table (arity, ids, stream) and fills `k`;
@@ -529,7 +578,8 @@ absl::Status ResolveInstruction(const Plan& plan, const Instruction& instr,
   k.op = kernel->op;
   if (k.op == KernelOp::kNotCompute) return absl::OkStatus();
   if (instr.stream != Stream::kCompute) return fail("not on compute stream");
-  return ResolveOne(plan, instr, base, device_name, k);
+  RETURN_IF_ERROR(ResolveOne(plan, instr, base, device_name, k));
+  return RecordBf16Operands(plan, instr, base, fail, k);
 }
 
 }  // namespace
@@ -539,6 +589,35 @@ absl::StatusOr<KernelArgs> DescribeKernel(const Plan& plan, const Instruction& i
   KernelArgs k;
   RETURN_IF_ERROR(ResolveInstruction(plan, instr, nullptr, device_name, k));
   return k;
+}
+
+int64_t Bf16StagingBytes(const std::vector<KernelArgs>& kernels) {
+  int64_t most = 0;
+  for (const KernelArgs& k : kernels) {
+    int64_t bytes = 0;
+    for (int i = 0; i < k.num_bf16; ++i) bytes += (k.bf16[i].elems * 4 + 63) / 64 * 64;
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
+void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging) {
+  for (KernelArgs& k : kernels) {
+    int64_t at = 0;
+    for (int i = 0; i < k.num_bf16; ++i) {
+      Bf16Operand& o = k.bf16[i];
+      o.f32 = reinterpret_cast<float*>(staging + at);
+      at += (o.elems * 4 + 63) / 64 * 64;
+      // Point the kernel's own operand slot (the one that held the bf16
+      // address) at the staging.
+      for (auto& x : k.x) {
+        if (x == o.bf16 && !o.output) x = o.f32;
+      }
+      for (auto& y : k.y) {
+        if (y == o.bf16 && o.output) y = o.f32;
+      }
+    }
+  }
 }
 
 bool IsWindowOp(KernelOp op) {

@@ -74,6 +74,8 @@ enum class KernelOp : uint8_t {
   kAvgPool2d,             // x -> y
   kAvgPool2dGrad,         // dy -> dx acc
   kReshape,               // x -> y, a copy; rows = n
+  kCastToBf16,            // x f32 -> y bf16 (round to nearest even); rows = n
+  kCastToF32,             // x bf16 -> y f32; rows = n
 };
 
 // An NCHW convolution or pooling window: the image side [n, c, h, w]
@@ -85,6 +87,18 @@ struct WindowGeometry {
   int64_t o = 0, oh = 0, ow = 0;
   int64_t kh = 0, kw = 0, stride = 1, padding = 0;
   bool has_bias = false;  // conv2d / conv2d_grad_params
+};
+
+// precision = bf16: an operand stored as bf16 in the arena. The kernels
+// compute in f32 on KernelArgs::x / y as usual; for a staged operand those
+// point at f32 staging (AssignBf16Staging), which the device fills from
+// the bf16 tensor before the kernel (inputs; outputs of an accumulating
+// kernel too) and rounds back to it after (outputs).
+struct Bf16Operand {
+  void* bf16 = nullptr;   // the tensor in the arena (uint16 values)
+  float* f32 = nullptr;   // its staging
+  int64_t elems = 0;
+  bool output = false;
 };
 
 // Activation fused into a forward linear.
@@ -120,7 +134,20 @@ struct KernelArgs {
   // Ops with a workspace (ops::OpDef::workspace): the plan's reservation.
   char* workspace = nullptr;
   int64_t workspace_bytes = 0;
+  // bf16 operands, inputs first (x order, then y order).
+  Bf16Operand bf16[8];
+  int num_bf16 = 0;
+  bool widens_outputs() const { return accumulate; }  // y += ...: read first
 };
+
+// Bytes of f32 staging the kernels' bf16 operands need: the largest
+// instruction's, each operand 64-byte aligned (kernels run one at a time,
+// so they share it). 0 for an all-f32 plan.
+int64_t Bf16StagingBytes(const std::vector<KernelArgs>& kernels);
+
+// Points every bf16 operand's x / y at its staging inside `staging` (of
+// Bf16StagingBytes), before a backend derives anything from the pointers.
+void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging);
 
 // The floats an optimizer or sum_squares kernel covers: the whole bucket,
 // or under ZeRO-1 this rank's shard.
@@ -154,8 +181,8 @@ absl::StatusOr<KernelArgs> DescribeKernel(const Plan& plan,
                                           const Instruction& instr,
                                           const std::string& device_name);
 
-// Elements of a f32/i32 buffer.
-inline int64_t Elements(const Buffer& b) { return b.bytes / 4; }
+// Elements of a buffer.
+inline int64_t Elements(const Buffer& b) { return b.bytes / DTypeBytes(b.dtype); }
 
 }  // namespace trainc
 

@@ -34,6 +34,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/sampler.h"
+#include "runtime/device/bf16.h"
 #include "runtime/exec/executor.h"
 #include "runtime/launch/heartbeat.h"
 #include "runtime/metrics/metrics_log.h"
@@ -300,8 +301,12 @@ absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
   EvalIterator it(eval.size(), batch, comm.rank(), comm.world_size());
   IndexBatchSource source(&eval);
   const int64_t rows = head.rows_per_example;  // > 1: tokens of a sequence
-  const int64_t width = head.prediction->bytes / sizeof(float) / batch / rows;
-  std::vector<float> pred(head.prediction->bytes / sizeof(float));
+  const Buffer& prediction = *head.prediction;
+  const int64_t elems = prediction.bytes / DTypeBytes(prediction.dtype);
+  const int64_t width = elems / batch / rows;
+  std::vector<float> pred(elems);
+  std::vector<uint16_t> pred_bf16;  // precision = bf16: bf16 logits, widened
+  if (prediction.dtype == DType::kBF16) pred_bf16.resize(elems);
   std::vector<char> target(head.target->bytes);
   double correct = 0, loss = 0, count = 0;
   std::vector<int64_t> indices;
@@ -309,8 +314,12 @@ absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
     const int64_t n = static_cast<int64_t>(indices.size());
     source.set_indices(indices);
     RETURN_IF_ERROR(executor.RunForward(source));
-    RETURN_IF_ERROR(device.Download(head.prediction->offset, pred.data(),
-                                    head.prediction->bytes));
+    if (pred_bf16.empty()) {
+      RETURN_IF_ERROR(device.Download(prediction.offset, pred.data(), prediction.bytes));
+    } else {
+      RETURN_IF_ERROR(device.Download(prediction.offset, pred_bf16.data(), prediction.bytes));
+      WidenBf16(pred_bf16.data(), elems, pred.data());
+    }
     RETURN_IF_ERROR(device.Download(head.target->offset, target.data(),
                                     head.target->bytes));
     for (int64_t r = 0; r < n * rows; ++r) {

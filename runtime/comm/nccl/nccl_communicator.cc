@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "runtime/comm/nccl/bf16_cast.h"
+#include "runtime/cuda/kernels.h"
 #include "compiler/util/status_macros.h"
 
 namespace trainc {
@@ -141,11 +141,11 @@ class NcclCommunicator final : public Communicator {
     RETURN_IF_ERROR(Failure());
     cudaStream_t s = AsStream(stream);
     RETURN_IF_ERROR(ReserveBf16(count, s));
-    NCCL_CUDA_RETURN_IF_ERROR(nccl::LaunchToBf16(data, bf16_, count, s));
+    NCCL_CUDA_RETURN_IF_ERROR(cuda::LaunchToBf16(data, bf16_, count, s));
     NCCL_RETURN_IF_ERROR(
         comm_, ncclAllReduce(bf16_, bf16_, static_cast<size_t>(count),
                              ncclBfloat16, ncclSum, comm_, s));
-    NCCL_CUDA_RETURN_IF_ERROR(nccl::LaunchFromBf16(bf16_, data, count, s));
+    NCCL_CUDA_RETURN_IF_ERROR(cuda::LaunchFromBf16(bf16_, data, count, s));
     return Track(s);
   }
 
@@ -156,12 +156,12 @@ class NcclCommunicator final : public Communicator {
     const int64_t total = count * world_size_;
     RETURN_IF_ERROR(ReserveBf16(total, s));
     uint16_t* mine = static_cast<uint16_t*>(bf16_) + rank_ * count;
-    NCCL_CUDA_RETURN_IF_ERROR(nccl::LaunchToBf16(data, bf16_, total, s));
+    NCCL_CUDA_RETURN_IF_ERROR(cuda::LaunchToBf16(data, bf16_, total, s));
     NCCL_RETURN_IF_ERROR(
         comm_, ncclReduceScatter(bf16_, mine, static_cast<size_t>(count),
                                  ncclBfloat16, ncclSum, comm_, s));
     NCCL_CUDA_RETURN_IF_ERROR(
-        nccl::LaunchFromBf16(mine, data + rank_ * count, count, s));
+        cuda::LaunchFromBf16(mine, data + rank_ * count, count, s));
     return Track(s);
   }
 

@@ -1,0 +1,201 @@
+"""precision = bf16 (mixed precision) through the real binary.
+
+The CPU backend is the bf16 reference (the CUDA backend is tested against
+it), so it is itself checked against PyTorch: the default MLP, SGD with
+momentum, 1 rank x 4 micro-steps, from weights written here, against a
+float32 PyTorch model written here from plan.h's rules, not from trainc's
+code: inputs, weights and biases of each linear rounded to bf16 (round to
+nearest even: torch's own .to(bfloat16)), the product in float32 rounded
+to bf16, relu on bf16, the loss and its softmax in float32, each
+activation's gradient rounded to bf16, weight gradients in float32 summed
+over the micro-steps, the update in float32. The weights' change must be
+within TOLERANCE of that reference's, and far from the float32 run's (the
+control: the comparison sees bf16 at all).
+
+Also: the split still does not change the result (bit for bit with
+deterministic = true), the plan summary shows the activation memory
+saved, the default example reaches its float32 accuracy, and a bad value
+is an error at its line and column."""
+import os
+import re
+import unittest
+
+import numpy as np
+
+import e2e_lib as e2e
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+
+STEPS = 5
+MICRO, ACCUMULATE = 64, 4
+LAYERS = [("h1", 784, 256), ("h2", 256, 128), ("logits", 128, 10)]
+SGD = dict(lr=0.05, momentum=0.9)
+SGD_LINE = "optimizer   = sgd(lr = 0.05, momentum = 0.9, weight_decay = 0)"
+# Measured: 8.3e-6 between trainc and the bf16 reference (their float32
+# sums differ in order, so a few values round to the neighbouring bf16),
+# 2.3e-2 between trainc and the float32 reference.
+TOLERANCE = 1e-4
+
+
+def example_text(sgd=False, shuffle=True):
+    with open(e2e.EXAMPLE) as f:
+        text = f.read()
+    if not shuffle:
+        assert text.count("shuffle = true") == 1, "the example changed"
+        text = text.replace("shuffle = true", "shuffle = false")
+    if sgd:
+        lines = [l for l in text.splitlines() if l.strip().startswith("optimizer")]
+        assert len(lines) == 1, lines
+        text = text.replace(lines[0], "  " + SGD_LINE)
+    return text
+
+
+def write(d, name, text):
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def initial_weights(seed=5):
+    rng = np.random.RandomState(seed)
+    w = {}
+    for name, fan_in, fan_out in LAYERS:
+        bound = 1 / np.sqrt(fan_in)
+        w[name + ".weight"] = rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32)
+        w[name + ".bias"] = rng.uniform(-bound, bound, fan_out).astype(np.float32)
+    return w
+
+
+def torch_reference(init, images, labels, bf16):
+    """Float32 weights after STEPS SGD steps, every bf16 rounding of
+    precision = bf16 applied when `bf16` (else a plain float32 run)."""
+    def r(t):
+        return t.to(torch.bfloat16).to(torch.float32) if bf16 else t
+
+    p = {k: torch.tensor(v) for k, v in init.items()}
+    opt = torch.optim.SGD(list(p.values()), lr=SGD["lr"], momentum=SGD["momentum"])
+    G = MICRO * ACCUMULATE
+    scale = 1.0 / G
+    for s in range(STEPS):
+        grads = {k: torch.zeros_like(v) for k, v in p.items()}
+        low = {k: r(v) for k, v in p.items()}  # the weights' bf16 copies
+        for m in range(ACCUMULATE):
+            lo = s * G + m * MICRO
+            x = torch.tensor(images[lo:lo + MICRO].reshape(MICRO, -1), dtype=torch.float32) / 255
+            y = torch.tensor(labels[lo:lo + MICRO].astype(np.int64))
+            # Forward: each linear reads bf16 operands, its output is
+            # rounded; relu of a bf16 value is bf16.
+            acts = [r(x)]
+            for i, (name, _, _) in enumerate(LAYERS):
+                h = r(acts[-1] @ low[name + ".weight"].t() + low[name + ".bias"])
+                acts.append(torch.relu(h) if i + 1 < len(LAYERS) else h)
+            probs = torch.softmax(acts[-1], dim=1)
+            onehot = torch.nn.functional.one_hot(y, 10).to(torch.float32)
+            dy = r(scale * (probs - onehot))  # grad of the bf16 logits
+            for i in reversed(range(len(LAYERS))):
+                name = LAYERS[i][0]
+                if i + 1 < len(LAYERS):
+                    dy = r(dy * (acts[i + 1] > 0).to(torch.float32))  # relu_grad
+                grads[name + ".weight"] += dy.t() @ acts[i]
+                grads[name + ".bias"] += dy.sum(0)
+                if i > 0:
+                    dy = r(dy @ low[name + ".weight"])
+        for k, v in p.items():
+            v.grad = grads[k]
+        opt.step()
+    return {k: v.numpy().copy() for k, v in p.items()}
+
+
+def update_diff(got, want, init):
+    """max |(got - init) - (want - init)| / max |want - init| over tensors."""
+    worst = 0.0
+    for k in want:
+        d_want = want[k].astype(np.float64) - init[k]
+        d_got = got[k].astype(np.float64) - init[k]
+        worst = max(worst, np.max(np.abs(d_got - d_want)) / np.max(np.abs(d_want)))
+    return worst
+
+
+class PrecisionTest(unittest.TestCase):
+
+    def setUp(self):
+        e2e.need_fashion_mnist(self)
+        self.dir = e2e.tmpdir()
+
+    def run_trainc(self, path, name, *extra):
+        out = os.path.join(self.dir, name + ".safetensors")
+        proc = e2e.train(path, "--device", "cpu", "--save", out, *extra)
+        return e2e.parameters_of(e2e.read_safetensors(out)[0]), proc.stdout
+
+    def test_matches_a_pytorch_bf16_reference(self):
+        e2e.need_torch_reference(torch)
+        n = STEPS * MICRO * ACCUMULATE
+        images = e2e.read_idx(e2e.TRAIN_IMAGES, n)
+        labels = e2e.read_idx(e2e.TRAIN_LABELS, n)
+        init = initial_weights()
+        init_path = os.path.join(self.dir, "init.safetensors")
+        e2e.write_safetensors(init_path, init)
+        path = write(self.dir, "sgd.train", example_text(sgd=True, shuffle=False))
+        got, _ = self.run_trainc(path, "bf16", "--gpus", 1, "--micro_batch", MICRO,
+                                 "--accumulate", ACCUMULATE, "--steps", STEPS,
+                                 "--no-eval", "--init-from", init_path,
+                                 "--precision", "bf16")
+        bf16_ref = torch_reference(init, images, labels, bf16=True)
+        fp32_ref = torch_reference(init, images, labels, bf16=False)
+        near = update_diff(got, bf16_ref, init)
+        far = update_diff(got, fp32_ref, init)
+        print(f"\nbf16 update vs PyTorch bf16 reference {near:.3g}, "
+              f"vs float32 reference {far:.3g}")
+        self.assertLess(near, TOLERANCE)
+        # Control: bf16 is visible at this tolerance, and the two
+        # references are apart by it too.
+        self.assertGreater(far, 30 * TOLERANCE)
+        self.assertGreater(update_diff(bf16_ref, fp32_ref, init), 30 * TOLERANCE)
+
+    def test_split_does_not_change_the_result(self):
+        runs = {}
+        for gpus, acc in [(1, 4), (2, 2)]:
+            runs[(gpus, acc)], _ = self.run_trainc(
+                e2e.EXAMPLE, f"g{gpus}a{acc}", "--gpus", gpus, "--accumulate", acc,
+                "--micro_batch", 64, "--steps", 10, "--no-eval", "--precision", "bf16",
+                "--deterministic", "true")
+        e2e.assert_same_bits(self, runs[(2, 2)], runs[(1, 4)], "bf16, 2x2 vs 1x4")
+
+    def test_summary_shows_the_activation_saving(self):
+        gpt = e2e.runfile("dsl_examples/tiny_gpt.train")
+        out = e2e.train(gpt, "--compile-only", "--precision", "bf16").stdout
+        m = re.search(r"peak activations +([\d.]+ \w+) \(fp32: ([\d.]+ \w+), ([-+]\d+)%\)", out)
+        self.assertIsNotNone(m, out)
+        self.assertLess(int(m.group(3)), -30, out)  # bf16 halves most of them
+        self.assertRegex(out, r"bf16 copies +[\d.]+ \w+ \(the parameters in bf16")
+        self.assertRegex(out, r"precision: bf16 \(\d+ bf16 buffers")
+        plain = e2e.train(gpt, "--compile-only").stdout
+        self.assertNotIn("fp32:", plain)
+        self.assertNotIn("precision:", plain)
+
+    def test_bad_value_is_an_error_at_the_setting(self):
+        text = example_text().replace("seed        = 0",
+                                      "seed        = 0\n  precision = fp16")
+        path = write(self.dir, "bad.train", text)
+        proc = e2e.train(path, "--compile-only", check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        line = text.splitlines().index("  precision = fp16") + 1
+        self.assertRegex(proc.stdout, rf"bad\.train:{line}:\d+: error: unknown precision 'fp16'")
+
+    def test_default_example_reaches_fp32_accuracy(self):
+        # The whole default example (10 epochs, 2 ranks) in both precisions.
+        def accuracy(log):
+            return float(re.search(r"eval accuracy +([\d.]+)%", log).group(1))
+        _, log32 = self.run_trainc(e2e.EXAMPLE, "fp32")
+        _, log16 = self.run_trainc(e2e.EXAMPLE, "bf16", "--precision", "bf16")
+        a32, a16 = accuracy(log32), accuracy(log16)
+        print(f"\ndefault example: fp32 {a32:.2f}%, bf16 {a16:.2f}%")
+        self.assertGreater(a16, a32 - 0.3)
+
+
+if __name__ == "__main__":
+    unittest.main()
