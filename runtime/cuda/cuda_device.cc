@@ -77,6 +77,10 @@ struct Kernel : KernelArgs {
   explicit Kernel(const KernelArgs& args) : KernelArgs(args) {}
   bool relu_in_gemm = false;  // linear: ReLU epilogue writes act_out, y dead
   int lt = -1;                // linear: index into lt_matmuls_
+  // precision = bf16, the linear ops: x[0] and x[1] as the bf16 tensors
+  // they are staged from, multiplied by a bf16 GEMM with f32 accumulation
+  // and an f32 result (null: an f32 GEMM on x).
+  const void* gemm_bf16[2] = {nullptr, nullptr};
 };
 
 class CudaDeviceImpl final : public CudaDevice {
@@ -160,10 +164,18 @@ class CudaDeviceImpl final : public CudaDevice {
   // RunKernel's kernel proper, on f32 operands (bf16 ones staged).
   absl::Status RunF32Kernel(const Plan& plan, const Instruction& instr,
                             const StepState& step);
+  // C (f32) = A B (+ beta C); A and B f32, or bf16 when `ab` says so.
   absl::Status Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m,
-                    int64_t n, int64_t k, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc);
+                    int64_t n, int64_t k, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc, cudaDataType_t ab = CUDA_R_32F);
+  // The two operands of a linear op's GEMM: bf16 when gemm_bf16 is set.
+  static const void* GemmOperand(const Kernel& k, int i) {
+    return k.gemm_bf16[i] != nullptr ? k.gemm_bf16[i] : k.x[i];
+  }
+  static cudaDataType_t GemmType(const Kernel& k) {
+    return k.gemm_bf16[0] != nullptr ? CUDA_R_16BF : CUDA_R_32F;
+  }
   // One product per (batch, head) of an attention instruction, as
   // strided-batched cuBLAS calls (see HeadGemms).
   struct HeadStrides {
@@ -569,18 +581,42 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
   return absl::OkStatus();
 }
 
+// precision = bf16: a linear op whose two GEMM operands are both bf16
+// reads them as they are (Kernel::gemm_bf16). An operand staged only for
+// the GEMM is then not widened; the bias gradient's column sum still reads
+// dy's f32 staging.
+void UseBf16Gemm(Kernel& k) {
+  if (k.op != Op::kLinear && k.op != Op::kLinearGradInput && k.op != Op::kLinearGradParams) {
+    return;
+  }
+  Bf16Operand* operand[2] = {nullptr, nullptr};
+  for (int i = 0; i < k.num_bf16; ++i) {
+    Bf16Operand& o = k.bf16[i];
+    for (int j = 0; j < 2; ++j) {
+      if (!o.output && k.x[j] == o.f32 && operand[j] == nullptr) operand[j] = &o;
+    }
+  }
+  if (operand[0] == nullptr || operand[1] == nullptr) return;
+  for (int j = 0; j < 2; ++j) {
+    k.gemm_bf16[j] = operand[j]->bf16;
+    const bool column_sum = k.op == Op::kLinearGradParams && j == 0 && k.y[1] != nullptr;
+    operand[j]->native = !column_sum;
+  }
+}
+
 absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
                                   int64_t m, int64_t n, int64_t k,
-                                  const float* a, int64_t lda, const float* b,
+                                  const void* a, int64_t lda, const void* b,
                                   int64_t ldb, float beta, float* c,
-                                  int64_t ldc) {
+                                  int64_t ldc, cudaDataType_t ab) {
   const float alpha = 1.0f;
+  // bf16 products are exact in f32: TF32 changes nothing there.
   const cublasComputeType_t compute =
-      tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      tf32_ && ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
       blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
-      static_cast<int>(k), &alpha, a, CUDA_R_32F, static_cast<int>(lda), b,
-      CUDA_R_32F, static_cast<int>(ldb), &beta, c, CUDA_R_32F,
+      static_cast<int>(k), &alpha, a, ab, static_cast<int>(lda), b,
+      ab, static_cast<int>(ldb), &beta, c, CUDA_R_32F,
       static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
@@ -588,7 +624,9 @@ absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
 absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
   LtMatmul& m = lt_matmuls_[k.lt];
   float* d = k.relu_in_gemm ? k.y[1] : k.y[0];
-  if (m.usable) {
+  // bf16 operands: cublasGemmEx's bf16 GEMM into the f32 staging of y,
+  // then the bias in f32, as the CPU reference rounds once after both.
+  if (m.usable && k.gemm_bf16[0] == nullptr) {
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (k.x[2] != nullptr) {
@@ -610,9 +648,9 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
                                        __LINE__);
     }
   }
-  if (!m.usable) {
-    RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, k.x[1],
-                         k.in, k.x[0], k.in, 0.0f, k.y[0], k.out));
+  if (!m.usable || k.gemm_bf16[0] != nullptr) {
+    RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1),
+                         k.in, GemmOperand(k, 0), k.in, 0.0f, k.y[0], k.out, GemmType(k)));
     if (k.x[2] != nullptr) {
       CUDA_RETURN_IF_ERROR(
           cuda::LaunchBiasAdd(k.y[0], k.x[2], k.rows, k.out, compute_));
@@ -850,6 +888,7 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
       k.relu_in_gemm = !y_read_elsewhere;
     }
   }
+  for (Kernel& k : kernels) UseBf16Gemm(k);
   for (Kernel& k : kernels) {
     if (k.op != Op::kLinear) continue;
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));
@@ -908,7 +947,7 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
   };
   for (int i = 0; i < k.num_bf16; ++i) {
     const Bf16Operand& o = k.bf16[i];
-    if (o.output && !k.accumulate) continue;
+    if (o.native || (o.output && !k.accumulate)) continue;
     RETURN_IF_ERROR(check(cuda::LaunchFromBf16(o.bf16, o.f32, o.elems, compute_)));
   }
   RETURN_IF_ERROR(RunF32Kernel(plan, instr, step));
@@ -938,16 +977,18 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
     case Op::kLinearGradInput: {
       // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B].
       absl::Status status =
-          Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.in, k.rows, k.out, k.x[1], k.in,
-               k.x[0], k.out, k.accumulate ? 1.0f : 0.0f, k.y[0], k.in);
+          Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.in, k.rows, k.out, GemmOperand(k, 1), k.in,
+               GemmOperand(k, 0), k.out, k.accumulate ? 1.0f : 0.0f, k.y[0], k.in,
+               GemmType(k));
       if (!status.ok()) return Fail(status);
       break;
     }
     case Op::kLinearGradParams: {
       // dw[out,in] = dy^T x: DW'[in,out] = X'[in,B] DY'[out,B]^T.
       absl::Status status =
-          Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k.in, k.out, k.rows, k.x[1], k.in,
-               k.x[0], k.out, k.accumulate ? 1.0f : 0.0f, k.y[0], k.in);
+          Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k.in, k.out, k.rows, GemmOperand(k, 1), k.in,
+               GemmOperand(k, 0), k.out, k.accumulate ? 1.0f : 0.0f, k.y[0], k.in,
+               GemmType(k));
       if (!status.ok()) return Fail(status);
       if (k.y[1] != nullptr) {
         err = cuda::LaunchColumnSum(k.x[0], k.rows, k.out, k.y[1],

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -24,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/dnnl_ops.h"
+#include "runtime/device/bf16.h"
 
 namespace trainc {
 namespace {
@@ -91,6 +94,13 @@ std::vector<char> RandomArena(const Plan& plan, int classes, uint32_t seed) {
   });
   for (const Buffer* buffer : order) {
     const Buffer& b = *buffer;
+    if (b.dtype == DType::kBF16) {  // precision = bf16: 2-byte values
+      for (int64_t i = 0; i < b.bytes / 2; ++i) {
+        const uint16_t v = FloatToBf16(uni(rng));
+        std::memcpy(arena.data() + b.offset + 2 * i, &v, 2);
+      }
+      continue;
+    }
     for (int64_t i = 0; i < b.bytes / 4; ++i) {
       char* p = arena.data() + b.offset + 4 * i;
       if (b.dtype == DType::kI32) {
@@ -941,12 +951,13 @@ constexpr char kCnnModel[] = R"(
 constexpr int kCnnClasses = 4;
 
 absl::StatusOr<Plan> CompileCnn(int accumulate, bool tf32,
-                                const PlanOptions& options) {
+                                const PlanOptions& options,
+                                const char* precision = "fp32") {
   const std::string source = absl::StrCat(
       "model cnn {\n", kCnnModel, "\n}\n",
       "data { train = idx(\"/dev/null\", \"/dev/null\") }\n",
       "train {\n  gpus = 1  micro_batch = 3  accumulate = ", accumulate,
-      "  steps = 1", tf32 ? "  tf32 = true" : "",
+      "  steps = 1", tf32 ? "  tf32 = true" : "", "  precision = ", precision,
       "\n  optimizer = sgd(lr = 0.1, momentum = 0.9)\n}\n");
   const FrontendResult r = CompileSource(source, "cnn.train");
   if (!r.spec) {
@@ -990,6 +1001,19 @@ std::vector<char> RandomBytes(const Buffer& b, std::mt19937& rng) {
     }
   }
   return bytes;
+}
+
+// A buffer's values as floats (bf16 ones widened).
+std::vector<float> AsFloats(const Buffer& b, const char* raw) {
+  std::vector<float> out(b.bytes / DTypeBytes(b.dtype));
+  if (b.dtype == DType::kBF16) {
+    std::vector<uint16_t> half(out.size());
+    std::memcpy(half.data(), raw, b.bytes);
+    WidenBf16(half.data(), static_cast<int64_t>(half.size()), out.data());
+  } else {
+    std::memcpy(out.data(), raw, b.bytes);
+  }
+  return out;
 }
 
 // The buffers `instr` may write: its outputs, and those of an activation
@@ -1114,12 +1138,9 @@ int ExpectSameStep(const Plan& plan, CpuDevice& cpu, Device& gpu, double tol) {
       if (b.kind == BufferKind::kWorkspace || b.dtype == DType::kI32) continue;
       const char* raw = arena.data() + b.offset;
       const std::vector<float> want =
-          blocked[id] ? Unblocked(b, raw, block)
-                      : std::vector<float>(reinterpret_cast<const float*>(raw),
-                                           reinterpret_cast<const float*>(raw) +
-                                               b.bytes / 4);
-      const float* got =
-          reinterpret_cast<const float*>(after.data() + b.offset);
+          blocked[id] ? Unblocked(b, raw, block) : AsFloats(b, raw);
+      const std::vector<float> got_values = AsFloats(b, after.data() + b.offset);
+      const float* got = got_values.data();
       double diff = 0, scale = 1e-30;
       for (size_t i = 0; i < want.size(); ++i) {
         diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
@@ -1153,9 +1174,10 @@ int ExpectSameStep(const Plan& plan, CpuDevice& cpu, Device& gpu, double tol) {
   return compared;
 }
 
-void ExpectCnnMatchesCpu(int accumulate, bool tf32, double tol) {
+void ExpectCnnMatchesCpu(int accumulate, bool tf32, double tol,
+                         const char* precision = "fp32") {
   absl::StatusOr<Plan> plan =
-      CompileCnn(accumulate, tf32, CpuAndCudaWorkspace());
+      CompileCnn(accumulate, tf32, CpuAndCudaWorkspace(), precision);
   ASSERT_TRUE(plan.ok()) << plan.status();
   // Every instruction's outputs are compared: the CPU must write each
   // convolution's own output too.
@@ -1230,6 +1252,88 @@ TEST(CudaCnnTest, AccumulatesOverMicroSteps) {
 TEST(CudaCnnTest, Tf32StaysClose) {
   SKIP_WITHOUT_GPU();
   ExpectCnnMatchesCpu(/*accumulate=*/1, /*tf32=*/true, 1e-2);
+}
+
+// precision = bf16, each kernel from the same bf16 and f32 operands: the
+// CPU widens, computes in f32 and rounds; CUDA does the same around its
+// kernels and multiplies bf16 operands with bf16 GEMMs (f32 accumulation).
+// Sums in another order may round a bf16 result to its neighbour: one
+// bf16 ulp (2^-8 relative) is the tolerance.
+constexpr double kBf16Tol = 1.0 / 256;
+
+TEST(CudaCnnTest, Bf16MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  ExpectCnnMatchesCpu(/*accumulate=*/2, /*tf32=*/false, kBf16Tol, "bf16");
+}
+
+// A two-layer GPT (embeddings, layernorm, attention, gelu_tanh, a tied
+// output) in bf16: the transformer ops' staging and bf16 GEMMs.
+absl::StatusOr<Plan> CompileBf16Gpt() {
+  // The data only has to exist: the plan never reads it.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string text = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/bf16_gpt.txt");
+  std::FILE* f = std::fopen(text.c_str(), "w");
+  if (f == nullptr) return absl::InternalError("cannot write " + text);
+  std::fputs("hello, bf16\n", f);
+  std::fclose(f);
+  const std::string source = absl::StrCat(R"(
+model gpt {
+  const vocab = 16, ctx = 8, width = 16, heads = 2
+  input  tokens: i32[ctx]
+  label  next:   i32[ctx]
+  block layer(x) {
+    ln_1   = layernorm(x)
+    c_attn = linear(ln_1, 3 * width)
+    y      = causal_attention(c_attn, heads)
+    proj   = linear(y, width)
+    r      = x + proj
+    ln_2   = layernorm(r)
+    c_fc   = linear(ln_2, 4 * width)
+    c_out  = linear(gelu(c_fc, approximate = "tanh"), width)
+    return r + c_out
+  }
+  wte    = embedding(tokens, vocab, width)
+  wpe    = position_embedding(ctx, width)
+  h      = repeat(layer, 2, wte + wpe)
+  ln_f   = layernorm(h)
+  logits = linear(ln_f, vocab, weight = wte.weight, bias = false)
+  loss   = cross_entropy(logits, next)
+}
+data { train = text(")", text, R"(") }
+train {
+  gpus = 1  micro_batch = 2  accumulate = 2  steps = 1  precision = bf16
+  optimizer = adamw(lr = 1e-3)
+}
+)");
+  const FrontendResult r = CompileSource(source, "gpt.train");
+  if (!r.spec) {
+    return absl::InvalidArgumentError(FormatDiagnostics(r.diagnostics, r.source));
+  }
+  return BuildPlan(*r.spec, CpuWorkspace());  // no convolution or pooling
+}
+
+// The bf16 models above compile into plans with bf16 buffers and casts
+// (needs no GPU).
+TEST(CudaBf16Test, ModelsCompileWithBf16Buffers) {
+  for (absl::StatusOr<Plan> plan : {CompileCnn(2, false, CpuWorkspace(), "bf16"),
+                                    CompileBf16Gpt()}) {
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    int bf16 = 0, casts = 0;
+    for (const Buffer& b : plan->buffers) bf16 += b.dtype == DType::kBF16;
+    for (const Instruction& in : plan->instructions) casts += in.op == "cast";
+    EXPECT_GT(bf16, 10) << plan->model;
+    EXPECT_GT(casts, 4) << plan->model;
+  }
+}
+
+TEST(CudaBf16Test, GptMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  absl::StatusOr<Plan> plan = CompileBf16Gpt();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  CpuDevice cpu;
+  auto cuda = CreateCudaDevice(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  EXPECT_GT(ExpectSameStep(*plan, cpu, **cuda, kBf16Tol), 50);
 }
 
 // A plan compiled without cuDNN's workspace sizes is refused at Prepare,

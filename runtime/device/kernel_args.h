@@ -99,6 +99,9 @@ struct Bf16Operand {
   float* f32 = nullptr;   // its staging
   int64_t elems = 0;
   bool output = false;
+  // A backend that reads this input as bf16 itself (CUDA's bf16 GEMMs)
+  // sets it: no widening, the staging is left unused.
+  bool native = false;
 };
 
 // Activation fused into a forward linear.
@@ -137,7 +140,6 @@ struct KernelArgs {
   // bf16 operands, inputs first (x order, then y order).
   Bf16Operand bf16[8];
   int num_bf16 = 0;
-  bool widens_outputs() const { return accumulate; }  // y += ...: read first
 };
 
 // Bytes of f32 staging the kernels' bf16 operands need: the largest
