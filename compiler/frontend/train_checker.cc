@@ -21,7 +21,7 @@ const std::vector<std::string>& OverridableFields() {
       "epochs", "steps",        "lr",         "seed",
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
       "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
-      "checkpoint_dir", "zero", "grad_comm", "precision", "machine"};
+      "checkpoint_dir", "zero", "zero_gather", "grad_comm", "precision", "machine"};
   return *fields;
 }
 
@@ -34,7 +34,7 @@ const std::vector<std::string>& TrainFields() {
       "epochs",   "steps",       "optimizer",  "schedule",
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
       "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
-      "checkpoint_keep", "checkpoint_dir", "zero", "grad_comm", "precision",
+      "checkpoint_keep", "checkpoint_dir", "zero", "zero_gather", "grad_comm", "precision",
       "machine"};
   return *fields;
 }
@@ -244,11 +244,12 @@ void CheckSchedule(const Setting& setting, ScheduleSpec* schedule,
   }
 }
 
-// grad_comm / precision = fp32 | bf16: a bare name in the file, the word
-// as a flag. `what` names the choice in the error ("gradient format").
-void CheckFloatFormat(const Setting& setting, const std::string& field,
-                      const std::string& what, std::string* format,
-                      DiagnosticSink& sink) {
+// A choice among words (grad_comm = fp32 | bf16, zero_gather = step_end
+// | next_forward): a bare name in the file, the word as a flag. `what`
+// names the choice in the error ("gradient format").
+void CheckChoice(const Setting& setting, const std::string& field,
+                 const std::string& what, const std::vector<std::string>& choices,
+                 std::string* choice, DiagnosticSink& sink) {
   std::string name;
   if (setting.from_flag()) {
     name = setting.flag_text;
@@ -257,20 +258,19 @@ void CheckFloatFormat(const Setting& setting, const std::string& field,
     name = setting.expr->text;
   } else {
     ReportSetting(setting, sink,
-                  absl::StrCat(field, " must be fp32 or bf16, got ",
+                  absl::StrCat(field, " must be ", absl::StrJoin(choices, " or "), ", got ",
                                setting.expr != nullptr
                                    ? DescribeExpr(*setting.expr)
                                    : std::string("nothing")));
     return;
   }
-  const std::vector<std::string> formats = {"fp32", "bf16"};
-  if (!Contains(formats, name)) {
+  if (!Contains(choices, name)) {
     ReportSetting(setting, sink,
                   absl::StrCat("unknown ", what, " '", name, "'"),
-                  SuggestionHint(name, formats, "formats"));
+                  SuggestionHint(name, choices, "choices"));
     return;
   }
-  *format = name;
+  *choice = name;
 }
 
 // bucket_mb = auto | MB >= 0: a bare name or a number in the file, the
@@ -397,7 +397,8 @@ class TrainChecker {
       }
     }
     if (const Setting* s = Effective("grad_comm")) {
-      CheckFloatFormat(*s, "grad_comm", "gradient format", &config_.grad_comm, sink_);
+      CheckChoice(*s, "grad_comm", "gradient format", {"fp32", "bf16"}, &config_.grad_comm,
+                  sink_);
       if (config_.grad_comm == "bf16" && config_.deterministic) {
         ReportSetting(*s, sink_,
                       "grad_comm = bf16 cannot be deterministic: the "
@@ -407,7 +408,11 @@ class TrainChecker {
       }
     }
     if (const Setting* s = Effective("precision")) {
-      CheckFloatFormat(*s, "precision", "precision", &config_.precision, sink_);
+      CheckChoice(*s, "precision", "precision", {"fp32", "bf16"}, &config_.precision, sink_);
+    }
+    if (const Setting* s = Effective("zero_gather")) {
+      CheckChoice(*s, "zero_gather", "all-gather placement", {"step_end", "next_forward"},
+                  &config_.zero_gather, sink_);
     }
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;

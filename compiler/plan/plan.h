@@ -65,7 +65,8 @@
 // world_size x shard_elems floats (the padding is zero and stays zero);
 // reduce_scatter replaces all_reduce, each rank's optimizer updates its
 // shard (state spans of shard_elems), and all_gather gives every rank the
-// whole updated span before the step ends. In deterministic mode the
+// whole updated span (before the step ends, or with zero_gather =
+// next_forward at the next step's start). In deterministic mode the
 // reduce_scatter is the deterministic all-reduce's gather and ordered sum,
 // so the weights are bit for bit those of zero = 0.
 #ifndef TRAINC_COMPILER_PLAN_PLAN_H_
@@ -263,6 +264,14 @@ struct Plan {
   bool skip_nonfinite = false;
   // ZeRO stage (0 or 1; 1 only when world_size > 1), see above.
   int64_t zero = 0;
+  // ZeRO-1: where the parameter all-gathers run. "step_end": each right
+  // after its bucket's optimizer. "next_forward": at the start of the
+  // step, before micro-step 0 (in the order the forward pass reads the
+  // buckets), the first instruction reading a bucket's parameters waiting
+  // for its all-gather; the step then ends with every rank's own shard
+  // updated and the rest stale, and the runtime all-gathers before
+  // anything else reads the parameters (Executor::GatherParameters).
+  std::string zero_gather = "step_end";
   // The gradient collectives' wire format: "fp32", or "bf16" (rounded to
   // bf16 for the collective, sums in fp32; the result widened back).
   std::string grad_comm = "fp32";

@@ -341,6 +341,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("zero")) {  // absent: 0
       ASSIGN_OR_RETURN(plan.zero, f.Int("zero"));
     }
+    if (r.fields.count("zero_gather")) {  // absent: step_end
+      ASSIGN_OR_RETURN(plan.zero_gather, f.Str("zero_gather"));
+    }
     if (r.fields.count("grad_comm")) {  // absent: fp32
       ASSIGN_OR_RETURN(plan.grad_comm, f.Str("grad_comm"));
     }
@@ -528,6 +531,9 @@ std::string PlanToText(const Plan& plan) {
                       : std::string(),
                   plan.skip_nonfinite ? " skip_nonfinite=1" : "",
                   plan.zero > 0 ? absl::StrCat(" zero=", plan.zero) : std::string(),
+                  plan.zero_gather != "step_end"
+                      ? absl::StrCat(" zero_gather=", Quote(plan.zero_gather))
+                      : std::string(),
                   plan.grad_comm != "fp32" ? absl::StrCat(" grad_comm=", Quote(plan.grad_comm))
                                            : std::string(),
                   plan.precision != "fp32" ? absl::StrCat(" precision=", Quote(plan.precision))
@@ -709,6 +715,10 @@ absl::Status ValidatePlan(const Plan& plan) {
                                 " != world_size * micro_batch * accumulate"));
   }
   if (plan.arena_bytes < 0 || plan.num_events < 0) return Invalid("negative arena or events");
+  if (plan.zero_gather != "step_end" && plan.zero_gather != "next_forward") {
+    return Invalid(absl::StrCat("zero_gather \"", plan.zero_gather,
+                                "\", expected step_end or next_forward"));
+  }
   if (plan.precision != "fp32" && plan.precision != "bf16") {
     return Invalid(absl::StrCat("precision \"", plan.precision, "\", expected fp32 or bf16"));
   }

@@ -84,6 +84,7 @@ class PlanBuilder {
   // arena, no validation), for bucket_mb = auto's candidates.
   absl::StatusOr<Plan> Build(bool for_costing = false) {
     CreatePersistentBuffers();
+    if (GatherInNextForward()) EmitParameterGathers();
     for (int k = 0; k < accumulate_; ++k) EmitMicroStep(k);
     EmitOptimizer();
     if (for_costing) return std::move(plan_);
@@ -98,6 +99,7 @@ class PlanBuilder {
     std::vector<int> params;  // parameter value ids, ready order
     int ready_node = -1;      // graph node writing the last gradient
     int done_event = -1;      // recorded by its all_reduce (reduce_scatter)
+    int gathered_event = -1;  // zero_gather = next_forward: its all_gather's
     bool weight_decay = true;
   };
 
@@ -148,6 +150,7 @@ class PlanBuilder {
     plan_.skip_nonfinite = t.skip_nonfinite;
     // One rank has nothing to shard: ZeRO-1 on one rank is plain DDP.
     plan_.zero = t.gpus > 1 ? t.zero : 0;
+    plan_.zero_gather = plan_.zero > 0 ? t.zero_gather : "step_end";
     plan_.grad_comm = t.grad_comm;
     plan_.precision = t.precision;
     plan_.checkpoints.every = t.checkpoint_every;
@@ -429,6 +432,14 @@ class PlanBuilder {
       }
       in.phase = node.role == NodeRole::kForward ? Phase::kForward : Phase::kBackward;
       in.micro_step = k;
+      // zero_gather = next_forward: the first reader of a bucket's
+      // parameters waits for that bucket's all-gather.
+      for (size_t i = 0; k == 0 && i < node.inputs.size() && !gather_bucket_of_.empty(); ++i) {
+        const int b = gather_bucket_of_[node.inputs[i]];
+        if (b < 0 || gather_waited_[b]) continue;
+        gather_waited_[b] = true;
+        in.wait_events.push_back(buckets_[b].gathered_event);
+      }
       in.label = node.label;
       last_compute = Emit(std::move(in));
       // Buckets are in ready order, so the ones this node completes are next.
@@ -451,6 +462,50 @@ class PlanBuilder {
 
   // ZeRO-1 in effect (FillConfig leaves plan_.zero 0 on one rank).
   bool Sharded() const { return plan_.zero > 0; }
+  bool GatherInNextForward() const {
+    return Sharded() && plan_.zero_gather == "next_forward";
+  }
+
+  // zero_gather = next_forward: every bucket's all-gather first, on the
+  // comm stream, in the order micro-step 0 first reads the buckets'
+  // parameters; that first reader waits for it (EmitMicroStep).
+  void EmitParameterGathers() {
+    std::vector<int> bucket_of(graph_.values().size(), -1);
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      for (int p : buckets_[b].params) bucket_of[p] = static_cast<int>(b);
+    }
+    std::vector<int> order;
+    std::vector<bool> listed(buckets_.size(), false);
+    for (const Node& node : graph_.nodes()) {
+      for (int id : node.inputs) {
+        const int b = bucket_of[id];
+        if (b >= 0 && !listed[b]) {
+          listed[b] = true;
+          order.push_back(b);
+        }
+      }
+    }
+    for (size_t b = 0; b < buckets_.size(); ++b) {  // parameters nobody reads
+      if (!listed[b]) order.push_back(static_cast<int>(b));
+    }
+    for (int b : order) {
+      const Bucket& bucket = plan_.buckets[b];
+      buckets_[b].gathered_event = plan_.num_events++;
+      Instruction gather;
+      gather.op = "all_gather";
+      gather.inputs = {bucket.param_span};
+      gather.outputs = {bucket.param_span};
+      gather.attrs["bucket"] = static_cast<double>(b);
+      gather.stream = Stream::kComm;
+      gather.phase = Phase::kComm;
+      gather.micro_step = -1;
+      gather.record_events = {buckets_[b].gathered_event};
+      gather.label = absl::StrCat("all_gather bucket ", b, " params (last step's update)");
+      plan_.buckets[b].all_gather = Emit(std::move(gather));
+    }
+    gather_bucket_of_ = std::move(bucket_of);
+    gather_waited_.assign(buckets_.size(), false);
+  }
 
   void EmitOptimizer() {
     // Clipping needs the norm of the whole reduced gradient: each bucket's
@@ -517,10 +572,14 @@ class PlanBuilder {
         Emit(std::move(in));
         continue;
       }
-      // ZeRO-1: the shard's update, then its all-gather on the comm stream
-      // while the next bucket's shard is updated.
       in.attrs["shard"] = 1;
       in.label += " shard";
+      if (GatherInNextForward()) {  // gathered at the next step's start
+        Emit(std::move(in));
+        continue;
+      }
+      // ZeRO-1: the shard's update, then its all-gather on the comm stream
+      // while the next bucket's shard is updated.
       const int updated = plan_.num_events++;
       in.record_events = {updated};
       Emit(std::move(in));
@@ -629,6 +688,10 @@ class PlanBuilder {
   std::vector<int> per_step_;            // value -> buffer in this micro-step
   int64_t persistent_bytes_ = 0;
   int grad_sq_ = -1;  // clipping's step scalar
+  // zero_gather = next_forward: value -> its bucket for the parameters
+  // (-1 otherwise; empty without it), and which bucket waits were placed.
+  std::vector<int> gather_bucket_of_;
+  std::vector<bool> gather_waited_;
 };
 
 // The profile bucket_mb = auto costs its candidates on (planner.h).

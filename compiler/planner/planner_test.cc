@@ -2,6 +2,7 @@
 // events, deterministic slots, summary and errors.
 #include "compiler/planner/planner.h"
 
+#include <map>
 #include <string>
 
 #include "compiler/plan/plan_io.h"
@@ -254,6 +255,61 @@ TEST(BuildPlan, Bf16CastsParametersOncePerStepAndKeepsStateF32) {
   bad = *plan;
   bad.precision = "fp32";
   EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("in a plan of precision fp32"));
+}
+
+TEST(BuildPlan, ZeroGatherInNextForwardGathersFirstAndWaitsAtTheFirstReader) {
+  TrainSpec spec = testing::FashionMlpSpec();  // 2 ranks
+  spec.train.bucket_mb = 0.1;
+  spec.train.zero = 1;
+  spec.train.zero_gather = "next_forward";
+  absl::StatusOr<Plan> plan = BuildPlan(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int buckets = static_cast<int>(plan->buckets.size());
+  ASSERT_GE(buckets, 2);
+  // The all-gathers open the step; nothing else gathers.
+  int gathers = 0;
+  for (const Instruction& in : plan->instructions) {
+    if (in.op != "all_gather") continue;
+    EXPECT_EQ(in.id, gathers) << in.label;
+    EXPECT_EQ(plan->buckets[static_cast<int>(in.attrs.at("bucket"))].all_gather, in.id);
+    ++gathers;
+  }
+  EXPECT_EQ(gathers, buckets);
+  // Each bucket's gather event is awaited once, by the first instruction
+  // reading one of its parameters, in micro-step 0.
+  std::map<int, int> waited;  // event -> instruction
+  for (const Instruction& in : plan->instructions) {
+    for (int e : in.wait_events) {
+      if (e < buckets) waited[e] = in.id;
+    }
+  }
+  EXPECT_EQ(static_cast<int>(waited.size()), buckets);
+  for (const auto& [event, id] : waited) {
+    const Instruction& reader = plan->instructions[id];
+    EXPECT_EQ(reader.micro_step, 0);
+    const Bucket& b = plan->buckets[static_cast<int>(plan->instructions[event].attrs.at("bucket"))];
+    bool reads_it = false;
+    for (int in : reader.inputs) {
+      const Buffer& buf = plan->buffers[in];
+      const Buffer& span = plan->buffers[b.param_span];
+      reads_it |= buf.kind == BufferKind::kParameter && buf.offset >= span.offset &&
+                  buf.offset < span.offset + span.bytes;
+    }
+    EXPECT_TRUE(reads_it) << reader.label;
+    for (int i = buckets; i < id; ++i) {  // no earlier reader of the bucket
+      for (int in : plan->instructions[i].inputs) {
+        const Buffer& buf = plan->buffers[in];
+        const Buffer& span = plan->buffers[b.param_span];
+        EXPECT_FALSE(buf.kind == BufferKind::kParameter && buf.offset >= span.offset &&
+                     buf.offset < span.offset + span.bytes)
+            << plan->instructions[i].label;
+      }
+    }
+  }
+  EXPECT_TRUE(ValidatePlan(*plan).ok());
+  absl::StatusOr<Plan> back = PlanFromText(PlanToText(*plan), "nf.plan");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->zero_gather, "next_forward");
 }
 
 }  // namespace

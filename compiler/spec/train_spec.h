@@ -176,6 +176,10 @@ struct TrainConfig {
   // state), then the shards are all-gathered. 0: all-reduce, every rank
   // updates everything.
   int64_t zero = 0;
+  // ZeRO-1's parameter all-gather: "step_end" (each bucket's right after its
+  // shard's update) or "next_forward" (at the start of the next step, each
+  // bucket's forward waiting only for its own).
+  std::string zero_gather = "step_end";
   // The gradients' wire format: "fp32", or "bf16" (each bucket rounded to
   // bf16 for the collective, summed in fp32, as DDP's bf16_compress_hook).
   std::string grad_comm = "fp32";

@@ -264,6 +264,7 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
   // Whatever happened, nothing of this step may still be running when we
   // return: queued comm work points into the arena and at `batches`.
   absl::Status sync = device_->Synchronize();
+  parameters_stale_ = plan_.zero > 0 && plan_.zero_gather == "next_forward";
   if (!status.ok()) return status;
   if (!sync.ok()) return sync;
   RETURN_IF_ERROR(device_->CopyToHost(losses_, host_losses_.data(),
@@ -287,12 +288,28 @@ absl::Status Executor::RunForward(BatchSource& batches) {
     const bool forward =
         r.kind == Resolved::kLoadBatch ||
         (r.kind == Resolved::kCompute && r.instr->phase == Phase::kForward);
-    if (forward) status = Issue(r, batches);
+    if (forward) status = Issue(r, batches, /*wait=*/false);
   }
   tracer_ = tracer;
   state_.training = true;
   absl::Status sync = device_->Synchronize();
   return status.ok() ? sync : status;
+}
+
+absl::Status Executor::GatherParameters() {
+  if (!prepared_) {
+    return absl::FailedPreconditionError("Executor::GatherParameters before Prepare");
+  }
+  if (!parameters_stale_) return absl::OkStatus();
+  absl::Status status = device_->ResetEvents(plan_.num_events + 1);
+  for (const Resolved& r : order_) {
+    if (status.ok() && r.kind == Resolved::kAllGather) status = IssueCollective(r);
+  }
+  absl::Status sync = device_->Synchronize();
+  if (!status.ok()) return status;
+  RETURN_IF_ERROR(sync);
+  parameters_stale_ = false;
+  return absl::OkStatus();
 }
 
 absl::Status Executor::IssueStep(BatchSource& batches) {
@@ -369,14 +386,14 @@ absl::Status Executor::SubmitTraced(Stream stream, const Resolved& r,
       });
 }
 
-absl::Status Executor::Issue(const Resolved& r, BatchSource& batches) {
+absl::Status Executor::Issue(const Resolved& r, BatchSource& batches, bool wait) {
   if (r.kind == Resolved::kHoldForComm) {
     RETURN_IF_ERROR(device_->RecordEvent(Stream::kCompute, hold_event_));
     return device_->WaitEvent(Stream::kComm, hold_event_);
   }
   const Instruction& instr = *r.instr;
   for (int e : instr.wait_events) {
-    RETURN_IF_ERROR(device_->WaitEvent(instr.stream, e));
+    if (wait) RETURN_IF_ERROR(device_->WaitEvent(instr.stream, e));
   }
   switch (r.kind) {
     case Resolved::kLoadBatch: {

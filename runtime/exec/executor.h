@@ -101,6 +101,14 @@ class Executor {
   // then in their buffers for the caller to read.
   absl::Status RunForward(BatchSource& batches);
 
+  // ZeRO-1 with zero_gather = next_forward: a step ends with each rank's
+  // own shard of the parameters updated and the rest stale until the next
+  // step's all-gathers. This runs those all-gathers now if a step ran since
+  // the last call (a collective: every rank calls it at the same point),
+  // and does nothing otherwise. Call it before anything reads the
+  // parameters between steps: evaluation (RunForward), checkpoints.
+  absl::Status GatherParameters();
+
   // Starts (non-null) or stops (null) tracing from the next step.
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
@@ -143,7 +151,9 @@ class Executor {
   // NCCL (every rank replays, or none does).
   absl::StatusOr<bool> AllRanks(bool ok_here);
   absl::Status ReplayStep(BatchSource& batches);
-  absl::Status Issue(const Resolved& r, BatchSource& batches);
+  // `wait`: honour the instruction's wait events (false: forward-only
+  // work, which issues no collective to record them).
+  absl::Status Issue(const Resolved& r, BatchSource& batches, bool wait = true);
   // all_reduce, reduce_scatter, all_gather on the comm stream.
   absl::Status IssueCollective(const Resolved& r);
   // Submit, timed into the tracer when one is set.
@@ -157,6 +167,7 @@ class Executor {
   const ExecutorOptions options_;
 
   bool prepared_ = false;
+  bool parameters_stale_ = false;  // GatherParameters has work to do
   std::vector<Resolved> order_;  // issue order (see ExecutorOptions::overlap)
   int hold_event_ = -1;          // overlap off: compute -> comm fence
   float* scratch_ = nullptr;     // deterministic gather area

@@ -818,6 +818,13 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     }
     const bool eval_due =
         options.eval_every > 0 && step % options.eval_every == 0;
+    // ZeRO-1 with zero_gather = next_forward: the parameters are whole
+    // only after this (a no-op otherwise); every rank gets here together.
+    const CheckpointConfig& periodic = plan.checkpoints;
+    const bool checkpoint_due = periodic.every > 0 && (step % periodic.every == 0 || last);
+    if ((eval && (epoch_end || last || eval_due)) || checkpoint_due) {
+      RETURN_IF_ERROR(executor.GatherParameters());
+    }
     if (eval && (epoch_end || last || eval_due)) {
       ASSIGN_OR_RETURN(last_eval, Evaluate(plan, executor, *device, *host_comm,
                                            *eval, head));
@@ -864,9 +871,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     now.step = step;
     now.epoch = step / steps_per_epoch;
     now.step_in_epoch = step % steps_per_epoch;
-    const CheckpointConfig& periodic = plan.checkpoints;
-    if (periodic.every > 0 && (step % periodic.every == 0 || last) &&
-        (rank.rank == 0 || plan.zero > 0)) {
+    if (checkpoint_due && (rank.rank == 0 || plan.zero > 0)) {
       const std::string path = CheckpointPath(periodic.dir, step);
       absl::Status saved = SaveCheckpoint(path, plan, *device, now, sharding);
       if (rank.rank != 0) {
@@ -894,6 +899,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       std::vector<float> stop = {g_stop_signal != 0 ? 1.0f : 0.0f};
       RETURN_IF_ERROR(SumOverRanks(*host_comm, &stop));
       if (stop[0] > 0) {
+        RETURN_IF_ERROR(executor.GatherParameters());
         const std::string path = StopCheckpointPath(plan, options, step);
         const bool written = periodic.every > 0 && step % periodic.every == 0;
         if (!written && rank.rank != 0 && plan.zero > 0) {
@@ -962,6 +968,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
         << " steps; open in https://ui.perfetto.dev or tools/viz)\n";
   }
   if (!options.save_path.empty()) {
+    RETURN_IF_ERROR(executor.GatherParameters());
     TrainingState out;
     out.step = summary.final_step;
     out.epoch = summary.final_step / steps_per_epoch;

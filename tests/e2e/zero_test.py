@@ -3,7 +3,9 @@ the weights and optimizer state of `zero = 0` (bit for bit in deterministic
 mode, within 1e-6 otherwise) on 2, 3 and 4 ranks, whose shards do not divide
 the buckets evenly; the plan keeps 1/N of the optimizer state per rank; and
 a checkpoint holds whole tensors, so a ZeRO run resumes on another rank
-count."""
+count. With zero_gather = next_forward (the all-gathers at the next step's
+start) the same holds: the trainer gathers before evaluating and saving,
+so the evaluation, the checkpoints and the weights equal step_end's."""
 import re
 import unittest
 
@@ -57,6 +59,32 @@ class ZeroTest(unittest.TestCase):
             for name in plain:
                 self.assertLessEqual(e2e.norm_rel(zero[name], plain[name]), 1e-6,
                                      f"{gpus} ranks {extra}: {name}")
+
+    def test_gather_in_next_forward_gives_the_bits_of_step_end(self):
+        det = ["--deterministic", "true", "--zero", 1]
+        end, _ = run(self.dir, "end", 3, *det)
+        nf, _ = run(self.dir, "nf", 3, *det, "--zero_gather", "next_forward")
+        e2e.assert_same_bits(self, end, nf, "3 ranks, next_forward vs step_end")
+        # Evaluation between steps and periodic checkpoints see whole
+        # parameters too (the step leaves only this rank's shard updated).
+        logs, ckpts = {}, {}
+        for mode in ("step_end", "next_forward"):
+            d = f"{self.dir}/ckpt_{mode}"
+            out = f"{self.dir}/eval_{mode}.safetensors"
+            logs[mode] = e2e.train(
+                e2e.EXAMPLE, "--device", "cpu", "--gpus", 2, "--steps", 8,
+                "--eval-every", 4, "--checkpoint_every", 4, "--checkpoint_dir", d,
+                "--zero", 1, "--zero_gather", mode, "--deterministic", "true",
+                "--save", out).stdout
+            ckpts[mode] = e2e.read_safetensors(f"{d}/step-00000004.safetensors")[0]
+        evals = {m: re.findall(r"eval .*accuracy ([\d.]+)%", log) for m, log in logs.items()}
+        self.assertEqual(len(evals["step_end"]), 2, logs["step_end"])
+        self.assertEqual(evals["next_forward"], evals["step_end"])
+        e2e.assert_same_bits(self, ckpts["next_forward"], ckpts["step_end"],
+                             "step 4's checkpoint")
+        plan = e2e.train(e2e.EXAMPLE, "--gpus", 2, "--zero", 1, "--zero_gather",
+                         "next_forward", "--compile-only").stdout
+        self.assertRegex(plan, r"all_gather")
 
     def test_memory_report_shards_the_optimizer_state(self):
         def state_bytes(gpus, zero):
