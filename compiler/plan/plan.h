@@ -170,6 +170,10 @@ struct MemoryReport {
   // precision = bf16: the parameters' bf16 copies, and the same model
   // planned in fp32, for the saving. 0 otherwise.
   int64_t parameter_copy_bytes = 0;
+  // The largest instruction's bf16 operands as f32: the staging a device
+  // keeps beside the arena to run kernels in f32 (runtime/device/
+  // kernel_args.h, Bf16StagingBytes).
+  int64_t bf16_staging_bytes = 0;
   int64_t fp32_peak_activation_bytes = 0;
   int64_t fp32_arena_bytes = 0;
 };

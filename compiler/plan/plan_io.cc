@@ -490,6 +490,7 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     }
     if (r.fields.count("fp32_peak_activations")) {  // precision = bf16 only
       ASSIGN_OR_RETURN(m.parameter_copy_bytes, f.Int("parameter_copies"));
+      ASSIGN_OR_RETURN(m.bf16_staging_bytes, f.Int("bf16_staging"));
       ASSIGN_OR_RETURN(m.fp32_peak_activation_bytes, f.Int("fp32_peak_activations"));
       ASSIGN_OR_RETURN(m.fp32_arena_bytes, f.Int("fp32_arena"));
     }
@@ -627,6 +628,7 @@ std::string PlanToText(const Plan& plan) {
                                         : std::string(),
                   m.fp32_arena_bytes > 0
                       ? absl::StrCat(" parameter_copies=", m.parameter_copy_bytes,
+                                     " bf16_staging=", m.bf16_staging_bytes,
                                      " fp32_peak_activations=", m.fp32_peak_activation_bytes,
                                      " fp32_arena=", m.fp32_arena_bytes)
                       : std::string(),

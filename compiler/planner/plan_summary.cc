@@ -63,13 +63,17 @@ std::string PlanSummary(const Plan& plan) {
                   "\n");
 
   if (plan.precision == "bf16") {
-    int casts = 0, bf16_buffers = 0;
-    for (const Instruction& in : plan.instructions) casts += in.op == "cast" && in.micro_step <= 0;
+    int casts = 0, parameter_casts = 0, bf16_buffers = 0;
+    for (const Instruction& in : plan.instructions) {
+      if (in.op != "cast" || in.micro_step > 0) continue;
+      ++casts;
+      parameter_casts += plan.buffers[in.outputs[0]].kind == BufferKind::kParameterCopy;
+    }
     for (const Buffer& b : plan.buffers) bf16_buffers += b.dtype == DType::kBF16;
-    absl::StrAppend(&out, "precision: bf16 (", bf16_buffers,
-                    " bf16 buffers; matrix products on bf16 copies made by ", casts,
-                    " casts per micro-step, f32 accumulation; f32 master weights, "
-                    "gradients and optimizer state)\n");
+    absl::StrAppend(&out, "precision: bf16 (", bf16_buffers, " bf16 buffers; ",
+                    casts - parameter_casts, " casts per micro-step and ", parameter_casts,
+                    " per step make the matrix products' bf16 operands; f32 accumulation, "
+                    "f32 master weights, gradients and optimizer state)\n");
   }
 
   // Ops per micro-step (they repeat) and once per step.
@@ -155,6 +159,10 @@ std::string PlanSummary(const Plan& plan) {
   }
   absl::StrAppend(&out, "  arena             ", Bytes(m.arena_bytes),
                   versus_fp32(m.arena_bytes, m.fp32_arena_bytes), "\n");
+  if (m.bf16_staging_bytes > 0) {
+    absl::StrAppend(&out, "  bf16 staging      ", Bytes(m.bf16_staging_bytes),
+                    " (beside the arena: one instruction's bf16 operands as f32)\n");
+  }
   absl::StrAppend(&out, "  without reuse     ", Bytes(m.unshared_bytes),
                   absl::StrFormat(" (reuse saves %.0f%%)", saved), "\n");
   return out;

@@ -670,6 +670,17 @@ class PlanBuilder {
       if (b.kind == BufferKind::kParameterCopy) report.parameter_copy_bytes += b.bytes;
     }
     report.peak_activation_bytes = memory.peak_live_bytes;
+    for (const Instruction& in : plan_.instructions) {
+      if (in.op == "cast" || in.stream != Stream::kCompute) continue;
+      int64_t staged = 0;
+      for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
+        for (int id : *ids) {
+          const Buffer& b = plan_.buffers[id];
+          if (b.dtype == DType::kBF16) staged += AlignUp(b.bytes * 2);
+        }
+      }
+      report.bf16_staging_bytes = std::max(report.bf16_staging_bytes, staged);
+    }
     report.arena_bytes = plan_.arena_bytes;
     report.unshared_bytes = persistent_bytes_ + memory.unshared_bytes;
   }

@@ -24,7 +24,9 @@
 //   2 ranks   gpus 2, micro_batch = global batch / 2, accumulate 1, the
 //             file's buckets, with overlap (ExecutorOptions::overlap) and,
 //             for the MLP, without; for the MLP and the GPT also with
-//             zero = 1, grad_comm = bf16 and both, with the bytes each rank
+//             zero = 1 (all-gathers at the step's end, and at the next
+//             step's start: zero_gather = next_forward), grad_comm = bf16 and
+//             zero + bf16, with the bytes each rank
 //             sends per step (measured on the loopback interface, and the
 //             plan's count)
 //
@@ -127,8 +129,9 @@ Step time on the CPU of three models, each at one rank and at two ranks
 (tools/bench/torch_cpu_bench.py, one thread per rank):
   mlp  the default example (fashion_mlp.train: 784-256-128-10 MLP, AdamW),
        global batch 256; two ranks with and without overlapping the
-       all-reduces with the backward pass, and with ZeRO-1 (zero = 1) and
-       bf16 gradients (grad_comm = bf16): ms/step and bytes sent per step;
+       all-reduces with the backward pass, and with ZeRO-1 (zero = 1; its
+       all-gathers at the step's end or the next step's start) and bf16
+       gradients (grad_comm = bf16): ms/step and bytes sent per step;
   gpt  tiny_gpt.train (4 layers x 128 wide, context 64, AdamW), global
        batch 32 sequences x 64 tokens; ZeRO-1 and bf16 rows as the MLP's;
   cnn  fashion_cnn.train (two 3x3 conv + max-pool blocks, oneDNN), global
@@ -237,17 +240,20 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv, bool* help) {
   return args;
 }
 
-// A two-rank variant: overlap on or off, ZeRO-1, bf16 gradients. Workers
-// get it as --worker-mode "overlap[,zero][,bf16]" or "no-overlap".
+// A two-rank variant: overlap on or off, ZeRO-1 (its all-gathers at the
+// step's end or the next step's start), bf16 gradients. Workers get it as
+// --worker-mode "overlap[,zero][,bf16][,mpi][,next_forward]" or "no-overlap".
 struct Variant {
   bool overlap = true;
   bool zero = false;
   bool bf16 = false;
   bool mpi = false;  // Open MPI's shared memory (mpirun) instead of Gloo
+  bool next_forward = false;  // zero_gather = next_forward
 
   std::string Mode() const {
     return absl::StrCat(overlap ? "overlap" : "no-overlap", zero ? ",zero" : "",
-                        bf16 ? ",bf16" : "", mpi ? ",mpi" : "");
+                        bf16 ? ",bf16" : "", mpi ? ",mpi" : "",
+                        next_forward ? ",next_forward" : "");
   }
   static Variant FromMode(absl::string_view mode) {
     Variant v;
@@ -256,6 +262,7 @@ struct Variant {
       if (part == "zero") v.zero = true;
       if (part == "bf16") v.bf16 = true;
       if (part == "mpi") v.mpi = true;
+      if (part == "next_forward") v.next_forward = true;
     }
     return v;
   }
@@ -270,6 +277,7 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
       {"accumulate", "1"},
       {"global_batch", absl::StrCat(model.global_batch)}};
   if (variant.zero) overrides.push_back({"zero", "1"});
+  if (variant.next_forward) overrides.push_back({"zero_gather", "next_forward"});
   if (variant.bf16) overrides.push_back({"grad_comm", "bf16"});
   FrontendResult result = CompileFile(model.train_file, overrides);
   if (!result.spec) {
@@ -603,7 +611,9 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
   }
   std::vector<Variant> variants;
   if (&model == &kMlp || &model == &kGpt) {
-    variants = {Variant{true, true, false}, Variant{true, false, true},
+    Variant next_forward{true, true, false};
+    next_forward.next_forward = true;
+    variants = {Variant{true, true, false}, next_forward, Variant{true, false, true},
                 Variant{true, true, true}};
   }
   if (&model != &kCnn) {
@@ -677,13 +687,13 @@ void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
   // ZeRO-1 and bf16 gradients on two ranks (overlap on): ms/step, and the
   // bytes each rank sends per step, measured on the loopback interface
   // (TCP payload and headers, Gloo's own messages) beside the plan's count.
-  std::printf("%-30s %10s %9s | %14s %14s\n", "2 ranks, overlap", "ms/step",
+  std::printf("%-36s %10s %9s | %14s %14s\n", "2 ranks, overlap", "ms/step",
               "vs fp32", "sent/rank/step", "plan's count");
   auto bytes = [](double b) {
     return b < 0 ? std::string("-") : absl::StrFormat("%.1f KiB", b / 1024);
   };
   auto variant_row = [&](const std::string& name, const TwoRankResult& t) {
-    std::printf("%-30s %10.3f %8.2fx | %14s %14s\n", name.c_str(), t.ms,
+    std::printf("%-36s %10.3f %8.2fx | %14s %14s\n", name.c_str(), t.ms,
                 r.overlap.ms / t.ms, bytes(t.loopback_bytes).c_str(),
                 bytes(static_cast<double>(t.plan_bytes)).c_str());
   };
@@ -691,7 +701,8 @@ void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
   for (const auto& [v, t] : r.variants) {
     variant_row(v.mpi ? std::string("Open MPI, shared memory")
                       : absl::StrCat("zero ", v.zero ? 1 : 0, ", grad_comm ",
-                                     v.bf16 ? "bf16" : "fp32"),
+                                     v.bf16 ? "bf16" : "fp32",
+                                     v.next_forward ? ", gather next fwd" : ""),
                 t);
   }
   if (!r.mpi_why.empty()) std::printf("(no Open MPI row: %s)\n", r.mpi_why.c_str());
