@@ -34,7 +34,8 @@ absl::Status AssignDtypes(Graph& graph) {
       // A library's workspace is raw bytes: the planner sizes it.
       if (def->workspace && o == num_outputs - 1) continue;
       if (out.kind == ValueKind::kActivationGrad) {
-        out.dtype = graph.value(out.grad_of).dtype;
+        // A backward temporary (attention's dS) is the gradient of nothing.
+        if (out.grad_of >= 0) out.dtype = graph.value(out.grad_of).dtype;
         continue;
       }
       if (out.kind != ValueKind::kActivation || node.role != NodeRole::kForward) continue;

@@ -84,8 +84,9 @@ absl::Status InitParameters(const Plan& plan, Device& device) {
 }
 
 Plan Compile(const std::string& example, int gpus, int accumulate,
-             bool deterministic) {
+             bool deterministic, const std::string& precision = "fp32") {
   const Overrides overrides = {
+      {"precision", precision},
       {"gpus", absl::StrCat(gpus)},
       {"micro_batch", "4"},
       {"accumulate", absl::StrCat(accumulate)},
@@ -163,6 +164,21 @@ TEST_P(PlannedExamplesTest, DeterministicIsBitExactAcrossSplits) {
   }
   EXPECT_TRUE(results[0] == results[1]);
   EXPECT_TRUE(results[0] == results[2]);
+}
+
+// precision = bf16 keeps the promise: each micro-batch's forward and
+// backward round the same way whatever the split.
+TEST_P(PlannedExamplesTest, DeterministicBf16IsBitExactAcrossSplits) {
+  std::vector<std::vector<float>> results;
+  for (auto [gpus, acc] : {std::pair{1, 4}, std::pair{4, 1}}) {
+    const Plan plan = Compile(GetParam(), gpus, acc, /*deterministic=*/true, "bf16");
+    ASSERT_EQ(plan.precision, "bf16");
+    results.push_back(Train(plan).params[0]);
+  }
+  EXPECT_TRUE(results[0] == results[1]);
+  // And bf16 is in effect: the weights differ from the f32 run's.
+  const Outcome f32 = Train(Compile(GetParam(), 1, 4, /*deterministic=*/true));
+  EXPECT_FALSE(f32.params[0] == results[0]);
 }
 
 TEST_P(PlannedExamplesTest, SplitsAgreeWithinRounding) {

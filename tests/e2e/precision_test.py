@@ -167,7 +167,15 @@ class PrecisionTest(unittest.TestCase):
 
     def test_summary_shows_the_activation_saving(self):
         gpt = e2e.runfile("dsl_examples/tiny_gpt.train")
-        out = e2e.train(gpt, "--compile-only", "--precision", "bf16").stdout
+        plan = os.path.join(self.dir, "gpt_bf16.plan")
+        out = e2e.train(gpt, "--compile-only", "--precision", "bf16", "-o", plan).stdout
+        # The plan file names every buffer's dtype and reads back (attention's
+        # backward scratch once had none).
+        with open(plan) as f:
+            dtypes = set(re.findall(r" dtype=(\S+)", f.read()))
+        self.assertEqual(dtypes, {"f32", "i32", "bf16"})
+        again = e2e.train(plan, "--compile-only").stdout
+        self.assertIn("peak activations", again)
         m = re.search(r"peak activations +([\d.]+ \w+) \(fp32: ([\d.]+ \w+), ([-+]\d+)%\)", out)
         self.assertIsNotNone(m, out)
         self.assertLess(int(m.group(3)), -30, out)  # bf16 halves most of them

@@ -687,13 +687,13 @@ void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
   // ZeRO-1 and bf16 gradients on two ranks (overlap on): ms/step, and the
   // bytes each rank sends per step, measured on the loopback interface
   // (TCP payload and headers, Gloo's own messages) beside the plan's count.
-  std::printf("%-36s %10s %9s | %14s %14s\n", "2 ranks, overlap", "ms/step",
+  std::printf("%-40s %10s %9s | %14s %14s\n", "2 ranks, overlap", "ms/step",
               "vs fp32", "sent/rank/step", "plan's count");
   auto bytes = [](double b) {
     return b < 0 ? std::string("-") : absl::StrFormat("%.1f KiB", b / 1024);
   };
   auto variant_row = [&](const std::string& name, const TwoRankResult& t) {
-    std::printf("%-36s %10.3f %8.2fx | %14s %14s\n", name.c_str(), t.ms,
+    std::printf("%-40s %10.3f %8.2fx | %14s %14s\n", name.c_str(), t.ms,
                 r.overlap.ms / t.ms, bytes(t.loopback_bytes).c_str(),
                 bytes(static_cast<double>(t.plan_bytes)).c_str());
   };

@@ -336,7 +336,14 @@ std::string RenderHtmlReport(const HtmlReportInput& in) {
                   mem_row("optimizer state", m.optimizer_state_bytes),
                   mem_row("peak activations", m.peak_activation_bytes),
                   mem_row("planned arena", m.arena_bytes),
-                  mem_row("without buffer reuse", m.unshared_bytes), "</table>\n");
+                  mem_row("without buffer reuse", m.unshared_bytes));
+  if (p.precision == "bf16") {  // precision = bf16: what it saves and costs
+    absl::StrAppend(&html, mem_row("parameters' bf16 copies", m.parameter_copy_bytes),
+                    mem_row("bf16 staging (beside the arena)", m.bf16_staging_bytes),
+                    mem_row("peak activations in fp32", m.fp32_peak_activation_bytes),
+                    mem_row("planned arena in fp32", m.fp32_arena_bytes));
+  }
+  absl::StrAppend(&html, "</table>\n");
   if (m.unshared_bytes > 0) {
     absl::StrAppend(&html, absl::StrFormat(
         "<p class=\"sub\">Buffer reuse saves %.1f%% of the arena.</p>\n",
