@@ -98,8 +98,25 @@ ComputeEstimate EstimateCompute(const Plan& plan, const Instruction& instr,
   for (int id : instr.outputs) outs.push_back(plan.buffers[id].shape);
   const ops::Cost cost = ops::EstimateCost(*def, ins, outs);
   e.flops = cost.flops;
-  e.bytes = cost.bytes;
-  const double peak = plan.tf32 && UsesTensorCores(def->category)
+  // The op table counts 4-byte elements; bf16 operands move half.
+  double elements = 0, bytes = 0;
+  bool bf16 = false;
+  for (const std::vector<int>* ids : {&instr.inputs, &instr.outputs}) {
+    for (int id : *ids) {
+      const Buffer& b = plan.buffers[id];
+      double n = 1;
+      for (int64_t d : b.shape) n *= static_cast<double>(d);
+      elements += n;
+      bytes += n * static_cast<double>(DTypeBytes(b.dtype));
+      bf16 |= b.dtype == DType::kBF16;
+    }
+  }
+  e.bytes = elements > 0 ? cost.bytes * bytes / (4 * elements) : cost.bytes;
+  // Matrix products of bf16 operands run at the bf16 rate (the linear ops'
+  // bf16 GEMMs; attention and convolution widen theirs to f32).
+  const double peak = bf16 && def->category == ops::OpCategory::kMatmul
+                          ? profile.peak_flops_bf16
+                      : plan.tf32 && UsesTensorCores(def->category)
                           ? profile.peak_flops_tf32
                           : profile.peak_flops;
   e.roofline_us = std::max(e.flops / peak, e.bytes / profile.memory_bandwidth) * 1e6;

@@ -95,6 +95,39 @@ TEST(ComputeCostTest, RooflineWithOverheadEfficiencyAndScale) {
   EXPECT_DOUBLE_EQ(EstimateCompute(plan, in, p).roofline_us, bytes / 1e4);
 }
 
+TEST(ComputeCostTest, Bf16OperandsMoveHalfTheBytesAtTheBf16Rate) {
+  // linear x[64, 784] w[256, 784] b[256] -> y[64, 256], all bf16.
+  Plan plan;
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{64, 784}, {256, 784}, {256}, {64, 256}}) {
+    Buffer b;
+    b.id = static_cast<int>(plan.buffers.size());
+    b.shape = shape;
+    b.dtype = DType::kBF16;
+    plan.buffers.push_back(b);
+  }
+  Instruction in;
+  in.op = "linear";
+  in.inputs = {0, 1, 2};
+  in.outputs = {3};
+  MachineProfile p = testing::UnitProfile(0, 1);
+  p.peak_flops = p.peak_flops_tf32 = 1e12;
+  p.peak_flops_bf16 = 4e12;
+  p.memory_bandwidth = 1e11;
+  p.kernel_overhead_us = 0;
+  const double flops = 2.0 * 64 * 784 * 256;
+  const double bytes = 2.0 * (64 * 784 + 256 * 784 + 256 + 64 * 256);
+  const ComputeEstimate e = EstimateCompute(plan, in, p);
+  EXPECT_DOUBLE_EQ(e.bytes, bytes);
+  EXPECT_DOUBLE_EQ(e.roofline_us, flops / 4e6);
+  // A cast reads f32 and writes bf16: 6 bytes an element.
+  plan.buffers[0].dtype = DType::kF32;
+  in.op = "cast";
+  in.inputs = {0};
+  in.outputs = {3};
+  plan.buffers[3].shape = {64, 784};
+  EXPECT_DOUBLE_EQ(EstimateCompute(plan, in, p).bytes, 6.0 * 64 * 784);
+}
+
 TEST(ComputeCostTest, AllReduceInstructionFollowsWorldAndDeterminism) {
   Plan plan = testing::TwoStreamPlan({{"relu"}}, true, {}, 1000, 2);
   MachineProfile p = testing::UnitProfile(/*alpha_us=*/49, /*bandwidth_GBps=*/1);

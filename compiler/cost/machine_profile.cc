@@ -92,6 +92,7 @@ const std::vector<ScalarKey>& ScalarKeys() {
        }},
       Number("compute.peak_flops", true, &MachineProfile::peak_flops, true),
       Number("compute.peak_flops_tf32", false, &MachineProfile::peak_flops_tf32, true),
+      Number("compute.peak_flops_bf16", false, &MachineProfile::peak_flops_bf16, true),
       Number("compute.memory_bandwidth", true, &MachineProfile::memory_bandwidth, true),
       Number("compute.kernel_overhead_us", true, &MachineProfile::kernel_overhead_us, false),
       {"compute.host_synchronous", true,
@@ -234,6 +235,7 @@ absl::StatusOr<MachineProfile> ParseMachineProfile(const std::string& text,
         source_name, ": missing ", absl::StrJoin(missing, ", ")));
   }
   if (!seen.count("compute.peak_flops_tf32")) profile.peak_flops_tf32 = profile.peak_flops;
+  if (!seen.count("compute.peak_flops_bf16")) profile.peak_flops_bf16 = profile.peak_flops;
   return profile;
 }
 
@@ -258,6 +260,7 @@ std::string FormatMachineProfile(const MachineProfile& p, const std::string& hea
   kv("name", p.name);
   kv("compute.peak_flops", Num(p.peak_flops));
   kv("compute.peak_flops_tf32", Num(p.peak_flops_tf32));
+  kv("compute.peak_flops_bf16", Num(p.peak_flops_bf16));
   kv("compute.memory_bandwidth", Num(p.memory_bandwidth));
   kv("compute.kernel_overhead_us", Num(p.kernel_overhead_us));
   kv("compute.host_synchronous", p.host_synchronous ? "true" : "false");

@@ -7,6 +7,9 @@
 //   compute.peak_flops            FLOP/s of one device (f32)
 //   compute.peak_flops_tf32       FLOP/s of matmul-like ops when the plan has
 //                                 tf32 = true (default: compute.peak_flops)
+//   compute.peak_flops_bf16       FLOP/s of a matrix product of bf16
+//                                 operands (precision = bf16; default:
+//                                 compute.peak_flops)
 //   compute.memory_bandwidth      bytes/s of one device's memory
 //   compute.kernel_overhead_us    fixed cost of every compute instruction
 //   compute.host_synchronous      true: the host thread runs each compute
@@ -64,6 +67,7 @@ struct MachineProfile {
   std::string name;
   double peak_flops = 0;
   double peak_flops_tf32 = 0;
+  double peak_flops_bf16 = 0;
   double memory_bandwidth = 0;
   double kernel_overhead_us = 0;
   bool host_synchronous = false;

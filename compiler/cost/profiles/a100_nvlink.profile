@@ -7,6 +7,7 @@
 #   2,039 GB/s; NVLink 600 GB/s per GPU (both directions, 300 GB/s each).
 # - nccl-tests all_reduce_perf on 8 x A100 SXM4 80GB over NVLink
 #   (NVIDIA/nccl-tests#149, #178): busbw ~200-210 GB/s for large messages.
+# - The same datasheet: BF16 Tensor Core 624 TFLOPS *with sparsity*, so 312 dense.
 # - Between nodes: 200 Gb/s = 25 GB/s per adapter, one ring per adapter:
 #   8 x 25 GB/s x ~0.9 = 180 GB/s per rank (see h100_nvlink_ib.profile).
 # - Latency, kernel overhead, efficiencies: estimates as for the H100;
@@ -14,6 +15,7 @@
 name                           = a100_nvlink
 compute.peak_flops             = 19.5e12
 compute.peak_flops_tf32        = 156e12
+compute.peak_flops_bf16        = 312e12
 compute.memory_bandwidth       = 2.039e12
 compute.kernel_overhead_us     = 4
 compute.host_synchronous       = false

@@ -10,6 +10,7 @@
 #   maintainer): 450 GB/s is the NVLink line rate; with the protocol
 #   overhead (~20%) the ring reaches a busbw of ~370 GB/s (NVLink SHARP
 #   reaches ~480 GB/s, which this model does not assume).
+# - The same datasheet: BF16 Tensor Core 1,979 TFLOPS *with sparsity*, so 989.4 dense.
 # - Between nodes: 400 Gb/s = 50 GB/s per adapter. NCCL runs one ring per
 #   adapter, so a ring that spans nodes has a busbw of about
 #   8 adapters x 50 GB/s x ~0.9 (protocol) = 360 GB/s per rank, capped by
@@ -25,6 +26,7 @@
 name                           = h100_nvlink_ib
 compute.peak_flops             = 67e12
 compute.peak_flops_tf32        = 494.7e12
+compute.peak_flops_bf16        = 989.4e12
 compute.memory_bandwidth       = 3.35e12
 compute.kernel_overhead_us     = 3
 compute.host_synchronous       = false   # CUDA streams; steps replay as CUDA graphs
