@@ -128,32 +128,71 @@ ComputeEstimate EstimateCompute(const Plan& plan, const Instruction& instr,
   return e;
 }
 
-double InstructionUs(const Plan& plan, const Instruction& instr,
-                     const MachineProfile& profile, int64_t world_size) {
-  if (!IsCollective(instr)) return EstimateCompute(plan, instr, profile).us;
+CollectivePayload PayloadOf(const Plan& plan, const Instruction& instr, int64_t world_size) {
+  using Kind = CollectivePayload::Kind;
+  CollectivePayload p;
+  if (!IsCollective(instr)) return p;
   auto it = instr.attrs.find("bucket");
   const int b = it == instr.attrs.end() ? -1 : static_cast<int>(it->second);
-  if (b < 0) {
-    // A step scalar summed over ranks (ZeRO-1's grad_sq): its own bytes.
-    if (instr.op != "all_reduce" || instr.inputs.empty()) return 0;
-    return AllReduceUs(profile, world_size, plan.buffers[instr.inputs[0]].bytes);
+  if (b < 0) {  // a step scalar summed over ranks (ZeRO-1's grad_sq)
+    if (instr.op != "all_reduce" || instr.inputs.empty()) return p;
+    p.kind = Kind::kAllReduce;
+    p.bytes = static_cast<double>(plan.buffers[instr.inputs[0]].bytes);
+    return p;
   }
-  if (b >= static_cast<int>(plan.buckets.size())) return 0;
+  if (b >= static_cast<int>(plan.buckets.size())) return p;
   const double bytes = static_cast<double>(plan.buckets[b].bytes);
-  if (instr.op == "all_gather") return AllGatherUs(profile, world_size, bytes);
+  if (instr.op == "all_gather") {
+    p.kind = Kind::kAllGather;
+    p.bytes = bytes;
+    return p;
+  }
+  p.gradients = true;
   const double width = plan.grad_comm == "bf16" ? 0.5 : 1.0;
   if (!plan.deterministic) {
-    return instr.op == "reduce_scatter"
-               ? ReduceScatterUs(profile, world_size, bytes * width)
-               : AllReduceUs(profile, world_size, bytes * width);
+    p.kind = instr.op == "reduce_scatter" ? Kind::kReduceScatter : Kind::kAllReduce;
+    p.bytes = bytes * width;
+    return p;
   }
   // Every rank's `accumulate` slots, gathered, then summed in global order
   // (the reduce-scatter of deterministic mode is the same).
-  const double slots = static_cast<double>(plan.accumulate);
-  if (world_size <= 1 && plan.accumulate <= 1) return 0;
-  const double gathered = world_size * slots * bytes;
-  const double sum_us = gathered / profile.reduce_bandwidth * 1e6;
-  return AllGatherUs(profile.LinkFor(world_size), world_size, gathered * width) + sum_us;
+  const double gathered = static_cast<double>(world_size) * plan.accumulate * bytes;
+  p.kind = Kind::kAllGather;
+  p.bytes = gathered * width;
+  p.summed_bytes = gathered;
+  return p;
+}
+
+double RingBytesSent(const CollectivePayload& p, int64_t world_size) {
+  using Kind = CollectivePayload::Kind;
+  const double n = static_cast<double>(world_size);
+  if (world_size <= 1) return 0;
+  switch (p.kind) {
+    case Kind::kAllReduce: return 2.0 * (n - 1) / n * p.bytes;
+    case Kind::kReduceScatter:
+    case Kind::kAllGather: return (n - 1) / n * p.bytes;
+    case Kind::kNone: break;
+  }
+  return 0;
+}
+
+double InstructionUs(const Plan& plan, const Instruction& instr,
+                     const MachineProfile& profile, int64_t world_size) {
+  using Kind = CollectivePayload::Kind;
+  if (!IsCollective(instr)) return EstimateCompute(plan, instr, profile).us;
+  const CollectivePayload p = PayloadOf(plan, instr, world_size);
+  if (p.summed_bytes > 0) {  // deterministic: gather, then the ordered sum
+    if (world_size <= 1 && plan.accumulate <= 1) return 0;
+    return AllGatherUs(profile, world_size, p.bytes) +
+           p.summed_bytes / profile.reduce_bandwidth * 1e6;
+  }
+  switch (p.kind) {
+    case Kind::kAllReduce: return AllReduceUs(profile, world_size, p.bytes);
+    case Kind::kReduceScatter: return ReduceScatterUs(profile, world_size, p.bytes);
+    case Kind::kAllGather: return AllGatherUs(profile, world_size, p.bytes);
+    case Kind::kNone: break;
+  }
+  return 0;
 }
 
 }  // namespace trainc::cost

@@ -76,14 +76,31 @@ struct ComputeEstimate {
 ComputeEstimate EstimateCompute(const Plan& plan, const Instruction& instr,
                                 const MachineProfile& profile);
 
+// What one collective instruction of `plan` moves on `world_size` ranks:
+// the one rule behind both its time (InstructionUs) and the plan
+// summary's bytes on the wire (BytesSentPerStep). A bucket's all_reduce
+// or reduce_scatter moves the bucket, halved under grad_comm = bf16;
+// ZeRO-1's all_gather the bucket's fp32 parameter span; in deterministic
+// mode both are an all-gather of every rank's `accumulate` slots, summed
+// on the device after; an all_reduce without a bucket its one input
+// (ZeRO-1's grad_sq).
+struct CollectivePayload {
+  enum class Kind { kNone, kAllReduce, kReduceScatter, kAllGather };
+  Kind kind = Kind::kNone;
+  double bytes = 0;         // per rank; an all-gather's: the gathered whole
+  double summed_bytes = 0;  // deterministic mode: what the ordered sum reads
+  bool gradients = false;   // a bucket's gradients (not a parameter or scalar)
+};
+CollectivePayload PayloadOf(const Plan& plan, const Instruction& instr, int64_t world_size);
+
+// Bytes one rank sends for `p` with bandwidth-optimal ring algorithms: an
+// all-reduce 2 (N - 1) / N of its bytes, a reduce-scatter (N - 1) / N, an
+// all-gather (N - 1) / N of the whole.
+double RingBytesSent(const CollectivePayload& p, int64_t world_size);
+
 // The time of any instruction of `plan` when it runs on `world_size` ranks:
 // a compute instruction's estimate, or a collective (what the executor
-// issues for it: nothing for one rank). A bucket's all_reduce (or, under
-// ZeRO-1, reduce_scatter) moves the bucket, halved under grad_comm = bf16;
-// in deterministic mode it is an all-gather of every rank's slots, then
-// their ordered sum on the comm stream. An all_gather moves the bucket's
-// fp32 parameter span; an all_reduce without a bucket its one input
-// (ZeRO-1's grad_sq).
+// issues for it, PayloadOf: nothing for one rank).
 double InstructionUs(const Plan& plan, const Instruction& instr,
                      const MachineProfile& profile, int64_t world_size);
 

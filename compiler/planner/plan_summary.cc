@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/cost/cost_model.h"
 #include "compiler/ops/op_table.h"
 #include "compiler/planner/planner.h"
 
@@ -18,34 +19,16 @@ std::string Bytes(int64_t bytes) {
   return absl::StrFormat("%.2f MiB", bytes / (1024.0 * 1024.0));
 }
 
-// Bytes one rank sends per step for bucket `b` (ring algorithms): an
-// all-reduce sends 2 (N - 1) / N of the bucket, a reduce-scatter or an
-// all-gather (N - 1) / N; the deterministic all-reduce gathers every
-// rank's slots whole. bf16 gradients are half the bytes; ZeRO's
-// all-gather of the parameters stays fp32.
-int64_t WireBytes(const Plan& plan, const Bucket& b) {
-  const int64_t n = plan.world_size;
-  if (n <= 1) return 0;
-  const double grad_width = plan.grad_comm == "bf16" ? 0.5 : 1.0;
-  const double bytes = static_cast<double>(b.bytes);
-  double sent = 0;
-  if (plan.deterministic) {
-    sent = (n - 1) * plan.accumulate * bytes * grad_width;
-  } else if (plan.zero > 0) {
-    sent = (n - 1) * bytes / n * grad_width;
-  } else {
-    sent = 2.0 * (n - 1) * bytes / n * grad_width;
-  }
-  if (plan.zero > 0) sent += (n - 1) * bytes / n;
-  return static_cast<int64_t>(sent);
-}
-
 }  // namespace
 
 int64_t BytesSentPerStep(const Plan& plan) {
-  int64_t sent = 0;
-  for (const Bucket& b : plan.buckets) sent += WireBytes(plan, b);
-  return sent;
+  double sent = 0;
+  for (const Instruction& in : plan.instructions) {
+    const cost::CollectivePayload p = cost::PayloadOf(plan, in, plan.world_size);
+    if (p.kind == cost::CollectivePayload::Kind::kNone || !in.attrs.count("bucket")) continue;
+    sent += cost::RingBytesSent(p, plan.world_size);
+  }
+  return static_cast<int64_t>(sent);
 }
 
 std::string PlanSummary(const Plan& plan) {

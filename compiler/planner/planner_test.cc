@@ -312,5 +312,37 @@ TEST(BuildPlan, ZeroGatherInNextForwardGathersFirstAndWaitsAtTheFirstReader) {
   EXPECT_EQ(back->zero_gather, "next_forward");
 }
 
+TEST(BytesSentPerStep, FollowsTheCollectivesOnTheWire) {
+  // 2 ranks, ring algorithms: an all-reduce sends the bucket once (2 x
+  // 1/2), a reduce-scatter or all-gather half of it; bf16 halves only the
+  // gradients; deterministic mode gathers both of the other rank's slots.
+  TrainSpec spec = testing::FashionMlpSpec();
+  int64_t buckets = 0;
+  auto sent = [&](int zero, const char* grad_comm, bool deterministic) {
+    spec.train.zero = zero;
+    spec.train.grad_comm = grad_comm;
+    spec.train.deterministic = deterministic;
+    absl::StatusOr<Plan> plan = BuildPlan(spec);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    buckets = 0;
+    for (const Bucket& b : plan->buckets) buckets += b.bytes;
+    return BytesSentPerStep(*plan);
+  };
+  // (Each plan's own buckets: ZeRO-1 pads them to whole shards.)
+  int64_t got = sent(0, "fp32", false);
+  EXPECT_EQ(got, buckets);
+  got = sent(0, "bf16", false);
+  EXPECT_EQ(got, buckets / 2);
+  got = sent(1, "fp32", false);
+  EXPECT_EQ(got, buckets);  // 1/2 reduce-scatter + 1/2 all-gather
+  got = sent(1, "bf16", false);
+  EXPECT_EQ(got, buckets / 4 + buckets / 2);
+  got = sent(0, "fp32", true);
+  EXPECT_EQ(got, spec.train.accumulate * buckets);
+  spec.train.gpus = 1;
+  spec.train.global_batch = spec.train.micro_batch * spec.train.accumulate;
+  EXPECT_EQ(sent(0, "fp32", false), 0);
+}
+
 }  // namespace
 }  // namespace trainc
