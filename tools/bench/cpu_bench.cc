@@ -38,6 +38,7 @@
 // thread; DDP over Gloo, two processes of one thread; the same models,
 // batches and optimizers).
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -474,6 +475,31 @@ struct TwoRankResult {
 };
 
 // Launches two workers of this binary; parses rank 0's result line.
+// Runs argv[0] (found on PATH) with `argv`, stdout and stderr into `fd`,
+// and waits for it.
+absl::Status RunToFd(const std::vector<std::string>& argv, int fd) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+    if (errno != EINTR) return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
+  }
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(absl::StrJoin(argv, " "), ": ",
+                                          WIFEXITED(wstatus)
+                                              ? absl::StrCat("exit ", WEXITSTATUS(wstatus))
+                                              : std::string("killed by a signal")));
+}
+
 absl::StatusOr<TwoRankResult> RunTwoRanks(const ModelConfig& model, int warmup,
                                           int steps, const Variant& variant) {
   char path[] = "/tmp/cpu_bench_out_XXXXXX";
@@ -493,13 +519,11 @@ absl::StatusOr<TwoRankResult> RunTwoRanks(const ModelConfig& model, int warmup,
     const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0) return absl::InternalError("readlink /proc/self/exe failed");
     self[n] = '\0';
-    std::string cmd =
-        "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 ";
-    absl::StrAppend(&cmd, self);
-    for (size_t i = 1; i < argv.size(); ++i) absl::StrAppend(&cmd, " ", argv[i]);
-    absl::StrAppend(&cmd, " >&", fd, " 2>&1");
-    const int rc = std::system(cmd.c_str());
-    if (rc != 0) status = absl::InternalError(absl::StrCat(cmd, ": exit ", rc));
+    // Started without a shell: no path or argument is ever re-split.
+    std::vector<std::string> mpirun = {"mpirun", "--allow-run-as-root", "--oversubscribe",
+                                       "--bind-to", "none", "-np", "2", self};
+    mpirun.insert(mpirun.end(), argv.begin() + 1, argv.end());
+    status = RunToFd(mpirun, fd);
   } else {
     LaunchOptions options;
     options.stdout_fd = fd;
