@@ -1,5 +1,8 @@
 #include "compiler/cost/cost_model.h"
 
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "compiler/cost/test_plan.h"
 
@@ -57,19 +60,26 @@ TEST(CollectiveCostTest, AutoPicksTheFasterAndTheLinkFollowsTheNodeSize) {
   EXPECT_DOUBLE_EQ(AllReduceUs(p, 9, kBytes), RingAllReduceUs(p.inter, 9, kBytes));
 }
 
-TEST(ComputeCostTest, RooflineWithOverheadEfficiencyAndScale) {
-  // linear x[64, 784] w[256, 784] b[256] -> y[64, 256].
+// linear x[64, 784] w[256, 784] b[256] -> y[64, 256], every operand of
+// `dtype`: buffers 0..3, and the instruction.
+std::pair<Plan, Instruction> LinearPlan(DType dtype) {
   Plan plan;
   for (std::vector<int64_t> shape : {std::vector<int64_t>{64, 784}, {256, 784}, {256}, {64, 256}}) {
     Buffer b;
     b.id = static_cast<int>(plan.buffers.size());
     b.shape = shape;
+    b.dtype = dtype;
     plan.buffers.push_back(b);
   }
   Instruction in;
   in.op = "linear";
   in.inputs = {0, 1, 2};
   in.outputs = {3};
+  return {plan, in};
+}
+
+TEST(ComputeCostTest, RooflineWithOverheadEfficiencyAndScale) {
+  auto [plan, in] = LinearPlan(DType::kF32);
   MachineProfile p = testing::UnitProfile(0, 1);
   p.peak_flops = p.peak_flops_tf32 = 1e12;  // 1 FLOP/ps
   p.memory_bandwidth = 1e11;
@@ -96,19 +106,7 @@ TEST(ComputeCostTest, RooflineWithOverheadEfficiencyAndScale) {
 }
 
 TEST(ComputeCostTest, Bf16OperandsMoveHalfTheBytesAtTheBf16Rate) {
-  // linear x[64, 784] w[256, 784] b[256] -> y[64, 256], all bf16.
-  Plan plan;
-  for (std::vector<int64_t> shape : {std::vector<int64_t>{64, 784}, {256, 784}, {256}, {64, 256}}) {
-    Buffer b;
-    b.id = static_cast<int>(plan.buffers.size());
-    b.shape = shape;
-    b.dtype = DType::kBF16;
-    plan.buffers.push_back(b);
-  }
-  Instruction in;
-  in.op = "linear";
-  in.inputs = {0, 1, 2};
-  in.outputs = {3};
+  auto [plan, in] = LinearPlan(DType::kBF16);
   MachineProfile p = testing::UnitProfile(0, 1);
   p.peak_flops = p.peak_flops_tf32 = 1e12;
   p.peak_flops_bf16 = 4e12;

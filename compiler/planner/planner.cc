@@ -489,19 +489,9 @@ class PlanBuilder {
       if (!listed[b]) order.push_back(static_cast<int>(b));
     }
     for (int b : order) {
-      const Bucket& bucket = plan_.buckets[b];
       buckets_[b].gathered_event = plan_.num_events++;
-      Instruction gather;
-      gather.op = "all_gather";
-      gather.inputs = {bucket.param_span};
-      gather.outputs = {bucket.param_span};
-      gather.attrs["bucket"] = static_cast<double>(b);
-      gather.stream = Stream::kComm;
-      gather.phase = Phase::kComm;
-      gather.micro_step = -1;
-      gather.record_events = {buckets_[b].gathered_event};
-      gather.label = absl::StrCat("all_gather bucket ", b, " params (last step's update)");
-      plan_.buckets[b].all_gather = Emit(std::move(gather));
+      EmitParameterGather(b, /*wait=*/-1, /*record=*/buckets_[b].gathered_event,
+                          " (last step's update)");
     }
     gather_bucket_of_ = std::move(bucket_of);
     gather_waited_.assign(buckets_.size(), false);
@@ -583,18 +573,26 @@ class PlanBuilder {
       const int updated = plan_.num_events++;
       in.record_events = {updated};
       Emit(std::move(in));
-      Instruction gather;
-      gather.op = "all_gather";
-      gather.inputs = {bucket.param_span};
-      gather.outputs = {bucket.param_span};
-      gather.attrs["bucket"] = static_cast<double>(b);
-      gather.stream = Stream::kComm;
-      gather.phase = Phase::kComm;
-      gather.micro_step = -1;
-      gather.wait_events = {updated};
-      gather.label = absl::StrCat("all_gather bucket ", b, " params");
-      plan_.buckets[b].all_gather = Emit(std::move(gather));
+      EmitParameterGather(static_cast<int>(b), /*wait=*/updated, /*record=*/-1, "");
     }
+  }
+
+  // ZeRO-1: bucket b's all_gather of its parameter span on the comm stream,
+  // after event `wait` and recording `record` (-1: none).
+  void EmitParameterGather(int b, int wait, int record, const char* note) {
+    const Bucket& bucket = plan_.buckets[b];
+    Instruction gather;
+    gather.op = "all_gather";
+    gather.inputs = {bucket.param_span};
+    gather.outputs = {bucket.param_span};
+    gather.attrs["bucket"] = static_cast<double>(b);
+    gather.stream = Stream::kComm;
+    gather.phase = Phase::kComm;
+    gather.micro_step = -1;
+    if (wait >= 0) gather.wait_events = {wait};
+    if (record >= 0) gather.record_events = {record};
+    gather.label = absl::StrCat("all_gather bucket ", b, " params", note);
+    plan_.buckets[b].all_gather = Emit(std::move(gather));
   }
 
   // The last output of every op with a workspace (ops::OpDef::workspace),

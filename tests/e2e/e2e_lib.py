@@ -27,6 +27,20 @@ def runfile(path):
 
 TRAIN = runfile("tools/train")
 EXAMPLE = runfile("dsl_examples/fashion_mlp.train")
+# The default example's linear layers: (name, in, out).
+MLP_LAYERS = [("h1", 784, 256), ("h2", 256, 128), ("logits", 128, 10)]
+
+
+def initial_mlp_weights(seed):
+    """The default MLP's weights as nn.Linear initialises them, U(+-1/sqrt(in)),
+    biases included, under PyTorch's names."""
+    rng = np.random.RandomState(seed)
+    w = {}
+    for name, fan_in, fan_out in MLP_LAYERS:
+        bound = 1 / np.sqrt(fan_in)
+        w[name + ".weight"] = rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32)
+        w[name + ".bias"] = rng.uniform(-bound, bound, fan_out).astype(np.float32)
+    return w
 
 
 def tmpdir():

@@ -94,23 +94,12 @@ REF_STEPS = 5
 REF_GLOBAL_BATCH = 256        # the example's 2 gpus x 64 x 2
 REF_SPLITS = [(1, 4), (2, 2)]  # gpus x accumulate, micro_batch 64
 TOLERANCE = 1e-5
-LAYERS = [("h1", 784, 256), ("h2", 256, 128), ("logits", 128, 10)]
+LAYERS = e2e.MLP_LAYERS
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-5, weight_decay=0.01)
 ADAMW_EXAMPLE = "adamw(lr = 1e-3, weight_decay = 0.01)"
 ADAMW_HERE = "adamw(lr = 1e-3, weight_decay = 0.01, eps = 1e-5)"
 SGD = dict(lr=0.05, momentum=0.9)
 SGD_LINE = "optimizer   = sgd(lr = 0.05, momentum = 0.9, weight_decay = 0)"
-def initial_mlp_weights(seed=3):
-    """nn.Linear's init, U(+-1/sqrt(in)), biases included, PyTorch names."""
-    rng = np.random.RandomState(seed)
-    w = {}
-    for name, fan_in, fan_out in LAYERS:
-        bound = 1 / np.sqrt(fan_in)
-        w[name + ".weight"] = rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32)
-        w[name + ".bias"] = rng.uniform(-bound, bound, fan_out).astype(np.float32)
-    return w
-
-
 def torch_reference(init, images, labels, optimizer, grad_scale=1.0,
                     decay="matrices"):
     """Final float64 weights after REF_STEPS steps of the example's MLP.
@@ -161,7 +150,7 @@ class PyTorchReferenceTest(unittest.TestCase):
         n = REF_STEPS * REF_GLOBAL_BATCH
         cls.images = e2e.read_idx(e2e.TRAIN_IMAGES, n)
         cls.labels = e2e.read_idx(e2e.TRAIN_LABELS, n)
-        cls.init = initial_mlp_weights()
+        cls.init = e2e.initial_mlp_weights(seed=3)
         cls.init_path = os.path.join(cls.dir, "init.safetensors")
         e2e.write_safetensors(cls.init_path, cls.init)
         cls.refs = {}

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - depends on the machine
 
 STEPS = 5
 MICRO, ACCUMULATE = 64, 4
-LAYERS = [("h1", 784, 256), ("h2", 256, 128), ("logits", 128, 10)]
+LAYERS = e2e.MLP_LAYERS
 SGD = dict(lr=0.05, momentum=0.9)
 SGD_LINE = "optimizer   = sgd(lr = 0.05, momentum = 0.9, weight_decay = 0)"
 # Measured: 8.3e-6 between trainc and the bf16 reference (their float32
@@ -58,16 +58,6 @@ def write(d, name, text):
     with open(path, "w") as f:
         f.write(text)
     return path
-
-
-def initial_weights(seed=5):
-    rng = np.random.RandomState(seed)
-    w = {}
-    for name, fan_in, fan_out in LAYERS:
-        bound = 1 / np.sqrt(fan_in)
-        w[name + ".weight"] = rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32)
-        w[name + ".bias"] = rng.uniform(-bound, bound, fan_out).astype(np.float32)
-    return w
 
 
 def torch_reference(init, images, labels, bf16):
@@ -136,7 +126,7 @@ class PrecisionTest(unittest.TestCase):
         n = STEPS * MICRO * ACCUMULATE
         images = e2e.read_idx(e2e.TRAIN_IMAGES, n)
         labels = e2e.read_idx(e2e.TRAIN_LABELS, n)
-        init = initial_weights()
+        init = e2e.initial_mlp_weights(seed=5)
         init_path = os.path.join(self.dir, "init.safetensors")
         e2e.write_safetensors(init_path, init)
         path = write(self.dir, "sgd.train", example_text(sgd=True, shuffle=False))
