@@ -235,7 +235,9 @@ TEST(BuildPlan, Bf16CastsParametersOncePerStepAndKeepsStateF32) {
     const bool may_be_bf16 = b.kind == BufferKind::kActivation ||
                              b.kind == BufferKind::kActivationGrad ||
                              b.kind == BufferKind::kParameterCopy;
-    if (!may_be_bf16) EXPECT_NE(b.dtype, DType::kBF16) << b.name;
+    if (!may_be_bf16) {
+      EXPECT_NE(b.dtype, DType::kBF16) << b.name;
+    }
   }
   const MemoryReport& m = plan->memory;
   EXPECT_GT(m.parameter_copy_bytes, 0);
