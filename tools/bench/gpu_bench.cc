@@ -10,6 +10,8 @@
 //   small_eager the same with every kernel launched one by one (--no-graph)
 //   large_fp32  4096 -> 4 x (Linear 4096 + ReLU) -> 10, batch 4096
 //   large_tf32  the same with plan.tf32 (cuBLAS TF32 tensor cores)
+//   large_bf16  the same with precision = bf16 (bf16 GEMMs, f32 masters;
+//               PyTorch: torch.autocast(bfloat16)); %peak against TF32's
 // with achieved TFLOP/s against a measured cuBLAS GEMM rate (the same
 // precision), and torch_gpu_bench.py's figures beside them. Exits with a
 // message (status 0) on a machine without a GPU.
@@ -54,6 +56,7 @@ struct Model {
   int64_t batch;
   bool tf32;
   bool graph = true;            // ExecutorOptions::capture
+  bool bf16 = false;            // precision = bf16 (PyTorch: autocast)
 };
 
 TrainSpec MlpSpec(const Model& model) {
@@ -109,6 +112,7 @@ TrainSpec MlpSpec(const Model& model) {
   t.optimizer.lr = 1e-3;
   t.optimizer.weight_decay = 0.01;
   t.tf32 = model.tf32;
+  t.precision = model.bf16 ? "bf16" : "fp32";
   return spec;
 }
 
@@ -245,6 +249,8 @@ int Main() {
        false},
       {"large_tf32", "large_tf32", {4096, 4096, 4096, 4096, 4096, 10}, 4096,
        true},
+      {"large_bf16", "large_bf16", {4096, 4096, 4096, 4096, 4096, 10}, 4096,
+       false, true, /*bf16=*/true},
   };
   absl::StatusOr<double> peak32 = MeasureGemmTflops(8192, false);
   absl::StatusOr<double> peak_tf32 = MeasureGemmTflops(8192, true);
@@ -264,7 +270,7 @@ int Main() {
       ++failures;
       continue;
     }
-    const absl::StatusOr<double>& peak = m.tf32 ? peak_tf32 : peak32;
+    const absl::StatusOr<double>& peak = m.tf32 || m.bf16 ? peak_tf32 : peak32;
     const double pct = peak.ok() ? 100.0 * r->tflops / *peak : 0.0;
     const Result* t = nullptr;
     for (const auto& [name, res] : torch) {

@@ -37,12 +37,15 @@ def main():
                 layers.append(nn.ReLU())
         return nn.Sequential(*layers).to(dev)
 
+    # (name, widths, batch, tf32, bf16): bf16 is torch.autocast(bfloat16)
+    # over fp32 master weights, the counterpart of precision = bf16.
     configs = [
-        ("small", [784, 256, 128, 10], 256, False),
-        ("large_fp32", [4096] * 5 + [10], 4096, False),
-        ("large_tf32", [4096] * 5 + [10], 4096, True),
+        ("small", [784, 256, 128, 10], 256, False, False),
+        ("large_fp32", [4096] * 5 + [10], 4096, False, False),
+        ("large_tf32", [4096] * 5 + [10], 4096, True, False),
+        ("large_bf16", [4096] * 5 + [10], 4096, False, True),
     ]
-    for name, widths, batch, tf32 in configs:
+    for name, widths, batch, tf32, bf16 in configs:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.manual_seed(0)
         model = mlp(widths)
@@ -54,7 +57,8 @@ def main():
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
             return loss
