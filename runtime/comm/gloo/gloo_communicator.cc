@@ -122,6 +122,31 @@ using gloo_internal::ReboundAllreduceRing;
 // leaves room, and at that size the per-piece latency is noise.
 constexpr int64_t kMaxRingFloats = int64_t{1} << 20;
 
+// Runs the ring all-reduce over `data` in pieces of at most kMaxRingFloats
+// elements, each piece on the cached ring of its count (built on first
+// use). Bounded memory (each ring holds two buffers of its count): a cache
+// of `max_rings` is emptied first. Every rank evicts at the same call, since the
+// same counts arrive in the same order everywhere, so the slots of new
+// rings stay matched.
+template <typename T>
+void RunRingPieces(
+    absl::flat_hash_map<int64_t, std::unique_ptr<ReboundAllreduceRing<T>>>& rings,
+    size_t max_rings, const std::shared_ptr<gloo::Context>& context,
+    const gloo::ReductionFunction<T>* fn, T* data, int64_t count) {
+  for (int64_t begin = 0; begin < count; begin += kMaxRingFloats) {
+    const int64_t n = std::min(kMaxRingFloats, count - begin);
+    auto it = rings.find(n);
+    if (it == rings.end()) {
+      if (rings.size() >= max_rings) rings.clear();
+      it = rings.emplace(n, std::make_unique<ReboundAllreduceRing<T>>(
+                                context, static_cast<int>(n), fn))
+               .first;
+    }
+    it->second->set_data(data + begin);
+    it->second->run();
+  }
+}
+
 // Reduce-scatters and all-gathers of at most this many bytes in all run on
 // the sync pairs too (each message is at most half of it, well inside the
 // loopback socket buffers); larger ones on the async pairs, which cannot
@@ -240,22 +265,7 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count,
                                             void* /*stream*/) {
   if (context_ == nullptr || count == 0) return absl::OkStatus();
   absl::Status status = GlooCall("allreduce", [&] {
-    for (int64_t begin = 0; begin < count; begin += kMaxRingFloats) {
-      const int64_t n = std::min(kMaxRingFloats, count - begin);
-      auto it = rings_.find(n);
-      if (it == rings_.end()) {
-        // Bounded memory (each ring holds two buffers of its count). Every
-        // rank evicts at the same call, since the same counts arrive in the
-        // same order everywhere, so the slots of new rings stay matched.
-        if (rings_.size() >= kMaxCachedRings) rings_.clear();
-        it = rings_
-                 .emplace(n, std::make_unique<ReboundAllreduceRing<float>>(
-                                 ring_context_, static_cast<int>(n)))
-                 .first;
-      }
-      it->second->set_data(data + begin);
-      it->second->run();
-    }
+    RunRingPieces(rings_, kMaxCachedRings, ring_context_, gloo::ReductionFunction<float>::sum, data, count);
   });
   // A failed ring may hold half-done transfers: never reuse one.
   if (!status.ok()) rings_.clear();
@@ -301,28 +311,16 @@ absl::Status GlooCommunicator::AllReduceSumBf16(float* data, int64_t count,
                                                 void* /*stream*/) {
   if (context_ == nullptr || count == 0) return absl::OkStatus();
   bf16_.resize(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) bf16_[i] = FloatToBf16(data[i]);
+  NarrowToBf16(data, count, bf16_.data());
   absl::Status status = GlooCall("bf16 allreduce", [&] {
     // Pieces of the same element count as the fp32 ring's: half the bytes.
-    for (int64_t begin = 0; begin < count; begin += kMaxRingFloats) {
-      const int64_t n = std::min(kMaxRingFloats, count - begin);
-      auto it = bf16_rings_.find(n);
-      if (it == bf16_rings_.end()) {
-        if (bf16_rings_.size() >= kMaxCachedRings) bf16_rings_.clear();
-        it = bf16_rings_
-                 .emplace(n, std::make_unique<ReboundAllreduceRing<uint16_t>>(
-                                 ring_context_, static_cast<int>(n), Bf16SumFunction()))
-                 .first;
-      }
-      it->second->set_data(bf16_.data() + begin);
-      it->second->run();
-    }
+    RunRingPieces(bf16_rings_, kMaxCachedRings, ring_context_, Bf16SumFunction(), bf16_.data(), count);
   });
   if (!status.ok()) {
     bf16_rings_.clear();
     return status;
   }
-  for (int64_t i = 0; i < count; ++i) data[i] = Bf16ToFloat(bf16_[i]);
+  WidenBf16(bf16_.data(), count, data);
   return absl::OkStatus();
 }
 
@@ -346,7 +344,7 @@ absl::Status GlooCommunicator::ReduceScatterSumBf16(float* data, int64_t count,
                .first;
     }
     std::vector<uint16_t>& bits = it->second->bits;
-    for (int64_t i = 0; i < total; ++i) bits[i] = FloatToBf16(data[i]);
+    NarrowToBf16(data, total, bits.data());
     it->second->algorithm->run();
   });
   if (!status.ok()) {
@@ -356,7 +354,7 @@ absl::Status GlooCommunicator::ReduceScatterSumBf16(float* data, int64_t count,
   // Gloo leaves this rank's sum at the start of the buffer.
   const std::vector<uint16_t>& bits = it->second->bits;
   float* mine = data + rank_ * count;
-  for (int64_t i = 0; i < count; ++i) mine[i] = Bf16ToFloat(bits[i]);
+  WidenBf16(bits.data(), count, mine);
   return absl::OkStatus();
 }
 

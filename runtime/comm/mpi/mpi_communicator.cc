@@ -147,14 +147,14 @@ absl::Status MpiCommunicator::ReduceScatterSum(float* data, int64_t count, void*
 absl::Status MpiCommunicator::AllReduceSumBf16(float* data, int64_t count, void*) {
   if (absl::Status s = CheckCount("MPI_Allreduce (bf16)", count); !s.ok()) return s;
   bf16_.resize(count);
-  for (int64_t i = 0; i < count; ++i) bf16_[i] = FloatToBf16(data[i]);
+  NarrowToBf16(data, count, bf16_.data());
   if (absl::Status s = Check("MPI_Allreduce (bf16)",
                              MPI_Allreduce(MPI_IN_PLACE, bf16_.data(), static_cast<int>(count),
                                            MPI_UINT16_T, Bf16SumMpiOp(), comm_));
       !s.ok()) {
     return s;
   }
-  for (int64_t i = 0; i < count; ++i) data[i] = Bf16ToFloat(bf16_[i]);
+  WidenBf16(bf16_.data(), count, data);
   return absl::OkStatus();
 }
 
@@ -163,7 +163,7 @@ absl::Status MpiCommunicator::ReduceScatterSumBf16(float* data, int64_t count, v
   const int64_t total = count * world_size_;
   bf16_.resize(total);
   bf16_out_.resize(count);
-  for (int64_t i = 0; i < total; ++i) bf16_[i] = FloatToBf16(data[i]);
+  NarrowToBf16(data, total, bf16_.data());
   if (absl::Status s = Check(
           "MPI_Reduce_scatter_block (bf16)",
           MPI_Reduce_scatter_block(bf16_.data(), bf16_out_.data(), static_cast<int>(count),
@@ -172,7 +172,7 @@ absl::Status MpiCommunicator::ReduceScatterSumBf16(float* data, int64_t count, v
     return s;
   }
   float* mine = data + rank_ * count;
-  for (int64_t i = 0; i < count; ++i) mine[i] = Bf16ToFloat(bf16_out_[i]);
+  WidenBf16(bf16_out_.data(), count, mine);
   return absl::OkStatus();
 }
 
