@@ -102,6 +102,9 @@ struct Worker {
   OutputStream out, err;
   int heartbeat_fd = -1;  // our end of the socket pair
   bool armed = false;     // has beaten at least once
+  std::string exit;      // how it failed ("exited with signal 9 (Killed)...")
+  int exit_signal = 0;    // the signal that ended it, if one did
+  bool killed_by_us = false;  // we sent it SIGKILL
   absl::Time last_beat;
 };
 
@@ -394,9 +397,30 @@ class Job {
       if (r == 0 || (r < 0 && errno == EINTR)) continue;
       w.running = false;
       --running_;
-      const bool failed = r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-      if (failed) Fail(w, ExitDescription(status));
+      if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        w.exit = ExitDescription(status);
+        w.exit_signal = r >= 0 && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        Fail(w, w.exit);
+      }
     }
+  }
+
+  // Whether a rank failed only because a peer went away: it died writing
+  // to a closed socket, or its last error is a collective's lost connection.
+  static bool IsPeerCasualty(const Worker& w) {
+    if (w.exit_signal == SIGPIPE) return true;
+    for (const char* s : {"gloo", "nccl", "Connection", "connection", "peer",
+                          "Timed out", "timed out", "Broken pipe"}) {
+      if (absl::StrContains(w.err.last_error, s)) return true;
+    }
+    return false;
+  }
+
+  // Whether a rank died of a signal that neither we nor a dead peer sent:
+  // a kill from outside (the OOM killer, an operator), a crash.
+  static bool KilledFromOutside(const Worker& w) {
+    return w.exit_signal != 0 && w.exit_signal != SIGPIPE &&
+           w.exit_signal != SIGTERM && !w.killed_by_us;
   }
 
   void CheckHeartbeats() {
@@ -419,24 +443,28 @@ class Job {
   // the summary carries the named rank's own error.
   void RefineBlame() {
     if (blamed_ < 0 || failure_.code() != absl::StatusCode::kAborted) return;
-    auto is_peer_error = [](const std::string& e) {
-      for (const char* s : {"gloo", "nccl", "Connection", "connection", "peer", "Timed out",
-                            "timed out", "Broken pipe"}) {
-        if (absl::StrContains(e, s)) return true;
-      }
-      return false;
-    };
     const Worker* named = &workers_[blamed_];
-    if (is_peer_error(named->err.last_error)) {
+    const int others = static_cast<int>(workers_.size()) - 1;
+    if (IsPeerCasualty(*named)) {
       for (const Worker& w : workers_) {
-        if (!w.err.last_error.empty() && !is_peer_error(w.err.last_error)) {
+        if (!w.err.last_error.empty() && !IsPeerCasualty(w)) {
           named = &w;
           break;
         }
       }
     }
+    if (IsPeerCasualty(*named)) {
+      // A rank killed outright (SIGKILL) may be reaped after the peer that
+      // died of SIGPIPE writing to it a millisecond later.
+      for (const Worker& w : workers_) {
+        if (KilledFromOutside(w)) {
+          failure_ = absl::AbortedError(absl::StrCat(
+              "rank ", w.rank, " ", w.exit, "; stopped the other ", others, " rank(s)"));
+          return;
+        }
+      }
+    }
     if (named->err.last_error.empty()) return;
-    const int others = static_cast<int>(workers_.size()) - 1;
     failure_ = absl::AbortedError(absl::StrCat("rank ", named->rank, " failed: ",
                                                named->err.last_error, "; stopped the other ",
                                                others, " rank(s)"));
@@ -458,7 +486,9 @@ class Job {
 
   void Signal(int sig) {
     for (Worker& w : workers_) {
-      if (w.running) ::kill(w.pid, sig);
+      if (!w.running) continue;
+      ::kill(w.pid, sig);
+      w.killed_by_us |= sig == SIGKILL;
     }
   }
 

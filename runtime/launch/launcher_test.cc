@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -197,6 +198,16 @@ TEST(LauncherTest, RankKilledBySignal) {
   EXPECT_EQ(r.status.message(),
             "rank 1 exited with signal 9 (Killed), not sent by trainc: out of memory? "
             "(`dmesg | grep -i oom` tells); stopping the other 1 rank(s)");
+  ExpectAllGone(r.pids);
+}
+
+// A rank killed outright takes its peers with it: one writing to its
+// socket dies of SIGPIPE, often reaped before (or in the same pass as, and
+// lower-ranked than) the rank that was killed. The kill is the news.
+TEST(LauncherTest, BlamesTheKilledRankNotItsSigpipeCasualty) {
+  JobResult r = RunJob("sigpipe", 2, {"--run_ms=-1", "--crash_rank=1", "--sigpipe_rank=0"});
+  ASSERT_TRUE(r.returned_in_time) << r.status;
+  EXPECT_TRUE(absl::StartsWith(r.status.message(), "rank 1 exited with signal 9")) << r.status;
   ExpectAllGone(r.pids);
 }
 

@@ -5,7 +5,11 @@
 // without beating), --ignore_sigterm, --error_rank=R --error=TEXT (at
 // 200 ms prints "train: error: TEXT", then exits 1 after
 // --error_exit_delay_ms, as a rank slow to tear down), --peer_error_rank=R
-// (at 250 ms prints a "connection closed" error and exits 1).
+// (at 250 ms prints a "connection closed" error and exits 1),
+// --sigpipe_rank=R (dies of SIGPIPE, as a rank writing to a peer that has
+// just been killed; with --crash_rank and --pid_dir, the crashing rank
+// waits for it to be dead before it dies, deaf to the launcher's SIGTERM,
+// so that the casualty is reaped first).
 #include <signal.h>
 #include <unistd.h>
 
@@ -41,6 +45,21 @@ std::string StringFlag(int argc, char** argv, const std::string& name) {
     if (absl::StartsWith(argv[i], prefix)) return argv[i] + prefix.size();
   }
   return "";
+}
+
+// Waits (at most 10 s) until rank `rank`, whose pid is in DIR/rank<k>.pid,
+// has exited: a zombie or gone.
+void WaitUntilDead(const std::string& pid_dir, int rank) {
+  int pid = 0;
+  std::ifstream(pid_dir + "/rank" + std::to_string(rank) + ".pid") >> pid;
+  for (int i = 0; i < 10000 && pid > 0; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return;
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos || line.compare(paren + 2, 1, "Z") == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace
@@ -94,7 +113,21 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "\ntrain: error: gloo: Connection closed by peer\n");
         return 1;
       }
-      if (rank == IntFlag(argc, argv, "crash_rank", -1)) raise(SIGKILL);
+      if (rank == IntFlag(argc, argv, "crash_rank", -1)) {
+        const int casualty = IntFlag(argc, argv, "sigpipe_rank", -1);
+        if (casualty >= 0 && !pid_dir.empty()) {
+          // Already dying, as far as the launcher's SIGTERM is concerned.
+          signal(SIGTERM, SIG_IGN);
+          std::ofstream(pid_dir + "/crashing") << rank << "\n";
+          WaitUntilDead(pid_dir, casualty);
+        }
+        raise(SIGKILL);
+      }
+      if (rank == IntFlag(argc, argv, "sigpipe_rank", -1) && !pid_dir.empty() &&
+          std::ifstream(pid_dir + "/crashing").good()) {
+        signal(SIGPIPE, SIG_DFL);
+        raise(SIGPIPE);
+      }
       if (rank == IntFlag(argc, argv, "hang_rank", -1)) {
         for (;;) pause();
       }

@@ -1,5 +1,7 @@
 #include "runtime/comm/gloo/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -171,6 +173,8 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(0, 1, nullptr, nullptr));
   }
+  // A dead peer is an error from the collective, not our death (see header).
+  ::signal(SIGPIPE, SIG_IGN);
   const bool redis = !options.redis_host.empty();
   if (!redis && options.file_store_dir.empty()) {
     return absl::InvalidArgumentError("gloo: no rendezvous folder or Redis server");

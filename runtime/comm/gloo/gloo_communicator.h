@@ -20,6 +20,11 @@
 // Calls must not overlap (Gloo pairs carry one collective at a time per tag):
 // the comm stream serialises them, and Barrier() is for between steps.
 // world_size 1 needs no rendezvous and every collective is a copy or nothing.
+//
+// Creating a communicator of more than one rank sets SIGPIPE to be ignored
+// in this process: Gloo's TCP pairs write with writev(), which cannot ask
+// for MSG_NOSIGNAL, so a write to a peer that has just died would kill this
+// rank silently (signal 13) instead of failing the collective with EPIPE.
 #ifndef TRAINC_RUNTIME_COMM_GLOO_GLOO_COMMUNICATOR_H_
 #define TRAINC_RUNTIME_COMM_GLOO_GLOO_COMMUNICATOR_H_
 

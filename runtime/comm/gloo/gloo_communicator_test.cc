@@ -2,6 +2,10 @@
 // own Gloo context, meeting through a FileStore in the test's temp folder.
 #include "runtime/comm/gloo/gloo_communicator.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <functional>
 #include <string>
 #include <thread>
@@ -150,6 +154,37 @@ TEST(GlooCommunicatorTest, MissingPeerIsAnErrorNotAHang) {
       GlooCommunicator::Create(options);
   EXPECT_FALSE(comm.ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+// A peer that dies between collectives (a killed rank) makes the next
+// collective an error here. Gloo writes to its sockets with writev(), so
+// without Create's SIGPIPE guard the write to the dead peer would kill this
+// process silently instead.
+TEST(GlooCommunicatorTest, DeadPeerIsAnErrorNotADeath) {
+  const std::string dir = FreshDir("dead_peer");
+  GlooOptions options;
+  options.world_size = 2;
+  options.file_store_dir = dir;
+  options.timeout = absl::Seconds(10);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // rank 1: joins, then dies without a word
+    options.rank = 1;
+    ::_exit(GlooCommunicator::Create(options).ok() ? 0 : 1);
+  }
+  options.rank = 0;
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
+      GlooCommunicator::Create(options);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::vector<float> data(1 << 20, 1.0f);
+  absl::Status result;
+  for (int i = 0; i < 5 && result.ok(); ++i) {
+    result = (*comm)->AllReduceSum(data.data(), data.size(), nullptr);
+  }
+  EXPECT_FALSE(result.ok());
 }
 
 TEST(GlooCommunicatorTest, RejectsBadRanks) {
