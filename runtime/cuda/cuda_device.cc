@@ -501,6 +501,9 @@ void CudaDeviceImpl::ReleaseLtMatmuls() {
 // view, Y'[out,B] = W'^T X' with W' = w as [in,out] (ld in) and X' = x as
 // [in,B] (ld in): transa = T, transb = N, m = out, n = B, k = in. The bias
 // epilogue adds bias[m] down each column, i.e. b[out] to every row of y.
+// With bf16 operands (Kernel::gemm_bf16) A and B are bf16, the product
+// accumulates in f32, and the f32 bias is added to the f32 result before
+// the one rounding to bf16 that follows, as on the CPU.
 absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
                                            int* index) {
   const int64_t rows = k.rows, in = k.in, out = k.out;
@@ -514,8 +517,10 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
     if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
     return fail(cuda::CublasErrorToStatus(st, what, __FILE__, __LINE__));
   };
+  const cudaDataType_t ab = GemmType(k);
+  // bf16 products are exact in f32: TF32 changes nothing there.
   const cublasComputeType_t compute =
-      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      tf32 && ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   RETURN_IF_ERROR(lt_ok(cublasLtMatmulDescCreate(&m.desc, compute, CUDA_R_32F),
                         "cublasLtMatmulDescCreate"));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -534,10 +539,16 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
       cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                      &epilogue, sizeof(epilogue)),
       "EPILOGUE"));
-  RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, CUDA_R_32F, in, out, in),
-                        "layout A"));
-  RETURN_IF_ERROR(lt_ok(
-      cublasLtMatrixLayoutCreate(&m.b, CUDA_R_32F, in, rows, in), "layout B"));
+  if (bias && ab != CUDA_R_32F) {
+    // The bias would otherwise be taken to have A's type.
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    RETURN_IF_ERROR(lt_ok(
+        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                       &bias_type, sizeof(bias_type)),
+        "BIAS_DATA_TYPE"));
+  }
+  RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, ab, in, out, in), "layout A"));
+  RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.b, ab, in, rows, in), "layout B"));
   RETURN_IF_ERROR(lt_ok(
       cublasLtMatrixLayoutCreate(&m.d, CUDA_R_32F, out, rows, out),
       "layout D"));
@@ -551,8 +562,8 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
   // plan offsets are only 64-byte aligned, so say what these pointers are.
   const float* d = relu ? k.y[1] : k.y[0];
   const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>
-      alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.x[1]},
-                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.x[0]},
+      alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, GemmOperand(k, 1)},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, GemmOperand(k, 0)},
                       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d},
                       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d}};
   for (const auto& [attr, ptr] : alignments) {
@@ -624,9 +635,9 @@ absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
 absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
   LtMatmul& m = lt_matmuls_[k.lt];
   float* d = k.relu_in_gemm ? k.y[1] : k.y[0];
-  // bf16 operands: cublasGemmEx's bf16 GEMM into the f32 staging of y,
-  // then the bias in f32, as the CPU reference rounds once after both.
-  if (m.usable && k.gemm_bf16[0] == nullptr) {
+  // bf16 operands: a bf16 GEMM into the f32 staging of y, the bias added
+  // in f32, and the one rounding after both (RunKernel), as on the CPU.
+  if (m.usable) {
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (k.x[2] != nullptr) {
@@ -634,7 +645,7 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
           m.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k.x[2], sizeof(k.x[2]));
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
-      st = cublasLtMatmul(lt_, m.desc, &alpha, k.x[1], m.a, k.x[0], m.b,
+      st = cublasLtMatmul(lt_, m.desc, &alpha, GemmOperand(k, 1), m.a, GemmOperand(k, 0), m.b,
                           &beta, d, m.d, d, m.d, &m.algo, blas_workspace_,
                           kBlasWorkspaceBytes, compute_);
     }
@@ -648,7 +659,7 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
                                        __LINE__);
     }
   }
-  if (!m.usable || k.gemm_bf16[0] != nullptr) {
+  if (!m.usable) {
     RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1),
                          k.in, GemmOperand(k, 0), k.in, 0.0f, k.y[0], k.out, GemmType(k)));
     if (k.x[2] != nullptr) {
