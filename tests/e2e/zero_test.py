@@ -5,7 +5,9 @@ the buckets evenly; the plan keeps 1/N of the optimizer state per rank; and
 a checkpoint holds whole tensors, so a ZeRO run resumes on another rank
 count. With zero_gather = next_forward (the all-gathers at the next step's
 start) the same holds: the trainer gathers before evaluating and saving,
-so the evaluation, the checkpoints and the weights equal step_end's."""
+so the evaluation, the checkpoints and the weights equal step_end's. All
+of it at once (bf16, clipping, ZeRO-1 gathering in the next forward) still
+gives one result whatever the split."""
 import re
 import unittest
 
@@ -85,6 +87,19 @@ class ZeroTest(unittest.TestCase):
         plan = e2e.train(e2e.EXAMPLE, "--gpus", 2, "--zero", 1, "--zero_gather",
                          "next_forward", "--compile-only").stdout
         self.assertRegex(plan, r"all_gather")
+
+    def test_every_setting_at_once_keeps_the_bits_of_every_split(self):
+        # precision = bf16 casts each parameter's bf16 copy at micro-step 0:
+        # under next_forward that cast is the parameter's first reader and
+        # must wait for its all-gather, or it copies a stale shard.
+        every = ["--deterministic", "true", "--precision", "bf16",
+                 "--clip_grad_norm", 0.5]
+        plain, _ = run(self.dir, "all_plain", 2, *every)
+        for gpus in (2, 3, 4):
+            zero, _ = run(self.dir, f"all_zero{gpus}", gpus, *every, "--zero", 1,
+                          "--zero_gather", "next_forward")
+            e2e.assert_same_bits(self, plain, zero,
+                                 f"{gpus} ranks, bf16 + clip + ZeRO-1 next_forward")
 
     def test_memory_report_shards_the_optimizer_state(self):
         def state_bytes(gpus, zero):
