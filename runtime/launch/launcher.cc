@@ -102,7 +102,7 @@ struct Worker {
   OutputStream out, err;
   int heartbeat_fd = -1;  // our end of the socket pair
   bool armed = false;     // has beaten at least once
-  std::string exit;      // how it failed ("exited with signal 9 (Killed)...")
+  std::string how_it_failed;  // "exited with signal 9 (Killed)...", or empty
   int exit_signal = 0;    // the signal that ended it, if one did
   bool killed_by_us = false;  // we sent it SIGKILL
   absl::Time last_beat;
@@ -398,9 +398,9 @@ class Job {
       w.running = false;
       --running_;
       if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        w.exit = ExitDescription(status);
+        w.how_it_failed = ExitDescription(status);
         w.exit_signal = r >= 0 && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        Fail(w, w.exit);
+        Fail(w, w.how_it_failed);
       }
     }
   }
@@ -459,7 +459,7 @@ class Job {
       for (const Worker& w : workers_) {
         if (KilledFromOutside(w)) {
           failure_ = absl::AbortedError(absl::StrCat(
-              "rank ", w.rank, " ", w.exit, "; stopped the other ", others, " rank(s)"));
+              "rank ", w.rank, " ", w.how_it_failed, "; stopped the other ", others, " rank(s)"));
           return;
         }
       }
