@@ -29,6 +29,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/data/sampler.h"
+#include "runtime/device/device.h"
 #include "runtime/exec/batch_source.h"
 #include "runtime/exec/executor.h"
 
@@ -222,8 +223,8 @@ absl::Status Run(const Args& args) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(all.size()), ctx);
     source.context().assign(all.end() - n, all.end());
     RETURN_IF_ERROR(executor.RunForward(source));
-    RETURN_IF_ERROR(device.Download(logits->offset + (n - 1) * vocab * 4, row.data(),
-                                    vocab * 4));
+    // The last position's logits (bf16 under precision = bf16).
+    RETURN_IF_ERROR(DownloadFloats(device, *logits, (n - 1) * vocab, vocab, row.data()));
     const int32_t next = SampleToken(row.data(), vocab, args, rng);
     all.push_back(next);
     if (bytes) {

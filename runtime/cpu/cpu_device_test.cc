@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "runtime/device/device.h"
 
 namespace trainc {
 namespace {
@@ -31,6 +32,39 @@ TEST(CpuDeviceTest, ArenaIsZeroedAlignedAndBoundsChecked) {
   EXPECT_EQ(out[1], -2.0f);
   EXPECT_EQ(device.Upload(996, in, 8).code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(device.Download(-4, out, 4).code(), absl::StatusCode::kOutOfRange);
+}
+
+// DownloadFloats (device.h) reads f32 as is and bf16 widened, and refuses
+// other dtypes and ranges outside the buffer.
+TEST(CpuDeviceTest, DownloadFloatsWidensBf16AndStaysInsideTheBuffer) {
+  CpuDevice device;
+  ASSERT_TRUE(device.AllocateArena(256).ok());
+  const float f32[3] = {1.5f, -2.0f, 3.25f};
+  const uint16_t bf16[3] = {0x3fc0, 0xc000, 0x4050};  // 1.5, -2, 3.25
+  ASSERT_TRUE(device.Upload(0, f32, sizeof(f32)).ok());
+  ASSERT_TRUE(device.Upload(64, bf16, sizeof(bf16)).ok());
+  auto buffer_of = [](const char* name, DType dtype, int64_t offset, int64_t bytes) {
+    Buffer b;
+    b.name = name;
+    b.dtype = dtype;
+    b.offset = offset;
+    b.bytes = bytes;
+    return b;
+  };
+  const Buffer a = buffer_of("a", DType::kF32, 0, 12);
+  const Buffer b = buffer_of("b", DType::kBF16, 64, 6);
+  for (const Buffer& buffer : {a, b}) {
+    float out[2] = {};
+    ASSERT_TRUE(DownloadFloats(device, buffer, 1, 2, out).ok()) << buffer.name;
+    EXPECT_EQ(out[0], -2.0f) << buffer.name;
+    EXPECT_EQ(out[1], 3.25f) << buffer.name;
+    EXPECT_EQ(DownloadFloats(device, buffer, 2, 2, out).code(),
+              absl::StatusCode::kOutOfRange) << buffer.name;
+  }
+  const Buffer labels = buffer_of("labels", DType::kI32, 128, 8);
+  float out[2];
+  EXPECT_EQ(DownloadFloats(device, labels, 0, 2, out).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CpuDeviceTest, CommStreamRunsInOrderAfterItsWaits) {

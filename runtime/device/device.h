@@ -152,6 +152,13 @@ class Device {
   virtual absl::Status DropCapture() { return absl::OkStatus(); }
 };
 
+// Reads elements [first, first + count) of a float buffer of the arena (an
+// f32 one, or a bf16 one widened exactly) into `out` as f32, after all
+// compute work submitted so far. Any other dtype, or a range outside the
+// buffer, is an error.
+absl::Status DownloadFloats(Device& device, const Buffer& buffer, int64_t first,
+                            int64_t count, float* out);
+
 }  // namespace trainc
 
 #endif  // TRAINC_RUNTIME_DEVICE_DEVICE_H_

@@ -34,7 +34,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/sampler.h"
-#include "runtime/device/bf16.h"
+#include "runtime/device/device.h"
 #include "runtime/exec/executor.h"
 #include "runtime/launch/heartbeat.h"
 #include "runtime/metrics/metrics_log.h"
@@ -304,28 +304,33 @@ absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
   const Buffer& prediction = *head.prediction;
   const int64_t elems = prediction.bytes / DTypeBytes(prediction.dtype);
   const int64_t width = elems / batch / rows;
+  // Floats as f32, whether the plan keeps them in f32 or (precision =
+  // bf16) in bf16: the logits or prediction, and a regression's target.
   std::vector<float> pred(elems);
-  std::vector<uint16_t> pred_bf16;  // precision = bf16: bf16 logits, widened
-  if (prediction.dtype == DType::kBF16) pred_bf16.resize(elems);
-  std::vector<char> target(head.target->bytes);
+  std::vector<float> target_floats;
+  std::vector<int32_t> labels;
+  if (head.classification) {
+    labels.resize(head.target->bytes / sizeof(int32_t));
+  } else {
+    target_floats.resize(head.target->bytes / DTypeBytes(head.target->dtype));
+  }
   double correct = 0, loss = 0, count = 0;
   std::vector<int64_t> indices;
   while (it.Next(&indices)) {
     const int64_t n = static_cast<int64_t>(indices.size());
     source.set_indices(indices);
     RETURN_IF_ERROR(executor.RunForward(source));
-    if (pred_bf16.empty()) {
-      RETURN_IF_ERROR(device.Download(prediction.offset, pred.data(), prediction.bytes));
+    RETURN_IF_ERROR(DownloadFloats(device, prediction, 0, elems, pred.data()));
+    if (head.classification) {
+      RETURN_IF_ERROR(device.Download(head.target->offset, labels.data(), head.target->bytes));
     } else {
-      RETURN_IF_ERROR(device.Download(prediction.offset, pred_bf16.data(), prediction.bytes));
-      WidenBf16(pred_bf16.data(), elems, pred.data());
+      RETURN_IF_ERROR(DownloadFloats(device, *head.target, 0, target_floats.size(),
+                                     target_floats.data()));
     }
-    RETURN_IF_ERROR(device.Download(head.target->offset, target.data(),
-                                    head.target->bytes));
     for (int64_t r = 0; r < n * rows; ++r) {
       const float* row = pred.data() + r * width;
       if (head.classification) {
-        const int32_t label = reinterpret_cast<const int32_t*>(target.data())[r];
+        const int32_t label = labels[r];
         const int64_t arg = std::max_element(row, row + width) - row;
         correct += arg == label;
         const float mx = row[arg];
@@ -333,7 +338,7 @@ absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
         for (int64_t j = 0; j < width; ++j) z += std::exp(row[j] - mx);
         loss += std::log(z) + mx - row[label];
       } else {
-        const float* t = reinterpret_cast<const float*>(target.data()) + r * width;
+        const float* t = target_floats.data() + r * width;
         double se = 0;
         for (int64_t j = 0; j < width; ++j) se += (row[j] - t[j]) * (row[j] - t[j]);
         loss += se / width;

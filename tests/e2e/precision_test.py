@@ -175,6 +175,34 @@ class PrecisionTest(unittest.TestCase):
         self.assertNotIn("fp32:", plain)
         self.assertNotIn("precision:", plain)
 
+    def test_regression_on_a_computed_target_evaluates_in_bf16(self):
+        # mse against a target the model computes: under bf16 that target
+        # is a bf16 activation, and evaluation must widen it as it widens
+        # the prediction (it once read it as f32: eval loss inf).
+        data = os.path.dirname(e2e.FASHION)
+        path = write(self.dir, "computed_target.train", f"""
+model computed_target {{
+  input image: f32[784]
+  e    = linear(image, 64)
+  t    = tanh(e)
+  h    = relu(linear(image, 32))
+  p    = linear(h, 64)
+  loss = mse(p, t)
+}}
+data {{
+  train = idx("{data}/train-images-idx3-ubyte.gz", "{data}/train-labels-idx1-ubyte.gz")
+  eval  = idx("{data}/t10k-images-idx3-ubyte.gz", "{data}/t10k-labels-idx1-ubyte.gz")
+  scale = 1/255
+}}
+train {{ gpus = 1  micro_batch = 64  steps = 2  seed = 0
+        optimizer = sgd(lr = 0.01, momentum = 0, weight_decay = 0) }}
+""")
+        loss = {}
+        for precision in ("fp32", "bf16"):
+            log = e2e.train(path, "--device", "cpu", "--precision", precision).stdout
+            loss[precision] = float(re.search(r"eval loss +(\S+)", log).group(1))
+        self.assertLess(abs(loss["bf16"] - loss["fp32"]), 0.01 * loss["fp32"], loss)
+
     def test_bad_value_is_an_error_at_the_setting(self):
         text = example_text().replace("seed        = 0",
                                       "seed        = 0\n  precision = fp16")

@@ -73,6 +73,16 @@ class SampleTest(unittest.TestCase):
         want = (SENTENCE * 6)[:8 + 60]
         self.assertEqual(out.rstrip("\n"), want)
 
+    def test_bf16_model_continues_the_text_too(self):
+        # A file with precision = bf16 has bf16 logits: sample must read them
+        # as bf16 (it used to read them as f32, past the buffer's end).
+        bf16_file = self.train_file.replace(".train", "_bf16.train")
+        with open(self.train_file) as f, open(bf16_file, "w") as g:
+            g.write(f.read().replace("gpus = 1", "gpus = 1  precision = bf16"))
+        out = sample(bf16_file, self.ckpt, "--prompt", "the cat ",
+                     "--tokens", 60, "--temperature", 0.3, "--seed", 3).stdout
+        self.assertEqual(out.rstrip("\n"), (SENTENCE * 6)[:8 + 60])
+
     def test_same_seed_same_text(self):
         args = (self.train_file, self.ckpt, "--prompt", "the ", "--tokens", 30,
                 "--seed", 11)
