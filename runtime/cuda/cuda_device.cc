@@ -224,6 +224,7 @@ class CudaDeviceImpl final : public CudaDevice {
 
   std::vector<cudaEvent_t> events_;  // the plan's events (ordering only)
   std::vector<char> recorded_;       // host-side: recorded this step
+  cudaEvent_t fork_event_ = nullptr;  // compute -> comm at BeginCapture
   cudaEvent_t join_event_ = nullptr;  // comm -> compute at EndCapture
 
   std::vector<cudaEvent_t> timing_pool_;
@@ -266,6 +267,7 @@ CudaDeviceImpl::~CudaDeviceImpl() {
     cudaEventDestroy(t.end);
   }
   if (anchor_) cudaEventDestroy(anchor_);
+  if (fork_event_) cudaEventDestroy(fork_event_);
   if (join_event_) cudaEventDestroy(join_event_);
   for (Staging& s : staging_) {
     if (s.host) cudaFreeHost(s.host);
@@ -313,6 +315,8 @@ absl::Status CudaDeviceImpl::Init() {
     CUDA_RETURN_IF_ERROR(
         cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
   }
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&anchor_));
@@ -1365,6 +1369,13 @@ absl::Status CudaDeviceImpl::BeginCapture() {
   CUDA_RETURN_IF_ERROR(
       cudaStreamBeginCapture(compute_, cudaStreamCaptureModeRelaxed));
   capturing_ = true;
+  // The comm stream joins the capture at once. A step may open with
+  // collectives (zero_gather = next_forward's all-gathers) before any
+  // compute event it would otherwise join through: they would run now,
+  // outside the graph, and the compute stream's wait on them would cross
+  // the capture's boundary.
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_event_, compute_));
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_, fork_event_, 0));
   input_slots_.clear();
   next_input_slot_ = 0;
   feeding_ = false;
@@ -1375,8 +1386,8 @@ absl::Status CudaDeviceImpl::EndCapture() {
   if (!capturing_) {
     return absl::FailedPreconditionError(name_ + ": EndCapture without Begin");
   }
-  // The comm stream joined the capture through an event wait; it must join
-  // back into the origin stream before the capture can end. (An error
+  // The comm stream joined the capture at BeginCapture; it must join back
+  // into the origin stream before the capture can end. (An error
   // before the end leaves the capture open for DropCapture to abandon.)
   cudaStreamCaptureStatus comm_status = cudaStreamCaptureStatusNone;
   CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(comm_, &comm_status));

@@ -22,6 +22,7 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/exec/executor.h"
+#include "runtime/exec/planned_plans.h"
 #include "runtime/exec/test_plans.h"
 #include "runtime/trace/tracer.h"
 
@@ -480,6 +481,89 @@ TEST(ExecutorCaptureTest, UncapturableCommunicatorRunsEagerly) {
   EXPECT_EQ(runs[0].capture.replayed_steps, 0);
   EXPECT_NE(runs[0].capture.unavailable.find("gloo"), std::string::npos)
       << runs[0].capture.unavailable;
+}
+
+// ZeRO-1 with zero_gather = next_forward opens every step with all-gathers
+// on the comm stream, before any compute work: the captured step must hold
+// them (a CUDA capture must fork the comm stream at its start for that),
+// and evaluation between replays must see whole parameters.
+TEST(ExecutorCaptureTest, NextForwardGathersAreReplayedWithTheStep) {
+  absl::StatusOr<Plan> compiled = testing::CompileExample(
+      "fashion_mlp", {{"gpus", "2"}, {"micro_batch", "4"}, {"accumulate", "2"},
+                      {"global_batch", "16"}, {"zero", "1"},
+                      {"zero_gather", "next_forward"}, {"deterministic", "true"},
+                      {"bucket_mb", "0.2"}, {"first_bucket_mb", "0"}});
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const Plan& plan = *compiled;
+  ASSERT_GT(plan.buckets.size(), 1u);
+  struct Run {
+    std::vector<float> params, eval_logits;
+    CaptureInfo capture;
+  };
+  auto train = [&plan](bool graph_mode) {
+    const std::string dir = absl::StrCat(::testing::TempDir(), "/capture_zero_",
+                                         graph_mode, "_", absl::ToUnixNanos(absl::Now()));
+    std::vector<Run> runs(2);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] {
+        GlooOptions gloo;
+        gloo.rank = rank;
+        gloo.world_size = 2;
+        gloo.file_store_dir = dir;
+        auto comm = GlooCommunicator::Create(gloo);
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        ReplayableComm replayable(comm->get());
+        GraphDevice graph;
+        CpuDevice cpu;
+        Device& device = graph_mode ? static_cast<Device&>(graph) : cpu;
+        Communicator* used = comm->get();
+        if (graph_mode) used = &replayable;
+        Executor executor(plan, &device, used);
+        ASSERT_TRUE(executor.Prepare().ok());
+        ASSERT_TRUE(testing::InitParameters(plan, device).ok());
+        Run& run = runs[rank];
+        for (int64_t step = 1; step <= 6; ++step) {
+          testing::SyntheticBatches batches(rank, step);
+          absl::StatusOr<double> loss =
+              executor.RunStep({step, plan.optimizer.lr / step}, batches);
+          ASSERT_TRUE(loss.ok()) << loss.status();
+          if (step == 4) {  // after a replayed step
+            ASSERT_TRUE(executor.GatherParameters().ok());
+            testing::SyntheticBatches eval(rank, 999);
+            ASSERT_TRUE(executor.RunForward(eval).ok());
+            const Buffer* logits = nullptr;
+            for (const Instruction& instr : plan.instructions) {
+              if (instr.op == "cross_entropy") logits = &plan.buffers[instr.inputs[0]];
+            }
+            ASSERT_NE(logits, nullptr);
+            run.eval_logits.resize(logits->bytes / 4);
+            ASSERT_TRUE(device.Download(logits->offset, run.eval_logits.data(),
+                                        logits->bytes).ok());
+          }
+        }
+        ASSERT_TRUE(executor.GatherParameters().ok());
+        for (int id : plan.parameter_buffers) {
+          const Buffer& b = plan.buffers[id];
+          std::vector<float> v(b.bytes / 4);
+          ASSERT_TRUE(device.Download(b.offset, v.data(), b.bytes).ok());
+          run.params.insert(run.params.end(), v.begin(), v.end());
+        }
+        run.capture = executor.capture();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return runs;
+  };
+  const std::vector<Run> eager = train(false);
+  const std::vector<Run> graph = train(true);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    EXPECT_GE(graph[rank].capture.replayed_steps, 3);
+    EXPECT_TRUE(graph[rank].params == eager[rank].params);
+    EXPECT_TRUE(graph[rank].eval_logits == eager[rank].eval_logits);
+  }
+  EXPECT_TRUE(eager[0].params == eager[1].params);
 }
 
 // The real thing: a CUDA graph of the whole step (both streams) replayed on

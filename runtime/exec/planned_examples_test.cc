@@ -7,99 +7,38 @@
 // does not change the result, bit for bit in deterministic mode and within
 // float rounding otherwise.
 #include <cmath>
-#include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "compiler/frontend/frontend.h"
-#include "compiler/planner/planner.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/exec/executor.h"
+#include "runtime/exec/planned_plans.h"
 
 namespace trainc {
 namespace {
 
-constexpr int64_t kClasses = 10;  // every example's label
+using testing::CompileExample;
+using testing::InitParameters;
+using testing::SyntheticBatches;
+
 constexpr int kSteps = 2;
-
-// Deterministic data: what global micro-batch g of step s holds depends on
-// (s, g) only, whichever rank runs it.
-class SyntheticBatches : public BatchSource {
- public:
-  SyntheticBatches(int rank, int64_t step) : rank_(rank), step_(step) {}
-  absl::Status Fill(int micro_step, const Plan& plan, Device& device) override {
-    const int64_t global = rank_ * plan.accumulate + micro_step;
-    for (size_t i = 0; i < plan.input_buffers.size(); ++i) {
-      const Buffer& b = plan.buffers[plan.input_buffers[i]];
-      std::mt19937 gen(static_cast<uint32_t>(step_ * 1000003 + global * 101 + i));
-      std::vector<char> bytes(b.bytes);
-      if (b.dtype == DType::kI32) {
-        std::uniform_int_distribution<int32_t> d(0, kClasses - 1);
-        for (int64_t k = 0; k < b.bytes / 4; ++k) {
-          const int32_t v = d(gen);
-          std::memcpy(&bytes[k * 4], &v, 4);
-        }
-      } else {
-        std::uniform_real_distribution<float> d(0.0f, 1.0f);
-        for (int64_t k = 0; k < b.bytes / 4; ++k) {
-          const float v = d(gen);
-          std::memcpy(&bytes[k * 4], &v, 4);
-        }
-      }
-      if (absl::Status s = device.Upload(b.offset, bytes.data(), b.bytes);
-          !s.ok()) {
-        return s;
-      }
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  int rank_;
-  int64_t step_;
-};
-
-absl::Status InitParameters(const Plan& plan, Device& device) {
-  std::mt19937 gen(1234);
-  for (int id : plan.parameter_buffers) {
-    const Buffer& b = plan.buffers[id];
-    std::vector<float> v(b.bytes / 4, 0.0f);
-    if (b.init == "ones") {
-      std::fill(v.begin(), v.end(), 1.0f);
-    } else if (b.init == "uniform") {
-      std::uniform_real_distribution<float> d(-b.init_bound, b.init_bound);
-      for (float& x : v) x = d(gen);
-    }
-    if (absl::Status s = device.Upload(b.offset, v.data(), b.bytes); !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
 
 Plan Compile(const std::string& example, int gpus, int accumulate,
              bool deterministic, const std::string& precision = "fp32") {
-  const Overrides overrides = {
-      {"precision", precision},
-      {"gpus", absl::StrCat(gpus)},
-      {"micro_batch", "4"},
-      {"accumulate", absl::StrCat(accumulate)},
-      {"global_batch", absl::StrCat(4 * gpus * accumulate)},
-      {"deterministic", deterministic ? "true" : "false"},
-      {"bucket_mb", "0.2"},  // several buckets
-      {"first_bucket_mb", "0"}};
-  FrontendResult result =
-      CompileFile("dsl_examples/" + example + ".train", overrides);
-  EXPECT_TRUE(result.spec.has_value())
-      << FormatDiagnostics(result.diagnostics, result.source);
-  if (!result.spec) return Plan();
-  absl::StatusOr<Plan> plan = BuildPlan(*result.spec);
+  absl::StatusOr<Plan> plan = CompileExample(
+      example, {{"precision", precision},
+                {"gpus", absl::StrCat(gpus)},
+                {"micro_batch", "4"},
+                {"accumulate", absl::StrCat(accumulate)},
+                {"global_batch", absl::StrCat(4 * gpus * accumulate)},
+                {"deterministic", deterministic ? "true" : "false"},
+                {"bucket_mb", "0.2"},  // several buckets
+                {"first_bucket_mb", "0"}});
   EXPECT_TRUE(plan.ok()) << plan.status();
   return plan.ok() ? *plan : Plan();
 }
