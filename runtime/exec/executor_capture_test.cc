@@ -402,14 +402,12 @@ enum class Ranks {
   kGraphGloo,   // GraphDevice, but Gloo says it cannot be captured
 };
 
-// Five steps on two ranks over Gloo; capture fails on `fail_rank`, if any.
-std::vector<Outcome> TrainTwoRanks(const MlpPlanOptions& options, Ranks mode,
-                                   int fail_rank = -1) {
+// Runs body(rank, its Gloo communicator) on two ranks, threads of this
+// process meeting over Gloo; returns when both are done.
+void OnTwoRanks(const std::function<void(int rank, Communicator* gloo)>& body) {
   static int job = 0;
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/capture_",
-                                       job++, "_",
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/capture_", job++, "_",
                                        absl::ToUnixNanos(absl::Now()));
-  std::vector<Outcome> runs(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
@@ -419,17 +417,24 @@ std::vector<Outcome> TrainTwoRanks(const MlpPlanOptions& options, Ranks mode,
       gloo.file_store_dir = dir;
       auto comm = GlooCommunicator::Create(gloo);
       ASSERT_TRUE(comm.ok()) << comm.status();
-      ReplayableComm replayable(comm->get());
-      GraphDevice graph(rank == fail_rank ? 5 : -1);
-      CpuDevice cpu;
-      Device& device = mode == Ranks::kEager ? static_cast<Device&>(cpu)
-                                             : graph;
-      Communicator* used = comm->get();
-      if (mode == Ranks::kGraph) used = &replayable;
-      runs[rank] = Train(options, device, 5, used, rank);
+      body(rank, comm->get());
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+// Five steps on two ranks over Gloo; capture fails on `fail_rank`, if any.
+std::vector<Outcome> TrainTwoRanks(const MlpPlanOptions& options, Ranks mode,
+                                   int fail_rank = -1) {
+  std::vector<Outcome> runs(2);
+  OnTwoRanks([&](int rank, Communicator* gloo) {
+    ReplayableComm replayable(gloo);
+    GraphDevice graph(rank == fail_rank ? 5 : -1);
+    CpuDevice cpu;
+    Device& device = mode == Ranks::kEager ? static_cast<Device&>(cpu) : graph;
+    Communicator* used = mode == Ranks::kGraph ? &replayable : gloo;
+    runs[rank] = Train(options, device, 5, used, rank);
+  });
   return runs;
 }
 
@@ -501,58 +506,44 @@ TEST(ExecutorCaptureTest, NextForwardGathersAreReplayedWithTheStep) {
     CaptureInfo capture;
   };
   auto train = [&plan](bool graph_mode) {
-    const std::string dir = absl::StrCat(::testing::TempDir(), "/capture_zero_",
-                                         graph_mode, "_", absl::ToUnixNanos(absl::Now()));
     std::vector<Run> runs(2);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < 2; ++rank) {
-      threads.emplace_back([&, rank] {
-        GlooOptions gloo;
-        gloo.rank = rank;
-        gloo.world_size = 2;
-        gloo.file_store_dir = dir;
-        auto comm = GlooCommunicator::Create(gloo);
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        ReplayableComm replayable(comm->get());
-        GraphDevice graph;
-        CpuDevice cpu;
-        Device& device = graph_mode ? static_cast<Device&>(graph) : cpu;
-        Communicator* used = comm->get();
-        if (graph_mode) used = &replayable;
-        Executor executor(plan, &device, used);
-        ASSERT_TRUE(executor.Prepare().ok());
-        ASSERT_TRUE(testing::InitParameters(plan, device).ok());
-        Run& run = runs[rank];
-        for (int64_t step = 1; step <= 6; ++step) {
-          testing::SyntheticBatches batches(rank, step);
-          absl::StatusOr<double> loss =
-              executor.RunStep({step, plan.optimizer.lr / step}, batches);
-          ASSERT_TRUE(loss.ok()) << loss.status();
-          if (step == 4) {  // after a replayed step
-            ASSERT_TRUE(executor.GatherParameters().ok());
-            testing::SyntheticBatches eval(rank, 999);
-            ASSERT_TRUE(executor.RunForward(eval).ok());
-            const Buffer* logits = nullptr;
-            for (const Instruction& instr : plan.instructions) {
-              if (instr.op == "cross_entropy") logits = &plan.buffers[instr.inputs[0]];
-            }
-            ASSERT_NE(logits, nullptr);
-            run.eval_logits.resize(logits->bytes / 4);
-            ASSERT_TRUE(device.Download(logits->offset, run.eval_logits.data(),
-                                        logits->bytes).ok());
+    OnTwoRanks([&](int rank, Communicator* gloo) {
+      ReplayableComm replayable(gloo);
+      GraphDevice graph;
+      CpuDevice cpu;
+      Device& device = graph_mode ? static_cast<Device&>(graph) : cpu;
+      Executor executor(plan, &device, graph_mode ? &replayable : gloo);
+      ASSERT_TRUE(executor.Prepare().ok());
+      ASSERT_TRUE(testing::InitParameters(plan, device).ok());
+      Run& run = runs[rank];
+      for (int64_t step = 1; step <= 6; ++step) {
+        testing::SyntheticBatches batches(rank, step);
+        absl::StatusOr<double> loss =
+            executor.RunStep({step, plan.optimizer.lr / step}, batches);
+        ASSERT_TRUE(loss.ok()) << loss.status();
+        if (step == 4) {  // after a replayed step
+          ASSERT_TRUE(executor.GatherParameters().ok());
+          testing::SyntheticBatches eval(rank, 999);
+          ASSERT_TRUE(executor.RunForward(eval).ok());
+          const Buffer* logits = nullptr;
+          for (const Instruction& instr : plan.instructions) {
+            if (instr.op == "cross_entropy") logits = &plan.buffers[instr.inputs[0]];
           }
+          ASSERT_NE(logits, nullptr);
+          run.eval_logits.resize(logits->bytes / 4);
+          ASSERT_TRUE(
+              device.Download(logits->offset, run.eval_logits.data(), logits->bytes).ok());
         }
-        ASSERT_TRUE(executor.GatherParameters().ok());
-        for (int id : plan.parameter_buffers) {
-          const Buffer& b = plan.buffers[id];
-          std::vector<float> v(b.bytes / 4);
-          ASSERT_TRUE(device.Download(b.offset, v.data(), b.bytes).ok());
-          run.params.insert(run.params.end(), v.begin(), v.end());
-        }
-        run.capture = executor.capture();
-      });
-    }
-    for (std::thread& t : threads) t.join();
+      }
+      ASSERT_TRUE(executor.GatherParameters().ok());
+      for (int id : plan.parameter_buffers) {
+        const Buffer& b = plan.buffers[id];
+        std::vector<float> v(b.bytes / 4);
+        ASSERT_TRUE(device.Download(b.offset, v.data(), b.bytes).ok());
+        run.params.insert(run.params.end(), v.begin(), v.end());
+      }
+      run.capture = executor.capture();
+    });
     return runs;
   };
   const std::vector<Run> eager = train(false);
