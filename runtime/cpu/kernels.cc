@@ -600,6 +600,7 @@ void OrderedSum(const float* src, int64_t n, int64_t count, float* dst) {
 }
 
 float ClipScale(float grad_sq, float clip) {
+  if (clip <= 0.0f) return 1.0f;  // skip_nonfinite alone: the norm, no clipping
   return std::min(1.0f, clip / (std::sqrt(grad_sq) + 1e-6f));
 }
 

@@ -166,7 +166,8 @@ struct SgdParams {
 };
 
 // torch.nn.utils.clip_grad_norm_'s factor, in float as torch's tensor ops:
-// min(1, clip / (sqrt(grad_sq) + 1e-6)).
+// min(1, clip / (sqrt(grad_sq) + 1e-6)); 1 when clip <= 0 (the norm was
+// computed for skip_nonfinite only), as the CUDA kernels.
 float ClipScale(float grad_sq, float clip);
 
 // out[0] (+)= sum of x[0..n) squared, accumulated in double.

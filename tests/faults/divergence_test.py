@@ -57,5 +57,22 @@ class DivergenceTest(unittest.TestCase):
             self.assertFalse(os.path.exists(ckpt))
 
 
+    def test_skip_nonfinite_changes_nothing_on_finite_steps(self):
+        # skip_nonfinite alone computes the gradient norm without clipping:
+        # on finite steps the weights are those of a run without it (the
+        # CPU once scaled every gradient by 0 there, so nothing trained).
+        e2e.need_fashion_mnist(self)
+        d = e2e.tmpdir()
+        runs = {}
+        for skip in ("false", "true"):
+            out = os.path.join(d, f"skip_{skip}.safetensors")
+            e2e.train(e2e.EXAMPLE, "--gpus", 2, "--steps", 5, "--no-eval",
+                      "--deterministic", "true", "--skip_nonfinite", skip,
+                      "--save", out)
+            runs[skip] = e2e.read_safetensors(out)[0]
+        e2e.assert_same_bits(self, runs["true"], runs["false"],
+                             "skip_nonfinite on finite steps")
+
+
 if __name__ == "__main__":
     unittest.main()
