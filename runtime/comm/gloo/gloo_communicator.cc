@@ -16,6 +16,7 @@
 #include "gloo/allgather_ring.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_ring.h"
+#include "gloo/allreduce_ring_chunked.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
 #include "gloo/common/error.h"
@@ -87,6 +88,49 @@ class ReboundAllreduceRing : public gloo::AllreduceRing<T> {
   void set_data(T* data) { this->ptrs_[0] = data; }
 };
 
+// One all-reduce of a fixed element count (a ring piece), run on any
+// buffer of that count; every rank must end with the same bits, or the
+// replicas drift apart.
+//
+// Two ranks: the legacy AllreduceRing, rebound to the caller's buffer. Each
+// rank adds the other's values to its own, and a + b == b + a exactly.
+// Three or more: AllreduceRing adds in a different order on every rank
+// (rank r: (x_r + x_{r-1}) + x_{r-2} ...), so the replicas would round
+// differently. Gloo's AllreduceRingChunked reduces each chunk once around
+// the ring, then passes the sums on as copies: the same bits everywhere,
+// and each rank sends 2(N-1)/N of the buffer rather than N-1 times it. It
+// registers its buffer with the pairs, so it runs on a copy of its own.
+template <typename T>
+class PieceRing {
+ public:
+  PieceRing(const std::shared_ptr<gloo::Context>& context, int count,
+            const gloo::ReductionFunction<T>* fn) {
+    if (context->size == 2) {
+      pair_ = std::make_unique<ReboundAllreduceRing<T>>(context, count, fn);
+    } else {
+      copy_.resize(static_cast<size_t>(count));
+      chunked_ = std::make_unique<gloo::AllreduceRingChunked<T>>(
+          context, std::vector<T*>{copy_.data()}, count, fn);
+    }
+  }
+
+  void Run(T* data) {
+    if (pair_ != nullptr) {
+      pair_->set_data(data);
+      pair_->run();
+      return;
+    }
+    std::memcpy(copy_.data(), data, copy_.size() * sizeof(T));
+    chunked_->run();
+    std::memcpy(data, copy_.data(), copy_.size() * sizeof(T));
+  }
+
+ private:
+  std::unique_ptr<ReboundAllreduceRing<T>> pair_;
+  std::vector<T> copy_;
+  std::unique_ptr<gloo::AllreduceRingChunked<T>> chunked_;
+};
+
 // bf16 gradients travel as their bits; each reduction step adds in fp32.
 const gloo::ReductionFunction<uint16_t>* Bf16SumFunction() {
   static const auto* fn =
@@ -115,7 +159,7 @@ namespace {
 using gloo_internal::Bf16ReduceScatter;
 using gloo_internal::Bf16SumFunction;
 using gloo_internal::InPlaceAllgather;
-using gloo_internal::ReboundAllreduceRing;
+using gloo_internal::PieceRing;
 
 // Largest piece one ring moves (4 MiB). The ring's pairs block in send()
 // until the bytes are in the kernel, and both ranks send before receiving:
@@ -132,7 +176,7 @@ constexpr int64_t kMaxRingFloats = int64_t{1} << 20;
 // rings stay matched.
 template <typename T>
 void RunRingPieces(
-    absl::flat_hash_map<int64_t, std::unique_ptr<ReboundAllreduceRing<T>>>& rings,
+    absl::flat_hash_map<int64_t, std::unique_ptr<PieceRing<T>>>& rings,
     size_t max_rings, const std::shared_ptr<gloo::Context>& context,
     const gloo::ReductionFunction<T>* fn, T* data, int64_t count) {
   for (int64_t begin = 0; begin < count; begin += kMaxRingFloats) {
@@ -140,12 +184,10 @@ void RunRingPieces(
     auto it = rings.find(n);
     if (it == rings.end()) {
       if (rings.size() >= max_rings) rings.clear();
-      it = rings.emplace(n, std::make_unique<ReboundAllreduceRing<T>>(
-                                context, static_cast<int>(n), fn))
+      it = rings.emplace(n, std::make_unique<PieceRing<T>>(context, static_cast<int>(n), fn))
                .first;
     }
-    it->second->set_data(data + begin);
-    it->second->run();
+    it->second->Run(data + begin);
   }
 }
 
@@ -171,7 +213,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   }
   if (options.world_size == 1) {
     return std::unique_ptr<GlooCommunicator>(
-        new GlooCommunicator(0, 1, nullptr, nullptr));
+        new GlooCommunicator(0, 1, nullptr, nullptr, nullptr));
   }
   // A dead peer is an error from the collective, not our death (see header).
   ::signal(SIGPIPE, SIG_IGN);
@@ -188,6 +230,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   }
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::shared_ptr<gloo::rendezvous::Context> ring_context;
+  std::shared_ptr<gloo::rendezvous::Context> chunked_context;
   absl::Status status = GlooCall("rendezvous", [&] {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
@@ -220,6 +263,12 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     // contexts. The socket timeouts are the context timeout, so a silent
     // peer still fails after `timeout`.
     ring_context = connect(options.store_prefix + "_ring");
+    // Three or more ranks: the all-reduce is Gloo's chunked ring (see
+    // PieceRing), on async pairs of its own. Measured here: on the sync
+    // pairs its double-buffered sends of large pieces stalled until the
+    // timeout, and sharing the main context's pairs with the all-gathers
+    // stalled deterministic steps for seconds.
+    if (options.world_size > 2) chunked_context = connect(options.store_prefix + "_chunked");
     for (int peer = 0; peer < options.world_size; ++peer) {
       if (peer != options.rank) {
         ring_context->getPair(peer)->setSync(/*sync=*/true,
@@ -252,16 +301,19 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   if (!status.ok()) return status;
   return std::unique_ptr<GlooCommunicator>(
       new GlooCommunicator(options.rank, options.world_size,
-                           std::move(context), std::move(ring_context)));
+                           std::move(context), std::move(ring_context),
+                           std::move(chunked_context)));
 }
 
 GlooCommunicator::GlooCommunicator(int rank, int world_size,
                                    std::shared_ptr<gloo::Context> context,
-                                   std::shared_ptr<gloo::Context> ring_context)
+                                   std::shared_ptr<gloo::Context> ring_context,
+                                   std::shared_ptr<gloo::Context> chunked_context)
     : rank_(rank),
       world_size_(world_size),
       context_(std::move(context)),
-      ring_context_(std::move(ring_context)) {}
+      ring_context_(std::move(ring_context)),
+      chunked_context_(std::move(chunked_context)) {}
 
 GlooCommunicator::~GlooCommunicator() = default;
 
@@ -269,7 +321,7 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, int64_t count,
                                             void* /*stream*/) {
   if (context_ == nullptr || count == 0) return absl::OkStatus();
   absl::Status status = GlooCall("allreduce", [&] {
-    RunRingPieces(rings_, kMaxCachedRings, ring_context_, gloo::ReductionFunction<float>::sum, data, count);
+    RunRingPieces(rings_, kMaxCachedRings, AllReduceContext(), gloo::ReductionFunction<float>::sum, data, count);
   });
   // A failed ring may hold half-done transfers: never reuse one.
   if (!status.ok()) rings_.clear();
@@ -318,7 +370,7 @@ absl::Status GlooCommunicator::AllReduceSumBf16(float* data, int64_t count,
   NarrowToBf16(data, count, bf16_.data());
   absl::Status status = GlooCall("bf16 allreduce", [&] {
     // Pieces of the same element count as the fp32 ring's: half the bytes.
-    RunRingPieces(bf16_rings_, kMaxCachedRings, ring_context_, Bf16SumFunction(), bf16_.data(), count);
+    RunRingPieces(bf16_rings_, kMaxCachedRings, AllReduceContext(), Bf16SumFunction(), bf16_.data(), count);
   });
   if (!status.ok()) {
     bf16_rings_.clear();

@@ -51,7 +51,7 @@ namespace trainc {
 
 namespace gloo_internal {
 template <typename T>
-class ReboundAllreduceRing;  // gloo_communicator.cc
+class PieceRing;             // gloo_communicator.cc
 struct Bf16ReduceScatter;    // gloo_communicator.cc
 struct InPlaceAllgather;     // gloo_communicator.cc
 }  // namespace gloo_internal
@@ -76,7 +76,7 @@ class GlooCommunicator : public Communicator {
  public:
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
       const GlooOptions& options);
-  ~GlooCommunicator() override;  // out of line: ReboundAllreduceRing
+  ~GlooCommunicator() override;  // out of line: PieceRing
 
   std::string name() const override { return "gloo"; }
   int rank() const override { return rank_; }
@@ -98,7 +98,8 @@ class GlooCommunicator : public Communicator {
  private:
   GlooCommunicator(int rank, int world_size,
                    std::shared_ptr<gloo::Context> context,
-                   std::shared_ptr<gloo::Context> ring_context);
+                   std::shared_ptr<gloo::Context> ring_context,
+                   std::shared_ptr<gloo::Context> chunked_context);
 
   // Distinct element counts whose all-reduce state is kept (two buffers of
   // that count each); more than a training step's buckets plus the
@@ -109,17 +110,24 @@ class GlooCommunicator : public Communicator {
   const int world_size_;
   // AllGather, Broadcast, Barrier; null when world_size == 1.
   std::shared_ptr<gloo::Context> context_;
-  // AllReduceSum only: its pairs are in Gloo's sync mode (see Create).
+  // AllReduceSum (two ranks) and the small ZeRO-1 collectives: its pairs
+  // are in Gloo's sync mode (see Create).
   std::shared_ptr<gloo::Context> ring_context_;
+  // AllReduceSum with three or more ranks (Gloo's chunked ring; null with
+  // fewer).
+  std::shared_ptr<gloo::Context> chunked_context_;
+  const std::shared_ptr<gloo::Context>& AllReduceContext() const {
+    return chunked_context_ != nullptr ? chunked_context_ : ring_context_;
+  }
   // AllReduceSum's ring per element count (a piece of at most 4 MiB), built
   // on first use; collective: every rank builds it at the same call.
   absl::flat_hash_map<int64_t,
-                      std::unique_ptr<gloo_internal::ReboundAllreduceRing<float>>>
+                      std::unique_ptr<gloo_internal::PieceRing<float>>>
       rings_;
   // The same for bf16 gradients (uint16_t on the wire, summed in fp32),
   // and the bf16 copy of the bucket they reduce.
   absl::flat_hash_map<int64_t,
-                      std::unique_ptr<gloo_internal::ReboundAllreduceRing<uint16_t>>>
+                      std::unique_ptr<gloo_internal::PieceRing<uint16_t>>>
       bf16_rings_;
   std::vector<uint16_t> bf16_;
   // ReduceScatterSum's algorithm per (buffer, count): Gloo's halving-
