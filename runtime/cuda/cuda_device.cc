@@ -543,13 +543,19 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
       cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                      &epilogue, sizeof(epilogue)),
       "EPILOGUE"));
-  if (bias && ab != CUDA_R_32F) {
-    // The bias would otherwise be taken to have A's type.
+  if (bias) {
+    // f32 (D's type, the default, said outright for bf16 A and B). The
+    // pointer is fixed by Prepare; set now, the heuristic sees its
+    // alignment (64 bytes) rather than assuming a null one's.
     const cudaDataType_t bias_type = CUDA_R_32F;
     RETURN_IF_ERROR(lt_ok(
         cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                        &bias_type, sizeof(bias_type)),
         "BIAS_DATA_TYPE"));
+    RETURN_IF_ERROR(lt_ok(
+        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k.x[2],
+                                       sizeof(k.x[2])),
+        "BIAS_POINTER"));
   }
   RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, ab, in, out, in), "layout A"));
   RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.b, ab, in, rows, in), "layout B"));
