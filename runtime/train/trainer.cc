@@ -664,8 +664,8 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     step_losses.push_back(static_cast<float>(loss_sum));
     // With clipping or skip_nonfinite, the step's global gradient norm (the
     // same on every rank: it is computed from the reduced gradient), read
-    // from the device at most once per step, and only when a record or a
-    // line shows it, or to tell a skipped step.
+    // from the device once per step (4 bytes, after the step's own
+    // synchronisation) to tell a non-finite step at once.
     std::optional<double> step_grad_norm;
     auto grad_norm = [&]() -> absl::StatusOr<double> {
       if (!step_grad_norm) {
@@ -676,10 +676,19 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       return *step_grad_norm;
     };
     bool skipped = false;
-    if (plan.skip_nonfinite && grad_sq != nullptr) {
-      // The optimizers left the weights and their state alone (plan.h).
+    if (grad_sq != nullptr) {
+      // A non-finite norm: the optimizers left the weights and their state
+      // alone (plan.h). Without skip_nonfinite that is a divergence, found
+      // at its step (not at the next log line), as the same decision on
+      // every rank (the norm is the world's).
       ASSIGN_OR_RETURN(const double norm, grad_norm());
       skipped = !std::isfinite(norm);
+      if (skipped && !plan.skip_nonfinite) {
+        return absl::DataLossError(absl::StrFormat(
+            "step %d: the gradient norm is %s%s: training diverged; stopping "
+            "without saving (skip_nonfinite = true leaves such steps out)",
+            step, std::isnan(norm) ? "nan" : "inf", FirstNonFiniteGradient(plan, *device)));
+      }
       if (skipped) {
         ++summary.skipped_steps;
         if (++skipped_in_a_row >= kMaxSkippedInARow) {
@@ -784,15 +793,6 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       if (grad_sq != nullptr) {
         ASSIGN_OR_RETURN(last_grad_norm, grad_norm());
         norm = absl::StrFormat(" | grad norm %.3g", last_grad_norm);
-        // With clipping the optimizers already left this step out; without
-        // skip_nonfinite that is a divergence, not a skip.
-        if (!std::isfinite(last_grad_norm) && !plan.skip_nonfinite) {
-          return absl::DataLossError(absl::StrFormat(
-              "step %d: the gradient norm is %s%s: training diverged; stopping "
-              "without saving (skip_nonfinite = true leaves such steps out)",
-              step, std::isnan(last_grad_norm) ? "nan" : "inf",
-              FirstNonFiniteGradient(plan, *device)));
-        }
       }
       // Language models also count tokens (loss terms) per second.
       const std::string tokens =

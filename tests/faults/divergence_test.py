@@ -9,6 +9,7 @@ non-finite within a few steps.
     in a row, no non-finite weight is ever saved.
 """
 import os
+import re
 import unittest
 
 import numpy as np
@@ -35,6 +36,19 @@ class DivergenceTest(unittest.TestCase):
                                       r"training diverged")
         self.assertEqual(open(ckpt, "rb").read(), before,
                          "the good checkpoint must stay as it was")
+
+    def test_clipped_divergence_is_named_at_its_step(self):
+        # With clipping the optimizers leave a non-finite step out by
+        # themselves; without skip_nonfinite the run must still stop there,
+        # naming that step, not the next log line's (step 100 here).
+        e2e.need_fashion_mnist(self)
+        proc = e2e.train(e2e.EXAMPLE, "--gpus", 1, "--global_batch", 64, "--steps", 200,
+                         "--no-eval", "--lr", "1e10", "--clip_grad_norm", 1,
+                         "--log-every", 100, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        m = re.search(r"step (\d+): the gradient norm is (nan|inf)", proc.stdout)
+        self.assertIsNotNone(m, proc.stdout)
+        self.assertLess(int(m.group(1)), 100, proc.stdout)
 
     def test_skip_nonfinite_leaves_such_steps_out(self):
         # The same divergence with skip_nonfinite: every non-finite step is
