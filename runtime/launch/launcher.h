@@ -41,8 +41,10 @@ struct LaunchOptions {
   std::string executable = "/proc/self/exe";
   // A rank whose heartbeat is armed and silent this long is hung
   // (absl::ZeroDuration(): no watchdog). With the grace period, a hung job
-  // is gone within 30 s by default.
-  absl::Duration heartbeat_timeout = absl::Seconds(20);
+  // is gone within 20 s by default. Shorter than the communicators'
+  // timeouts (Gloo: 20 s): the frozen rank is named before a peer's
+  // collective gives up on it.
+  absl::Duration heartbeat_timeout = absl::Seconds(15);
   // Between SIGTERM and SIGKILL when stopping the ranks after one failed.
   absl::Duration grace_period = absl::Seconds(5);
   // The same when the launcher itself was asked to stop (SIGINT, SIGTERM,

@@ -241,7 +241,7 @@ TEST(LauncherTest, HungRankIsStoppedAfterTheTimeout) {
       << r.status;
   ASSERT_FALSE(r.status.ok());
   EXPECT_THAT(std::string(r.status.message()),
-              ::testing::MatchesRegex("rank 2 sent no heartbeat for 2\\.[0-9]*s "
+              ::testing::MatchesRegex("rank 2 sent no heartbeat for [0-9.]+s "
                                       "\\(hung\\?\\); stopping the other 2 rank\\(s\\)"));
   EXPECT_LT(r.elapsed, absl::Seconds(8));
   ExpectAllGone(r.pids);

@@ -5,7 +5,8 @@
 // without beating), --ignore_sigterm, --error_rank=R --error=TEXT (at
 // 200 ms prints "train: error: TEXT", then exits 1 after
 // --error_exit_delay_ms, as a rank slow to tear down), --peer_error_rank=R
-// (at 250 ms prints a "connection closed" error and exits 1),
+// (once the error rank has printed its error, or at 250 ms without
+// --pid_dir, prints a "connection closed" error and exits 1),
 // --sigpipe_rank=R (dies of SIGPIPE, as a rank writing to a peer that has
 // just been killed; with --crash_rank and --pid_dir, the crashing rank
 // waits for it to be dead before it dies, deaf to the launcher's SIGTERM,
@@ -105,11 +106,17 @@ int main(int argc, char** argv) {
         }
         std::fprintf(stderr, "\ntrain: error: %s\n", text.c_str());
         std::fflush(stderr);
+        if (!pid_dir.empty()) std::ofstream(pid_dir + "/errored") << rank << "\n";
         std::this_thread::sleep_for(
             std::chrono::milliseconds(IntFlag(argc, argv, "error_exit_delay_ms", 0)));
         return 1;
       }
-      if (rank == IntFlag(argc, argv, "peer_error_rank", -1) && elapsed >= 250) {
+      // After the error rank has printed its error (with --pid_dir: it says
+      // so in a file), so that the launcher sees the cause's words whatever
+      // the two ranks' start-up times.
+      const bool peer_may_fail =
+          pid_dir.empty() ? elapsed >= 250 : std::ifstream(pid_dir + "/errored").good();
+      if (rank == IntFlag(argc, argv, "peer_error_rank", -1) && peer_may_fail) {
         std::fprintf(stderr, "\ntrain: error: gloo: Connection closed by peer\n");
         return 1;
       }
