@@ -31,6 +31,12 @@ def children(pid):
     return kids
 
 
+def rank_of(pid):
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    return int(env[b"RANK"])
+
+
 def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -110,7 +116,7 @@ class FaultTest(unittest.TestCase):
                     break
             workers = children(proc.pid)
             self.assertEqual(len(workers), 2, workers)
-            victim = max(workers)  # started second: rank 1
+            victim = next(pid for pid in workers if rank_of(pid) == 1)
             os.kill(victim, how)
             start = time.monotonic()
             rest = proc.stdout.read()
