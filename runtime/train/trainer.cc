@@ -1036,6 +1036,9 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     log << absl::StrFormat("  skipped         %d step(s) with a non-finite gradient\n",
                            summary.skipped_steps);
   }
+  // The ranks leave together: one that closed its sockets while a peer was
+  // still finishing the last collective would fail that peer's run.
+  if (plan.world_size > 1) RETURN_IF_ERROR(host_comm->Barrier());
   return summary;
 }
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -42,6 +43,9 @@ void RunRanks(int world, const std::function<void(GlooCommunicator&)>& body) {
       EXPECT_EQ((*comm)->rank(), rank);
       EXPECT_EQ((*comm)->world_size(), world);
       body(**comm);
+      // Leave together, as the trainer does: a rank tearing its pairs down
+      // while a peer still finishes the last collective fails that peer.
+      EXPECT_TRUE((*comm)->Barrier().ok());
     });
   }
   for (std::thread& t : threads) t.join();
@@ -188,24 +192,69 @@ TEST(GlooCommunicatorTest, MissingPeerIsAnErrorNotAHang) {
 // A peer that dies between collectives (a killed rank) makes the next
 // collective an error here. Gloo writes to its sockets with writev(), so
 // without Create's SIGPIPE guard the write to the dead peer would kill this
-// process silently instead.
-TEST(GlooCommunicatorTest, DeadPeerIsAnErrorNotADeath) {
-  const std::string dir = FreshDir("dead_peer");
+// process silently instead. The peer is this test binary run afresh (a
+// forked copy of this process would inherit Gloo's state without its
+// threads): DISABLED_DeadPeer below, which joins as rank 1, waits for a
+// byte on the pipe this test holds, and exits.
+constexpr char kDeadPeerDirEnv[] = "TRAINC_TEST_DEAD_PEER_DIR";
+constexpr char kDeadPeerFdEnv[] = "TRAINC_TEST_DEAD_PEER_FD";
+
+TEST(GlooCommunicatorTest, DISABLED_DeadPeer) {
+  const char* dir = std::getenv(kDeadPeerDirEnv);
+  const char* fd = std::getenv(kDeadPeerFdEnv);
+  if (dir == nullptr || fd == nullptr) GTEST_SKIP() << "run by DeadPeerIsAnErrorNotADeath";
   GlooOptions options;
+  options.rank = 1;
   options.world_size = 2;
   options.file_store_dir = dir;
   options.timeout = absl::Seconds(10);
+  const bool ok = GlooCommunicator::Create(options).ok();
+  char byte;
+  const bool told = ::read(std::atoi(fd), &byte, 1) == 1;
+  ::_exit(ok && told ? 0 : 1);
+}
+
+// Starts DISABLED_DeadPeer as rank 1 of a fresh job and joins it as rank
+// 0; the peer exits as soon as this returns (its pipe is closed).
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> JoinDyingPeer(int* peer_status) {
+  const std::string dir = FreshDir("dead_peer");
+  int joined[2];
+  if (::pipe(joined) != 0) return absl::InternalError("pipe");
   const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // rank 1: joins, then dies without a word
-    options.rank = 1;
-    ::_exit(GlooCommunicator::Create(options).ok() ? 0 : 1);
+  if (child < 0) return absl::InternalError("fork");
+  if (child == 0) {
+    ::close(joined[1]);
+    ::setenv(kDeadPeerDirEnv, dir.c_str(), 1);
+    ::setenv(kDeadPeerFdEnv, std::to_string(joined[0]).c_str(), 1);
+    ::execl("/proc/self/exe", "gloo_communicator_test",
+            "--gtest_filter=GlooCommunicatorTest.DISABLED_DeadPeer",
+            "--gtest_also_run_disabled_tests", static_cast<char*>(nullptr));
+    ::_exit(127);
   }
+  ::close(joined[0]);
+  GlooOptions options;
   options.rank = 0;
+  options.world_size = 2;
+  options.file_store_dir = dir;
+  options.timeout = absl::Seconds(10);
   absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
       GlooCommunicator::Create(options);
+  (void)!::write(joined[1], "j", 1);  // rank 1 dies once rank 0 has joined
+  ::close(joined[1]);
+  if (::waitpid(child, peer_status, 0) != child) return absl::InternalError("waitpid");
+  return comm;
+}
+
+TEST(GlooCommunicatorTest, DeadPeerIsAnErrorNotADeath) {
+  // What is checked is the collective after the peer's death, not the
+  // rendezvous: two processes started together here were seen to lose
+  // their handshake now and then (Gloo: "Connection closed by peer"), so a
+  // failed join is tried again with a new job.
   int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm = JoinDyingPeer(&status);
+  for (int attempt = 1; attempt < 3 && !comm.ok(); ++attempt) {
+    comm = JoinDyingPeer(&status);
+  }
   ASSERT_TRUE(comm.ok()) << comm.status();
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   std::vector<float> data(1 << 20, 1.0f);
