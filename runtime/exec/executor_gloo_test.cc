@@ -196,6 +196,21 @@ TEST(ExecutorGlooTest, AllReduceOverlapsBackwardOnlyWhenAllowed) {
       EXPECT_GE(t.first_all_reduce_begin, t.last_backward_end) << "step " << step;
     }
   }
+  EXPECT_TRUE(SameBits(on[0].params, off[0].params));
+
+  // Rank 0 merges both ranks' parts into one Chrome trace.
+  const std::string path = ::testing::TempDir() + "/trace.json";
+  ASSERT_TRUE(MergeTraceParts(plan, {on[0].trace_part, on[1].trace_part}, steps,
+                              path)
+                  .ok());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string json = text.str();
+  EXPECT_EQ(json.rfind("{\"traceEvents\": [", 0), 0u);
+  EXPECT_NE(json.find("\"pid\": 1, \"tid\": 1"), std::string::npos);
+  EXPECT_NE(json.find(absl::StrCat("\"steps_traced\": ", steps)), std::string::npos);
+  EXPECT_NE(json.find("\"world_size\": 2"), std::string::npos);
 }
 
 }  // namespace
