@@ -984,7 +984,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     if (rank.rank == 0) {
       log << "checkpoint: " << options.save_path << " (step " << out.step << ")\n";
     }
-    RETURN_IF_ERROR(host_comm->Barrier());
+    // The other ranks wait for this write at the barrier below.
   }
 
   log << "\nsummary\n";
@@ -1036,8 +1036,9 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     log << absl::StrFormat("  skipped         %d step(s) with a non-finite gradient\n",
                            summary.skipped_steps);
   }
-  // The ranks leave together: one that closed its sockets while a peer was
-  // still finishing the last collective would fail that peer's run.
+  // The ranks leave together, after rank 0's --save: one that closed its
+  // sockets while a peer was still finishing the last collective would
+  // fail that peer's run.
   if (plan.world_size > 1) RETURN_IF_ERROR(host_comm->Barrier());
   return summary;
 }
