@@ -536,12 +536,9 @@ TEST(ExecutorCaptureTest, NextForwardGathersAreReplayedWithTheStep) {
         }
       }
       ASSERT_TRUE(executor.GatherParameters().ok());
-      for (int id : plan.parameter_buffers) {
-        const Buffer& b = plan.buffers[id];
-        std::vector<float> v(b.bytes / 4);
-        ASSERT_TRUE(device.Download(b.offset, v.data(), b.bytes).ok());
-        run.params.insert(run.params.end(), v.begin(), v.end());
-      }
+      absl::StatusOr<std::vector<float>> params = testing::DownloadParameters(plan, device);
+      ASSERT_TRUE(params.ok()) << params.status();
+      run.params = *std::move(params);
       run.capture = executor.capture();
     });
     return runs;

@@ -23,6 +23,7 @@ namespace trainc {
 namespace {
 
 using testing::CompileExample;
+using testing::DownloadParameters;
 using testing::InitParameters;
 using testing::SyntheticBatches;
 
@@ -76,12 +77,9 @@ Outcome Train(const Plan& plan) {
         ASSERT_TRUE(std::isfinite(*loss));
         losses[rank] += *loss;
       }
-      for (int id : plan.parameter_buffers) {
-        const Buffer& b = plan.buffers[id];
-        std::vector<float> v(b.bytes / 4);
-        ASSERT_TRUE(device.Download(b.offset, v.data(), b.bytes).ok());
-        out.params[rank].insert(out.params[rank].end(), v.begin(), v.end());
-      }
+      absl::StatusOr<std::vector<float>> params = DownloadParameters(plan, device);
+      ASSERT_TRUE(params.ok()) << params.status();
+      out.params[rank] = *std::move(params);
     });
   }
   for (std::thread& t : threads) t.join();

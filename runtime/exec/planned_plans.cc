@@ -39,6 +39,17 @@ absl::Status InitParameters(const Plan& plan, Device& device) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<float>> DownloadParameters(const Plan& plan, Device& device) {
+  std::vector<float> all;
+  for (int id : plan.parameter_buffers) {
+    const Buffer& b = plan.buffers[id];
+    std::vector<float> v(b.bytes / 4);
+    if (absl::Status s = device.Download(b.offset, v.data(), b.bytes); !s.ok()) return s;
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
 absl::Status SyntheticBatches::Fill(int micro_step, const Plan& plan, Device& device) {
   const int64_t global = rank_ * plan.accumulate + micro_step;
   for (size_t i = 0; i < plan.input_buffers.size(); ++i) {

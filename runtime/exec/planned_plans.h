@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,6 +26,9 @@ absl::StatusOr<Plan> CompileExample(const std::string& example,
 // Every parameter as its `init` says (uniform from one fixed seed, ones,
 // zeros), so that every rank and split starts from the same weights.
 absl::Status InitParameters(const Plan& plan, Device& device);
+
+// Every parameter of the plan, in plan order, one after another.
+absl::StatusOr<std::vector<float>> DownloadParameters(const Plan& plan, Device& device);
 
 // Deterministic data: what global micro-batch g of step s holds depends on
 // (s, g) only, whichever rank runs it. Labels are in [0, kClasses).

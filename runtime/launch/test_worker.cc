@@ -114,9 +114,8 @@ int main(int argc, char** argv) {
       // After the error rank has printed its error (with --pid_dir: it says
       // so in a file), so that the launcher sees the cause's words whatever
       // the two ranks' start-up times.
-      const bool peer_may_fail =
-          pid_dir.empty() ? elapsed >= 250 : std::ifstream(pid_dir + "/errored").good();
-      if (rank == IntFlag(argc, argv, "peer_error_rank", -1) && peer_may_fail) {
+      if (rank == IntFlag(argc, argv, "peer_error_rank", -1) &&
+          (pid_dir.empty() ? elapsed >= 250 : std::ifstream(pid_dir + "/errored").good())) {
         std::fprintf(stderr, "\ntrain: error: gloo: Connection closed by peer\n");
         return 1;
       }

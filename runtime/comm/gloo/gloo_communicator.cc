@@ -170,8 +170,8 @@ constexpr int64_t kMaxRingFloats = int64_t{1} << 20;
 
 // Runs the ring all-reduce over `data` in pieces of at most kMaxRingFloats
 // elements, each piece on the cached ring of its count (built on first
-// use). Bounded memory (each ring holds two buffers of its count): a cache
-// of `max_rings` is emptied first. Every rank evicts at the same call, since the
+// use). Bounded memory (each ring holds two or three buffers of its
+// count): a cache of `max_rings` is emptied first. Every rank evicts at the same call, since the
 // same counts arrive in the same order everywhere, so the slots of new
 // rings stay matched.
 template <typename T>

@@ -101,8 +101,8 @@ class GlooCommunicator : public Communicator {
                    std::shared_ptr<gloo::Context> ring_context,
                    std::shared_ptr<gloo::Context> chunked_context);
 
-  // Distinct element counts whose all-reduce state is kept (two buffers of
-  // that count each); more than a training step's buckets plus the
+  // Distinct element counts whose all-reduce state is kept (two or three
+  // buffers of that count each); more than a training step's buckets plus the
   // trainer's few host sums.
   static constexpr size_t kMaxCachedRings = 64;
 
