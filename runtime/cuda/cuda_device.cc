@@ -648,17 +648,12 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
   // bf16 operands: a bf16 GEMM into the f32 staging of y, the bias added
   // in f32, and the one rounding after both (RunKernel), as on the CPU.
   if (m.usable) {
+    // The bias pointer is in the descriptor since BuildLtMatmul.
     const float alpha = 1.0f, beta = 0.0f;
-    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    if (k.x[2] != nullptr) {
-      st = cublasLtMatmulDescSetAttribute(
-          m.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k.x[2], sizeof(k.x[2]));
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-      st = cublasLtMatmul(lt_, m.desc, &alpha, GemmOperand(k, 1), m.a, GemmOperand(k, 0), m.b,
-                          &beta, d, m.d, d, m.d, &m.algo, blas_workspace_,
-                          kBlasWorkspaceBytes, compute_);
-    }
+    const cublasStatus_t st =
+        cublasLtMatmul(lt_, m.desc, &alpha, GemmOperand(k, 1), m.a, GemmOperand(k, 0), m.b,
+                       &beta, d, m.d, d, m.d, &m.algo, blas_workspace_,
+                       kBlasWorkspaceBytes, compute_);
     // An algorithm the heuristic offered but the call rejects (nothing was
     // enqueued) is not fatal: this linear uses cublasGemmEx from now on.
     if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
