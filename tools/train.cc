@@ -22,12 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/frontend/did_you_mean.h"
 #include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/planner.h"
@@ -65,8 +67,8 @@ Override train { } fields (checked by the same rules as the file):
   --epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine PROFILE
   --deterministic true|false  --tf32 true|false  --precision fp32|bf16
   --checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR
-  (any train { } field name works as --FIELD VALUE, and so does a model
-  constant: --width 256 for `const width = 128`)
+  (any train { } field but optimizer and schedule works as --FIELD VALUE,
+  and so does a model constant: --width 256 for `const width = 128`)
 
 Run:
   --device cpu|cuda|auto  where to run (default auto: CUDA if a GPU is seen)
@@ -165,6 +167,34 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& path,
   return absl::OkStatus();
 }
 
+// train's own options (the train { } fields and model constants are
+// checked by the front end).
+const std::vector<std::string>& RunOptions() {
+  static const auto* options = new std::vector<std::string>{
+      "--compile-only", "--output",      "--device",     "--save",        "--init-from",
+      "--resume",       "--trace",       "--trace-steps", "--metrics",    "--no-metrics",
+      "--tensorboard",  "--no-overlap",  "--no-graph",   "--no-eval",     "--eval-every",
+      "--log-every",    "--blas-threads", "--comm",      "--rendezvous",  "--help"};
+  return *options;
+}
+
+// `--name` last on the line, with no value: a train { } field or model
+// constant would need one, so it is most likely a misspelt option.
+absl::Status UnknownOptionError(const std::string& name) {
+  std::vector<std::string> candidates = RunOptions();
+  for (const std::string& field : OverridableFields()) candidates.push_back("--" + field);
+  if (absl::c_linear_search(OverridableFields(), name.substr(2))) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": needs a value"));
+  }
+  const std::string match = frontend::ClosestMatch(name, candidates);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown option ", name,
+      match.empty() ? " (see --help; a train { } field or model constant takes a value: "
+                    : absl::StrCat(": did you mean ", match, "? (a train { } field or model "
+                                   "constant takes a value: "),
+      name, " VALUE)"));
+}
+
 absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
   Args args;
   std::vector<std::string> positional;
@@ -252,9 +282,11 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
       args.train.blas_threads = static_cast<int>(n);
     } else if (absl::StartsWith(name, "--")) {
       // A train { } field or a model constant: the front end checks the
-      // name (with a did-you-mean) and the value.
-      ASSIGN_OR_RETURN(std::string v, next());
-      args.overrides.emplace_back(name.substr(2), v);
+      // name (with a did-you-mean) and the value. Without a value it can
+      // only be a mistyped option.
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return UnknownOptionError(name);
+      args.overrides.emplace_back(name.substr(2), *v);
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown option ", name, " (see --help)"));

@@ -347,6 +347,7 @@ class TrainChecker {
     }
     if (const Setting* s = File("schedule")) {
       CheckSchedule(*s, &config_.schedule, sink_);
+      CheckWarmupFitsRun(*s);
     }
     if (const Setting* s = Effective("bucket_mb")) {
       CheckBucketMb(*s, &config_, sink_);
@@ -484,6 +485,14 @@ class TrainChecker {
     for (const auto& [raw_name, value] : overrides) {
       std::string name = raw_name;
       while (absl::StartsWith(name, "-")) name.erase(0, 1);
+      if (name == "optimizer" || name == "schedule") {
+        sink_.CommandLineError(
+            absl::StrCat("--", name, ": set in the file's train { } (", name, " = ",
+                         name == "optimizer" ? "adamw(lr = 1e-3)" : "cosine(warmup = 100)",
+                         "), not on the command line"),
+            name == "optimizer" ? "--lr overrides the optimizer's learning rate" : "");
+        continue;
+      }
       if (!Contains(OverridableFields(), name)) {
         std::string hint;
         const std::string match = ClosestMatch(name, OverridableFields());
@@ -501,6 +510,32 @@ class TrainChecker {
       }
       flags_.emplace(name, FlagSetting(name, value));
     }
+  }
+
+  // cosine(warmup = N) with N >= the run's steps never decays: every step
+  // is warm-up and the last runs at lr * steps / N, not 0. Allowed (a short
+  // --steps smoke test of a long recipe), but said where the schedule is.
+  // With epochs the step count is known once the data is read (the trainer
+  // warns then).
+  void CheckWarmupFitsRun(const Setting& schedule) {
+    const int64_t warmup = config_.schedule.warmup_steps;
+    if (config_.schedule.kind != ScheduleSpec::Kind::kCosine ||
+        config_.steps <= 0 || warmup < config_.steps || schedule.expr == nullptr) {
+      return;
+    }
+    const Setting* steps = Effective("steps");
+    std::string where;
+    if (steps != nullptr && steps->from_flag()) {
+      where = " from --steps";
+    } else if (steps != nullptr) {
+      where = absl::StrCat(" at line ", steps->name_span.line);
+    }
+    sink_.Warning(schedule.expr->span,
+                  absl::StrCat("cosine(warmup = ", warmup, ") is as long as the whole run of ",
+                               config_.steps, " steps", where,
+                               ": every step is warm-up, the last at lr * ", config_.steps, "/",
+                               warmup, ", and the cosine never starts"),
+                  "for a schedule that ends at 0, make warmup less than the run's steps");
   }
 
   // Exactly one of epochs / steps; a flag for one drops the file's other.

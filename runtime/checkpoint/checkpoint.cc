@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <random>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -26,7 +28,14 @@
 namespace trainc {
 namespace {
 
-constexpr char kFormat[] = "trainc-checkpoint-1";
+// The weights file says format = "pt" (PyTorch's tag) and trainc = this;
+// the training state beside it says format = kStateFormat. Checkpoints
+// before the split were one file with format = kSingleFileFormat.
+constexpr char kTraincKey[] = "trainc";
+constexpr char kWeightsFormat[] = "checkpoint-2";
+constexpr char kStateFormat[] = "trainc-training-state-2";
+constexpr char kSingleFileFormat[] = "trainc-checkpoint-1";
+constexpr char kStateExtension[] = ".train_state.safetensors";
 constexpr char kOptimizerPrefix[] = "optimizer.";
 
 // A tensor of the checkpoint and where it lives in the arena. Optimizer
@@ -140,7 +149,53 @@ absl::StatusOr<std::vector<std::vector<std::vector<char>>>> GatherStateSpans(
   return spans;
 }
 
+// A NaN or Inf would train to a NaN loss: refuse it, naming it.
+absl::Status CheckFinite(absl::Span<const char> data, const std::string& path,
+                         const std::string& name) {
+  const int64_t n = static_cast<int64_t>(data.size() / sizeof(float));
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, data.data() + i * sizeof(float), sizeof(float));
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor '", name, "' holds a non-finite value (", v, ") at element ", i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Uploads one tensor into the arena. Under ZeRO-1 an optimizer state tensor
+// contributes only the part inside this rank's shard of its span.
+absl::Status UploadSlot(const Plan& plan, Device& device, const Slot& slot,
+                        absl::Span<const char> data, int rank) {
+  if (plan.zero == 0 || slot.bucket < 0) {
+    return device.Upload(slot.offset, data.data(), data.size());
+  }
+  const Bucket& bucket = plan.buckets[slot.bucket];
+  const int64_t shard_begin = rank * bucket.shard_elems * 4;
+  const int64_t shard_end = shard_begin + bucket.shard_elems * 4;
+  const int64_t begin = std::max(slot.within, shard_begin);
+  const int64_t end = std::min(slot.within + slot.bytes, shard_end);
+  if (begin >= end) return absl::OkStatus();
+  const Buffer& span = plan.buffers[bucket.state_spans[slot.kind]];
+  return device.Upload(span.offset + (begin - shard_begin),
+                       data.data() + (begin - slot.within), end - begin);
+}
+
+// Ties a weights file to the training state written with it.
+std::string NewCheckpointId() {
+  std::random_device random;
+  return absl::StrFormat("%08x%08x%08x%08x", random(), random(), random(), random());
+}
+
 }  // namespace
+
+std::string TrainingStatePath(const std::string& weights_path) {
+  constexpr absl::string_view kExt = ".safetensors";
+  absl::string_view stem = weights_path;
+  if (absl::EndsWith(stem, kExt)) stem.remove_suffix(kExt.size());
+  return absl::StrCat(stem, kStateExtension);
+}
 
 absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, const TrainingState& state,
@@ -158,7 +213,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
   }
   if (sharding != nullptr && sharding->rank != 0) return absl::OkStatus();
   std::vector<std::vector<char>> data(slots.size());
-  std::vector<TensorRef> tensors;
+  std::vector<TensorRef> weights, optimizer;
   for (size_t i = 0; i < slots.size(); ++i) {
     const Slot& slot = slots[i];
     if (sharded && slot.bucket >= 0) {
@@ -168,10 +223,11 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
       data[i].resize(slot.bytes);
       RETURN_IF_ERROR(device.Download(slot.offset, data[i].data(), slot.bytes));
     }
-    tensors.push_back({slot.name, "F32", slot.shape, absl::Span<const char>(data[i])});
+    (slot.bucket >= 0 ? optimizer : weights)
+        .push_back({slot.name, "F32", slot.shape, absl::Span<const char>(data[i])});
   }
-  const std::map<std::string, std::string> metadata = {
-      {"format", kFormat},
+  const std::string state_path = TrainingStatePath(path);
+  std::map<std::string, std::string> metadata = {
       {"model", plan.model},
       {"step", absl::StrCat(state.step)},
       {"epoch", absl::StrCat(state.epoch)},
@@ -182,33 +238,104 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
       {"accumulate", absl::StrCat(plan.accumulate)},
       {"global_batch", absl::StrCat(plan.global_batch)},
       {"optimizer", plan.optimizer.kind},
+      {"checkpoint_id", NewCheckpointId()},
   };
-  return WriteSafetensorsFile(path, tensors, metadata);
+  // Both are written whole before either is renamed into place (a full
+  // disk leaves the previous pair as it was); the weights are renamed last,
+  // so a new weights file always has its state beside it.
+  std::map<std::string, std::string> state_metadata = metadata;
+  state_metadata["format"] = kStateFormat;
+  // The weights file is what other tools load: PyTorch's format tag (which
+  // transformers' loaders check), our own beside it.
+  metadata["format"] = "pt";
+  metadata[kTraincKey] = kWeightsFormat;
+  metadata["training_state"] = std::filesystem::path(state_path).filename().string();
+  return WriteSafetensorsFiles(
+      {{path, weights, metadata}, {state_path, optimizer, state_metadata}});
 }
+
+namespace {
+
+// The tensors a load takes from, by name, and the file each comes from.
+struct Sources {
+  std::vector<SafetensorsFile> files;
+  std::vector<std::string> paths;
+  absl::flat_hash_map<std::string, int> file_of;  // tensor name -> index
+};
+
+bool IsOurWeightsFile(const SafetensorsFile& file) {
+  auto it = file.metadata().find(kTraincKey);
+  return it != file.metadata().end() && it->second == kWeightsFormat;
+}
+
+bool IsSingleFileCheckpoint(const SafetensorsFile& file) {
+  auto it = file.metadata().find("format");
+  return it != file.metadata().end() && it->second == kSingleFileFormat;
+}
+
+// Reads a checkpoint's training state (optimizer tensors and where training
+// stands) beside the weights file at `path`, checking that the two were
+// written together.
+absl::StatusOr<SafetensorsFile> ReadTrainingState(const std::string& path,
+                                                  const SafetensorsFile& weights) {
+  const std::string state_path = TrainingStatePath(path);
+  std::error_code error;
+  if (!std::filesystem::exists(state_path, error)) {
+    return absl::NotFoundError(absl::StrCat(
+        path, ": its training state ", state_path,
+        " is missing (--resume needs both files; --init-from ", path,
+        " starts a new run from the weights alone)"));
+  }
+  ASSIGN_OR_RETURN(SafetensorsFile state, SafetensorsFile::Read(state_path));
+  auto format = state.metadata().find("format");
+  auto id = state.metadata().find("checkpoint_id");
+  auto want = weights.metadata().find("checkpoint_id");
+  if (format == state.metadata().end() || format->second != kStateFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        state_path, ": not a trainc training state (metadata 'format' is not '",
+        kStateFormat, "')"));
+  }
+  if (id == state.metadata().end() || want == weights.metadata().end() ||
+      id->second != want->second) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        state_path, " belongs to another checkpoint than ", path,
+        " (a run stopped between writing the two?); --init-from ", path,
+        " starts a new run from the weights alone"));
+  }
+  return state;
+}
+
+}  // namespace
 
 absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, TrainingState* state,
                             bool weights_only, int rank) {
-  ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Read(path));
-  auto format = file.metadata().find("format");
-  if (format == file.metadata().end() || format->second != kFormat) {
+  Sources sources;
+  ASSIGN_OR_RETURN(SafetensorsFile weights, SafetensorsFile::Read(path));
+  const bool single_file = IsSingleFileCheckpoint(weights);
+  if (!weights_only && !single_file && !IsOurWeightsFile(weights)) {
     // Still usable as weights (e.g. a file exported from PyTorch).
-    if (!weights_only) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": not a trainc checkpoint (metadata 'format' is not '",
-          kFormat, "'); use it with --init-from to load only the weights"));
-    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a trainc checkpoint (no metadata '", kTraincKey, "' = '",
+        kWeightsFormat, "'); use it with --init-from to load only the weights"));
   }
-
+  sources.files.push_back(std::move(weights));
+  sources.paths.push_back(path);
+  if (!weights_only && !single_file) {
+    ASSIGN_OR_RETURN(SafetensorsFile training, ReadTrainingState(path, sources.files[0]));
+    sources.files.push_back(std::move(training));
+    sources.paths.push_back(TrainingStatePath(path));
+  }
+  // Where training stands: in the training state, or in an old single file.
+  const SafetensorsFile& meta = sources.files.back();
+  const std::string& meta_path = sources.paths.back();
   TrainingState loaded;
   if (!weights_only) {
-    ASSIGN_OR_RETURN(loaded.step, MetadataInt(file, path, "step"));
-    ASSIGN_OR_RETURN(loaded.epoch, MetadataInt(file, path, "epoch"));
-    ASSIGN_OR_RETURN(loaded.step_in_epoch,
-                     MetadataInt(file, path, "step_in_epoch"));
-    ASSIGN_OR_RETURN(int64_t seed, MetadataInt(file, path, "seed"));
-    ASSIGN_OR_RETURN(int64_t global_batch,
-                     MetadataInt(file, path, "global_batch"));
+    ASSIGN_OR_RETURN(loaded.step, MetadataInt(meta, meta_path, "step"));
+    ASSIGN_OR_RETURN(loaded.epoch, MetadataInt(meta, meta_path, "epoch"));
+    ASSIGN_OR_RETURN(loaded.step_in_epoch, MetadataInt(meta, meta_path, "step_in_epoch"));
+    ASSIGN_OR_RETURN(int64_t seed, MetadataInt(meta, meta_path, "seed"));
+    ASSIGN_OR_RETURN(int64_t global_batch, MetadataInt(meta, meta_path, "global_batch"));
     if (seed != plan.seed || global_batch != plan.global_batch) {
       return absl::FailedPreconditionError(absl::StrCat(
           path, ": saved with seed ", seed, " and global batch ", global_batch,
@@ -220,56 +347,41 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
   ASSIGN_OR_RETURN(std::vector<Slot> slots, Slots(plan, !weights_only));
   absl::flat_hash_map<std::string, const Slot*> wanted;
   for (const Slot& slot : slots) wanted[slot.name] = &slot;
-  for (const auto& [name, tensor] : file.tensors()) {
-    if (wanted.contains(name)) continue;
-    if (weights_only && absl::StartsWith(name, kOptimizerPrefix)) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": tensor '", name, "' is not in the plan of model '",
-        plan.model, "' (a checkpoint of another model?)"));
+  for (size_t f = 0; f < sources.files.size(); ++f) {
+    for (const auto& [name, tensor] : sources.files[f].tensors()) {
+      if (wanted.contains(name)) {
+        sources.file_of[name] = static_cast<int>(f);
+        continue;
+      }
+      if (weights_only && absl::StartsWith(name, kOptimizerPrefix)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          sources.paths[f], ": tensor '", name, "' is not in the plan of model '",
+          plan.model, "' (a checkpoint of another model?)"));
+    }
   }
   // Check everything before uploading anything, so that a bad file leaves
   // the arena untouched.
   for (const Slot& slot : slots) {
-    const SafetensorsFile::Tensor* t = file.Find(slot.name);
-    if (t == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat(path, ": tensor '", slot.name, "' is missing"));
+    auto found = sources.file_of.find(slot.name);
+    if (found == sources.file_of.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          sources.paths[slot.bucket >= 0 ? sources.files.size() - 1 : 0], ": tensor '",
+          slot.name, "' is missing"));
     }
+    const SafetensorsFile& file = sources.files[found->second];
+    const std::string& file_path = sources.paths[found->second];
+    const SafetensorsFile::Tensor* t = file.Find(slot.name);
     if (t->dtype != "F32" || t->shape != slot.shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ": tensor '", slot.name, "' is ", t->dtype, "[",
+          file_path, ": tensor '", slot.name, "' is ", t->dtype, "[",
           absl::StrJoin(t->shape, ","), "], the plan has F32[",
           absl::StrJoin(slot.shape, ","), "]"));
     }
-    // A NaN or Inf would train to a NaN loss: refuse it, naming it.
-    absl::Span<const char> data = file.Data(*t);
-    const int64_t n = static_cast<int64_t>(data.size() / sizeof(float));
-    for (int64_t i = 0; i < n; ++i) {
-      float v;
-      std::memcpy(&v, data.data() + i * sizeof(float), sizeof(float));
-      if (!std::isfinite(v)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": tensor '", slot.name, "' holds a non-finite value (",
-            v, ") at element ", i));
-      }
-    }
+    RETURN_IF_ERROR(CheckFinite(file.Data(*t), file_path, slot.name));
   }
   for (const Slot& slot : slots) {
-    absl::Span<const char> data = file.Data(*file.Find(slot.name));
-    if (plan.zero == 0 || slot.bucket < 0) {
-      RETURN_IF_ERROR(device.Upload(slot.offset, data.data(), data.size()));
-      continue;
-    }
-    // ZeRO-1: the part of this tensor inside this rank's shard of the span.
-    const Bucket& bucket = plan.buckets[slot.bucket];
-    const int64_t shard_begin = rank * bucket.shard_elems * 4;
-    const int64_t shard_end = shard_begin + bucket.shard_elems * 4;
-    const int64_t begin = std::max(slot.within, shard_begin);
-    const int64_t end = std::min(slot.within + slot.bytes, shard_end);
-    if (begin >= end) continue;
-    const Buffer& span = plan.buffers[bucket.state_spans[slot.kind]];
-    RETURN_IF_ERROR(device.Upload(span.offset + (begin - shard_begin),
-                                  data.data() + (begin - slot.within), end - begin));
+    const SafetensorsFile& file = sources.files[sources.file_of.at(slot.name)];
+    RETURN_IF_ERROR(UploadSlot(plan, device, slot, file.Data(*file.Find(slot.name)), rank));
   }
   if (!weights_only && state != nullptr) *state = loaded;
   return absl::OkStatus();
@@ -355,21 +467,27 @@ absl::StatusOr<std::vector<std::string>> CheckpointsNewestFirst(const std::strin
 absl::Status PruneCheckpoints(const std::string& dir, int64_t keep) {
   absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> found = ListCheckpoints(dir);
   if (!found.ok()) return found.status();
-  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 0)); i < found->size(); ++i) {
+  const size_t kept = std::min(found->size(), static_cast<size_t>(std::max<int64_t>(keep, 0)));
+  std::set<std::string> keep_states;
+  for (size_t i = 0; i < kept; ++i) keep_states.insert(TrainingStatePath((*found)[i].second));
+  for (size_t i = kept; i < found->size(); ++i) {
     if (::unlink((*found)[i].second.c_str()) != 0 && errno != ENOENT) {
       return absl::InternalError(absl::StrCat("cannot delete the old checkpoint ",
                                               (*found)[i].second, ": ",
                                               std::strerror(errno)));
     }
   }
-  // Temporary files of writes a killed run never finished
-  // (<name>.tmp.XXXXXX, safetensors.h).
+  // Training states of deleted checkpoints (and of one whose weights a
+  // killed run never wrote), and temporary files of writes a killed run
+  // never finished (<name>.tmp.XXXXXX, safetensors.h).
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(kPrefix, 0) == 0 && name.find(std::string(kSuffix) + ".tmp.") != std::string::npos) {
-      std::filesystem::remove(entry.path(), error);
-    }
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    const bool temporary = name.find(std::string(kSuffix) + ".tmp.") != std::string::npos;
+    const bool state = absl::EndsWith(name, kStateExtension) &&
+                       keep_states.count(entry.path().string()) == 0;
+    if (temporary || state) std::filesystem::remove(entry.path(), error);
   }
   return absl::OkStatus();
 }

@@ -1,12 +1,23 @@
-// Training checkpoints: a plan's parameters and optimizer state, plus where
-// training stands, in one safetensors file.
+// Training checkpoints, as two safetensors files side by side (the way
+// Hugging Face's Trainer keeps model.safetensors beside optimizer.pt):
 //
-// Tensors, named as PyTorch names them so that other tools can read them:
-//   "h1.weight", "h1.bias", ...                 every parameter (F32)
-//   "optimizer.h1.weight.exp_avg", ".exp_avg_sq"  adamw state
-//   "optimizer.h1.weight.momentum_buffer"        sgd momentum
-// Metadata (strings): format, model, step, epoch, step_in_epoch, seed,
-// world_size, micro_batch, accumulate, global_batch, optimizer.
+//   X.safetensors              the model's parameters and nothing else,
+//                              named as PyTorch names them ("h1.weight"),
+//                              so load_state_dict(strict=True) takes them;
+//                              metadata format = "pt", trainc =
+//                              "checkpoint-2", where training stands
+//   X.train_state.safetensors  the optimizer state ("optimizer.h1.weight.
+//                              exp_avg", ".exp_avg_sq"; sgd:
+//                              ".momentum_buffer") and where training
+//                              stands: step, epoch, step_in_epoch, seed,
+//                              world_size, micro_batch, accumulate,
+//                              global_batch, optimizer
+//
+// Both carry one checkpoint_id, so a pair written by two runs is refused.
+// The training state is written first, each file atomically, so a weights
+// file under its final name always has its state. Old single-file
+// checkpoints (format "trainc-checkpoint-1", the optimizer state inside)
+// still load.
 //
 // The sampler is a pure function of (seed, epoch), so (epoch,
 // step_in_epoch) is the whole data position: resuming continues bit for bit.
@@ -35,7 +46,7 @@ struct TrainingState {
 };
 
 // ZeRO-1 (plan.zero): each rank holds one shard of every optimizer state
-// span. The file still holds whole tensors: SaveCheckpoint gathers them,
+// span. The training state still holds whole tensors: SaveCheckpoint gathers them,
 // LoadCheckpoint keeps this rank's shard, so a run resumes on another rank
 // count.
 struct Sharding {
@@ -45,7 +56,8 @@ struct Sharding {
       all_gather;
 };
 
-// Synchronizes `device`, then writes atomically (see safetensors.h). Call
+// Synchronizes `device`, then writes `path` and TrainingStatePath(path),
+// each atomically (see safetensors.h). Call
 // on one rank: every rank holds the same weights after a step. A ZeRO-1
 // plan needs `sharding`, and then every rank calls it (the state is
 // gathered) and rank 0 writes.
@@ -53,9 +65,15 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, const TrainingState& state,
                             const Sharding* sharding = nullptr);
 
+// The training state file that goes with a weights file:
+// "a/step-5.safetensors" -> "a/step-5.train_state.safetensors".
+std::string TrainingStatePath(const std::string& weights_path);
+
 // Uploads the checkpoint's parameters into the plan's arena. Every rank
 // loads the same file (or rank 0 loads and broadcasts the parameters). Unless
-// `weights_only` (--init-from), also the optimizer state, and sets *state.
+// `weights_only` (--init-from), also the optimizer state from the training
+// state file beside `path` (or from `path` itself, an old single-file
+// checkpoint), and sets *state.
 // Every parameter (and state tensor) must be present with the plan's shape
 // and dtype; a tensor the plan does not have is an error too (the wrong
 // model), except optimizer state when `weights_only`.
@@ -79,8 +97,9 @@ absl::Status PrepareCheckpointFolder(const std::string& dir);
 // are none. Fails when `dir` cannot be read.
 absl::StatusOr<std::vector<std::string>> CheckpointsNewestFirst(const std::string& dir);
 
-// Deletes all but the newest `keep` checkpoints of `dir`, and temporary
-// files left by writes that never finished (a killed run).
+// Deletes all but the newest `keep` checkpoints of `dir` (both files), and
+// training states and temporary files left by writes that never finished
+// (a killed run).
 absl::Status PruneCheckpoints(const std::string& dir, int64_t keep);
 
 }  // namespace trainc

@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -101,7 +103,16 @@ TEST(CheckpointTest, RoundTripRestoresWeightsStateAndPosition) {
   }
 }
 
-TEST(CheckpointTest, NamesFollowPyTorch) {
+std::vector<std::string> TensorNames(const SafetensorsFile& file) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : file.tensors()) names.push_back(name);
+  return names;
+}
+
+// The weights file holds the parameters and nothing else (what
+// load_state_dict(strict=True) wants), tagged as PyTorch's; the optimizer
+// state goes to the training state beside it.
+TEST(CheckpointTest, WeightsFileHoldsOnlyParametersNamedAsPyTorch) {
   Plan plan = TinyPlan();
   HostTestDevice device;
   FillArena(&device, plan.arena_bytes);
@@ -109,19 +120,24 @@ TEST(CheckpointTest, NamesFollowPyTorch) {
   ASSERT_TRUE(SaveCheckpoint(path, plan, device, {}).ok());
   auto file = SafetensorsFile::Read(path);
   ASSERT_TRUE(file.ok());
-  std::vector<std::string> names;
-  for (const auto& [name, t] : file->tensors()) names.push_back(name);
-  EXPECT_THAT(names, ::testing::ElementsAre(
-                         "h1.bias", "h1.weight", "optimizer.h1.bias.exp_avg",
-                         "optimizer.h1.bias.exp_avg_sq",
-                         "optimizer.h1.weight.exp_avg",
-                         "optimizer.h1.weight.exp_avg_sq"));
-  // exp_avg of h1.bias is the m span at h1.bias's offset in the span.
-  float first;
-  std::memcpy(&first, file->Data(*file->Find("optimizer.h1.bias.exp_avg")).data(), 4);
-  EXPECT_EQ(first, *device.At<float>(128 + 64));
+  EXPECT_THAT(TensorNames(*file), ::testing::ElementsAre("h1.bias", "h1.weight"));
+  EXPECT_EQ(file->metadata().at("format"), "pt");
   EXPECT_EQ(file->metadata().at("model"), "tiny");
   EXPECT_EQ(file->metadata().at("world_size"), "2");
+  EXPECT_EQ(file->metadata().at("training_state"), "names.train_state.safetensors");
+
+  EXPECT_EQ(TrainingStatePath(path), TempPath("names.train_state.safetensors"));
+  auto state = SafetensorsFile::Read(TrainingStatePath(path));
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_THAT(TensorNames(*state),
+              ::testing::ElementsAre("optimizer.h1.bias.exp_avg", "optimizer.h1.bias.exp_avg_sq",
+                                     "optimizer.h1.weight.exp_avg",
+                                     "optimizer.h1.weight.exp_avg_sq"));
+  // exp_avg of h1.bias is the m span at h1.bias's offset in the span.
+  float first;
+  std::memcpy(&first, state->Data(*state->Find("optimizer.h1.bias.exp_avg")).data(), 4);
+  EXPECT_EQ(first, *device.At<float>(128 + 64));
+  EXPECT_EQ(state->metadata().at("checkpoint_id"), file->metadata().at("checkpoint_id"));
 }
 
 TEST(CheckpointTest, SgdMomentumBuffer) {
@@ -130,9 +146,96 @@ TEST(CheckpointTest, SgdMomentumBuffer) {
   FillArena(&device, plan.arena_bytes);
   const std::string path = TempPath("sgd.safetensors");
   ASSERT_TRUE(SaveCheckpoint(path, plan, device, {}).ok());
-  auto file = SafetensorsFile::Read(path);
+  auto file = SafetensorsFile::Read(TrainingStatePath(path));
   ASSERT_TRUE(file.ok());
   EXPECT_NE(file->Find("optimizer.h1.weight.momentum_buffer"), nullptr);
+}
+
+// A checkpoint from before the split: one file, the optimizer state inside.
+TEST(CheckpointTest, OldSingleFileCheckpointStillResumes) {
+  Plan plan = TinyPlan();
+  HostTestDevice saved;
+  FillArena(&saved, plan.arena_bytes);
+  const std::string split = TempPath("to_merge.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(split, plan, saved, {9, 1, 4}).ok());
+  auto weights = SafetensorsFile::Read(split);
+  auto state = SafetensorsFile::Read(TrainingStatePath(split));
+  ASSERT_TRUE(weights.ok() && state.ok());
+  std::vector<TensorRef> all;
+  for (const SafetensorsFile* f : {&*weights, &*state}) {
+    for (const auto& [name, t] : f->tensors()) all.push_back({name, t.dtype, t.shape, f->Data(t)});
+  }
+  std::map<std::string, std::string> metadata = state->metadata();
+  metadata["format"] = "trainc-checkpoint-1";
+  metadata.erase("checkpoint_id");
+  const std::string old = TempPath("old.safetensors");
+  ASSERT_TRUE(WriteSafetensorsFile(old, all, metadata).ok());
+
+  HostTestDevice restored;
+  ASSERT_TRUE(restored.AllocateArena(plan.arena_bytes).ok());
+  TrainingState position;
+  const absl::Status loaded = LoadCheckpoint(old, plan, restored, &position, false);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_EQ(position.step, 9);
+  EXPECT_EQ(position.step_in_epoch, 4);
+  for (int64_t base : {0, 128, 256}) {
+    EXPECT_EQ(std::memcmp(saved.At<char>(base), restored.At<char>(base), 24), 0);
+  }
+}
+
+TEST(CheckpointTest, ResumeNeedsTheTrainingStateWrittenWithTheWeights) {
+  Plan plan = TinyPlan();
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string a = TempPath("pair_a.safetensors"), b = TempPath("pair_b.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(a, plan, device, {2, 0, 2}).ok());
+  ASSERT_TRUE(SaveCheckpoint(b, plan, device, {3, 0, 3}).ok());
+  TrainingState state;
+
+  // Another checkpoint's state beside the weights: refused, naming both.
+  std::filesystem::copy_file(TrainingStatePath(b), TrainingStatePath(a),
+                             std::filesystem::copy_options::overwrite_existing);
+  absl::Status foreign = LoadCheckpoint(a, plan, device, &state, false);
+  EXPECT_EQ(foreign.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(foreign.message()),
+              HasSubstr("pair_a.train_state.safetensors belongs to another checkpoint than"));
+
+  // No state at all: refused, saying what --init-from would do.
+  std::filesystem::remove(TrainingStatePath(a));
+  absl::Status missing = LoadCheckpoint(a, plan, device, &state, false);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.message()),
+              HasSubstr("its training state " + TrainingStatePath(a) + " is missing"));
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("--init-from"));
+  // The weights alone still start a run.
+  EXPECT_TRUE(LoadCheckpoint(a, plan, device, &state, true).ok());
+}
+
+TEST(CheckpointTest, PruneDeletesBothFilesAndOrphanedStates) {
+  Plan plan = TinyPlan();
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string dir = TempPath("prune");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(PrepareCheckpointFolder(dir).ok());
+  for (int64_t step : {1, 2, 3}) {
+    ASSERT_TRUE(SaveCheckpoint(CheckpointPath(dir, step), plan, device, {step, 0, step}).ok());
+  }
+  // A run killed between the two renames of step 4 left only its state.
+  std::filesystem::copy_file(TrainingStatePath(CheckpointPath(dir, 3)),
+                             TrainingStatePath(CheckpointPath(dir, 4)));
+  ASSERT_TRUE(PruneCheckpoints(dir, 2).ok());
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    left.push_back(entry.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_THAT(left, ::testing::ElementsAre(
+                        "step-00000002.safetensors", "step-00000002.train_state.safetensors",
+                        "step-00000003.safetensors", "step-00000003.train_state.safetensors"));
+  auto newest = CheckpointsNewestFirst(dir);
+  ASSERT_TRUE(newest.ok());
+  EXPECT_THAT(*newest, ::testing::ElementsAre(CheckpointPath(dir, 3), CheckpointPath(dir, 2)));
 }
 
 TEST(CheckpointTest, WeightsOnlyIgnoresOptimizerStateAndPosition) {
@@ -269,6 +372,7 @@ TEST(CheckpointTest, FailedSaveLeavesThePreviousCheckpointIntact) {
         << "at " << base;
   }
   EXPECT_THAT(TempFilesOf(path), ::testing::IsEmpty());
+  EXPECT_THAT(TempFilesOf(TrainingStatePath(path)), ::testing::IsEmpty());
 
   // Once there is room again, the save goes through.
   ASSERT_TRUE(SaveCheckpoint(path, plan, device, {4, 1, 3}).ok());

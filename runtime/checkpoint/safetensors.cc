@@ -90,8 +90,9 @@ absl::Status WriteAll(int fd, const char* data, size_t n,
   return absl::OkStatus();
 }
 
-// Writes to `path` atomically; `write` fills the open file descriptor.
-absl::Status WriteFileAtomically(
+// Writes a whole temporary file beside `path` (`write` fills the open file
+// descriptor), fsynced, and returns its name; nothing is renamed yet.
+absl::StatusOr<std::string> WriteTemporaryFile(
     const std::string& path,
     const std::function<absl::Status(int fd, const std::string& tmp)>& write) {
   std::string tmp = path + ".tmp.XXXXXX";
@@ -104,14 +105,20 @@ absl::Status WriteFileAtomically(
   if (status.ok() && ::chmod(tmp.c_str(), 0644) != 0) {
     status = ErrnoError("chmod failed", tmp);
   }
-  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError("cannot rename the temporary file into place", path);
-  }
   if (!status.ok()) {
     ::unlink(tmp.c_str());
     return status;
   }
-  // Make the rename itself durable.
+  return tmp;
+}
+
+// Renames a finished temporary file into place, durably.
+absl::Status CommitTemporaryFile(const std::string& tmp, const std::string& path) {
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    absl::Status status = ErrnoError("cannot rename the temporary file into place", path);
+    ::unlink(tmp.c_str());
+    return status;
+  }
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   if (dir.empty()) dir = "/";
@@ -167,17 +174,47 @@ absl::StatusOr<std::string> SerializeSafetensors(
 absl::Status WriteSafetensorsFile(
     const std::string& path, const std::vector<TensorRef>& tensors,
     const std::map<std::string, std::string>& metadata) {
-  ASSIGN_OR_RETURN(std::string header, BuildHeader(tensors, metadata));
-  return WriteFileAtomically(
-      path, [&](int fd, const std::string& tmp) -> absl::Status {
-        const std::string prefix = LengthPrefix(header.size());
+  return WriteSafetensorsFiles({{path, tensors, metadata}});
+}
+
+absl::Status WriteSafetensorsFiles(const std::vector<SafetensorsOutput>& files) {
+  std::vector<std::string> temporaries;
+  absl::Status status;
+  for (const SafetensorsOutput& file : files) {
+    absl::StatusOr<std::string> header = BuildHeader(file.tensors, file.metadata);
+    absl::StatusOr<std::string> tmp;
+    if (!header.ok()) {
+      tmp = header.status();
+    } else {
+      tmp = WriteTemporaryFile(file.path, [&](int fd, const std::string& tmp) -> absl::Status {
+        const std::string prefix = LengthPrefix(header->size());
         RETURN_IF_ERROR(WriteAll(fd, prefix.data(), prefix.size(), tmp));
-        RETURN_IF_ERROR(WriteAll(fd, header.data(), header.size(), tmp));
-        for (const TensorRef& t : tensors) {
+        RETURN_IF_ERROR(WriteAll(fd, header->data(), header->size(), tmp));
+        for (const TensorRef& t : file.tensors) {
           RETURN_IF_ERROR(WriteAll(fd, t.data.data(), t.data.size(), tmp));
         }
         return absl::OkStatus();
       });
+    }
+    if (!tmp.ok()) {
+      status = tmp.status();
+      break;
+    }
+    temporaries.push_back(*tmp);
+  }
+  if (!status.ok()) {
+    for (const std::string& tmp : temporaries) ::unlink(tmp.c_str());
+    return status;
+  }
+  // The first file last: its name under its final name marks the set whole.
+  for (size_t i = files.size(); i-- > 0;) {
+    absl::Status committed = CommitTemporaryFile(temporaries[i], files[i].path);
+    if (!committed.ok()) {
+      for (size_t j = 0; j < i; ++j) ::unlink(temporaries[j].c_str());
+      return committed;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {

@@ -46,6 +46,18 @@ absl::Status WriteSafetensorsFile(
     const std::string& path, const std::vector<TensorRef>& tensors,
     const std::map<std::string, std::string>& metadata);
 
+// Several files written as one: every file is written whole to a temporary
+// beside it first (in the order given), and only then are they renamed into
+// place, the first one last, so that the first file under its final name
+// means the others are there too. A write that fails (a full disk) leaves
+// every old file as it was.
+struct SafetensorsOutput {
+  std::string path;
+  std::vector<TensorRef> tensors;
+  std::map<std::string, std::string> metadata;
+};
+absl::Status WriteSafetensorsFiles(const std::vector<SafetensorsOutput>& files);
+
 class SafetensorsFile {
  public:
   struct Tensor {

@@ -1,5 +1,7 @@
 #include "runtime/train/schedule.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
 
 namespace trainc {
@@ -20,6 +22,26 @@ TEST(Schedule, CosineWarmsUpThenDecaysToZero) {
   EXPECT_NEAR(LearningRateAt(s, 1.0, 60, 110), 0.5, 1e-12);
   EXPECT_NEAR(LearningRateAt(s, 1.0, 110, 110), 0.0, 1e-12);
   EXPECT_NEAR(LearningRateAt(s, 1.0, 200, 110), 0.0, 1e-12);
+}
+
+// Hugging Face's get_cosine_schedule_with_warmup, written from its
+// documented formula: the optimizer's k-th step (1-based) runs at
+// lambda(k - 1). Ours is the same curve one step earlier: step k at
+// lambda(k), so the last step is at 0 (the README says so).
+TEST(Schedule, CosineIsHuggingFacesOneStepEarlier) {
+  const int64_t warmup = 10, total = 110;
+  auto hf_lambda = [&](int64_t s) {
+    if (s < warmup) return static_cast<double>(s) / warmup;
+    const double progress = static_cast<double>(s - warmup) / (total - warmup);
+    return 0.5 * (1.0 + std::cos(M_PI * progress));
+  };
+  ScheduleConfig s;
+  s.kind = "cosine";
+  s.warmup_steps = warmup;
+  for (int64_t k = 1; k <= total; ++k) {
+    EXPECT_NEAR(LearningRateAt(s, 1.0, k, total), hf_lambda(k), 1e-12) << "step " << k;
+  }
+  EXPECT_GT(hf_lambda(total - 1), 0.0);  // Hugging Face's last step still moves
 }
 
 TEST(Schedule, CosineWithoutWarmupStartsNearBase) {

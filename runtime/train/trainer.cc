@@ -532,6 +532,16 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
   const int64_t total_epochs =
       (total_steps + steps_per_epoch - 1) / steps_per_epoch;
   const int64_t dropped = train.size() - steps_per_epoch * plan.global_batch;
+  if (plan.schedule.kind == "cosine" && plan.schedule.warmup_steps >= total_steps) {
+    // With `steps` the compiler warns at the setting; with epochs the step
+    // count is known only now.
+    log << absl::StrFormat(
+        "warning: %s: schedule = cosine(warmup = %d) is as long as the whole run of %d "
+        "steps (%d epoch(s) of %d): every step is warm-up, the last at lr * %d/%d, and "
+        "the cosine never starts\n",
+        plan.source, plan.schedule.warmup_steps, total_steps, plan.epochs, steps_per_epoch,
+        total_steps, plan.schedule.warmup_steps);
+  }
 
   // Weights.
   TrainingState state;

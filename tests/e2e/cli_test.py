@@ -1,5 +1,6 @@
 """The train command as a user meets it: --help, --compile-only, errors,
 a short real training run with evaluation and a summary."""
+import json
 import os
 import unittest
 
@@ -39,6 +40,56 @@ class CliTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("--gpsu: unknown flag", proc.stdout)
         self.assertIn("did you mean '--gpus'?", proc.stdout)
+        # Last on the line, with no value: not a field, so a mistyped option.
+        proc = e2e.train(e2e.EXAMPLE, "--bogus", check=False)
+        self.assertEqual(proc.returncode, 2)  # a usage error
+        self.assertIn("unknown option --bogus", proc.stdout)
+        self.assertNotIn("needs a value", proc.stdout)
+        proc = e2e.train(e2e.EXAMPLE, "--no-evl", check=False)
+        self.assertIn("unknown option --no-evl: did you mean --no-eval?", proc.stdout)
+        # A field that does need its value says so.
+        proc = e2e.train(e2e.EXAMPLE, "--steps", check=False)
+        self.assertIn("--steps: needs a value", proc.stdout)
+        # optimizer and schedule are calls, set in the file: --help says so.
+        proc = e2e.train(e2e.EXAMPLE, "--optimizer", "sgd(lr = 0.1)", check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("--optimizer: set in the file's train { }", proc.stdout)
+        self.assertIn("--lr overrides", proc.stdout)
+        self.assertIn("but optimizer and schedule", e2e.train("--help").stdout)
+
+    def test_a_warmup_as_long_as_the_run_is_said(self):
+        # cosine(warmup = N) with N >= the run's steps never decays: allowed
+        # (a short smoke test of a long recipe), with a warning.
+        e2e.need_fashion_mnist(self)
+        with open(e2e.EXAMPLE) as f:
+            text = f.read()
+        d = e2e.tmpdir()
+        path = os.path.join(d, "warm.train")
+        with open(path, "w") as f:
+            # fashion_mlp's data folder is absolute; 1 epoch is 234 steps.
+            f.write(text.replace("  seed        = 0",
+                                 "  seed        = 0\n  schedule    = cosine(warmup = 234)"))
+        # With --steps the compiler knows the length: at the setting.
+        proc = e2e.train(path, "--device", "cpu", "--gpus", 1, "--accumulate", 4, "--steps", 3,
+                         "--no-eval", "--log-every", 1, "--metrics", f"{d}/w.jsonl")
+        self.assertIn("warm.train:30:17: warning: cosine(warmup = 234) is as long as the whole "
+                      "run of 3 steps from --steps: every step is warm-up, the last at "
+                      "lr * 3/234", proc.stdout)
+        with open(f"{d}/w.jsonl") as f:
+            lrs = [r["lr"] for r in map(json.loads, f) if r["kind"] == "train"]
+        self.assertEqual(len(lrs), 3)
+        for k, lr in enumerate(lrs, 1):
+            self.assertAlmostEqual(lr, 1e-3 * k / 234, delta=1e-12)
+        # With epochs, the trainer says so once it has read the data.
+        proc = e2e.train(path, "--device", "cpu", "--gpus", 1, "--accumulate", 4, "--epochs", 1,
+                         "--no-eval", "--log-every", 1000)
+        self.assertIn("is as long as the whole run of 234 steps (1 epoch(s) of 234)",
+                      proc.stdout)
+        self.assertLess(proc.stdout.index("warning:"), proc.stdout.index("training fashion_mlp"))
+        # One step more is a plain cosine that ends at 0: no warning.
+        proc = e2e.train(path, "--device", "cpu", "--gpus", 1, "--accumulate", 4, "--steps", 235,
+                         "--no-eval", "--log-every", 1000)
+        self.assertNotIn("warning", proc.stdout)
 
     def test_more_gpus_than_present_is_an_error_before_work(self):
         proc = e2e.train(e2e.EXAMPLE, "--device", "cuda", check=False)

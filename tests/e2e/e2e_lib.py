@@ -135,6 +135,23 @@ def read_safetensors(path):
     return out, meta
 
 
+def training_state_path(path):
+    """The training state file beside a checkpoint's weights file."""
+    stem = path[:-len(".safetensors")] if path.endswith(".safetensors") else path
+    return stem + ".train_state.safetensors"
+
+
+def read_checkpoint(path):
+    """A trainc checkpoint whole: the weights file's tensors and those of
+    the training state beside it (optimizer.<name>.exp_avg ...), and the
+    weights file's metadata."""
+    tensors, meta = read_safetensors(path)
+    state = training_state_path(path)
+    if os.path.exists(state):
+        tensors.update(read_safetensors(state)[0])
+    return tensors, meta
+
+
 def need_fashion_mnist(test):
     if not os.path.exists(FASHION):
         test.skipTest("Fashion-MNIST is not installed (dataset-fashion-mnist)")

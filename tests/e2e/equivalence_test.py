@@ -47,7 +47,7 @@ def run_split(gpus, accumulate, deterministic):
               accumulate, "--micro_batch", 64, "--steps", 20, "--no-eval",
               "--deterministic", "true" if deterministic else "false",
               "--save", out)
-    return e2e.read_safetensors(out)[0]
+    return e2e.read_checkpoint(out)[0]
 
 
 class EquivalenceTest(unittest.TestCase):
@@ -83,7 +83,7 @@ class EquivalenceTest(unittest.TestCase):
         out = os.path.join(e2e.tmpdir(), "zero.safetensors")
         e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 1, "--accumulate",
                   4, "--steps", 1, "--no-eval", "--save", out)
-        one_step = e2e.read_safetensors(out)[0]
+        one_step = e2e.read_checkpoint(out)[0]
         self.assertGreater(np.max(np.abs(trained["h1.weight"] -
                                          one_step["h1.weight"])), 1e-4)
 
@@ -190,7 +190,7 @@ class PyTorchReferenceTest(unittest.TestCase):
                   "--accumulate", accumulate, "--micro_batch", 64,
                   "--steps", REF_STEPS, "--no-eval", "--init-from",
                   self.init_path, "--save", out)
-        tensors = e2e.read_safetensors(out)[0]
+        tensors = e2e.read_checkpoint(out)[0]
         return e2e.parameters_of(tensors)
 
     def assert_matches(self, got, ref, what):

@@ -16,7 +16,7 @@ def run(device, d, *extra):
     proc = e2e.train(e2e.EXAMPLE, "--device", device, "--gpus", 1,
                      "--accumulate", 4, "--steps", 20, "--no-eval",
                      "--save", out, *extra)
-    return e2e.read_safetensors(out)[0], proc.stdout
+    return e2e.read_checkpoint(out)[0], proc.stdout
 
 
 class GpuTest(unittest.TestCase):

@@ -43,8 +43,8 @@ class MpiTest(unittest.TestCase):
             mpi = f"{self.dir}/mpi{zero}.safetensors"
             e2e.train(*common, "--save", local)
             mpirun(2, *common, "--save", mpi)
-            e2e.assert_same_bits(self, e2e.read_safetensors(mpi)[0],
-                                 e2e.read_safetensors(local)[0],
+            e2e.assert_same_bits(self, e2e.read_checkpoint(mpi)[0],
+                                 e2e.read_checkpoint(local)[0],
                                  f"zero {zero}: mpirun vs local launcher")
 
     def test_mpi_without_mpirun_is_an_error(self):

@@ -1,11 +1,21 @@
 """--save / --resume: a run stopped after step 10 and resumed ends bit for
-bit where an uninterrupted 20-step run ends (weights and optimizer state)."""
+bit where an uninterrupted 20-step run ends (weights and optimizer state),
+and the --save file is a PyTorch state dict: Debian's PyTorch loads it with
+load_state_dict(strict=True) into the .train file's model and gets trainc's
+eval loss."""
+import json
 import os
 import unittest
 
 import numpy as np
 
 import e2e_lib as e2e
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
 
 
 class ResumeTest(unittest.TestCase):
@@ -22,8 +32,8 @@ class ResumeTest(unittest.TestCase):
                         f"{d}/half.safetensors", "--save",
                         f"{d}/resumed.safetensors")
         self.assertIn("resumed from", out.stdout)
-        full, meta = e2e.read_safetensors(f"{d}/full.safetensors")
-        resumed, meta2 = e2e.read_safetensors(f"{d}/resumed.safetensors")
+        full, meta = e2e.read_checkpoint(f"{d}/full.safetensors")
+        resumed, meta2 = e2e.read_checkpoint(f"{d}/resumed.safetensors")
         self.assertEqual(meta.get("step"), "20")
         self.assertEqual(meta2.get("step"), "20")
         self.assertEqual(sorted(full), sorted(resumed))
@@ -36,9 +46,51 @@ class ResumeTest(unittest.TestCase):
         d = e2e.tmpdir()
         e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 1, "--steps", 1,
                   "--no-eval", "--save", f"{d}/w.safetensors")
-        w, _ = e2e.read_safetensors(f"{d}/w.safetensors")
+        w, _ = e2e.read_checkpoint(f"{d}/w.safetensors")
         self.assertEqual(w["h1.weight"].shape, (256, 784))   # nn.Linear [out, in]
         self.assertEqual(w["logits.bias"].shape, (10,))
+
+
+class PyTorchLoadsTheSaveFileTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        e2e.need_torch_reference(torch)
+
+    def test_load_state_dict_strict_gives_trainc_eval_loss(self):
+        d = e2e.tmpdir()
+        save = f"{d}/mlp.safetensors"
+        e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 1, "--steps", 30, "--save", save,
+                  "--metrics", f"{d}/mlp.jsonl")
+        with open(f"{d}/mlp.jsonl") as f:
+            evals = [r for r in map(json.loads, f) if r["kind"] == "eval"]
+        self.assertEqual(evals[-1]["examples"], 10000)
+
+        class Mlp(torch.nn.Module):  # dsl_examples/fashion_mlp.train
+            def __init__(self):
+                super().__init__()
+                self.h1 = torch.nn.Linear(784, 256)
+                self.h2 = torch.nn.Linear(256, 128)
+                self.logits = torch.nn.Linear(128, 10)
+
+            def forward(self, x):
+                return self.logits(F.relu(self.h2(F.relu(self.h1(x)))))
+
+        weights, meta = e2e.read_safetensors(save)
+        self.assertEqual(meta["format"], "pt")
+        model = Mlp().double()
+        # Raises on any missing or unexpected key (optimizer state included).
+        model.load_state_dict({k: torch.from_numpy(v.astype(np.float64))
+                               for k, v in weights.items()}, strict=True)
+        # The optimizer state is beside it, for --resume.
+        state, _ = e2e.read_safetensors(e2e.training_state_path(save))
+        self.assertIn("optimizer.h1.weight.exp_avg", state)
+        images = e2e.read_idx(e2e.FASHION.replace("train-images", "t10k-images"), 10000)
+        labels = e2e.read_idx(e2e.TRAIN_LABELS.replace("train-labels", "t10k-labels"), 10000)
+        x = torch.from_numpy(images.reshape(10000, 784).astype(np.float64) / 255)
+        with torch.no_grad():
+            loss = F.cross_entropy(model(x), torch.from_numpy(labels.astype(np.int64))).item()
+        self.assertAlmostEqual(loss, evals[-1]["loss"], delta=1e-5 * loss)
 
 
 if __name__ == "__main__":

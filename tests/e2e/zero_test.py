@@ -22,7 +22,7 @@ def run(d, name, gpus, *extra, steps=12):
     proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", gpus,
                      "--global_batch", 48, "--micro_batch", 4,
                      "--steps", steps, "--no-eval", "--save", out, *extra)
-    return e2e.read_safetensors(out)[0], proc.stdout
+    return e2e.read_checkpoint(out)[0], proc.stdout
 
 
 class ZeroTest(unittest.TestCase):
@@ -78,7 +78,7 @@ class ZeroTest(unittest.TestCase):
                 "--eval-every", 4, "--checkpoint_every", 4, "--checkpoint_dir", d,
                 "--zero", 1, "--zero_gather", mode, "--deterministic", "true",
                 "--save", out).stdout
-            ckpts[mode] = e2e.read_safetensors(f"{d}/step-00000004.safetensors")[0]
+            ckpts[mode] = e2e.read_checkpoint(f"{d}/step-00000004.safetensors")[0]
         evals = {m: re.findall(r"eval .*accuracy ([\d.]+)%", log) for m, log in logs.items()}
         self.assertEqual(len(evals["step_end"]), 2, logs["step_end"])
         self.assertEqual(evals["next_forward"], evals["step_end"])

@@ -64,7 +64,7 @@ class DivergenceTest(unittest.TestCase):
                                       r"skipped, weights unchanged")
         if proc.returncode == 0:
             self.assertRegex(proc.stdout, r"skipped +[1-9]\d* step")
-            for name, t in e2e.read_safetensors(ckpt)[0].items():
+            for name, t in e2e.read_checkpoint(ckpt)[0].items():
                 self.assertTrue(np.all(np.isfinite(t)), name)
         else:
             self.assertIn("steps in a row had a non-finite gradient", proc.stdout)
@@ -83,7 +83,7 @@ class DivergenceTest(unittest.TestCase):
             e2e.train(e2e.EXAMPLE, "--gpus", 2, "--steps", 5, "--no-eval",
                       "--deterministic", "true", "--skip_nonfinite", skip,
                       "--save", out)
-            runs[skip] = e2e.read_safetensors(out)[0]
+            runs[skip] = e2e.read_checkpoint(out)[0]
         e2e.assert_same_bits(self, runs["true"], runs["false"],
                              "skip_nonfinite on finite steps")
 

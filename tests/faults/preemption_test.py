@@ -37,12 +37,18 @@ def reference(gpus, cache={}):
     if gpus not in cache:
         out = os.path.join(e2e.tmpdir(), f"ref{gpus}.safetensors")
         e2e.train(*common(gpus), "--save", out)
-        cache[gpus] = e2e.read_safetensors(out)[0]
+        cache[gpus] = e2e.read_checkpoint(out)[0]
     return cache[gpus]
 
 
 def step_files(folder):
-    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*")))
+    """The checkpoints in `folder` (weights files), after checking that each
+    has its training state beside it and that nothing else is there."""
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*")))
+    weights = [n for n in names if not n.endswith(".train_state.safetensors")]
+    states = [n for n in names if n.endswith(".train_state.safetensors")]
+    assert states == [e2e.training_state_path(n) for n in weights], names
+    return weights
 
 
 def start(args, tmp):
@@ -77,7 +83,7 @@ class PreemptionTest(unittest.TestCase):
         # Steps 5, 10, 15, 20 and the last (23); the newest two kept.
         self.assertEqual(step_files(folder),
                          ["step-00000020.safetensors", "step-00000023.safetensors"])
-        tensors, meta = e2e.read_safetensors(os.path.join(folder, "step-00000023.safetensors"))
+        tensors, meta = e2e.read_checkpoint(os.path.join(folder, "step-00000023.safetensors"))
         self.assertEqual(meta["step"], "23")
         self.assertTrue(any(n.startswith("optimizer.") for n in tensors))
 
@@ -88,7 +94,7 @@ class PreemptionTest(unittest.TestCase):
         proc, log = start(args, tmp)
         def newest_step():
             steps = [int(os.path.basename(p)[5:13])
-                     for p in glob.glob(os.path.join(folder, "step-*.safetensors"))]
+                     for p in glob.glob(os.path.join(folder, "step-????????.safetensors"))]
             return max(steps, default=0)
         try:
             wait_for(lambda: newest_step() >= kill_after_checkpoints * EVERY, proc)
@@ -104,7 +110,7 @@ class PreemptionTest(unittest.TestCase):
                             "--checkpoint_dir", folder, "--resume", folder,
                             "--save", out)
         self.assertIn("resumed from " + folder, resumed.stdout)
-        e2e.assert_same_bits(self, e2e.read_safetensors(out)[0], reference(gpus),
+        e2e.assert_same_bits(self, e2e.read_checkpoint(out)[0], reference(gpus),
                                   f"{gpus} rank(s), killed after {written[-1]}")
 
     def test_sigkill_one_rank_early(self):
@@ -133,12 +139,12 @@ class PreemptionTest(unittest.TestCase):
         self.assertRegex(text, r"stopped at step \d+ of 400 \(Terminated")
         self.assertIn("checkpoint " + saved, text)
         self.assertEqual(glob.glob(os.path.join(tmp, "trainc-rendezvous*")), [])
-        step = int(e2e.read_safetensors(saved)[1]["step"])
+        step = int(e2e.read_checkpoint(saved)[1]["step"])
         self.assertTrue(100 <= step < STEPS, step)
         self.assertEqual(step % 10, 0)  # the ranks agree every 10 steps
         out = os.path.join(tmp, "resumed.safetensors")
         e2e.train(*common(2), "--resume", saved, "--save", out)
-        e2e.assert_same_bits(self, e2e.read_safetensors(out)[0], reference(2),
+        e2e.assert_same_bits(self, e2e.read_checkpoint(out)[0], reference(2),
                                   f"SIGTERM at step {step}")
 
 

@@ -81,7 +81,7 @@ class RedisRendezvousTest(unittest.TestCase):
             self.assertEqual(code, 0, text)
         ref = os.path.join(e2e.tmpdir(), "files.safetensors")
         e2e.train(e2e.EXAMPLE, *ARGS, "--save", ref)
-        got, want = e2e.read_safetensors(out)[0], e2e.read_safetensors(ref)[0]
+        got, want = e2e.read_checkpoint(out)[0], e2e.read_checkpoint(ref)[0]
         self.assertEqual(sorted(got), sorted(want))
         for name in want:
             self.assertTrue(np.array_equal(got[name].view(np.uint32),
