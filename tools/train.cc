@@ -386,7 +386,8 @@ absl::Status CheckMemoryFits(const Plan& plan, bool on_gpus) {
   if (need <= available) return absl::OkStatus();
   auto gib = [](int64_t b) { return absl::StrFormat("%.1f GiB", b / 1073741824.0); };
   return absl::ResourceExhaustedError(absl::StrCat(
-      plan.world_size, " ranks need about ", gib(need), " of memory (per rank: arena ",
+      plan.world_size, plan.world_size == 1 ? " rank needs about " : " ranks need about ",
+      gib(need), " of memory (per rank: arena ",
       gib(on_gpus ? 0 : plan.arena_bytes), " + process ", gib(kProcessBytes), "; data ",
       gib(data), " shared) but this machine has ", gib(available),
       " available: use fewer --gpus, a smaller --micro_batch, or a larger machine"));
@@ -442,6 +443,10 @@ absl::Status Run(const Args& args) {
     return TrainRank(plan, rank, args.train, std::cout).status();
   }
   if (plan.world_size == 1) {
+    // One CPU rank is held to the same arithmetic as a local job's ranks.
+    if (args.train.device == "cpu" || (args.train.device == "auto" && CudaDeviceCount() == 0)) {
+      RETURN_IF_ERROR(CheckMemoryFits(plan, /*on_gpus=*/false));
+    }
     return TrainRank(plan, RankContext(), args.train, std::cout).status();
   }
   // A local job: check what can be checked before starting any worker.
@@ -495,7 +500,8 @@ int main(int argc, char** argv) {
     // Stopped by a signal at a step boundary, checkpoint written (or the
     // launcher relaying one): the shell's convention, 128 + the signal.
     std::cerr << "train: " << status.message() << "\n";
-    const int sig = trainc::ReceivedStopSignal();
+    int sig = trainc::ReceivedStopSignal();
+    if (sig == 0) sig = trainc::JobStopSignal();
     return 128 + (sig != 0 ? sig : SIGTERM);
   }
   if (!status.ok()) {

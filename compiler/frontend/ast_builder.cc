@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/frontend/source_text.h"
 
 namespace trainc::frontend {
 namespace {
@@ -223,7 +224,9 @@ class AstBuilder {
     }
     if (auto* c = dynamic_cast<TrainParser::StringContext*>(ctx)) {
       out->kind = Kind::kString;
-      return Unquote(c->STRING()->getText(), out->span, &out->text);
+      if (!Unquote(c->STRING()->getText(), out->span, &out->text)) return false;
+      out->text = RestoreInvalidBytes(out->text);  // a path's bytes as written
+      return true;
     }
     if (auto* c = dynamic_cast<TrainParser::NameContext*>(ctx)) {
       out->kind = Kind::kName;

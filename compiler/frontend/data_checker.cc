@@ -1,7 +1,9 @@
 #include "compiler/frontend/data_checker.h"
 
+#include <fcntl.h>
 #include <glob.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -28,18 +30,29 @@ const std::vector<std::string>& DataFields() {
   return *fields;
 }
 
-// Opens and reads one byte: a directory or an unreadable file fails here
-// with the system's reason.
+// "" when `path` reads, else why not. Opened without blocking and checked
+// before reading: a FIFO would wait for a writer (and every rank with it).
+// Devices pass here (/dev/null stands in for data in plans that never
+// load it); the loaders take regular files only.
 std::string CannotRead(const std::string& path) {
   if (path.empty()) return "the path is empty";
   if (path.find('\0') != std::string::npos) return "the path contains a NUL";
-  FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return std::strerror(errno);
-  errno = 0;
-  std::fgetc(file);
-  const int error = std::ferror(file) ? errno : 0;
-  std::fclose(file);
-  return error != 0 ? std::strerror(error) : "";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::strerror(errno);
+  struct stat st;
+  std::string reason;
+  char byte;
+  if (::fstat(fd, &st) != 0) {
+    reason = std::strerror(errno);
+  } else if (S_ISDIR(st.st_mode)) {
+    reason = "it is a directory";
+  } else if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    reason = "it is a pipe or a socket, not a file";
+  } else if (::read(fd, &byte, 1) < 0) {
+    reason = std::strerror(errno);
+  }
+  ::close(fd);
+  return reason;
 }
 
 constexpr char kIdxExample[] =
@@ -221,6 +234,23 @@ std::string RelativePathHint(const std::string& written,
              : "";
 }
 
+// "" when the files of one path or glob hold something, else why not:
+// every file is empty (0 bytes). A shard with a header and no tokens is
+// named by the loader, which reads the header.
+std::string NothingToTrainOn(const std::vector<std::string>& paths, bool text,
+                             const std::string& written) {
+  for (const std::string& path : paths) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 || st.st_size > 0) return "";
+  }
+  const std::string what =
+      paths.size() == 1 ? absl::StrCat("'", written, "' is")
+                        : absl::StrCat("'", written, "' matches ", paths.size(), " files, all");
+  return text ? absl::StrCat(what, " empty: no text to train on")
+              : absl::StrCat(what, " empty (an llm.c token shard is a 1024-byte header, "
+                                   "then its tokens)");
+}
+
 // text(paths..., split = "A:B") / tokens(paths..., split = "A:B").
 // Where a non-setting item of the block starts.
 Span ItemKindSpan(const ast::Item& item) {
@@ -282,6 +312,11 @@ std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
         ok = false;
         continue;
       }
+      if (const std::string empty = NothingToTrainOn({path}, text, arg.text); !empty.empty()) {
+        sink.Error(arg.span, empty);
+        ok = false;
+        continue;
+      }
       dataset.paths.push_back(path);
       continue;
     }
@@ -316,6 +351,12 @@ std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
                                     absl::StrJoin(skipped, ", "), ")"),
                  relative ? RelativePathHint(arg.text, pattern)
                           : "a glob matches regular files only, not symlinks");
+      ok = false;
+      continue;
+    }
+    if (const std::string empty = NothingToTrainOn(matches.files, text, arg.text);
+        !empty.empty()) {
+      sink.Error(arg.span, empty);
       ok = false;
       continue;
     }

@@ -1,10 +1,15 @@
 #include "compiler/frontend/frontend.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
-#include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <map>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/frontend/data_checker.h"
 #include "compiler/frontend/did_you_mean.h"
@@ -130,32 +135,63 @@ FrontendResult CompileSource(std::string_view source,
   return result;
 }
 
+namespace {
+
+// The text of a .train file, or why it cannot be read: a folder, a FIFO
+// (never opened for reading: it would wait for a writer) and a file past
+// kMaxSourceBytes (its real size) are refused before reading.
+absl::StatusOr<std::string> ReadSourceFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return absl::NotFoundError(std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const std::string error = std::strerror(errno);
+    ::close(fd);
+    return absl::InternalError(error);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(S_ISDIR(st.st_mode)
+                                          ? "is a directory, not a .train file"
+                                          : "not a regular file (a pipe or a device?)");
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxSourceBytes) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the file is too large (", st.st_size, " bytes; the limit is ", kMaxSourceBytes, ")"));
+  }
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string error = std::strerror(errno);
+      ::close(fd);
+      return absl::InternalError(error);
+    }
+    if (n == 0) break;
+    text.append(buffer, n);
+    if (text.size() > kMaxSourceBytes) break;  // grew while read: CompileSource says so
+  }
+  ::close(fd);
+  return text;
+}
+
+}  // namespace
+
 FrontendResult CompileFile(const std::string& path,
                            const Overrides& overrides) {
-  std::string text;
-  std::string error;
-  FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    error = std::strerror(errno);
-  } else {
-    char buffer[1 << 16];
-    size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
-      text.append(buffer, n);
-      if (text.size() > kMaxSourceBytes) break;  // CompileSource reports it
-    }
-    if (std::ferror(file)) error = std::strerror(errno);
-    std::fclose(file);
-  }
-  if (!error.empty()) {
+  absl::StatusOr<std::string> text = ReadSourceFile(path);
+  if (!text.ok()) {
     FrontendResult result;
     Diagnostic d;
     d.location.file = path;
-    d.message = absl::StrCat("cannot read '", path, "': ", error);
+    d.message = absl::StrCat("cannot read '", path, "': ", text.status().message());
     result.diagnostics.push_back(std::move(d));
     return result;
   }
-  return CompileSource(text, path, overrides);
+  return CompileSource(*text, path, overrides);
 }
 
 }  // namespace trainc

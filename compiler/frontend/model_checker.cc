@@ -368,14 +368,18 @@ class ModelChecker {
     }
     std::optional<Constant> value = EvaluateConstant(expr, sink_, &constants_);
     if (!value) return std::nullopt;
-    if (value->kind != Constant::Kind::kInt || value->int_value <= 0 ||
-        value->int_value > kMaxDim) {
+    if (value->kind == Constant::Kind::kInt && value->int_value > kMaxDim) {
+      sink_.Error(expr.span,
+                  absl::StrCat(what, " is too large: ", value->int_value,
+                               " (the largest dimension is ", kMaxDim, ")"),
+                  overrides_.empty() ? ""
+                                     : "a constant given on the command line feeds into it");
+      return std::nullopt;
+    }
+    if (value->kind != Constant::Kind::kInt || value->int_value <= 0) {
       sink_.Error(expr.span,
                   absl::StrCat(what, " must be a positive integer, got ",
-                               DescribeConstant(*value)),
-                  value->kind == Constant::Kind::kInt && value->int_value > 0
-                      ? absl::StrCat("the largest dimension is ", kMaxDim)
-                      : "");
+                               DescribeConstant(*value)));
       return std::nullopt;
     }
     return value->int_value;

@@ -87,6 +87,24 @@ std::string SanitizeUtf8(std::string_view text) {
   return out;
 }
 
+std::string RestoreInvalidBytes(std::string_view sanitized) {
+  std::string out;
+  out.reserve(sanitized.size());
+  for (size_t i = 0; i < sanitized.size();) {
+    char32_t cp = 0;
+    const int length = SequenceLength(sanitized, i, &cp);
+    if (length == 4 && cp >= kInvalidByteBase && cp <= kInvalidByteBase + 0xFF) {
+      out.push_back(static_cast<char>(cp - kInvalidByteBase));
+      i += length;
+    } else {
+      const size_t n = length == 0 ? 1 : length;
+      out.append(sanitized.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
 std::string_view SourceLine(std::string_view source, int line) {
   if (line < 1) return {};
   size_t start = 0;

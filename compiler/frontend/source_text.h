@@ -24,6 +24,11 @@ std::u32string DecodeUtf8Lenient(std::string_view text);
 // always valid UTF-8, same code-point count as DecodeUtf8Lenient(text).
 std::string SanitizeUtf8(std::string_view text);
 
+// The inverse of SanitizeUtf8 for a piece of sanitized text (a string
+// literal): each private-use code point U+10FF00 + byte is the byte again,
+// so a path holding a byte that is not UTF-8 names the file as written.
+std::string RestoreInvalidBytes(std::string_view sanitized);
+
 using ::trainc::AppendUtf8;  // compiler/util/utf8.h
 
 // The 1-based `line` of `source` without its line terminator; empty when out

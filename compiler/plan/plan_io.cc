@@ -1,7 +1,9 @@
 #include "compiler/plan/plan_io.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -697,12 +699,84 @@ absl::Status WritePlanFile(const Plan& plan, const std::string& path) {
 }
 
 absl::StatusOr<Plan> ReadPlanFile(const std::string& path) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (std::filesystem::is_directory(status)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": is a directory (expected a .train file, or a plan file from "
+              "--compile-only -o)"));
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (a pipe or a device?)"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open plan ", path));
   std::stringstream ss;
   ss << in.rdbuf();
   return PlanFromText(ss.str(), path);
 }
+
+namespace {
+
+// A span and what it is made of: the only buffers live for the whole run
+// that may share arena bytes, the member inside its container.
+bool ContainerOf(BufferKind container, BufferKind member) {
+  return (container == BufferKind::kParameterSpan && member == BufferKind::kParameter) ||
+         (container == BufferKind::kBucket && member == BufferKind::kGradient) ||
+         (container == BufferKind::kStateSpan && member == BufferKind::kOptimizerState);
+}
+
+absl::Status CheckPair(const Buffer& a, const Buffer& b) {
+  const bool a_whole = a.first_use < 0, b_whole = b.first_use < 0;
+  auto name = [](const Buffer& x) {
+    return absl::StrCat("buffer ", x.id, " (", x.name, ", ", BufferKindName(x.kind), ")");
+  };
+  auto live = [](const Buffer& x) {
+    return x.first_use < 0 ? std::string("the whole run")
+                           : absl::StrCat("instructions ", x.first_use, "..", x.last_use);
+  };
+  const int64_t begin = std::max(a.offset, b.offset);
+  const int64_t end = std::min(a.offset + a.bytes, b.offset + b.bytes);
+  if (a_whole && b_whole) {
+    auto inside = [](const Buffer& member, const Buffer& container) {
+      return member.offset >= container.offset &&
+             member.offset + member.bytes <= container.offset + container.bytes;
+    };
+    if ((ContainerOf(a.kind, b.kind) && inside(b, a)) ||
+        (ContainerOf(b.kind, a.kind) && inside(a, b))) {
+      return absl::OkStatus();
+    }
+  } else if (!a_whole && !b_whole && (a.last_use < b.first_use || b.last_use < a.first_use)) {
+    return absl::OkStatus();  // the same bytes at different times: reuse
+  }
+  return Invalid(absl::StrCat(name(a), " and ", name(b), " share arena bytes [", begin, ", ",
+                              end, ") while both live (", live(a), "; ", live(b), ")"));
+}
+
+// Buffers that share arena bytes must never be live at the same time
+// (a plan file that puts an activation over the weights would train on
+// corrupted weights). A sweep over the buffers by offset.
+absl::Status CheckArenaSharing(const Plan& plan) {
+  std::vector<const Buffer*> order;
+  for (const Buffer& b : plan.buffers) {
+    if (b.bytes > 0) order.push_back(&b);
+  }
+  std::sort(order.begin(), order.end(), [](const Buffer* x, const Buffer* y) {
+    return x->offset != y->offset ? x->offset < y->offset : x->id < y->id;
+  });
+  std::vector<const Buffer*> open;  // buffers that may reach past the offset
+  for (const Buffer* b : order) {
+    open.erase(std::remove_if(open.begin(), open.end(),
+                              [&](const Buffer* o) { return o->offset + o->bytes <= b->offset; }),
+               open.end());
+    for (const Buffer* o : open) RETURN_IF_ERROR(CheckPair(*o, *b));
+    open.push_back(b);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidatePlan(const Plan& plan) {
   if (plan.version != kPlanFormatVersion) {
@@ -763,6 +837,7 @@ absl::Status ValidatePlan(const Plan& plan) {
       return Invalid(absl::StrCat(where, ": bad live range ", b.first_use, "..", b.last_use));
     }
   }
+  RETURN_IF_ERROR(CheckArenaSharing(plan));
   std::vector<int> recorded_by(plan.num_events, -1);
   for (int i = 0; i < num_instr; ++i) {
     const Instruction& in = plan.instructions[i];

@@ -8,8 +8,12 @@ BucketAssignment AssignBuckets(const std::vector<int64_t>& grad_bytes, double bu
                                double first_bucket_mb) {
   // Integer capacities so the decision cannot differ between ranks or
   // compilers through floating-point rounding.
+  // A size past any model (bucket_mb = 1e30) is one bucket, not an
+  // overflow.
   auto capacity = [](double mb) {
-    return mb <= 0 ? int64_t{0} : static_cast<int64_t>(std::llround(mb * kBytesPerMb));
+    if (mb <= 0) return int64_t{0};
+    const double bytes = mb * kBytesPerMb;
+    return bytes >= 0x1p62 ? (int64_t{1} << 62) : static_cast<int64_t>(std::llround(bytes));
   };
   const int64_t cap = capacity(bucket_mb);
   const int64_t first_cap = first_bucket_mb > 0 ? capacity(first_bucket_mb) : cap;

@@ -104,7 +104,9 @@ absl::StatusOr<Dataset> LoadTokenDataset(const std::string& format,
                    ReadTokenStream(format, paths, split, vocab));
   if (static_cast<int64_t>(tokens.size()) < context + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the ", which, " set (", format, ", ", paths.size(), " file(s), split ",
+        "the ", which, " set (", format, ", ",
+        paths.size() == 1 ? paths[0] : absl::StrCat(paths.size(), " files from ", paths[0]),
+        ", split ",
         split.begin, ":", split.end, ") holds ", tokens.size(),
         " tokens, fewer than one window of ", context + 1, " (", context,
         " input tokens and the next one)"));

@@ -249,8 +249,9 @@ TEST(TokenDatasetTest, TrainAndEvalTakeTheirSplits) {
   EXPECT_EQ(eval->window(0)[0], 90);
   // A set shorter than one window, and a missing window length.
   absl::Status s = LoadEvalDataset(config, 10).status();
-  EXPECT_THAT(s.message(), HasSubstr("the evaluation set (text, 1 file(s), split 0.9:1) "
-                                     "holds 10 tokens, fewer than one window of 11"));
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("the evaluation set (text, ",
+                                                  config.eval_paths[0], ", split 0.9:1) "
+                                                  "holds 10 tokens, fewer than one window of 11")));
   EXPECT_THAT(LoadTrainDataset(config).status().message(),
               HasSubstr("needs the window length"));
 }

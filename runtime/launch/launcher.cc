@@ -194,6 +194,8 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
 // or 0. Set by the handler, read by the supervising loop.
 volatile sig_atomic_t g_stop_signal = 0;
 volatile sig_atomic_t g_stop_count = 0;
+// JobStopSignal(): the signal that stopped the last job.
+int g_job_stop_signal = 0;
 
 void OnStopSignal(int sig) {
   g_stop_signal = sig;
@@ -350,7 +352,26 @@ class Job {
       w.err.Flush();
     }
     RefineBlame();
+    if (failure_.ok() && ranks_stop_signal_ != 0) {
+      const int sig = ranks_stop_signal_;
+      g_job_stop_signal = sig;
+      return absl::CancelledError(absl::StrCat(
+          "a rank was stopped by ", strsignal(sig), " (signal ", sig,
+          "); every rank stopped at the same step"));
+    }
+    if (absl::IsCancelled(failure_)) g_job_stop_signal = g_stop_signal;
     return failure_;
+  }
+
+  // The signal a trainer rank exited for (status 128 + SIGINT, SIGTERM or
+  // SIGHUP, runtime/train), or 0.
+  static int StoppedBySignal(int status) {
+    if (!WIFEXITED(status)) return 0;
+    const int code = WEXITSTATUS(status);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      if (code == 128 + sig) return sig;
+    }
+    return 0;
   }
 
  private:
@@ -397,6 +418,14 @@ class Job {
       if (r == 0 || (r < 0 && errno == EINTR)) continue;
       w.running = false;
       --running_;
+      if (r >= 0 && StoppedBySignal(status) != 0) {
+        // The trainer's exit after a stop signal at a step boundary (128 +
+        // the signal), checkpoint written: the ranks agreed to stop
+        // together, so a rank signalled alone (Slurm's SIGTERM to one
+        // task) is a preemption, not a failure of the job.
+        if (ranks_stop_signal_ == 0) ranks_stop_signal_ = StoppedBySignal(status);
+        continue;
+      }
       if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         w.how_it_failed = ExitDescription(status);
         w.exit_signal = r >= 0 && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
@@ -501,9 +530,12 @@ class Job {
   bool killed_ = false;
   absl::Time kill_at_;
   absl::Status failure_;
+  int ranks_stop_signal_ = 0;  // the first rank's StoppedBySignal
 };
 
 }  // namespace
+
+int JobStopSignal() { return g_job_stop_signal; }
 
 absl::Status LaunchLocalWorkers(int num_workers,
                                 const std::vector<std::string>& argv,
@@ -513,6 +545,7 @@ absl::Status LaunchLocalWorkers(int num_workers,
         absl::StrCat("cannot launch ", num_workers, " workers"));
   }
   if (argv.empty()) return absl::InvalidArgumentError("empty worker argv");
+  g_job_stop_signal = 0;
   StopSignals stop_signals;
   Job job(num_workers, options);
   absl::Status started = job.Start(argv);

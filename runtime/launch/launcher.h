@@ -60,11 +60,19 @@ struct LaunchOptions {
 };
 
 // Starts `num_workers` ranks and returns when all have exited: OK if every
-// one exited 0. Blocks; call it from a thread that lives until it returns
+// one exited 0; CANCELLED when a stop signal ended the job, the launcher's
+// (above) or one a rank received itself (it exits 128 + the signal after
+// the ranks stopped together at a step boundary, checkpoint written:
+// "a rank was stopped by Terminated (signal 15); every rank stopped at the
+// same step"). Blocks; call it from a thread that lives until it returns
 // (PR_SET_PDEATHSIG follows the forking thread).
 absl::Status LaunchLocalWorkers(int num_workers,
                                 const std::vector<std::string>& argv,
                                 const LaunchOptions& options = {});
+
+// The signal that stopped the last LaunchLocalWorkers job (the launcher's
+// own, else the ranks'), or 0: the launcher's exit code is 128 + it.
+int JobStopSignal();
 
 }  // namespace trainc
 

@@ -88,16 +88,30 @@ absl::StatusOr<std::string> ResolveDevice(const std::string& requested,
 
 // SIGTERM, SIGINT or SIGHUP received during TrainRank (Slurm preemption,
 // Ctrl-C, the launcher passing either on), or 0. A second one ends the
-// process at once.
+// process at once, unless it is the local launcher (this process's parent)
+// passing on the stop this rank already has: a terminal's Ctrl-C, `timeout`
+// and `scancel` signal the launcher and every rank at once, and the
+// launcher's SIGTERM that follows is the same request, not a second one.
+// The launcher's own relay may also arrive first (it runs on another core
+// while the kernel is still signalling the group), so only signals from
+// elsewhere count towards "a second one": the launcher escalates by itself.
 volatile sig_atomic_t g_stop_signal = 0;
+volatile sig_atomic_t g_outside_signals = 0;  // stop signals not from the launcher
+// The signal the ranks agreed to stop on (every rank's, this one's or not).
+int g_agreed_stop_signal = 0;
 
-void OnStopSignal(int sig) {
-  if (g_stop_signal != 0) {
-    ::signal(sig, SIG_DFL);
-    ::raise(sig);
-    return;
+void OnStopSignal(int sig, siginfo_t* info, void*) {
+  const bool from_launcher =
+      info != nullptr && info->si_code == SI_USER && info->si_pid == ::getppid();
+  if (!from_launcher) {
+    g_outside_signals = g_outside_signals + 1;
+    if (g_outside_signals > 1) {
+      ::signal(sig, SIG_DFL);
+      ::raise(sig);
+      return;
+    }
   }
-  g_stop_signal = sig;
+  if (g_stop_signal == 0 || !from_launcher) g_stop_signal = sig;
 }
 
 // The stop handlers for one TrainRank; the previous ones come back after.
@@ -105,8 +119,11 @@ class StopSignalScope {
  public:
   StopSignalScope() {
     g_stop_signal = 0;
+    g_outside_signals = 0;
+    g_agreed_stop_signal = 0;
     struct sigaction action = {};
-    action.sa_handler = OnStopSignal;
+    action.sa_sigaction = OnStopSignal;
+    action.sa_flags = SA_SIGINFO;
     sigemptyset(&action.sa_mask);
     for (size_t i = 0; i < kSignals.size(); ++i) {
       ::sigaction(kSignals[i], &action, &previous_[i]);
@@ -151,9 +168,13 @@ constexpr int64_t kMaxSkippedInARow = 100;
 constexpr int64_t kStopCheckSteps = 10;
 
 // Where a run stopped by a signal writes its checkpoint: the run's
-// checkpoint folder, else --save, else checkpoints/<model>.
+// checkpoint folder (checkpoint_every, or a checkpoint_dir given without
+// it), else --save, else checkpoints/<model> (the folder's default).
 std::string StopCheckpointPath(const Plan& plan, const TrainOptions& options, int64_t step) {
-  if (plan.checkpoints.every > 0) return CheckpointPath(plan.checkpoints.dir, step);
+  const bool default_dir = plan.checkpoints.dir == absl::StrCat("checkpoints/", plan.model);
+  if (plan.checkpoints.every > 0 || !default_dir) {
+    return CheckpointPath(plan.checkpoints.dir, step);
+  }
   if (!options.save_path.empty()) return options.save_path;
   return CheckpointPath(absl::StrCat("checkpoints/", plan.model), step);
 }
@@ -182,7 +203,9 @@ absl::StatusOr<std::string> ResumeFrom(const std::string& path, const Plan& plan
 
 }  // namespace
 
-int ReceivedStopSignal() { return g_stop_signal; }
+int ReceivedStopSignal() {
+  return g_agreed_stop_signal != 0 ? g_agreed_stop_signal : g_stop_signal;
+}
 
 absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device) {
   ASSIGN_OR_RETURN(std::string kind, ResolveDevice(device, 1));
@@ -911,9 +934,15 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     // steps: they agree at the next check and stop together at that step
     // boundary, with one checkpoint.
     if (!last && (plan.world_size == 1 || step % kStopCheckSteps == 0)) {
-      std::vector<float> stop = {g_stop_signal != 0 ? 1.0f : 0.0f};
+      // How many ranks got each stop signal: every rank learns which one.
+      constexpr std::array<int, 3> kStops = {SIGINT, SIGTERM, SIGHUP};
+      std::vector<float> stop(kStops.size(), 0.0f);
+      for (size_t k = 0; k < kStops.size(); ++k) stop[k] = g_stop_signal == kStops[k];
       RETURN_IF_ERROR(SumOverRanks(*host_comm, &stop));
-      if (stop[0] > 0) {
+      for (size_t k = 0; k < kStops.size() && g_agreed_stop_signal == 0; ++k) {
+        if (stop[k] > 0) g_agreed_stop_signal = kStops[k];
+      }
+      if (g_agreed_stop_signal != 0) {
         RETURN_IF_ERROR(executor.GatherParameters());
         const std::string path = StopCheckpointPath(plan, options, step);
         const bool written = periodic.every > 0 && step % periodic.every == 0;
@@ -931,7 +960,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
           }
         }
         RETURN_IF_ERROR(host_comm->Barrier());
-        const int sig = g_stop_signal != 0 ? g_stop_signal : SIGTERM;
+        const int sig = g_agreed_stop_signal;
         return absl::CancelledError(absl::StrFormat(
             "stopped at step %d of %d (%s, signal %d on %s); checkpoint %s; "
             "continue with --resume %s",

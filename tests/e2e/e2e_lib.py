@@ -152,6 +152,30 @@ def read_checkpoint(path):
     return tensors, meta
 
 
+def children(pid):
+    """The live child processes of `pid` (a local launcher's ranks)."""
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.append(int(entry))
+    return kids
+
+
+def rank_of(pid):
+    """The RANK a local launcher gave worker process `pid`."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    return int(env[b"RANK"])
+
+
 def need_fashion_mnist(test):
     if not os.path.exists(FASHION):
         test.skipTest("Fashion-MNIST is not installed (dataset-fashion-mnist)")

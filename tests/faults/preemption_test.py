@@ -148,5 +148,65 @@ class PreemptionTest(unittest.TestCase):
                                   f"SIGTERM at step {step}")
 
 
+class StopSignalsTest(unittest.TestCase):
+    """Signals as terminals, `timeout` and Slurm send them: to the whole
+    process group, or to one rank alone. Either way one checkpoint, the
+    exit code 128 + the signal, and a resume that continues bit for bit."""
+
+    def setUp(self):
+        e2e.need_fashion_mnist(self)
+
+    def stop(self, send, extra):
+        tmp = e2e.tmpdir()
+        folder = os.path.join(tmp, "ckpt")
+        proc, log = start(common(2) + ["--checkpoint_dir", folder] + extra, tmp)
+        try:
+            wait_for(lambda: "step 100/" in open(log.name).read(), proc)
+            send(proc)
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()
+        return code, open(log.name).read(), folder
+
+    def resume_matches_reference(self, folder, stopped_at):
+        out = os.path.join(e2e.tmpdir(), "resumed.safetensors")
+        resumed = e2e.train(*common(2), "--checkpoint_dir", folder, "--resume", folder,
+                            "--save", out)
+        self.assertIn(f"resumed from {folder}/step-{stopped_at:08d}.safetensors",
+                      resumed.stdout)
+        e2e.assert_same_bits(self, e2e.read_checkpoint(out)[0], reference(2),
+                             f"stopped at step {stopped_at}")
+
+    def test_ctrl_c_to_the_process_group_writes_the_checkpoint(self):
+        # A terminal's Ctrl-C: SIGINT to the launcher and every rank at once.
+        # Without checkpoint_every the checkpoint goes to checkpoint_dir.
+        code, text, folder = self.stop(lambda p: os.killpg(p.pid, signal.SIGINT), [])
+        self.assertEqual(code, 128 + signal.SIGINT, text)
+        written = step_files(folder)
+        self.assertEqual(len(written), 1, text)
+        step = int(written[0][5:13])
+        self.assertIn(f"stopped at step {step} of 400 (Interrupt", text)
+        self.assertNotIn("checkpoints/fashion_mlp", text)
+        self.resume_matches_reference(folder, step)
+
+    def test_sigterm_to_one_rank_is_a_preemption_between_periodic_checkpoints(self):
+        # Slurm's SIGTERM to one task. checkpoint_every = 70 does not divide
+        # the stop step unless it is 140 (the ranks stop on multiples of 10).
+        def to_rank_1(proc):
+            ranks = {e2e.rank_of(pid): pid for pid in e2e.children(proc.pid)}
+            os.kill(ranks[1], signal.SIGTERM)
+        code, text, folder = self.stop(to_rank_1, ["--checkpoint_every", 70])
+        self.assertEqual(code, 128 + signal.SIGTERM, text)
+        self.assertNotIn("error", text)
+        self.assertIn("a rank was stopped by Terminated", text)
+        stopped = [int(n[5:13]) for n in step_files(folder)]
+        step = max(stopped)
+        self.assertIn(f"checkpoint {folder}/step-{step:08d}.safetensors", text)
+        self.assertEqual(stopped, sorted({70 * k for k in range(1, step // 70 + 1)} | {step}))
+        self.resume_matches_reference(folder, step)
+
+
 if __name__ == "__main__":
     unittest.main()
