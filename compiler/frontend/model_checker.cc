@@ -749,16 +749,20 @@ class ModelChecker {
       case ArgDef::Kind::kInt:
       case ArgDef::Kind::kCount: {
         const int64_t least = def.kind == ArgDef::Kind::kInt ? 1 : 0;
-        if (value->kind != Constant::Kind::kInt || value->int_value < least ||
-            value->int_value > kMaxDim) {
+        if (value->kind == Constant::Kind::kInt && value->int_value > kMaxDim) {
+          sink_.Error(arg ? arg->span : span,
+                      absl::StrCat(what, " is too large: ", value->int_value,
+                                   " (the largest dimension is ", kMaxDim, ")"),
+                      overrides_.empty() ? ""
+                                         : "a constant given on the command line feeds into it");
+          return std::nullopt;
+        }
+        if (value->kind != Constant::Kind::kInt || value->int_value < least) {
           sink_.Error(arg ? arg->span : span,
                       absl::StrCat(what, " must be a ",
                                    least ? "positive" : "non-negative",
                                    " integer, got ", DescribeConstant(*value)),
-                      value->kind == Constant::Kind::kInt &&
-                              value->int_value >= least
-                          ? absl::StrCat("the largest dimension is ", kMaxDim)
-                          : absl::StrCat("e.g. ", op.Signature()));
+                      absl::StrCat("e.g. ", op.Signature()));
           return std::nullopt;
         }
         out.kind = ops::ArgValue::Kind::kInt;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <queue>
 #include <set>
 #include <sstream>
 #include <string>
@@ -756,22 +757,59 @@ absl::Status CheckPair(const Buffer& a, const Buffer& b) {
 
 // Buffers that share arena bytes must never be live at the same time
 // (a plan file that puts an activation over the weights would train on
-// corrupted weights). A sweep over the buffers by offset.
+// corrupted weights). O(n log n): whole-run buffers by a sweep over
+// offsets (only spans overlap their members), each temporary against
+// them by binary search, and temporaries against each other by a sweep
+// over time keeping the live ones ordered by offset.
 absl::Status CheckArenaSharing(const Plan& plan) {
-  std::vector<const Buffer*> order;
+  std::vector<const Buffer*> whole, live;
   for (const Buffer& b : plan.buffers) {
-    if (b.bytes > 0) order.push_back(&b);
+    if (b.bytes > 0) (b.first_use < 0 ? whole : live).push_back(&b);
   }
-  std::sort(order.begin(), order.end(), [](const Buffer* x, const Buffer* y) {
+  auto end_of = [](const Buffer* b) { return b->offset + b->bytes; };
+  std::sort(whole.begin(), whole.end(), [](const Buffer* x, const Buffer* y) {
     return x->offset != y->offset ? x->offset < y->offset : x->id < y->id;
   });
-  std::vector<const Buffer*> open;  // buffers that may reach past the offset
-  for (const Buffer* b : order) {
+  std::vector<const Buffer*> open;
+  // The union of the whole-run buffers' bytes, as disjoint [begin, end).
+  std::vector<std::pair<int64_t, int64_t>> taken;
+  for (const Buffer* b : whole) {
     open.erase(std::remove_if(open.begin(), open.end(),
-                              [&](const Buffer* o) { return o->offset + o->bytes <= b->offset; }),
+                              [&](const Buffer* o) { return end_of(o) <= b->offset; }),
                open.end());
     for (const Buffer* o : open) RETURN_IF_ERROR(CheckPair(*o, *b));
     open.push_back(b);
+    if (!taken.empty() && b->offset < taken.back().second) {
+      taken.back().second = std::max(taken.back().second, end_of(b));
+    } else {
+      taken.emplace_back(b->offset, end_of(b));
+    }
+  }
+  for (const Buffer* b : live) {
+    auto it = std::upper_bound(taken.begin(), taken.end(), std::make_pair(end_of(b), int64_t{0}));
+    if (it == taken.begin() || std::prev(it)->second <= b->offset) continue;
+    for (const Buffer* w : whole) {  // an error: name the buffer
+      if (w->offset < end_of(b) && b->offset < end_of(w)) return CheckPair(*w, *b);
+    }
+  }
+  std::sort(live.begin(), live.end(), [](const Buffer* x, const Buffer* y) {
+    return x->first_use != y->first_use ? x->first_use < y->first_use : x->id < y->id;
+  });
+  std::map<int64_t, const Buffer*> active;  // by offset; disjoint while valid
+  using Ending = std::pair<int, const Buffer*>;
+  std::priority_queue<Ending, std::vector<Ending>, std::greater<Ending>> endings;
+  for (const Buffer* b : live) {
+    while (!endings.empty() && endings.top().first < b->first_use) {
+      active.erase(endings.top().second->offset);
+      endings.pop();
+    }
+    auto next = active.lower_bound(b->offset);
+    if (next != active.end() && next->first < end_of(b)) return CheckPair(*next->second, *b);
+    if (next != active.begin() && end_of(std::prev(next)->second) > b->offset) {
+      return CheckPair(*std::prev(next)->second, *b);
+    }
+    active.emplace(b->offset, b);
+    endings.emplace(b->last_use, b);
   }
   return absl::OkStatus();
 }

@@ -114,6 +114,33 @@ Plan TinyPlan() {
 
 TEST(PlanIo, TinyPlanIsValid) { EXPECT_TRUE(ValidatePlan(TinyPlan()).ok()); }
 
+// A plan file is input: one whose activation lies over the weights would
+// train on corrupted weights.
+TEST(PlanIo, BuffersSharingBytesWhileLiveAreRefused) {
+  Plan over_weights = TinyPlan();
+  over_weights.buffers[0].offset = 128;  // x, live 0..2, onto fc.weight
+  EXPECT_THAT(std::string(ValidatePlan(over_weights).message()),
+              HasSubstr("buffer 2 (fc.weight, parameter) and buffer 0 (x, input) share arena "
+                        "bytes [128, 152) while both live (the whole run; instructions 0..2)"));
+
+  // Two temporaries on the same bytes: refused while both live, fine when
+  // one ends before the other starts (the memory planner's reuse).
+  Plan temporaries = TinyPlan();
+  Buffer& probs = temporaries.buffers[9];
+  probs.offset = 0;
+  probs.first_use = 1;
+  probs.last_use = 2;
+  EXPECT_THAT(std::string(ValidatePlan(temporaries).message()),
+              HasSubstr("buffer 0 (x, input) and buffer 9 (probs, activation) share"));
+  temporaries.buffers[0].last_use = 0;
+  EXPECT_TRUE(ValidatePlan(temporaries).ok()) << ValidatePlan(temporaries);
+
+  // A span holds its members; a member outside its span is an overlap.
+  Plan outside = TinyPlan();
+  outside.buffers[2].offset = 192;  // fc.weight onto the gradient bucket
+  EXPECT_THAT(std::string(ValidatePlan(outside).message()), HasSubstr("share arena bytes"));
+}
+
 TEST(PlanIo, RoundTripIsExact) {
   const Plan plan = TinyPlan();
   const std::string text = PlanToText(plan);

@@ -144,5 +144,100 @@ class HostileLabelsTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stdout)
 
 
+LM = """
+model lm {
+  const ctx = 8
+  input  tokens: i32[ctx]
+  label  next:   i32[ctx]
+  e      = embedding(tokens, 256, 16)
+  logits = linear(e, 256)
+  loss   = cross_entropy(logits, next)
+}
+data { train = text(%(train)s) }
+train { gpus = 1  micro_batch = 2  steps = 2  optimizer = sgd(lr = 0.1) }
+"""
+
+
+class HostileFilesTest(unittest.TestCase):
+    """What a user can name by mistake: each is refused at once with what it
+    is, never a hang, a wrong size or another file read."""
+
+    def setUp(self):
+        self.dir = e2e.tmpdir()
+
+    def lm(self, train, *args):
+        path = os.path.join(self.dir, "lm.train")
+        with open(path, "wb") as f:
+            f.write((LM % {"train": train}).encode("utf-8", "surrogateescape"))
+        return e2e.train(path, "--device", "cpu", "--no-metrics", *args, check=False,
+                         timeout=60)
+
+    def test_a_folder_as_the_train_file(self):
+        for folder in (self.dir, os.path.join(self.dir, "x.train")):
+            os.makedirs(folder, exist_ok=True)
+            proc = e2e.train(folder, check=False, timeout=30)
+            self.assertEqual(proc.returncode, 1, proc.stdout)
+            self.assertIn("is a directory", proc.stdout)
+            self.assertNotIn("empty plan", proc.stdout)
+
+    def test_a_fifo_as_the_train_file_or_as_data_does_not_hang(self):
+        fifo = os.path.join(self.dir, "f.train")
+        os.mkfifo(fifo)
+        proc = e2e.train(fifo, check=False, timeout=30)
+        self.assertIn("not a regular file", proc.stdout)
+        data = os.path.join(self.dir, "data.fifo")
+        os.mkfifo(data)
+        proc = self.lm(f'"{data}"')
+        self.assertEqual(proc.returncode, 1, proc.stdout)
+        self.assertIn("lm.train:10:21: error: cannot read", proc.stdout)
+        self.assertIn("not a regular file", proc.stdout)
+        paths = {k: os.path.join(self.dir, k) for k in ("images", "labels", "eval_labels")}
+        paths["labels"] = data
+        with open(os.path.join(self.dir, "mlp.train"), "w") as f:
+            f.write(MLP % paths)
+        proc = e2e.train(os.path.join(self.dir, "mlp.train"), check=False, timeout=30)
+        self.assertIn("it is a pipe or a socket", proc.stdout)
+
+    def test_a_large_file_is_reported_at_its_real_size(self):
+        big = os.path.join(self.dir, "big.train")
+        with open(big, "wb") as f:
+            f.truncate(50_000_000)
+        proc = e2e.train(big, check=False, timeout=30)
+        self.assertIn("too large (50000000 bytes", proc.stdout)
+
+    def test_empty_text_is_named_where_the_train_file_says_it(self):
+        empty = os.path.join(self.dir, "empty.txt")
+        open(empty, "w").close()
+        proc = self.lm(f'"{empty}"')
+        self.assertIn(f"lm.train:10:21: error: '{empty}' is empty: no text to train on",
+                      proc.stdout)
+        open(os.path.join(self.dir, "also_empty.txt"), "w").close()
+        proc = self.lm(f'"{self.dir}/*.txt"')
+        self.assertIn("matches 2 files, all empty", proc.stdout)
+
+    def test_a_path_with_a_byte_that_is_not_utf8_is_the_file_named(self):
+        name = os.fsdecode(b"caf\xe9.txt")  # Latin-1, as an old tool writes it
+        with open(os.path.join(os.fsencode(self.dir), b"caf\xe9.txt"), "w") as f:
+            f.write("the text of a file whose name is not UTF-8. " * 4)
+        proc = self.lm(f'"{self.dir}/{name}"', "--steps", 1)
+        self.assertEqual(proc.returncode, 0, proc.stdout)
+
+    def test_absurd_sizes(self):
+        e2e.need_fashion_mnist(self)
+        proc = e2e.train(e2e.runfile("dsl_examples/tiny_gpt.train"), "--width", 1000000000,
+                         check=False, timeout=30)
+        self.assertIn("is too large: 3000000000 (the largest dimension is", proc.stdout)
+        # One rank of a model that cannot fit: the same arithmetic as two.
+        proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 1, "--micro_batch",
+                         20000000, "--accumulate", 1, "--steps", 1, "--no-eval",
+                         check=False, timeout=60)
+        self.assertRegex(proc.stdout, r"1 rank needs about \d+\.\d GiB of memory")
+        self.assertNotIn("cannot allocate", proc.stdout)
+        # A bucket larger than any model holds them all (matrices and
+        # biases apart, for weight decay), not one parameter each.
+        proc = e2e.train("--compile-only", e2e.EXAMPLE, "--bucket_mb", "1e30", timeout=30)
+        self.assertIn("buckets: 2 (bucket_mb 1e+30", proc.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
