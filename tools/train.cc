@@ -34,6 +34,7 @@
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/planner.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/mpi/mpi_communicator.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/launch/launcher.h"
@@ -193,6 +194,34 @@ absl::Status UnknownOptionError(const std::string& name) {
                     : absl::StrCat(": did you mean ", match, "? (a train { } field or model "
                                    "constant takes a value: "),
       name, " VALUE)"));
+}
+
+// The folders a run writes into while it goes (checkpoint_dir with
+// checkpoint_every, --tensorboard) must be writable before any rank starts:
+// a rank that fails there later is reported by its peers as a lost
+// connection.
+absl::Status CheckRunFolders(const Plan& plan, const TrainOptions& options) {
+  if (plan.checkpoints.every > 0) {
+    absl::Status folder = PrepareCheckpointFolder(plan.checkpoints.dir);
+    if (!folder.ok()) {
+      return absl::Status(folder.code(), absl::StrCat("checkpoint_dir: ", folder.message()));
+    }
+  }
+  if (!options.tensorboard_dir.empty()) {
+    const std::string& dir = options.tensorboard_dir;
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    std::string probe = dir + "/.write-test.XXXXXX";
+    const int fd = error ? -1 : ::mkstemp(probe.data());
+    if (fd < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tensorboard ", dir, ": cannot write in it: ",
+          error ? error.message() : std::strerror(errno)));
+    }
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
@@ -416,6 +445,7 @@ absl::Status Run(const Args& args) {
     return absl::OkStatus();
   }
 
+  if (!worker || worker->rank == 0) RETURN_IF_ERROR(CheckRunFolders(plan, args.train));
   if (worker) {
     RankContext rank;
     rank.rank = worker->rank;

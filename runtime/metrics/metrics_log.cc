@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -81,10 +83,18 @@ absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(
 }
 
 absl::Status MetricsLog::Write(const MetricsRecord& record) {
+  absl::Status status;
   if (jsonl_.is_open()) {
+    errno = 0;
     jsonl_ << MetricsRecordJson(record) << '\n';
     jsonl_.flush();
-    if (!jsonl_) return absl::InternalError(absl::StrCat("cannot write ", jsonl_path_));
+    if (!jsonl_) {
+      const int error = errno;
+      jsonl_.close();
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "cannot write the metrics log ", jsonl_path_, ": ",
+          error != 0 ? std::strerror(error) : "write failed", "; it stops here"));
+    }
   }
   if (tensorboard_ && !record.scalars.empty()) {
     ScalarValues values;
@@ -92,9 +102,16 @@ absl::Status MetricsLog::Write(const MetricsRecord& record) {
       values.emplace_back(absl::StrCat(record.kind, "/", name),
                           static_cast<float>(value));
     }
-    RETURN_IF_ERROR(tensorboard_->WriteScalars(record.time, record.step, values));
+    absl::Status written = tensorboard_->WriteScalars(record.time, record.step, values);
+    if (!written.ok()) {
+      tensorboard_.reset();
+      if (status.ok()) {
+        status = absl::ResourceExhaustedError(
+            absl::StrCat(written.message(), "; the TensorBoard events stop here"));
+      }
+    }
   }
-  return absl::OkStatus();
+  return status;
 }
 
 std::string DefaultMetricsPath(const std::string& checkpoint_path) {

@@ -60,6 +60,10 @@ class MetricsLog {
   static absl::StatusOr<std::unique_ptr<MetricsLog>> Open(
       const MetricsLogOptions& options);
 
+  // Writes the record to each output. An output that fails (a full disk)
+  // is closed for the rest of the run and the error says why ("m.jsonl:
+  // No space left on device"), once: metrics are not worth the run, so the
+  // caller warns and trains on; the other output keeps going.
   absl::Status Write(const MetricsRecord& record);
 
   const std::string& jsonl_path() const { return jsonl_path_; }

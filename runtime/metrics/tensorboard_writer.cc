@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -121,9 +122,14 @@ absl::Status EventFileWriter::WriteScalars(double wall_time, int64_t step,
 }
 
 absl::Status EventFileWriter::WriteRecord(const std::string& event) {
+  errno = 0;
   out_ << TfRecord(event);
   out_.flush();
-  if (!out_) return absl::InternalError(absl::StrCat("cannot write ", path_));
+  if (!out_) {
+    const int error = errno;
+    return absl::InternalError(absl::StrCat("cannot write ", path_, ": ",
+                                            error != 0 ? std::strerror(error) : "write failed"));
+  }
   return absl::OkStatus();
 }
 

@@ -167,6 +167,13 @@ constexpr int64_t kMaxSkippedInARow = 100;
 // Ranks agree to stop this often (in steps): one 4-byte sum over ranks.
 constexpr int64_t kStopCheckSteps = 10;
 
+// Metrics are not worth the run: a write that fails (a full disk) is a
+// warning, that output stops, and training goes on to its checkpoint.
+void WriteMetrics(MetricsLog& metrics, std::ostream& log, const MetricsRecord& record) {
+  const absl::Status written = metrics.Write(record);
+  if (!written.ok()) log << "warning: " << written.message() << "; training goes on\n";
+}
+
 // Where a run stopped by a signal writes its checkpoint: the run's
 // checkpoint folder (checkpoint_every, or a checkpoint_dir given without
 // it), else --save, else checkpoints/<model> (the folder's default).
@@ -615,8 +622,8 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     metrics_options.tensorboard_dir = options.tensorboard_dir;
     metrics_options.append = state.step > 0;  // a resumed run continues its log
     ASSIGN_OR_RETURN(metrics, MetricsLog::Open(metrics_options));
-    RETURN_IF_ERROR(metrics->Write(RunRecord(plan, device_kind, total_steps,
-                                             steps_per_epoch, state.step + 1)));
+    WriteMetrics(*metrics, log,
+                 RunRecord(plan, device_kind, total_steps, steps_per_epoch, state.step + 1));
   }
 
   // A few steps are traced (after the first, which warms caches) to measure
@@ -813,7 +820,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       last_loss = step_losses.back() / terms;
       for (size_t i = 0; i < pending.size(); ++i) {
         pending[i].scalars[0].second = step_losses[i] / terms;
-        RETURN_IF_ERROR(metrics->Write(pending[i]));
+        WriteMetrics(*metrics, log, pending[i]);
       }
       step_losses.clear();
       step_skipped.clear();
@@ -900,7 +907,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
         if (head.rows_per_example > 1 && plan.data.format == "text") {
           r.scalars.emplace_back("bits_per_byte", last_eval.loss / std::log(2.0));
         }
-        RETURN_IF_ERROR(metrics->Write(r));
+        WriteMetrics(*metrics, log, r);
       }
     }
 
@@ -999,7 +1006,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
       r.info.emplace_back("allreduce_ms", summary.allreduce_ms);
       r.info.emplace_back("hidden_fraction", summary.hidden_fraction);
     }
-    RETURN_IF_ERROR(metrics->Write(r));
+    WriteMetrics(*metrics, log, r);
     if (!metrics->jsonl_path().empty()) log << "metrics: " << metrics->jsonl_path() << "\n";
     if (!metrics->tensorboard_path().empty()) {
       log << "tensorboard: " << metrics->tensorboard_path()

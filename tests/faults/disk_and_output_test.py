@@ -58,6 +58,44 @@ class DiskFullTest(unittest.TestCase):
         self.assertIn("resumed from " + saved + " at step 5", resumed.stdout)
 
 
+    def test_metrics_on_a_full_disk_warn_and_the_run_goes_on(self):
+        # The metrics log on the small disk, nearly full; the checkpoint
+        # elsewhere. Metrics are not worth the run.
+        with open(os.path.join(self.mount, "filler"), "wb") as f:
+            f.write(b"\0" * (4 * 1024 * 1024 - 24 * 1024))
+        metrics = os.path.join(self.mount, "m.jsonl")
+        save = os.path.join(e2e.tmpdir(), "m.safetensors")
+        proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 2, "--steps", 300,
+                         "--no-eval", "--metrics", metrics, "--save", save, check=False)
+        self.assertEqual(proc.returncode, 0, proc.stdout)
+        self.assertIn("warning: cannot write the metrics log " + metrics +
+                      ": No space left on device; it stops here; training goes on",
+                      proc.stdout)
+        self.assertEqual(proc.stdout.count("warning:"), 1, proc.stdout)
+        self.assertIn("summary", proc.stdout)
+        self.assertEqual(e2e.read_checkpoint(save)[1]["step"], "300")
+
+
+class UnwritableFoldersTest(unittest.TestCase):
+
+    def test_are_refused_before_any_rank_starts(self):
+        e2e.need_fashion_mnist(self)
+        d = e2e.tmpdir()
+        not_a_folder = os.path.join(d, "file")
+        open(not_a_folder, "w").close()
+        for flags, message in [
+                (["--checkpoint_every", 5, "--checkpoint_dir", not_a_folder + "/ckpt"],
+                 "checkpoint_dir: checkpoint folder " + not_a_folder + "/ckpt: cannot create it"),
+                (["--tensorboard", not_a_folder + "/tb"],
+                 "--tensorboard " + not_a_folder + "/tb: cannot write in it")]:
+            proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 2, "--steps", 10,
+                             "--no-eval", *flags, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stdout)
+            self.assertIn(message, proc.stdout)
+            self.assertNotIn("launching", proc.stdout)
+            self.assertNotIn("Connection", proc.stdout)
+
+
 class MemoryTest(unittest.TestCase):
 
     def test_a_job_that_cannot_fit_is_refused_before_it_starts(self):
