@@ -120,7 +120,7 @@ FrontendResult CompileSource(std::string_view source,
     }
     // Checked even without a train block, so flag errors still show.
     std::optional<TrainConfig> train =
-        frontend::CheckTrain(blocks.train, train_overrides, sink);
+        frontend::CheckTrain(blocks.train, train_overrides, sink, DirectoryOf(file_name));
     if (sink.error_count() == 0 && model && data) {
       frontend::CheckDataFitsModel(*model, *data, sink);
     }

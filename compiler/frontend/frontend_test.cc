@@ -2,6 +2,11 @@
 // overrides and the summary.
 #include "compiler/frontend/frontend.h"
 
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -39,6 +44,32 @@ std::string Errors(const FrontendResult& r) {
 
 FrontendResult Compile(const std::string& source, const Overrides& o = {}) {
   return CompileSource(source, "t.train", o);
+}
+
+// machine = "x.profile" in the file is found next to the .train file, like
+// data paths; a folder or a pipe is refused at the setting.
+TEST(FrontendTest, AMachineProfileIsFoundNextToTheTrainFile) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/profile_test");
+  std::filesystem::create_directories(dir + "/folder.profile");
+  std::ofstream(dir + "/my.profile") << "name test\n";
+  const std::string with_machine =
+      absl::StrReplaceAll(kBase, {{"epochs = 1", "epochs = 1  machine = \"my.profile\""}});
+  std::ofstream(dir + "/a.train") << with_machine;
+  const FrontendResult found = CompileFile(dir + "/a.train");
+  ASSERT_TRUE(found.spec) << Errors(found);
+  EXPECT_EQ(found.spec->train.machine, dir + "/my.profile");
+
+  std::ofstream(dir + "/b.train")
+      << absl::StrReplaceAll(with_machine, {{"my.profile", "folder.profile"}});
+  const FrontendResult folder = CompileFile(dir + "/b.train");
+  EXPECT_FALSE(folder.spec);
+  EXPECT_THAT(Errors(folder), HasSubstr("cannot read the machine profile 'folder.profile': "
+                                        "it is a directory"));
+  ::mkfifo((dir + "/pipe.profile").c_str(), 0600);
+  const FrontendResult pipe = CompileFile(dir + "/a.train", {{"machine", dir + "/pipe.profile"}});
+  EXPECT_THAT(Errors(pipe), HasSubstr("--machine: cannot read the machine profile"));
+  EXPECT_THAT(Errors(pipe), HasSubstr("not a regular file"));
 }
 
 TEST(FrontendTest, FlattensNestedCallsAndNamesParameters) {

@@ -1,5 +1,9 @@
 #include "compiler/frontend/train_checker.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -308,27 +312,51 @@ void CheckBucketMb(const Setting& setting, TrainConfig* config,
 }
 
 // machine = "NAME" | "path/to/file.profile": a bundled profile's name is
-// checked here; a file is read by the planner.
-void CheckMachine(const Setting& setting, std::string* machine,
+// checked here; a file must be a regular file (a folder or a pipe is
+// refused here, not read as an empty profile) and is read by the planner.
+void CheckMachine(const Setting& setting, const std::string& base_dir, std::string* machine,
                   DiagnosticSink& sink) {
   std::optional<std::string> value = String(setting, sink);
   if (!value) return;
   const std::vector<std::string> names = cost::BundledProfileNames();
-  if (!Contains(names, *value) && !absl::StrContains(*value, '/') &&
-      !absl::EndsWith(*value, ".profile")) {
+  if (Contains(names, *value)) {
+    *machine = *value;
+    return;
+  }
+  if (!absl::StrContains(*value, '/') && !absl::EndsWith(*value, ".profile")) {
     ReportSetting(setting, sink,
                   absl::StrCat("unknown machine profile '", *value, "'"),
                   absl::StrCat(SuggestionHint(*value, names, "bundled profiles"),
                                " (or a path to a .profile file)"));
     return;
   }
-  *machine = *value;
+  std::string path = *value;
+  if (!setting.from_flag() && !path.empty() && path[0] != '/' && !base_dir.empty()) {
+    path = absl::StrCat(base_dir, "/", path);
+  }
+  struct stat st;
+  std::string reason;
+  if (::stat(path.c_str(), &st) != 0) {
+    reason = std::strerror(errno);
+  } else if (S_ISDIR(st.st_mode)) {
+    reason = "it is a directory";
+  } else if (!S_ISREG(st.st_mode)) {
+    reason = "it is not a regular file (a pipe or a device?)";
+  }
+  if (!reason.empty()) {
+    ReportSetting(setting, sink, absl::StrCat("cannot read the machine profile '", *value,
+                                              "': ", reason),
+                  path != *value ? absl::StrCat("looked for ", path, " (next to the .train file)")
+                                 : "");
+    return;
+  }
+  *machine = path;
 }
 
 class TrainChecker {
  public:
-  TrainChecker(const ast::Block* block, DiagnosticSink& sink)
-      : block_(block), sink_(sink) {}
+  TrainChecker(const ast::Block* block, DiagnosticSink& sink, std::string base_dir)
+      : block_(block), sink_(sink), base_dir_(std::move(base_dir)) {}
 
   std::optional<TrainConfig> Check(const Overrides& overrides) {
     const int errors_before = sink_.error_count();
@@ -353,7 +381,7 @@ class TrainChecker {
       CheckBucketMb(*s, &config_, sink_);
     }
     if (const Setting* s = Effective("machine")) {
-      CheckMachine(*s, &config_.machine, sink_);
+      CheckMachine(*s, base_dir_, &config_.machine, sink_);
     }
     if (const Setting* s = Effective("first_bucket_mb")) {
       if (auto v = NumberAtLeast(*s, 0, true, sink_)) {
@@ -638,6 +666,7 @@ class TrainChecker {
 
   const ast::Block* block_;
   DiagnosticSink& sink_;
+  const std::string base_dir_;
   std::map<std::string, Setting> file_;
   std::map<std::string, Setting> flags_;
   TrainConfig config_;
@@ -648,8 +677,9 @@ class TrainChecker {
 
 std::optional<TrainConfig> CheckTrain(const ast::Block* block,
                                       const Overrides& overrides,
-                                      DiagnosticSink& sink) {
-  return TrainChecker(block, sink).Check(overrides);
+                                      DiagnosticSink& sink,
+                                      const std::string& base_dir) {
+  return TrainChecker(block, sink, base_dir).Check(overrides);
 }
 
 }  // namespace frontend

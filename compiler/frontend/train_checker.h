@@ -17,10 +17,13 @@ namespace trainc::frontend {
 // still checked. Returns nullopt if anything was reported as an error.
 //
 // Exactly one of epochs and steps must be given (no default: how long to
-// train is never guessed).
+// train is never guessed). A relative `machine = "x.profile"` in the file
+// is resolved from `base_dir`, the .train file's folder, like data paths
+// (from the command line it is the user's, relative to where they typed).
 std::optional<TrainConfig> CheckTrain(const ast::Block* block,
                                       const Overrides& overrides,
-                                      DiagnosticSink& sink);
+                                      DiagnosticSink& sink,
+                                      const std::string& base_dir = "");
 
 }  // namespace trainc::frontend
 

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -13,6 +14,17 @@
 namespace trainc::viz {
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  // A folder opens as an empty stream and a FIFO would wait for a writer:
+  // both are refused, saying so.
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (std::filesystem::is_directory(status)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a file"));
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (a pipe or a device?)"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(

@@ -1,5 +1,6 @@
 #include "tools/viz/metrics_reader.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,15 @@ TEST(MetricsReaderTest, BadLinesAreErrorsWithTheirLine) {
   EXPECT_THAT(std::string(trace.status().message()),
               HasSubstr("t.json:1: not a metrics record"));
   EXPECT_FALSE(ReadMetricsFile("/nonexistent/x.jsonl").ok());
+}
+
+// `viz --metrics FOLDER` drew an empty plot: a folder is refused, naming it.
+TEST(MetricsReaderTest, AFolderIsNotAMetricsLog) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp");
+  auto run = ReadMetricsFile(dir);
+  ASSERT_FALSE(run.ok());
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr(dir + ": is a directory"));
 }
 
 TEST(MetricsReaderTest, LabelsAreDistinct) {
