@@ -295,7 +295,7 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
       }
     } else if (name == "--rendezvous") {
       ASSIGN_OR_RETURN(args.rendezvous, next());
-      RETURN_IF_ERROR(ParseRedisUrl(args.rendezvous).status());
+      RETURN_IF_ERROR(ParseRedisUrl(args.rendezvous, "--rendezvous").status());
     } else if (name == "--comm") {
       ASSIGN_OR_RETURN(args.comm, next());
       if (args.comm != "gloo" && args.comm != "mpi" && args.comm != "auto") {

@@ -67,10 +67,10 @@ std::optional<std::string> JobId(const EnvLookup& getenv) {
 
 }  // namespace
 
-absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
+absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url, const std::string& origin) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kRendezvousEnv, "=", url, ": ", why,
+        origin.empty() ? absl::StrCat(kRendezvousEnv, "=") : origin + " ", url, ": ", why,
         " (expected redis://HOST:PORT/JOB, e.g. redis://10.0.0.1:6379/run-42)"));
   };
   constexpr char kScheme[] = "redis://";
@@ -150,9 +150,10 @@ absl::StatusOr<RankInfo> Read(const EnvLookup& getenv, const Convention& c) {
     // (mpirun's ranks can meet through MPI itself: kNone, --comm mpi.)
     return absl::InvalidArgumentError(absl::StrCat(
         c.source, " set ", c.rank, " and ", c.world_size,
-        " but the ranks have nowhere to meet: set MASTER_ADDR and "
-        "MASTER_PORT (rank 0's host and a free port) or ",
-        kRendezvousDirEnv, " (a folder shared by every rank)"));
+        " but the ranks have nowhere to meet: give them a Redis server "
+        "(--rendezvous redis://HOST:PORT/JOB, or ", kRendezvousEnv, ") or set ",
+        kRendezvousDirEnv, " to a folder every rank shares (Gloo's TCP store, which "
+        "MASTER_ADDR/MASTER_PORT would need, is not in Debian's Gloo)"));
   }
   return info;
 }

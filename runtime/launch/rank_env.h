@@ -67,9 +67,11 @@ struct RedisAddress {
   int port = 6379;
   std::string job;
 };
-// "redis://HOST[:PORT]/JOB" (kRendezvousEnv), or an error saying what is
-// wrong with it.
-absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url);
+// "redis://HOST[:PORT]/JOB", or an error saying what is wrong with it,
+// naming where the user gave it: `origin` ("--rendezvous"), else
+// kRendezvousEnv.
+absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url,
+                                           const std::string& origin = "");
 
 // std::nullopt when no launcher's variables are set. Malformed or
 // inconsistent values (rank >= world size, RANK without WORLD_SIZE, no

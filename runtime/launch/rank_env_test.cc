@@ -9,6 +9,7 @@ namespace trainc {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 absl::StatusOr<std::optional<RankInfo>> From(
     std::map<std::string, std::string> vars) {
@@ -138,7 +139,18 @@ TEST(RankEnvTest, ErrorsNameTheVariable) {
               HasSubstr("RANK=2 is not below WORLD_SIZE=2"));
   EXPECT_THAT(
       From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).status().message(),
-      HasSubstr("set MASTER_ADDR and MASTER_PORT"));
+      HasSubstr("give them a Redis server (--rendezvous redis://HOST:PORT/JOB"));
+  // Advice that works here: not MASTER_ADDR, whose TCP store Debian's Gloo lacks.
+  EXPECT_THAT(
+      From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).status().message(),
+      Not(HasSubstr("set MASTER_ADDR")));
+}
+
+TEST(RankEnvTest, ABadRedisAddressNamesWhereItWasGiven) {
+  EXPECT_THAT(ParseRedisUrl("redis://:abc/job", "--rendezvous").status().message(),
+              HasSubstr("--rendezvous redis://:abc/job: no host"));
+  EXPECT_THAT(ParseRedisUrl("redis://:abc/job").status().message(),
+              HasSubstr("TRAINC_RENDEZVOUS=redis://:abc/job: no host"));
 }
 
 }  // namespace

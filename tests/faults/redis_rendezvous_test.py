@@ -100,6 +100,7 @@ class RedisRendezvousTest(unittest.TestCase):
                          check=False)
         self.assertEqual(proc.returncode, 2, proc.stdout)
         self.assertIn("the port is not a number in [1, 65535]", proc.stdout)
+        self.assertIn("--rendezvous redis://127.0.0.1:99999/x:", proc.stdout)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,13 @@
 #include <filesystem>
 #include <system_error>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "gloo/allgather.h"
 #include "gloo/allgather_ring.h"
 #include "gloo/allreduce.h"
@@ -276,6 +280,31 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
       }
     }
   });
+  if (!status.ok() && absl::StrContains(status.message(), "Wait timeout for key")) {
+    // Gloo names the keys of the ranks that never wrote theirs:
+    // "<prefix>/<rank>". Say which ranks those are.
+    std::vector<std::string> missing;
+    const std::string message(status.message());
+    const std::string key = options.store_prefix + "/";
+    for (size_t at = message.find(key); at != std::string::npos;
+         at = message.find(key, at + key.size())) {
+      size_t end = at + key.size();
+      while (end < message.size() && absl::ascii_isdigit(message[end])) ++end;
+      if (end > at + key.size()) {
+        missing.push_back(message.substr(at + key.size(), end - at - key.size()));
+      }
+    }
+    std::sort(missing.begin(), missing.end());
+    missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+    return absl::DeadlineExceededError(absl::StrCat(
+        missing.empty() ? std::string("a rank")
+                        : absl::StrCat("rank ", absl::StrJoin(missing, ", ")),
+        " of ", options.world_size, " did not join job ", options.store_prefix, " within ",
+        absl::FormatDuration(options.timeout), " (",
+        redis ? absl::StrCat("Redis at ", options.redis_host, ":", options.redis_port)
+              : absl::StrCat("rendezvous folder ", options.file_store_dir),
+        "): did it start, with the same job name and rendezvous? (", message, ")"));
+  }
   if (!status.ok() && redis && absl::StrContains(status.message(), "already set")) {
     return absl::FailedPreconditionError(absl::StrCat(
         "gloo: the job name in ", options.store_prefix, " was used before on the Redis "
