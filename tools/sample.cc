@@ -154,7 +154,11 @@ int32_t SampleToken(const float* logits, int64_t vocab, const Args& args,
 }
 
 absl::Status Run(const Args& args) {
-  FrontendResult compiled = CompileFile(args.file);
+  // Sampling needs the model, not the training data: the checkpoint may
+  // have come from another machine.
+  CompileOptions model_only;
+  model_only.read_data = false;
+  FrontendResult compiled = CompileFile(args.file, {}, model_only);
   std::cerr << FormatDiagnostics(compiled.diagnostics, compiled.source);
   if (!compiled.spec) return absl::InvalidArgumentError("the .train file has errors");
   TrainSpec spec = *compiled.spec;

@@ -264,7 +264,7 @@ Span ItemKindSpan(const ast::Item& item) {
 }
 
 std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
-                                            const std::string& base_dir,
+                                            const std::string& base_dir, bool read_files,
                                             DiagnosticSink& sink) {
   const std::string& format = expr.text;
   const bool text = format == "text";
@@ -302,6 +302,10 @@ std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
       continue;
     }
     const bool relative = !arg.text.empty() && arg.text[0] != '/' && !base_dir.empty();
+    if (!read_files) {  // the form only: a path or glob as written, resolved
+      dataset.paths.push_back(relative ? absl::StrCat(base_dir, "/", arg.text) : arg.text);
+      continue;
+    }
     if (!IsGlob(arg.text)) {
       const std::string path =
           relative ? absl::StrCat(base_dir, "/", arg.text) : arg.text;
@@ -373,7 +377,7 @@ std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
 }
 
 std::optional<DatasetSpec> CheckDataset(const Setting& setting,
-                                        const std::string& base_dir,
+                                        const std::string& base_dir, bool read_files,
                                         DiagnosticSink& sink) {
   const ast::Expr& expr = *setting.expr;
   if (expr.kind != ast::Expr::Kind::kCall) {
@@ -386,7 +390,7 @@ std::optional<DatasetSpec> CheckDataset(const Setting& setting,
   }
   const std::vector<std::string> formats = {"idx", "text", "tokens"};
   if (expr.text == "text" || expr.text == "tokens") {
-    return CheckTokenSource(expr, base_dir, sink);
+    return CheckTokenSource(expr, base_dir, read_files, sink);
   }
   if (expr.text != "idx") {
     sink.Error(expr.name_span,
@@ -425,7 +429,7 @@ std::optional<DatasetSpec> CheckDataset(const Setting& setting,
     if (!path.empty() && path[0] != '/' && !base_dir.empty()) {
       path = absl::StrCat(base_dir, "/", path);
     }
-    const std::string reason = CannotRead(path);
+    const std::string reason = read_files ? CannotRead(path) : "";
     if (!reason.empty()) {
       sink.Error(arg.span, absl::StrCat("cannot read '", arg.text, "': ", reason),
                  RelativePathHint(arg.text, path));
@@ -442,7 +446,7 @@ std::optional<DatasetSpec> CheckDataset(const Setting& setting,
 
 std::optional<DataSpec> CheckData(const ast::Block& block,
                                   const std::string& base_dir,
-                                  DiagnosticSink& sink) {
+                                  DiagnosticSink& sink, bool read_files) {
   const int errors_before = sink.error_count();
   std::map<std::string, Setting> settings;
   for (const ast::Item& item : block.items) {
@@ -478,7 +482,7 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
 
   DataSpec data;
   if (auto it = settings.find("train"); it != settings.end()) {
-    if (auto dataset = CheckDataset(it->second, base_dir, sink)) {
+    if (auto dataset = CheckDataset(it->second, base_dir, read_files, sink)) {
       data.train = *dataset;
     }
   } else {
@@ -487,7 +491,7 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
                "\"train-labels-idx1-ubyte.gz\")");
   }
   if (auto it = settings.find("eval"); it != settings.end()) {
-    if (auto dataset = CheckDataset(it->second, base_dir, sink)) {
+    if (auto dataset = CheckDataset(it->second, base_dir, read_files, sink)) {
       // One format per plan (DataConfig::format).
       if (!data.train.format.empty() && dataset->format != data.train.format) {
         sink.Error(it->second.expr->name_span,

@@ -27,10 +27,12 @@ namespace trainc::frontend {
 // time and not after the model is built (shard headers are checked when
 // loading). Relative paths are resolved against `base_dir` (the .train
 // file's directory; "" for the working directory) and stored resolved in
-// the spec.
+// the spec. Without `read_files` only the block's form is checked and the
+// paths are kept as written (resolved), globs unexpanded: for tools that
+// need the model alone (sampling a checkpoint on a machine without the data).
 std::optional<DataSpec> CheckData(const ast::Block& block,
                                   const std::string& base_dir,
-                                  DiagnosticSink& sink);
+                                  DiagnosticSink& sink, bool read_files = true);
 
 // An idx data set must fit the model's image input: the values per image
 // in each images file's header (rows x cols) must be the input's per-sample

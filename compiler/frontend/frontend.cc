@@ -91,7 +91,8 @@ Blocks FindBlocks(const frontend::ast::File& file, DiagnosticSink& sink) {
 
 FrontendResult CompileSource(std::string_view source,
                              std::string_view file_name,
-                             const Overrides& overrides) {
+                             const Overrides& overrides,
+                             const CompileOptions& options) {
   FrontendResult result;
   result.source = std::string(source);
   DiagnosticSink sink{std::string(file_name)};
@@ -116,12 +117,12 @@ FrontendResult CompileSource(std::string_view source,
                                    &train_overrides);
     }
     if (blocks.data) {
-      data = frontend::CheckData(*blocks.data, DirectoryOf(file_name), sink);
+      data = frontend::CheckData(*blocks.data, DirectoryOf(file_name), sink, options.read_data);
     }
     // Checked even without a train block, so flag errors still show.
     std::optional<TrainConfig> train =
         frontend::CheckTrain(blocks.train, train_overrides, sink, DirectoryOf(file_name));
-    if (sink.error_count() == 0 && model && data) {
+    if (sink.error_count() == 0 && model && data && options.read_data) {
       frontend::CheckDataFitsModel(*model, *data, sink);
     }
     if (sink.error_count() == 0 && model && data && train) {
@@ -181,7 +182,8 @@ absl::StatusOr<std::string> ReadSourceFile(const std::string& path) {
 }  // namespace
 
 FrontendResult CompileFile(const std::string& path,
-                           const Overrides& overrides) {
+                           const Overrides& overrides,
+                           const CompileOptions& options) {
   absl::StatusOr<std::string> text = ReadSourceFile(path);
   if (!text.ok()) {
     FrontendResult result;
@@ -191,7 +193,7 @@ FrontendResult CompileFile(const std::string& path,
     result.diagnostics.push_back(std::move(d));
     return result;
   }
-  return CompileSource(*text, path, overrides);
+  return CompileSource(*text, path, overrides, options);
 }
 
 }  // namespace trainc

@@ -29,16 +29,26 @@ struct FrontendResult {
   std::string source;                    // the text compiled, for rendering
 };
 
+// What a compile checks beyond the file itself.
+struct CompileOptions {
+  // Whether the data files must be there and readable (training needs
+  // them; sampling a checkpoint needs only the model, and the data
+  // block's form).
+  bool read_data = true;
+};
+
 // Compiles `source`; `file_name` is used in diagnostics, and its directory
 // resolves relative data paths.
 FrontendResult CompileSource(std::string_view source,
                              std::string_view file_name,
-                             const Overrides& overrides = {});
+                             const Overrides& overrides = {},
+                             const CompileOptions& options = {});
 
 // Reads and compiles `path`. An unreadable or oversized (> 32 MiB) file is
 // an error diagnostic, not a crash.
 FrontendResult CompileFile(const std::string& path,
-                           const Overrides& overrides = {});
+                           const Overrides& overrides = {},
+                           const CompileOptions& options = {});
 
 // A human summary: each statement with its shape, the parameter table and
 // count, "global_batch 256 = 2 gpus × 64 micro_batch × 2 accumulate", the

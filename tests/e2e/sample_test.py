@@ -83,6 +83,15 @@ class SampleTest(unittest.TestCase):
                      "--tokens", 60, "--temperature", 0.3, "--seed", 3).stdout
         self.assertEqual(out.rstrip("\n"), (SENTENCE * 6)[:8 + 60])
 
+    def test_samples_on_a_machine_without_the_training_data(self):
+        # The checkpoint moved to another machine, its corpus did not.
+        moved = self.train_file.replace(".train", "_moved.train")
+        with open(self.train_file) as f, open(moved, "w") as g:
+            g.write(f.read().replace("corpus.txt", "not_here/*.txt"))
+        out = sample(moved, self.ckpt, "--prompt", "the cat ", "--tokens", 60,
+                     "--temperature", 0.3, "--seed", 3).stdout
+        self.assertEqual(out.rstrip("\n"), (SENTENCE * 6)[:8 + 60])
+
     def test_same_seed_same_text(self):
         args = (self.train_file, self.ckpt, "--prompt", "the ", "--tokens", 30,
                 "--seed", 11)
