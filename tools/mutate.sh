@@ -17,13 +17,16 @@
 # afresh on every run. Bazel runs there, so it has its own output base and
 # server (shut down at the end); its cache survives between runs, so only
 # the first run builds everything. Before the mutations, the covering tests
-# must pass on the unmutated copy.
+# run twice on the unmutated copy: a test that fails both times is a setup
+# error; one that fails once is flaky, and its failures never count as a
+# catch (a flaky test would make every mutant look caught).
 #
 # List format: one mutation per line, four fields separated by " :: ":
 #   name :: file :: sed expression (sed -E is not used) :: test targets
 # Blank lines and lines starting with # are ignored.
 #
-# Results: CAUGHT (a test failed or timed out), MISSED (all passed), NOBUILD
+# Results: CAUGHT (a test that passed both baseline runs failed or timed
+# out), MISSED (all passed, or only flaky ones failed), NOBUILD
 # (the mutant does not compile: not a test result, not counted), NOAPPLY
 # (the sed expression changed nothing: the list is stale). Exit status 0
 # when every counted mutation was caught, 1 when one was missed, 2 on a
@@ -137,14 +140,35 @@ run_tests() {  # log, targets...  -> bazel's exit code
      "$@") >"$log" 2>&1
 }
 
-# --- baseline: the covering tests pass without any mutation -----------------
+failing_targets() {  # log -> the targets that failed or timed out, one per line
+  grep -oE '^//[^ ]+ +(FAILED|TIMEOUT)' "$1" | awk '{print $1}' | sort -u || true
+}
+
+# --- baseline: the covering tests, twice, without any mutation ---------------
 ALL_TARGETS="$(printf '%s\n' "${TARGETS[@]}" | tr ' ' '\n' | sed '/^$/d' | sort -u | tr '\n' ' ')"
-echo "mutate.sh: baseline (no mutation): $ALL_TARGETS"
+echo "mutate.sh: baseline (no mutation, twice): $ALL_TARGETS"
 start=$(date +%s)
-if ! run_tests "$LOGS/baseline.log" $ALL_TARGETS; then
-  echo "mutate.sh: the tests fail without any mutation; see $LOGS/baseline.log:" >&2
-  grep -E "FAILED|TIMEOUT|ERROR" "$LOGS/baseline.log" | head -20 >&2
+for run in 1 2; do
+  set +e
+  run_tests "$LOGS/baseline$run.log" $ALL_TARGETS
+  rc=$?
+  set -e
+  if [[ $rc -ne 0 && $rc -ne 3 ]]; then
+    echo "mutate.sh: the baseline does not build or run; see $LOGS/baseline$run.log" >&2
+    exit 2
+  fi
+done
+BROKEN="$(comm -12 <(failing_targets "$LOGS/baseline1.log") <(failing_targets "$LOGS/baseline2.log"))"
+FLAKY="$(comm -3 <(failing_targets "$LOGS/baseline1.log") <(failing_targets "$LOGS/baseline2.log") |
+         tr -d '\t')"
+if [[ -n "$BROKEN" ]]; then
+  echo "mutate.sh: these fail without any mutation (see $LOGS/baseline*.log):" >&2
+  echo "$BROKEN" >&2
   exit 2
+fi
+if [[ -n "$FLAKY" ]]; then
+  echo "mutate.sh: flaky (failed one of two unmutated runs), not counted as catching:" \
+       $FLAKY
 fi
 echo "mutate.sh: baseline passed in $(( $(date +%s) - start )) s"
 
@@ -177,6 +201,11 @@ for i in "${!NAMES[@]}"; do
   CURRENT=""
   secs=$(( $(date +%s) - t0 ))
   failing="$(grep -oE '^//[^ ]+ +(FAILED|TIMEOUT)' "$log" | awk '{print $1 "(" $2 ")"}' | tr '\n' ' ' || true)"
+  if [[ $rc -eq 3 && -n "$FLAKY" ]] &&
+     [[ -z "$(comm -23 <(failing_targets "$log") <(echo "$FLAKY" | tr ' ' '\n' | sort -u))" ]]; then
+    rc=0  # only flaky tests failed: the reliable ones did not see it
+    failing="(only flaky: $failing)"
+  fi
   case $rc in
     0) result=MISSED; missed=$((missed + 1)); missed_names+=("$name") ;;
     3) result=CAUGHT; caught=$((caught + 1)) ;;

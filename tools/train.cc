@@ -529,13 +529,15 @@ int main(int argc, char** argv) {
   if (absl::IsCancelled(status)) {
     // Stopped by a signal at a step boundary, checkpoint written (or the
     // launcher relaying one): the shell's convention, 128 + the signal.
-    std::cerr << "train: " << status.message() << "\n";
+    std::cerr << absl::StrCat("train: ", status.message(), "\n") << std::flush;
     int sig = trainc::ReceivedStopSignal();
     if (sig == 0) sig = trainc::JobStopSignal();
     return 128 + (sig != 0 ? sig : SIGTERM);
   }
   if (!status.ok()) {
-    std::cerr << "train: error: " << status.message() << "\n";
+    // One write: a rank the launcher stops meanwhile (a peer failed) must
+    // not leave half a line ("train: error: " and nothing after it).
+    std::cerr << absl::StrCat("train: error: ", status.message(), "\n") << std::flush;
     return 1;
   }
   return 0;

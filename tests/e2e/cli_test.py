@@ -96,6 +96,9 @@ class CliTest(unittest.TestCase):
         if "CUDA GPU" not in proc.stdout:
             self.skipTest("a GPU is present")
         self.assertEqual(proc.returncode, 1)
+        # Before work: no rank started, no data read, no step.
+        for later in ("launching", "training fashion_mlp", "step 1/", "[rank"):
+            self.assertNotIn(later, proc.stdout)
 
     def test_short_run_trains_and_summarises(self):
         e2e.need_fashion_mnist(self)

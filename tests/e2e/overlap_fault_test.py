@@ -112,6 +112,8 @@ class FaultTest(unittest.TestCase):
         self.assertNotEqual(proc.returncode, 0)
         self.assertLess(elapsed, 30, rest)
         self.assertIn("rank 1", rest)
+        # A rank stopped while it reports its error writes the whole line.
+        self.assertNotRegex(rest, r"(?m)^(\[rank \d+\] )?train: error: *$")
         for pid in workers:
             if how == signal.SIGSTOP and alive(pid):
                 os.kill(pid, signal.SIGCONT)
