@@ -4,6 +4,7 @@ and the --save file is a PyTorch state dict: Debian's PyTorch loads it with
 load_state_dict(strict=True) into the .train file's model and gets trainc's
 eval loss."""
 import json
+import math
 import os
 import unittest
 
@@ -41,6 +42,60 @@ class ResumeTest(unittest.TestCase):
         for name in full:
             self.assertTrue(np.array_equal(full[name].view(np.uint32),
                                            resumed[name].view(np.uint32)), name)
+
+    def test_resumed_schedule_goes_on_at_the_checkpoint_s_step(self):
+        # cosine(warmup = 10) over 40 steps: the lr of a step is a function
+        # of the global step, so a run resumed after step 20 uses steps
+        # 21..40's lrs (not 1..20's again), as the uninterrupted run does:
+        # from a 20-step run's --save (its own schedule was 20 steps long:
+        # the resumed run's 40 steps decide), and from the uninterrupted
+        # run's own step-20 checkpoint, which then also ends on its bits.
+        d = e2e.tmpdir()
+        with open(e2e.EXAMPLE) as f:
+            text = f.read()
+        assert text.count("  seed        = 0\n") == 1, "the example changed"
+        text = text.replace("  seed        = 0\n",
+                            "  seed        = 0\n  schedule    = cosine(warmup = 10)\n")
+        spec = f"{d}/cosine.train"
+        with open(spec, "w") as f:
+            f.write(text)
+        base_lr, warmup, steps = 1e-3, 10, 40
+
+        def lrs(name):
+            with open(f"{d}/{name}.jsonl") as f:
+                records = [r for r in map(json.loads, f) if r["kind"] == "train"]
+            return {r["step"]: r["lr"] for r in records}
+
+        common = [spec, "--device", "cpu", "--no-eval"]
+        e2e.train(*common, "--steps", steps, "--save", f"{d}/full.safetensors",
+                  "--metrics", f"{d}/full.jsonl", "--checkpoint_every", 20,
+                  "--checkpoint_dir", f"{d}/ckpt")
+        e2e.train(*common, "--steps", 20, "--save", f"{d}/half.safetensors",
+                  "--no-metrics")
+        for name, source in (("resumed", f"{d}/half.safetensors"),
+                             ("resumed_ckpt", f"{d}/ckpt/step-00000020.safetensors")):
+            out = e2e.train(*common, "--steps", steps, "--resume", source,
+                            "--save", f"{d}/{name}.safetensors",
+                            "--metrics", f"{d}/{name}.jsonl")
+            self.assertIn("resumed from", out.stdout)
+        full = lrs("full")
+        self.assertEqual(sorted(full), list(range(1, steps + 1)))
+        # The schedule itself (README: step k at lr k / N in the warm-up,
+        # then cosine to 0 reached on the last step).
+        for k, lr in full.items():
+            want = (base_lr * k / warmup if k <= warmup else
+                    0.5 * base_lr * (1 + math.cos(math.pi * (k - warmup) / (steps - warmup))))
+            self.assertAlmostEqual(lr, want, delta=1e-12, msg=f"step {k}")
+        self.assertEqual(full[steps], 0.0)
+        for name in ("resumed", "resumed_ckpt"):
+            got = lrs(name)
+            self.assertEqual(sorted(got), list(range(21, steps + 1)), name)
+            for k, lr in got.items():
+                self.assertEqual(lr, full[k], f"{name}: step {k}'s lr")
+        whole, _ = e2e.read_checkpoint(f"{d}/full.safetensors")
+        resumed, _ = e2e.read_checkpoint(f"{d}/resumed_ckpt.safetensors")
+        e2e.assert_same_bits(self, resumed, whole,
+                             "resumed from step 20's checkpoint, cosine schedule")
 
     def test_names_match_pytorch_modules(self):
         d = e2e.tmpdir()

@@ -7,7 +7,9 @@ count. With zero_gather = next_forward (the all-gathers at the next step's
 start) the same holds: the trainer gathers before evaluating and saving,
 so the evaluation, the checkpoints and the weights equal step_end's. All
 of it at once (bf16, clipping, ZeRO-1 gathering in the next forward) still
-gives one result whatever the split."""
+gives one result whatever the split. With grad_comm = bf16 and clipping,
+ZeRO-1 reports zero = 0's gradient norm (its partial sums travel in fp32)."""
+import json
 import re
 import unittest
 
@@ -23,6 +25,14 @@ def run(d, name, gpus, *extra, steps=12):
                      "--global_batch", 48, "--micro_batch", 4,
                      "--steps", steps, "--no-eval", "--save", out, *extra)
     return e2e.read_checkpoint(out)[0], proc.stdout
+
+
+def read_grad_norms(path):
+    """The grad_norm of each `train` record of a metrics log, in step order."""
+    with open(path) as f:
+        records = [r for r in map(json.loads, f) if r["kind"] == "train"]
+    assert [r["step"] for r in records] == list(range(1, len(records) + 1)), path
+    return [r["grad_norm"] for r in records]
 
 
 class ZeroTest(unittest.TestCase):
@@ -61,6 +71,44 @@ class ZeroTest(unittest.TestCase):
             for name in plain:
                 self.assertLessEqual(e2e.norm_rel(zero[name], plain[name]), 1e-6,
                                      f"{gpus} ranks {extra}: {name}")
+
+    def test_bf16_gradients_with_clipping_keep_zero_0_s_norm(self):
+        # grad_comm = bf16 narrows the gradients on the wire; ZeRO-1's
+        # squared-norm partial sums (one per rank, all-reduced) must still
+        # travel in fp32. On 2 ranks the bf16 reduce-scatter gives the
+        # all-reduce's gradient bits (without clipping the two runs agree
+        # bit for bit), so the norms differ only by the fp32 rounding of
+        # the shard-by-shard sum (measured <= 7e-8 relative), not bf16's
+        # ~2^-9. Not bit for bit: zero = 0 sums each whole bucket's squares,
+        # ZeRO-1 rounds each shard's sum to fp32 before adding the ranks'.
+        # 6 steps: clipping is active from step 3 (norms 0.55 ..), and the
+        # clip factors' rounding differences, which Adam magnifies on the
+        # blank border pixels' weights step by step (3.5e-7 of h1.weight
+        # after 8 steps, 9e-7 after 12), stay far below 1e-6 (8e-9).
+        steps = 6
+        clip = ["--grad_comm", "bf16", "--clip_grad_norm", 0.5]
+        norms = {}
+        for zero in (0, 1):
+            name = f"bf16clip_z{zero}"
+            weights, _ = run(self.dir, name, 2, *clip, "--zero", zero, steps=steps)
+            norms[zero] = read_grad_norms(f"{self.dir}/{name}.metrics.jsonl")
+            self.assertEqual(len(norms[zero]), steps)
+            if zero == 0:
+                plain = weights
+        self.assertGreater(sum(n > 0.5 for n in norms[0]), steps // 2,
+                           f"clipping must be active: {norms[0]}")
+        for step, (a, b) in enumerate(zip(norms[0], norms[1]), start=1):
+            self.assertLessEqual(abs(b - a), 1e-6 * a,
+                                 f"step {step}: grad_norm {b!r} with ZeRO-1, "
+                                 f"{a!r} without")
+        self.assertEqual(sorted(weights), sorted(plain))
+        for name in e2e.parameters_of(plain):
+            self.assertLessEqual(e2e.norm_rel(weights[name], plain[name]), 1e-6, name)
+        # Control: the gradients really travel as bf16 (fp32 communication
+        # gives step 1 another norm, 1.4e-4 away).
+        run(self.dir, "fp32clip_z1", 2, "--clip_grad_norm", 0.5, "--zero", 1, steps=1)
+        fp32 = read_grad_norms(f"{self.dir}/fp32clip_z1.metrics.jsonl")
+        self.assertGreater(abs(fp32[0] - norms[0][0]), 1e-5 * fp32[0])
 
     def test_gather_in_next_forward_gives_the_bits_of_step_end(self):
         det = ["--deterministic", "true", "--zero", 1]
