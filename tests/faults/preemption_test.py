@@ -19,6 +19,8 @@ import subprocess
 import time
 import unittest
 
+import numpy as np
+
 import faults_lib  # noqa: F401  (puts tests/e2e on the path)
 import e2e_lib as e2e
 
@@ -170,10 +172,10 @@ class StopSignalsTest(unittest.TestCase):
             log.close()
         return code, open(log.name).read(), folder
 
-    def resume_matches_reference(self, folder, stopped_at):
+    def resume_matches_reference(self, folder, stopped_at, *extra):
         out = os.path.join(e2e.tmpdir(), "resumed.safetensors")
         resumed = e2e.train(*common(2), "--checkpoint_dir", folder, "--resume", folder,
-                            "--save", out)
+                            "--save", out, *extra)
         self.assertIn(f"resumed from {folder}/step-{stopped_at:08d}.safetensors",
                       resumed.stdout)
         e2e.assert_same_bits(self, e2e.read_checkpoint(out)[0], reference(2),
@@ -206,6 +208,19 @@ class StopSignalsTest(unittest.TestCase):
         self.assertIn(f"checkpoint {folder}/step-{step:08d}.safetensors", text)
         self.assertEqual(stopped, sorted({70 * k for k in range(1, step // 70 + 1)} | {step}))
         self.resume_matches_reference(folder, step)
+
+    def test_sigterm_under_zero_1_gathers_the_sharded_state(self):
+        # Each rank holds half of the optimizer state: the stop checkpoint
+        # must gather both halves, and the resumed run (ZeRO-1 again) end on
+        # the bits of the uninterrupted plain run.
+        code, text, folder = self.stop(lambda p: os.kill(p.pid, signal.SIGTERM),
+                                       ["--zero", 1, "--checkpoint_every", 70])
+        self.assertEqual(code, 128 + signal.SIGTERM, text)
+        step = max(int(n[5:13]) for n in step_files(folder))
+        self.assertIn(f"checkpoint {folder}/step-{step:08d}.safetensors", text)
+        state, _ = e2e.read_checkpoint(os.path.join(folder, f"step-{step:08d}.safetensors"))
+        self.assertTrue(all(np.any(state[n] != 0) for n in state if n.endswith("exp_avg_sq")))
+        self.resume_matches_reference(folder, step, "--zero", 1)
 
 
 if __name__ == "__main__":
