@@ -77,6 +77,16 @@ std::string CheckBf16Collectives(Communicator& comm, int64_t count) {
   note(s.ok() ? Mismatch(scattered, r * count, (r + 1) * count, want,
                          "bf16 reduce-scatter", r)
               : absl::StrCat("bf16 reduce-scatter: ", s.ToString()));
+  // Round to nearest even, not truncation: 1 + 3.75 * 2^-7 is 1 + 4 * 2^-7
+  // in bf16 (truncated: 1 + 3 * 2^-7), and every partial sum of up to four
+  // of those is a bf16 value, so the sum is exact.
+  const float x = 1.0f + 3.75f / 128, rounded = 1.0f + 4.0f / 128;
+  std::vector<float> ties(count, x);
+  s = comm.AllReduceSumBf16(ties.data(), count, nullptr);
+  note(s.ok() ? Mismatch(ties, 0, count,
+                         [&](int64_t) { return world == 1 ? x : world * rounded; },
+                         "bf16 all-reduce rounding", r)
+              : absl::StrCat("bf16 all-reduce: ", s.ToString()));
   return first.empty() ? "" : absl::StrCat("count ", count, ": ", first);
 }
 
