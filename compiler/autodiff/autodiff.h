@@ -1,7 +1,8 @@
 // Autodiff: reverse-mode differentiation of a forward graph, as a pass.
 //
-// Appends, after the forward nodes, the backward nodes of plan.h's op list
-// that compute d(loss)/d(parameter) for every parameter the loss depends on.
+// Appends, after the forward nodes, the backward nodes (instruction ops of
+// the op table, from each forward op's gradient rule there) that compute
+// d(loss)/d(parameter) for every parameter the loss depends on.
 // The loss seen by the gradient is `loss_scale * loss_sum`; the planner
 // passes 1 / global_batch so that the step's gradient is that of the mean
 // over the global batch whatever its split into ranks and micro-steps.

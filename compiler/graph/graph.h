@@ -1,7 +1,7 @@
 // Graph: the compiler's IR between TrainSpec and Plan.
 //
-// Values are typed, shaped tensors (batch dimension included); nodes are ops
-// of plan.h's op list reading and writing values. One graph describes ONE
+// Values are typed, shaped tensors (batch dimension included); nodes are
+// instruction ops of the op table (compiler/ops) reading and writing values. One graph describes ONE
 // micro-step on one rank; the planner unrolls it `accumulate` times.
 //
 // Invariants (checked by Verify):

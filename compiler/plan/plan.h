@@ -128,7 +128,7 @@ enum class Phase { kData, kForward, kBackward, kComm, kOptimizer };
 
 struct Instruction {
   int id = 0;                // index into Plan::instructions
-  std::string op;            // see the op list above
+  std::string op;            // an instruction op of compiler/ops/op_table.cc
   std::vector<int> inputs;   // buffer ids
   std::vector<int> outputs;  // buffer ids
   std::map<std::string, double> attrs;

@@ -5,7 +5,7 @@
 //                    ResolveKernels(plan, arena, arena_bytes, "cpu"));
 //   ... RunKernel(instr) reads kernels[instr.id], no lookups ...
 //
-// ResolveKernels checks every instruction against plan.h's op list (arity,
+// ResolveKernels checks every instruction against the op table (arity,
 // buffer ids, sizes, the optimizer's bucket spans) and fuses
 // "y = linear(...); h = act(y)" into the linear when nothing can observe y
 // in between (adjacent, no events between them): the linear then also
@@ -48,7 +48,8 @@ enum class KernelOp : uint8_t {
   kMseGrad,
   kAdamW,
   kSgd,
-  // Transformer ops (see plan.h's op list for their buffers).
+  // Transformer ops (see their OpDef::doc in compiler/ops/op_table.cc for
+  // their buffers).
   kGeluTanh,              // x -> y: GPT-2's tanh approximation; rows = n
   kGeluTanhGrad,          // dy, x -> dx acc; rows = n
   kSoftmax,               // x[rows, in] -> y, over the last dimension

@@ -1,6 +1,7 @@
 // Synthetic plans and traces for the tests of tools/viz (testonly).
 //
-// The plan is an MLP in the shape the planner produces (DESIGN.md, plan.h):
+// The plan is an MLP in the shape the planner produces (ARCHITECTURE.md,
+// compiler/plan/plan.h):
 // `hidden_layers` x (linear -> relu), a linear head, cross-entropy; its
 // gradients bucketed in backward order; all-reduces issued in the last
 // micro-step; one optimizer op per bucket. It passes ValidatePlan.

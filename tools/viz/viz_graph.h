@@ -1,7 +1,7 @@
 // The picture of a Plan, before it becomes DOT: which nodes to draw, how
 // they are grouped, and which edges join them.
 //
-// What is drawn (see DESIGN.md "The plan"):
+// What is drawn (see compiler/plan/plan.h and ARCHITECTURE.md, "The plan"):
 //   - one micro-step's load/forward/backward ops, in a cluster labelled
 //     "micro-step x N" (the other N-1 micro-steps are the same program and
 //     are folded onto it; the last micro-step is the one drawn because it

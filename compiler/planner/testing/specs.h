@@ -55,7 +55,7 @@ class SpecBuilder {
   ModelSpec model_;
 };
 
-// fashion_mlp from DESIGN.md, with its data and train blocks.
+// dsl_examples/fashion_mlp.train, with its data and train blocks.
 TrainSpec FashionMlpSpec();
 
 // An MLP `in -> hidden... -> classes` with relu and cross_entropy.
