@@ -119,13 +119,7 @@ class GradNormMatchesPyTorchTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         e2e.need_torch_reference(torch)
-        cls.dir = e2e.tmpdir()
-        n = STEPS * GLOBAL_BATCH
-        cls.images = e2e.read_idx(e2e.TRAIN_IMAGES, n)
-        cls.labels = e2e.read_idx(e2e.TRAIN_LABELS, n)
-        cls.init = e2e.initial_mlp_weights(seed=3)
-        cls.init_path = os.path.join(cls.dir, "init.safetensors")
-        e2e.write_safetensors(cls.init_path, cls.init)
+        e2e.set_up_reference(cls, STEPS * GLOBAL_BATCH, e2e.initial_mlp_weights(seed=3))
         with open(e2e.EXAMPLE) as f:
             text = f.read()
         assert text.count("shuffle = true") == 1, "the example changed"

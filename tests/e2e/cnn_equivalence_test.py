@@ -160,13 +160,7 @@ class CnnEquivalenceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         e2e.need_torch_reference(torch)
-        cls.dir = e2e.tmpdir()
-        n = STEPS * GLOBAL_BATCH
-        cls.images = e2e.read_idx(e2e.TRAIN_IMAGES, n)
-        cls.labels = e2e.read_idx(e2e.TRAIN_LABELS, n)
-        cls.init = initial_weights()
-        cls.init_path = os.path.join(cls.dir, "init.safetensors")
-        e2e.write_safetensors(cls.init_path, cls.init)
+        e2e.set_up_reference(cls, STEPS * GLOBAL_BATCH, initial_weights())
         cls.train_path = cls.write_train_file()
         cls.ref = reference(cls.init, cls.images, cls.labels)
         cls.runs = {}

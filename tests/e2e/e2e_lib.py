@@ -193,6 +193,19 @@ def need_torch_reference(torch, fashion_mnist=True):
     torch.set_num_threads(1)
 
 
+def set_up_reference(cls, examples, init):
+    """For a PyTorch reference test's setUpClass: its own folder, the first
+    `examples` Fashion-MNIST training images and labels (read by our own
+    reader), and the initial weights `init`, written where --init-from
+    reads them (cls.init_path)."""
+    cls.dir = tmpdir()
+    cls.images = read_idx(TRAIN_IMAGES, examples)
+    cls.labels = read_idx(TRAIN_LABELS, examples)
+    cls.init = init
+    cls.init_path = os.path.join(cls.dir, "init.safetensors")
+    write_safetensors(cls.init_path, init)
+
+
 def read_idx(path, count):
     """The first `count` items of a gzipped IDX file of unsigned bytes, by a
     reader of our own (magic, dimensions, then the bytes)."""

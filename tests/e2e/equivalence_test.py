@@ -146,13 +146,7 @@ class PyTorchReferenceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         e2e.need_torch_reference(torch)
-        cls.dir = e2e.tmpdir()
-        n = REF_STEPS * REF_GLOBAL_BATCH
-        cls.images = e2e.read_idx(e2e.TRAIN_IMAGES, n)
-        cls.labels = e2e.read_idx(e2e.TRAIN_LABELS, n)
-        cls.init = e2e.initial_mlp_weights(seed=3)
-        cls.init_path = os.path.join(cls.dir, "init.safetensors")
-        e2e.write_safetensors(cls.init_path, cls.init)
+        e2e.set_up_reference(cls, REF_STEPS * REF_GLOBAL_BATCH, e2e.initial_mlp_weights(seed=3))
         cls.refs = {}
 
     @classmethod
