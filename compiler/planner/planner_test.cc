@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/testing/specs.h"
 #include "gmock/gmock.h"
@@ -344,6 +345,56 @@ TEST(BytesSentPerStep, FollowsTheCollectivesOnTheWire) {
   spec.train.gpus = 1;
   spec.train.global_batch = spec.train.micro_batch * spec.train.accumulate;
   EXPECT_EQ(sent(0, "fp32", false), 0);
+}
+
+// A tied weight gets its gradient twice (the head's linear, then the
+// embedding, last in backward): its bucket is ready only after the second,
+// in the last micro-step. Checked as the rule for every bucket: ready_after
+// is the last instruction of the last micro-step writing any of its
+// gradients, whatever the bucket size.
+TEST(PlannerTest, EveryBucketWaitsForItsLastGradientTiedWeightsToo) {
+  constexpr char kTiedLm[] = R"(
+model lm {
+  const ctx = 8, width = 16
+  input  tokens: i32[ctx]
+  label  next:   i32[ctx]
+  wte    = embedding(tokens, 256, width)
+  h      = gelu(linear(wte, width))
+  logits = linear(h, 256, weight = wte.weight, bias = false)
+  loss   = cross_entropy(logits, next)
+}
+data { train = text("corpus.txt") }
+train { gpus = 2  micro_batch = 2  accumulate = 2  steps = 1  optimizer = sgd(lr = 0.1) }
+)";
+  CompileOptions model_only;
+  model_only.read_data = false;
+  const FrontendResult compiled = CompileSource(kTiedLm, "tied.train", {}, model_only);
+  ASSERT_TRUE(compiled.spec) << FormatDiagnostics(compiled.diagnostics, compiled.source);
+  for (double mb : {0.0, 0.001, 25.0}) {
+    TrainSpec spec = *compiled.spec;
+    spec.train.bucket_mb = mb;
+    absl::StatusOr<Plan> plan = BuildPlan(spec);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    bool saw_tied = false;
+    for (const Bucket& bucket : plan->buckets) {
+      const Buffer& span = plan->buffers[bucket.grad_buffer];
+      int last = -1, writes = 0;
+      for (const Instruction& in : plan->instructions) {
+        if (in.micro_step != plan->accumulate - 1 || in.phase != Phase::kBackward) continue;
+        for (int out : in.outputs) {
+          const Buffer& b = plan->buffers[out];
+          if (b.kind == BufferKind::kGradient && b.offset >= span.offset &&
+              b.offset + b.bytes <= span.offset + span.bytes) {
+            last = in.id;
+            writes += b.name == "grad/wte.weight";
+          }
+        }
+      }
+      saw_tied |= writes == 2;
+      EXPECT_EQ(bucket.ready_after, last) << "bucket_mb " << mb << ", bucket " << bucket.id;
+    }
+    EXPECT_TRUE(saw_tied) << "bucket_mb " << mb << ": the tied weight's two gradient writes";
+  }
 }
 
 }  // namespace
