@@ -448,30 +448,114 @@ MetricsRecord RunRecord(const Plan& plan, const std::string& device,
   return r;
 }
 
-}  // namespace
-
-absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
-                                       const RankContext& rank,
-                                       const TrainOptions& options,
-                                       std::ostream& log_stream) {
-  std::ostringstream discard;
-  std::ostream& log = rank.rank == 0 ? log_stream : discard;
-  if (plan.world_size != rank.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the plan is for ", plan.world_size, " rank(s) but the job has ",
-        rank.world_size));
+// With clipping or skip_nonfinite, after each step: whether the step was
+// left out because its gradient norm is not finite (the optimizers left the
+// weights and their state alone, plan.h). Without skip_nonfinite that is a
+// divergence, found at its step (not at the next log line), as the same
+// decision on every rank (the norm is the world's); so are
+// kMaxSkippedInARow skipped steps in a row.
+absl::StatusOr<bool> LeaveOutNonFiniteStep(const Plan& plan, Device& device, int64_t step,
+                                           double norm, bool tty, int64_t* skipped_steps,
+                                           int64_t* skipped_in_a_row, std::ostream& log) {
+  if (std::isfinite(norm)) {
+    *skipped_in_a_row = 0;
+    return false;
   }
-  ASSIGN_OR_RETURN(const std::string device_kind,
-                   ResolveDevice(options.device, rank.world_size));
-  if (device_kind == "cuda" && rank.local_rank >= CudaDeviceCount()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank.rank, " needs GPU ", rank.local_rank, " but this machine has ",
-        CudaDeviceCount()));
+  if (!plan.skip_nonfinite) {
+    return absl::DataLossError(absl::StrFormat(
+        "step %d: the gradient norm is %s%s: training diverged; stopping "
+        "without saving (skip_nonfinite = true leaves such steps out)",
+        step, std::isnan(norm) ? "nan" : "inf", FirstNonFiniteGradient(plan, device)));
   }
+  ++*skipped_steps;
+  if (++*skipped_in_a_row >= kMaxSkippedInARow) {
+    return absl::DataLossError(absl::StrFormat(
+        "step %d: %d steps in a row had a non-finite gradient (skip_nonfinite "
+        "left them out)%s: training diverged; stopping without saving",
+        step, *skipped_in_a_row, FirstNonFiniteGradient(plan, device)));
+  }
+  if (*skipped_steps <= 10 || *skipped_steps % 100 == 0) {
+    log << absl::StrFormat(
+               "%sstep %d: gradient norm %s: step skipped, weights unchanged "
+               "(skip_nonfinite; %d so far)%s\n",
+               tty ? "\r\033[K" : "", step, std::isnan(norm) ? "nan" : "inf", *skipped_steps,
+               *skipped_steps == 10 ? "; reporting every 100th from now" : "")
+        << std::flush;
+  }
+  return true;
+}
 
-  // Communicators. The host one (host-side sums, barriers, NCCL's
-  // bootstrap) is Gloo, or MPI with rank.comm == "mpi" (mpirun jobs); on
-  // the CPU it carries the gradients too, on CUDA NCCL does.
+// The checkpoint every checkpoints.every steps (and at the last), written
+// by rank 0 (under ZeRO-1 every rank takes part in the gather), then the
+// folder pruned. A full disk stops the run naming the newest whole one.
+absl::Status SavePeriodicCheckpoint(const Plan& plan, Device& device, const Sharding* sharding,
+                                    int rank, const TrainingState& now, bool tty,
+                                    std::ostream& log) {
+  const CheckpointConfig& periodic = plan.checkpoints;
+  const std::string path = CheckpointPath(periodic.dir, now.step);
+  absl::Status saved = SaveCheckpoint(path, plan, device, now, sharding);
+  if (rank != 0) return saved;  // ZeRO-1: this rank's part of the gather
+  if (!saved.ok()) {
+    // A full disk: the writes were temporary files, now gone; the
+    // checkpoints already there are whole.
+    absl::StatusOr<std::vector<std::string>> kept = CheckpointsNewestFirst(periodic.dir);
+    return absl::Status(saved.code(), absl::StrCat(
+        "step ", now.step, ": checkpoint not written: ", saved.message(), "; ",
+        kept.ok() && !kept->empty()
+            ? absl::StrCat("the newest whole one is ", kept->front(),
+                           " (continue with --resume ", periodic.dir, ")")
+            : std::string("no earlier checkpoint")));
+  }
+  RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
+  log << absl::StrFormat("%scheckpoint %s\n", tty ? "\r\033[K" : "", path) << std::flush;
+  return absl::OkStatus();
+}
+
+// A stop signal (preemption, Ctrl-C) reaches the ranks at different steps:
+// they agree at the next check (one small sum over ranks, which also tells
+// every rank which signal) and stop together at that step boundary, with
+// one checkpoint. OK when no rank was asked to stop; CANCELLED, saying
+// where the checkpoint is, when the run stops here.
+absl::Status StopIfAsked(const Plan& plan, const TrainOptions& options, Executor& executor,
+                         Device& device, Communicator& host_comm, const Sharding* sharding,
+                         int rank, const TrainingState& now, int64_t total_steps) {
+  constexpr std::array<int, 3> kStops = {SIGINT, SIGTERM, SIGHUP};
+  std::vector<float> stop(kStops.size(), 0.0f);
+  for (size_t k = 0; k < kStops.size(); ++k) stop[k] = g_stop_signal == kStops[k];
+  RETURN_IF_ERROR(SumOverRanks(host_comm, &stop));
+  for (size_t k = 0; k < kStops.size() && g_agreed_stop_signal == 0; ++k) {
+    if (stop[k] > 0) g_agreed_stop_signal = kStops[k];
+  }
+  if (g_agreed_stop_signal == 0) return absl::OkStatus();
+  const CheckpointConfig& periodic = plan.checkpoints;
+  RETURN_IF_ERROR(executor.GatherParameters());
+  const std::string path = StopCheckpointPath(plan, options, now.step);
+  const bool written = periodic.every > 0 && now.step % periodic.every == 0;
+  if (!written && rank != 0 && plan.zero > 0) {
+    RETURN_IF_ERROR(SaveCheckpoint(path, plan, device, now, sharding));
+  }
+  if (rank == 0) {
+    if (!written) {
+      const std::string folder = std::filesystem::path(path).parent_path().string();
+      RETURN_IF_ERROR(PrepareCheckpointFolder(folder.empty() ? "." : folder));
+      RETURN_IF_ERROR(SaveCheckpoint(path, plan, device, now, sharding));
+    }
+    if (periodic.every > 0) RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
+  }
+  RETURN_IF_ERROR(host_comm.Barrier());
+  const int sig = g_agreed_stop_signal;
+  return absl::CancelledError(absl::StrFormat(
+      "stopped at step %d of %d (%s, signal %d on %s); checkpoint %s; "
+      "continue with --resume %s",
+      now.step, total_steps, strsignal(sig), sig,
+      g_stop_signal != 0 ? "this rank" : "another rank", path,
+      periodic.every > 0 ? periodic.dir : path));
+}
+
+// The host communicator of one rank (host-side sums, barriers, NCCL's
+// bootstrap): Gloo, or MPI with rank.comm == "mpi" (mpirun jobs). On the
+// CPU it carries the gradients too; on CUDA NCCL does.
+absl::StatusOr<std::unique_ptr<Communicator>> CreateHostCommunicator(const RankContext& rank) {
   std::unique_ptr<Communicator> host_comm;
   if (rank.comm == "mpi") {
     if (!StartedByMpirun()) {
@@ -510,6 +594,49 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     return absl::InvalidArgumentError(
         absl::StrCat("unknown communicator '", rank.comm, "' (gloo or mpi)"));
   }
+  return host_comm;
+}
+
+// The CPU device of one rank, its threads from --blas-threads.
+std::unique_ptr<Device> CreateCpuDevice(const TrainOptions& options, std::ostream& log) {
+  CpuDeviceOptions cpu;
+  cpu.blas_threads = options.blas_threads;
+  // torchrun (and some Slurm setups) export OMP_NUM_THREADS=1; the CPU
+  // backend's threads come from --blas-threads instead, whatever it says.
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (omp != nullptr && options.blas_threads > 0 &&
+      std::string(omp) != std::to_string(options.blas_threads)) {
+    log << "note: OMP_NUM_THREADS=" << omp << " (set by a launcher?) is not used: "
+        << "OpenBLAS and oneDNN run " << options.blas_threads
+        << " thread(s) per rank (--blas-threads)\n";
+  }
+  return std::make_unique<CpuDevice>(cpu);
+}
+
+}  // namespace
+
+absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
+                                       const RankContext& rank,
+                                       const TrainOptions& options,
+                                       std::ostream& log_stream) {
+  std::ostringstream discard;
+  std::ostream& log = rank.rank == 0 ? log_stream : discard;
+  if (plan.world_size != rank.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan is for ", plan.world_size, " rank(s) but the job has ",
+        rank.world_size));
+  }
+  ASSIGN_OR_RETURN(const std::string device_kind,
+                   ResolveDevice(options.device, rank.world_size));
+  if (device_kind == "cuda" && rank.local_rank >= CudaDeviceCount()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank.rank, " needs GPU ", rank.local_rank, " but this machine has ",
+        CudaDeviceCount()));
+  }
+
+  // Communicators: the host one (host-side sums, barriers, NCCL's
+  // bootstrap); on CUDA NCCL carries the gradients.
+  ASSIGN_OR_RETURN(std::unique_ptr<Communicator> host_comm, CreateHostCommunicator(rank));
   std::unique_ptr<Communicator> nccl;
   std::unique_ptr<Device> device;
   if (device_kind == "cuda") {
@@ -517,18 +644,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     ASSIGN_OR_RETURN(nccl, CreateNcclCommunicator(rank.rank, rank.world_size,
                                                   rank.local_rank, *host_comm));
   } else {
-    CpuDeviceOptions cpu;
-    cpu.blas_threads = options.blas_threads;
-    // torchrun (and some Slurm setups) export OMP_NUM_THREADS=1; the CPU
-    // backend's threads come from --blas-threads instead, whatever it says.
-    const char* omp = std::getenv("OMP_NUM_THREADS");
-    if (omp != nullptr && options.blas_threads > 0 &&
-        std::string(omp) != std::to_string(options.blas_threads)) {
-      log << "note: OMP_NUM_THREADS=" << omp << " (set by a launcher?) is not used: "
-          << "OpenBLAS and oneDNN run " << options.blas_threads
-          << " thread(s) per rank (--blas-threads)\n";
-    }
-    device = std::make_unique<CpuDevice>(cpu);
+    device = CreateCpuDevice(options, log);
   }
   Communicator& grad_comm = nccl ? *nccl : *host_comm;
   // ZeRO-1 checkpoints: every rank's optimizer state shard, over the host
@@ -717,38 +833,10 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     };
     bool skipped = false;
     if (grad_sq != nullptr) {
-      // A non-finite norm: the optimizers left the weights and their state
-      // alone (plan.h). Without skip_nonfinite that is a divergence, found
-      // at its step (not at the next log line), as the same decision on
-      // every rank (the norm is the world's).
       ASSIGN_OR_RETURN(const double norm, grad_norm());
-      skipped = !std::isfinite(norm);
-      if (skipped && !plan.skip_nonfinite) {
-        return absl::DataLossError(absl::StrFormat(
-            "step %d: the gradient norm is %s%s: training diverged; stopping "
-            "without saving (skip_nonfinite = true leaves such steps out)",
-            step, std::isnan(norm) ? "nan" : "inf", FirstNonFiniteGradient(plan, *device)));
-      }
-      if (skipped) {
-        ++summary.skipped_steps;
-        if (++skipped_in_a_row >= kMaxSkippedInARow) {
-          return absl::DataLossError(absl::StrFormat(
-              "step %d: %d steps in a row had a non-finite gradient (skip_nonfinite "
-              "left them out)%s: training diverged; stopping without saving",
-              step, skipped_in_a_row, FirstNonFiniteGradient(plan, *device)));
-        }
-        if (summary.skipped_steps <= 10 || summary.skipped_steps % 100 == 0) {
-          log << absl::StrFormat(
-                     "%sstep %d: gradient norm %s: step skipped, weights unchanged "
-                     "(skip_nonfinite; %d so far)%s\n",
-                     tty ? "\r\033[K" : "", step, std::isnan(norm) ? "nan" : "inf",
-                     summary.skipped_steps,
-                     summary.skipped_steps == 10 ? "; reporting every 100th from now" : "")
-              << std::flush;
-        }
-      } else {
-        skipped_in_a_row = 0;
-      }
+      ASSIGN_OR_RETURN(skipped, LeaveOutNonFiniteStep(plan, *device, step, norm, tty,
+                                                      &summary.skipped_steps,
+                                                      &skipped_in_a_row, log));
     }
     step_skipped.push_back(skipped);
     if (metrics) {
@@ -917,64 +1005,14 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     now.epoch = step / steps_per_epoch;
     now.step_in_epoch = step % steps_per_epoch;
     if (checkpoint_due && (rank.rank == 0 || plan.zero > 0)) {
-      const std::string path = CheckpointPath(periodic.dir, step);
-      absl::Status saved = SaveCheckpoint(path, plan, *device, now, sharding);
-      if (rank.rank != 0) {
-        RETURN_IF_ERROR(saved);  // ZeRO-1: this rank's part of the gather
-      } else if (!saved.ok()) {
-        // A full disk: the write was a temporary file, now gone; the
-        // checkpoints already there are whole.
-        absl::StatusOr<std::vector<std::string>> kept = CheckpointsNewestFirst(periodic.dir);
-        return absl::Status(saved.code(), absl::StrCat(
-            "step ", step, ": checkpoint not written: ", saved.message(), "; ",
-            kept.ok() && !kept->empty()
-                ? absl::StrCat("the newest whole one is ", kept->front(),
-                               " (continue with --resume ", periodic.dir, ")")
-                : std::string("no earlier checkpoint")));
-      } else {
-        RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
-        log << absl::StrFormat("%scheckpoint %s\n", tty ? "\r\033[K" : "", path)
-            << std::flush;
-      }
+      RETURN_IF_ERROR(SavePeriodicCheckpoint(plan, *device, sharding, rank.rank, now, tty, log));
     }
     // A stop signal (preemption, Ctrl-C) reaches the ranks at different
     // steps: they agree at the next check and stop together at that step
     // boundary, with one checkpoint.
     if (!last && (plan.world_size == 1 || step % kStopCheckSteps == 0)) {
-      // How many ranks got each stop signal: every rank learns which one.
-      constexpr std::array<int, 3> kStops = {SIGINT, SIGTERM, SIGHUP};
-      std::vector<float> stop(kStops.size(), 0.0f);
-      for (size_t k = 0; k < kStops.size(); ++k) stop[k] = g_stop_signal == kStops[k];
-      RETURN_IF_ERROR(SumOverRanks(*host_comm, &stop));
-      for (size_t k = 0; k < kStops.size() && g_agreed_stop_signal == 0; ++k) {
-        if (stop[k] > 0) g_agreed_stop_signal = kStops[k];
-      }
-      if (g_agreed_stop_signal != 0) {
-        RETURN_IF_ERROR(executor.GatherParameters());
-        const std::string path = StopCheckpointPath(plan, options, step);
-        const bool written = periodic.every > 0 && step % periodic.every == 0;
-        if (!written && rank.rank != 0 && plan.zero > 0) {
-          RETURN_IF_ERROR(SaveCheckpoint(path, plan, *device, now, sharding));
-        }
-        if (rank.rank == 0) {
-          if (!written) {
-            const std::string folder = std::filesystem::path(path).parent_path().string();
-            RETURN_IF_ERROR(PrepareCheckpointFolder(folder.empty() ? "." : folder));
-            RETURN_IF_ERROR(SaveCheckpoint(path, plan, *device, now, sharding));
-          }
-          if (periodic.every > 0) {
-            RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
-          }
-        }
-        RETURN_IF_ERROR(host_comm->Barrier());
-        const int sig = g_agreed_stop_signal;
-        return absl::CancelledError(absl::StrFormat(
-            "stopped at step %d of %d (%s, signal %d on %s); checkpoint %s; "
-            "continue with --resume %s",
-            step, total_steps, strsignal(sig), sig,
-            g_stop_signal != 0 ? "this rank" : "another rank", path,
-            periodic.every > 0 ? periodic.dir : path));
-      }
+      RETURN_IF_ERROR(StopIfAsked(plan, options, executor, *device, *host_comm, sharding,
+                                  rank.rank, now, total_steps));
     }
   }
   summary.seconds = Seconds(std::chrono::steady_clock::now() - start);
