@@ -552,6 +552,26 @@ absl::Status StopIfAsked(const Plan& plan, const TrainOptions& options, Executor
       periodic.every > 0 ? periodic.dir : path));
 }
 
+// The world's loss sums of the steps up to `step` (the last one is
+// `step`'s): a non-finite one that skip_nonfinite did not leave out stops
+// the run on every rank alike, before anything is saved over a good
+// checkpoint.
+absl::Status CheckLossesFinite(const Plan& plan, Device& device, int64_t step,
+                               const std::vector<float>& losses,
+                               const std::vector<bool>& skipped) {
+  for (size_t i = 0; i < losses.size(); ++i) {
+    if (std::isfinite(losses[i]) || skipped[i]) continue;
+    const int64_t bad = step - static_cast<int64_t>(losses.size()) + 1 + static_cast<int64_t>(i);
+    return absl::DataLossError(absl::StrFormat(
+        "step %d: the loss is %s%s: training diverged; stopping without "
+        "saving (lower the learning rate, set clip_grad_norm, or "
+        "skip_nonfinite = true to leave such steps out)",
+        bad, std::isnan(losses[i]) ? "nan" : losses[i] > 0 ? "inf" : "-inf",
+        FirstNonFiniteGradient(plan, device)));
+  }
+  return absl::OkStatus();
+}
+
 // The host communicator of one rank (host-side sums, barriers, NCCL's
 // bootstrap): Gloo, or MPI with rank.comm == "mpi" (mpirun jobs). On the
 // CPU it carries the gradients too; on CUDA NCCL does.
@@ -887,23 +907,7 @@ absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
     const bool log_line = step % log_every == 0 || last || epoch_end;
     if (log_line || (metrics_on && step % metrics_every == 0)) {
       RETURN_IF_ERROR(SumOverRanks(*host_comm, &step_losses));
-      // Divergence stops the run on every rank alike (the sums are the
-      // world's), before anything is saved over a good checkpoint.
-      for (size_t i = 0; i < step_losses.size(); ++i) {
-        if (!std::isfinite(step_losses[i]) && !step_skipped[i]) {
-          const int64_t bad = step - static_cast<int64_t>(step_losses.size()) + 1 +
-                              static_cast<int64_t>(i);
-          return absl::DataLossError(absl::StrFormat(
-              "step %d: the loss is %s%s: training diverged; stopping without "
-              "saving (lower the learning rate, set clip_grad_norm, or "
-              "skip_nonfinite = true to leave such steps out)",
-              bad,
-              std::isnan(step_losses[i]) ? "nan"
-              : step_losses[i] > 0       ? "inf"
-                                         : "-inf",
-              FirstNonFiniteGradient(plan, *device)));
-        }
-      }
+      RETURN_IF_ERROR(CheckLossesFinite(plan, *device, step, step_losses, step_skipped));
       const double terms = static_cast<double>(plan.global_batch) * plan.loss_terms;
       last_loss = step_losses.back() / terms;
       for (size_t i = 0; i < pending.size(); ++i) {
