@@ -29,9 +29,7 @@ constexpr int64_t kMaxDim = int64_t{1} << 31;
 constexpr int kMaxBlockDepth = 32;
 constexpr int64_t kMaxRepeat = 10000;
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
+using ops::ShapeText;
 
 std::string TypeText(const ValueSpec& value) {
   return absl::StrCat(value.type == ElementType::kI32 ? "i32" : "f32",

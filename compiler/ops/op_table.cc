@@ -280,15 +280,6 @@ std::vector<OpDef> MakeOps() {
 
 using Kind = ArgDef::Kind;
 
-std::string ShapeText(const Shape& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 ShapeError Error(int arg, std::string message, std::string hint = "") {
   return {arg, std::move(message), std::move(hint)};
 }
@@ -736,6 +727,15 @@ std::vector<ModelOpDef> MakeModelOps() {
 }
 
 }  // namespace
+
+std::string ShapeText(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
 
 ArgValue ArgValue::Int(int64_t v) {
   ArgValue a;

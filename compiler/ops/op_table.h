@@ -38,6 +38,9 @@ namespace trainc::ops {
 
 using Shape = std::vector<int64_t>;
 
+// A shape as diagnostics show it: "[4, 768]" ("[]" for a scalar).
+std::string ShapeText(const Shape& shape);
+
 // ---------------------------------------------------------------------------
 // Instruction ops
 // ---------------------------------------------------------------------------

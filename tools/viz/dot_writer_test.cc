@@ -59,7 +59,7 @@ TEST(DotWriterTest, SmallPlanMatchesGolden) {
     ASSERT_NE(workspace, nullptr) << "regenerate with `bazel run`";
     MlpPlanOptions o;
     o.model = "small_mlp";
-    Plan plan = MakeMlpPlan(o);
+    Plan plan = MakeSyntheticPlan(o);
     ASSERT_TRUE(WritePlanFile(plan, absl::StrCat(workspace, "/", kPlan)).ok());
     auto graph = BuildVizGraph(plan);
     ASSERT_TRUE(graph.ok());
@@ -80,7 +80,7 @@ TEST(DotWriterTest, SmallPlanMatchesGolden) {
 }
 
 TEST(DotWriterTest, StylesAndLegend) {
-  Plan plan = MakeMlpPlan({});
+  Plan plan = MakeSyntheticPlan({});
   auto graph = BuildVizGraph(plan);
   ASSERT_TRUE(graph.ok());
   std::string dot = WriteDot(*graph, plan);
@@ -100,7 +100,7 @@ TEST(DotWriterTest, StylesAndLegend) {
 TEST(DotWriterTest, EscapesQuotes) {
   MlpPlanOptions o;
   o.model = "a \"quoted\" model";
-  Plan plan = MakeMlpPlan(o);
+  Plan plan = MakeSyntheticPlan(o);
   auto graph = BuildVizGraph(plan);
   ASSERT_TRUE(graph.ok());
   EXPECT_THAT(WriteDot(*graph, plan), HasSubstr("digraph \"a \\\"quoted\\\" model\""));

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: make_synthetic PLAN_OUT [TRACE_OUT] [--layers N] [--bucket-kb K] [--steps S] [--from F]\n";
     return 2;
   }
-  trainc::Plan plan = trainc::viz::MakeMlpPlan(options);
+  trainc::Plan plan = trainc::viz::MakeSyntheticPlan(options);
   if (!from.empty()) {
     absl::StatusOr<trainc::Plan> loaded = trainc::viz::LoadPlanForViz(from);
     if (!loaded.ok()) {

@@ -76,7 +76,7 @@ struct Layer {
 
 }  // namespace
 
-Plan MakeMlpPlan(const MlpPlanOptions& o) {
+Plan MakeSyntheticPlan(const MlpPlanOptions& o) {
   Plan p;
   p.model = o.model;
   p.source = absl::StrCat(o.model, ".train");

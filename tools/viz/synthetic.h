@@ -24,7 +24,7 @@ struct MlpPlanOptions {
   int64_t bucket_bytes = 256 * 1024;  // close a bucket once it holds this
 };
 
-Plan MakeMlpPlan(const MlpPlanOptions& options);
+Plan MakeSyntheticPlan(const MlpPlanOptions& options);
 
 // Chrome trace JSON for `steps` steps of `plan` on every rank: compute ops
 // back to back (forward 10 us, backward 20 us, others 5 us), each

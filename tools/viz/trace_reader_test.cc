@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 
 class TraceReaderTest : public ::testing::Test {
  protected:
-  Plan plan_ = MakeMlpPlan({});
+  Plan plan_ = MakeSyntheticPlan({});
   std::string json_ = MakeSyntheticTrace(plan_, 2);
 };
 

@@ -89,7 +89,7 @@ class RunVizTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::getenv("TEST_TMPDIR");
-    plan_ = MakeMlpPlan({});
+    plan_ = MakeSyntheticPlan({});
     plan_path_ = dir_ + "/m.plan";
     trace_path_ = dir_ + "/m.trace.json";
     ASSERT_TRUE(WritePlanFile(plan_, plan_path_).ok());
@@ -187,7 +187,7 @@ TEST_F(RunVizTest, TraceOfAnotherPlanIsRejected) {
   o.model = "other_model";
   o.hidden_layers = 3;
   std::string other = dir_ + "/other.json";
-  ASSERT_TRUE(WriteStringToFile(other, MakeSyntheticTrace(MakeMlpPlan(o), 1)).ok());
+  ASSERT_TRUE(WriteStringToFile(other, MakeSyntheticTrace(MakeSyntheticPlan(o), 1)).ok());
   VizArgs a;
   a.input = plan_path_;
   a.trace = other;

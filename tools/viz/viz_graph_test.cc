@@ -44,7 +44,7 @@ bool HasEdge(const VizGraph& g, const std::string& from, const std::string& to,
 TEST(VizGraphTest, DrawsOneMicroStepOnce) {
   MlpPlanOptions o;
   o.accumulate = 4;
-  Plan plan = MakeMlpPlan(o);
+  Plan plan = MakeSyntheticPlan(o);
   auto g = BuildVizGraph(plan);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->accumulate, 4);
@@ -67,7 +67,7 @@ TEST(VizGraphTest, DrawsOneMicroStepOnce) {
 }
 
 TEST(VizGraphTest, DataEventAndBucketEdges) {
-  Plan plan = MakeMlpPlan({});
+  Plan plan = MakeSyntheticPlan({});
   auto g = BuildVizGraph(plan);
   ASSERT_TRUE(g.ok()) << g.status();
   for (const Bucket& b : plan.buckets) {
@@ -102,7 +102,7 @@ TEST(VizGraphTest, HundredLayersCollapseAndDrawQuickly) {
   o.hidden_layers = 100;
   o.accumulate = 2;
   o.bucket_bytes = 25 << 20;  // the default bucket_mb: a few buckets
-  Plan plan = MakeMlpPlan(o);
+  Plan plan = MakeSyntheticPlan(o);
   auto g = BuildVizGraph(plan);
   ASSERT_TRUE(g.ok()) << g.status();
   // h1 reads the 784-wide input and stays; h2..h100 are identical.
@@ -179,7 +179,7 @@ TEST(VizGraphTest, HundredLayerTrainFileCollapsesAndDrawsQuickly) {
 TEST(VizGraphTest, NoCollapseDrawsEveryLayer) {
   MlpPlanOptions o;
   o.hidden_layers = 10;
-  Plan plan = MakeMlpPlan(o);
+  Plan plan = MakeSyntheticPlan(o);
   VizOptions options;
   options.collapse_repeats = false;
   auto g = BuildVizGraph(plan, options);
@@ -189,7 +189,7 @@ TEST(VizGraphTest, NoCollapseDrawsEveryLayer) {
 }
 
 TEST(VizGraphTest, RejectsOutOfRangeBuffer) {
-  Plan plan = MakeMlpPlan({});
+  Plan plan = MakeSyntheticPlan({});
   plan.instructions[1].inputs.push_back(9999);
   auto g = BuildVizGraph(plan);
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
