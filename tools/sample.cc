@@ -29,6 +29,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/data/sampler.h"
+#include "tools/cli/option_parser.h"
 #include "runtime/device/device.h"
 #include "runtime/exec/batch_source.h"
 #include "runtime/exec/executor.h"
@@ -60,41 +61,33 @@ struct Args {
 
 absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
   Args args;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") return std::optional<Args>();
-    if (arg.size() < 2 || arg.substr(0, 2) != "--") {
-      positional.push_back(arg);
-      continue;
-    }
-    if (i + 1 >= argc) return absl::InvalidArgumentError(arg + ": needs a value");
-    const std::string value = argv[++i];
-    auto integer = [&](int64_t* out, int64_t min) -> absl::Status {
+  auto integer = [](int64_t* out, int64_t min) {
+    return [out, min](const std::string& value) -> absl::Status {
       if (!absl::SimpleAtoi(value, out) || *out < min) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            arg, ": expected an integer >= ", min, ", got '", value, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("expected an integer >= ", min, ", got '", value, "'"));
       }
       return absl::OkStatus();
     };
-    if (arg == "--prompt") {
-      args.prompt = value;
-    } else if (arg == "--tokens") {
-      RETURN_IF_ERROR(integer(&args.tokens, 0));
-    } else if (arg == "--top-k") {
-      RETURN_IF_ERROR(integer(&args.top_k, 0));
-    } else if (arg == "--seed") {
-      RETURN_IF_ERROR(integer(&args.seed, 0));
-    } else if (arg == "--temperature") {
-      if (!absl::SimpleAtod(value, &args.temperature) ||
-          !(args.temperature > 0) || !std::isfinite(args.temperature)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            arg, ": expected a number > 0, got '", value, "'"));
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", arg, " (see --help)"));
-    }
-  }
+  };
+  OptionParser parser;
+  parser.Value({"--prompt"}, [&](const std::string& v) {
+          args.prompt = v;
+          return absl::OkStatus();
+        })
+      .Value({"--tokens"}, integer(&args.tokens, 0))
+      .Value({"--top-k"}, integer(&args.top_k, 0))
+      .Value({"--seed"}, integer(&args.seed, 0))
+      .Value({"--temperature"}, [&](const std::string& v) -> absl::Status {
+        if (!absl::SimpleAtod(v, &args.temperature) || !(args.temperature > 0) ||
+            !std::isfinite(args.temperature)) {
+          return absl::InvalidArgumentError(absl::StrCat("expected a number > 0, got '", v, "'"));
+        }
+        return absl::OkStatus();
+      });
+  std::vector<std::string> positional;
+  ASSIGN_OR_RETURN(const bool help, parser.Parse(argc, argv, &positional));
+  if (help) return std::optional<Args>();
   if (positional.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected FILE.train and CHECKPOINT, got ", positional.size(),

@@ -22,14 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/algorithm/container.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "compiler/frontend/did_you_mean.h"
 #include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/planner.h"
@@ -41,7 +39,7 @@
 #include "runtime/launch/rank_env.h"
 #include "runtime/metrics/metrics_log.h"
 #include "runtime/trace/tracer.h"
-#include "tools/cli/options.h"
+#include "tools/cli/option_parser.h"
 #include "runtime/train/trainer.h"
 
 namespace trainc {
@@ -128,7 +126,7 @@ absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v) 
   int64_t n;
   if (!absl::SimpleAtoi(v, &n)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": expected an integer, got '", v, "'"));
+        absl::StrCat(flag, flag.empty() ? "" : ": ", "expected an integer, got '", v, "'"));
   }
   return n;
 }
@@ -168,34 +166,6 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& path,
   return absl::OkStatus();
 }
 
-// train's own options (the train { } fields and model constants are
-// checked by the front end).
-const std::vector<std::string>& RunOptions() {
-  static const auto* options = new std::vector<std::string>{
-      "--compile-only", "--output",      "--device",     "--save",        "--init-from",
-      "--resume",       "--trace",       "--trace-steps", "--metrics",    "--no-metrics",
-      "--tensorboard",  "--no-overlap",  "--no-graph",   "--no-eval",     "--eval-every",
-      "--log-every",    "--blas-threads", "--comm",      "--rendezvous",  "--help"};
-  return *options;
-}
-
-// `--name` last on the line, with no value: a train { } field or model
-// constant would need one, so it is most likely a misspelt option.
-absl::Status UnknownOptionError(const std::string& name) {
-  std::vector<std::string> candidates = RunOptions();
-  for (const std::string& field : OverridableFields()) candidates.push_back("--" + field);
-  if (absl::c_linear_search(OverridableFields(), name.substr(2))) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": needs a value"));
-  }
-  const std::string match = frontend::ClosestMatch(name, candidates);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown option ", name,
-      match.empty() ? " (see --help; a train { } field or model constant takes a value: "
-                    : absl::StrCat(": did you mean ", match, "? (a train { } field or model "
-                                   "constant takes a value: "),
-      name, " VALUE)"));
-}
-
 // The folders a run writes into while it goes (checkpoint_dir with
 // checkpoint_every, --tensorboard) must be writable before any rank starts:
 // a rank that fails there later is reported by its peers as a lost
@@ -226,101 +196,80 @@ absl::Status CheckRunFolders(const Plan& plan, const TrainOptions& options) {
 
 absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
   Args args;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") return std::optional<Args>();
-    if (arg == "--") {
-      for (++i; i < argc; ++i) positional.push_back(argv[i]);
-      break;
-    }
-    if (arg.empty() || arg[0] != '-' || arg == "-") {
-      positional.push_back(arg);
-      continue;
-    }
-    const CliOption option = SplitOption(arg);
-    const std::string& name = option.name;
-    auto next = [&] { return OptionValue(option, argc, argv, &i); };
-    if (name == "--compile-only") {
-      args.compile_only = true;
-    } else if (name == "-o" || name == "--output") {
-      ASSIGN_OR_RETURN(args.output, next());
-    } else if (name == "--device") {
-      ASSIGN_OR_RETURN(args.train.device, next());
-    } else if (name == "--save") {
-      ASSIGN_OR_RETURN(args.train.save_path, next());
-    } else if (name == "--init-from") {
-      ASSIGN_OR_RETURN(args.train.init_from, next());
-    } else if (name == "--resume") {
-      ASSIGN_OR_RETURN(args.train.resume, next());
-    } else if (name == "--trace") {
-      ASSIGN_OR_RETURN(args.train.trace_path, next());
-    } else if (name == "--metrics") {
-      ASSIGN_OR_RETURN(args.train.metrics_path, next());
-      if (args.train.metrics_path.empty()) {
-        return absl::InvalidArgumentError("--metrics: needs a path");
-      }
-      args.metrics_given = true;
-    } else if (name == "--no-metrics") {
-      args.train.metrics_path.clear();
-      args.metrics_given = true;
-    } else if (name == "--tensorboard") {
-      ASSIGN_OR_RETURN(args.train.tensorboard_dir, next());
-      if (args.train.tensorboard_dir.empty()) {
-        return absl::InvalidArgumentError("--tensorboard: needs a folder");
-      }
-    } else if (name == "--trace-steps") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(args.train.trace_steps, ParseInt(name, v));
-      if (args.train.trace_steps < 1) {
-        return absl::InvalidArgumentError("--trace-steps: must be >= 1");
-      }
-    } else if (name == "--no-overlap") {
-      args.train.overlap = false;
-    } else if (name == "--no-graph") {
-      args.train.graph = false;
-    } else if (name == "--eval-every") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(args.train.eval_every, ParseInt(name, v));
-      if (args.train.eval_every < 1) {
-        return absl::InvalidArgumentError("--eval-every: must be >= 1");
-      }
-    } else if (name == "--no-eval") {
-      args.train.eval = false;
-    } else if (name == "--log-every") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(args.train.log_every, ParseInt(name, v));
-      if (args.train.log_every < 1) {
-        return absl::InvalidArgumentError("--log-every: must be >= 1");
-      }
-    } else if (name == "--rendezvous") {
-      ASSIGN_OR_RETURN(args.rendezvous, next());
-      RETURN_IF_ERROR(ParseRedisUrl(args.rendezvous, "--rendezvous").status());
-    } else if (name == "--comm") {
-      ASSIGN_OR_RETURN(args.comm, next());
-      if (args.comm != "gloo" && args.comm != "mpi" && args.comm != "auto") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--comm: expected gloo, mpi or auto, got '", args.comm, "'"));
-      }
-    } else if (name == "--blas-threads") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(int64_t n, ParseInt(name, v));
-      if (n < 1 || n > 1024) {
-        return absl::InvalidArgumentError("--blas-threads: must be in [1, 1024]");
-      }
-      args.train.blas_threads = static_cast<int>(n);
-    } else if (absl::StartsWith(name, "--")) {
+  auto into = [](std::string* out) {
+    return [out](const std::string& v) {
+      *out = v;
+      return absl::OkStatus();
+    };
+  };
+  // A positive count: --trace-steps, --eval-every, --log-every.
+  auto at_least_one = [](int64_t* out) {
+    return [out](const std::string& v) -> absl::Status {
+      ASSIGN_OR_RETURN(*out, ParseInt("", v));
+      if (*out < 1) return absl::InvalidArgumentError("must be >= 1");
+      return absl::OkStatus();
+    };
+  };
+  std::vector<std::string> fields;
+  for (const std::string& f : OverridableFields()) fields.push_back("--" + f);
+  OptionParser parser;
+  parser.Switch({"--compile-only"}, [&] { args.compile_only = true; })
+      .Value({"-o", "--output"}, into(&args.output))
+      .Value({"--device"}, into(&args.train.device))
+      .Value({"--save"}, into(&args.train.save_path))
+      .Value({"--init-from"}, into(&args.train.init_from))
+      .Value({"--resume"}, into(&args.train.resume))
+      .Value({"--trace"}, into(&args.train.trace_path))
+      .Value({"--metrics"}, [&](const std::string& v) -> absl::Status {
+        if (v.empty()) return absl::InvalidArgumentError("needs a path");
+        args.train.metrics_path = v;
+        args.metrics_given = true;
+        return absl::OkStatus();
+      })
+      .Switch({"--no-metrics"}, [&] {
+        args.train.metrics_path.clear();
+        args.metrics_given = true;
+      })
+      .Value({"--tensorboard"}, [&](const std::string& v) -> absl::Status {
+        if (v.empty()) return absl::InvalidArgumentError("needs a folder");
+        args.train.tensorboard_dir = v;
+        return absl::OkStatus();
+      })
+      .Value({"--trace-steps"}, at_least_one(&args.train.trace_steps))
+      .Switch({"--no-overlap"}, [&] { args.train.overlap = false; })
+      .Switch({"--no-graph"}, [&] { args.train.graph = false; })
+      .Value({"--eval-every"}, at_least_one(&args.train.eval_every))
+      .Switch({"--no-eval"}, [&] { args.train.eval = false; })
+      .Value({"--log-every"}, at_least_one(&args.train.log_every))
+      .Value({"--rendezvous"}, [&](const std::string& v) -> absl::Status {
+        args.rendezvous = v;
+        return ParseRedisUrl(v, "--rendezvous").status();
+      })
+      .Value({"--comm"}, [&](const std::string& v) -> absl::Status {
+        if (v != "gloo" && v != "mpi" && v != "auto") {
+          return absl::InvalidArgumentError(
+              absl::StrCat("expected gloo, mpi or auto, got '", v, "'"));
+        }
+        args.comm = v;
+        return absl::OkStatus();
+      })
+      .Value({"--blas-threads"}, [&](const std::string& v) -> absl::Status {
+        ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
+        if (n < 1 || n > 1024) return absl::InvalidArgumentError("must be in [1, 1024]");
+        args.train.blas_threads = static_cast<int>(n);
+        return absl::OkStatus();
+      })
       // A train { } field or a model constant: the front end checks the
-      // name (with a did-you-mean) and the value. Without a value it can
-      // only be a mistyped option.
-      absl::StatusOr<std::string> v = next();
-      if (!v.ok()) return UnknownOptionError(name);
-      args.overrides.emplace_back(name.substr(2), *v);
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown option ", name, " (see --help)"));
-    }
-  }
+      // name (with a did-you-mean) and the value.
+      .Otherwise(
+          [&](const std::string& name, const std::string& value) {
+            args.overrides.emplace_back(name, value);
+            return absl::OkStatus();
+          },
+          fields);
+  std::vector<std::string> positional;
+  ASSIGN_OR_RETURN(const bool help, parser.Parse(argc, argv, &positional));
+  if (help) return std::optional<Args>();
   if (positional.size() != 1) {
     return absl::InvalidArgumentError(
         positional.empty() ? "no input file (see --help)"

@@ -112,6 +112,12 @@ class SampleTest(unittest.TestCase):
         self.assertIn("--temperature: expected a number > 0", proc.stderr)
         proc = sample(self.train_file, check=False)
         self.assertEqual(proc.returncode, 2)
+        # The tools' one parser: --x=v works, a typo gets a did-you-mean.
+        out = sample(self.train_file, self.ckpt, "--prompt=the cat ", "--tokens=60",
+                     "--temperature=0.3", "--seed=3").stdout
+        self.assertEqual(out.rstrip("\n"), (SENTENCE * 6)[:8 + 60])
+        proc = sample(self.train_file, self.ckpt, "--tokns", 5, check=False)
+        self.assertIn("unknown option --tokns: did you mean --tokens?", proc.stderr)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@
 #include "absl/strings/str_split.h"
 #include "compiler/util/status_macros.h"
 #include "compiler/cost/bundled_profiles.h"
-#include "tools/cli/options.h"
+#include "compiler/frontend/overrides.h"
+#include "tools/cli/option_parser.h"
 #include "tools/simulate/calibration.h"
 #include "tools/simulate/scaling.h"
 #include "compiler/cost/machine_profile.h"
@@ -167,42 +168,37 @@ std::string SimulateUsage() {
 
 absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv) {
   SimulateArgs args;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      args.help = true;
-      return args;
-    }
-    if (arg.empty() || arg[0] != '-') {
-      positional.push_back(arg);
-      continue;
-    }
-    const CliOption option = SplitOption(arg);
-    const std::string& name = option.name;
-    auto next = [&] { return OptionValue(option, argc, argv, &i); };
-    if (name == "--gpus") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(args.gpus, ParseWorldSizes(v));
-    } else if (name == "--machine") {
-      ASSIGN_OR_RETURN(args.machine, next());
-    } else if (name == "--calibrate") {
-      ASSIGN_OR_RETURN(args.calibrate, next());
-    } else if (name == "--write-profile") {
-      ASSIGN_OR_RETURN(args.write_profile, next());
-    } else if (name == "--no-overlap") {
-      args.overlap = false;
-    } else if (name == "--bucket-mb" || name == "--bucket_mb") {
-      ASSIGN_OR_RETURN(std::string v, next());
-      ASSIGN_OR_RETURN(args.bucket_mb, SplitList(name, v));
-    } else if (absl::StartsWith(name, "--")) {
+  auto into = [](std::string* out) {
+    return [out](const std::string& v) {
+      *out = v;
+      return absl::OkStatus();
+    };
+  };
+  std::vector<std::string> fields;
+  for (const std::string& f : OverridableFields()) fields.push_back("--" + f);
+  OptionParser parser;
+  parser.Value({"--gpus"}, [&](const std::string& v) -> absl::Status {
+          ASSIGN_OR_RETURN(args.gpus, ParseWorldSizes(v));
+          return absl::OkStatus();
+        })
+      .Value({"--machine"}, into(&args.machine))
+      .Value({"--calibrate"}, into(&args.calibrate))
+      .Value({"--write-profile"}, into(&args.write_profile))
+      .Switch({"--no-overlap"}, [&] { args.overlap = false; })
+      .Value({"--bucket-mb", "--bucket_mb"}, [&](const std::string& v) -> absl::Status {
+        ASSIGN_OR_RETURN(args.bucket_mb, SplitList("--bucket-mb", v));
+        return absl::OkStatus();
+      })
       // A train { } field or a model constant: the front end checks both.
-      ASSIGN_OR_RETURN(std::string v, next());
-      args.overrides.emplace_back(name.substr(2), v);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown option ", name, " (see --help)"));
-    }
-  }
+      .Otherwise(
+          [&](const std::string& name, const std::string& value) {
+            args.overrides.emplace_back(name, value);
+            return absl::OkStatus();
+          },
+          fields);
+  std::vector<std::string> positional;
+  ASSIGN_OR_RETURN(args.help, parser.Parse(argc, argv, &positional));
+  if (args.help) return args;
   if (positional.size() != 1) {
     return absl::InvalidArgumentError(
         positional.empty() ? "no input file (see --help)"

@@ -29,6 +29,16 @@ TEST(SimulateCliTest, ZeroPassesThroughAndSays) {
   EXPECT_THAT(out, ::testing::Not(HasSubstr("comm stream")));
 }
 
+// The tools' one parser: --x=v as --x v, and a typo last on the line is an
+// unknown option with a did-you-mean, not a field waiting for its value.
+TEST(SimulateCliTest, OptionsTakeBothSpellingsAndTyposAreNamed) {
+  EXPECT_THAT(RunCli({"dsl_examples/fashion_mlp.train", "--zero=1", "--gpus=2",
+                      "--machine=cpu_loopback"}),
+              HasSubstr("ZeRO-1"));
+  EXPECT_THAT(RunCli({"dsl_examples/fashion_mlp.train", "--no-overlp"}),
+              HasSubstr("unknown option --no-overlp: did you mean --no-overlap?"));
+}
+
 TEST(SimulateCliTest, Bf16GradientsAreNamed) {
   EXPECT_THAT(RunCli({"dsl_examples/fashion_mlp.train", "--grad_comm", "bf16", "--gpus", "2"}),
               HasSubstr("bf16 gradients"));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,6 +14,7 @@
 #include "compiler/cost/bundled_profiles.h"
 #include "compiler/cost/machine_profile.h"
 #include "compiler/util/status_macros.h"
+#include "tools/cli/option_parser.h"
 #include "tools/viz/curves.h"
 #include "tools/viz/dot_writer.h"
 #include "tools/viz/file_util.h"
@@ -96,61 +98,48 @@ absl::StatusOr<VizArgs> ParseVizArgs(int argc, const char* const* argv) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " (see --help)"));
   };
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](std::string* out) -> absl::Status {
-      if (i + 1 >= argc) return usage_error(absl::StrCat(a, " needs a value"));
-      *out = argv[++i];
+  auto into = [](std::string* out) {
+    return [out](const std::string& v) {
+      *out = v;
       return absl::OkStatus();
     };
-    if (a == "-h" || a == "--help") {
-      args.help = true;
-    } else if (a == "--trace") {
-      RETURN_IF_ERROR(value(&args.trace));
-    } else if (a.rfind("--trace=", 0) == 0) {
-      args.trace = a.substr(8);
-    } else if (a == "--metrics") {
-      std::string v;
-      RETURN_IF_ERROR(value(&v));
-      args.metrics.push_back(v);
-    } else if (a.rfind("--metrics=", 0) == 0) {
-      args.metrics.push_back(a.substr(10));
-    } else if (a == "-o" || a == "--output") {
-      RETURN_IF_ERROR(value(&args.output));
-    } else if (a.rfind("--output=", 0) == 0) {
-      args.output = a.substr(9);
-    } else if (a == "--scaling") {
-      args.scaling = true;
-    } else if (a == "--machine") {
-      RETURN_IF_ERROR(value(&args.machine));
-    } else if (a == "--gpus") {
-      std::string v;
-      RETURN_IF_ERROR(value(&v));
-      absl::StatusOr<std::vector<int64_t>> gpus = simulate::ParseWorldSizes(v);
-      if (!gpus.ok()) return usage_error(std::string(gpus.status().message()));
-      args.gpus = *std::move(gpus);
-    } else if (a == "--bucket-mb" || a == "--bucket_mb") {
-      std::string v;
-      RETURN_IF_ERROR(value(&v));
-      args.bucket_mb = absl::StrSplit(v, ',', absl::SkipEmpty());
-      if (args.bucket_mb.empty()) return usage_error("--bucket-mb needs a value");
-    } else if (a == "--no-collapse") {
-      args.collapse = false;
-    } else if (a == "--min-repeats") {
-      std::string v;
-      RETURN_IF_ERROR(value(&v));
-      if (!absl::SimpleAtoi(v, &args.min_repeats) || args.min_repeats < 2) {
-        return usage_error("--min-repeats needs an integer >= 2");
-      }
-    } else if (a.size() > 1 && a[0] == '-') {
-      return usage_error(absl::StrCat("unknown option ", a));
-    } else if (args.input.empty()) {
-      args.input = a;
-    } else {
-      return usage_error(absl::StrCat("more than one input: ", args.input,
-                                      " and ", a));
-    }
+  };
+  OptionParser parser;
+  parser.Value({"--trace"}, into(&args.trace))
+      .Value({"--metrics"}, [&](const std::string& v) {
+        args.metrics.push_back(v);
+        return absl::OkStatus();
+      })
+      .Value({"-o", "--output"}, into(&args.output))
+      .Switch({"--scaling"}, [&] { args.scaling = true; })
+      .Value({"--machine"}, into(&args.machine))
+      .Value({"--gpus"}, [&](const std::string& v) -> absl::Status {
+        ASSIGN_OR_RETURN(args.gpus, simulate::ParseWorldSizes(v));
+        return absl::OkStatus();
+      })
+      .Value({"--bucket-mb", "--bucket_mb"}, [&](const std::string& v) -> absl::Status {
+        args.bucket_mb = absl::StrSplit(v, ',', absl::SkipEmpty());
+        if (args.bucket_mb.empty()) return absl::InvalidArgumentError("needs a value");
+        return absl::OkStatus();
+      })
+      .Switch({"--no-collapse"}, [&] { args.collapse = false; })
+      .Value({"--min-repeats"}, [&](const std::string& v) -> absl::Status {
+        if (!absl::SimpleAtoi(v, &args.min_repeats) || args.min_repeats < 2) {
+          return absl::InvalidArgumentError("needs an integer >= 2");
+        }
+        return absl::OkStatus();
+      });
+  std::vector<std::string> inputs;
+  absl::StatusOr<bool> help = parser.Parse(argc, argv, &inputs);
+  if (!help.ok()) {
+    if (absl::StrContains(help.status().message(), "(see --help)")) return help.status();
+    return usage_error(std::string(help.status().message()));
   }
+  args.help = *help;
+  if (inputs.size() > 1) {
+    return usage_error(absl::StrCat("more than one input: ", inputs[0], " and ", inputs[1]));
+  }
+  if (!inputs.empty()) args.input = inputs[0];
   if (!args.help && args.input.empty() && args.metrics.empty()) {
     return usage_error(
         "no input: pass a plan file or a .train file, or --metrics FILE");

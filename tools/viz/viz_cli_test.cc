@@ -61,6 +61,9 @@ TEST(ParseVizArgsTest, RejectsUsageMistakes) {
   EXPECT_FALSE(Parse({}).ok());
   EXPECT_FALSE(Parse({"a.plan", "b.plan"}).ok());
   EXPECT_FALSE(Parse({"a.plan", "--bogus"}).ok());
+  // The tools' one parser: a typo is named with a did-you-mean.
+  EXPECT_THAT(std::string(Parse({"a.plan", "--no-colapse"}).status().message()),
+              HasSubstr("unknown option --no-colapse: did you mean --no-collapse?"));
   EXPECT_FALSE(Parse({"a.plan", "-o"}).ok());
   auto bad_ext = Parse({"a.plan", "-o", "x.jpg"});
   ASSERT_FALSE(bad_ext.ok());
@@ -68,8 +71,8 @@ TEST(ParseVizArgsTest, RejectsUsageMistakes) {
 }
 
 TEST(ParseVizArgsTest, ScalingAndItsOptions) {
-  auto a = Parse({"x.train", "--scaling", "--machine", "a100_nvlink", "--gpus", "1,8",
-                  "--bucket-mb", "1,auto"});
+  auto a = Parse({"x.train", "--scaling", "--machine=a100_nvlink", "--gpus", "1,8",
+                  "--bucket-mb=1,auto"});
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_TRUE(a->scaling);
   EXPECT_EQ(a->machine, "a100_nvlink");
