@@ -34,6 +34,9 @@ constexpr int kWorkerHeartbeatFd = 3;
 // How often the loop wakes up to check exits and deadlines even when no
 // output arrives.
 constexpr int kPollIntervalMs = 50;
+// A rank silent this long when a peer failed (its pulse beats every
+// 0.5 s) was frozen before the failure, and is blamed for it.
+constexpr absl::Duration kSilentBeforeFailure = absl::Seconds(5);
 
 absl::Status ErrnoError(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -492,6 +495,19 @@ class Job {
           return;
         }
       }
+      // A frozen rank (SIGSTOP, a stuck read) may make a peer's collective
+      // time out before the heartbeat watchdog fires (a loaded machine): a
+      // rank already silent when the first failure came is the cause.
+      for (const Worker& w : workers_) {
+        const absl::Duration silent = first_failure_ - w.last_beat;
+        if (&w != named && w.armed && silent > kSilentBeforeFailure) {
+          failure_ = absl::AbortedError(absl::StrCat(
+              "rank ", w.rank, " sent no heartbeat for ", absl::FormatDuration(silent),
+              " (hung?) when rank ", named->rank, " failed: ", named->err.last_error,
+              "; stopped the other ", others, " rank(s)"));
+          return;
+        }
+      }
     }
     if (named->err.last_error.empty()) return;
     failure_ = absl::AbortedError(absl::StrCat("rank ", named->rank, " failed: ",
@@ -503,6 +519,7 @@ class Job {
   // that die of our SIGTERM after it are not news.
   void Fail(const Worker& w, const std::string& what) {
     if (stopping_) return;
+    first_failure_ = absl::Now();
     blamed_ = static_cast<int>(&w - workers_.data());
     const int others = running_ - (w.running ? 1 : 0);
     failure_ = absl::AbortedError(absl::StrCat(
@@ -531,6 +548,7 @@ class Job {
   absl::Time kill_at_;
   absl::Status failure_;
   int ranks_stop_signal_ = 0;  // the first rank's StoppedBySignal
+  absl::Time first_failure_;   // when Fail() first ran
 };
 
 }  // namespace

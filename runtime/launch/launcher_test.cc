@@ -247,6 +247,25 @@ TEST(LauncherTest, HungRankIsStoppedAfterTheTimeout) {
   ExpectAllGone(r.pids);
 }
 
+// A frozen rank can make a peer's collective time out before the watchdog
+// fires (on a loaded machine the two deadlines are close): the rank that
+// was already silent when the peer failed is the one named.
+TEST(LauncherTest, BlamesTheFrozenRankWhenAPeerTimesOutFirst) {
+  LaunchOptions options;
+  options.heartbeat_timeout = absl::Seconds(60);  // the peer's error comes first
+  options.grace_period = absl::Seconds(1);
+  JobResult r = RunJob("frozen", 3,
+                       {"--run_ms=-1", "--hang_rank=2", "--peer_error_rank=1",
+                        "--peer_error_ms=6000"},
+                       options, /*deadline=*/absl::Seconds(30));
+  ASSERT_TRUE(r.returned_in_time) << r.status;
+  EXPECT_THAT(std::string(r.status.message()),
+              ::testing::MatchesRegex("rank 2 sent no heartbeat for [0-9.]+s \\(hung\\?\\) when "
+                                      "rank 1 failed: gloo: Connection closed by peer; "
+                                      "stopped the other 2 rank\\(s\\)"));
+  ExpectAllGone(r.pids);
+}
+
 TEST(LauncherTest, RanksIgnoringSigtermAreKilled) {
   LaunchOptions options;
   options.grace_period = absl::Milliseconds(500);

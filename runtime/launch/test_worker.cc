@@ -5,8 +5,9 @@
 // without beating), --ignore_sigterm, --error_rank=R --error=TEXT (at
 // 200 ms prints "train: error: TEXT", then exits 1 after
 // --error_exit_delay_ms, as a rank slow to tear down), --peer_error_rank=R
-// (once the error rank has printed its error, or at 250 ms without
-// --pid_dir, prints a "connection closed" error and exits 1),
+// (at --peer_error_ms=T if given, else once the error rank has printed its
+// error, or at 250 ms without --pid_dir, prints a "connection closed" error
+// and exits 1),
 // --sigpipe_rank=R (dies of SIGPIPE, as a rank writing to a peer that has
 // just been killed; with --crash_rank and --pid_dir, the crashing rank
 // waits for it to be dead before it dies, deaf to the launcher's SIGTERM,
@@ -114,8 +115,11 @@ int main(int argc, char** argv) {
       // After the error rank has printed its error (with --pid_dir: it says
       // so in a file), so that the launcher sees the cause's words whatever
       // the two ranks' start-up times.
+      const int peer_error_ms = IntFlag(argc, argv, "peer_error_ms", -1);
       if (rank == IntFlag(argc, argv, "peer_error_rank", -1) &&
-          (pid_dir.empty() ? elapsed >= 250 : std::ifstream(pid_dir + "/errored").good())) {
+          (peer_error_ms >= 0 ? elapsed >= peer_error_ms
+           : pid_dir.empty()  ? elapsed >= 250
+                              : std::ifstream(pid_dir + "/errored").good())) {
         std::fprintf(stderr, "\ntrain: error: gloo: Connection closed by peer\n");
         return 1;
       }
