@@ -470,12 +470,16 @@ absl::Status PruneCheckpoints(const std::string& dir, int64_t keep) {
   const size_t kept = std::min(found->size(), static_cast<size_t>(std::max<int64_t>(keep, 0)));
   std::set<std::string> keep_states;
   for (size_t i = 0; i < kept; ++i) keep_states.insert(TrainingStatePath((*found)[i].second));
+  // The weights first: a checkpoint is gone from the listing before its
+  // state is (a run killed in between leaves an orphaned state, removed
+  // below by the next prune).
   for (size_t i = kept; i < found->size(); ++i) {
     if (::unlink((*found)[i].second.c_str()) != 0 && errno != ENOENT) {
       return absl::InternalError(absl::StrCat("cannot delete the old checkpoint ",
                                               (*found)[i].second, ": ",
                                               std::strerror(errno)));
     }
+    ::unlink(TrainingStatePath((*found)[i].second).c_str());
   }
   // Training states of deleted checkpoints (and of one whose weights a
   // killed run never wrote), and temporary files of writes a killed run
