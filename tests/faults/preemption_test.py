@@ -46,8 +46,9 @@ def reference(gpus, cache={}):
 def step_files(folder, killed=False):
     """The checkpoints in `folder` (weights files), after checking that each
     has its training state beside it and that nothing else is there. A run
-    `killed` while it pruned may leave an older checkpoint's state without
-    its weights (the next prune removes it); never weights without state."""
+    `killed` may leave a state without its weights, an older checkpoint's
+    (killed while pruning) or the one being written (between the two
+    renames); the next prune removes it. Never weights without state."""
     names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*")))
     if killed:  # and the temporary file of a write it never finished
         names = [n for n in names if ".safetensors.tmp." not in n]
@@ -57,7 +58,7 @@ def step_files(folder, killed=False):
     if killed:
         assert set(paired) <= set(states), names
         orphans = sorted(set(states) - set(paired))
-        assert all(o < paired[0] for o in orphans), names
+        assert all(o < paired[0] or o > paired[-1] for o in orphans), names
     else:
         assert states == paired, names
     return weights
