@@ -71,7 +71,6 @@ std::vector<pid_t> Pids(const std::string& dir, int n) {
 struct JobResult {
   absl::Status status;
   std::string out, err;
-  absl::Duration elapsed;
   std::vector<pid_t> pids;
   // False when the launcher had not returned by the test's own deadline
   // (the test then killed the workers itself so that it could report).
@@ -93,14 +92,12 @@ JobResult RunJob(const std::string& name, int n, std::vector<std::string> flags,
   options.stderr_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   options.temp_dir = dir;
   JobResult result;
-  const absl::Time start = absl::Now();
   absl::Notification returned;
   // The launcher's thread forks the workers and must outlive them
   // (PR_SET_PDEATHSIG): it is joined below, after LaunchLocalWorkers
   // returned.
   std::thread launcher([&] {
     result.status = LaunchLocalWorkers(n, argv, options);
-    result.elapsed = absl::Now() - start;
     returned.Notify();
   });
   if (!returned.WaitForNotificationWithTimeout(deadline)) {
@@ -151,8 +148,9 @@ TEST(LauncherTest, NormalRunForwardsOutputAndCleansUp) {
 // status says why, and the rendezvous folder is gone.
 TEST(LauncherTest, SigtermToTheLauncherStopsEveryRankAndCleansUp) {
   LaunchOptions options;
-  // Long, so that ranks stopped only by the SIGKILL after it would show.
-  options.stop_grace_period = absl::Seconds(10);
+  // Longer than the test's deadline: ranks stopped only by the SIGKILL
+  // after it would not return in time.
+  options.stop_grace_period = absl::Hours(1);
   const std::string dir = FreshDir("sigterm");
   std::thread interrupter([&] {
     // Once every worker runs, the launcher's handlers are installed.
@@ -168,8 +166,6 @@ TEST(LauncherTest, SigtermToTheLauncherStopsEveryRankAndCleansUp) {
   EXPECT_EQ(r.status.code(), absl::StatusCode::kCancelled) << r.status;
   EXPECT_EQ(r.status.message(),
             "interrupted by Terminated (signal 15); stopped 3 rank(s)");
-  // The ranks got SIGTERM at once, not the SIGKILL after the grace period.
-  EXPECT_LT(r.elapsed, absl::Seconds(8));
   ASSERT_EQ(r.pids.size(), 3u);
   ExpectAllGone(r.pids);
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -179,14 +175,13 @@ TEST(LauncherTest, SigtermToTheLauncherStopsEveryRankAndCleansUp) {
 
 TEST(LauncherTest, FailingRankStopsTheOthers) {
   LaunchOptions options;
-  options.grace_period = absl::Seconds(2);
+  options.grace_period = absl::Hours(1);  // the others must go at SIGTERM
   JobResult r = RunJob("fail", 3, {"--run_ms=-1", "--fail_rank=1", "--exit_code=3"},
                        options);
   ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
   ASSERT_FALSE(r.status.ok());
   EXPECT_EQ(r.status.message(),
             "rank 1 exited with status 3; stopping the other 2 rank(s)");
-  EXPECT_LT(r.elapsed, absl::Seconds(10));
   ASSERT_EQ(r.pids.size(), 3u);
   ExpectAllGone(r.pids);
 }
@@ -229,21 +224,19 @@ TEST(LauncherTest, BlamesTheCauseNotTheFirstPeerError) {
 TEST(LauncherTest, HungRankIsStoppedAfterTheTimeout) {
   LaunchOptions options;
   options.heartbeat_timeout = absl::Seconds(2);
-  options.grace_period = absl::Seconds(1);
+  options.grace_period = absl::Hours(1);  // every rank goes at SIGTERM
   // Rank 2 stops beating after 0.2 s, so the job should end after about
-  // 3.2 s; 15 s is a broken watchdog.
-  JobResult r = RunJob("hang", 3, {"--run_ms=-1", "--hang_rank=2"}, options,
-                       /*deadline=*/absl::Seconds(15));
+  // 2.2 s; not returning by the deadline is a broken watchdog.
+  JobResult r = RunJob("hang", 3, {"--run_ms=-1", "--hang_rank=2"}, options);
   ASSERT_TRUE(r.returned_in_time)
       << "rank 2 hung with a 2 s heartbeat timeout, but the launcher had "
-         "not stopped the job after 15 s (the test killed the workers): the "
-         "watchdog did not fire. Launcher said: "
+         "not stopped the job by the deadline (the test killed the workers): "
+         "the watchdog did not fire. Launcher said: "
       << r.status;
   ASSERT_FALSE(r.status.ok());
   EXPECT_THAT(std::string(r.status.message()),
               ::testing::MatchesRegex("rank 2 sent no heartbeat for [0-9.]+s "
                                       "\\(hung\\?\\); stopping the other 2 rank\\(s\\)"));
-  EXPECT_LT(r.elapsed, absl::Seconds(8));
   ExpectAllGone(r.pids);
 }
 
@@ -275,7 +268,8 @@ TEST(LauncherTest, RanksIgnoringSigtermAreKilled) {
   ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
   ASSERT_FALSE(r.status.ok());
   EXPECT_THAT(r.status.message(), HasSubstr("rank 0 exited with status 1"));
-  EXPECT_LT(r.elapsed, absl::Seconds(8));
+  // Returned at all: the SIGKILL after the grace period came (SIGTERM is
+  // ignored), else the deadline above fails.
   ExpectAllGone(r.pids);
 }
 

@@ -12,7 +12,6 @@
 #include <dirent.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -116,14 +115,9 @@ TEST(DiagnosticsTest, TenMegabytesOfGarbageStopAtTheErrorCap) {
     state = state * 1103515245 + 12345;
     source.push_back(static_cast<char>(state >> 24));
   }
-  const auto start = std::chrono::steady_clock::now();
   const FrontendResult result = CompileSource(source, "garbage.train");
-  const auto seconds = std::chrono::duration<double>(
-                           std::chrono::steady_clock::now() - start)
-                           .count();
   EXPECT_FALSE(result.spec.has_value());
-  EXPECT_EQ(ErrorCount(result), 20);
-  EXPECT_LT(seconds, 30.0);
+  EXPECT_EQ(ErrorCount(result), 20);  // stopped at the cap, not at the end
   // The rendering stays small whatever the input.
   EXPECT_LT(FormatDiagnostics(result.diagnostics, result.source).size(),
             20000u);

@@ -87,10 +87,9 @@ class RedisRendezvousTest(unittest.TestCase):
             self.assertTrue(np.array_equal(got[name].view(np.uint32),
                                            want[name].view(np.uint32)), name)
 
-        # The same job name again: every rank says so at once.
-        start = time.time()
+        # The same job name again: every rank says so (run_by_hand's wait
+        # bounds a hang) instead of timing out in the rendezvous.
         again = self.run_by_hand("job-one", os.path.join(e2e.tmpdir(), "x.safetensors"))
-        self.assertLess(time.time() - start, 60)
         for code, text in again:
             self.assertNotEqual(code, 0, text)
             self.assertIn("was used before on the Redis server", text)

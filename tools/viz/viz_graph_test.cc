@@ -1,6 +1,5 @@
 #include "tools/viz/viz_graph.h"
 
-#include <chrono>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -96,8 +95,7 @@ TEST(VizGraphTest, DataEventAndBucketEdges) {
   EXPECT_EQ(g->buckets[0].bytes, plan.buckets[0].bytes);
 }
 
-TEST(VizGraphTest, HundredLayersCollapseAndDrawQuickly) {
-  const auto start = std::chrono::steady_clock::now();
+TEST(VizGraphTest, HundredLayersCollapseAndDraw) {
   MlpPlanOptions o;
   o.hidden_layers = 100;
   o.accumulate = 2;
@@ -123,16 +121,11 @@ TEST(VizGraphTest, HundredLayersCollapseAndDrawQuickly) {
     ASSERT_TRUE(svg.ok()) << svg.status();
     EXPECT_THAT(*svg, HasSubstr("h2..h100"));
   }
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
-  EXPECT_LT(seconds, 5.0);
 }
 
 // The same through the real front end and planner, whose labels and
 // buffer layout are what users will see.
-TEST(VizGraphTest, HundredLayerTrainFileCollapsesAndDrawsQuickly) {
-  const auto start = std::chrono::steady_clock::now();
+TEST(VizGraphTest, HundredLayerTrainFileCollapsesAndDraws) {
   std::string src =
       "model deep {\n  input image: f32[784]\n  label class: i32[10]\n"
       "  h1 = relu(linear(image, 64))\n";
@@ -170,10 +163,6 @@ TEST(VizGraphTest, HundredLayerTrainFileCollapsesAndDrawsQuickly) {
     auto svg = RenderDot(WriteDot(*g, *plan), "svg");
     ASSERT_TRUE(svg.ok()) << svg.status();
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                          start)
-                .count(),
-            5.0);
 }
 
 TEST(VizGraphTest, NoCollapseDrawsEveryLayer) {

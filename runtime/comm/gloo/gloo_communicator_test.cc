@@ -183,11 +183,12 @@ TEST(GlooCommunicatorTest, MissingPeerIsAnErrorNotAHang) {
   options.world_size = 2;  // rank 1 never comes
   options.file_store_dir = FreshDir("alone");
   options.timeout = absl::Seconds(1);
-  const absl::Time start = absl::Now();
+  // A hang is Bazel's test timeout; returning at all, with the rendezvous
+  // timeout's error (not another one), is what this checks.
   absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
       GlooCommunicator::Create(options);
   ASSERT_FALSE(comm.ok());
-  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
   // Which rank is missing, from where, not Gloo's "Wait timeout for key(s)".
   EXPECT_THAT(std::string(comm.status().message()),
               ::testing::HasSubstr(absl::StrCat("rank 1 of 2 did not join job ",
