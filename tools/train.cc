@@ -210,8 +210,6 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
       return absl::OkStatus();
     };
   };
-  std::vector<std::string> fields;
-  for (const std::string& f : OverridableFields()) fields.push_back("--" + f);
   OptionParser parser;
   parser.Switch({"--compile-only"}, [&] { args.compile_only = true; })
       .Value({"-o", "--output"}, into(&args.output))
@@ -259,14 +257,7 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
         args.train.blas_threads = static_cast<int>(n);
         return absl::OkStatus();
       })
-      // A train { } field or a model constant: the front end checks the
-      // name (with a did-you-mean) and the value.
-      .Otherwise(
-          [&](const std::string& name, const std::string& value) {
-            args.overrides.emplace_back(name, value);
-            return absl::OkStatus();
-          },
-          fields);
+      .TrainOverrides(&args.overrides);
   std::vector<std::string> positional;
   ASSIGN_OR_RETURN(const bool help, parser.Parse(argc, argv, &positional));
   if (help) return std::optional<Args>();

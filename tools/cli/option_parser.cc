@@ -26,6 +26,17 @@ OptionParser& OptionParser::Otherwise(SetOther set, std::vector<std::string> can
   return *this;
 }
 
+OptionParser& OptionParser::TrainOverrides(Overrides* overrides) {
+  std::vector<std::string> fields;
+  for (const std::string& field : OverridableFields()) fields.push_back("--" + field);
+  return Otherwise(
+      [overrides](const std::string& name, const std::string& value) {
+        overrides->emplace_back(name, value);
+        return absl::OkStatus();
+      },
+      std::move(fields));
+}
+
 const OptionParser::Option* OptionParser::Find(const std::string& name) const {
   for (const Option& option : options_) {
     for (const std::string& n : option.names) {

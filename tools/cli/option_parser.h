@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "compiler/frontend/overrides.h"
 
 namespace trainc {
 
@@ -35,6 +36,10 @@ class OptionParser {
   // `candidates` ("--gpus", ...) join the table's names in did-you-means:
   // an unknown option with no value after it is reported as unknown.
   OptionParser& Otherwise(SetOther set, std::vector<std::string> candidates = {});
+  // Otherwise() for the tools that compile a .train file: `--NAME VALUE`
+  // goes to `overrides` (train { } fields and model constants, which the
+  // front end checks), and the overridable fields join did-you-means.
+  OptionParser& TrainOverrides(Overrides* overrides);
 
   // Parses argv[1..]. Returns true when -h or --help was given (nothing
   // after it is parsed); arguments that are not options go to

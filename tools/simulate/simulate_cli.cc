@@ -15,7 +15,6 @@
 #include "absl/strings/str_split.h"
 #include "compiler/util/status_macros.h"
 #include "compiler/cost/bundled_profiles.h"
-#include "compiler/frontend/overrides.h"
 #include "tools/cli/option_parser.h"
 #include "tools/simulate/calibration.h"
 #include "tools/simulate/scaling.h"
@@ -174,8 +173,6 @@ absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv
       return absl::OkStatus();
     };
   };
-  std::vector<std::string> fields;
-  for (const std::string& f : OverridableFields()) fields.push_back("--" + f);
   OptionParser parser;
   parser.Value({"--gpus"}, [&](const std::string& v) -> absl::Status {
           ASSIGN_OR_RETURN(args.gpus, ParseWorldSizes(v));
@@ -189,13 +186,7 @@ absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv
         ASSIGN_OR_RETURN(args.bucket_mb, SplitList("--bucket-mb", v));
         return absl::OkStatus();
       })
-      // A train { } field or a model constant: the front end checks both.
-      .Otherwise(
-          [&](const std::string& name, const std::string& value) {
-            args.overrides.emplace_back(name, value);
-            return absl::OkStatus();
-          },
-          fields);
+      .TrainOverrides(&args.overrides);
   std::vector<std::string> positional;
   ASSIGN_OR_RETURN(args.help, parser.Parse(argc, argv, &positional));
   if (args.help) return args;
