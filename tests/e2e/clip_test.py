@@ -98,15 +98,7 @@ def torch_grad_norms(init, images, labels, clip, batch=GLOBAL_BATCH):
     G = batch
     norms = []
     for s in range(STEPS):
-        x = torch.tensor(images[s * G:(s + 1) * G].reshape(G, -1),
-                         dtype=torch.float64) / 255
-        y = torch.tensor(labels[s * G:(s + 1) * G].astype(np.int64))
-        h = x
-        for i, (name, _, _) in enumerate(LAYERS):
-            h = h @ p[name + ".weight"].t() + p[name + ".bias"]
-            if i + 1 < len(LAYERS):
-                h = torch.relu(h)
-        loss = F.cross_entropy(h, y)
+        loss = e2e.mlp_reference_loss(torch, F, p, images, labels, s, G)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_(matrices + vectors, clip)))

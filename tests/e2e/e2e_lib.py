@@ -193,6 +193,21 @@ def need_torch_reference(torch, fashion_mnist=True):
     torch.set_num_threads(1)
 
 
+def mlp_reference_loss(torch, F, params, images, labels, step, batch):
+    """The example MLP's (MLP_LAYERS, ReLU between) mean cross-entropy over
+    global batch `step` of `batch` examples in file order (shuffle =
+    false), in float64, from `params` ({name: tensor})."""
+    x = torch.tensor(images[step * batch:(step + 1) * batch].reshape(batch, -1),
+                     dtype=torch.float64) / 255
+    y = torch.tensor(labels[step * batch:(step + 1) * batch].astype(np.int64))
+    h = x
+    for i, (name, _, _) in enumerate(MLP_LAYERS):
+        h = h @ params[name + ".weight"].t() + params[name + ".bias"]
+        if i + 1 < len(MLP_LAYERS):
+            h = torch.relu(h)
+    return F.cross_entropy(h, y)
+
+
 def set_up_reference(cls, examples, init):
     """For a PyTorch reference test's setUpClass: its own folder, the first
     `examples` Fashion-MNIST training images and labels (read by our own

@@ -125,15 +125,7 @@ def torch_reference(init, images, labels, optimizer, grad_scale=1.0,
                               momentum=SGD["momentum"])
     G = REF_GLOBAL_BATCH
     for s in range(REF_STEPS):
-        x = torch.tensor(images[s * G:(s + 1) * G].reshape(G, -1),
-                         dtype=torch.float64) / 255
-        y = torch.tensor(labels[s * G:(s + 1) * G].astype(np.int64))
-        h = x
-        for i, (name, _, _) in enumerate(LAYERS):
-            h = h @ p[name + ".weight"].t() + p[name + ".bias"]
-            if i + 1 < len(LAYERS):
-                h = torch.relu(h)
-        loss = F.cross_entropy(h, y) * grad_scale
+        loss = e2e.mlp_reference_loss(torch, F, p, images, labels, s, G) * grad_scale
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
