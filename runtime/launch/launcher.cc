@@ -503,7 +503,8 @@ class Job {
         if (&w != named && w.armed && silent > kSilentBeforeFailure) {
           failure_ = absl::AbortedError(absl::StrCat(
               "rank ", w.rank, " sent no heartbeat for ", absl::FormatDuration(silent),
-              " (hung?) when rank ", named->rank, " failed: ", named->err.last_error,
+              " (hung?) when rank ", named->rank, " failed: ",
+              named->err.last_error.empty() ? named->how_it_failed : named->err.last_error,
               "; stopped the other ", others, " rank(s)"));
           return;
         }
