@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/pointwise.h"
 
 namespace trainc {
 namespace {
@@ -31,23 +32,30 @@ class Writer {
   bool acc_;
 };
 
-double Gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
-double GeluGrad(double x) {
-  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
-         x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+// A pointwise op (compiler/ops/pointwise.h): its formula in f64.
+template <typename F, int kArity>
+void Pointwise(const std::vector<TensorRef>& in, const std::vector<TensorRef>& out, bool acc) {
+  Writer y(out[0], acc);
+  for (int64_t i = 0; i < in[0].size(); ++i) {
+    if constexpr (kArity == 1) {
+      y.Set(i, F::F(in[0].data[i]));
+    } else {
+      y.Set(i, F::F(in[0].data[i], in[1].data[i]));
+    }
+  }
 }
 
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-constexpr double kGeluCubic = 0.044715;
-double GeluTanh(double x) {
-  const double u = std::sqrt(2 / M_PI) * (x + kGeluCubic * x * x * x);
-  return 0.5 * x * (1 + std::tanh(u));
-}
-double GeluTanhGrad(double x) {
-  const double u = std::sqrt(2 / M_PI) * (x + kGeluCubic * x * x * x);
-  const double du = std::sqrt(2 / M_PI) * (1 + 3 * kGeluCubic * x * x);
-  const double t = std::tanh(u);
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du;
+// Runs `op` if it is pointwise; false otherwise.
+bool RunPointwise(const std::string& op, const std::vector<TensorRef>& in,
+                  const std::vector<TensorRef>& out, bool acc) {
+#define TRAINC_REFERENCE_POINTWISE(name, Name, arity)     \
+  if (op == #name) {                                      \
+    Pointwise<pointwise::Name, arity>(in, out, acc);      \
+    return true;                                          \
+  }
+  TRAINC_POINTWISE_OPS(TRAINC_REFERENCE_POINTWISE)
+#undef TRAINC_REFERENCE_POINTWISE
+  return false;
 }
 
 // Attention's dimensions: qkv[B, T, 3C], heads H, head size C / H.
@@ -149,7 +157,9 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
     return it == attrs.end() ? 0.0 : it->second;
   };
   const bool acc = attr("accumulate") != 0;
-  if (op == "linear") {
+  if (RunPointwise(op, in, out, acc)) {
+    // relu, gelu, add, ... and their gradients.
+  } else if (op == "linear") {
     // x[.., in], w[out, in], b[out] (optional) -> y[.., out].
     const int64_t I = in[1].shape[1], O = in[1].shape[0], B = in[0].size() / I;
     const bool bias = in.size() > 2;
@@ -186,29 +196,6 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
         for (int64_t b = 0; b < B; ++b) s += in[0].data[b * O + o] * in[1].data[b * I + i];
         dw.Set(o * I + i, s);
       }
-    }
-  } else if (op == "relu" || op == "gelu" || op == "gelu_tanh" || op == "tanh" ||
-             op == "silu") {
-    for (int64_t i = 0; i < in[0].size(); ++i) {
-      const double x = in[0].data[i];
-      out[0].data[i] = op == "relu"        ? std::max(x, 0.0)
-                       : op == "gelu"      ? Gelu(x)
-                       : op == "gelu_tanh" ? GeluTanh(x)
-                       : op == "silu"      ? x / (1 + std::exp(-x))
-                                           : std::tanh(x);
-    }
-  } else if (op == "relu_grad" || op == "gelu_grad" || op == "gelu_tanh_grad" ||
-             op == "tanh_grad" || op == "silu_grad") {
-    Writer dx(out[0], acc);
-    for (int64_t i = 0; i < in[0].size(); ++i) {
-      const double dy = in[0].data[i], v = in[1].data[i];  // v: y, or x for gelu
-      const double d = op == "relu_grad"        ? (v > 0 ? 1.0 : 0.0)
-                       : op == "gelu_grad"      ? GeluGrad(v)
-                       : op == "gelu_tanh_grad" ? GeluTanhGrad(v)
-                       : op == "silu_grad"
-                           ? (1 + v * std::exp(-v) / (1 + std::exp(-v))) / (1 + std::exp(-v))
-                           : 1 - v * v;
-      dx.Set(i, dy * d);
     }
   } else if (op == "softmax") {
     const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
@@ -388,11 +375,6 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
       dg.Set(j, sg);
       dbeta.Set(j, sb);
     }
-  } else if (op == "add") {
-    for (int64_t i = 0; i < in[0].size(); ++i) out[0].data[i] = in[0].data[i] + in[1].data[i];
-  } else if (op == "copy_grad") {
-    Writer dx(out[0], acc);
-    for (int64_t i = 0; i < in[0].size(); ++i) dx.Set(i, in[0].data[i]);
   } else if (op == "cross_entropy") {
     // logits[.., C], label[..]: one row per label (token).
     const int64_t B = in[1].size(), C = Last(in[0]);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/dnnl_ops.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device/bf16.h"
@@ -42,10 +43,6 @@ absl::StatusOr<AlignedBytes> AllocateZeroed(int64_t bytes) {
   return AlignedBytes(p);
 }
 
-// Instructions resolved once by Prepare (runtime/device/kernel_args.h).
-using Op = KernelOp;
-using Kernel = KernelArgs;
-
 }  // namespace
 
 struct CpuDevice::State {
@@ -56,7 +53,7 @@ struct CpuDevice::State {
   std::vector<AlignedBytes> scratch;
 
   const Plan* prepared_plan = nullptr;
-  std::vector<Kernel> kernels;  // by instruction id
+  std::vector<KernelArgs> kernels;  // by instruction id
   AlignedBytes bf16_staging;    // f32 views of bf16 operands (kernel_args.h)
   cpu::DnnlOps dnnl;            // convolution and pooling
 
@@ -242,6 +239,9 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
   }
   RETURN_IF_ERROR(
       state_->dnnl.Prepare(plan, state_->kernels, state_->options.fuse_conv_relu));
+  RETURN_IF_ERROR(CheckKernels(plan, state_->kernels, "cpu", [&](const KernelArgs& k, int id) {
+    return cpu::CpuKernels()[k.op] != nullptr || state_->dnnl.Runs(id);
+  }));
   state_->prepared_plan = &plan;
   return absl::OkStatus();
 }
@@ -255,7 +255,7 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
   }
   // precision = bf16: the kernel computes in f32 on staging, widened from
   // the bf16 tensors before and rounded to nearest even into them after.
-  const Kernel& k = state_->kernels[instr.id];
+  const KernelArgs& k = state_->kernels[instr.id];
   for (int i = 0; i < k.num_bf16; ++i) {
     const Bf16Operand& o = k.bf16[i];
     if (!o.output || k.accumulate) {
@@ -272,194 +272,12 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
 
 absl::Status CpuDevice::RunF32Kernel(const Plan& plan, const Instruction& instr,
                                      const StepState& step) {
-  const Kernel& k = state_->kernels[instr.id];
-  switch (k.op) {
-    case Op::kNotCompute:
-      return absl::InvalidArgumentError("cpu: " + instr.op +
-                                        " is not a compute kernel");
-    case Op::kFused:
-      break;
-    case Op::kLinear:
-      cpu::LinearForward(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.y[0],
-                         k.act, k.y[1]);
-      break;
-    case Op::kLinearGradInput:
-      cpu::LinearGradInput(k.x[0], k.x[1], k.rows, k.in, k.out, k.accumulate,
-                           k.y[0]);
-      break;
-    case Op::kLinearGradParams:
-      cpu::LinearGradParams(k.x[0], k.x[1], k.rows, k.in, k.out, k.accumulate,
-                            k.y[0], k.y[1]);
-      break;
-    case Op::kRelu:
-      if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
-      cpu::Relu(k.x[0], k.rows, k.y[0]);
-      break;
-    case Op::kReluGrad:
-      cpu::ReluGrad(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
-      break;
-    case Op::kGelu:
-      cpu::Gelu(k.x[0], k.rows, k.y[0]);
-      break;
-    case Op::kGeluGrad:
-      cpu::GeluGrad(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
-      break;
-    case Op::kDropout:
-    case Op::kDropoutGrad: {
-      // The global example of row 0: the global batch's micro-batches are
-      // rank-major (rank * accumulate + micro), as the data loader fills
-      // them, so the mask does not depend on the split.
-      const uint64_t base =
-          static_cast<uint64_t>(step.step - 1) * plan.global_batch +
-          static_cast<uint64_t>(step.rank * plan.accumulate + k.micro) *
-              plan.micro_batch;
-      cpu::Dropout(k.x[0], k.rows, k.in, step.training ? k.scalar : 0.0f,
-                   static_cast<uint64_t>(plan.seed), k.key, base,
-                   k.accumulate, k.y[0]);
-      break;
-    }
-    case Op::kSilu:
-      cpu::Silu(k.x[0], k.rows, k.y[0]);
-      break;
-    case Op::kSiluGrad:
-      cpu::SiluGrad(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
-      break;
-    case Op::kTanh:
-      cpu::Tanh(k.x[0], k.rows, k.y[0]);
-      break;
-    case Op::kTanhGrad:
-      cpu::TanhGrad(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
-      break;
-    case Op::kLayerNorm:
-      cpu::LayerNorm(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.scalar, k.y[0],
-                     k.y[1], k.y[2]);
-      break;
-    case Op::kLayerNormGradInput:
-      cpu::LayerNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.x[4], k.rows,
-                              k.in, k.accumulate, k.y[0]);
-      break;
-    case Op::kLayerNormGradParams:
-      cpu::LayerNormGradParams(k.x[0], k.x[1], k.x[2], k.x[3], k.rows, k.in,
-                               k.accumulate, k.y[0], k.y[1]);
-      break;
-    case Op::kAdd:
-      cpu::Add(k.x[0], k.x[1], k.rows, k.y[0]);
-      break;
-    case Op::kCopyGrad:
-      if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
-      cpu::CopyGrad(k.x[0], k.rows, k.accumulate, k.y[0]);
-      break;
-    case Op::kCrossEntropy:
-      if (!cpu::CrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0], k.y[1])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cpu: ", instr.label, ": a label is outside [0, ", k.in, ")"));
-      }
-      break;
-    case Op::kCrossEntropyGrad:
-      cpu::CrossEntropyGrad(k.x[0], k.labels, k.rows, k.in, k.scalar,
-                            k.accumulate, k.y[0]);
-      break;
-    case Op::kMse:
-      cpu::Mse(k.x[0], k.x[1], k.rows, k.in, k.y[0]);
-      break;
-    case Op::kMseGrad:
-      cpu::MseGrad(k.x[0], k.x[1], k.rows, k.in, k.scalar, k.accumulate,
-                   k.y[0]);
-      break;
-    case Op::kAdamW: {
-      // A non-finite gradient (clipping or skip_nonfinite computed its
-      // norm): the weights and the state stay as they were.
-      if (k.grad_sq != nullptr && !std::isfinite(*k.grad_sq)) break;
-      const OptimizerConfig& o = plan.optimizer;
-      cpu::AdamWParams h;
-      h.lr = step.lr;
-      h.beta1 = o.beta1;
-      h.beta2 = o.beta2;
-      h.eps = o.eps;
-      h.weight_decay = k.weight_decay ? o.weight_decay : 0.0;
-      h.step = step.step;
-      if (k.grad_sq != nullptr) h.grad_scale = cpu::ClipScale(*k.grad_sq, k.scalar);
-      const ShardRange sh = ShardOf(k, step.rank);
-      cpu::AdamW(h, k.x[0] + sh.begin, sh.count, k.y[0] + sh.begin, k.state[0],
-                 k.state[1]);
-      break;
-    }
-    case Op::kSgd: {
-      if (k.grad_sq != nullptr && !std::isfinite(*k.grad_sq)) break;
-      const OptimizerConfig& o = plan.optimizer;
-      cpu::SgdParams h;
-      h.lr = step.lr;
-      h.momentum = o.momentum;
-      h.weight_decay = k.weight_decay ? o.weight_decay : 0.0;
-      h.nesterov = o.nesterov;
-      h.step = step.step;
-      if (k.grad_sq != nullptr) h.grad_scale = cpu::ClipScale(*k.grad_sq, k.scalar);
-      const ShardRange sh = ShardOf(k, step.rank);
-      cpu::Sgd(h, k.x[0] + sh.begin, sh.count, k.y[0] + sh.begin, k.state[0]);
-      break;
-    }
-    case Op::kSumSquares: {
-      const ShardRange sh = ShardOf(k, step.rank);
-      cpu::SumSquares(k.x[0] + sh.begin, sh.count, k.accumulate, k.y[0]);
-      break;
-    }
-    case Op::kGeluTanh:
-      cpu::GeluTanh(k.x[0], k.rows, k.y[0]);
-      break;
-    case Op::kGeluTanhGrad:
-      cpu::GeluTanhGrad(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
-      break;
-    case Op::kSoftmax:
-      cpu::Softmax(k.x[0], k.rows, k.in, k.y[0]);
-      break;
-    case Op::kSoftmaxGrad:
-      cpu::SoftmaxGrad(k.x[0], k.x[1], k.rows, k.in, k.accumulate, k.y[0]);
-      break;
-    case Op::kEmbedding:
-      // x[0] is the ids buffer, passed as `labels` since it holds int32.
-      if (!cpu::Embedding(k.labels, k.x[1], k.rows, k.in, k.out, k.y[0])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cpu: ", instr.label, ": a token id is outside [0, ", k.in, ")"));
-      }
-      break;
-    case Op::kEmbeddingGrad:
-      cpu::EmbeddingGrad(k.x[0], k.labels, k.rows, k.in, k.out, k.accumulate,
-                         k.y[0]);
-      break;
-    case Op::kPositionEmbedding:
-      cpu::PositionEmbedding(k.x[0], k.rows, k.in, k.out, k.y[0]);
-      break;
-    case Op::kPositionEmbeddingGrad:
-      cpu::PositionEmbeddingGrad(k.x[0], k.rows, k.in, k.out, k.accumulate,
-                                 k.y[0]);
-      break;
-    case Op::kAttention:
-      cpu::Attention(k.x[0], k.rows, k.in, k.out, k.heads, k.y[0], k.y[1]);
-      break;
-    case Op::kAttentionGrad:
-      cpu::AttentionGrad(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.heads,
-                         k.accumulate, k.y[0], k.y[1]);
-      break;
-    case Op::kConv2d:
-    case Op::kConv2dGradInput:
-    case Op::kConv2dGradParams:
-    case Op::kMaxPool2d:
-    case Op::kMaxPool2dGrad:
-    case Op::kAvgPool2d:
-    case Op::kAvgPool2dGrad:
-      return state_->dnnl.Run(instr.id);
-    case Op::kReshape:
-      if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
-      cpu::CopyGrad(k.x[0], k.rows, /*accumulate=*/false, k.y[0]);
-      break;
-    case Op::kCastToBf16:
-      NarrowToBf16(k.x[0], k.rows, reinterpret_cast<uint16_t*>(k.y[0]));
-      break;
-    case Op::kCastToF32:
-      WidenBf16(reinterpret_cast<const uint16_t*>(k.x[0]), k.rows, k.y[0]);
-      break;
-  }
-  return absl::OkStatus();
+  // oneDNN runs what it prepared (convolution, pooling, a conv's relu,
+  // layout-changing copies); the kernel table the rest.
+  if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
+  const KernelArgs& k = state_->kernels[instr.id];
+  if (k.op == KernelOp::kFused) return absl::OkStatus();
+  return cpu::CpuKernels()[k.op]({plan, instr, k, step, state_->dnnl});
 }
 
 absl::Status CpuDevice::OrderedSum(Stream stream, const float* src, int64_t n,

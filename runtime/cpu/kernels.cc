@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "compiler/ops/pointwise.h"
 #include "runtime/device/philox.h"
 
 // The repository builds for x86-64-v2 (SSE4.2) so its binaries run anywhere;
@@ -22,9 +23,6 @@
 namespace trainc {
 namespace cpu {
 namespace {
-
-constexpr float kInvSqrt2 = 0.70710678118654752440f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 
 // One out (+)= v pass; kept as two loops so each is a plain vector loop.
 inline void Store(const float* __restrict v, int64_t n, bool accumulate,
@@ -48,7 +46,6 @@ void LinearForward(const float* x, const float* w, const float* b, int64_t rows,
               in, w, in, 0.0f, y, out);
   // One pass over y adds the bias and, when the next instruction is an
   // activation of y, writes it too (the activation op then does nothing).
-  const float zero_bias = 0.0f;
   for (int64_t r = 0; r < rows; ++r) {
     float* __restrict yr = y + r * out;
     float* __restrict ar = act_out ? act_out + r * out : nullptr;
@@ -59,15 +56,13 @@ void LinearForward(const float* x, const float* w, const float* b, int64_t rows,
       case Activation::kNone:
         break;
       case Activation::kRelu:
-        for (int64_t j = 0; j < out; ++j) ar[j] = std::max(yr[j], zero_bias);
+        for (int64_t j = 0; j < out; ++j) ar[j] = pointwise::Relu::F(yr[j]);
         break;
       case Activation::kGelu:
-        for (int64_t j = 0; j < out; ++j) {
-          ar[j] = 0.5f * yr[j] * (1.0f + std::erf(yr[j] * kInvSqrt2));
-        }
+        for (int64_t j = 0; j < out; ++j) ar[j] = pointwise::Gelu::F(yr[j]);
         break;
       case Activation::kTanh:
-        for (int64_t j = 0; j < out; ++j) ar[j] = std::tanh(yr[j]);
+        for (int64_t j = 0; j < out; ++j) ar[j] = pointwise::Tanh::F(yr[j]);
         break;
     }
   }
@@ -91,64 +86,6 @@ void LinearGradParams(const float* dy, const float* x, int64_t rows,
   for (int64_t r = 0; r < rows; ++r) {
     const float* __restrict dyr = dy + r * out;
     for (int64_t j = 0; j < out; ++j) db[j] += dyr[j];
-  }
-}
-
-TRAINC_SIMD_CLONES
-void Relu(const float* __restrict x, int64_t n, float* __restrict y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-}
-
-TRAINC_SIMD_CLONES
-void ReluGrad(const float* __restrict dy, const float* __restrict y, int64_t n,
-              bool accumulate, float* __restrict dx) {
-  if (accumulate) {
-    for (int64_t i = 0; i < n; ++i) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
-  } else {
-    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-  }
-}
-
-void Gelu(const float* __restrict x, int64_t n, float* __restrict y) {
-  for (int64_t i = 0; i < n; ++i) {
-    y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
-  }
-}
-
-void GeluGrad(const float* __restrict dy, const float* __restrict x, int64_t n,
-              bool accumulate, float* __restrict dx) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float cdf = 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x[i] * x[i]);
-    const float g = dy[i] * (cdf + x[i] * pdf);
-    dx[i] = accumulate ? dx[i] + g : g;
-  }
-}
-
-void Silu(const float* __restrict x, int64_t n, float* __restrict y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
-}
-
-void SiluGrad(const float* __restrict dy, const float* __restrict x, int64_t n,
-              bool accumulate, float* __restrict dx) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float s = 1.0f / (1.0f + std::exp(-x[i]));
-    const float g = dy[i] * s * (1.0f + x[i] * (1.0f - s));
-    dx[i] = accumulate ? dx[i] + g : g;
-  }
-}
-
-void Tanh(const float* __restrict x, int64_t n, float* __restrict y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
-}
-
-TRAINC_SIMD_CLONES
-void TanhGrad(const float* __restrict dy, const float* __restrict y, int64_t n,
-              bool accumulate, float* __restrict dx) {
-  if (accumulate) {
-    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
   }
 }
 
@@ -225,18 +162,6 @@ void LayerNormGradParams(const float* dy, const float* x, const float* mean,
   }
 }
 
-TRAINC_SIMD_CLONES
-void Add(const float* __restrict a, const float* __restrict b, int64_t n,
-         float* __restrict y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
-}
-
-TRAINC_SIMD_CLONES
-void CopyGrad(const float* __restrict dy, int64_t n, bool accumulate,
-              float* __restrict dx) {
-  Store(dy, n, accumulate, dx);
-}
-
 bool CrossEntropy(const float* logits, const int32_t* label, int64_t rows,
                   int64_t classes, float* loss_sum, float* __restrict probs) {
   double loss = 0.0;
@@ -310,10 +235,6 @@ void MseGrad(const float* __restrict pred, const float* __restrict target,
 
 namespace {
 
-// sqrt(2 / pi) and the cubic coefficient of GPT-2's GELU.
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kGeluCubic = 0.044715f;
-
 // y[0, n) = softmax(x[0, n)) with the max subtracted, so no exp overflows
 // whatever the logits. The sum is kept in double: attention rows are as long
 // as the context (1024 for GPT-2) and this costs nothing next to the exp.
@@ -339,62 +260,6 @@ inline void SoftmaxRow(const float* x, int64_t n, float* y) {
 constexpr int64_t kAttentionBlock = 64;
 
 }  // namespace
-
-// 1 + tanh(u) without libm, so the loops around it vectorise (libm's tanhf
-// is a scalar call: it was 40% of a tiny GPT's step). With e = exp(-2|u|)
-// (Cody-Waite range reduction and Cephes' degree-6 polynomial, ~1 ulp),
-// 1 + tanh u = 2 / (1 + e) for u >= 0 and 2e / (1 + e) for u < 0: no
-// cancellation where tanh u is near -1 (x well below 0 in GELU), which
-// PyTorch's 1 + tanh(u) loses to |x| 2^-24.
-inline float OnePlusTanh(float u) {
-  // e stays a normal float (exp(-86) ~ 4e-38); 2e / (1 + e) keeps its
-  // relative precision down there, where GELU's tail lives.
-  const float a = std::min(std::fabs(u), 43.0f);
-  const float z = -2.0f * a;
-  const float k = std::floor(z * 1.44269504088896341f + 0.5f);
-  const float r = z - k * 0.693359375f + k * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
-  // 2^k by building the exponent bits (k in [-124, 0]).
-  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  const float e = er * scale;
-  return (u >= 0.0f ? 2.0f : 2.0f * e) / (1.0f + e);
-}
-
-TRAINC_SIMD_CLONES
-void GeluTanh(const float* __restrict x, int64_t n, float* __restrict y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float inner = kSqrt2OverPi * (x[i] + kGeluCubic * x[i] * x[i] * x[i]);
-    y[i] = 0.5f * x[i] * OnePlusTanh(inner);
-  }
-}
-
-TRAINC_SIMD_CLONES
-void GeluTanhGrad(const float* __restrict dy, const float* __restrict x,
-                  int64_t n, bool accumulate, float* __restrict dx) {
-  // d/dx [x/2 (1 + tanh(u))] = (1 + tanh u)/2 + x/2 (1 - tanh^2 u) u',
-  // u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2); PyTorch's own factoring, with
-  // 1 - tanh^2 = (1 + tanh)(1 - tanh) = s (2 - s), s = 1 + tanh.
-  auto grad = [&](int64_t i) {
-    const float x2 = x[i] * x[i];
-    const float s = OnePlusTanh(kSqrt2OverPi * (x[i] + kGeluCubic * x2 * x[i]));
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x2);
-    return dy[i] * (0.5f * s + 0.5f * x[i] * (s * (2.0f - s)) * du);
-  };
-  // Two loops, not a select per element: that keeps both vectorised.
-  if (accumulate) {
-    for (int64_t i = 0; i < n; ++i) dx[i] += grad(i);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dx[i] = grad(i);
-  }
-}
 
 TRAINC_SIMD_CLONES
 void Dropout(const float* __restrict x, int64_t batch, int64_t per_example,
@@ -662,6 +527,58 @@ void Sgd(const SgdParams& h, const float* __restrict grad, int64_t n,
     momentum_buf[i] = buf;
     const float step = h.nesterov ? d + mom * buf : buf;
     param[i] = param[i] + neg_lr * step;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Pointwise ops: one loop pair per arity, instantiated per formula. Two
+// loops, not a select per element: that keeps both vectorised.
+
+namespace {
+
+template <typename F>
+__attribute__((always_inline)) inline void Unary(const float* __restrict a, int64_t n,
+                                                 bool accumulate, float* __restrict y) {
+  if (accumulate) {
+    for (int64_t i = 0; i < n; ++i) y[i] += F::F(a[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = F::F(a[i]);
+  }
+}
+
+template <typename F>
+__attribute__((always_inline)) inline void Binary(const float* __restrict a,
+                                                  const float* __restrict b, int64_t n,
+                                                  bool accumulate, float* __restrict y) {
+  if (accumulate) {
+    for (int64_t i = 0; i < n; ++i) y[i] += F::F(a[i], b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = F::F(a[i], b[i]);
+  }
+}
+
+}  // namespace
+
+#define TRAINC_CPU_POINTWISE_1(Name) Unary<pointwise::Name>(a, n, accumulate, y)
+#define TRAINC_CPU_POINTWISE_2(Name) Binary<pointwise::Name>(a, b, n, accumulate, y)
+#define TRAINC_CPU_POINTWISE(op, Name, arity)                                   \
+  TRAINC_SIMD_CLONES void Pointwise##Name(const float* a, const float* b,      \
+                                          int64_t n, bool accumulate, float* y) { \
+    (void)b;                                                                    \
+    TRAINC_CPU_POINTWISE_##arity(Name);                                         \
+  }
+TRAINC_POINTWISE_OPS(TRAINC_CPU_POINTWISE)
+#undef TRAINC_CPU_POINTWISE
+
+PointwiseFn PointwiseKernel(KernelOp op) {
+  switch (op) {
+#define TRAINC_CPU_POINTWISE_CASE(op, Name, arity) \
+  case KernelOp::k##Name:                          \
+    return &Pointwise##Name;
+    TRAINC_POINTWISE_OPS(TRAINC_CPU_POINTWISE_CASE)
+#undef TRAINC_CPU_POINTWISE_CASE
+    default:
+      return nullptr;
   }
 }
 

@@ -35,24 +35,13 @@ void LinearGradParams(const float* dy, const float* x, int64_t rows,
                       int64_t in, int64_t out, bool accumulate, float* dw,
                       float* db);
 
-void Relu(const float* x, int64_t n, float* y);
-// dx (+)= dy * (y > 0), y the relu's output.
-void ReluGrad(const float* dy, const float* y, int64_t n, bool accumulate,
-              float* dx);
-// Exact GELU, 0.5 x (1 + erf(x / sqrt 2)), PyTorch's default.
-void Gelu(const float* x, int64_t n, float* y);
-// dx (+)= dy * gelu'(x), x the gelu's input.
-void GeluGrad(const float* dy, const float* x, int64_t n, bool accumulate,
-              float* dx);
-// SiLU: y = x sigmoid(x) = x / (1 + exp(-x)).
-void Silu(const float* x, int64_t n, float* y);
-// dx (+)= dy * s (1 + x (1 - s)), s = sigmoid(x), x the op's input.
-void SiluGrad(const float* dy, const float* x, int64_t n, bool accumulate,
-              float* dx);
-void Tanh(const float* x, int64_t n, float* y);
-// dx (+)= dy * (1 - y^2), y the tanh's output.
-void TanhGrad(const float* dy, const float* y, int64_t n, bool accumulate,
-              float* dx);
+// A pointwise op (compiler/ops/pointwise.h) over n elements:
+// y[i] (+)= F(a[i]) or F(a[i], b[i]); b is unused by a unary op. y may
+// not alias a or b unless it equals them exactly.
+using PointwiseFn = void (*)(const float* a, const float* b, int64_t n,
+                             bool accumulate, float* y);
+// nullptr for an op that is not pointwise.
+PointwiseFn PointwiseKernel(KernelOp op);
 
 // Per row of x[B,d]: y = (x - mean) * rstd * gamma + beta with the biased
 // variance, rstd = 1 / sqrt(var + eps); saves mean[B] and rstd[B].
@@ -66,9 +55,6 @@ void LayerNormGradParams(const float* dy, const float* x, const float* mean,
                          const float* rstd, int64_t rows, int64_t d,
                          bool accumulate, float* dgamma, float* dbeta);
 
-void Add(const float* a, const float* b, int64_t n, float* y);
-// dx (+)= dy.
-void CopyGrad(const float* dy, int64_t n, bool accumulate, float* dx);
 
 // logits[B,C], label[B] -> probs[B,C] = softmax(logits) and
 // loss_sum[0] = sum_b -log probs[b, label[b]] (log-softmax, stable).
@@ -95,12 +81,6 @@ void Dropout(const float* x, int64_t batch, int64_t per_example, float p,
              uint64_t seed, uint32_t key, uint64_t example_base,
              bool accumulate, float* y);
 
-// GELU, tanh approximation (GPT-2; PyTorch's approximate="tanh"):
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-void GeluTanh(const float* x, int64_t n, float* y);
-// dx (+)= dy * d/dx gelu_tanh(x), x the op's input.
-void GeluTanhGrad(const float* dy, const float* x, int64_t n, bool accumulate,
-                  float* dx);
 
 // y[r, :] = softmax(x[r, :]) over `n` columns (max-subtracted).
 void Softmax(const float* x, int64_t rows, int64_t n, float* y);

@@ -18,6 +18,34 @@ namespace {
 using Vec = std::vector<float>;
 using DVec = std::vector<double>;
 
+// The pointwise kernels (PointwiseKernel), called as the tests below do.
+#define TRAINC_TEST_FORWARD(Name)                         \
+  void Name(const float* x, int64_t n, float* y) {        \
+    PointwiseKernel(KernelOp::k##Name)(x, nullptr, n, false, y); \
+  }
+#define TRAINC_TEST_GRAD(Name)                                                   \
+  void Name(const float* dy, const float* v, int64_t n, bool accumulate, float* dx) { \
+    PointwiseKernel(KernelOp::k##Name)(dy, v, n, accumulate, dx);                \
+  }
+TRAINC_TEST_FORWARD(Relu)
+TRAINC_TEST_FORWARD(Gelu)
+TRAINC_TEST_FORWARD(GeluTanh)
+TRAINC_TEST_FORWARD(Silu)
+TRAINC_TEST_FORWARD(Tanh)
+TRAINC_TEST_GRAD(ReluGrad)
+TRAINC_TEST_GRAD(GeluGrad)
+TRAINC_TEST_GRAD(GeluTanhGrad)
+TRAINC_TEST_GRAD(SiluGrad)
+TRAINC_TEST_GRAD(TanhGrad)
+#undef TRAINC_TEST_FORWARD
+#undef TRAINC_TEST_GRAD
+void Add(const float* a, const float* b, int64_t n, float* y) {
+  PointwiseKernel(KernelOp::kAdd)(a, b, n, false, y);
+}
+void CopyGrad(const float* dy, int64_t n, bool accumulate, float* dx) {
+  PointwiseKernel(KernelOp::kCopyGrad)(dy, nullptr, n, accumulate, dx);
+}
+
 Vec Random(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(lo, hi);

@@ -1035,11 +1035,11 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
         if (!status.ok()) return Fail(status);
       }
       const int64_t position =
-          (static_cast<int64_t>(step.rank) * plan.accumulate + k.micro) *
+          (static_cast<int64_t>(step.rank) * plan.accumulate + k.dropout.micro) *
           plan.micro_batch;
       err = cuda::LaunchDropout(k.x[0], k.y[0], k.rows, k.in,
-                                step.training ? k.scalar : 0.0f,
-                                static_cast<uint64_t>(plan.seed), k.key,
+                                step.training ? k.dropout.p : 0.0f,
+                                static_cast<uint64_t>(plan.seed), k.dropout.key,
                                 device_scalars_, plan.global_batch, position,
                                 k.accumulate, s);
       break;
@@ -1060,7 +1060,7 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
       break;
     case Op::kLayerNorm:
       err = cuda::LaunchLayerNorm(k.x[0], k.x[1], k.x[2], k.y[0], k.y[1],
-                                  k.y[2], k.rows, k.in, k.scalar, s);
+                                  k.y[2], k.rows, k.in, k.eps, s);
       break;
     case Op::kLayerNormGradInput:
       err = cuda::LaunchLayerNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3],
@@ -1085,7 +1085,7 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
       break;
     case Op::kCrossEntropyGrad:
       err = cuda::LaunchCrossEntropyGrad(k.x[0], k.labels, k.rows, k.in,
-                                         k.scalar, k.y[0], k.accumulate,
+                                         k.loss_scale, k.y[0], k.accumulate,
                                          device_error_, s);
       break;
     case Op::kMse:
@@ -1093,7 +1093,7 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
                             kernel_scratch_, s);
       break;
     case Op::kMseGrad:
-      err = cuda::LaunchMseGrad(k.x[0], k.x[1], k.rows, k.in, k.scalar,
+      err = cuda::LaunchMseGrad(k.x[0], k.x[1], k.rows, k.in, k.loss_scale,
                                 k.y[0], k.accumulate, s);
       break;
     case Op::kGeluTanh:
@@ -1111,12 +1111,12 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
                                     k.accumulate, s);
       break;
     case Op::kEmbedding:
-      err = cuda::LaunchEmbedding(k.labels, k.x[1], k.y[0], k.rows, k.in,
+      err = cuda::LaunchEmbedding(k.ids, k.x[1], k.y[0], k.rows, k.in,
                                   k.out, device_error_, s);
       break;
     case Op::kEmbeddingGrad:
       err = cuda::LaunchEmbeddingGrad(
-          k.x[0], k.labels, k.y[0], k.rows, k.in, k.out, k.accumulate,
+          k.x[0], k.ids, k.y[0], k.rows, k.in, k.out, k.accumulate,
           kernel_scratch_, static_cast<size_t>(kernel_scratch_floats_) * 4, s);
       break;
     case Op::kPositionEmbedding:
@@ -1145,17 +1145,18 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
       const OptimizerConfig& o = plan.optimizer;
       const ShardRange sh = ShardOf(k, step.rank);
       if (k.op == Op::kAdamW) {
-        err = cuda::LaunchAdamW(k.y[0] + sh.begin, k.x[0] + sh.begin, k.state[0],
-                                k.state[1], sh.count,
-                                device_scalars_ + (k.weight_decay ? 0 : 1),
-                                o.beta1, o.beta2, o.eps, k.grad_sq, k.scalar,
+        err = cuda::LaunchAdamW(k.y[0] + sh.begin, k.x[0] + sh.begin, k.optimizer.state[0],
+                                k.optimizer.state[1], sh.count,
+                                device_scalars_ + (k.optimizer.weight_decay ? 0 : 1),
+                                o.beta1, o.beta2, o.eps, k.optimizer.grad_sq,
+                                k.optimizer.clip_norm,
                                 s);
       } else {
-        err = cuda::LaunchSgd(k.y[0] + sh.begin, k.x[0] + sh.begin, k.state[0],
+        err = cuda::LaunchSgd(k.y[0] + sh.begin, k.x[0] + sh.begin, k.optimizer.state[0],
                               sh.count,
                               device_scalars_, static_cast<float>(o.momentum),
-                              k.weight_decay ? static_cast<float>(o.weight_decay) : 0.0f,
-                              o.nesterov, k.grad_sq, k.scalar, s);
+                              k.optimizer.weight_decay ? static_cast<float>(o.weight_decay) : 0.0f,
+                              o.nesterov, k.optimizer.grad_sq, k.optimizer.clip_norm, s);
       }
       break;
     }

@@ -9,65 +9,29 @@
 namespace trainc {
 namespace {
 
-// The backend kernel of each instruction op of the op table
-// (compiler/ops/op_table.h), which also says its operand counts.
-struct KernelOpName {
+// The kernel of each instruction op of the op table
+// (compiler/ops/op_table.h), which also says its operand counts. cast and
+// optimizer name their first kernel; ResolveOne picks between the two.
+struct KernelOfInstruction {
   const char* name;
   KernelOp op;
 };
 
-constexpr KernelOpName kKernels[] = {
+#define TRAINC_POINTWISE_ENTRY(op, Name, arity) {#op, KernelOp::k##Name},
+#define TRAINC_KERNEL_ENTRY(Name, op) {#op, KernelOp::k##Name},
+constexpr KernelOfInstruction kKernels[] = {
     {"load_batch", KernelOp::kNotCompute},
     {"all_reduce", KernelOp::kNotCompute},
     {"reduce_scatter", KernelOp::kNotCompute},
     {"all_gather", KernelOp::kNotCompute},
-    {"linear", KernelOp::kLinear},
-    {"linear_grad_input", KernelOp::kLinearGradInput},
-    {"linear_grad_params", KernelOp::kLinearGradParams},
-    {"relu", KernelOp::kRelu},
-    {"relu_grad", KernelOp::kReluGrad},
-    {"gelu", KernelOp::kGelu},
-    {"gelu_grad", KernelOp::kGeluGrad},
-    {"gelu_tanh", KernelOp::kGeluTanh},
-    {"gelu_tanh_grad", KernelOp::kGeluTanhGrad},
-    {"tanh", KernelOp::kTanh},
-    {"tanh_grad", KernelOp::kTanhGrad},
-    {"silu", KernelOp::kSilu},
-    {"silu_grad", KernelOp::kSiluGrad},
-    {"dropout", KernelOp::kDropout},
-    {"dropout_grad", KernelOp::kDropoutGrad},
-    {"softmax", KernelOp::kSoftmax},
-    {"softmax_grad", KernelOp::kSoftmaxGrad},
-    {"layernorm", KernelOp::kLayerNorm},
-    {"layernorm_grad_input", KernelOp::kLayerNormGradInput},
-    {"layernorm_grad_params", KernelOp::kLayerNormGradParams},
-    {"add", KernelOp::kAdd},
-    {"copy_grad", KernelOp::kCopyGrad},
-    {"embedding", KernelOp::kEmbedding},
-    {"embedding_grad", KernelOp::kEmbeddingGrad},
-    {"position_embedding", KernelOp::kPositionEmbedding},
-    {"position_embedding_grad", KernelOp::kPositionEmbeddingGrad},
-    {"attention", KernelOp::kAttention},
-    {"attention_grad", KernelOp::kAttentionGrad},
-    {"cross_entropy", KernelOp::kCrossEntropy},
-    {"cross_entropy_grad", KernelOp::kCrossEntropyGrad},
-    {"mse", KernelOp::kMse},
-    {"mse_grad", KernelOp::kMseGrad},
-    {"sum_squares", KernelOp::kSumSquares},
-    {"conv2d", KernelOp::kConv2d},
-    {"conv2d_grad_input", KernelOp::kConv2dGradInput},
-    {"conv2d_grad_params", KernelOp::kConv2dGradParams},
-    {"max_pool2d", KernelOp::kMaxPool2d},
-    {"max_pool2d_grad", KernelOp::kMaxPool2dGrad},
-    {"avg_pool2d", KernelOp::kAvgPool2d},
-    {"avg_pool2d_grad", KernelOp::kAvgPool2dGrad},
-    {"reshape", KernelOp::kReshape},
-    {"cast", KernelOp::kCastToBf16},  // or kCastToF32, from the dtypes
-    {"optimizer", KernelOp::kAdamW},  // kAdamW or kSgd, from plan.optimizer
+    TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_ENTRY)
+    TRAINC_KERNEL_OPS(TRAINC_KERNEL_ENTRY)
 };
+#undef TRAINC_POINTWISE_ENTRY
+#undef TRAINC_KERNEL_ENTRY
 
-const KernelOpName* FindKernel(absl::string_view name) {
-  for (const KernelOpName& candidate : kKernels) {
+const KernelOfInstruction* FindKernel(absl::string_view name) {
+  for (const KernelOfInstruction& candidate : kKernels) {
     if (name == candidate.name) return &candidate;
   }
   return nullptr;
@@ -232,18 +196,9 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       }
       return absl::OkStatus();
     }
-    case KernelOp::kRelu:
-    case KernelOp::kGelu:
-    case KernelOp::kTanh:
-    case KernelOp::kReluGrad:
-    case KernelOp::kGeluGrad:
-    case KernelOp::kTanhGrad:
-    case KernelOp::kAdd:
-    case KernelOp::kCopyGrad:
-    case KernelOp::kGeluTanh:
-    case KernelOp::kGeluTanhGrad:
-    case KernelOp::kSilu:
-    case KernelOp::kSiluGrad:
+#define TRAINC_POINTWISE_CASE(op, Name, arity) case KernelOp::k##Name:
+    TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_CASE)
+#undef TRAINC_POINTWISE_CASE
       k.rows = Elements(in_buf(0));
       for (int id : instr.inputs) {
         if (Elements(plan.buffers[id]) != k.rows) return fail("sizes differ");
@@ -262,7 +217,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
         return fail("x is not [B, d]");
       }
       k.rows = Elements(in_buf(0)) / k.in;
-      k.scalar = static_cast<float>(attr("eps", 1e-5));
+      k.eps = static_cast<float>(attr("eps", 1e-5));
       return absl::OkStatus();
     }
     case KernelOp::kCrossEntropy:
@@ -280,7 +235,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
         if (Elements(out_buf(1)) != k.rows * k.in) return fail("probs size");
       } else {
         if (!instr.attrs.count("scale")) return fail("missing attr scale");
-        k.scalar = static_cast<float>(attr("scale", 0));
+        k.loss_scale = static_cast<float>(attr("scale", 0));
       }
       return absl::OkStatus();
     }
@@ -293,7 +248,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       if (Elements(in_buf(1)) != Elements(pred)) return fail("target size");
       if (k.op == KernelOp::kMseGrad) {
         if (!instr.attrs.count("scale")) return fail("missing attr scale");
-        k.scalar = static_cast<float>(attr("scale", 0));
+        k.loss_scale = static_cast<float>(attr("scale", 0));
       } else if (Elements(out_buf(0)) != 1) {
         return fail("loss_sum is not [1]");
       }
@@ -306,10 +261,10 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       if (Elements(out_buf(0)) != Elements(x)) return fail("output size");
       k.rows = x.shape[0];
       k.in = Elements(x) / k.rows;
-      k.scalar = static_cast<float>(attr("p", -1));
-      if (!(k.scalar >= 0 && k.scalar < 1)) return fail("attr p outside [0, 1)");
-      k.key = static_cast<uint32_t>(attr("key", 0));
-      k.micro = std::max(instr.micro_step, 0);
+      k.dropout.p = static_cast<float>(attr("p", -1));
+      if (!(k.dropout.p >= 0 && k.dropout.p < 1)) return fail("attr p outside [0, 1)");
+      k.dropout.key = static_cast<uint32_t>(attr("key", 0));
+      k.dropout.micro = std::max(instr.micro_step, 0);
       return absl::OkStatus();
     }
     case KernelOp::kSoftmax:
@@ -331,13 +286,13 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       const Buffer& table = forward ? in_buf(1) : out_buf(0);
       if (ids.dtype != DType::kI32) return fail("ids are not i32");
       if (table.shape.size() != 2) return fail("table is not [V, C]");
-      k.labels = reinterpret_cast<const int32_t*>(fptr(ids));
+      k.ids = reinterpret_cast<const int32_t*>(fptr(ids));
       k.rows = Elements(ids);
       k.in = table.shape[0];
       k.out = table.shape[1];
       const Buffer& rows = forward ? out_buf(0) : in_buf(0);
       if (Elements(rows) != k.rows * k.out) return fail("y is not [ids, C]");
-      if (!forward) k.x[1] = nullptr;  // ids are k.labels
+      if (!forward) k.x[1] = nullptr;  // ids are k.ids
       return absl::OkStatus();
     }
     case KernelOp::kPositionEmbedding:
@@ -428,7 +383,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
           bucket.grad_buffer < 0 || bucket.grad_buffer >= num_buffers) {
         return fail("bucket has no parameter span or gradient buffer");
       }
-      k.weight_decay = bucket.weight_decay;
+      k.optimizer.weight_decay = bucket.weight_decay;
       // With clipping or skip_nonfinite the step's squared gradient norm is
       // the last operand (a step scalar).
       const double clip = attr("clip", -1);
@@ -438,8 +393,8 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       }
       if (last.kind == BufferKind::kStepScalar) {
         if (Elements(last) != 1) return fail("grad_sq is not [1]");
-        k.grad_sq = fptr(last);
-        k.scalar = static_cast<float>(std::max(clip, 0.0));
+        k.optimizer.grad_sq = fptr(last);
+        k.optimizer.clip_norm = static_cast<float>(std::max(clip, 0.0));
       }
       const Buffer& params = plan.buffers[bucket.param_span];
       k.rows = Elements(params);
@@ -473,7 +428,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
             Elements(plan.buffers[id]) != (k.shard > 0 ? k.shard : k.rows)) {
           return fail("state span does not match the parameter span");
         }
-        k.state[s] = fptr(plan.buffers[id]);
+        k.optimizer.state[s] = fptr(plan.buffers[id]);
       }
       return absl::OkStatus();
     }
@@ -557,7 +512,7 @@ absl::Status ResolveInstruction(const Plan& plan, const Instruction& instr,
     return fail("id != its index");
   }
   const ops::OpDef* def = ops::FindOp(instr.op);
-  const KernelOpName* kernel = FindKernel(instr.op);
+  const KernelOfInstruction* kernel = FindKernel(instr.op);
   if (def == nullptr || kernel == nullptr) {
     return fail(def == nullptr ? "unknown op" : "no kernel for this op");
   }
@@ -620,6 +575,21 @@ void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging) {
   }
 }
 
+absl::Status CheckKernels(const Plan& plan, const std::vector<KernelArgs>& kernels,
+                          const std::string& device_name,
+                          absl::FunctionRef<bool(const KernelArgs&, int)> has) {
+  for (size_t i = 0; i < kernels.size() && i < plan.instructions.size(); ++i) {
+    const KernelArgs& k = kernels[i];
+    if (k.op == KernelOp::kNotCompute || k.op == KernelOp::kFused) continue;
+    if (has(k, static_cast<int>(i))) continue;
+    const Instruction& instr = plan.instructions[i];
+    return absl::UnimplementedError(absl::StrCat(
+        device_name, ": no kernel for op ", instr.op, " (", KernelOpName(k.op),
+        ") on this backend; instruction ", instr.id, " \"", instr.label, "\" needs it"));
+  }
+  return absl::OkStatus();
+}
+
 bool IsWindowOp(KernelOp op) {
   switch (op) {
     case KernelOp::kConv2d:
@@ -636,7 +606,7 @@ bool IsWindowOp(KernelOp op) {
 }
 
 bool IsKernelOp(absl::string_view op) {
-  const KernelOpName* kernel = FindKernel(op);
+  const KernelOfInstruction* kernel = FindKernel(op);
   return kernel != nullptr && kernel->op != KernelOp::kNotCompute;
 }
 

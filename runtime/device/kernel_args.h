@@ -18,66 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "compiler/plan/plan.h"
+#include "runtime/device/kernel_ops.h"
 
 namespace trainc {
-
-// Every compute op of plan.h.
-enum class KernelOp : uint8_t {
-  kNotCompute,  // load_batch / all_reduce: the executor's, not a kernel
-  kFused,       // an activation already computed by the linear before it
-  kLinear,
-  kLinearGradInput,
-  kLinearGradParams,
-  kRelu,
-  kReluGrad,
-  kGelu,
-  kGeluGrad,
-  kTanh,
-  kTanhGrad,
-  kLayerNorm,
-  kLayerNormGradInput,
-  kLayerNormGradParams,
-  kAdd,
-  kCopyGrad,
-  kCrossEntropy,
-  kCrossEntropyGrad,
-  kMse,
-  kMseGrad,
-  kAdamW,
-  kSgd,
-  // Transformer ops (see their OpDef::doc in compiler/ops/op_table.cc for
-  // their buffers).
-  kGeluTanh,              // x -> y: GPT-2's tanh approximation; rows = n
-  kGeluTanhGrad,          // dy, x -> dx acc; rows = n
-  kSoftmax,               // x[rows, in] -> y, over the last dimension
-  kSoftmaxGrad,           // dy, y -> dx acc
-  kEmbedding,             // ids i32[rows] (labels), table[in, out] -> y[rows, out]
-  kEmbeddingGrad,         // dy[rows, out], ids -> dtable[in, out] acc
-  kPositionEmbedding,     // table[in, out] -> y[rows, in, out] (rows = batch)
-  kPositionEmbeddingGrad, // dy[rows, in, out] -> dtable[in, out] acc
-  kAttention,             // qkv[rows, in, 3 out] -> y[rows, in, out], probs[rows, heads, in, in]
-  kAttentionGrad,         // dy, qkv, probs -> dqkv acc; y[1]: scratch[rows, heads, in, in]
-  kDropout,               // x[rows, in] -> y; scalar = p; key; micro
-  kDropoutGrad,           // dy -> dx acc; the same mask
-  kSumSquares,            // bucket grads (slot 0, rows floats) -> y[0] (+)= sum x^2
-  kSilu,                  // x -> y; rows = n
-  kSiluGrad,              // dy, x -> dx acc; rows = n
-  // Convolution and pooling (geometry in KernelArgs::window; the last
-  // output is the workspace).
-  kConv2d,                // x, w[, b] -> y
-  kConv2dGradInput,       // dy, w -> dx acc
-  kConv2dGradParams,      // dy, x -> dw[, db] acc
-  kMaxPool2d,             // x -> y, argmax (the backend's encoding)
-  kMaxPool2dGrad,         // dy, x, y, argmax -> dx acc
-  kAvgPool2d,             // x -> y
-  kAvgPool2dGrad,         // dy -> dx acc
-  kReshape,               // x -> y, a copy; rows = n
-  kCastToBf16,            // x f32 -> y bf16 (round to nearest even); rows = n
-  kCastToF32,             // x bf16 -> y f32; rows = n
-};
 
 // An NCHW convolution or pooling window: the image side [n, c, h, w]
 // (x or dx), the other side [n, o, oh, ow] (y or dy; o = c for pooling),
@@ -108,32 +55,52 @@ struct Bf16Operand {
 // Activation fused into a forward linear.
 enum class Activation : uint8_t { kNone, kRelu, kGelu, kTanh };
 
-// One instruction with everything a kernel needs as plain values.
+// Dropout: the mask is a Philox function of (plan seed, key, global
+// example, element).
+struct DropoutArgs {
+  float p = 0;       // probability of zeroing an element
+  uint32_t key = 0;  // the op's key
+  int micro = 0;     // the instruction's micro-step
+};
+
+// The optimizer over one bucket.
+struct OptimizerArgs {
+  float* state[2] = {};      // AdamW: m, v; SGD: the momentum buffer
+  bool weight_decay = true;  // this bucket is decayed
+  // With clipping or skip_nonfinite: the step's squared gradient norm (a
+  // step scalar), null otherwise. Not finite: the optimizer changes
+  // nothing.
+  const float* grad_sq = nullptr;
+  float clip_norm = 0;  // clip_grad_norm; 0: no clipping
+};
+
+// One instruction with everything a kernel needs as plain values. The
+// sizes and operands are common to all; each field below them belongs to
+// one family of ops and means one thing.
 struct KernelArgs {
   KernelOp op = KernelOp::kNotCompute;
-  bool accumulate = false;
-  Activation act = Activation::kNone;  // linear: activation applied after
+  bool accumulate = false;  // outputs += the result (gradients)
   int64_t rows = 0;  // batch rows (or elements for elementwise ops)
   int64_t in = 0;    // linear: in features; layernorm: d; ce: classes
   int64_t out = 0;   // linear: out features
-  int64_t heads = 0;  // attention: heads (in = T, out = C, head size C / heads)
-  float scalar = 0;  // layernorm eps, loss-grad scale
   const float* x[5] = {};
   float* y[3] = {};
-  const int32_t* labels = nullptr;  // cross_entropy labels; embedding ids
-  float* state[2] = {};  // optimizer state spans
-  bool weight_decay = true;  // optimizer: this bucket is decayed
-  uint32_t key = 0;          // dropout: the op's key
-  // optimizer with clipping (scalar = clip_grad_norm > 0) or skip_nonfinite
-  // (scalar = 0): the step's squared gradient norm, null otherwise. Not
-  // finite: the optimizer changes nothing.
-  const float* grad_sq = nullptr;
+
+  Activation act = Activation::kNone;  // linear: activation applied after
+  float eps = 0;                       // layernorm
+  // cross_entropy_grad, mse_grad: d(loss) / d(loss sum), 1 / global batch
+  // terms.
+  float loss_scale = 0;
+  const int32_t* labels = nullptr;  // cross_entropy(_grad): class ids
+  const int32_t* ids = nullptr;     // embedding(_grad): token ids
+  int64_t heads = 0;  // attention: heads (in = T, out = C, head size C / heads)
+  DropoutArgs dropout;
+  OptimizerArgs optimizer;
   // ZeRO-1 optimizer / sum_squares: floats of one rank's shard (0: the
   // whole bucket). The device runs the kernel on x[0] / y[0] advanced by
   // StepState::rank * shard, over `shard` floats; state spans hold the
   // shard alone.
   int64_t shard = 0;
-  int micro = 0;             // dropout: the instruction's micro-step
   WindowGeometry window;     // convolution and pooling
   // Ops with a workspace (ops::OpDef::workspace): the plan's reservation.
   char* workspace = nullptr;
@@ -172,6 +139,14 @@ bool IsKernelOp(absl::string_view op);
 absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
     const Plan& plan, char* arena, int64_t arena_bytes,
     const std::string& device_name);
+
+// Fails, naming the backend, the instruction and its op, for the first
+// instruction that runs a kernel (not kNotCompute or kFused) for which
+// `has(kernel, instruction id)` is false: a backend without an op's kernel
+// says so when it prepares the plan, not in the middle of a step.
+absl::Status CheckKernels(const Plan& plan, const std::vector<KernelArgs>& kernels,
+                          const std::string& device_name,
+                          absl::FunctionRef<bool(const KernelArgs&, int)> has);
 
 // Convolution and pooling: the geometry is in KernelArgs::window and the
 // last output is the instruction's workspace.

@@ -1,0 +1,243 @@
+#include "runtime/cpu/cpu_kernels.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/device/bf16.h"
+
+namespace trainc::cpu {
+namespace {
+
+using Op = KernelOp;
+
+absl::Status Ok() { return absl::OkStatus(); }
+
+absl::Status Pointwise(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  PointwiseKernel(k.op)(k.x[0], k.x[1], k.rows, k.accumulate, k.y[0]);
+  return Ok();
+}
+
+absl::Status Linear(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  switch (k.op) {
+    case Op::kLinear:
+      LinearForward(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.y[0], k.act, k.y[1]);
+      break;
+    case Op::kLinearGradInput:
+      LinearGradInput(k.x[0], k.x[1], k.rows, k.in, k.out, k.accumulate, k.y[0]);
+      break;
+    default:
+      LinearGradParams(k.x[0], k.x[1], k.rows, k.in, k.out, k.accumulate, k.y[0], k.y[1]);
+  }
+  return Ok();
+}
+
+absl::Status LayerNormFamily(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  switch (k.op) {
+    case Op::kLayerNorm:
+      LayerNorm(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.eps, k.y[0], k.y[1], k.y[2]);
+      break;
+    case Op::kLayerNormGradInput:
+      LayerNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.x[4], k.rows, k.in,
+                         k.accumulate, k.y[0]);
+      break;
+    default:
+      LayerNormGradParams(k.x[0], k.x[1], k.x[2], k.x[3], k.rows, k.in, k.accumulate,
+                          k.y[0], k.y[1]);
+  }
+  return Ok();
+}
+
+absl::Status SoftmaxFamily(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  if (k.op == Op::kSoftmax) {
+    Softmax(k.x[0], k.rows, k.in, k.y[0]);
+  } else {
+    SoftmaxGrad(k.x[0], k.x[1], k.rows, k.in, k.accumulate, k.y[0]);
+  }
+  return Ok();
+}
+
+// dropout and dropout_grad: the same mask, regenerated.
+absl::Status DropoutFamily(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  const Plan& plan = c.plan;
+  // The global example of row 0: the global batch's micro-batches are
+  // rank-major (rank * accumulate + micro), as the data loader fills them,
+  // so the mask does not depend on the split.
+  const uint64_t base =
+      static_cast<uint64_t>(c.step.step - 1) * plan.global_batch +
+      static_cast<uint64_t>(c.step.rank * plan.accumulate + k.dropout.micro) *
+          plan.micro_batch;
+  Dropout(k.x[0], k.rows, k.in, c.step.training ? k.dropout.p : 0.0f,
+          static_cast<uint64_t>(plan.seed), k.dropout.key, base, k.accumulate, k.y[0]);
+  return Ok();
+}
+
+absl::Status EmbeddingFamily(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  switch (k.op) {
+    case Op::kEmbedding:
+      if (!Embedding(k.ids, k.x[1], k.rows, k.in, k.out, k.y[0])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cpu: ", c.instr.label, ": a token id is outside [0, ", k.in, ")"));
+      }
+      break;
+    case Op::kEmbeddingGrad:
+      EmbeddingGrad(k.x[0], k.ids, k.rows, k.in, k.out, k.accumulate, k.y[0]);
+      break;
+    case Op::kPositionEmbedding:
+      PositionEmbedding(k.x[0], k.rows, k.in, k.out, k.y[0]);
+      break;
+    default:
+      PositionEmbeddingGrad(k.x[0], k.rows, k.in, k.out, k.accumulate, k.y[0]);
+  }
+  return Ok();
+}
+
+absl::Status AttentionFamily(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  if (k.op == Op::kAttention) {
+    Attention(k.x[0], k.rows, k.in, k.out, k.heads, k.y[0], k.y[1]);
+  } else {
+    AttentionGrad(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.heads, k.accumulate,
+                  k.y[0], k.y[1]);
+  }
+  return Ok();
+}
+
+absl::Status LossFamily(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  switch (k.op) {
+    case Op::kCrossEntropy:
+      if (!CrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0], k.y[1])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cpu: ", c.instr.label, ": a label is outside [0, ", k.in, ")"));
+      }
+      break;
+    case Op::kCrossEntropyGrad:
+      CrossEntropyGrad(k.x[0], k.labels, k.rows, k.in, k.loss_scale, k.accumulate, k.y[0]);
+      break;
+    case Op::kMse:
+      Mse(k.x[0], k.x[1], k.rows, k.in, k.y[0]);
+      break;
+    default:
+      MseGrad(k.x[0], k.x[1], k.rows, k.in, k.loss_scale, k.accumulate, k.y[0]);
+  }
+  return Ok();
+}
+
+// Convolution and pooling: oneDNN's primitives, prepared with the plan.
+absl::Status Window(const KernelCall& c) { return c.dnnl.Run(c.instr.id); }
+
+// A copy (or, when a layout changes, oneDNN's reorder, which
+// RunF32Kernel hands to oneDNN first).
+absl::Status Reshape(const KernelCall& c) {
+  if (c.k.y[0] == c.k.x[0]) return Ok();
+  PointwiseKernel(Op::kCopyGrad)(c.k.x[0], nullptr, c.k.rows, false, c.k.y[0]);
+  return Ok();
+}
+
+absl::Status Cast(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  if (k.op == Op::kCastToBf16) {
+    NarrowToBf16(k.x[0], k.rows, reinterpret_cast<uint16_t*>(k.y[0]));
+  } else {
+    WidenBf16(reinterpret_cast<const uint16_t*>(k.x[0]), k.rows, k.y[0]);
+  }
+  return Ok();
+}
+
+absl::Status SumSquaresKernel(const KernelCall& c) {
+  const ShardRange sh = ShardOf(c.k, c.step.rank);
+  SumSquares(c.k.x[0] + sh.begin, sh.count, c.k.accumulate, c.k.y[0]);
+  return Ok();
+}
+
+// A non-finite gradient (clipping or skip_nonfinite computed its norm):
+// the weights and the state stay as they were.
+bool SkipStep(const OptimizerArgs& o) {
+  return o.grad_sq != nullptr && !std::isfinite(*o.grad_sq);
+}
+
+absl::Status AdamWKernel(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  if (SkipStep(k.optimizer)) return Ok();
+  const OptimizerConfig& o = c.plan.optimizer;
+  AdamWParams h;
+  h.lr = c.step.lr;
+  h.beta1 = o.beta1;
+  h.beta2 = o.beta2;
+  h.eps = o.eps;
+  h.weight_decay = k.optimizer.weight_decay ? o.weight_decay : 0.0;
+  h.step = c.step.step;
+  if (k.optimizer.grad_sq != nullptr) {
+    h.grad_scale = ClipScale(*k.optimizer.grad_sq, k.optimizer.clip_norm);
+  }
+  const ShardRange sh = ShardOf(k, c.step.rank);
+  AdamW(h, k.x[0] + sh.begin, sh.count, k.y[0] + sh.begin, k.optimizer.state[0],
+        k.optimizer.state[1]);
+  return Ok();
+}
+
+absl::Status SgdKernel(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  if (SkipStep(k.optimizer)) return Ok();
+  const OptimizerConfig& o = c.plan.optimizer;
+  SgdParams h;
+  h.lr = c.step.lr;
+  h.momentum = o.momentum;
+  h.weight_decay = k.optimizer.weight_decay ? o.weight_decay : 0.0;
+  h.nesterov = o.nesterov;
+  h.step = c.step.step;
+  if (k.optimizer.grad_sq != nullptr) {
+    h.grad_scale = ClipScale(*k.optimizer.grad_sq, k.optimizer.clip_norm);
+  }
+  const ShardRange sh = ShardOf(k, c.step.rank);
+  Sgd(h, k.x[0] + sh.begin, sh.count, k.y[0] + sh.begin, k.optimizer.state[0]);
+  return Ok();
+}
+
+KernelTable<CpuKernel> MakeTable() {
+  KernelTable<CpuKernel> t;
+  for (int i = 0; i < kNumKernelOps; ++i) {
+    const Op op = static_cast<Op>(i);
+    if (PointwiseArity(op) > 0 && PointwiseKernel(op) != nullptr) t[op] = &Pointwise;
+  }
+  for (Op op : {Op::kLinear, Op::kLinearGradInput, Op::kLinearGradParams}) t[op] = &Linear;
+  for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams}) {
+    t[op] = &LayerNormFamily;
+  }
+  for (Op op : {Op::kSoftmax, Op::kSoftmaxGrad}) t[op] = &SoftmaxFamily;
+  for (Op op : {Op::kDropout, Op::kDropoutGrad}) t[op] = &DropoutFamily;
+  for (Op op : {Op::kEmbedding, Op::kEmbeddingGrad, Op::kPositionEmbedding,
+                Op::kPositionEmbeddingGrad}) {
+    t[op] = &EmbeddingFamily;
+  }
+  for (Op op : {Op::kAttention, Op::kAttentionGrad}) t[op] = &AttentionFamily;
+  for (Op op : {Op::kCrossEntropy, Op::kCrossEntropyGrad, Op::kMse, Op::kMseGrad}) {
+    t[op] = &LossFamily;
+  }
+  for (Op op : {Op::kConv2d, Op::kConv2dGradInput, Op::kConv2dGradParams, Op::kMaxPool2d,
+                Op::kMaxPool2dGrad, Op::kAvgPool2d, Op::kAvgPool2dGrad}) {
+    t[op] = &Window;
+  }
+  t[Op::kReshape] = &Reshape;
+  for (Op op : {Op::kCastToBf16, Op::kCastToF32}) t[op] = &Cast;
+  t[Op::kSumSquares] = &SumSquaresKernel;
+  t[Op::kAdamW] = &AdamWKernel;
+  t[Op::kSgd] = &SgdKernel;
+  return t;
+}
+
+}  // namespace
+
+const KernelTable<CpuKernel>& CpuKernels() {
+  static const KernelTable<CpuKernel> table = MakeTable();
+  return table;
+}
+
+}  // namespace trainc::cpu
