@@ -673,7 +673,8 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
     }
     if (k.relu_in_gemm) {
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchRelu(k.y[0], k.y[1], k.rows * k.out, compute_));
+          cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, k.y[1], k.rows * k.out,
+                                false, compute_));
     }
   }
   const int64_t n = k.rows * k.out;
@@ -682,14 +683,17 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
       break;
     case Activation::kRelu:
       if (!k.relu_in_gemm) {
-        CUDA_RETURN_IF_ERROR(cuda::LaunchRelu(k.y[0], k.y[1], n, compute_));
+        CUDA_RETURN_IF_ERROR(
+            cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, k.y[1], n, false, compute_));
       }
       break;
     case Activation::kGelu:
-      CUDA_RETURN_IF_ERROR(cuda::LaunchGelu(k.y[0], k.y[1], n, compute_));
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchPointwise(KernelOp::kGelu, k.y[0], nullptr, k.y[1], n, false, compute_));
       break;
     case Activation::kTanh:
-      CUDA_RETURN_IF_ERROR(cuda::LaunchTanh(k.y[0], k.y[1], n, compute_));
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchPointwise(KernelOp::kTanh, k.y[0], nullptr, k.y[1], n, false, compute_));
       break;
   }
   return absl::OkStatus();
@@ -1012,19 +1016,10 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
       }
       break;
     }
-    case Op::kRelu:
-      err = cuda::LaunchRelu(k.x[0], k.y[0], k.rows, s);
-      break;
-    case Op::kReluGrad:
-      err = cuda::LaunchReluGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
-                                 s);
-      break;
-    case Op::kGelu:
-      err = cuda::LaunchGelu(k.x[0], k.y[0], k.rows, s);
-      break;
-    case Op::kGeluGrad:
-      err = cuda::LaunchGeluGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
-                                 s);
+#define TRAINC_CUDA_POINTWISE_CASE(name, Name, arity) case Op::k##Name:
+    TRAINC_POINTWISE_OPS(TRAINC_CUDA_POINTWISE_CASE)
+#undef TRAINC_CUDA_POINTWISE_CASE
+      err = cuda::LaunchPointwise(k.op, k.x[0], k.x[1], k.y[0], k.rows, k.accumulate, s);
       break;
     case Op::kDropout:
     case Op::kDropoutGrad: {
@@ -1044,20 +1039,6 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
                                 k.accumulate, s);
       break;
     }
-    case Op::kSilu:
-      err = cuda::LaunchSilu(k.x[0], k.y[0], k.rows, s);
-      break;
-    case Op::kSiluGrad:
-      err = cuda::LaunchSiluGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
-                                 s);
-      break;
-    case Op::kTanh:
-      err = cuda::LaunchTanh(k.x[0], k.y[0], k.rows, s);
-      break;
-    case Op::kTanhGrad:
-      err = cuda::LaunchTanhGrad(k.x[0], k.x[1], k.y[0], k.rows, k.accumulate,
-                                 s);
-      break;
     case Op::kLayerNorm:
       err = cuda::LaunchLayerNorm(k.x[0], k.x[1], k.x[2], k.y[0], k.y[1],
                                   k.y[2], k.rows, k.in, k.eps, s);
@@ -1071,12 +1052,6 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
       err = cuda::LaunchLayerNormGradParams(k.x[0], k.x[1], k.x[2], k.x[3],
                                             k.y[0], k.y[1], k.rows, k.in,
                                             k.accumulate, kernel_scratch_, s);
-      break;
-    case Op::kAdd:
-      err = cuda::LaunchAdd(k.x[0], k.x[1], k.y[0], k.rows, s);
-      break;
-    case Op::kCopyGrad:
-      err = cuda::LaunchCopyGrad(k.x[0], k.y[0], k.rows, k.accumulate, s);
       break;
     case Op::kCrossEntropy:
       err = cuda::LaunchCrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0],
@@ -1095,13 +1070,6 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
     case Op::kMseGrad:
       err = cuda::LaunchMseGrad(k.x[0], k.x[1], k.rows, k.in, k.loss_scale,
                                 k.y[0], k.accumulate, s);
-      break;
-    case Op::kGeluTanh:
-      err = cuda::LaunchGeluTanh(k.x[0], k.y[0], k.rows, s);
-      break;
-    case Op::kGeluTanhGrad:
-      err = cuda::LaunchGeluTanhGrad(k.x[0], k.x[1], k.y[0], k.rows,
-                                     k.accumulate, s);
       break;
     case Op::kSoftmax:
       err = cuda::LaunchSoftmax(k.x[0], k.y[0], k.rows, k.in, s);

@@ -1,5 +1,5 @@
-// add, copy_grad, the deterministic-mode ordered sum of gradient slots and
-// the f32 <-> bf16 casts.
+// The deterministic-mode ordered sum of gradient slots and the f32 <-> bf16
+// casts.
 #include <cuda_bf16.h>
 
 #include "runtime/cuda/common.cuh"
@@ -8,16 +8,6 @@
 namespace trainc {
 namespace cuda {
 namespace {
-
-__global__ void AddKernel(const float* a, const float* b, float* y,
-                          int64_t n) {
-  TRAINC_GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }
-}
-
-__global__ void CopyGradKernel(const float* dy, float* dx, int64_t n,
-                               bool accumulate) {
-  TRAINC_GRID_STRIDE(i, n) { dx[i] = accumulate ? dx[i] + dy[i] : dy[i]; }
-}
 
 // Each element is read from every slot before it is written, so dst may be
 // slot 0; the k order is fixed, which is what makes the sum reproducible.
@@ -51,19 +41,6 @@ cudaError_t LaunchFromBf16(const void* bf16, float* f32, int64_t n, cudaStream_t
   if (n == 0) return cudaSuccess;
   FromBf16Kernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
       static_cast<const __nv_bfloat16*>(bf16), f32, n);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchAdd(const float* a, const float* b, float* y, int64_t n,
-                      cudaStream_t s) {
-  AddKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(a, b, y, n);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchCopyGrad(const float* dy, float* dx, int64_t n,
-                           bool accumulate, cudaStream_t s) {
-  CopyGradKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(dy, dx, n,
-                                                             accumulate);
   return cudaGetLastError();
 }
 

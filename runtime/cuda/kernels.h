@@ -1,5 +1,5 @@
 // Launchers for the CUDA backend's kernels, one .cu file per layer (llm.c
-// style): linear.cu, activation.cu, layernorm.cu, loss.cu, optimizer.cu,
+// style): linear.cu, pointwise.cu, layernorm.cu, loss.cu, optimizer.cu,
 // elementwise.cu, transformer.cu. Included by nvcc and by the host
 // compiler, so it uses only the CUDA runtime API types.
 //
@@ -16,6 +16,8 @@
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
+
+#include "runtime/device/kernel_ops.h"
 
 namespace trainc {
 namespace cuda {
@@ -36,26 +38,14 @@ cudaError_t LaunchColumnSum(const float* x, int64_t rows, int64_t cols,
                             float* out, bool accumulate, float* scratch,
                             cudaStream_t stream);
 
-// ---- activation.cu -------------------------------------------------------
-cudaError_t LaunchRelu(const float* x, float* y, int64_t n, cudaStream_t s);
-cudaError_t LaunchReluGrad(const float* dy, const float* y, float* dx,
-                           int64_t n, bool accumulate, cudaStream_t s);
-// Exact GELU: 0.5 x (1 + erf(x / sqrt 2)).
-cudaError_t LaunchGelu(const float* x, float* y, int64_t n, cudaStream_t s);
-cudaError_t LaunchGeluGrad(const float* dy, const float* x, float* dx,
-                           int64_t n, bool accumulate, cudaStream_t s);
-cudaError_t LaunchSilu(const float* x, float* y, int64_t n, cudaStream_t s);
-cudaError_t LaunchSiluGrad(const float* dy, const float* x, float* dx,
-                           int64_t n, bool accumulate, cudaStream_t s);
-cudaError_t LaunchTanh(const float* x, float* y, int64_t n, cudaStream_t s);
-cudaError_t LaunchTanhGrad(const float* dy, const float* y, float* dx,
-                           int64_t n, bool accumulate, cudaStream_t s);
+// ---- pointwise.cu --------------------------------------------------------
+// y[i] (+)= F(a[i]) or F(a[i], b[i]) for a pointwise op
+// (compiler/ops/pointwise.h; b unused by a unary op);
+// cudaErrorInvalidValue for an op that is not pointwise.
+cudaError_t LaunchPointwise(KernelOp op, const float* a, const float* b, float* y,
+                            int64_t n, bool accumulate, cudaStream_t s);
 
 // ---- elementwise.cu ------------------------------------------------------
-cudaError_t LaunchAdd(const float* a, const float* b, float* y, int64_t n,
-                      cudaStream_t s);
-cudaError_t LaunchCopyGrad(const float* dy, float* dx, int64_t n,
-                           bool accumulate, cudaStream_t s);
 // dst[i] = src[i] + src[count + i] + ... (slots 0..n-1 in order); dst may
 // be slot 0 of src.
 cudaError_t LaunchOrderedSum(const float* src, int64_t n, int64_t count,
@@ -111,10 +101,6 @@ cudaError_t LaunchMseGrad(const float* pred, const float* target,
 // ---- transformer.cu ------------------------------------------------------
 // The same semantics as runtime/cpu/kernels.h (the CPU device is the
 // reference these are tested against).
-cudaError_t LaunchGeluTanh(const float* x, float* y, int64_t n,
-                           cudaStream_t s);
-cudaError_t LaunchGeluTanhGrad(const float* dy, const float* x, float* dx,
-                               int64_t n, bool accumulate, cudaStream_t s);
 cudaError_t LaunchSoftmax(const float* x, float* y, int64_t rows, int64_t n,
                           cudaStream_t s);
 cudaError_t LaunchSoftmaxGrad(const float* dy, const float* y, float* dx,

@@ -1,4 +1,4 @@
-// Transformer ops: GELU (tanh form), softmax, token and position
+// Transformer ops: softmax, token and position
 // embeddings, and the pieces of causal attention that are not matrix
 // products (the masked scaled softmax and its gradient; the products are
 // cuBLAS calls in cuda_device.cc). Row kernels use one warp per row, as
@@ -13,35 +13,9 @@ namespace trainc {
 namespace cuda {
 namespace {
 
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kGeluCubic = 0.044715f;
-
 __device__ __forceinline__ int64_t WarpRow() {
   return blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) +
          threadIdx.x / kWarpSize;
-}
-
-__global__ void GeluTanhKernel(const float* x, float* y, int64_t n) {
-  TRAINC_GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
-    y[i] = 0.5f * v * (1.0f + tanhf(u));
-  }
-}
-
-// d/dx 0.5 x (1 + tanh u) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u',
-// u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-__global__ void GeluTanhGradKernel(const float* dy, const float* x, float* dx,
-                                   int64_t n, bool accumulate) {
-  TRAINC_GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
-    const float t = tanhf(u);
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-    const float g =
-        dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-    dx[i] = accumulate ? dx[i] + g : g;
-  }
 }
 
 // Softmax over the first `valid` of `n` columns of one row (scaled by
@@ -270,17 +244,6 @@ cudaError_t LaunchDropout(const float* x, float* y, int64_t batch,
   TRAINC_LAUNCH_ELEMENTWISE(DropoutKernel, batch * per_example, s, x, y,
                             batch, per_example, p, seed, key, scalars,
                             global_batch, position, accumulate);
-}
-
-cudaError_t LaunchGeluTanh(const float* x, float* y, int64_t n,
-                           cudaStream_t s) {
-  TRAINC_LAUNCH_ELEMENTWISE(GeluTanhKernel, n, s, x, y, n);
-}
-
-cudaError_t LaunchGeluTanhGrad(const float* dy, const float* x, float* dx,
-                               int64_t n, bool accumulate, cudaStream_t s) {
-  TRAINC_LAUNCH_ELEMENTWISE(GeluTanhGradKernel, n, s, dy, x, dx, n,
-                            accumulate);
 }
 
 cudaError_t LaunchSoftmax(const float* x, float* y, int64_t rows, int64_t n,

@@ -96,6 +96,17 @@ inline const char* InstructionOpOf(KernelOp op) {
   return kernel_ops_internal::kInstructionOps[static_cast<int>(op)];
 }
 
+// The (first) kernel of instruction op `name`; kNotCompute when none.
+inline KernelOp KernelOpOfInstruction(const char* name) {
+  for (int i = 2; i < kNumKernelOps; ++i) {
+    const char* a = kernel_ops_internal::kInstructionOps[i];
+    const char* b = name;
+    while (*a != 0 && *a == *b) ++a, ++b;
+    if (*a == 0 && *b == 0) return static_cast<KernelOp>(i);
+  }
+  return KernelOp::kNotCompute;
+}
+
 // The kernel's own name, the enumerator without its k: "CastToBf16".
 inline const char* KernelOpName(KernelOp op) {
   return kernel_ops_internal::kKernelNames[static_cast<int>(op)];

@@ -1,0 +1,513 @@
+// One test over every op of the op table (compiler/ops/op_table.cc):
+//
+//  - every compute op has a kernel on every backend (the KernelOp list,
+//    runtime/device/kernel_ops.h, against each backend's table);
+//  - every forward op runs on the CPU backend as the float64 reference
+//    interpreter computes it (compiler/autodiff/reference_eval.h), and so
+//    does each backward op its gradient rules emit, fed from the forward;
+//  - each gradient rule, read from the op's own entry, matches central
+//    finite differences of the reference forward;
+//  - under precision = bf16, the op reads and writes bf16 as its policy
+//    (ops::PrecisionOf) says, within bf16's rounding;
+//  - with a GPU, the CUDA backend computes what the CPU backend computes.
+//
+// An op added to the table without a kernel, a reference or an example
+// fails here, by name. Pointwise ops get their example from their arity;
+// other forward ops have one in kExamples; backward ops are reached from
+// their forward op's rules.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/autodiff/reference_eval.h"
+#include "compiler/ops/op_table.h"
+#include "compiler/plan/plan.h"
+#include "compiler/util/status_macros.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/dnnl_ops.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/device/bf16.h"
+#include "runtime/device/kernel_args.h"
+
+namespace trainc {
+namespace {
+
+using ops::Shape;
+
+// ---------------------------------------------------------------------------
+// Examples: a small instance of each forward op.
+
+struct Operand {
+  Shape shape;
+  int64_t ids = 0;         // > 0: i32 values in [0, ids)
+  bool workspace = false;  // the backend's workspace (sized by it)
+  bool scratch = false;    // a temporary the op may leave anything in
+};
+
+struct Example {
+  std::vector<Operand> inputs;
+  std::vector<Operand> outputs;
+  std::map<std::string, double> attrs;
+};
+
+Operand W() { return {{}, 0, true}; }
+
+const std::map<std::string, Example>& Examples() {
+  static const auto* examples = new std::map<std::string, Example>{
+      {"linear", {{{{4, 3}}, {{5, 3}}, {{5}}}, {{{4, 5}}}, {}}},
+      {"layernorm", {{{{4, 6}}, {{6}}, {{6}}}, {{{4, 6}}, {{4}}, {{4}}}, {{"eps", 1e-5}}}},
+      {"softmax", {{{{4, 6}}}, {{{4, 6}}}, {}}},
+      {"embedding", {{{{2, 3}, 5}, {{5, 4}}}, {{{2, 3, 4}}}, {}}},
+      {"position_embedding", {{{{3, 4}}}, {{{2, 3, 4}}}, {}}},
+      {"attention", {{{{2, 3, 12}}}, {{{2, 3, 4}}, {{2, 2, 3, 3}}}, {{"heads", 2}}}},
+      {"cross_entropy", {{{{4, 5}}, {{4}, 5}}, {{{1}}, {{4, 5}}}, {}}},
+      {"mse", {{{{4, 3}}, {{4, 3}}}, {{{1}}}, {}}},
+      {"conv2d",
+       {{{{2, 3, 5, 5}}, {{4, 3, 3, 3}}, {{4}}},
+        {{{2, 4, 5, 5}}, W()},
+        {{"stride", 1}, {"padding", 1}}}},
+      {"max_pool2d",
+       {{{{2, 3, 4, 4}}},
+        {{{2, 3, 2, 2}}, {{2, 3, 2, 2}, 1}, W()},
+        {{"kernel_h", 2}, {"kernel_w", 2}, {"stride", 2}, {"padding", 0}}}},
+      {"avg_pool2d",
+       {{{{2, 3, 5, 5}}},
+        {{{2, 3, 3, 3}}, W()},
+        {{"kernel_h", 3}, {"kernel_w", 3}, {"stride", 2}, {"padding", 1}}}},
+      {"reshape", {{{{2, 6}}}, {{{3, 4}}}, {}}},
+  };
+  return *examples;
+}
+
+// Ops whose kernels are checked by a test of their own instead, and why.
+const std::map<std::string, std::string>& CheckedElsewhere() {
+  static const auto* ops = new std::map<std::string, std::string>{
+      {"dropout", "a Philox mask: runtime/cpu/kernels_test.cc checks it against "
+                  "Random123's algorithm element by element"},
+      {"dropout_grad", "as dropout"},
+      {"cast", "rounding: runtime/cpu/cpu_device_test.cc (Bf16Operands...)"},
+      {"sum_squares", "over a bucket: tests/clip_test.py and the executor tests"},
+      {"optimizer", "over a bucket: kernels_test.cc (AdamW, SGD against PyTorch's formulas)"},
+  };
+  return *ops;
+}
+
+// The example of a forward op; pointwise ops get [3, 7] operands.
+bool ExampleOf(const ops::OpDef& def, Example* out) {
+  auto it = Examples().find(def.name);
+  if (it != Examples().end()) {
+    *out = it->second;
+    return true;
+  }
+  const int arity = PointwiseArity(KernelOpOfInstruction(def.name));
+  if (arity == 0) return false;
+  *out = Example{std::vector<Operand>(arity, Operand{{3, 7}}), {Operand{{3, 7}}}, {}};
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Running one instruction: on the reference, or on a Device.
+
+struct Tensor {
+  Operand spec;
+  std::vector<double> data;
+};
+
+int64_t Count(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// Values exactly representable in f32 (and in bf16 when `bf16`), so every
+// backend starts from the same numbers.
+double Representable(double v, bool bf16) {
+  const float f = static_cast<float>(v);
+  return bf16 ? Bf16ToFloat(FloatToBf16(f)) : f;
+}
+
+Tensor RandomTensor(const Operand& spec, std::mt19937& rng, bool bf16 = false) {
+  Tensor t{spec, std::vector<double>(Count(spec.shape))};
+  std::uniform_real_distribution<double> u(-1.5, 1.5);
+  std::uniform_int_distribution<int64_t> id(0, std::max<int64_t>(spec.ids - 1, 0));
+  for (double& v : t.data) v = spec.ids > 0 ? double(id(rng)) : Representable(u(rng), bf16);
+  return t;
+}
+
+struct Call {
+  std::string op;
+  std::map<std::string, double> attrs;
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;  // shapes; values are the prior when accumulating
+};
+
+absl::Status RunReference(Call& c) {
+  std::vector<TensorRef> in, out;
+  for (Tensor& t : c.inputs) in.push_back({t.data.data(), t.spec.shape});
+  // A workspace stays in the list (the reference counts outputs) but is
+  // never written.
+  for (Tensor& t : c.outputs) out.push_back({t.data.data(), t.spec.shape});
+  return EvalOp(c.op, c.attrs, in, out);
+}
+
+// The one-instruction plan of `c`: float operands f32, or bf16 where
+// `is_bf16(output?, index)`; a workspace of `workspace_bytes`.
+Plan PlanOf(const Call& c, const std::function<bool(bool output, int j)>& is_bf16,
+            int64_t workspace_bytes) {
+  Plan plan;
+  plan.global_batch = plan.micro_batch = 1;
+  plan.accumulate = 1;
+  int64_t offset = 0;
+  auto add = [&](const Tensor& t, bool output, int j) {
+    Buffer b;
+    b.id = static_cast<int>(plan.buffers.size());
+    b.name = absl::StrCat(output ? "out" : "in", j);
+    b.kind = t.spec.workspace ? BufferKind::kWorkspace : BufferKind::kActivation;
+    b.dtype = t.spec.ids > 0         ? DType::kI32
+              : t.spec.workspace     ? DType::kF32
+              : is_bf16(output, j)   ? DType::kBF16
+                                     : DType::kF32;
+    b.shape = t.spec.shape;
+    b.bytes = t.spec.workspace ? workspace_bytes : Count(t.spec.shape) * DTypeBytes(b.dtype);
+    b.offset = offset;
+    offset += (b.bytes + 255) / 256 * 256;
+    plan.buffers.push_back(b);
+    return b.id;
+  };
+  Instruction instr;
+  instr.op = c.op;
+  instr.attrs = c.attrs;
+  instr.label = c.op;
+  for (size_t j = 0; j < c.inputs.size(); ++j) {
+    instr.inputs.push_back(add(c.inputs[j], false, static_cast<int>(j)));
+  }
+  for (size_t j = 0; j < c.outputs.size(); ++j) {
+    instr.outputs.push_back(add(c.outputs[j], true, static_cast<int>(j)));
+  }
+  plan.instructions = {instr};
+  plan.arena_bytes = offset;
+  return plan;
+}
+
+absl::Status Upload(Device& device, const Buffer& b, const std::vector<double>& v) {
+  if (b.dtype == DType::kI32) {
+    std::vector<int32_t> ids(v.begin(), v.end());
+    return device.Upload(b.offset, ids.data(), b.bytes);
+  }
+  std::vector<float> f(v.begin(), v.end());
+  if (b.dtype == DType::kF32) return device.Upload(b.offset, f.data(), b.bytes);
+  std::vector<uint16_t> h(f.size());
+  NarrowToBf16(f.data(), static_cast<int64_t>(f.size()), h.data());
+  return device.Upload(b.offset, h.data(), b.bytes);
+}
+
+absl::Status Download(Device& device, const Buffer& b, std::vector<double>& v) {
+  if (b.dtype == DType::kI32) {
+    std::vector<int32_t> ids(v.size());
+    RETURN_IF_ERROR(device.Download(b.offset, ids.data(), b.bytes));
+    v.assign(ids.begin(), ids.end());
+    return absl::OkStatus();
+  }
+  std::vector<float> f(v.size());
+  if (b.dtype == DType::kF32) {
+    RETURN_IF_ERROR(device.Download(b.offset, f.data(), b.bytes));
+  } else {
+    std::vector<uint16_t> h(v.size());
+    RETURN_IF_ERROR(device.Download(b.offset, h.data(), b.bytes));
+    WidenBf16(h.data(), static_cast<int64_t>(h.size()), f.data());
+  }
+  v.assign(f.begin(), f.end());
+  return absl::OkStatus();
+}
+
+
+// A backend under test.
+struct Backend {
+  std::string name;
+  std::function<std::unique_ptr<Device>()> make;
+  std::function<absl::StatusOr<int64_t>(const Plan&, const Instruction&)> workspace;
+};
+
+Backend Cpu() {
+  return {"cpu", [] { return std::make_unique<CpuDevice>(); }, cpu::WorkspaceBytes};
+}
+
+// Runs `c` on `backend`: its outputs replace c.outputs' values (workspaces
+// are left alone).
+absl::Status RunOn(const Backend& backend, Call& c,
+                   const std::function<bool(bool, int)>& is_bf16) {
+  Plan plan = PlanOf(c, is_bf16, 0);
+  if (!c.outputs.empty() && c.outputs.back().spec.workspace) {
+    ASSIGN_OR_RETURN(const int64_t bytes, backend.workspace(plan, plan.instructions[0]));
+    plan = PlanOf(c, is_bf16, bytes);
+  }
+  bool any_bf16 = false;
+  for (const Buffer& b : plan.buffers) any_bf16 |= b.dtype == DType::kBF16;
+  if (any_bf16) plan.precision = "bf16";
+  std::unique_ptr<Device> device = backend.make();
+  RETURN_IF_ERROR(device->AllocateArena(plan.arena_bytes));
+  const Instruction& instr = plan.instructions[0];
+  for (size_t j = 0; j < c.inputs.size(); ++j) {
+    RETURN_IF_ERROR(Upload(*device, plan.buffers[instr.inputs[j]], c.inputs[j].data));
+  }
+  for (size_t j = 0; j < c.outputs.size(); ++j) {
+    if (c.outputs[j].spec.workspace) continue;
+    RETURN_IF_ERROR(Upload(*device, plan.buffers[instr.outputs[j]], c.outputs[j].data));
+  }
+  RETURN_IF_ERROR(device->Prepare(plan));
+  RETURN_IF_ERROR(device->RunKernel(plan, instr, StepState{}));
+  RETURN_IF_ERROR(device->Synchronize());
+  for (size_t j = 0; j < c.outputs.size(); ++j) {
+    if (c.outputs[j].spec.workspace) continue;
+    RETURN_IF_ERROR(Download(*device, plan.buffers[instr.outputs[j]], c.outputs[j].data));
+  }
+  return absl::OkStatus();
+}
+
+bool AllF32(bool, int) { return false; }
+
+// max |a - b| / max(1, max |b|) over the float outputs that are not
+// scratch: i32 outputs (argmax) are each backend's own encoding.
+void ExpectClose(const Call& got, const Call& want, double tolerance, const std::string& what) {
+  for (size_t j = 0; j < got.outputs.size(); ++j) {
+    const Tensor& g = got.outputs[j];
+    if (g.spec.workspace || g.spec.scratch || g.spec.ids > 0) continue;
+    double diff = 0, scale = 1;
+    for (size_t i = 0; i < g.data.size(); ++i) {
+      diff = std::max(diff, std::abs(g.data[i] - want.outputs[j].data[i]));
+      scale = std::max(scale, std::abs(want.outputs[j].data[i]));
+    }
+    EXPECT_LE(diff / scale, tolerance) << what << ": " << got.op << " output " << j;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// One forward op, its backward ops, and their checks.
+
+// The backward instruction `rule` emits for forward `fwd` (inputs and
+// outputs already computed by one backend), dy = `dy`; accumulating into
+// `prior` when given.
+Call BackwardCall(const ops::GradRule& rule, const Call& fwd, const Tensor& dy, double scale,
+                  const std::vector<Tensor>* prior) {
+  Call b;
+  b.op = rule.op;
+  b.attrs = fwd.attrs;
+  if (rule.scaled) b.attrs["scale"] = scale;
+  b.attrs["accumulate"] = prior != nullptr ? 1 : 0;
+  for (const ops::Operand& o : rule.operands) {
+    switch (o.kind) {
+      case ops::Operand::Kind::kGrad: b.inputs.push_back(dy); break;
+      case ops::Operand::Kind::kInput: b.inputs.push_back(fwd.inputs[o.index]); break;
+      case ops::Operand::Kind::kOutput: b.inputs.push_back(fwd.outputs[o.index]); break;
+    }
+  }
+  for (int t : rule.targets) {
+    if (t >= static_cast<int>(fwd.inputs.size())) continue;  // an absent bias
+    b.outputs.push_back(Tensor{Operand{fwd.inputs[t].spec.shape}, {}});
+  }
+  if (rule.workspace_like >= 0) {
+    Operand scratch{fwd.outputs[rule.workspace_like].spec.shape};
+    scratch.scratch = true;
+    b.outputs.push_back(Tensor{scratch, {}});
+  }
+  const ops::OpDef* def = ops::FindOp(rule.op);
+  if (def != nullptr && def->workspace) b.outputs.push_back(Tensor{W(), {}});
+  for (size_t j = 0; j < b.outputs.size(); ++j) {
+    Tensor& t = b.outputs[j];
+    t.data.assign(Count(t.spec.shape), 0.0);
+    if (prior != nullptr && j < prior->size()) t.data = (*prior)[j].data;
+  }
+  return b;
+}
+
+// L = sum(dy * y0) of the reference forward, for finite differences.
+double Objective(Call fwd, const Tensor& dy) {
+  for (Tensor& t : fwd.outputs) t.data.assign(t.data.size(), 0.0);
+  EXPECT_TRUE(RunReference(fwd).ok());
+  double l = 0;
+  for (size_t i = 0; i < dy.data.size(); ++i) l += dy.data[i] * fwd.outputs[0].data[i];
+  return l;
+}
+
+// The reference backward of `rule` against central differences of L.
+void CheckGradientRule(const ops::OpDef& def, const ops::GradRule& rule, const Call& fwd,
+                       const Tensor& dy, double scale) {
+  Call b = BackwardCall(rule, fwd, dy, scale, nullptr);
+  ASSERT_TRUE(RunReference(b).ok()) << rule.op;
+  int out = 0;
+  for (int t : rule.targets) {
+    if (t >= static_cast<int>(fwd.inputs.size())) continue;
+    Call probe = fwd;
+    std::vector<double>& x = probe.inputs[t].data;
+    double diff = 0, size = 1e-3;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double saved = x[i], h = 1e-5;
+      x[i] = saved + h;
+      const double plus = Objective(probe, dy);
+      x[i] = saved - h;
+      const double minus = Objective(probe, dy);
+      x[i] = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      diff = std::max(diff, std::abs(numeric - b.outputs[out].data[i]));
+      size = std::max(size, std::abs(numeric));
+    }
+    EXPECT_LE(diff / size, 1e-6) << def.name << " -> " << rule.op << ": d/d input " << t
+                                 << " against finite differences";
+    ++out;
+  }
+}
+
+// Float operands bf16 as the op's precision policy says (parameters and
+// losses aside, which the plan keeps f32): inputs always, outputs unless
+// the op computes in f32.
+std::function<bool(bool, int)> Bf16Policy(const ops::OpDef& def) {
+  const bool outputs = ops::PrecisionOf(def) != ops::Precision::kFp32;
+  return [outputs](bool output, int) { return !output || outputs; };
+}
+
+void CheckOp(const ops::OpDef& def, const Example& ex, const std::vector<Backend>& backends) {
+  SCOPED_TRACE(def.name);
+  std::mt19937 rng(1234);
+  Call ref{def.name, ex.attrs, {}, {}};
+  for (const Operand& o : ex.inputs) ref.inputs.push_back(RandomTensor(o, rng));
+  for (const Operand& o : ex.outputs) ref.outputs.push_back({o, std::vector<double>(Count(o.shape))});
+  ASSERT_TRUE(RunReference(ref).ok()) << def.name << " has no float64 reference (EvalOp)";
+  const Tensor dy = RandomTensor(Operand{ex.outputs[0].shape}, rng);
+  const double scale = 0.375;
+  const Tensor& dl = def.is_loss ? Tensor{Operand{{1}}, {scale}} : dy;
+
+  for (const ops::GradRule& rule : def.grads) {
+    SCOPED_TRACE(rule.op);
+    CheckGradientRule(def, rule, ref, dl, scale);
+  }
+  for (const Backend& backend : backends) {
+    SCOPED_TRACE(backend.name);
+    Call got = ref;
+    absl::Status run = RunOn(backend, got, AllF32);
+    ASSERT_TRUE(run.ok()) << run;
+    ExpectClose(got, ref, 2e-5, backend.name);
+    for (const ops::GradRule& rule : def.grads) {
+      for (bool accumulate : {false, true}) {
+        std::vector<Tensor> prior;
+        Call want = BackwardCall(rule, ref, dl, scale, nullptr);
+        for (Tensor& t : want.outputs) prior.push_back(RandomTensor(Operand{t.spec.shape}, rng));
+        want = BackwardCall(rule, ref, dl, scale, accumulate ? &prior : nullptr);
+        ASSERT_TRUE(RunReference(want).ok()) << rule.op;
+        Call mine = BackwardCall(rule, got, dl, scale, accumulate ? &prior : nullptr);
+        run = RunOn(backend, mine, AllF32);
+        ASSERT_TRUE(run.ok()) << rule.op << ": " << run;
+        ExpectClose(mine, want, 2e-5, backend.name + (accumulate ? " accumulate" : ""));
+      }
+    }
+  }
+}
+
+// bf16: the forward op on bf16 operands as its policy says, against the
+// reference on the same (bf16-representable) inputs.
+void CheckBf16(const ops::OpDef& def, const Example& ex, const Backend& backend) {
+  SCOPED_TRACE(def.name);
+  std::mt19937 rng(99);
+  Call ref{def.name, ex.attrs, {}, {}};
+  for (const Operand& o : ex.inputs) ref.inputs.push_back(RandomTensor(o, rng, /*bf16=*/true));
+  for (const Operand& o : ex.outputs) ref.outputs.push_back({o, std::vector<double>(Count(o.shape))});
+  ASSERT_TRUE(RunReference(ref).ok());
+  Call got = ref;
+  const absl::Status run = RunOn(backend, got, Bf16Policy(def));
+  ASSERT_TRUE(run.ok()) << run;
+  // f32 arithmetic, one bf16 rounding of the result (2^-8 relative).
+  ExpectClose(got, ref, 1.0 / 128, backend.name + " bf16");
+}
+
+// ---------------------------------------------------------------------------
+
+std::set<std::string> ReachedByRules() {
+  std::set<std::string> reached;
+  for (const ops::OpDef& def : ops::AllOps()) {
+    for (const ops::GradRule& r : def.grads) reached.insert(r.op);
+  }
+  return reached;
+}
+
+TEST(OpConformance, EveryComputeOpHasAKernelOnEveryBackend) {
+  for (const ops::OpDef& def : ops::AllOps()) {
+    if (!IsKernelOp(def.name)) continue;
+    for (int i = 0; i < kNumKernelOps; ++i) {
+      const KernelOp op = static_cast<KernelOp>(i);
+      if (InstructionOpOf(op) != std::string(def.name)) continue;
+      // (CUDA's table: runtime/cuda/cuda_kernels_test.cc.)
+      EXPECT_NE(cpu::CpuKernels()[op], nullptr) << def.name << " has no CPU kernel ("
+                                                << KernelOpName(op) << ")";
+    }
+  }
+  // And every kernel op belongs to an op of the table.
+  for (int i = 2; i < kNumKernelOps; ++i) {
+    const KernelOp op = static_cast<KernelOp>(i);
+    EXPECT_NE(ops::FindOp(InstructionOpOf(op)), nullptr)
+        << "kernel " << KernelOpName(op) << " runs \"" << InstructionOpOf(op)
+        << "\", which the op table does not define";
+  }
+}
+
+TEST(OpConformance, EveryOpIsCheckedSomewhere) {
+  const std::set<std::string> reached = ReachedByRules();
+  for (const ops::OpDef& def : ops::AllOps()) {
+    if (!IsKernelOp(def.name) || CheckedElsewhere().count(def.name)) continue;
+    Example ex;
+    EXPECT_TRUE(ExampleOf(def, &ex) || reached.count(def.name))
+        << def.name << ": no conformance example (add one to Examples() in "
+        << "runtime/conformance/op_conformance_test.cc) and no gradient rule emits it";
+  }
+}
+
+std::vector<Backend> Backends() {
+  std::vector<Backend> all = {Cpu()};
+  if (CudaDeviceCount() > 0) {
+    all.push_back({"cuda",
+                   [] {
+                     auto device = CreateCudaDevice(0);
+                     EXPECT_TRUE(device.ok()) << device.status();
+                     return std::move(device).value();
+                   },
+                   CudaWorkspaceBytes});
+  } else {
+    std::cout << "[ SKIPPED  ] the CUDA half: no GPU (" << CudaUnavailableReason() << ")\n";
+  }
+  return all;
+}
+
+TEST(OpConformance, ForwardBackwardAndGradientRulesAgainstTheReference) {
+  const std::vector<Backend> backends = Backends();
+  int checked = 0;
+  for (const ops::OpDef& def : ops::AllOps()) {
+    Example ex;
+    if (!IsKernelOp(def.name) || CheckedElsewhere().count(def.name) || !ExampleOf(def, &ex)) {
+      continue;
+    }
+    CheckOp(def, ex, backends);
+    ++checked;
+  }
+  EXPECT_GE(checked, 15);
+}
+
+TEST(OpConformance, Bf16AsThePrecisionPolicySays) {
+  for (const ops::OpDef& def : ops::AllOps()) {
+    Example ex;
+    if (!IsKernelOp(def.name) || CheckedElsewhere().count(def.name) || !ExampleOf(def, &ex)) {
+      continue;
+    }
+    for (const Backend& backend : Backends()) CheckBf16(def, ex, backend);
+  }
+}
+
+}  // namespace
+}  // namespace trainc
