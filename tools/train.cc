@@ -50,67 +50,6 @@ char** args_argv = nullptr;
 
 namespace {
 
-constexpr char kUsage[] = R"(usage: train [options] FILE.train|PLAN
-
-Compiles a .train file into a static execution plan and trains it: with
-`gpus = N`, N ranks (processes) on this machine, or under torchrun / srun /
-mpirun one rank per process. A PLAN file (from --compile-only -o) trains
-the same way without recompiling.
-
-Compile:
-  --compile-only          print the spec and plan summary, do not train
-  -o, --output PATH       write the plan file (with --compile-only)
-
-Override train { } fields (checked by the same rules as the file):
-  --gpus N  --micro_batch N  --accumulate N  --global_batch N
-  --epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine PROFILE
-  --deterministic true|false  --tf32 true|false  --precision fp32|bf16
-  --checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR
-  (any train { } field but optimizer and schedule works as --FIELD VALUE,
-  and so does a model constant: --width 256 for `const width = 128`)
-
-Run:
-  --device cpu|cuda|auto  where to run (default auto: CUDA if a GPU is seen)
-  --save PATH             write a safetensors checkpoint at the end
-  --init-from PATH        start from a checkpoint's weights
-  --resume PATH|DIR       continue a checkpoint: weights, optimizer, step, data
-                          position; given a folder (checkpoint_dir), the newest
-                          checkpoint in it that loads
-  --trace PATH            write a Chrome trace (Perfetto, tools/viz) of a few steps
-  --trace-steps N         steps to trace (default 3)
-  --metrics PATH          write metrics as JSON lines as the run goes: one per
-                          step (loss, lr, step time, throughput), per
-                          evaluation, and the run's settings and summary
-                          (default with --save: beside it, model.metrics.jsonl)
-  --no-metrics            no metrics file beside --save
-  --tensorboard DIR       the same scalars as a TensorBoard event file in DIR
-  --no-overlap            issue all-reduces after the whole backward (baseline)
-  --no-graph              CUDA: launch every kernel of every step (no CUDA graph)
-  --no-eval               skip evaluation
-  --eval-every N          also evaluate every N steps (default: each epoch's end)
-  --log-every N           steps between progress lines (default: ~5 per epoch)
-  --blas-threads N        OpenBLAS and oneDNN threads per rank (default 1)
-  --comm gloo|mpi|auto    the ranks' communicator (default auto: mpi when
-                          started by mpirun, else gloo). mpi: Open MPI's
-                          shared-memory collectives, for jobs started as
-                          mpirun -np N train FILE (no rendezvous needed);
-                          gloo: TCP, the local launcher's and torchrun's
-  --rendezvous redis://HOST:PORT/JOB
-                          ranks meet through a Redis server (machines with no
-                          shared folder; also TRAINC_RENDEZVOUS); JOB names the
-                          job and must be new
-  -h, --help              this help
-
-Long runs: with checkpoint_every = N in train { } (or --checkpoint_every N)
-the full state is written every N steps and at the end to checkpoint_dir
-(default checkpoints/<model>) as step-<N>.safetensors, atomically, keeping
-the newest checkpoint_keep (default 3). SIGTERM, SIGINT or SIGHUP (Slurm
-preemption, Ctrl-C) stop every rank at the same step boundary within 10
-steps and write one checkpoint (there, else at --save, else in
-checkpoints/<model>); the exit code is 128 + the signal. A second signal
-stops at once.
-)";
-
 struct Args {
   std::string file;
   bool compile_only = false;
@@ -194,8 +133,8 @@ absl::Status CheckRunFolders(const Plan& plan, const TrainOptions& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
-  Args args;
+// The command line's table, setting `*args`; its Help() is --help.
+OptionParser MakeParser(Args* args) {
   auto into = [](std::string* out) {
     return [out](const std::string& v) {
       *out = v;
@@ -210,54 +149,121 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
       return absl::OkStatus();
     };
   };
+  TrainOptions* train = &args->train;
   OptionParser parser;
-  parser.Switch({"--compile-only"}, [&] { args.compile_only = true; })
-      .Value({"-o", "--output"}, into(&args.output))
-      .Value({"--device"}, into(&args.train.device))
-      .Value({"--save"}, into(&args.train.save_path))
-      .Value({"--init-from"}, into(&args.train.init_from))
-      .Value({"--resume"}, into(&args.train.resume))
-      .Value({"--trace"}, into(&args.train.trace_path))
-      .Value({"--metrics"}, [&](const std::string& v) -> absl::Status {
-        if (v.empty()) return absl::InvalidArgumentError("needs a path");
-        args.train.metrics_path = v;
-        args.metrics_given = true;
-        return absl::OkStatus();
-      })
-      .Switch({"--no-metrics"}, [&] {
-        args.train.metrics_path.clear();
-        args.metrics_given = true;
-      })
-      .Value({"--tensorboard"}, [&](const std::string& v) -> absl::Status {
-        if (v.empty()) return absl::InvalidArgumentError("needs a folder");
-        args.train.tensorboard_dir = v;
-        return absl::OkStatus();
-      })
-      .Value({"--trace-steps"}, at_least_one(&args.train.trace_steps))
-      .Switch({"--no-overlap"}, [&] { args.train.overlap = false; })
-      .Switch({"--no-graph"}, [&] { args.train.graph = false; })
-      .Value({"--eval-every"}, at_least_one(&args.train.eval_every))
-      .Switch({"--no-eval"}, [&] { args.train.eval = false; })
-      .Value({"--log-every"}, at_least_one(&args.train.log_every))
-      .Value({"--rendezvous"}, [&](const std::string& v) -> absl::Status {
-        args.rendezvous = v;
-        return ParseRedisUrl(v, "--rendezvous").status();
-      })
-      .Value({"--comm"}, [&](const std::string& v) -> absl::Status {
-        if (v != "gloo" && v != "mpi" && v != "auto") {
-          return absl::InvalidArgumentError(
-              absl::StrCat("expected gloo, mpi or auto, got '", v, "'"));
-        }
-        args.comm = v;
-        return absl::OkStatus();
-      })
-      .Value({"--blas-threads"}, [&](const std::string& v) -> absl::Status {
-        ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
-        if (n < 1 || n > 1024) return absl::InvalidArgumentError("must be in [1, 1024]");
-        args.train.blas_threads = static_cast<int>(n);
-        return absl::OkStatus();
-      })
-      .TrainOverrides(&args.overrides);
+  parser.Usage({"train [options] FILE.train|PLAN"})
+      .Description(
+          "Compiles a .train file into a static execution plan and trains it: with\n"
+          "`gpus = N`, N ranks (processes) on this machine, or under torchrun / srun /\n"
+          "mpirun one rank per process. A PLAN file (from --compile-only -o) trains\n"
+          "the same way without recompiling.\n")
+      .Group("Compile:")
+      .Switch({"--compile-only"}, "print the spec and plan summary, do not train",
+              [args] { args->compile_only = true; })
+      .Value({"-o", "--output"}, "PATH", "write the plan file (with --compile-only)",
+             into(&args->output))
+      .Group("Override train { } fields (checked by the same rules as the file):",
+             "--gpus N  --micro_batch N  --accumulate N  --global_batch N\n"
+             "--epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine PROFILE\n"
+             "--deterministic true|false  --tf32 true|false  --precision fp32|bf16\n"
+             "--checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR\n"
+             "(any train { } field but optimizer and schedule works as --FIELD VALUE,\n"
+             "and so does a model constant: --width 256 for `const width = 128`)\n")
+      .TrainOverrides(&args->overrides)
+      .Group("Run:")
+      .Value({"--device"}, "cpu|cuda|auto",
+             "where to run (default auto: CUDA if a GPU is seen)", into(&train->device))
+      .Value({"--save"}, "PATH", "write a safetensors checkpoint at the end",
+             into(&train->save_path))
+      .Value({"--init-from"}, "PATH", "start from a checkpoint's weights",
+             into(&train->init_from))
+      .Value({"--resume"}, "PATH|DIR",
+             "continue a checkpoint: weights, optimizer, step, data position; given a "
+             "folder (checkpoint_dir), the newest checkpoint in it that loads",
+             into(&train->resume))
+      .Value({"--trace"}, "PATH",
+             "write a Chrome trace (Perfetto, tools/viz) of a few steps",
+             into(&train->trace_path))
+      .Value({"--trace-steps"}, "N", "steps to trace (default 3)",
+             at_least_one(&train->trace_steps))
+      .Value({"--metrics"}, "PATH",
+             "write metrics as JSON lines as the run goes: one per step (loss, lr, step "
+             "time, throughput), per evaluation, and the run's settings and summary "
+             "(default with --save: beside it, model.metrics.jsonl)",
+             [args](const std::string& v) -> absl::Status {
+               if (v.empty()) return absl::InvalidArgumentError("needs a path");
+               args->train.metrics_path = v;
+               args->metrics_given = true;
+               return absl::OkStatus();
+             })
+      .Switch({"--no-metrics"}, "no metrics file beside --save",
+              [args] {
+                args->train.metrics_path.clear();
+                args->metrics_given = true;
+              })
+      .Value({"--tensorboard"}, "DIR", "the same scalars as a TensorBoard event file in DIR",
+             [train](const std::string& v) -> absl::Status {
+               if (v.empty()) return absl::InvalidArgumentError("needs a folder");
+               train->tensorboard_dir = v;
+               return absl::OkStatus();
+             })
+      .Switch({"--no-overlap"}, "issue all-reduces after the whole backward (baseline)",
+              [train] { train->overlap = false; })
+      .Switch({"--no-graph"}, "CUDA: launch every kernel of every step (no CUDA graph)",
+              [train] { train->graph = false; })
+      .Switch({"--no-eval"}, "skip evaluation", [train] { train->eval = false; })
+      .Value({"--eval-every"}, "N", "also evaluate every N steps (default: each epoch's end)",
+             at_least_one(&train->eval_every))
+      .Value({"--log-every"}, "N", "steps between progress lines (default: ~5 per epoch)",
+             at_least_one(&train->log_every))
+      .Value({"--blas-threads"}, "N", "OpenBLAS and oneDNN threads per rank (default 1)",
+             [train](const std::string& v) -> absl::Status {
+               ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
+               if (n < 1 || n > 1024) return absl::InvalidArgumentError("must be in [1, 1024]");
+               train->blas_threads = static_cast<int>(n);
+               return absl::OkStatus();
+             })
+      .Value({"--comm"}, "gloo|mpi|auto",
+             "the ranks' communicator (default auto: mpi when started by mpirun, else "
+             "gloo). mpi: Open MPI's shared-memory collectives, for jobs started as "
+             "mpirun -np N train FILE (no rendezvous needed); gloo: TCP, the local "
+             "launcher's and torchrun's",
+             [args](const std::string& v) -> absl::Status {
+               if (v != "gloo" && v != "mpi" && v != "auto") {
+                 return absl::InvalidArgumentError(
+                     absl::StrCat("expected gloo, mpi or auto, got '", v, "'"));
+               }
+               args->comm = v;
+               return absl::OkStatus();
+             })
+      .Value({"--rendezvous"}, "redis://HOST:PORT/JOB",
+             "ranks meet through a Redis server (machines with no shared folder; also "
+             "TRAINC_RENDEZVOUS); JOB names the job and must be new",
+             [args](const std::string& v) -> absl::Status {
+               args->rendezvous = v;
+               return ParseRedisUrl(v, "--rendezvous").status();
+             })
+      .Epilogue(
+          "Long runs: with checkpoint_every = N in train { } (or --checkpoint_every N)\n"
+          "the full state is written every N steps and at the end to checkpoint_dir\n"
+          "(default checkpoints/<model>) as step-<N>.safetensors, atomically, keeping\n"
+          "the newest checkpoint_keep (default 3). SIGTERM, SIGINT or SIGHUP (Slurm\n"
+          "preemption, Ctrl-C) stop every rank at the same step boundary within 10\n"
+          "steps and write one checkpoint (there, else at --save, else in\n"
+          "checkpoints/<model>); the exit code is 128 + the signal. A second signal\n"
+          "stops at once.\n");
+  return parser;
+}
+
+// The --help text.
+std::string Usage() {
+  Args unused;
+  return MakeParser(&unused).Help();
+}
+
+absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
+  Args args;
+  const OptionParser parser = MakeParser(&args);
   std::vector<std::string> positional;
   ASSIGN_OR_RETURN(const bool help, parser.Parse(argc, argv, &positional));
   if (help) return std::optional<Args>();
@@ -457,7 +463,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!args->has_value()) {
-    std::cout << trainc::kUsage;
+    std::cout << trainc::Usage();
     return 0;
   }
   trainc::args_argc = argc;

@@ -1,6 +1,7 @@
 // compile_bench: how long BuildPlan takes as models grow.
 //
 //   bazel run //tools/bench:compile_bench -- [--layers=100,1000,10000] [--reps=3]
+//   bazel run //tools/bench:compile_bench -- --help
 //
 // Generates deep models (TrainSpecs built directly: the front end is not
 // involved) of `layers` blocks `l<i> = relu(linear(x, width))`, with a
@@ -10,25 +11,65 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "compiler/plan/plan.h"
 #include "compiler/planner/planner.h"
 #include "compiler/spec/train_spec.h"
-
-ABSL_FLAG(std::string, layers, "100,1000,10000", "comma-separated model depths");
-ABSL_FLAG(int, reps, 3, "compiles per size (the best is reported)");
-ABSL_FLAG(int, width, 64, "features per layer");
+#include "tools/cli/option_parser.h"
 
 namespace trainc {
 namespace {
+
+// The command line (the names and defaults of the absl flags it had).
+struct Args {
+  std::vector<int> layers = {100, 1000, 10000};
+  int reps = 3;
+  int width = 64;
+};
+
+// The command line's table, setting `*args`; its Help() is --help.
+OptionParser MakeParser(Args* args) {
+  auto integer = [](int* out) {
+    return [out](const std::string& v) -> absl::Status {
+      if (!absl::SimpleAtoi(v, out)) {
+        return absl::InvalidArgumentError(absl::StrCat("expected an integer, got '", v, "'"));
+      }
+      return absl::OkStatus();
+    };
+  };
+  OptionParser parser;
+  parser.Usage({"compile_bench [--layers=100,1000,10000] [--reps=3] [--width=64]"})
+      .Description("Compile-time benchmark of the planner (TrainSpec -> Plan).\n")
+      .Value({"--layers"}, "N[,N...]", "comma-separated model depths (default 100,1000,10000)",
+             [args](const std::string& v) -> absl::Status {
+               args->layers.clear();
+               for (absl::string_view s : absl::StrSplit(v, ',')) {
+                 int n;
+                 if (!absl::SimpleAtoi(s, &n) || n < 1) {
+                   return absl::InvalidArgumentError(absl::StrCat("bad entry '", s, "'"));
+                 }
+                 args->layers.push_back(n);
+               }
+               return absl::OkStatus();
+             })
+      .Value({"--reps"}, "N", "compiles per size (the best is reported; default 3)",
+             integer(&args->reps))
+      .Value({"--width"}, "N", "features per layer (default 64)",
+             [args](const std::string& v) -> absl::Status {
+               if (!absl::SimpleAtoi(v, &args->width) || args->width < 1) {
+                 return absl::InvalidArgumentError(
+                     absl::StrCat("expected an integer >= 1, got '", v, "'"));
+               }
+               return absl::OkStatus();
+             });
+  return parser;
+}
 
 // A deep model following train_spec.h's naming rules.
 TrainSpec DeepModel(int layers, int64_t width) {
@@ -84,26 +125,14 @@ TrainSpec DeepModel(int layers, int64_t width) {
   return spec;
 }
 
-int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Compile-time benchmark of the planner (TrainSpec -> Plan).\n"
-      "Usage: compile_bench [--layers=100,1000,10000] [--reps=3] [--width=64]");
-  absl::ParseCommandLine(argc, argv);
-  std::vector<int> sizes;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_layers), ',')) {
-    int n;
-    if (!absl::SimpleAtoi(s, &n) || n < 1) {
-      std::fprintf(stderr, "compile_bench: bad --layers entry '%s'\n", std::string(s).c_str());
-      return 2;
-    }
-    sizes.push_back(n);
-  }
-  const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+int Main(const Args& args) {
+  const std::vector<int>& sizes = args.layers;
+  const int reps = std::max(1, args.reps);
   std::printf("%10s %14s %10s %9s %14s %14s\n", "layers", "instructions", "buffers",
               "buckets", "compile_ms", "ms_per_layer");
   std::vector<double> per_layer;
   for (int layers : sizes) {
-    const TrainSpec spec = DeepModel(layers, absl::GetFlag(FLAGS_width));
+    const TrainSpec spec = DeepModel(layers, args.width);
     double best = 1e300;
     Plan plan;
     for (int r = 0; r < reps; ++r) {
@@ -131,4 +160,17 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace trainc
 
-int main(int argc, char** argv) { return trainc::Main(argc, argv); }
+int main(int argc, char** argv) {
+  trainc::Args args;
+  const trainc::OptionParser parser = trainc::MakeParser(&args);
+  const absl::StatusOr<bool> help = parser.Parse(argc, argv);
+  if (!help.ok()) {
+    std::cerr << "compile_bench: " << help.status().message() << "\n";
+    return 2;
+  }
+  if (*help) {
+    std::cout << parser.Help();
+    return 0;
+  }
+  return trainc::Main(args);
+}

@@ -75,6 +75,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/rank_env.h"
+#include "tools/cli/option_parser.h"
 
 namespace trainc {
 namespace {
@@ -120,43 +121,6 @@ const ModelConfig* FindModel(const std::string& key) {
   return nullptr;
 }
 
-constexpr char kUsage[] = R"(usage: cpu_bench [--steps N] [--warmup N]
-                 [--gpt-steps N] [--gpt-warmup N] [--cnn-steps N]
-                 [--cnn-warmup N] [--wide-steps N] [--wide-warmup N]
-                 [--only mlp|gpt|cnn|wide] [--no-torch]
-
-Step time on the CPU of three models, each at one rank and at two ranks
-(processes, Gloo over loopback), beside PyTorch eager and DDP
-(tools/bench/torch_cpu_bench.py, one thread per rank):
-  mlp  the default example (fashion_mlp.train: 784-256-128-10 MLP, AdamW),
-       global batch 256; two ranks with and without overlapping the
-       all-reduces with the backward pass, and with ZeRO-1 (zero = 1; its
-       all-gathers at the step's end or the next step's start) and bf16
-       gradients (grad_comm = bf16): ms/step and bytes sent per step;
-  gpt  tiny_gpt.train (4 layers x 128 wide, context 64, AdamW), global
-       batch 32 sequences x 64 tokens; ZeRO-1 and bf16 rows as the MLP's;
-  cnn  fashion_cnn.train (two 3x3 conv + max-pool blocks, oneDNN), global
-       batch 256 images;
-  wide wide_mlp.train (784-1024-1024-1024-10, AdamW: 4.5 GFLOP per step,
-       11.6 MB of gradients), global batch 256; no PyTorch reference.
-Where Open MPI's mpirun is installed, the mlp, gpt and wide models also
-run two ranks over MPI's shared memory (runtime/comm/mpi).
-Synthetic data; each figure is the median step time of the timed steps;
-"ratio" is our step time / PyTorch's (below 1: faster than PyTorch).
-
-  --steps N       timed steps per MLP configuration (default 300)
-  --warmup N      untimed MLP steps first (default 30)
-  --gpt-steps N   timed steps per GPT configuration (default 40)
-  --gpt-warmup N  untimed GPT steps first (default 5)
-  --cnn-steps N   timed steps per CNN configuration (default 20)
-  --cnn-warmup N  untimed CNN steps first (default 3)
-  --wide-steps N  timed steps per wide-MLP configuration (default 30)
-  --wide-warmup N untimed wide-MLP steps first (default 3)
-  --only M        only the model M (mlp, gpt, cnn or wide)
-  --no-torch      do not run the PyTorch reference
-  -h, --help      this help
-)";
-
 struct Args {
   int steps = 300;
   int warmup = 30;
@@ -174,71 +138,71 @@ struct Args {
   std::string worker_model = "mlp";
 };
 
-absl::StatusOr<Args> ParseArgs(int argc, char** argv, bool* help) {
-  Args args;
-  *help = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name) -> absl::StatusOr<std::string> {
-      if (i + 1 >= argc) {
-        return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
-      }
-      return std::string(argv[++i]);
-    };
-    auto positive = [&](const char* name, int* out) -> absl::Status {
-      absl::StatusOr<std::string> v = value(name);
-      if (!v.ok()) return v.status();
-      if (!absl::SimpleAtoi(*v, out) || *out < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, ": not a positive integer: ", *v));
+// The command line's table, setting `*args`; its Help() is --help.
+OptionParser MakeParser(Args* args) {
+  auto positive = [](int* out) {
+    return [out](const std::string& v) -> absl::Status {
+      if (!absl::SimpleAtoi(v, out) || *out < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("not a positive integer: ", v));
       }
       return absl::OkStatus();
     };
-    auto model = [&](const char* name, std::string* out) -> absl::Status {
-      absl::StatusOr<std::string> v = value(name);
-      if (!v.ok()) return v.status();
-      if (FindModel(*v) == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, ": mlp, gpt, cnn or wide, not ", *v));
+  };
+  auto model = [](std::string* out) {
+    return [out](const std::string& v) -> absl::Status {
+      if (FindModel(v) == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("mlp, gpt, cnn or wide, not ", v));
       }
-      *out = *v;
+      *out = v;
       return absl::OkStatus();
     };
-    absl::Status s;
-    if (a == "-h" || a == "--help") {
-      *help = true;
-    } else if (a == "--steps") {
-      s = positive("--steps", &args.steps);
-    } else if (a == "--warmup") {
-      s = positive("--warmup", &args.warmup);
-    } else if (a == "--gpt-steps") {
-      s = positive("--gpt-steps", &args.gpt_steps);
-    } else if (a == "--gpt-warmup") {
-      s = positive("--gpt-warmup", &args.gpt_warmup);
-    } else if (a == "--cnn-steps") {
-      s = positive("--cnn-steps", &args.cnn_steps);
-    } else if (a == "--cnn-warmup") {
-      s = positive("--cnn-warmup", &args.cnn_warmup);
-    } else if (a == "--wide-steps") {
-      s = positive("--wide-steps", &args.wide_steps);
-    } else if (a == "--wide-warmup") {
-      s = positive("--wide-warmup", &args.wide_warmup);
-    } else if (a == "--only") {
-      s = model("--only", &args.only);
-    } else if (a == "--no-torch") {
-      args.torch = false;
-    } else if (a == "--worker-mode") {
-      absl::StatusOr<std::string> v = value("--worker-mode");
-      if (!v.ok()) return v.status();
-      args.worker_mode = *v;
-    } else if (a == "--worker-model") {
-      s = model("--worker-model", &args.worker_model);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown argument ", a));
-    }
-    if (!s.ok()) return s;
-  }
-  return args;
+  };
+  OptionParser parser;
+  parser.Usage({"cpu_bench [options]"})
+      .Description(
+          "Step time on the CPU of four models, each at one rank and at two ranks\n"
+          "(processes, Gloo over loopback), beside PyTorch eager and DDP\n"
+          "(tools/bench/torch_cpu_bench.py, one thread per rank):\n"
+          "  mlp  the default example (fashion_mlp.train: 784-256-128-10 MLP, AdamW),\n"
+          "       global batch 256; two ranks with and without overlapping the\n"
+          "       all-reduces with the backward pass, and with ZeRO-1 (zero = 1; its\n"
+          "       all-gathers at the step's end or the next step's start) and bf16\n"
+          "       gradients (grad_comm = bf16): ms/step and bytes sent per step;\n"
+          "  gpt  tiny_gpt.train (4 layers x 128 wide, context 64, AdamW), global\n"
+          "       batch 32 sequences x 64 tokens; ZeRO-1 and bf16 rows as the MLP's;\n"
+          "  cnn  fashion_cnn.train (two 3x3 conv + max-pool blocks, oneDNN), global\n"
+          "       batch 256 images;\n"
+          "  wide wide_mlp.train (784-1024-1024-1024-10, AdamW: 4.5 GFLOP per step,\n"
+          "       11.6 MB of gradients), global batch 256; no PyTorch reference.\n"
+          "Where Open MPI's mpirun is installed, the mlp, gpt and wide models also\n"
+          "run two ranks over MPI's shared memory (runtime/comm/mpi).\n"
+          "Synthetic data; each figure is the median step time of the timed steps;\n"
+          "\"ratio\" is our step time / PyTorch's (below 1: faster than PyTorch).\n")
+      .Value({"--steps"}, "N", "timed steps per MLP configuration (default 300)",
+             positive(&args->steps))
+      .Value({"--warmup"}, "N", "untimed MLP steps first (default 30)", positive(&args->warmup))
+      .Value({"--gpt-steps"}, "N", "timed steps per GPT configuration (default 40)",
+             positive(&args->gpt_steps))
+      .Value({"--gpt-warmup"}, "N", "untimed GPT steps first (default 5)",
+             positive(&args->gpt_warmup))
+      .Value({"--cnn-steps"}, "N", "timed steps per CNN configuration (default 20)",
+             positive(&args->cnn_steps))
+      .Value({"--cnn-warmup"}, "N", "untimed CNN steps first (default 3)",
+             positive(&args->cnn_warmup))
+      .Value({"--wide-steps"}, "N", "timed steps per wide-MLP configuration (default 30)",
+             positive(&args->wide_steps))
+      .Value({"--wide-warmup"}, "N", "untimed wide-MLP steps first (default 3)",
+             positive(&args->wide_warmup))
+      .Value({"--only"}, "M", "only the model M (mlp, gpt, cnn or wide)", model(&args->only))
+      .Switch({"--no-torch"}, "do not run the PyTorch reference", [args] { args->torch = false; })
+      // What RunTwoRanks passes its workers; not for people.
+      .Value({"--worker-mode"}, "MODE", "",
+             [args](const std::string& v) {
+               args->worker_mode = v;
+               return absl::OkStatus();
+             })
+      .Value({"--worker-model"}, "M", "", model(&args->worker_model));
+  return parser;
 }
 
 // A two-rank variant: overlap on or off, ZeRO-1 (its all-gathers at the
@@ -825,16 +789,16 @@ int Main(const Args& args) {
 }  // namespace trainc
 
 int main(int argc, char** argv) {
-  bool help = false;
-  absl::StatusOr<trainc::Args> args = trainc::ParseArgs(argc, argv, &help);
-  if (help) {
-    std::fputs(trainc::kUsage, stdout);
-    return 0;
-  }
-  if (!args.ok()) {
-    std::fprintf(stderr, "cpu_bench: %s\n%s", args.status().message().data(),
-                 trainc::kUsage);
+  trainc::Args args;
+  const trainc::OptionParser parser = trainc::MakeParser(&args);
+  const absl::StatusOr<bool> help = parser.Parse(argc, argv);
+  if (!help.ok()) {
+    std::fprintf(stderr, "cpu_bench: %s\n", std::string(help.status().message()).c_str());
     return 2;
   }
-  return trainc::Main(*args);
+  if (*help) {
+    std::fputs(parser.Help().c_str(), stdout);
+    return 0;
+  }
+  return trainc::Main(args);
 }

@@ -1,6 +1,7 @@
 // gpu_bench: step time of trainc on one GPU next to PyTorch eager.
 //
 //   bazel run -c opt //tools/bench:gpu_bench [-- --iters=50 --torch=false]
+//   bazel run //tools/bench:gpu_bench -- --help
 //
 // Builds each model's Plan with the real planner (BuildPlan), runs it with
 // the shared Executor on a CudaDevice, and prints one table: step time and
@@ -18,14 +19,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -39,15 +39,53 @@
 #include "runtime/exec/batch_source.h"
 #include "runtime/exec/executor.h"
 #include "tools/bench/gemm_peak.h"
-
-ABSL_FLAG(int, warmup, 10, "untimed steps first");
-ABSL_FLAG(int, iters, 50, "timed steps per model");
-ABSL_FLAG(bool, torch, true, "also run torch_gpu_bench.py and show its numbers");
-ABSL_FLAG(std::string, torch_script, "tools/bench/torch_gpu_bench.py",
-          "the PyTorch reference script");
+#include "tools/cli/option_parser.h"
 
 namespace trainc {
 namespace {
+
+// The command line (the names and defaults of the absl flags it had).
+struct Args {
+  int warmup = 10;
+  int iters = 50;
+  bool torch = true;
+  std::string torch_script = "tools/bench/torch_gpu_bench.py";
+};
+
+// An integer option at least `min`.
+OptionParser::SetValue AtLeast(int min, int* out) {
+  return [min, out](const std::string& v) -> absl::Status {
+    if (!absl::SimpleAtoi(v, out) || *out < min) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expected an integer >= ", min, ", got '", v, "'"));
+    }
+    return absl::OkStatus();
+  };
+}
+
+// The command line's table, setting `*args`; its Help() is --help.
+OptionParser MakeParser(Args* args) {
+  OptionParser parser;
+  parser.Usage({"gpu_bench [--warmup=N] [--iters=N] [--notorch] [--torch_script=PATH]"})
+      .Description(
+          "GPU step time and samples/s of the default model and of a 4x4096 MLP\n"
+          "(global batch 4096), against PyTorch eager on the same GPU, with the\n"
+          "large model's TFLOP/s against the measured cuBLAS peak. Without a GPU it\n"
+          "says so and exits with status 0.\n")
+      .Value({"--warmup"}, "N", "untimed steps first (default 10)", AtLeast(0, &args->warmup))
+      .Value({"--iters"}, "N", "timed steps per model (default 50)", AtLeast(1, &args->iters))
+      .Bool({"--torch"}, "also run torch_gpu_bench.py and show its numbers (default true)",
+            [args](bool on) { args->torch = on; })
+      .Switch({"--notorch", "--no-torch"}, "the same as --torch=false",
+              [args] { args->torch = false; })
+      .Value({"--torch_script"}, "PATH",
+             "the PyTorch reference script (default tools/bench/torch_gpu_bench.py)",
+             [args](const std::string& v) {
+               args->torch_script = v;
+               return absl::OkStatus();
+             });
+  return parser;
+}
 
 struct Model {
   std::string name;
@@ -165,7 +203,7 @@ struct Result {
   std::string graph_note;  // why steps were not replayed, if they were not
 };
 
-absl::StatusOr<Result> RunTrainc(const Model& model) {
+absl::StatusOr<Result> RunTrainc(const Model& model, const Args& args) {
   absl::StatusOr<Plan> plan = BuildPlan(MlpSpec(model));
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
@@ -184,8 +222,8 @@ absl::StatusOr<Result> RunTrainc(const Model& model) {
     if (!(s = (*device)->Upload(b.offset, init.data(), b.bytes)).ok()) return s;
   }
   FixedBatch batches(*plan, static_cast<int>(model.widths.back()));
-  const int warmup = absl::GetFlag(FLAGS_warmup);
-  const int iters = absl::GetFlag(FLAGS_iters);
+  const int warmup = args.warmup;
+  const int iters = args.iters;
   absl::Time start;
   for (int step = 1; step <= warmup + iters; ++step) {
     if (step == warmup + 1) start = absl::Now();
@@ -207,12 +245,11 @@ absl::StatusOr<Result> RunTrainc(const Model& model) {
 
 // Runs the PyTorch script with the first interpreter that has CUDA torch;
 // returns name -> (ms, samples/s), or a reason in *why.
-std::vector<std::pair<std::string, Result>> RunTorch(std::string* why) {
+std::vector<std::pair<std::string, Result>> RunTorch(const Args& args, std::string* why) {
   std::vector<std::pair<std::string, Result>> out;
   for (const char* python : {"python3", "/usr/bin/python3"}) {
     const std::string cmd = absl::StrCat(
-        python, " ", absl::GetFlag(FLAGS_torch_script), " --warmup=",
-        absl::GetFlag(FLAGS_warmup), " --iters=", absl::GetFlag(FLAGS_iters),
+        python, " ", args.torch_script, " --warmup=", args.warmup, " --iters=", args.iters,
         " 2>&1");
     FILE* pipe = popen(cmd.c_str(), "r");
     if (pipe == nullptr) continue;
@@ -236,7 +273,7 @@ std::vector<std::pair<std::string, Result>> RunTorch(std::string* why) {
   return out;
 }
 
-int Main() {
+int Main(const Args& args) {
   if (CudaDeviceCount() == 0) {
     std::printf("gpu_bench: no CUDA GPU on this machine (CudaDeviceCount() == "
                 "0); nothing to measure.\n");
@@ -256,14 +293,14 @@ int Main() {
   absl::StatusOr<double> peak_tf32 = MeasureGemmTflops(8192, true);
   std::string torch_why;
   std::vector<std::pair<std::string, Result>> torch;
-  if (absl::GetFlag(FLAGS_torch)) torch = RunTorch(&torch_why);
+  if (args.torch) torch = RunTorch(args, &torch_why);
 
   std::printf("%-11s %6s %12s %14s %9s %8s | %12s %14s %8s\n", "model",
               "batch", "trainc_ms", "trainc_samp/s", "TFLOP/s", "%peak",
               "torch_ms", "torch_samp/s", "speedup");
   int failures = 0;
   for (const Model& m : models) {
-    absl::StatusOr<Result> r = RunTrainc(m);
+    absl::StatusOr<Result> r = RunTrainc(m, args);
     if (!r.ok()) {
       std::printf("%-11s failed: %s\n", m.name.c_str(),
                   r.status().ToString().c_str());
@@ -301,11 +338,16 @@ int Main() {
 }  // namespace trainc
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "GPU step time and samples/s of the default model and of a 4x4096 MLP "
-      "(global batch 4096), against PyTorch eager on the same GPU, with the "
-      "large model's TFLOP/s against the measured cuBLAS peak.\n"
-      "usage: gpu_bench [--warmup=N] [--iters=N] [--notorch]");
-  absl::ParseCommandLine(argc, argv);
-  return trainc::Main();
+  trainc::Args args;
+  const trainc::OptionParser parser = trainc::MakeParser(&args);
+  const absl::StatusOr<bool> help = parser.Parse(argc, argv);
+  if (!help.ok()) {
+    std::cerr << "gpu_bench: " << help.status().message() << "\n";
+    return 2;
+  }
+  if (*help) {
+    std::cout << parser.Help();
+    return 0;
+  }
+  return trainc::Main(args);
 }

@@ -26,46 +26,6 @@
 namespace trainc::simulate {
 namespace {
 
-constexpr char kUsage[] = R"(usage: simulate [options] FILE.train|PLAN
-
-Predicts the step time of a compiled plan on a machine profile, for several
-world sizes: it replays one optimizer step (compute and comm streams, with
-the plan's events, as the runtime executes them) with a roofline per
-instruction and an alpha-beta model of each all-reduce. The file is
-compiled once per world size with --gpus N, so the per-rank batch stays and
-the global batch grows (unless the file pins global_batch).
-
-Options:
-  --gpus N[,N...]         world sizes (default 1,2,4,...,1024)
-  --machine NAME|FILE     machine profile (default h100_nvlink_ib); bundled:
-                          )";
-constexpr char kUsageTail[] = R"(
-                          or a `key = value` file (tools/simulate/README.md)
-  --calibrate TRACE.json  fit the profile to a `train --trace` run first:
-                          per-op time scales, alpha and beta of the
-                          all-reduce, the host's time between steps (give
-                          the same --FIELD overrides as that train run)
-  --write-profile FILE    write the calibrated profile (with --calibrate)
-  --no-overlap            all-reduces after the whole backward, as
-                          train --no-overlap
-  --bucket-mb X[,Y...]    override the file's bucket_mb (a size in MB, or auto:
-                          the planner's search, on this --machine, per world
-                          size); several values print one table each and a
-                          comparison
-  --FIELD VALUE           any train { } field or model constant, as train takes
-                          it (--micro_batch 16, --accumulate 4, --tf32 true,
-                          --zero 1, --grad_comm bf16)
-  -h, --help              this help
-
-Columns: step time (a step's period: both streams drained, plus the host's
-time between steps), backward (busy time of backward instructions),
-all-reduce (busy time of the comm stream), hidden (all-reduce time while the
-compute stream is busy), exposed (the rest), and scaling efficiency (samples
-per second per rank against one rank). They mean what `viz --trace` reports
-for a measured run. The same as a plot in an HTML report:
-  bazel run //tools:viz -- FILE.train --scaling [--machine PROFILE] -o OUT.html
-)";
-
 absl::StatusOr<std::vector<std::string>> SplitList(const std::string& flag,
                                                    const std::string& value) {
   std::vector<std::string> items = absl::StrSplit(value, ',', absl::SkipEmpty());
@@ -157,16 +117,8 @@ absl::StatusOr<cost::MachineProfile> CalibrateProfile(const SimulateArgs& args,
   return fit->profile;
 }
 
-}  // namespace
-
-std::string SimulateUsage() {
-  std::vector<std::string> names;
-  for (const cost::BundledProfile& b : cost::BundledProfiles()) names.push_back(b.name);
-  return absl::StrCat(kUsage, absl::StrJoin(names, ", "), kUsageTail);
-}
-
-absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv) {
-  SimulateArgs args;
+// The command line's table, setting `*args`; its Help() is --help.
+OptionParser MakeParser(SimulateArgs* args) {
   auto into = [](std::string* out) {
     return [out](const std::string& v) {
       *out = v;
@@ -174,19 +126,67 @@ absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv
     };
   };
   OptionParser parser;
-  parser.Value({"--gpus"}, [&](const std::string& v) -> absl::Status {
-          ASSIGN_OR_RETURN(args.gpus, ParseWorldSizes(v));
-          return absl::OkStatus();
-        })
-      .Value({"--machine"}, into(&args.machine))
-      .Value({"--calibrate"}, into(&args.calibrate))
-      .Value({"--write-profile"}, into(&args.write_profile))
-      .Switch({"--no-overlap"}, [&] { args.overlap = false; })
-      .Value({"--bucket-mb", "--bucket_mb"}, [&](const std::string& v) -> absl::Status {
-        ASSIGN_OR_RETURN(args.bucket_mb, SplitList("--bucket-mb", v));
-        return absl::OkStatus();
-      })
-      .TrainOverrides(&args.overrides);
+  parser.Usage({"simulate [options] FILE.train|PLAN"})
+      .Description(
+          "Predicts the step time of a compiled plan on a machine profile, for several\n"
+          "world sizes: it replays one optimizer step (compute and comm streams, with\n"
+          "the plan's events, as the runtime executes them) with a roofline per\n"
+          "instruction and an alpha-beta model of each all-reduce. The file is\n"
+          "compiled once per world size with --gpus N, so the per-rank batch stays and\n"
+          "the global batch grows (unless the file pins global_batch).\n")
+      .Group("Options:")
+      .Value({"--gpus"}, "N[,N...]", "world sizes (default 1,2,4,...,1024)",
+             [args](const std::string& v) -> absl::Status {
+               ASSIGN_OR_RETURN(args->gpus, ParseWorldSizes(v));
+               return absl::OkStatus();
+             })
+      .Value({"--machine"}, "NAME|FILE",
+             absl::StrCat("machine profile (default h100_nvlink_ib); bundled: ",
+                          absl::StrJoin(cost::BundledProfileNames(), ", "),
+                          "\nor a `key = value` file (tools/simulate/README.md)"),
+             into(&args->machine))
+      .Value({"--calibrate"}, "TRACE.json",
+             "fit the profile to a `train --trace` run first: per-op time scales, alpha "
+             "and beta of the all-reduce, the host's time between steps (give the same "
+             "--FIELD overrides as that train run)",
+             into(&args->calibrate))
+      .Value({"--write-profile"}, "FILE", "write the calibrated profile (with --calibrate)",
+             into(&args->write_profile))
+      .Switch({"--no-overlap"}, "all-reduces after the whole backward, as train --no-overlap",
+              [args] { args->overlap = false; })
+      .Value({"--bucket-mb", "--bucket_mb"}, "X[,Y...]",
+             "override the file's bucket_mb (a size in MB, or auto: the planner's search, "
+             "on this --machine, per world size); several values print one table each and "
+             "a comparison",
+             [args](const std::string& v) -> absl::Status {
+               ASSIGN_OR_RETURN(args->bucket_mb, SplitList("--bucket-mb", v));
+               return absl::OkStatus();
+             })
+      .HelpRow("--FIELD VALUE",
+               "any train { } field or model constant, as train takes it (--micro_batch 16, "
+               "--accumulate 4, --tf32 true, --zero 1, --grad_comm bf16)")
+      .TrainOverrides(&args->overrides)
+      .Epilogue(
+          "Columns: step time (a step's period: both streams drained, plus the host's\n"
+          "time between steps), backward (busy time of backward instructions),\n"
+          "all-reduce (busy time of the comm stream), hidden (all-reduce time while the\n"
+          "compute stream is busy), exposed (the rest), and scaling efficiency (samples\n"
+          "per second per rank against one rank). They mean what `viz --trace` reports\n"
+          "for a measured run. The same as a plot in an HTML report:\n"
+          "  bazel run //tools:viz -- FILE.train --scaling [--machine PROFILE] -o OUT.html\n");
+  return parser;
+}
+
+}  // namespace
+
+std::string SimulateUsage() {
+  SimulateArgs unused;
+  return MakeParser(&unused).Help();
+}
+
+absl::StatusOr<SimulateArgs> ParseSimulateArgs(int argc, const char* const* argv) {
+  SimulateArgs args;
+  const OptionParser parser = MakeParser(&args);
   std::vector<std::string> positional;
   ASSIGN_OR_RETURN(args.help, parser.Parse(argc, argv, &positional));
   if (args.help) return args;

@@ -29,6 +29,7 @@ struct SimulateArgs {
   Overrides overrides;                 // --FIELD VALUE, as train takes them
 };
 
+// The --help text, written from the parser's table.
 std::string SimulateUsage();
 
 // Parses argv (argv[0] is skipped); errors are usage mistakes.

@@ -39,6 +39,18 @@ TEST(SimulateCliTest, OptionsTakeBothSpellingsAndTyposAreNamed) {
               HasSubstr("unknown option --no-overlp: did you mean --no-overlap?"));
 }
 
+// --help is written from the parser's table: every option with its help.
+TEST(SimulateCliTest, HelpListsTheOptions) {
+  const std::string help = SimulateUsage();
+  EXPECT_THAT(help, HasSubstr("usage: simulate [options] FILE.train|PLAN"));
+  for (const char* row : {"--gpus N[,N...]", "--machine NAME|FILE", "--calibrate TRACE.json",
+                          "--write-profile FILE", "--no-overlap", "--bucket-mb X[,Y...]",
+                          "--FIELD VALUE", "-h, --help", "cpu_loopback", "Columns: step time"}) {
+    EXPECT_THAT(help, HasSubstr(row));
+  }
+  EXPECT_THAT(help, ::testing::Not(HasSubstr("--bucket_mb")));
+}
+
 TEST(SimulateCliTest, Bf16GradientsAreNamed) {
   EXPECT_THAT(RunCli({"dsl_examples/fashion_mlp.train", "--grad_comm", "bf16", "--gpus", "2"}),
               HasSubstr("bf16 gradients"));

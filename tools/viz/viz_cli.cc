@@ -33,63 +33,105 @@ namespace {
 
 constexpr char kDefaultMachine[] = "h100_nvlink_ib";
 
+// The command line's table, setting `*args`; its Help() is --help.
+OptionParser MakeParser(VizArgs* args) {
+  auto into = [](std::string* out) {
+    return [out](const std::string& v) {
+      *out = v;
+      return absl::OkStatus();
+    };
+  };
+  OptionParser parser;
+  parser
+      .Usage({"bazel run //tools/viz -- INPUT [--trace TRACE.json] [-o OUT]",
+              "bazel run //tools/viz -- INPUT --scaling [--machine PROFILE] [-o OUT]",
+              "bazel run //tools/viz -- [INPUT] --metrics [LABEL=]RUN.jsonl ... [-o OUT]"})
+      .Description(
+          "Draws a trainc execution plan: forward and backward ops, parameters,\n"
+          "gradient buckets (one colour each), all-reduces on the comm stream, the\n"
+          "optimizer, data edges (solid) and stream-event edges (dashed). One\n"
+          "micro-step is drawn once with its repeat count; runs of identical layers\n"
+          "collapse into one node (\"h2..h99 (x98)\").\n")
+      .Group("Inputs and output:")
+      .HelpRow("INPUT",
+               "a plan file (compiler/plan/plan_io.h text), or a .train file (compiled "
+               "in-process when the front end and planner are linked)")
+      .Value({"--trace"}, "F",
+             "a Chrome trace written by `train --trace` for the same plan: draws per-rank "
+             "compute/comm timelines and prints backward time, all-reduce time, hidden "
+             "(overlapped) and exposed communication, and the last bucket to finish, per "
+             "rank, mean over steps",
+             into(&args->trace))
+      .Value({"-o", "--output"}, "OUT",
+             "output, format by extension:\n"
+             "  .dot   Graphviz source\n"
+             "  .svg   rendered by Graphviz `dot` (must be on PATH)\n"
+             "  .png   rendered by Graphviz `dot`\n"
+             "  .html  self-contained report: graph, buckets, memory, batch arithmetic, "
+             "and timeline + overlap with --trace\n"
+             "with --trace, the timeline is also written as OUT_timeline.svg\n"
+             "default: <model>.html in the current directory",
+             into(&args->output))
+      .Value({"--metrics"}, "[LABEL=]F",
+             "a metrics log written by `train` (--metrics PATH, or beside --save: "
+             "model.metrics.jsonl); repeat it to overlay runs. Draws loss (train and "
+             "eval), eval accuracy or bits per byte, learning rate and throughput against "
+             "step, one colour per run with a legend (LABEL, else the file's name). "
+             "Without INPUT, -o picks: .svg or .png (through rsvg-convert) the curves, "
+             ".html a report of them (default training.html); with INPUT the HTML report "
+             "gains a Training section, and other outputs are joined by OUT_curves.svg",
+             [args](const std::string& v) {
+               args->metrics.push_back(v);
+               return absl::OkStatus();
+             })
+      .Group("Predicted scaling:")
+      .Switch({"--scaling"},
+              "predicted scaling (tools/simulate): INPUT compiled for each world size as "
+              "`train --gpus N` compiles it and one step of each plan replayed on a machine "
+              "profile. The HTML report gains a \"Predicted scaling\" section: a plot "
+              "against GPUs (log axis) of step time, backward and exposed communication, "
+              "and of scaling efficiency, one colour per bucket size, and their table; with "
+              "-o the plot is also written as OUT_scaling.svg. The options below go with it",
+              [args] { args->scaling = true; })
+      .Value({"--machine"}, "NAME|FILE",
+             absl::StrCat("machine profile (default ", kDefaultMachine, "); bundled: ",
+                          absl::StrJoin(cost::BundledProfileNames(), ", "),
+                          "\nor a `key = value` file (tools/simulate/README.md)"),
+             into(&args->machine))
+      .Value({"--gpus"}, "N[,N...]", "world sizes (default 1,2,4,...,1024)",
+             [args](const std::string& v) -> absl::Status {
+               ASSIGN_OR_RETURN(args->gpus, simulate::ParseWorldSizes(v));
+               return absl::OkStatus();
+             })
+      .Value({"--bucket-mb", "--bucket_mb"}, "X[,Y...]",
+             "bucket_mb per line (MB, or auto); default the file's",
+             [args](const std::string& v) -> absl::Status {
+               args->bucket_mb = absl::StrSplit(v, ',', absl::SkipEmpty());
+               if (args->bucket_mb.empty()) return absl::InvalidArgumentError("needs a value");
+               return absl::OkStatus();
+             })
+      .Group("Other options:")
+      .Switch({"--no-collapse"}, "draw every layer, even long runs of identical ones",
+              [args] { args->collapse = false; })
+      .Value({"--min-repeats"}, "N",
+             "collapse runs of at least N identical layers (default 3)",
+             [args](const std::string& v) -> absl::Status {
+               if (!absl::SimpleAtoi(v, &args->min_repeats) || args->min_repeats < 2) {
+                 return absl::InvalidArgumentError("needs an integer >= 2");
+               }
+               return absl::OkStatus();
+             })
+      .Epilogue(
+          "Relative paths are taken from the directory `bazel run` was started in.\n"
+          "Exit status: 0 ok, 1 error (message on stderr), 2 bad usage.\n");
+  return parser;
+}
+
 }  // namespace
 
 std::string VizUsage() {
-  return absl::StrCat(R"usage(usage: bazel run //tools/viz -- INPUT [--trace TRACE.json] [-o OUT]
-       bazel run //tools/viz -- INPUT --scaling [--machine PROFILE] [-o OUT]
-       bazel run //tools/viz -- [INPUT] --metrics [LABEL=]RUN.jsonl ... [-o OUT]
-
-Draws a trainc execution plan: forward and backward ops, parameters,
-gradient buckets (one colour each), all-reduces on the comm stream, the
-optimizer, data edges (solid) and stream-event edges (dashed). One
-micro-step is drawn once with its repeat count; runs of identical layers
-collapse into one node ("h2..h99 (x98)").
-
-INPUT        a plan file (compiler/plan/plan_io.h text), or a .train file
-             (compiled in-process when the front end and planner are linked)
---trace F    a Chrome trace written by `train --trace` for the same plan:
-             draws per-rank compute/comm timelines and prints backward time,
-             all-reduce time, hidden (overlapped) and exposed communication,
-             and the last bucket to finish, per rank, mean over steps
--o OUT       output, format by extension:
-               .dot   Graphviz source
-               .svg   rendered by Graphviz `dot` (must be on PATH)
-               .png   rendered by Graphviz `dot`
-               .html  self-contained report: graph, buckets, memory, batch
-                      arithmetic, and timeline + overlap with --trace
-             with --trace, the timeline is also written as OUT_timeline.svg
-             default: <model>.html in the current directory
---metrics [LABEL=]F  a metrics log written by `train` (--metrics PATH, or
-             beside --save: model.metrics.jsonl); repeat it to overlay runs.
-             Draws loss (train and eval), eval accuracy or bits per byte,
-             learning rate and throughput against step, one colour per run
-             with a legend (LABEL, else the file's name). Without INPUT,
-             -o picks: .svg or .png (through rsvg-convert) the curves, .html
-             a report of them (default training.html); with INPUT the HTML
-             report gains a Training section, and other outputs are joined
-             by OUT_curves.svg
---scaling    predicted scaling (tools/simulate): INPUT compiled for each
-             world size as `train --gpus N` compiles it and one step of each
-             plan replayed on a machine profile. The HTML report gains a
-             "Predicted scaling" section: a plot against GPUs (log axis) of
-             step time, backward and exposed communication, and of scaling
-             efficiency, one colour per bucket size, and their table; with
-             -o the plot is also written as OUT_scaling.svg. With it:
-  --machine NAME|FILE   machine profile (default )usage",
-                      kDefaultMachine, R"usage(); bundled:
-                        )usage",
-                      absl::StrJoin(cost::BundledProfileNames(), ", "), R"usage(
-                        or a `key = value` file (tools/simulate/README.md)
-  --gpus N[,N...]       world sizes (default 1,2,4,...,1024)
-  --bucket-mb X[,Y...]  bucket_mb per line (MB, or auto); default the file's
---no-collapse        draw every layer, even long runs of identical ones
---min-repeats N      collapse runs of at least N identical layers (default 3)
--h, --help   this text
-
-Relative paths are taken from the directory `bazel run` was started in.
-Exit status: 0 ok, 1 error (message on stderr), 2 bad usage.
-)usage");
+  VizArgs unused;
+  return MakeParser(&unused).Help();
 }
 
 absl::StatusOr<VizArgs> ParseVizArgs(int argc, const char* const* argv) {
@@ -98,37 +140,7 @@ absl::StatusOr<VizArgs> ParseVizArgs(int argc, const char* const* argv) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " (see --help)"));
   };
-  auto into = [](std::string* out) {
-    return [out](const std::string& v) {
-      *out = v;
-      return absl::OkStatus();
-    };
-  };
-  OptionParser parser;
-  parser.Value({"--trace"}, into(&args.trace))
-      .Value({"--metrics"}, [&](const std::string& v) {
-        args.metrics.push_back(v);
-        return absl::OkStatus();
-      })
-      .Value({"-o", "--output"}, into(&args.output))
-      .Switch({"--scaling"}, [&] { args.scaling = true; })
-      .Value({"--machine"}, into(&args.machine))
-      .Value({"--gpus"}, [&](const std::string& v) -> absl::Status {
-        ASSIGN_OR_RETURN(args.gpus, simulate::ParseWorldSizes(v));
-        return absl::OkStatus();
-      })
-      .Value({"--bucket-mb", "--bucket_mb"}, [&](const std::string& v) -> absl::Status {
-        args.bucket_mb = absl::StrSplit(v, ',', absl::SkipEmpty());
-        if (args.bucket_mb.empty()) return absl::InvalidArgumentError("needs a value");
-        return absl::OkStatus();
-      })
-      .Switch({"--no-collapse"}, [&] { args.collapse = false; })
-      .Value({"--min-repeats"}, [&](const std::string& v) -> absl::Status {
-        if (!absl::SimpleAtoi(v, &args.min_repeats) || args.min_repeats < 2) {
-          return absl::InvalidArgumentError("needs an integer >= 2");
-        }
-        return absl::OkStatus();
-      });
+  const OptionParser parser = MakeParser(&args);
   std::vector<std::string> inputs;
   absl::StatusOr<bool> help = parser.Parse(argc, argv, &inputs);
   if (!help.ok()) {
