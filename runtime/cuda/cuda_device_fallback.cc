@@ -1,5 +1,6 @@
-// Built instead of cuda_device.cc when Bazel found no CUDA toolkit: the
-// factory exists, so every tool links, and says why there is no GPU.
+// Built instead of the backend (cuda_device.cc and the other files of
+// cuda_device_impl.h) when Bazel found no CUDA toolkit: the factory
+// exists, so every tool links, and says why there is no GPU.
 #include "runtime/cuda/cuda_device.h"
 
 namespace trainc {

@@ -1,6 +1,7 @@
 // cuda_device.h for programs: every call goes through the CUDA plugin
 // (cuda_loader.h), loaded on first use, so the program itself links no CUDA
-// library. The backend proper is cuda_device.cc, inside libtrainc_cuda.so.
+// library. The backend proper is CudaDeviceImpl (cuda_device_impl.h),
+// inside libtrainc_cuda.so.
 #include "absl/strings/str_cat.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/cuda/cuda_device.h"

@@ -130,7 +130,7 @@ cudaError_t LaunchPositionEmbeddingGrad(const float* dy, float* dtable,
                                         cudaStream_t s);
 // Causal attention's softmax, in place over att[rows, seq] where rows =
 // batch * heads * seq (row r is query r % seq): att = softmax_j<=i(scale *
-// att), exact zeros for j > i. The scores come from cuBLAS (cuda_device.cc).
+// att), exact zeros for j > i. The scores come from cuBLAS (cublaslt_gemm.cc).
 cudaError_t LaunchCausalSoftmax(float* att, int64_t rows, int64_t seq,
                                 float scale, cudaStream_t s);
 // Its gradient, in place: datt (dP on entry) becomes

@@ -1,7 +1,7 @@
 // Transformer ops: softmax, token and position
 // embeddings, and the pieces of causal attention that are not matrix
 // products (the masked scaled softmax and its gradient; the products are
-// cuBLAS calls in cuda_device.cc). Row kernels use one warp per row, as
+// cuBLAS calls in cublaslt_gemm.cc). Row kernels use one warp per row, as
 // layernorm.cu and loss.cu; nothing adds floats with atomics.
 #include <cub/device/device_radix_sort.cuh>
 

@@ -1,0 +1,316 @@
+// CudaDeviceImpl's matrix products through cuBLAS and cublasLt: the linear
+// ops (a cublasLt matmul with fused bias/ReLU, or cublasGemmEx) and the
+// head GEMMs of causal attention and its gradient.
+#include "runtime/cuda/cuda_device_impl.h"
+
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "compiler/util/status_macros.h"
+#include "runtime/cuda/cuda_status.h"
+#include "runtime/cuda/kernels.h"
+
+namespace trainc::cuda_internal {
+
+void CudaDeviceImpl::ReleaseLtMatmuls() {
+  for (LtMatmul& m : lt_matmuls_) m.Destroy();
+  lt_matmuls_.clear();
+}
+
+// Row-major y[B,out] = x[B,in] w[out,in]^T is, in cuBLAS's column-major
+// view, Y'[out,B] = W'^T X' with W' = w as [in,out] (ld in) and X' = x as
+// [in,B] (ld in): transa = T, transb = N, m = out, n = B, k = in. The bias
+// epilogue adds bias[m] down each column, i.e. b[out] to every row of y.
+// With bf16 operands (Kernel::gemm_bf16) A and B are bf16, the product
+// accumulates in f32, and the f32 bias is added to the f32 result before
+// the one rounding to bf16 that follows, as on the CPU.
+absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
+                                           int* index) {
+  const int64_t rows = k.rows, in = k.in, out = k.out;
+  const bool bias = k.x[2] != nullptr, relu = k.relu_in_gemm;
+  LtMatmul m;
+  auto fail = [&](absl::Status s) {
+    m.Destroy();
+    return s;
+  };
+  auto lt_ok = [&](cublasStatus_t st, const char* what) -> absl::Status {
+    if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+    return fail(cuda::CublasErrorToStatus(st, what, __FILE__, __LINE__));
+  };
+  const cudaDataType_t ab = GemmType(k);
+  // bf16 products are exact in f32: TF32 changes nothing there.
+  const cublasComputeType_t compute =
+      tf32 && ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  RETURN_IF_ERROR(lt_ok(cublasLtMatmulDescCreate(&m.desc, compute, CUDA_R_32F),
+                        "cublasLtMatmulDescCreate"));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  RETURN_IF_ERROR(lt_ok(
+      cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                     sizeof(ta)),
+      "TRANSA"));
+  RETURN_IF_ERROR(lt_ok(
+      cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                     sizeof(tb)),
+      "TRANSB"));
+  cublasLtEpilogue_t epilogue =
+      bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+           : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+  RETURN_IF_ERROR(lt_ok(
+      cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                     &epilogue, sizeof(epilogue)),
+      "EPILOGUE"));
+  if (bias) {
+    // f32 (D's type, the default, said outright for bf16 A and B). The
+    // pointer is fixed by Prepare; set now, the heuristic sees its
+    // alignment (64 bytes) rather than assuming a null one's.
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    RETURN_IF_ERROR(lt_ok(
+        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                       &bias_type, sizeof(bias_type)),
+        "BIAS_DATA_TYPE"));
+    RETURN_IF_ERROR(lt_ok(
+        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k.x[2],
+                                       sizeof(k.x[2])),
+        "BIAS_POINTER"));
+  }
+  RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, ab, in, out, in), "layout A"));
+  RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.b, ab, in, rows, in), "layout B"));
+  RETURN_IF_ERROR(lt_ok(
+      cublasLtMatrixLayoutCreate(&m.d, CUDA_R_32F, out, rows, out),
+      "layout D"));
+  cublasLtMatmulPreference_t pref = nullptr;
+  RETURN_IF_ERROR(lt_ok(cublasLtMatmulPreferenceCreate(&pref),
+                        "cublasLtMatmulPreferenceCreate"));
+  size_t ws = kBlasWorkspaceBytes;
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  // The heuristic assumes 256-byte aligned operands unless told otherwise;
+  // plan offsets are only 64-byte aligned, so say what these pointers are.
+  const float* d = relu ? k.y[1] : k.y[0];
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>
+      alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, GemmOperand(k, 1)},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, GemmOperand(k, 0)},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, d},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d}};
+  for (const auto& [attr, ptr] : alignments) {
+    if (st != CUBLAS_STATUS_SUCCESS) break;
+    const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
+    uint32_t align = 256;
+    while (align > 4 && address % align != 0) align /= 2;
+    st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align,
+                                              sizeof(align));
+  }
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(lt_, m.desc, m.a, m.b, m.d, m.d, pref,
+                                        1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    m.algo = result.algo;
+    m.usable = true;
+  }
+  // No algorithm (or an unsupported epilogue) is not an error: RunLinear
+  // falls back to cublasGemmEx plus the bias kernel.
+  lt_matmuls_.push_back(m);
+  *index = static_cast<int>(lt_matmuls_.size()) - 1;
+  return absl::OkStatus();
+}
+
+void UseBf16Gemm(Kernel& k) {
+  if (k.op != Op::kLinear && k.op != Op::kLinearGradInput && k.op != Op::kLinearGradParams) {
+    return;
+  }
+  Bf16Operand* operand[2] = {nullptr, nullptr};
+  for (int i = 0; i < k.num_bf16; ++i) {
+    Bf16Operand& o = k.bf16[i];
+    for (int j = 0; j < 2; ++j) {
+      if (!o.output && k.x[j] == o.f32 && operand[j] == nullptr) operand[j] = &o;
+    }
+  }
+  if (operand[0] == nullptr || operand[1] == nullptr) return;
+  for (int j = 0; j < 2; ++j) {
+    k.gemm_bf16[j] = operand[j]->bf16;
+    const bool column_sum = k.op == Op::kLinearGradParams && j == 0 && k.y[1] != nullptr;
+    operand[j]->native = !column_sum;
+  }
+}
+
+absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
+                                  int64_t m, int64_t n, int64_t k,
+                                  const void* a, int64_t lda, const void* b,
+                                  int64_t ldb, float beta, float* c,
+                                  int64_t ldc, cudaDataType_t ab) {
+  const float alpha = 1.0f;
+  // bf16 products are exact in f32: TF32 changes nothing there.
+  const cublasComputeType_t compute =
+      tf32_ && ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+      blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
+      static_cast<int>(k), &alpha, a, ab, static_cast<int>(lda), b,
+      ab, static_cast<int>(ldb), &beta, c, CUDA_R_32F,
+      static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
+  LtMatmul& m = lt_matmuls_[k.lt];
+  float* d = k.relu_in_gemm ? k.y[1] : k.y[0];
+  // bf16 operands: a bf16 GEMM into the f32 staging of y, the bias added
+  // in f32, and the one rounding after both (RunKernel), as on the CPU.
+  if (m.usable) {
+    // The bias pointer is in the descriptor since BuildLtMatmul.
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasStatus_t st =
+        cublasLtMatmul(lt_, m.desc, &alpha, GemmOperand(k, 1), m.a, GemmOperand(k, 0), m.b,
+                       &beta, d, m.d, d, m.d, &m.algo, blas_workspace_,
+                       kBlasWorkspaceBytes, compute_);
+    // An algorithm the heuristic offered but the call rejects (nothing was
+    // enqueued) is not fatal: this linear uses cublasGemmEx from now on.
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+        st == CUBLAS_STATUS_INVALID_VALUE) {
+      m.usable = false;
+    } else if (st != CUBLAS_STATUS_SUCCESS) {
+      return cuda::CublasErrorToStatus(st, "cublasLtMatmul", __FILE__,
+                                       __LINE__);
+    }
+  }
+  if (!m.usable) {
+    RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1),
+                         k.in, GemmOperand(k, 0), k.in, 0.0f, k.y[0], k.out, GemmType(k)));
+    if (k.x[2] != nullptr) {
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchBiasAdd(k.y[0], k.x[2], k.rows, k.out, compute_));
+    }
+    if (k.relu_in_gemm) {
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, k.y[1], k.rows * k.out,
+                                false, compute_));
+    }
+  }
+  const int64_t n = k.rows * k.out;
+  switch (k.act) {
+    case Activation::kNone:
+      break;
+    case Activation::kRelu:
+      if (!k.relu_in_gemm) {
+        CUDA_RETURN_IF_ERROR(
+            cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, k.y[1], n, false, compute_));
+      }
+      break;
+    case Activation::kGelu:
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchPointwise(KernelOp::kGelu, k.y[0], nullptr, k.y[1], n, false, compute_));
+      break;
+    case Activation::kTanh:
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchPointwise(KernelOp::kTanh, k.y[0], nullptr, k.y[1], n, false, compute_));
+      break;
+  }
+  return absl::OkStatus();
+}
+
+// The (b, h) products of attention, B x H of them, as min(B, H)
+// strided-batched calls: with B <= H one call per batch element batched
+// over its heads, else one per head batched over the batch. Either way
+// every operand of (b, h) lies at base + b * batch + h * head elements,
+// affine in the batched index, so no pointer arrays are needed (and the
+// calls are capturable). Heads of one call interleave in qkv and y (head
+// stride hs with leading dimension 3C or C) but never overlap.
+absl::Status CudaDeviceImpl::HeadGemms(const Kernel& k, cublasOperation_t ta,
+                                       cublasOperation_t tb, int64_t m,
+                                       int64_t n, int64_t depth,
+                                       const float* a, int64_t lda,
+                                       HeadStrides sa, const float* b,
+                                       int64_t ldb, HeadStrides sb, float beta,
+                                       float* c, int64_t ldc, HeadStrides sc) {
+  const bool per_batch = k.rows <= k.heads;
+  const int64_t calls = per_batch ? k.rows : k.heads;
+  const int count = static_cast<int>(per_batch ? k.heads : k.rows);
+  auto call_step = [&](HeadStrides s) { return per_batch ? s.batch : s.head; };
+  auto batch_stride = [&](HeadStrides s) {
+    return static_cast<long long>(per_batch ? s.head : s.batch);
+  };
+  const float alpha = 1.0f;
+  const cublasComputeType_t compute =
+      tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  for (int64_t i = 0; i < calls; ++i) {
+    CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
+        static_cast<int>(depth), &alpha, a + i * call_step(sa), CUDA_R_32F,
+        static_cast<int>(lda), batch_stride(sa), b + i * call_step(sb),
+        CUDA_R_32F, static_cast<int>(ldb), batch_stride(sb), &beta,
+        c + i * call_step(sc), CUDA_R_32F, static_cast<int>(ldc),
+        batch_stride(sc), count, compute, CUBLAS_GEMM_DEFAULT));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// 1 / sqrt(hs), formed in double and rounded once (as the CPU does).
+float AttentionScale(int64_t head_size) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_size)));
+}
+
+}  // namespace
+
+// Causal self-attention (cpu/kernels.h) with B = rows, T = in, C = out,
+// H = heads, hs = C / H. Per (b, h), row-major Q, K, V [T, hs] are columns
+// of qkv[b] (ld 3C), i.e. column-major Q', K', V' [hs, T]; a row-major
+// [T, T] matrix M is the column-major M' = M^T (ld T). Hence
+//   S = Q K^T  is  S' = K'^T Q'     P = causal_softmax(S / sqrt(hs))
+//   Y = P V    is  Y' = V' P'       (Y' [hs, T] inside y[b], ld C)
+absl::Status CudaDeviceImpl::RunAttention(const Kernel& k) {
+  const int64_t B = k.rows, T = k.in, C = k.out, H = k.heads, hs = C / H;
+  const HeadStrides qkv{T * 3 * C, hs}, yv{T * C, hs}, att{H * T * T, T * T};
+  const float* q = k.x[0];
+  const float* key = q + C;
+  const float* v = q + 2 * C;
+  float* y = k.y[0];
+  float* probs = k.y[1];
+  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, key, 3 * C,
+                            qkv, q, 3 * C, qkv, 0.0f, probs, T, att));
+  const float scale = AttentionScale(hs);
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchCausalSoftmax(probs, B * H * T, T, scale, compute_));
+  return HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, v, 3 * C, qkv, probs,
+                   T, att, 0.0f, y, C, yv);
+}
+
+// The gradient, in the layout of RunAttention, with dS in the scratch:
+//   dP = dY V^T   is  dP' = V'^T dY'
+//   dV = P^T dY   is  dV' = dY' P'^T
+//   dS = P * (dP - rowsum(dP * P)) / sqrt(hs)   (in place over dP)
+//   dQ = dS K     is  dQ' = K' dS'
+//   dK = dS^T Q   is  dK' = Q' dS'^T
+// dq, dk, dv are the three column blocks of dqkv: beta = 1 accumulates.
+absl::Status CudaDeviceImpl::RunAttentionGrad(const Kernel& k) {
+  const int64_t B = k.rows, T = k.in, C = k.out, H = k.heads, hs = C / H;
+  const HeadStrides qkv{T * 3 * C, hs}, yv{T * C, hs}, att{H * T * T, T * T};
+  const float* dy = k.x[0];
+  const float* q = k.x[1];
+  const float* key = q + C;
+  const float* v = q + 2 * C;
+  const float* probs = k.x[2];
+  float* dq = k.y[0];
+  float* dk = dq + C;
+  float* dv = dq + 2 * C;
+  float* ds = k.y[1];
+  const float beta = k.accumulate ? 1.0f : 0.0f;
+  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, v, 3 * C,
+                            qkv, dy, C, yv, 0.0f, ds, T, att));
+  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, dy, C, yv,
+                            probs, T, att, beta, dv, 3 * C, qkv));
+  const float scale = AttentionScale(hs);
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchCausalSoftmaxGrad(probs, ds, B * H * T, T, scale, compute_));
+  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, key, 3 * C,
+                            qkv, ds, T, att, beta, dq, 3 * C, qkv));
+  return HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, q, 3 * C, qkv, ds, T,
+                   att, beta, dk, 3 * C, qkv);
+}
+
+}  // namespace trainc::cuda_internal

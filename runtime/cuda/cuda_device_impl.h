@@ -1,0 +1,260 @@
+// CudaDeviceImpl, the CUDA backend behind cuda_device.h, and what its
+// files share. Internal to runtime/cuda (the plugin and the backend's
+// tests): programs include cuda_device.h, never this.
+//
+// One class, one file per job: cuda_device.cc (set-up, Prepare, kernel
+// dispatch, the factory), cuda_memory.cc (arena, scratch, staged copies),
+// cuda_streams.cc (streams, events, Synchronize), cuda_timing.cc
+// (SubmitTimed), cuda_graph.cc (step capture and replay), cublaslt_gemm.cc
+// (cuBLAS/cublasLt: GEMMs, linear, attention's head GEMMs).
+#ifndef TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
+#define TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+// cuda_runtime.h (not _api.h) for the typed cudaMalloc<T> overloads.
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "compiler/plan/plan.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cudnn_ops.h"
+#include "runtime/cuda/kernels.h"
+#include "runtime/device/kernel_args.h"
+
+namespace trainc {
+namespace cuda_internal {
+
+using cuda::OptimizerStepScalars;
+
+// cuBLAS/cublasLt share one workspace: they run on the compute stream only,
+// so their uses never overlap. A fixed workspace (instead of cuBLAS's own
+// allocations) is also what CUDA-graph capture requires.
+constexpr size_t kBlasWorkspaceBytes = 32u << 20;
+// Pinned staging buffers for Upload: a ring, so that up to this many
+// chunks can be in flight before the host waits for the oldest. Uploads are
+// cut into chunks of at most kStagingChunkBytes, which bounds the pinned
+// memory (a checkpoint load does not pin copies of the whole model).
+constexpr int kStagingSlots = 8;
+constexpr int64_t kStagingChunkBytes = 8 << 20;
+
+// The host's steady clock in ns, the time base of SubmitTimed's reports
+// (cuda_timing.cc).
+int64_t SteadyNowNs();
+
+// Instructions resolved once by Prepare (runtime/device/kernel_args.h).
+using Op = KernelOp;
+
+// A forward linear as one cublasLt call: y = x w^T + b (D = op(A) B + bias
+// in cuBLAS's column-major view, see Prepare), optionally with ReLU.
+struct LtMatmul {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  bool usable = false;  // false: fall back to cublasGemmEx + bias kernel
+
+  void Destroy() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    *this = LtMatmul();
+  }
+};
+
+// A resolved instruction plus what only this backend needs.
+struct Kernel : KernelArgs {
+  Kernel() = default;
+  explicit Kernel(const KernelArgs& args) : KernelArgs(args) {}
+  bool relu_in_gemm = false;  // linear: ReLU epilogue writes act_out, y dead
+  int lt = -1;                // linear: index into lt_matmuls_
+  // precision = bf16, the linear ops: x[0] and x[1] as the bf16 tensors
+  // they are staged from, multiplied by a bf16 GEMM with f32 accumulation
+  // and an f32 result (null: an f32 GEMM on x).
+  const void* gemm_bf16[2] = {nullptr, nullptr};
+};
+
+// precision = bf16: a linear op whose two GEMM operands are both bf16
+// reads them as they are (Kernel::gemm_bf16). An operand staged only for
+// the GEMM is then not widened; the bias gradient's column sum still reads
+// dy's f32 staging. (cublaslt_gemm.cc)
+void UseBf16Gemm(Kernel& k);
+
+class CudaDeviceImpl final : public CudaDevice {
+ public:
+  explicit CudaDeviceImpl(int ordinal) : ordinal_(ordinal) {}
+  ~CudaDeviceImpl() override;
+
+  absl::Status Init();
+
+  std::string name() const override { return name_; }
+  int ordinal() const override { return ordinal_; }
+
+  absl::Status AllocateArena(int64_t bytes) override;
+  char* arena() override { return arena_; }
+  absl::Status Upload(int64_t offset, const void* src, int64_t bytes) override;
+  absl::Status Download(int64_t offset, void* dst, int64_t bytes) override;
+
+  absl::Status Prepare(const Plan& plan) override;
+  absl::Status RunKernel(const Plan& plan, const Instruction& instr,
+                         const StepState& state) override;
+  absl::Status OrderedSum(Stream stream, const float* src, int64_t n,
+                          int64_t count, float* dst) override;
+  absl::StatusOr<char*> AllocateScratch(int64_t bytes) override;
+
+  absl::Status Submit(Stream stream,
+                      std::function<absl::Status()> work) override;
+  absl::Status SubmitTimed(Stream stream, std::function<absl::Status()> work,
+                           TimedCallback on_timed) override;
+  absl::Status RecordEvent(Stream stream, int event) override;
+  absl::Status WaitEvent(Stream stream, int event) override;
+  absl::Status ResetEvents(int num_events) override;
+  absl::Status Synchronize() override;
+  void* NativeStream(Stream stream) override { return StreamOf(stream); }
+  absl::Status Copy(Stream stream, const void* src, void* dst,
+                    int64_t bytes) override;
+  absl::Status CopyToHost(const void* src, void* dst, int64_t bytes) override;
+  absl::Status CopyFromHost(const void* src, void* dst,
+                            int64_t bytes) override;
+
+  bool SupportsCapture() const override { return true; }
+  absl::Status BeginCapture() override;
+  absl::Status EndCapture() override;
+  absl::Status BeginReplayInputs() override;
+  absl::Status Replay(const StepState& state) override;
+  absl::Status DropCapture() override;
+
+ private:
+  struct Staging {
+    void* host = nullptr;  // pinned
+    size_t capacity = 0;
+    cudaEvent_t done = nullptr;  // the copy out of `host` has finished
+  };
+  struct TimedWork {
+    cudaEvent_t begin, end;
+    TimedCallback on_timed;
+  };
+  // One Upload of the captured step: the graph copies `device` -> arena.
+  struct InputSlot {
+    int64_t offset = 0;
+    int64_t bytes = 0;
+    char* device = nullptr;
+    std::vector<char> pending;  // the capture-time data, uploaded at EndCapture
+  };
+
+  cudaStream_t StreamOf(Stream s) const {
+    return s == Stream::kComm ? comm_ : compute_;
+  }
+  absl::Status Fail(absl::Status status) {
+    if (sticky_.ok()) sticky_ = status;
+    return status;
+  }
+  absl::Status CheckRange(const char* what, int64_t offset,
+                          int64_t bytes) const;
+  absl::Status Zero(void* p, size_t bytes);
+  // Host -> device through the pinned ring, ordered on the compute stream.
+  absl::Status StagedCopy(void* device_dst, const void* src, int64_t bytes);
+  absl::Status UploadStepScalars(const Plan& plan, const StepState& state);
+  absl::Status EnsureKernelScratch(int64_t floats);
+  absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
+  absl::Status RunLinear(const Kernel& k);
+  // RunKernel's kernel proper, on f32 operands (bf16 ones staged).
+  absl::Status RunF32Kernel(const Plan& plan, const Instruction& instr,
+                            const StepState& step);
+  // C (f32) = A B (+ beta C); A and B f32, or bf16 when `ab` says so.
+  absl::Status Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m,
+                    int64_t n, int64_t k, const void* a, int64_t lda,
+                    const void* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc, cudaDataType_t ab = CUDA_R_32F);
+  // The two operands of a linear op's GEMM: bf16 when gemm_bf16 is set.
+  static const void* GemmOperand(const Kernel& k, int i) {
+    return k.gemm_bf16[i] != nullptr ? k.gemm_bf16[i] : k.x[i];
+  }
+  static cudaDataType_t GemmType(const Kernel& k) {
+    return k.gemm_bf16[0] != nullptr ? CUDA_R_16BF : CUDA_R_32F;
+  }
+  // One product per (batch, head) of an attention instruction, as
+  // strided-batched cuBLAS calls (see HeadGemms).
+  struct HeadStrides {
+    int64_t batch;  // elements from batch element b to b + 1
+    int64_t head;   // elements from head h to h + 1
+  };
+  absl::Status HeadGemms(const Kernel& k, cublasOperation_t ta,
+                         cublasOperation_t tb, int64_t m, int64_t n,
+                         int64_t depth, const float* a, int64_t lda,
+                         HeadStrides sa, const float* b, int64_t ldb,
+                         HeadStrides sb, float beta, float* c, int64_t ldc,
+                         HeadStrides sc);
+  absl::Status RunAttention(const Kernel& k);
+  absl::Status RunAttentionGrad(const Kernel& k);
+  absl::StatusOr<cudaEvent_t> TimingEvent();
+  // Reports (report) or drops the timed work of the step, and returns its
+  // events to the pool either way.
+  absl::Status ResolveTimings(bool report);
+  void ReleaseLtMatmuls();
+
+  const int ordinal_;
+  std::string name_;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t comm_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* blas_workspace_ = nullptr;
+  // Convolution and pooling; its handle runs on compute_, like cuBLAS's.
+  std::unique_ptr<cuda::CudnnOps> cudnn_;
+
+  char* arena_ = nullptr;
+  int64_t arena_bytes_ = 0;
+  std::vector<void*> scratch_;  // AllocateScratch blocks
+  float* kernel_scratch_ = nullptr;  // reductions' partial sums
+  char* bf16_staging_ = nullptr;     // f32 views of bf16 operands
+  int64_t bf16_staging_bytes_ = 0;
+  int64_t kernel_scratch_floats_ = 0;
+  int* device_error_ = nullptr;  // kernels' error bits (kernels.h)
+  // [0]: with weight decay; [1]: without (buckets of vectors).
+  OptimizerStepScalars* device_scalars_ = nullptr;
+  bool scalars_valid_ = false;
+  StepState scalars_state_;
+
+  Staging staging_[kStagingSlots];
+  int next_staging_ = 0;
+
+  std::vector<cudaEvent_t> events_;  // the plan's events (ordering only)
+  std::vector<char> recorded_;       // host-side: recorded this step
+  cudaEvent_t fork_event_ = nullptr;  // compute -> comm at BeginCapture
+  cudaEvent_t join_event_ = nullptr;  // comm -> compute at EndCapture
+
+  std::vector<cudaEvent_t> timing_pool_;
+  std::vector<TimedWork> timed_;
+  cudaEvent_t anchor_ = nullptr;  // recorded when the host read anchor_ns_
+  int64_t anchor_ns_ = 0;
+
+  const Plan* prepared_plan_ = nullptr;
+  std::vector<Kernel> kernels_;
+  std::vector<LtMatmul> lt_matmuls_;
+  bool tf32_ = false;
+
+  bool capturing_ = false;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  std::vector<InputSlot> input_slots_;
+  // Slots holding the next replay's data: all of them after EndCapture,
+  // refilled from 0 after BeginReplayInputs, none after a Replay.
+  size_t next_input_slot_ = 0;
+  bool feeding_ = false;  // BeginReplayInputs .. Replay: uploads -> slots
+
+  absl::Status sticky_;  // first error of submitted work
+};
+
+}  // namespace cuda_internal
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
