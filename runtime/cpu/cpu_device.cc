@@ -239,8 +239,8 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
   }
   RETURN_IF_ERROR(
       state_->dnnl.Prepare(plan, state_->kernels, state_->options.fuse_conv_relu));
-  RETURN_IF_ERROR(CheckKernels(plan, state_->kernels, "cpu", [&](const KernelArgs& k, int id) {
-    return cpu::CpuKernels()[k.op] != nullptr || state_->dnnl.Runs(id);
+  RETURN_IF_ERROR(CheckKernels(plan, state_->kernels, "cpu", [&](KernelOp op, int id) {
+    return cpu::CpuKernels()[op] != nullptr || state_->dnnl.Runs(id);
   }));
   state_->prepared_plan = &plan;
   return absl::OkStatus();

@@ -2,6 +2,7 @@
 // cuda_device_impl.h) when Bazel found no CUDA toolkit: the factory
 // exists, so every tool links, and says why there is no GPU.
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cuda_kernels.h"
 
 namespace trainc {
 
@@ -23,4 +24,11 @@ absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& /*plan*/,
       "cuda: trainc was built without the CUDA toolkit; compile for --device cpu");
 }
 
+namespace cuda {
+
+bool KernelTableBuilt() { return false; }
+
+bool HasKernel(KernelOp /*op*/) { return false; }
+
+}  // namespace cuda
 }  // namespace trainc

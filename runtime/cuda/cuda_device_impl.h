@@ -88,6 +88,11 @@ struct Kernel : KernelArgs {
 // dy's f32 staging. (cublaslt_gemm.cc)
 void UseBf16Gemm(Kernel& k);
 
+// Fails for the first instruction whose op the kernel table
+// (cuda_kernels.cc) lacks.
+absl::Status CheckKernelTable(const Plan& plan, const std::vector<Kernel>& kernels,
+                              const std::string& device_name);
+
 class CudaDeviceImpl final : public CudaDevice {
  public:
   explicit CudaDeviceImpl(int ordinal) : ordinal_(ordinal) {}
@@ -166,9 +171,11 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status EnsureKernelScratch(int64_t floats);
   absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
   absl::Status RunLinear(const Kernel& k);
-  // RunKernel's kernel proper, on f32 operands (bf16 ones staged).
+  // RunKernel's kernel proper, on f32 operands (bf16 ones staged): the
+  // kernel table's entry (cuda_kernels.cc).
   absl::Status RunF32Kernel(const Plan& plan, const Instruction& instr,
                             const StepState& step);
+  friend struct CudaKernels;
   // C (f32) = A B (+ beta C); A and B f32, or bf16 when `ab` says so.
   absl::Status Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m,
                     int64_t n, int64_t k, const void* a, int64_t lda,

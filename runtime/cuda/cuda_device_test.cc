@@ -5,6 +5,7 @@
 // Without a GPU every GPU test SKIPs with the reason; the factory tests
 // still run (they check the no-GPU path itself).
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cuda_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -184,6 +185,18 @@ void ExpectMatchesCpu(const Plan& plan, double tol, int classes = 0,
 }
 
 constexpr int64_t B = 48, IN = 96, OUT = 40;
+
+// Every kernel op of runtime/device/kernel_ops.h has a CUDA kernel. The
+// table is data: no GPU needed.
+TEST(CudaKernelTableTest, EveryKernelOpHasACudaKernel) {
+  if (!cuda::KernelTableBuilt()) GTEST_SKIP() << "built without the CUDA toolkit";
+  for (int i = 0; i < kNumKernelOps; ++i) {
+    const KernelOp op = static_cast<KernelOp>(i);
+    if (op == KernelOp::kNotCompute || op == KernelOp::kFused) continue;
+    EXPECT_TRUE(cuda::HasKernel(op)) << InstructionOpOf(op) << " has no CUDA kernel ("
+                                     << KernelOpName(op) << ")";
+  }
+}
 
 TEST(CudaDeviceFactoryTest, CountNeverCrashes) {
   EXPECT_GE(CudaDeviceCount(), 0);

@@ -575,19 +575,11 @@ void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging) {
   }
 }
 
-absl::Status CheckKernels(const Plan& plan, const std::vector<KernelArgs>& kernels,
-                          const std::string& device_name,
-                          absl::FunctionRef<bool(const KernelArgs&, int)> has) {
-  for (size_t i = 0; i < kernels.size() && i < plan.instructions.size(); ++i) {
-    const KernelArgs& k = kernels[i];
-    if (k.op == KernelOp::kNotCompute || k.op == KernelOp::kFused) continue;
-    if (has(k, static_cast<int>(i))) continue;
-    const Instruction& instr = plan.instructions[i];
-    return absl::UnimplementedError(absl::StrCat(
-        device_name, ": no kernel for op ", instr.op, " (", KernelOpName(k.op),
-        ") on this backend; instruction ", instr.id, " \"", instr.label, "\" needs it"));
-  }
-  return absl::OkStatus();
+absl::Status MissingKernelError(const Instruction& instr, KernelOp op,
+                                const std::string& device_name) {
+  return absl::UnimplementedError(absl::StrCat(
+      device_name, ": no kernel for op ", instr.op, " (", KernelOpName(op),
+      ") on this backend; instruction ", instr.id, " \"", instr.label, "\" needs it"));
 }
 
 bool IsWindowOp(KernelOp op) {

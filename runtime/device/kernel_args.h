@@ -140,13 +140,25 @@ absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
     const Plan& plan, char* arena, int64_t arena_bytes,
     const std::string& device_name);
 
-// Fails, naming the backend, the instruction and its op, for the first
-// instruction that runs a kernel (not kNotCompute or kFused) for which
-// `has(kernel, instruction id)` is false: a backend without an op's kernel
-// says so when it prepares the plan, not in the middle of a step.
-absl::Status CheckKernels(const Plan& plan, const std::vector<KernelArgs>& kernels,
+// A backend without an op's kernel says so when it prepares the plan, not
+// in the middle of a step: the first instruction that runs a kernel (not
+// kNotCompute or kFused) for which `has(op, instruction id)` is false
+// fails, naming the backend, the instruction and its op.
+absl::Status MissingKernelError(const Instruction& instr, KernelOp op,
+                                const std::string& device_name);
+template <typename K>
+absl::Status CheckKernels(const Plan& plan, const std::vector<K>& kernels,
                           const std::string& device_name,
-                          absl::FunctionRef<bool(const KernelArgs&, int)> has);
+                          absl::FunctionRef<bool(KernelOp, int)> has) {
+  for (size_t i = 0; i < kernels.size() && i < plan.instructions.size(); ++i) {
+    const KernelOp op = kernels[i].op;
+    if (op == KernelOp::kNotCompute || op == KernelOp::kFused) continue;
+    if (!has(op, static_cast<int>(i))) {
+      return MissingKernelError(plan.instructions[i], op, device_name);
+    }
+  }
+  return absl::OkStatus();
+}
 
 // Convolution and pooling: the geometry is in KernelArgs::window and the
 // last output is the instruction's workspace.

@@ -1,0 +1,262 @@
+// The CUDA backend's kernel table: for every KernelOp
+// (runtime/device/kernel_ops.h) the function that enqueues one resolved
+// instruction on the compute stream, over the launchers of kernels.h,
+// cuBLAS(Lt) (cublaslt_gemm.cc) and cuDNN (cudnn_ops.h).
+#include "runtime/cuda/cuda_kernels.h"
+
+#include "absl/status/status.h"
+#include "compiler/util/status_macros.h"
+#include "runtime/cuda/cuda_device_impl.h"
+#include "runtime/cuda/cuda_status.h"
+#include "runtime/cuda/kernels.h"
+
+namespace trainc {
+namespace cuda_internal {
+
+// One instruction to enqueue.
+struct KernelCall {
+  const Plan& plan;
+  const Instruction& instr;
+  const Kernel& k;
+  const StepState& step;
+};
+
+using CudaKernel = absl::Status (*)(CudaDeviceImpl& d, const KernelCall& c);
+
+// The table's entries: friends of CudaDeviceImpl, so they reach its
+// streams, scratch and library handles.
+struct CudaKernels {
+  static absl::Status Launched(const KernelCall& c, cudaError_t err) {
+    return err == cudaSuccess
+               ? absl::OkStatus()
+               : cuda::CudaErrorToStatus(err, c.instr.op.c_str(), __FILE__, __LINE__);
+  }
+
+  static absl::Status Linear(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    switch (k.op) {
+      case Op::kLinear:
+        return d.RunLinear(k);
+      case Op::kLinearGradInput:
+        // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B].
+        return d.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.in, k.rows, k.out, CudaDeviceImpl::GemmOperand(k, 1), k.in,
+                      CudaDeviceImpl::GemmOperand(k, 0), k.out, k.accumulate ? 1.0f : 0.0f, k.y[0], k.in,
+                      CudaDeviceImpl::GemmType(k));
+      default: {
+        // dw[out,in] = dy^T x: DW'[in,out] = X'[in,B] DY'[out,B]^T.
+        RETURN_IF_ERROR(d.Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k.in, k.out, k.rows,
+                               CudaDeviceImpl::GemmOperand(k, 1), k.in, CudaDeviceImpl::GemmOperand(k, 0), k.out,
+                               k.accumulate ? 1.0f : 0.0f, k.y[0], k.in, CudaDeviceImpl::GemmType(k)));
+        if (k.y[1] == nullptr) return absl::OkStatus();
+        return Launched(c, cuda::LaunchColumnSum(k.x[0], k.rows, k.out, k.y[1], k.accumulate,
+                                                 d.kernel_scratch_, d.compute_));
+      }
+    }
+  }
+
+  static absl::Status Pointwise(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    return Launched(c, cuda::LaunchPointwise(k.op, k.x[0], k.x[1], k.y[0], k.rows,
+                                             k.accumulate, d.compute_));
+  }
+
+  static absl::Status Dropout(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    // The step comes from device memory (uploaded here when eager, by
+    // Replay in a captured graph); the rest is fixed for this rank.
+    if (!d.capturing_) RETURN_IF_ERROR(d.UploadStepScalars(c.plan, c.step));
+    const int64_t position =
+        (static_cast<int64_t>(c.step.rank) * c.plan.accumulate + k.dropout.micro) *
+        c.plan.micro_batch;
+    return Launched(c, cuda::LaunchDropout(k.x[0], k.y[0], k.rows, k.in,
+                                           c.step.training ? k.dropout.p : 0.0f,
+                                           static_cast<uint64_t>(c.plan.seed), k.dropout.key,
+                                           d.device_scalars_, c.plan.global_batch, position,
+                                           k.accumulate, d.compute_));
+  }
+
+  static absl::Status LayerNorm(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    switch (k.op) {
+      case Op::kLayerNorm:
+        return Launched(c, cuda::LaunchLayerNorm(k.x[0], k.x[1], k.x[2], k.y[0], k.y[1], k.y[2],
+                                                 k.rows, k.in, k.eps, d.compute_));
+      case Op::kLayerNormGradInput:
+        return Launched(c, cuda::LaunchLayerNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.x[4],
+                                                          k.y[0], k.rows, k.in, k.accumulate,
+                                                          d.compute_));
+      default:
+        return Launched(c, cuda::LaunchLayerNormGradParams(k.x[0], k.x[1], k.x[2], k.x[3],
+                                                           k.y[0], k.y[1], k.rows, k.in,
+                                                           k.accumulate, d.kernel_scratch_,
+                                                           d.compute_));
+    }
+  }
+
+  static absl::Status Loss(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    cudaStream_t s = d.compute_;
+    switch (k.op) {
+      case Op::kCrossEntropy:
+        return Launched(c, cuda::LaunchCrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0],
+                                                    k.y[1], d.kernel_scratch_, d.device_error_,
+                                                    s));
+      case Op::kCrossEntropyGrad:
+        return Launched(c, cuda::LaunchCrossEntropyGrad(k.x[0], k.labels, k.rows, k.in,
+                                                        k.loss_scale, k.y[0], k.accumulate,
+                                                        d.device_error_, s));
+      case Op::kMse:
+        return Launched(
+            c, cuda::LaunchMse(k.x[0], k.x[1], k.rows, k.in, k.y[0], d.kernel_scratch_, s));
+      default:
+        return Launched(c, cuda::LaunchMseGrad(k.x[0], k.x[1], k.rows, k.in, k.loss_scale,
+                                               k.y[0], k.accumulate, s));
+    }
+  }
+
+  static absl::Status Softmax(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    if (k.op == Op::kSoftmax) {
+      return Launched(c, cuda::LaunchSoftmax(k.x[0], k.y[0], k.rows, k.in, d.compute_));
+    }
+    return Launched(c, cuda::LaunchSoftmaxGrad(k.x[0], k.x[1], k.y[0], k.rows, k.in,
+                                               k.accumulate, d.compute_));
+  }
+
+  static absl::Status Embedding(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    cudaStream_t s = d.compute_;
+    switch (k.op) {
+      case Op::kEmbedding:
+        return Launched(c, cuda::LaunchEmbedding(k.ids, k.x[1], k.y[0], k.rows, k.in, k.out,
+                                                 d.device_error_, s));
+      case Op::kEmbeddingGrad:
+        return Launched(c, cuda::LaunchEmbeddingGrad(
+                               k.x[0], k.ids, k.y[0], k.rows, k.in, k.out, k.accumulate,
+                               d.kernel_scratch_,
+                               static_cast<size_t>(d.kernel_scratch_floats_) * 4, s));
+      case Op::kPositionEmbedding:
+        return Launched(
+            c, cuda::LaunchPositionEmbedding(k.x[0], k.y[0], k.rows, k.in, k.out, s));
+      default:
+        return Launched(c, cuda::LaunchPositionEmbeddingGrad(k.x[0], k.y[0], k.rows, k.in,
+                                                             k.out, k.accumulate, s));
+    }
+  }
+
+  static absl::Status Attention(CudaDeviceImpl& d, const KernelCall& c) {
+    return c.k.op == Op::kAttention ? d.RunAttention(c.k) : d.RunAttentionGrad(c.k);
+  }
+
+  static absl::Status Optimizer(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    // In a capture the scalars are uploaded by Replay instead, so every
+    // replay sees its own step's learning rate.
+    if (!d.capturing_) RETURN_IF_ERROR(d.UploadStepScalars(c.plan, c.step));
+    const OptimizerConfig& o = c.plan.optimizer;
+    const OptimizerArgs& a = k.optimizer;
+    const ShardRange sh = ShardOf(k, c.step.rank);
+    if (k.op == Op::kAdamW) {
+      return Launched(c, cuda::LaunchAdamW(k.y[0] + sh.begin, k.x[0] + sh.begin, a.state[0],
+                                           a.state[1], sh.count,
+                                           d.device_scalars_ + (a.weight_decay ? 0 : 1),
+                                           o.beta1, o.beta2, o.eps, a.grad_sq, a.clip_norm,
+                                           d.compute_));
+    }
+    return Launched(
+        c, cuda::LaunchSgd(k.y[0] + sh.begin, k.x[0] + sh.begin, a.state[0], sh.count,
+                           d.device_scalars_, static_cast<float>(o.momentum),
+                           a.weight_decay ? static_cast<float>(o.weight_decay) : 0.0f,
+                           o.nesterov, a.grad_sq, a.clip_norm, d.compute_));
+  }
+
+  static absl::Status SumSquares(CudaDeviceImpl& d, const KernelCall& c) {
+    const ShardRange sh = ShardOf(c.k, c.step.rank);
+    return Launched(c, cuda::LaunchSumSquares(c.k.x[0] + sh.begin, sh.count, c.k.y[0],
+                                              c.k.accumulate, d.compute_));
+  }
+
+  // Convolution and pooling: cuDNN, with the descriptors Prepare made.
+  static absl::Status Window(CudaDeviceImpl& d, const KernelCall& c) {
+    return d.cudnn_->Run(c.instr.id);
+  }
+
+  static absl::Status Reshape(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    if (k.y[0] == k.x[0]) return absl::OkStatus();
+    return Launched(c, cudaMemcpyAsync(k.y[0], k.x[0], static_cast<size_t>(k.rows) * 4,
+                                       cudaMemcpyDeviceToDevice, d.compute_));
+  }
+
+  static absl::Status Cast(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    return Launched(c, k.op == Op::kCastToBf16
+                           ? cuda::LaunchToBf16(k.x[0], k.y[0], k.rows, d.compute_)
+                           : cuda::LaunchFromBf16(k.x[0], k.y[0], k.rows, d.compute_));
+  }
+
+  static KernelTable<CudaKernel> Make() {
+    KernelTable<CudaKernel> t;
+    for (int i = 0; i < kNumKernelOps; ++i) {
+      if (PointwiseArity(static_cast<Op>(i)) > 0) t[static_cast<Op>(i)] = &Pointwise;
+    }
+    for (Op op : {Op::kLinear, Op::kLinearGradInput, Op::kLinearGradParams}) t[op] = &Linear;
+    for (Op op : {Op::kDropout, Op::kDropoutGrad}) t[op] = &Dropout;
+    for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams}) {
+      t[op] = &LayerNorm;
+    }
+    for (Op op : {Op::kCrossEntropy, Op::kCrossEntropyGrad, Op::kMse, Op::kMseGrad}) {
+      t[op] = &Loss;
+    }
+    for (Op op : {Op::kSoftmax, Op::kSoftmaxGrad}) t[op] = &Softmax;
+    for (Op op : {Op::kEmbedding, Op::kEmbeddingGrad, Op::kPositionEmbedding,
+                  Op::kPositionEmbeddingGrad}) {
+      t[op] = &Embedding;
+    }
+    for (Op op : {Op::kAttention, Op::kAttentionGrad}) t[op] = &Attention;
+    for (Op op : {Op::kAdamW, Op::kSgd}) t[op] = &Optimizer;
+    t[Op::kSumSquares] = &SumSquares;
+    for (Op op : {Op::kConv2d, Op::kConv2dGradInput, Op::kConv2dGradParams, Op::kMaxPool2d,
+                  Op::kMaxPool2dGrad, Op::kAvgPool2d, Op::kAvgPool2dGrad}) {
+      t[op] = &Window;
+    }
+    t[Op::kReshape] = &Reshape;
+    for (Op op : {Op::kCastToBf16, Op::kCastToF32}) t[op] = &Cast;
+    return t;
+  }
+
+  static const KernelTable<CudaKernel>& Table() {
+    static const KernelTable<CudaKernel> table = Make();
+    return table;
+  }
+};
+
+absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& instr,
+                                          const StepState& step) {
+  const Kernel& k = kernels_[instr.id];
+  if (k.op == Op::kFused) return absl::OkStatus();
+  const CudaKernel kernel = CudaKernels::Table()[k.op];
+  if (kernel == nullptr) {
+    return absl::InvalidArgumentError(name_ + ": " + instr.op + " is not a compute kernel");
+  }
+  absl::Status status = kernel(*this, {plan, instr, k, step});
+  return status.ok() ? status : Fail(std::move(status));
+}
+
+absl::Status CheckKernelTable(const Plan& plan, const std::vector<Kernel>& kernels,
+                              const std::string& device_name) {
+  return CheckKernels(plan, kernels, device_name, [](KernelOp op, int) {
+    return CudaKernels::Table()[op] != nullptr;
+  });
+}
+
+}  // namespace cuda_internal
+
+namespace cuda {
+
+bool KernelTableBuilt() { return true; }
+
+bool HasKernel(KernelOp op) { return cuda_internal::CudaKernels::Table()[op] != nullptr; }
+
+}  // namespace cuda
+}  // namespace trainc
