@@ -397,7 +397,8 @@ class ModelChecker {
     if (!CheckNewName(statement.name, statement.name_span, scope)) return;
     const ast::Expr& e = statement.value;
     const bool computes = e.kind == ast::Expr::Kind::kCall ||
-                          (e.kind == ast::Expr::Kind::kBinary && e.text == "+" &&
+                          (e.kind == ast::Expr::Kind::kBinary &&
+                           ops::FindInfixOp(e.text) != nullptr &&
                            !IsConstantExpr(e, &constants_));
     if (!computes) {
       sink_.Error(e.span,
@@ -432,7 +433,9 @@ class ModelChecker {
       case ast::Expr::Kind::kCall:
         return CheckCall(e, scope, flattening, top);
       case ast::Expr::Kind::kBinary:
-        if (e.text == "+") return CheckAdd(e, scope, flattening, top);
+        if (const ops::ModelOpDef* def = ops::FindInfixOp(e.text)) {
+          return CheckInfix(e, *def, scope, flattening, top);
+        }
         [[fallthrough]];
       default:
         sink_.Error(e.span,
@@ -487,20 +490,21 @@ class ModelChecker {
                : absl::StrCat(f->global_name, ".", f->next_index++);
   }
 
-  std::optional<std::string> CheckAdd(const ast::Expr& e, Scope& scope,
-                                      Flattening* flattening, bool top) {
+  // `a + b`: the model op written with that infix, on two tensors.
+  std::optional<std::string> CheckInfix(const ast::Expr& e, const ops::ModelOpDef& def,
+                                        Scope& scope, Flattening* flattening, bool top) {
     std::vector<std::string> inputs;
     for (const ast::Expr& side : e.args) {
       if (IsConstantExpr(side, &constants_)) {
         sink_.Error(side.span,
-                    absl::StrCat("cannot add ", DescribeExpr(side),
-                                 " to a tensor"),
-                    "+ adds two tensors of the same shape");
+                    absl::StrCat("cannot ", def.name, " ", DescribeExpr(side),
+                                 " and a tensor"),
+                    absl::StrCat(def.infix, " takes two tensors of the same shape"));
         return std::nullopt;
       }
       std::optional<std::string> v = CheckValueExpr(side, scope, flattening);
       if (!v) return std::nullopt;
-      if (!CheckTensorUse(side, *v, "add", ArgDef::Kind::kValue)) {
+      if (!CheckTensorUse(side, *v, def.name, ArgDef::Kind::kValue)) {
         return std::nullopt;
       }
       inputs.push_back(*v);
@@ -510,7 +514,7 @@ class ModelChecker {
       call.values.push_back(values_.at(v).spec.shape);
       call.value_names.push_back(v);
     }
-    return Define(e, e.name_span, *ops::FindModelOp("add"), call, inputs, {},
+    return Define(e, e.name_span, def, call, inputs, {},
                   flattening, top);
   }
 

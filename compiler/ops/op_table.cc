@@ -662,7 +662,7 @@ std::vector<ModelOpDef> MakeModelOps() {
        "(zeros)",
        LayerNormRule},
       {"add", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
-       "a + b (same shapes); also written a + b", AddRule},
+       "a + b (same shapes); also written a + b", AddRule, "+"},
       {"embedding",
        {{"ids", Kind::kIndices},
         {"vocab", Kind::kInt},
@@ -842,6 +842,13 @@ const std::vector<ModelOpDef>& AllModelOps() {
 const ModelOpDef* FindModelOp(std::string_view name) {
   for (const ModelOpDef& op : AllModelOps()) {
     if (name == op.name) return &op;
+  }
+  return nullptr;
+}
+
+const ModelOpDef* FindInfixOp(std::string_view op) {
+  for (const ModelOpDef& def : AllModelOps()) {
+    if (def.infix != nullptr && op == def.infix) return &def;
   }
   return nullptr;
 }

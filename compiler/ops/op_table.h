@@ -244,6 +244,9 @@ struct ModelOpDef {
   bool is_loss = false;
   const char* summary;  // one line: what it computes, its parameters
   std::variant<Lowering, ShapeError> (*rule)(const OpCall& call) = nullptr;
+  // Also written `a <infix> b` for two tensors ("+" for add); null: only
+  // as a call.
+  const char* infix = nullptr;
 
   // "linear(x, out_features, bias = true, weight = <parameter>)".
   std::string Signature() const;
@@ -256,6 +259,8 @@ struct ModelOpDef {
 std::optional<ArgValue> DefaultValue(const ArgDef& def);
 
 const ModelOpDef* FindModelOp(std::string_view name);
+// The model op written `a <op> b` ("+": add); nullptr for none.
+const ModelOpDef* FindInfixOp(std::string_view op);
 const std::vector<ModelOpDef>& AllModelOps();
 std::vector<std::string> ModelOpNames();
 
