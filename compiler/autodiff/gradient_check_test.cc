@@ -529,6 +529,23 @@ TEST(SourceGradientCheck, GeluTanhAndLinearWithoutBias) {
                        3, {"gelu_tanh", "gelu_tanh_grad", "linear_grad_params"});
 }
 
+// SwiGLU: silu(gate) * up, written with the infix and as a call; both
+// operands of each mul need a gradient.
+TEST(SourceGradientCheck, SwiGluMul) {
+  CheckSourceGradients(Source(R"(
+  input  x: f32[6]
+  label  y: i32[3]
+  gate   = linear(x, 5, bias = false)
+  up     = linear(x, 5, bias = false)
+  g      = silu(gate) * up
+  v      = linear(x, 5)
+  h      = mul(g, v)
+  logits = linear(h, 3)
+  loss   = cross_entropy(logits, y)
+)", 3),
+                       3, {"mul", "mul_grad", "silu", "silu_grad"});
+}
+
 TEST(SourceGradientCheck, Softmax) {
   CheckSourceGradients(Source(R"(
   input  x: f32[6]

@@ -110,6 +110,28 @@ TEST(FrontendTest, LayernormAndAdd) {
   EXPECT_THAT(m.parameters[3].shape, ElementsAre(256));
 }
 
+TEST(FrontendTest, MulIsACallAndAnInfix) {
+  const std::string source = absl::StrReplaceAll(
+      kBase, {{"  logits = linear(h1, 10)",
+               "  g = h1 * h1\n  m = mul(g, h1)\n  logits = linear(m, 10)"}});
+  const FrontendResult r = Compile(source);
+  ASSERT_TRUE(r.spec) << Errors(r);
+  const ModelSpec& m = r.spec->model;
+  ASSERT_EQ(m.ops.size(), 6u);
+  EXPECT_EQ(m.ops[2].op, "mul");
+  EXPECT_THAT(m.ops[2].inputs, ElementsAre("h1", "h1"));
+  EXPECT_EQ(m.ops[3].op, "mul");
+  EXPECT_THAT(m.ops[3].output.shape, ElementsAre(256));
+
+  const FrontendResult bad = Compile(absl::StrReplaceAll(
+      kBase, {{"  logits = linear(h1, 10)", "  g = h1 * 2\n  logits = linear(g, 10)"}}));
+  EXPECT_FALSE(bad.spec);
+  EXPECT_THAT(Errors(bad), HasSubstr("cannot mul 2"));
+  const FrontendResult shapes = Compile(absl::StrReplaceAll(
+      kBase, {{"  logits = linear(h1, 10)", "  logits = linear(h1, 10) * h1"}}));
+  EXPECT_THAT(Errors(shapes), HasSubstr("mul: shapes differ"));
+}
+
 TEST(FrontendTest, MseAutoencoderNeedsNoLabel) {
   const std::string source = absl::StrReplaceAll(
       kBase, {{"  label  class: i32[10]\n", ""},

@@ -152,6 +152,11 @@ std::vector<OpDef> MakeOps() {
        Elementwise<1>},
       {"copy_grad", 1, 1, 1, 1, false, kElem, "dy -> dx; acc", {}, {}, false,
        Elementwise<1>},
+      {"mul", 2, 2, 1, 1, false, kElem, "a, b -> y = a b (same shapes)", {},
+       {{"mul_grad", {kDy, In(1)}, {0}}, {"mul_grad", {kDy, In(0)}, {1}}}, false,
+       Elementwise<1>},
+      {"mul_grad", 2, 2, 1, 1, false, kElem, "dy, other -> dx = dy other; acc", {}, {},
+       false, Elementwise<1>},
       {"softmax", 1, 1, 1, 1, false, kElem, "x[.., n] -> y, over the last axis",
        {}, {{"softmax_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<5>},
       {"softmax_grad", 2, 2, 1, 1, false, kElem, "dy, y -> dx; acc", {}, {},
@@ -412,6 +417,14 @@ std::variant<Lowering, ShapeError> AddRule(const OpCall& call) {
   return Unary(call, "add");
 }
 
+std::variant<Lowering, ShapeError> MulRule(const OpCall& call) {
+  if (call.values[0] != call.values[1]) {
+    return Error(-1, "mul: shapes differ: " + Named(call, 0) + " but " + Named(call, 1),
+                 "mul multiplies element-wise: both sides need the same shape");
+  }
+  return Unary(call, "mul");
+}
+
 std::variant<Lowering, ShapeError> EmbeddingRule(const OpCall& call) {
   Lowering l;
   l.instruction = "embedding";
@@ -663,6 +676,9 @@ std::vector<ModelOpDef> MakeModelOps() {
        LayerNormRule},
       {"add", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
        "a + b (same shapes); also written a + b", AddRule, "+"},
+      {"mul", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
+       "a * b element-wise (same shapes; SwiGLU's silu(gate) * up); also written a * b",
+       MulRule, "*"},
       {"embedding",
        {{"ids", Kind::kIndices},
         {"vocab", Kind::kInt},

@@ -41,6 +41,8 @@
   X(tanh, Tanh, 1)                   \
   X(tanh_grad, TanhGrad, 2)          \
   X(add, Add, 2)                     \
+  X(mul, Mul, 2)                     \
+  X(mul_grad, MulGrad, 2)            \
   X(copy_grad, CopyGrad, 1)
 
 namespace trainc::pointwise {
@@ -174,6 +176,14 @@ struct TanhGrad {  // (dy, y)
 struct Add {
   template <typename T>
   TRAINC_HD static T F(T a, T b) { return a + b; }
+};
+struct Mul {
+  template <typename T>
+  TRAINC_HD static T F(T a, T b) { return a * b; }
+};
+struct MulGrad {  // (dy, the other operand): d(a b)/da = b
+  template <typename T>
+  TRAINC_HD static T F(T dy, T other) { return dy * other; }
 };
 struct CopyGrad {  // the gradient of add and of any identity
   template <typename T>
