@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -39,6 +40,7 @@
 #include "runtime/launch/heartbeat.h"
 #include "runtime/metrics/metrics_log.h"
 #include "runtime/trace/tracer.h"
+#include "runtime/train/evaluate.h"
 #include "runtime/train/overlap.h"
 #include "runtime/train/schedule.h"
 
@@ -273,122 +275,6 @@ absl::Status SumOverRanks(Communicator& comm, std::vector<float>* values) {
                            nullptr);
 }
 
-// The evaluation head: the loss instruction's operands, read back after a
-// forward pass to score a batch on the host (so that a short last batch's
-// zero padding is simply not counted).
-struct EvalHead {
-  bool classification = false;
-  const Buffer* prediction = nullptr;  // logits [B, .., C] or prediction [B, n]
-  const Buffer* target = nullptr;      // labels i32 [B, ..] or target [B, n]
-  int64_t rows_per_example = 1;        // classification: label entries per example
-};
-
-absl::StatusOr<EvalHead> FindEvalHead(const Plan& plan) {
-  for (const Instruction& instr : plan.instructions) {
-    if (instr.micro_step > 0) break;
-    if (instr.op != "cross_entropy" && instr.op != "mse") continue;
-    if (instr.inputs.size() != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan: ", instr.op, " needs 2 inputs"));
-    }
-    EvalHead head;
-    head.classification = instr.op == "cross_entropy";
-    head.prediction = &plan.buffers[instr.inputs[0]];
-    head.target = &plan.buffers[instr.inputs[1]];
-    if (head.classification) {
-      head.rows_per_example = head.target->bytes / 4 / plan.micro_batch;
-    }
-    return head;
-  }
-  return absl::InvalidArgumentError("plan: no loss instruction");
-}
-
-// Feeds one fixed list of examples to RunForward.
-class IndexBatchSource : public BatchSource {
- public:
-  explicit IndexBatchSource(const Dataset* dataset) : loader_(dataset) {}
-  void set_indices(std::vector<int64_t> indices) { indices_ = std::move(indices); }
-  absl::Status Fill(int /*micro_step*/, const Plan& plan,
-                    Device& device) override {
-    return loader_.Fill(indices_, plan, device);
-  }
-
- private:
-  MicroBatchLoader loader_;
-  std::vector<int64_t> indices_;
-};
-
-struct EvalResult {
-  double accuracy = -1;
-  double loss = 0;
-  int64_t examples = 0;
-};
-
-absl::StatusOr<EvalResult> Evaluate(const Plan& plan, Executor& executor,
-                                    Device& device, Communicator& comm,
-                                    const Dataset& eval, const EvalHead& head) {
-  const int64_t batch = plan.micro_batch;
-  EvalIterator it(eval.size(), batch, comm.rank(), comm.world_size());
-  IndexBatchSource source(&eval);
-  const int64_t rows = head.rows_per_example;  // > 1: tokens of a sequence
-  const Buffer& prediction = *head.prediction;
-  const int64_t elems = prediction.bytes / DTypeBytes(prediction.dtype);
-  const int64_t width = elems / batch / rows;
-  // Floats as f32, whether the plan keeps them in f32 or (precision =
-  // bf16) in bf16: the logits or prediction, and a regression's target.
-  std::vector<float> pred(elems);
-  std::vector<float> target_floats;
-  std::vector<int32_t> labels;
-  if (head.classification) {
-    labels.resize(head.target->bytes / sizeof(int32_t));
-  } else {
-    target_floats.resize(head.target->bytes / DTypeBytes(head.target->dtype));
-  }
-  double correct = 0, loss = 0, count = 0;
-  std::vector<int64_t> indices;
-  while (it.Next(&indices)) {
-    const int64_t n = static_cast<int64_t>(indices.size());
-    source.set_indices(indices);
-    RETURN_IF_ERROR(executor.RunForward(source));
-    RETURN_IF_ERROR(DownloadFloats(device, prediction, 0, elems, pred.data()));
-    if (head.classification) {
-      RETURN_IF_ERROR(device.Download(head.target->offset, labels.data(), head.target->bytes));
-    } else {
-      RETURN_IF_ERROR(DownloadFloats(device, *head.target, 0, target_floats.size(),
-                                     target_floats.data()));
-    }
-    for (int64_t r = 0; r < n * rows; ++r) {
-      const float* row = pred.data() + r * width;
-      if (head.classification) {
-        const int32_t label = labels[r];
-        const int64_t arg = std::max_element(row, row + width) - row;
-        correct += arg == label;
-        const float mx = row[arg];
-        double z = 0;
-        for (int64_t j = 0; j < width; ++j) z += std::exp(row[j] - mx);
-        loss += std::log(z) + mx - row[label];
-      } else {
-        const float* t = target_floats.data() + r * width;
-        double se = 0;
-        for (int64_t j = 0; j < width; ++j) se += (row[j] - t[j]) * (row[j] - t[j]);
-        loss += se / width;
-      }
-    }
-    count += n * rows;
-  }
-  std::vector<float> totals = {static_cast<float>(correct),
-                               static_cast<float>(loss),
-                               static_cast<float>(count)};
-  RETURN_IF_ERROR(SumOverRanks(comm, &totals));
-  EvalResult result;
-  result.examples = static_cast<int64_t>(totals[2]);
-  if (result.examples > 0) {
-    result.loss = totals[1] / totals[2];
-    if (head.classification) result.accuracy = totals[0] / totals[2];
-  }
-  return result;
-}
-
 absl::Status WriteTrace(const Plan& plan, const RankContext& rank,
                         const Tracer& tracer, Communicator& comm,
                         const std::string& path) {
@@ -446,130 +332,6 @@ MetricsRecord RunRecord(const Plan& plan, const std::string& device,
             {"lr", double{plan.optimizer.lr}},
             {"seed", int64_t{plan.seed}}};
   return r;
-}
-
-// With clipping or skip_nonfinite, after each step: whether the step was
-// left out because its gradient norm is not finite (the optimizers left the
-// weights and their state alone, plan.h). Without skip_nonfinite that is a
-// divergence, found at its step (not at the next log line), as the same
-// decision on every rank (the norm is the world's); so are
-// kMaxSkippedInARow skipped steps in a row.
-absl::StatusOr<bool> LeaveOutNonFiniteStep(const Plan& plan, Device& device, int64_t step,
-                                           double norm, bool tty, int64_t* skipped_steps,
-                                           int64_t* skipped_in_a_row, std::ostream& log) {
-  if (std::isfinite(norm)) {
-    *skipped_in_a_row = 0;
-    return false;
-  }
-  if (!plan.skip_nonfinite) {
-    return absl::DataLossError(absl::StrFormat(
-        "step %d: the gradient norm is %s%s: training diverged; stopping "
-        "without saving (skip_nonfinite = true leaves such steps out)",
-        step, std::isnan(norm) ? "nan" : "inf", FirstNonFiniteGradient(plan, device)));
-  }
-  ++*skipped_steps;
-  if (++*skipped_in_a_row >= kMaxSkippedInARow) {
-    return absl::DataLossError(absl::StrFormat(
-        "step %d: %d steps in a row had a non-finite gradient (skip_nonfinite "
-        "left them out)%s: training diverged; stopping without saving",
-        step, *skipped_in_a_row, FirstNonFiniteGradient(plan, device)));
-  }
-  if (*skipped_steps <= 10 || *skipped_steps % 100 == 0) {
-    log << absl::StrFormat(
-               "%sstep %d: gradient norm %s: step skipped, weights unchanged "
-               "(skip_nonfinite; %d so far)%s\n",
-               tty ? "\r\033[K" : "", step, std::isnan(norm) ? "nan" : "inf", *skipped_steps,
-               *skipped_steps == 10 ? "; reporting every 100th from now" : "")
-        << std::flush;
-  }
-  return true;
-}
-
-// The checkpoint every checkpoints.every steps (and at the last), written
-// by rank 0 (under ZeRO-1 every rank takes part in the gather), then the
-// folder pruned. A full disk stops the run naming the newest whole one.
-absl::Status SavePeriodicCheckpoint(const Plan& plan, Device& device, const Sharding* sharding,
-                                    int rank, const TrainingState& now, bool tty,
-                                    std::ostream& log) {
-  const CheckpointConfig& periodic = plan.checkpoints;
-  const std::string path = CheckpointPath(periodic.dir, now.step);
-  absl::Status saved = SaveCheckpoint(path, plan, device, now, sharding);
-  if (rank != 0) return saved;  // ZeRO-1: this rank's part of the gather
-  if (!saved.ok()) {
-    // A full disk: the writes were temporary files, now gone; the
-    // checkpoints already there are whole.
-    absl::StatusOr<std::vector<std::string>> kept = CheckpointsNewestFirst(periodic.dir);
-    return absl::Status(saved.code(), absl::StrCat(
-        "step ", now.step, ": checkpoint not written: ", saved.message(), "; ",
-        kept.ok() && !kept->empty()
-            ? absl::StrCat("the newest whole one is ", kept->front(),
-                           " (continue with --resume ", periodic.dir, ")")
-            : std::string("no earlier checkpoint")));
-  }
-  RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
-  log << absl::StrFormat("%scheckpoint %s\n", tty ? "\r\033[K" : "", path) << std::flush;
-  return absl::OkStatus();
-}
-
-// A stop signal (preemption, Ctrl-C) reaches the ranks at different steps:
-// they agree at the next check (one small sum over ranks, which also tells
-// every rank which signal) and stop together at that step boundary, with
-// one checkpoint. OK when no rank was asked to stop; CANCELLED, saying
-// where the checkpoint is, when the run stops here.
-absl::Status StopIfAsked(const Plan& plan, const TrainOptions& options, Executor& executor,
-                         Device& device, Communicator& host_comm, const Sharding* sharding,
-                         int rank, const TrainingState& now, int64_t total_steps) {
-  constexpr std::array<int, 3> kStops = {SIGINT, SIGTERM, SIGHUP};
-  std::vector<float> stop(kStops.size(), 0.0f);
-  for (size_t k = 0; k < kStops.size(); ++k) stop[k] = g_stop_signal == kStops[k];
-  RETURN_IF_ERROR(SumOverRanks(host_comm, &stop));
-  for (size_t k = 0; k < kStops.size() && g_agreed_stop_signal == 0; ++k) {
-    if (stop[k] > 0) g_agreed_stop_signal = kStops[k];
-  }
-  if (g_agreed_stop_signal == 0) return absl::OkStatus();
-  const CheckpointConfig& periodic = plan.checkpoints;
-  RETURN_IF_ERROR(executor.GatherParameters());
-  const std::string path = StopCheckpointPath(plan, options, now.step);
-  const bool written = periodic.every > 0 && now.step % periodic.every == 0;
-  if (!written && rank != 0 && plan.zero > 0) {
-    RETURN_IF_ERROR(SaveCheckpoint(path, plan, device, now, sharding));
-  }
-  if (rank == 0) {
-    if (!written) {
-      const std::string folder = std::filesystem::path(path).parent_path().string();
-      RETURN_IF_ERROR(PrepareCheckpointFolder(folder.empty() ? "." : folder));
-      RETURN_IF_ERROR(SaveCheckpoint(path, plan, device, now, sharding));
-    }
-    if (periodic.every > 0) RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
-  }
-  RETURN_IF_ERROR(host_comm.Barrier());
-  const int sig = g_agreed_stop_signal;
-  return absl::CancelledError(absl::StrFormat(
-      "stopped at step %d of %d (%s, signal %d on %s); checkpoint %s; "
-      "continue with --resume %s",
-      now.step, total_steps, strsignal(sig), sig,
-      g_stop_signal != 0 ? "this rank" : "another rank", path,
-      periodic.every > 0 ? periodic.dir : path));
-}
-
-// The world's loss sums of the steps up to `step` (the last one is
-// `step`'s): a non-finite one that skip_nonfinite did not leave out stops
-// the run on every rank alike, before anything is saved over a good
-// checkpoint.
-absl::Status CheckLossesFinite(const Plan& plan, Device& device, int64_t step,
-                               const std::vector<float>& losses,
-                               const std::vector<bool>& skipped) {
-  for (size_t i = 0; i < losses.size(); ++i) {
-    if (std::isfinite(losses[i]) || skipped[i]) continue;
-    const int64_t bad = step - static_cast<int64_t>(losses.size()) + 1 + static_cast<int64_t>(i);
-    return absl::DataLossError(absl::StrFormat(
-        "step %d: the loss is %s%s: training diverged; stopping without "
-        "saving (lower the learning rate, set clip_grad_norm, or "
-        "skip_nonfinite = true to leave such steps out)",
-        bad, std::isnan(losses[i]) ? "nan" : losses[i] > 0 ? "inf" : "-inf",
-        FirstNonFiniteGradient(plan, device)));
-  }
-  return absl::OkStatus();
 }
 
 // The host communicator of one rank (host-side sums, barriers, NCCL's
@@ -633,502 +395,839 @@ std::unique_ptr<Device> CreateCpuDevice(const TrainOptions& options, std::ostrea
   return std::make_unique<CpuDevice>(cpu);
 }
 
+// The launcher's watchdog hears from a pulse thread rather than from the
+// step loop: a rank blocked in a collective because a peer froze is alive
+// and must not be the one blamed. So silence means this process itself
+// is frozen or gone; a rank whose loop is stuck while the process lives
+// is caught by its peers' communicator timeout instead.
+class HeartbeatPulse {
+ public:
+  // Beats every 500 ms from a thread of its own until destroyed, when
+  // `heartbeat` is enabled (the local launcher started this process).
+  explicit HeartbeatPulse(Heartbeat heartbeat) : heartbeat_(std::move(heartbeat)) {
+    if (!heartbeat_.enabled()) return;
+    thread_ = std::thread([this] {
+      do {
+        heartbeat_.Beat();
+      } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+    });
+  }
+  HeartbeatPulse(const HeartbeatPulse&) = delete;
+  HeartbeatPulse& operator=(const HeartbeatPulse&) = delete;
+  ~HeartbeatPulse() {
+    if (!thread_.joinable()) return;
+    stop_.Notify();
+    thread_.join();
+  }
+
+ private:
+  Heartbeat heartbeat_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+// Where one optimizer step sits in the run, and what it measured, for the
+// phases that follow it in the same step.
+struct StepInfo {
+  int64_t number = 0;    // the global step, from 1
+  int64_t epoch = 0;     // from 0
+  int64_t in_epoch = 0;  // the step's place in its epoch, from 0
+  bool epoch_end = false;
+  bool last = false;     // the run's last step
+  // A progress line follows: every log_every steps, at an epoch's end and
+  // at the last step. The loss sum is a collective, so whether to log must
+  // be the same decision on every rank: only `tty` (rank 0's terminal)
+  // differs, and it only redraws the live line, with no communication.
+  bool progress_line = false;
+  bool traced = false;   // one of the steps the tracer records
+  std::chrono::steady_clock::time_point start;
+  double lr = 0;
+  // With clipping or skip_nonfinite, the step's global gradient norm (the
+  // same on every rank: it is computed from the reduced gradient).
+  double grad_norm = NAN;
+};
+
+// One rank's training run, TrainRank's work, in phases: set-up (device and
+// communicators, data, weights, then the run's logs), the steps, each
+// followed by its evaluation, checkpoint and stop check when due, and the
+// summary. The members are what the phases share, declared in the order
+// set-up makes them so that they are released in reverse (the heartbeat
+// thread joined first, the communicators closed last). A Trainer runs once.
+class Trainer {
+ public:
+  Trainer(const Plan& plan, const RankContext& rank, const TrainOptions& options,
+          std::ostream& log_stream)
+      : plan_(plan),
+        rank_(rank),
+        options_(options),
+        log_(rank.rank == 0 ? log_stream : discard_) {}
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // The whole run; the first error ends it (see TrainRank).
+  absl::StatusOr<TrainSummary> Run();
+
+ private:
+  // --- Set-up, in this order.
+  // The device (--device resolved), the host communicator, NCCL for the
+  // gradients on CUDA, and the executor over them, prepared.
+  absl::Status SetUpDevice();
+  // The training data and its batches, the eval set (unless --no-eval or
+  // the file has none), and the run's length in steps and epochs.
+  absl::Status SetUpData();
+  // The weights: --resume (with optimizer state and data position),
+  // --init-from (weights only) or seeded initialisation; then the periodic
+  // checkpoints' folder.
+  absl::Status SetUpWeights();
+  // Once the stop handlers are in: the header lines, the metrics log, the
+  // tracer, the heartbeat and the step loop's clocks.
+  absl::Status StartRun();
+  void LogRunHeader();
+  // The metrics log (rank 0) and its first record. Whether there is one is
+  // the same on every rank (one command line), and so is the schedule of
+  // loss sums it adds.
+  absl::Status OpenMetricsLog();
+
+  // --- Step.
+  // One optimizer step, then each phase that is due after it.
+  absl::Status TrainStep(int64_t step_number);
+  // Where step `step_number` sits; sets the data position, the tracer and
+  // the learning rate for it.
+  StepInfo BeginStep(int64_t step_number);
+  // The step itself through the executor; keeps its local loss sum and,
+  // with clipping or skip_nonfinite, reads its gradient norm.
+  absl::Status RunOptimizerStep(StepInfo& step);
+  // With clipping or skip_nonfinite, after each step: whether the step was
+  // left out because its gradient norm is not finite (the optimizers left
+  // the weights and their state alone, plan.h). Without skip_nonfinite
+  // that is a divergence, found at its step (not at the next log line), as
+  // the same decision on every rank (the norm is the world's); so are
+  // kMaxSkippedInARow skipped steps in a row.
+  absl::StatusOr<bool> LeaveOutNonFiniteStep(int64_t step, double norm);
+  // Rank 0 with metrics: the step's record, its loss filled in at the next
+  // sum over ranks.
+  void RecordStepMetrics(const StepInfo& step);
+  // Once per run: a step that could not be captured as a CUDA graph.
+  void ReportCaptureFailure(int64_t step);
+  // At a progress line, and with metrics at least every metrics_every
+  // steps: the world's loss sums of the steps since the last such sum (one
+  // all-reduce for all of them), checked, and the pending records written.
+  absl::Status SumLossesIfDue(const StepInfo& step);
+  // The world's loss sums of the steps up to `step` (the last one is
+  // `step`'s): a non-finite one that skip_nonfinite did not leave out stops
+  // the run on every rank alike, before anything is saved over a good
+  // checkpoint.
+  absl::Status CheckLossesFinite(int64_t step) const;
+  // The progress line, or on rank 0's terminal the live line between them.
+  void LogProgress(const StepInfo& step);
+
+  // --- Evaluation (the parameters gathered): the eval set scored, logged
+  // and recorded.
+  absl::Status EvaluateAt(const StepInfo& step);
+  void LogEvaluation(const StepInfo& step);
+
+  // --- Checkpoint.
+  // The training state after `step`: what a checkpoint written then holds.
+  TrainingState StateAfter(int64_t step) const;
+  // The checkpoint every checkpoints.every steps (and at the last), written
+  // by rank 0 (under ZeRO-1 every rank takes part in the gather), then the
+  // folder pruned. A full disk stops the run naming the newest whole one.
+  absl::Status SavePeriodicCheckpoint(const TrainingState& now);
+
+  // --- Stop.
+  // A stop signal (preemption, Ctrl-C) reaches the ranks at different
+  // steps: they agree at the next check (one small sum over ranks, which
+  // also tells every rank which signal) and stop together at that step
+  // boundary, with one checkpoint. OK when no rank was asked to stop;
+  // CANCELLED, saying where the checkpoint is, when the run stops here.
+  absl::Status StopIfAsked(const TrainingState& now);
+
+  // --- Summary, after the last step.
+  // The summary's numbers, its metrics record, the trace, the --save
+  // checkpoint and the printed summary; then the ranks leave together.
+  absl::StatusOr<TrainSummary> Finish();
+  void FillSummary();
+  void RecordSummaryMetrics();
+  // --save: the final weights and state (rank 0; every rank under ZeRO-1).
+  absl::Status SaveFinalCheckpoint();
+  void LogSummary();
+
+  // What starts a line of the log: on rank 0's terminal, the erasing of
+  // the live progress line.
+  const char* LineStart() const { return tty_ ? "\r\033[K" : ""; }
+
+  const Plan& plan_;
+  const RankContext& rank_;
+  const TrainOptions& options_;
+  std::ostringstream discard_;  // the log of ranks other than 0
+  std::ostream& log_;
+
+  // Set up by SetUpDevice.
+  std::string device_kind_;  // "cpu" or "cuda"
+  // The host communicator: host-side sums, barriers, NCCL's bootstrap.
+  std::unique_ptr<Communicator> host_comm_;
+  std::unique_ptr<Communicator> nccl_;  // CUDA: the gradients' communicator
+  std::unique_ptr<Device> device_;
+  // ZeRO-1 checkpoints: every rank's optimizer state shard, over the host
+  // communicator (the device is idle then).
+  Sharding zero_sharding_;
+  const Sharding* sharding_ = nullptr;  // &zero_sharding_ under ZeRO-1
+  std::unique_ptr<Executor> executor_;
+
+  // Set up by SetUpData.
+  std::optional<Dataset> train_data_;
+  std::optional<Dataset> eval_data_;  // none: no evaluation
+  std::unique_ptr<TrainBatchSource> batches_;
+  EvalHead eval_head_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+  int64_t total_epochs_ = 0;
+  int64_t dropped_per_epoch_ = 0;  // samples not in a full global batch
+
+  // Set up by SetUpWeights: the state the run starts from (step 0 unless
+  // resumed) and the checkpoint it was resumed from.
+  TrainingState initial_state_;
+  std::string resumed_from_;
+
+  // Installed by Run once set-up is done.
+  std::optional<StopSignalScope> stop_signals_;
+
+  // Set up by StartRun.
+  bool metrics_on_ = false;             // on every rank alike
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0's, when metrics_on_
+  // A few steps are traced (after the first, which warms caches) to
+  // measure overlap; all of them go to --trace when asked.
+  std::optional<Tracer> tracer_;
+  int64_t first_step_ = 1;
+  int64_t trace_begin_ = 1;  // the traced steps: [trace_begin_, trace_end_)
+  int64_t trace_end_ = 1;
+  std::optional<HeartbeatPulse> pulse_;
+  bool tty_ = false;  // rank 0 writes to a terminal: a live progress line
+  int64_t log_every_ = 1;  // steps between progress lines
+  // Per-step losses reach the metrics log at least this often (in steps)
+  // even when progress lines are rarer.
+  int64_t metrics_every_ = 1;
+  const Buffer* grad_sq_ = nullptr;  // clipping or skip_nonfinite
+  std::chrono::steady_clock::time_point run_start_;
+
+  // Kept by the steps.
+  TrainSummary summary_;
+  EvalResult last_eval_;
+  // Each step's local loss sum until the next sum over ranks (one
+  // all-reduce for all of them), and on rank 0 the step's other metrics.
+  std::vector<float> step_losses_;
+  std::vector<bool> step_skipped_;  // skip_nonfinite, aligned with step_losses_
+  std::vector<MetricsRecord> pending_metrics_;
+  int64_t skipped_in_a_row_ = 0;
+  double last_loss_ = NAN;        // the world's mean, at the last sum
+  double last_grad_norm_ = -1;    // at the last progress line
+  bool capture_failure_reported_ = false;
+  // The steps since the last progress line, and when that line was.
+  std::chrono::steady_clock::time_point window_start_;
+  int64_t window_steps_ = 0;
+};
+
+absl::StatusOr<TrainSummary> Trainer::Run() {
+  RETURN_IF_ERROR(SetUpDevice());
+  RETURN_IF_ERROR(SetUpData());
+  RETURN_IF_ERROR(SetUpWeights());
+  stop_signals_.emplace();
+  RETURN_IF_ERROR(StartRun());
+  for (int64_t step = first_step_; step <= total_steps_; ++step) {
+    RETURN_IF_ERROR(TrainStep(step));
+  }
+  return Finish();
+}
+
+// --- Set-up.
+
+absl::Status Trainer::SetUpDevice() {
+  if (plan_.world_size != rank_.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan is for ", plan_.world_size, " rank(s) but the job has ",
+        rank_.world_size));
+  }
+  ASSIGN_OR_RETURN(device_kind_, ResolveDevice(options_.device, rank_.world_size));
+  if (device_kind_ == "cuda" && rank_.local_rank >= CudaDeviceCount()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank_.rank, " needs GPU ", rank_.local_rank, " but this machine has ",
+        CudaDeviceCount()));
+  }
+  ASSIGN_OR_RETURN(host_comm_, CreateHostCommunicator(rank_));
+  if (device_kind_ == "cuda") {
+    ASSIGN_OR_RETURN(device_, CreateCudaDevice(rank_.local_rank));
+    ASSIGN_OR_RETURN(nccl_, CreateNcclCommunicator(rank_.rank, rank_.world_size,
+                                                   rank_.local_rank, *host_comm_));
+  } else {
+    device_ = CreateCpuDevice(options_, log_);
+  }
+  Communicator& grad_comm = nccl_ ? *nccl_ : *host_comm_;
+  zero_sharding_.rank = rank_.rank;
+  zero_sharding_.all_gather = [this](const float* mine, float* whole, int64_t count) {
+    return host_comm_->AllGather(mine, whole, count, nullptr);
+  };
+  sharding_ = plan_.zero > 0 ? &zero_sharding_ : nullptr;
+
+  ExecutorOptions exec_options;
+  exec_options.overlap = options_.overlap;
+  exec_options.capture = options_.graph;
+  executor_ = std::make_unique<Executor>(plan_, device_.get(), &grad_comm, nullptr,
+                                         exec_options);
+  return executor_->Prepare();
+}
+
+absl::Status Trainer::SetUpData() {
+  ASSIGN_OR_RETURN(train_data_, LoadTrainDataset(plan_));
+  if (options_.eval && !plan_.data.eval_paths.empty()) {
+    ASSIGN_OR_RETURN(eval_data_, LoadEvalDataset(plan_));
+  }
+  ASSIGN_OR_RETURN(batches_, TrainBatchSource::Create(&*train_data_, plan_, rank_.rank));
+  ASSIGN_OR_RETURN(eval_head_, FindEvalHead(plan_));
+  steps_per_epoch_ = batches_->steps_per_epoch();
+  total_steps_ = plan_.steps > 0 ? plan_.steps : plan_.epochs * steps_per_epoch_;
+  total_epochs_ = (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_;
+  dropped_per_epoch_ = train_data_->size() - steps_per_epoch_ * plan_.global_batch;
+  if (plan_.schedule.kind == "cosine" && plan_.schedule.warmup_steps >= total_steps_) {
+    // With `steps` the compiler warns at the setting; with epochs the step
+    // count is known only now.
+    log_ << absl::StrFormat(
+        "warning: %s: schedule = cosine(warmup = %d) is as long as the whole run of %d "
+        "steps (%d epoch(s) of %d): every step is warm-up, the last at lr * %d/%d, and "
+        "the cosine never starts\n",
+        plan_.source, plan_.schedule.warmup_steps, total_steps_, plan_.epochs,
+        steps_per_epoch_, total_steps_, plan_.schedule.warmup_steps);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SetUpWeights() {
+  if (!options_.resume.empty()) {
+    ASSIGN_OR_RETURN(resumed_from_, ResumeFrom(options_.resume, plan_, *device_, rank_.rank,
+                                               &initial_state_, log_));
+  } else if (!options_.init_from.empty()) {
+    RETURN_IF_ERROR(LoadCheckpoint(options_.init_from, plan_, *device_, &initial_state_,
+                                   /*weights_only=*/true));
+    initial_state_ = TrainingState();
+  } else {
+    RETURN_IF_ERROR(InitializeParameters(plan_, *device_));
+  }
+  RETURN_IF_ERROR(device_->Synchronize());
+  if (initial_state_.step >= total_steps_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is at step %d, and this run has %d steps: nothing to train "
+        "(raise --steps or --epochs to continue it)",
+        resumed_from_, initial_state_.step, total_steps_));
+  }
+  if (plan_.checkpoints.every > 0 && rank_.rank == 0) {
+    RETURN_IF_ERROR(PrepareCheckpointFolder(plan_.checkpoints.dir));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::StartRun() {
+  LogRunHeader();
+  RETURN_IF_ERROR(OpenMetricsLog());
+  tracer_.emplace(rank_.rank, rank_.job_start_ns ? rank_.job_start_ns : TraceClockNs());
+  first_step_ = initial_state_.step + 1;
+  trace_begin_ = total_steps_ - first_step_ >= 2 ? first_step_ + 1 : first_step_;
+  trace_end_ = trace_begin_ + std::max<int64_t>(1, options_.trace_steps);
+  pulse_.emplace(Heartbeat::FromEnvironment());
+  tty_ = isatty(STDOUT_FILENO) && rank_.rank == 0;
+  log_every_ = options_.log_every > 0
+                   ? options_.log_every
+                   : std::max<int64_t>(1, std::min<int64_t>(steps_per_epoch_ / 5, 200));
+  summary_.arena_bytes = plan_.arena_bytes;
+  metrics_every_ = std::min<int64_t>(log_every_, 20);
+  for (const Buffer& b : plan_.buffers) {
+    if (b.kind == BufferKind::kStepScalar && b.name == "grad_sq") grad_sq_ = &b;
+  }
+  run_start_ = std::chrono::steady_clock::now();
+  window_start_ = run_start_;
+  return absl::OkStatus();
+}
+
+void Trainer::LogRunHeader() {
+  log_ << absl::StrFormat(
+      "training %s on %d %s rank(s): global_batch %d = %d x %d micro_batch x "
+      "%d accumulate | %d steps (%d/epoch, %d samples dropped per epoch) | "
+      "arena %s per rank\n",
+      plan_.model, plan_.world_size, device_kind_, plan_.global_batch,
+      plan_.world_size, plan_.micro_batch, plan_.accumulate, total_steps_,
+      steps_per_epoch_, dropped_per_epoch_, FormatBytes(plan_.arena_bytes));
+  if (initial_state_.step > 0) {
+    log_ << absl::StrFormat("resumed from %s at step %d (epoch %d, step %d)\n",
+                            resumed_from_, initial_state_.step, initial_state_.epoch + 1,
+                            initial_state_.step_in_epoch);
+  }
+}
+
+absl::Status Trainer::OpenMetricsLog() {
+  metrics_on_ = !options_.metrics_path.empty() || !options_.tensorboard_dir.empty();
+  if (!metrics_on_ || rank_.rank != 0) return absl::OkStatus();
+  MetricsLogOptions metrics_options;
+  metrics_options.jsonl_path = options_.metrics_path;
+  metrics_options.tensorboard_dir = options_.tensorboard_dir;
+  metrics_options.append = initial_state_.step > 0;  // a resumed run continues its log
+  ASSIGN_OR_RETURN(metrics_, MetricsLog::Open(metrics_options));
+  WriteMetrics(*metrics_, log_,
+               RunRecord(plan_, device_kind_, total_steps_, steps_per_epoch_,
+                         initial_state_.step + 1));
+  return absl::OkStatus();
+}
+
+// --- Step.
+
+absl::Status Trainer::TrainStep(int64_t step_number) {
+  StepInfo step = BeginStep(step_number);
+  RETURN_IF_ERROR(RunOptimizerStep(step));
+  if (metrics_) RecordStepMetrics(step);
+  ReportCaptureFailure(step.number);
+  ++window_steps_;
+  RETURN_IF_ERROR(SumLossesIfDue(step));
+  LogProgress(step);
+
+  const bool eval_due =
+      eval_data_.has_value() &&
+      (step.epoch_end || step.last ||
+       (options_.eval_every > 0 && step.number % options_.eval_every == 0));
+  const CheckpointConfig& periodic = plan_.checkpoints;
+  const bool checkpoint_due =
+      periodic.every > 0 && (step.number % periodic.every == 0 || step.last);
+  // ZeRO-1 with zero_gather = next_forward: the parameters are whole
+  // only after this (a no-op otherwise); every rank gets here together.
+  if (eval_due || checkpoint_due) RETURN_IF_ERROR(executor_->GatherParameters());
+  if (eval_due) RETURN_IF_ERROR(EvaluateAt(step));
+
+  const TrainingState now = StateAfter(step.number);
+  if (checkpoint_due && (rank_.rank == 0 || plan_.zero > 0)) {
+    RETURN_IF_ERROR(SavePeriodicCheckpoint(now));
+  }
+  // A stop signal is looked for after every step of a one-rank run, and
+  // every kStopCheckSteps steps (a sum over ranks) of a larger one; never
+  // after the last step, which ends the run anyway.
+  if (!step.last && (plan_.world_size == 1 || step.number % kStopCheckSteps == 0)) {
+    RETURN_IF_ERROR(StopIfAsked(now));
+  }
+  return absl::OkStatus();
+}
+
+StepInfo Trainer::BeginStep(int64_t step_number) {
+  StepInfo step;
+  step.number = step_number;
+  step.epoch = (step_number - 1) / steps_per_epoch_;
+  step.in_epoch = (step_number - 1) % steps_per_epoch_;
+  step.epoch_end = step.in_epoch == steps_per_epoch_ - 1;
+  step.last = step_number == total_steps_;
+  step.progress_line = step_number % log_every_ == 0 || step.last || step.epoch_end;
+  step.start = std::chrono::steady_clock::now();
+  batches_->SetPosition(step.epoch, step.in_epoch);
+  step.traced = step_number >= trace_begin_ && step_number < trace_end_;
+  executor_->set_tracer(step.traced ? &*tracer_ : nullptr);
+  step.lr = LearningRateAt(plan_.schedule, plan_.optimizer.lr, step_number,
+                           plan_.schedule.total_steps > 0 ? plan_.schedule.total_steps
+                                                          : total_steps_);
+  return step;
+}
+
+absl::Status Trainer::RunOptimizerStep(StepInfo& step) {
+  StepState step_state;
+  step_state.step = step.number;
+  step_state.lr = step.lr;
+  ASSIGN_OR_RETURN(const double loss_sum, executor_->RunStep(step_state, *batches_));
+  ++summary_.steps;
+  step_losses_.push_back(static_cast<float>(loss_sum));
+  bool skipped = false;
+  if (grad_sq_ != nullptr) {
+    // Read from the device once per step (4 bytes, after the step's own
+    // synchronisation) to tell a non-finite step at once.
+    float sq = 0;
+    RETURN_IF_ERROR(device_->Download(grad_sq_->offset, &sq, sizeof(sq)));
+    step.grad_norm = std::sqrt(static_cast<double>(sq));
+    ASSIGN_OR_RETURN(skipped, LeaveOutNonFiniteStep(step.number, step.grad_norm));
+  }
+  step_skipped_.push_back(skipped);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Trainer::LeaveOutNonFiniteStep(int64_t step, double norm) {
+  if (std::isfinite(norm)) {
+    skipped_in_a_row_ = 0;
+    return false;
+  }
+  if (!plan_.skip_nonfinite) {
+    return absl::DataLossError(absl::StrFormat(
+        "step %d: the gradient norm is %s%s: training diverged; stopping "
+        "without saving (skip_nonfinite = true leaves such steps out)",
+        step, std::isnan(norm) ? "nan" : "inf", FirstNonFiniteGradient(plan_, *device_)));
+  }
+  const int64_t skipped = ++summary_.skipped_steps;  // this one included
+  if (++skipped_in_a_row_ >= kMaxSkippedInARow) {
+    return absl::DataLossError(absl::StrFormat(
+        "step %d: %d steps in a row had a non-finite gradient (skip_nonfinite "
+        "left them out)%s: training diverged; stopping without saving",
+        step, skipped_in_a_row_, FirstNonFiniteGradient(plan_, *device_)));
+  }
+  if (skipped <= 10 || skipped % 100 == 0) {
+    log_ << absl::StrFormat(
+                "%sstep %d: gradient norm %s: step skipped, weights unchanged "
+                "(skip_nonfinite; %d so far)%s\n",
+                LineStart(), step, std::isnan(norm) ? "nan" : "inf", skipped,
+                skipped == 10 ? "; reporting every 100th from now" : "")
+         << std::flush;
+  }
+  return true;
+}
+
+void Trainer::RecordStepMetrics(const StepInfo& step) {
+  const double ms = Seconds(std::chrono::steady_clock::now() - step.start) * 1e3;
+  MetricsRecord r{"train", step.number, UnixSeconds()};
+  r.info = {{"epoch", step.epoch + 1}};
+  r.scalars = {{"loss", NAN},  // known at the next sum over ranks
+               {"lr", step.lr},
+               {"step_ms", ms},
+               {"samples_per_s", plan_.global_batch / (ms / 1e3)}};
+  if (plan_.loss_terms > 1) {
+    r.scalars.emplace_back("tokens_per_s", plan_.global_batch * plan_.loss_terms / (ms / 1e3));
+  }
+  if (grad_sq_ != nullptr) r.scalars.emplace_back("grad_norm", step.grad_norm);
+  if (step.traced && plan_.world_size > 1) {
+    // This rank's all-reduce time in the step and how much of it no
+    // compute hid.
+    std::vector<TraceSpan> spans;
+    for (const TraceSpan& span : tracer_->spans()) {
+      if (span.step == step.number) spans.push_back(span);
+    }
+    const OverlapStats o = ComputeOverlap(spans);
+    if (o.comm_ns > 0) {
+      r.scalars.emplace_back("allreduce_ms", o.comm_ns / 1e6);
+      r.scalars.emplace_back("exposed_comm_ms", (o.comm_ns - o.hidden_ns) / 1e6);
+    }
+  }
+  pending_metrics_.push_back(std::move(r));
+}
+
+void Trainer::ReportCaptureFailure(int64_t step) {
+  if (executor_->capture().failure.empty() || capture_failure_reported_) return;
+  log_ << absl::StrFormat(
+      "%swarning: step %d could not be captured as a CUDA graph (%s); "
+      "every step runs eagerly\n",
+      LineStart(), step, executor_->capture().failure);
+  capture_failure_reported_ = true;
+}
+
+absl::Status Trainer::SumLossesIfDue(const StepInfo& step) {
+  if (!step.progress_line && !(metrics_on_ && step.number % metrics_every_ == 0)) {
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(SumOverRanks(*host_comm_, &step_losses_));
+  RETURN_IF_ERROR(CheckLossesFinite(step.number));
+  const double terms = static_cast<double>(plan_.global_batch) * plan_.loss_terms;
+  last_loss_ = step_losses_.back() / terms;
+  for (size_t i = 0; i < pending_metrics_.size(); ++i) {
+    pending_metrics_[i].scalars[0].second = step_losses_[i] / terms;
+    WriteMetrics(*metrics_, log_, pending_metrics_[i]);
+  }
+  step_losses_.clear();
+  step_skipped_.clear();
+  pending_metrics_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CheckLossesFinite(int64_t step) const {
+  const std::vector<float>& losses = step_losses_;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    if (std::isfinite(losses[i]) || step_skipped_[i]) continue;
+    const int64_t bad = step - static_cast<int64_t>(losses.size()) + 1 + static_cast<int64_t>(i);
+    return absl::DataLossError(absl::StrFormat(
+        "step %d: the loss is %s%s: training diverged; stopping without "
+        "saving (lower the learning rate, set clip_grad_norm, or "
+        "skip_nonfinite = true to leave such steps out)",
+        bad, std::isnan(losses[i]) ? "nan" : losses[i] > 0 ? "inf" : "-inf",
+        FirstNonFiniteGradient(plan_, *device_)));
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::LogProgress(const StepInfo& step) {
+  if (!step.progress_line && !tty_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double step_ms = Seconds(now - window_start_) / window_steps_ * 1e3;
+  const std::string eta = FormatDuration(step_ms / 1e3 * (total_steps_ - step.number));
+  if (!step.progress_line) {  // rank 0's terminal: redraw the live line
+    log_ << absl::StrFormat("\r\033[Kstep %d/%d | eta %s", step.number, total_steps_, eta)
+         << std::flush;
+    return;
+  }
+  std::string norm;
+  if (grad_sq_ != nullptr) {
+    last_grad_norm_ = step.grad_norm;
+    norm = absl::StrFormat(" | grad norm %.3g", last_grad_norm_);
+  }
+  // Language models also count tokens (loss terms) per second.
+  const std::string tokens =
+      plan_.loss_terms > 1
+          ? absl::StrCat(" | ",
+                         FormatRate(plan_.global_batch * plan_.loss_terms / (step_ms / 1e3)),
+                         " tokens/s")
+          : "";
+  // Flushed: under the launcher stdout is a pipe or a file, and a long
+  // run's progress must show as it happens.
+  log_ << absl::StrFormat(
+              "%sstep %d/%d | epoch %d/%d | loss %.4f%s | %.2f ms/step | %s "
+              "samples/s%s | eta %s\n",
+              LineStart(), step.number, total_steps_, step.epoch + 1, total_epochs_,
+              last_loss_, norm, step_ms, FormatRate(plan_.global_batch / (step_ms / 1e3)),
+              tokens, eta)
+       << std::flush;
+  window_start_ = now;
+  window_steps_ = 0;
+}
+
+// --- Evaluation.
+
+absl::Status Trainer::EvaluateAt(const StepInfo& step) {
+  ASSIGN_OR_RETURN(last_eval_, Evaluate(plan_, *executor_, *device_, *host_comm_,
+                                        *eval_data_, eval_head_));
+  LogEvaluation(step);
+  if (!metrics_) return absl::OkStatus();
+  const bool language_model = eval_head_.rows_per_example > 1;
+  MetricsRecord r{"eval", step.number, UnixSeconds()};
+  r.info = {{"epoch", step.epoch + 1},
+            {language_model ? "tokens" : "examples", last_eval_.examples}};
+  r.scalars = {{"loss", last_eval_.loss}};
+  if (eval_head_.classification) r.scalars.emplace_back("accuracy", last_eval_.accuracy);
+  if (language_model && plan_.data.format == "text") {
+    r.scalars.emplace_back("bits_per_byte", last_eval_.loss / std::log(2.0));
+  }
+  WriteMetrics(*metrics_, log_, r);
+  return absl::OkStatus();
+}
+
+void Trainer::LogEvaluation(const StepInfo& step) {
+  // "eval epoch 3" at an epoch's end, "eval step 200 (epoch 1)" between.
+  const std::string when =
+      step.epoch_end || step.last
+          ? absl::StrCat("epoch ", step.epoch + 1)
+          : absl::StrCat("step ", step.number, " (epoch ", step.epoch + 1, ")");
+  if (eval_head_.classification && eval_head_.rows_per_example > 1) {
+    // A language model: the loss is per token; on bytes it is also bits
+    // per byte (nats / ln 2).
+    log_ << absl::StrFormat(
+        "%seval %s | loss %.4f%s | next-token accuracy %.2f%% (%d tokens)\n",
+        LineStart(), when, last_eval_.loss,
+        plan_.data.format == "text"
+            ? absl::StrFormat(" | %.3f bits/byte", last_eval_.loss / std::log(2.0))
+            : "",
+        100 * last_eval_.accuracy, last_eval_.examples);
+  } else if (eval_head_.classification) {
+    log_ << absl::StrFormat("%seval %s | loss %.4f | accuracy %.2f%% (%d examples)\n",
+                            LineStart(), when, last_eval_.loss, 100 * last_eval_.accuracy,
+                            last_eval_.examples);
+  } else {
+    log_ << absl::StrFormat("%seval %s | loss %.5f (%d examples)\n", LineStart(), when,
+                            last_eval_.loss, last_eval_.examples);
+  }
+  log_ << std::flush;
+}
+
+// --- Checkpoint.
+
+TrainingState Trainer::StateAfter(int64_t step) const {
+  TrainingState state;
+  state.step = step;
+  state.epoch = step / steps_per_epoch_;
+  state.step_in_epoch = step % steps_per_epoch_;
+  return state;
+}
+
+absl::Status Trainer::SavePeriodicCheckpoint(const TrainingState& now) {
+  const CheckpointConfig& periodic = plan_.checkpoints;
+  const std::string path = CheckpointPath(periodic.dir, now.step);
+  absl::Status saved = SaveCheckpoint(path, plan_, *device_, now, sharding_);
+  if (rank_.rank != 0) return saved;  // ZeRO-1: this rank's part of the gather
+  if (!saved.ok()) {
+    // A full disk: the writes were temporary files, now gone; the
+    // checkpoints already there are whole.
+    absl::StatusOr<std::vector<std::string>> kept = CheckpointsNewestFirst(periodic.dir);
+    return absl::Status(saved.code(), absl::StrCat(
+        "step ", now.step, ": checkpoint not written: ", saved.message(), "; ",
+        kept.ok() && !kept->empty()
+            ? absl::StrCat("the newest whole one is ", kept->front(),
+                           " (continue with --resume ", periodic.dir, ")")
+            : std::string("no earlier checkpoint")));
+  }
+  RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
+  log_ << absl::StrFormat("%scheckpoint %s\n", LineStart(), path) << std::flush;
+  return absl::OkStatus();
+}
+
+// --- Stop.
+
+absl::Status Trainer::StopIfAsked(const TrainingState& now) {
+  constexpr std::array<int, 3> kStops = {SIGINT, SIGTERM, SIGHUP};
+  std::vector<float> stop(kStops.size(), 0.0f);
+  for (size_t k = 0; k < kStops.size(); ++k) stop[k] = g_stop_signal == kStops[k];
+  RETURN_IF_ERROR(SumOverRanks(*host_comm_, &stop));
+  for (size_t k = 0; k < kStops.size() && g_agreed_stop_signal == 0; ++k) {
+    if (stop[k] > 0) g_agreed_stop_signal = kStops[k];
+  }
+  if (g_agreed_stop_signal == 0) return absl::OkStatus();
+  const CheckpointConfig& periodic = plan_.checkpoints;
+  RETURN_IF_ERROR(executor_->GatherParameters());
+  const std::string path = StopCheckpointPath(plan_, options_, now.step);
+  const bool written = periodic.every > 0 && now.step % periodic.every == 0;
+  if (!written && rank_.rank != 0 && plan_.zero > 0) {
+    RETURN_IF_ERROR(SaveCheckpoint(path, plan_, *device_, now, sharding_));
+  }
+  if (rank_.rank == 0) {
+    if (!written) {
+      const std::string folder = std::filesystem::path(path).parent_path().string();
+      RETURN_IF_ERROR(PrepareCheckpointFolder(folder.empty() ? "." : folder));
+      RETURN_IF_ERROR(SaveCheckpoint(path, plan_, *device_, now, sharding_));
+    }
+    if (periodic.every > 0) RETURN_IF_ERROR(PruneCheckpoints(periodic.dir, periodic.keep));
+  }
+  RETURN_IF_ERROR(host_comm_->Barrier());
+  const int sig = g_agreed_stop_signal;
+  return absl::CancelledError(absl::StrFormat(
+      "stopped at step %d of %d (%s, signal %d on %s); checkpoint %s; "
+      "continue with --resume %s",
+      now.step, total_steps_, strsignal(sig), sig,
+      g_stop_signal != 0 ? "this rank" : "another rank", path,
+      periodic.every > 0 ? periodic.dir : path));
+}
+
+// --- Summary.
+
+absl::StatusOr<TrainSummary> Trainer::Finish() {
+  FillSummary();
+  if (metrics_) RecordSummaryMetrics();
+  if (!options_.trace_path.empty()) {
+    RETURN_IF_ERROR(WriteTrace(plan_, rank_, *tracer_, *host_comm_, options_.trace_path));
+    log_ << "trace: " << options_.trace_path << " (" << tracer_->steps_traced()
+         << " steps; open in https://ui.perfetto.dev or tools/viz)\n";
+  }
+  if (!options_.save_path.empty()) RETURN_IF_ERROR(SaveFinalCheckpoint());
+  LogSummary();
+  // The ranks leave together, after rank 0's --save: one that closed its
+  // sockets while a peer was still finishing the last collective would
+  // fail that peer's run.
+  if (plan_.world_size > 1) RETURN_IF_ERROR(host_comm_->Barrier());
+  return summary_;
+}
+
+void Trainer::FillSummary() {
+  summary_.seconds = Seconds(std::chrono::steady_clock::now() - run_start_);
+  summary_.final_step = std::max(initial_state_.step, total_steps_);
+  summary_.samples_per_second =
+      summary_.seconds > 0 ? summary_.steps * plan_.global_batch / summary_.seconds : 0;
+  summary_.final_loss = last_loss_;
+  summary_.grad_norm = last_grad_norm_;
+  summary_.replayed_steps = executor_->capture().replayed_steps;
+  summary_.eval_accuracy = last_eval_.accuracy;
+  summary_.eval_loss = eval_data_ ? last_eval_.loss : -1;
+  const OverlapStats overlap = ComputeOverlap(tracer_->spans());
+  if (overlap.steps > 0) {
+    summary_.allreduce_ms = overlap.comm_ns / 1e6 / overlap.steps;
+    summary_.hidden_fraction = overlap.hidden_fraction();
+  }
+}
+
+void Trainer::RecordSummaryMetrics() {
+  MetricsRecord r{"summary", summary_.final_step, UnixSeconds()};
+  r.info = {{"steps", summary_.steps},
+            {"seconds", summary_.seconds},
+            {"samples_per_s", summary_.samples_per_second},
+            {"final_loss", summary_.final_loss}};
+  if (eval_data_) r.info.emplace_back("eval_loss", summary_.eval_loss);
+  if (summary_.eval_accuracy >= 0) {
+    r.info.emplace_back("eval_accuracy", summary_.eval_accuracy);
+  }
+  if (summary_.hidden_fraction >= 0 && plan_.world_size > 1) {
+    r.info.emplace_back("allreduce_ms", summary_.allreduce_ms);
+    r.info.emplace_back("hidden_fraction", summary_.hidden_fraction);
+  }
+  WriteMetrics(*metrics_, log_, r);
+  if (!metrics_->jsonl_path().empty()) log_ << "metrics: " << metrics_->jsonl_path() << "\n";
+  if (!metrics_->tensorboard_path().empty()) {
+    log_ << "tensorboard: " << metrics_->tensorboard_path()
+         << " (tensorboard --logdir " << options_.tensorboard_dir << ")\n";
+  }
+}
+
+absl::Status Trainer::SaveFinalCheckpoint() {
+  RETURN_IF_ERROR(executor_->GatherParameters());
+  const TrainingState out = StateAfter(summary_.final_step);
+  if (rank_.rank == 0 || plan_.zero > 0) {
+    RETURN_IF_ERROR(SaveCheckpoint(options_.save_path, plan_, *device_, out, sharding_));
+  }
+  if (rank_.rank == 0) {
+    log_ << "checkpoint: " << options_.save_path << " (step " << out.step << ")\n";
+  }
+  // The other ranks wait for this write at Finish's barrier.
+  return absl::OkStatus();
+}
+
+void Trainer::LogSummary() {
+  log_ << "\nsummary\n";
+  log_ << absl::StrFormat("  steps           %d (to step %d), %s\n", summary_.steps,
+                          summary_.final_step, FormatDuration(summary_.seconds));
+  log_ << absl::StrFormat("  throughput      %s samples/s, %.2f ms/step\n",
+                          FormatRate(summary_.samples_per_second),
+                          summary_.steps ? summary_.seconds * 1e3 / summary_.steps : 0.0);
+  log_ << absl::StrFormat("  final loss      %.4f\n", summary_.final_loss);
+  if (summary_.grad_norm >= 0) {
+    log_ << absl::StrFormat("  grad norm       %.4g (last step, before clipping to %g)\n",
+                            summary_.grad_norm, plan_.clip_grad_norm);
+  }
+  if (summary_.eval_accuracy >= 0) {
+    log_ << absl::StrFormat("  eval accuracy   %.2f%% (eval loss %.4f)\n",
+                            100 * summary_.eval_accuracy, summary_.eval_loss);
+  } else if (summary_.eval_loss >= 0) {
+    log_ << absl::StrFormat("  eval loss       %.5f\n", summary_.eval_loss);
+  }
+  log_ << absl::StrFormat("  arena           %s per rank (%s without reuse)\n",
+                          FormatBytes(plan_.arena_bytes),
+                          FormatBytes(plan_.memory.unshared_bytes));
+  if (device_->SupportsCapture()) {
+    const CaptureInfo& capture = executor_->capture();
+    if (capture.replayed_steps > 0) {
+      log_ << absl::StrFormat(
+          "  cuda graph      %d of %d steps replayed (captured at step %d)\n",
+          capture.replayed_steps, summary_.steps, capture.captured_step);
+    } else {
+      log_ << absl::StrFormat("  cuda graph      not used: %s\n",
+                              !capture.failure.empty() ? capture.failure
+                              : !capture.unavailable.empty()
+                                  ? capture.unavailable
+                                  : "no untraced step after the warm-up step");
+    }
+  }
+  if (summary_.hidden_fraction >= 0 && plan_.world_size > 1) {
+    log_ << absl::StrFormat(
+        "  all-reduce      %.3f ms/step, %.0f%% hidden behind backward (%s)\n",
+        summary_.allreduce_ms, 100 * summary_.hidden_fraction,
+        options_.overlap ? "overlap on" : "overlap off");
+  }
+  if (dropped_per_epoch_ > 0) {
+    log_ << absl::StrFormat(
+        "  drop_last       %d samples per epoch not in a full global batch\n",
+        dropped_per_epoch_);
+  }
+  if (plan_.skip_nonfinite) {
+    log_ << absl::StrFormat("  skipped         %d step(s) with a non-finite gradient\n",
+                            summary_.skipped_steps);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                        const RankContext& rank,
                                        const TrainOptions& options,
-                                       std::ostream& log_stream) {
-  std::ostringstream discard;
-  std::ostream& log = rank.rank == 0 ? log_stream : discard;
-  if (plan.world_size != rank.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the plan is for ", plan.world_size, " rank(s) but the job has ",
-        rank.world_size));
-  }
-  ASSIGN_OR_RETURN(const std::string device_kind,
-                   ResolveDevice(options.device, rank.world_size));
-  if (device_kind == "cuda" && rank.local_rank >= CudaDeviceCount()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank.rank, " needs GPU ", rank.local_rank, " but this machine has ",
-        CudaDeviceCount()));
-  }
-
-  // Communicators: the host one (host-side sums, barriers, NCCL's
-  // bootstrap); on CUDA NCCL carries the gradients.
-  ASSIGN_OR_RETURN(std::unique_ptr<Communicator> host_comm, CreateHostCommunicator(rank));
-  std::unique_ptr<Communicator> nccl;
-  std::unique_ptr<Device> device;
-  if (device_kind == "cuda") {
-    ASSIGN_OR_RETURN(device, CreateCudaDevice(rank.local_rank));
-    ASSIGN_OR_RETURN(nccl, CreateNcclCommunicator(rank.rank, rank.world_size,
-                                                  rank.local_rank, *host_comm));
-  } else {
-    device = CreateCpuDevice(options, log);
-  }
-  Communicator& grad_comm = nccl ? *nccl : *host_comm;
-  // ZeRO-1 checkpoints: every rank's optimizer state shard, over the host
-  // communicator (the device is idle then).
-  Sharding zero_sharding;
-  zero_sharding.rank = rank.rank;
-  zero_sharding.all_gather = [&host_comm](const float* mine, float* whole,
-                                          int64_t count) {
-    return host_comm->AllGather(mine, whole, count, nullptr);
-  };
-  const Sharding* sharding = plan.zero > 0 ? &zero_sharding : nullptr;
-
-  ExecutorOptions exec_options;
-  exec_options.overlap = options.overlap;
-  exec_options.capture = options.graph;
-  Executor executor(plan, device.get(), &grad_comm, nullptr, exec_options);
-  RETURN_IF_ERROR(executor.Prepare());
-
-  // Data.
-  ASSIGN_OR_RETURN(Dataset train, LoadTrainDataset(plan));
-  std::optional<Dataset> eval;
-  if (options.eval && !plan.data.eval_paths.empty()) {
-    ASSIGN_OR_RETURN(eval, LoadEvalDataset(plan));
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<TrainBatchSource> batches,
-                   TrainBatchSource::Create(&train, plan, rank.rank));
-  ASSIGN_OR_RETURN(EvalHead head, FindEvalHead(plan));
-  const int64_t steps_per_epoch = batches->steps_per_epoch();
-  const int64_t total_steps =
-      plan.steps > 0 ? plan.steps : plan.epochs * steps_per_epoch;
-  const int64_t total_epochs =
-      (total_steps + steps_per_epoch - 1) / steps_per_epoch;
-  const int64_t dropped = train.size() - steps_per_epoch * plan.global_batch;
-  if (plan.schedule.kind == "cosine" && plan.schedule.warmup_steps >= total_steps) {
-    // With `steps` the compiler warns at the setting; with epochs the step
-    // count is known only now.
-    log << absl::StrFormat(
-        "warning: %s: schedule = cosine(warmup = %d) is as long as the whole run of %d "
-        "steps (%d epoch(s) of %d): every step is warm-up, the last at lr * %d/%d, and "
-        "the cosine never starts\n",
-        plan.source, plan.schedule.warmup_steps, total_steps, plan.epochs, steps_per_epoch,
-        total_steps, plan.schedule.warmup_steps);
-  }
-
-  // Weights.
-  TrainingState state;
-  std::string resumed_from;
-  if (!options.resume.empty()) {
-    ASSIGN_OR_RETURN(resumed_from,
-                     ResumeFrom(options.resume, plan, *device, rank.rank, &state, log));
-  } else if (!options.init_from.empty()) {
-    RETURN_IF_ERROR(LoadCheckpoint(options.init_from, plan, *device, &state,
-                                   /*weights_only=*/true));
-    state = TrainingState();
-  } else {
-    RETURN_IF_ERROR(InitializeParameters(plan, *device));
-  }
-  RETURN_IF_ERROR(device->Synchronize());
-  if (state.step >= total_steps) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s is at step %d, and this run has %d steps: nothing to train "
-        "(raise --steps or --epochs to continue it)",
-        resumed_from, state.step, total_steps));
-  }
-  if (plan.checkpoints.every > 0 && rank.rank == 0) {
-    RETURN_IF_ERROR(PrepareCheckpointFolder(plan.checkpoints.dir));
-  }
-  const StopSignalScope stop_signals;
-
-  log << absl::StrFormat(
-      "training %s on %d %s rank(s): global_batch %d = %d x %d micro_batch x "
-      "%d accumulate | %d steps (%d/epoch, %d samples dropped per epoch) | "
-      "arena %s per rank\n",
-      plan.model, plan.world_size, device_kind, plan.global_batch,
-      plan.world_size, plan.micro_batch, plan.accumulate, total_steps,
-      steps_per_epoch, dropped, FormatBytes(plan.arena_bytes));
-  if (state.step > 0) {
-    log << absl::StrFormat("resumed from %s at step %d (epoch %d, step %d)\n",
-                           resumed_from, state.step, state.epoch + 1,
-                           state.step_in_epoch);
-  }
-
-  // The metrics log (rank 0). Whether there is one is the same on every
-  // rank (one command line), and so is the schedule of loss sums it adds.
-  const bool metrics_on =
-      !options.metrics_path.empty() || !options.tensorboard_dir.empty();
-  std::unique_ptr<MetricsLog> metrics;
-  if (metrics_on && rank.rank == 0) {
-    MetricsLogOptions metrics_options;
-    metrics_options.jsonl_path = options.metrics_path;
-    metrics_options.tensorboard_dir = options.tensorboard_dir;
-    metrics_options.append = state.step > 0;  // a resumed run continues its log
-    ASSIGN_OR_RETURN(metrics, MetricsLog::Open(metrics_options));
-    WriteMetrics(*metrics, log,
-                 RunRecord(plan, device_kind, total_steps, steps_per_epoch, state.step + 1));
-  }
-
-  // A few steps are traced (after the first, which warms caches) to measure
-  // overlap; all of them go to --trace when asked.
-  Tracer tracer(rank.rank, rank.job_start_ns ? rank.job_start_ns : TraceClockNs());
-  const int64_t first_step = state.step + 1;
-  const int64_t trace_begin =
-      total_steps - first_step >= 2 ? first_step + 1 : first_step;
-  const int64_t trace_end = trace_begin + std::max<int64_t>(1, options.trace_steps);
-
-  // The launcher's watchdog hears from a pulse thread rather than from the
-  // step loop: a rank blocked in a collective because a peer froze is alive
-  // and must not be the one blamed. So silence means this process itself
-  // is frozen or gone; a rank whose loop is stuck while the process lives
-  // is caught by its peers' communicator timeout instead.
-  Heartbeat heartbeat = Heartbeat::FromEnvironment();
-  absl::Notification stop_pulse;
-  std::thread pulse;
-  if (heartbeat.enabled()) {
-    pulse = std::thread([&heartbeat, &stop_pulse] {
-      do {
-        heartbeat.Beat();
-      } while (!stop_pulse.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
-    });
-  }
-  struct JoinPulse {
-    absl::Notification& stop;
-    std::thread& thread;
-    ~JoinPulse() {
-      if (!thread.joinable()) return;
-      stop.Notify();
-      thread.join();
-    }
-  } join_pulse{stop_pulse, pulse};
-  const bool tty = isatty(STDOUT_FILENO) && rank.rank == 0;
-  const int64_t log_every =
-      options.log_every > 0
-          ? options.log_every
-          : std::max<int64_t>(1, std::min<int64_t>(steps_per_epoch / 5, 200));
-  TrainSummary summary;
-  summary.arena_bytes = plan.arena_bytes;
-  EvalResult last_eval;
-  // Each step's local loss sum until the next sum over ranks (one
-  // all-reduce for all of them), and on rank 0 the step's other metrics.
-  std::vector<float> step_losses;
-  std::vector<bool> step_skipped;  // skip_nonfinite, aligned with step_losses
-  int64_t skipped_in_a_row = 0;
-  std::vector<MetricsRecord> pending;
-  // Per-step losses reach the metrics log at least this often (in steps)
-  // even when progress lines are rarer.
-  const int64_t metrics_every = std::min<int64_t>(log_every, 20);
-  double last_loss = NAN;
-  double last_grad_norm = -1;
-  const Buffer* grad_sq = nullptr;
-  for (const Buffer& b : plan.buffers) {
-    if (b.kind == BufferKind::kStepScalar && b.name == "grad_sq") grad_sq = &b;
-  }
-  bool capture_failure_reported = false;
-  const auto start = std::chrono::steady_clock::now();
-  auto window_start = start;
-  int64_t window_steps = 0;
-
-  for (int64_t step = first_step; step <= total_steps; ++step) {
-    const int64_t epoch = (step - 1) / steps_per_epoch;
-    const int64_t in_epoch = (step - 1) % steps_per_epoch;
-    const auto step_start = std::chrono::steady_clock::now();
-    batches->SetPosition(epoch, in_epoch);
-    const bool traced = step >= trace_begin && step < trace_end;
-    executor.set_tracer(traced ? &tracer : nullptr);
-    StepState step_state;
-    step_state.step = step;
-    step_state.lr = LearningRateAt(plan.schedule, plan.optimizer.lr, step,
-                                   plan.schedule.total_steps > 0
-                                       ? plan.schedule.total_steps
-                                       : total_steps);
-    ASSIGN_OR_RETURN(double loss_sum, executor.RunStep(step_state, *batches));
-    ++summary.steps;
-    step_losses.push_back(static_cast<float>(loss_sum));
-    // With clipping or skip_nonfinite, the step's global gradient norm (the
-    // same on every rank: it is computed from the reduced gradient), read
-    // from the device once per step (4 bytes, after the step's own
-    // synchronisation) to tell a non-finite step at once.
-    std::optional<double> step_grad_norm;
-    auto grad_norm = [&]() -> absl::StatusOr<double> {
-      if (!step_grad_norm) {
-        float sq = 0;
-        RETURN_IF_ERROR(device->Download(grad_sq->offset, &sq, sizeof(sq)));
-        step_grad_norm = std::sqrt(static_cast<double>(sq));
-      }
-      return *step_grad_norm;
-    };
-    bool skipped = false;
-    if (grad_sq != nullptr) {
-      ASSIGN_OR_RETURN(const double norm, grad_norm());
-      ASSIGN_OR_RETURN(skipped, LeaveOutNonFiniteStep(plan, *device, step, norm, tty,
-                                                      &summary.skipped_steps,
-                                                      &skipped_in_a_row, log));
-    }
-    step_skipped.push_back(skipped);
-    if (metrics) {
-      const double ms = Seconds(std::chrono::steady_clock::now() - step_start) * 1e3;
-      MetricsRecord r{"train", step, UnixSeconds()};
-      r.info = {{"epoch", epoch + 1}};
-      r.scalars = {{"loss", NAN},  // known at the next sum over ranks
-                   {"lr", step_state.lr},
-                   {"step_ms", ms},
-                   {"samples_per_s", plan.global_batch / (ms / 1e3)}};
-      if (plan.loss_terms > 1) {
-        r.scalars.emplace_back("tokens_per_s",
-                               plan.global_batch * plan.loss_terms / (ms / 1e3));
-      }
-      if (grad_sq != nullptr) {
-        ASSIGN_OR_RETURN(const double norm, grad_norm());
-        r.scalars.emplace_back("grad_norm", norm);
-      }
-      if (traced && plan.world_size > 1) {
-        // This rank's all-reduce time in the step and how much of it no
-        // compute hid.
-        std::vector<TraceSpan> spans;
-        for (const TraceSpan& span : tracer.spans()) {
-          if (span.step == step) spans.push_back(span);
-        }
-        const OverlapStats o = ComputeOverlap(spans);
-        if (o.comm_ns > 0) {
-          r.scalars.emplace_back("allreduce_ms", o.comm_ns / 1e6);
-          r.scalars.emplace_back("exposed_comm_ms", (o.comm_ns - o.hidden_ns) / 1e6);
-        }
-      }
-      pending.push_back(std::move(r));
-    }
-    if (!executor.capture().failure.empty() && !capture_failure_reported) {
-      log << absl::StrFormat(
-          "%swarning: step %d could not be captured as a CUDA graph (%s); "
-          "every step runs eagerly\n",
-          tty ? "\r\033[K" : "", step, executor.capture().failure);
-      capture_failure_reported = true;
-    }
-    ++window_steps;
-
-    const bool epoch_end = in_epoch == steps_per_epoch - 1;
-    const bool last = step == total_steps;
-    // The loss sum is a collective, so whether to log must be the same
-    // decision on every rank: only `tty` (rank 0's terminal) differs, and it
-    // only redraws the live line, with no communication.
-    const bool log_line = step % log_every == 0 || last || epoch_end;
-    if (log_line || (metrics_on && step % metrics_every == 0)) {
-      RETURN_IF_ERROR(SumOverRanks(*host_comm, &step_losses));
-      RETURN_IF_ERROR(CheckLossesFinite(plan, *device, step, step_losses, step_skipped));
-      const double terms = static_cast<double>(plan.global_batch) * plan.loss_terms;
-      last_loss = step_losses.back() / terms;
-      for (size_t i = 0; i < pending.size(); ++i) {
-        pending[i].scalars[0].second = step_losses[i] / terms;
-        WriteMetrics(*metrics, log, pending[i]);
-      }
-      step_losses.clear();
-      step_skipped.clear();
-      pending.clear();
-    }
-    if (log_line) {
-      const auto now = std::chrono::steady_clock::now();
-      const double step_ms = Seconds(now - window_start) / window_steps * 1e3;
-      std::string norm;
-      if (grad_sq != nullptr) {
-        ASSIGN_OR_RETURN(last_grad_norm, grad_norm());
-        norm = absl::StrFormat(" | grad norm %.3g", last_grad_norm);
-      }
-      // Language models also count tokens (loss terms) per second.
-      const std::string tokens =
-          plan.loss_terms > 1
-              ? absl::StrCat(" | ", FormatRate(plan.global_batch * plan.loss_terms /
-                                               (step_ms / 1e3)),
-                             " tokens/s")
-              : "";
-      // Flushed: under the launcher stdout is a pipe or a file, and a
-      // long run's progress must show as it happens.
-      log << absl::StrFormat(
-                 "%sstep %d/%d | epoch %d/%d | loss %.4f%s | %.2f ms/step | %s "
-                 "samples/s%s | eta %s\n",
-                 tty ? "\r\033[K" : "", step, total_steps, epoch + 1,
-                 total_epochs, last_loss, norm, step_ms,
-                 FormatRate(plan.global_batch / (step_ms / 1e3)), tokens,
-                 FormatDuration(step_ms / 1e3 * (total_steps - step)))
-          << std::flush;
-      window_start = now;
-      window_steps = 0;
-    } else if (tty) {
-      const double step_ms =
-          Seconds(std::chrono::steady_clock::now() - window_start) /
-          window_steps * 1e3;
-      log << absl::StrFormat("\r\033[Kstep %d/%d | eta %s", step, total_steps,
-                             FormatDuration(step_ms / 1e3 * (total_steps - step)))
-          << std::flush;
-    }
-    const bool eval_due =
-        options.eval_every > 0 && step % options.eval_every == 0;
-    // ZeRO-1 with zero_gather = next_forward: the parameters are whole
-    // only after this (a no-op otherwise); every rank gets here together.
-    const CheckpointConfig& periodic = plan.checkpoints;
-    const bool checkpoint_due = periodic.every > 0 && (step % periodic.every == 0 || last);
-    if ((eval && (epoch_end || last || eval_due)) || checkpoint_due) {
-      RETURN_IF_ERROR(executor.GatherParameters());
-    }
-    if (eval && (epoch_end || last || eval_due)) {
-      ASSIGN_OR_RETURN(last_eval, Evaluate(plan, executor, *device, *host_comm,
-                                           *eval, head));
-      // "eval epoch 3" at an epoch's end, "eval step 200 (epoch 1)" between.
-      const std::string when =
-          epoch_end || last ? absl::StrCat("epoch ", epoch + 1)
-                            : absl::StrCat("step ", step, " (epoch ", epoch + 1, ")");
-      if (head.classification && head.rows_per_example > 1) {
-        // A language model: the loss is per token; on bytes it is also
-        // bits per byte (nats / ln 2).
-        log << absl::StrFormat(
-            "%seval %s | loss %.4f%s | next-token accuracy %.2f%% (%d tokens)\n",
-            tty ? "\r\033[K" : "", when, last_eval.loss,
-            plan.data.format == "text"
-                ? absl::StrFormat(" | %.3f bits/byte", last_eval.loss / std::log(2.0))
-                : "",
-            100 * last_eval.accuracy, last_eval.examples);
-      } else if (head.classification) {
-        log << absl::StrFormat("%seval %s | loss %.4f | accuracy %.2f%% (%d examples)\n",
-                               tty ? "\r\033[K" : "", when, last_eval.loss,
-                               100 * last_eval.accuracy, last_eval.examples);
-      } else {
-        log << absl::StrFormat("%seval %s | loss %.5f (%d examples)\n",
-                               tty ? "\r\033[K" : "", when, last_eval.loss,
-                               last_eval.examples);
-      }
-      log << std::flush;
-      if (metrics) {
-        MetricsRecord r{"eval", step, UnixSeconds()};
-        r.info = {{"epoch", epoch + 1},
-                  {head.rows_per_example > 1 ? "tokens" : "examples",
-                   last_eval.examples}};
-        r.scalars = {{"loss", last_eval.loss}};
-        if (head.classification) r.scalars.emplace_back("accuracy", last_eval.accuracy);
-        if (head.rows_per_example > 1 && plan.data.format == "text") {
-          r.scalars.emplace_back("bits_per_byte", last_eval.loss / std::log(2.0));
-        }
-        WriteMetrics(*metrics, log, r);
-      }
-    }
-
-    // The full state every checkpoints.every steps and at the last.
-    TrainingState now;
-    now.step = step;
-    now.epoch = step / steps_per_epoch;
-    now.step_in_epoch = step % steps_per_epoch;
-    if (checkpoint_due && (rank.rank == 0 || plan.zero > 0)) {
-      RETURN_IF_ERROR(SavePeriodicCheckpoint(plan, *device, sharding, rank.rank, now, tty, log));
-    }
-    // A stop signal (preemption, Ctrl-C) reaches the ranks at different
-    // steps: they agree at the next check and stop together at that step
-    // boundary, with one checkpoint.
-    if (!last && (plan.world_size == 1 || step % kStopCheckSteps == 0)) {
-      RETURN_IF_ERROR(StopIfAsked(plan, options, executor, *device, *host_comm, sharding,
-                                  rank.rank, now, total_steps));
-    }
-  }
-  summary.seconds = Seconds(std::chrono::steady_clock::now() - start);
-  summary.final_step = std::max(state.step, total_steps);
-  summary.samples_per_second =
-      summary.seconds > 0 ? summary.steps * plan.global_batch / summary.seconds : 0;
-  summary.final_loss = last_loss;
-  summary.grad_norm = last_grad_norm;
-  summary.replayed_steps = executor.capture().replayed_steps;
-  summary.eval_accuracy = last_eval.accuracy;
-  summary.eval_loss = eval ? last_eval.loss : -1;
-
-  const OverlapStats overlap = ComputeOverlap(tracer.spans());
-  if (overlap.steps > 0) {
-    summary.allreduce_ms = overlap.comm_ns / 1e6 / overlap.steps;
-    summary.hidden_fraction = overlap.hidden_fraction();
-  }
-  if (metrics) {
-    MetricsRecord r{"summary", summary.final_step, UnixSeconds()};
-    r.info = {{"steps", summary.steps},
-              {"seconds", summary.seconds},
-              {"samples_per_s", summary.samples_per_second},
-              {"final_loss", summary.final_loss}};
-    if (eval) r.info.emplace_back("eval_loss", summary.eval_loss);
-    if (summary.eval_accuracy >= 0) {
-      r.info.emplace_back("eval_accuracy", summary.eval_accuracy);
-    }
-    if (summary.hidden_fraction >= 0 && plan.world_size > 1) {
-      r.info.emplace_back("allreduce_ms", summary.allreduce_ms);
-      r.info.emplace_back("hidden_fraction", summary.hidden_fraction);
-    }
-    WriteMetrics(*metrics, log, r);
-    if (!metrics->jsonl_path().empty()) log << "metrics: " << metrics->jsonl_path() << "\n";
-    if (!metrics->tensorboard_path().empty()) {
-      log << "tensorboard: " << metrics->tensorboard_path()
-          << " (tensorboard --logdir " << options.tensorboard_dir << ")\n";
-    }
-  }
-  if (!options.trace_path.empty()) {
-    RETURN_IF_ERROR(WriteTrace(plan, rank, tracer, *host_comm, options.trace_path));
-    log << "trace: " << options.trace_path << " (" << tracer.steps_traced()
-        << " steps; open in https://ui.perfetto.dev or tools/viz)\n";
-  }
-  if (!options.save_path.empty()) {
-    RETURN_IF_ERROR(executor.GatherParameters());
-    TrainingState out;
-    out.step = summary.final_step;
-    out.epoch = summary.final_step / steps_per_epoch;
-    out.step_in_epoch = summary.final_step % steps_per_epoch;
-    if (rank.rank == 0 || plan.zero > 0) {
-      RETURN_IF_ERROR(SaveCheckpoint(options.save_path, plan, *device, out, sharding));
-    }
-    if (rank.rank == 0) {
-      log << "checkpoint: " << options.save_path << " (step " << out.step << ")\n";
-    }
-    // The other ranks wait for this write at the barrier below.
-  }
-
-  log << "\nsummary\n";
-  log << absl::StrFormat("  steps           %d (to step %d), %s\n", summary.steps,
-                         summary.final_step, FormatDuration(summary.seconds));
-  log << absl::StrFormat("  throughput      %s samples/s, %.2f ms/step\n",
-                         FormatRate(summary.samples_per_second),
-                         summary.steps ? summary.seconds * 1e3 / summary.steps : 0.0);
-  log << absl::StrFormat("  final loss      %.4f\n", summary.final_loss);
-  if (summary.grad_norm >= 0) {
-    log << absl::StrFormat("  grad norm       %.4g (last step, before clipping to %g)\n",
-                           summary.grad_norm, plan.clip_grad_norm);
-  }
-  if (summary.eval_accuracy >= 0) {
-    log << absl::StrFormat("  eval accuracy   %.2f%% (eval loss %.4f)\n",
-                           100 * summary.eval_accuracy, summary.eval_loss);
-  } else if (summary.eval_loss >= 0) {
-    log << absl::StrFormat("  eval loss       %.5f\n", summary.eval_loss);
-  }
-  log << absl::StrFormat("  arena           %s per rank (%s without reuse)\n",
-                         FormatBytes(plan.arena_bytes),
-                         FormatBytes(plan.memory.unshared_bytes));
-  if (device->SupportsCapture()) {
-    const CaptureInfo& capture = executor.capture();
-    if (capture.replayed_steps > 0) {
-      log << absl::StrFormat(
-          "  cuda graph      %d of %d steps replayed (captured at step %d)\n",
-          capture.replayed_steps, summary.steps, capture.captured_step);
-    } else {
-      log << absl::StrFormat("  cuda graph      not used: %s\n",
-                             !capture.failure.empty() ? capture.failure
-                             : !capture.unavailable.empty()
-                                 ? capture.unavailable
-                                 : "no untraced step after the warm-up step");
-    }
-  }
-  if (summary.hidden_fraction >= 0 && plan.world_size > 1) {
-    log << absl::StrFormat(
-        "  all-reduce      %.3f ms/step, %.0f%% hidden behind backward (%s)\n",
-        summary.allreduce_ms, 100 * summary.hidden_fraction,
-        options.overlap ? "overlap on" : "overlap off");
-  }
-  if (dropped > 0) {
-    log << absl::StrFormat(
-        "  drop_last       %d samples per epoch not in a full global batch\n",
-        dropped);
-  }
-  if (plan.skip_nonfinite) {
-    log << absl::StrFormat("  skipped         %d step(s) with a non-finite gradient\n",
-                           summary.skipped_steps);
-  }
-  // The ranks leave together, after rank 0's --save: one that closed its
-  // sockets while a peer was still finishing the last collective would
-  // fail that peer's run.
-  if (plan.world_size > 1) RETURN_IF_ERROR(host_comm->Barrier());
-  return summary;
+                                       std::ostream& log) {
+  Trainer trainer(plan, rank, options, log);
+  return trainer.Run();
 }
 
 }  // namespace trainc

@@ -83,8 +83,6 @@ struct TrainSummary {
   int64_t skipped_steps = 0;    // skip_nonfinite: steps left out
 };
 
-// Runs the training of one rank. Progress and the summary go to `log` on
-// rank 0 only. Collective: every rank of the job must call it.
 // What the planner must know of the backend `device` ("cpu", "cuda" or
 // "auto", as --device) that will run the plan: the workspace its
 // convolution and pooling libraries need (oneDNN, cuDNN), and the machine
@@ -98,6 +96,8 @@ absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device);
 // process at once.
 int ReceivedStopSignal();
 
+// Runs the training of one rank. Progress and the summary go to `log` on
+// rank 0 only. Collective: every rank of the job must call it.
 absl::StatusOr<TrainSummary> TrainRank(const Plan& plan,
                                        const RankContext& rank,
                                        const TrainOptions& options,
