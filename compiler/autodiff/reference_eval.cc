@@ -142,6 +142,515 @@ void ForEachWindowElement(const Window& g, F f) {
   }
 }
 
+// The float64 semantics of each op that is not pointwise, one function
+// per op (or per family sharing one body), found by name in
+// ReferenceOps().
+class Attrs {
+ public:
+  explicit Attrs(const std::map<std::string, double>& attrs) : attrs_(attrs) {}
+  // 0 when absent.
+  double operator()(const char* name) const {
+    auto it = attrs_.find(name);
+    return it == attrs_.end() ? 0.0 : it->second;
+  }
+
+ private:
+  const std::map<std::string, double>& attrs_;
+};
+
+using RefOp = absl::Status (*)(const std::string& op, const Attrs& attr,
+                               const std::vector<TensorRef>& in,
+                               const std::vector<TensorRef>& out, bool acc);
+
+absl::Status RefLinear(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+                       const std::vector<TensorRef>& out, bool acc) {
+  // x[.., in], w[out, in], b[out] (optional) -> y[.., out].
+  const int64_t I = in[1].shape[1], O = in[1].shape[0], B = in[0].size() / I;
+  const bool bias = in.size() > 2;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t o = 0; o < O; ++o) {
+      double s = bias ? in[2].data[o] : 0.0;
+      for (int64_t i = 0; i < I; ++i) s += in[0].data[b * I + i] * in[1].data[o * I + i];
+      out[0].data[b * O + o] = s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefLinearGradInput(const std::string& op, const Attrs& attr,
+                                const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                                bool acc) {
+  const int64_t O = in[1].shape[0], I = in[1].shape[1], B = in[0].size() / O;
+  Writer dx(out[0], acc);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < I; ++i) {
+      double s = 0;
+      for (int64_t o = 0; o < O; ++o) s += in[0].data[b * O + o] * in[1].data[o * I + i];
+      dx.Set(b * I + i, s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefLinearGradParams(const std::string& op, const Attrs& attr,
+                                 const std::vector<TensorRef>& in,
+                                 const std::vector<TensorRef>& out, bool acc) {
+  // dy[.., out], x[.., in] -> dw[out, in], db[out] (optional).
+  const int64_t O = out[0].shape[0], I = out[0].shape[1], B = in[0].size() / O;
+  const bool bias = out.size() > 1;
+  Writer dw(out[0], acc);
+  for (int64_t o = 0; o < O; ++o) {
+    if (bias) {
+      double sb = 0;
+      for (int64_t b = 0; b < B; ++b) sb += in[0].data[b * O + o];
+      Writer(out[1], acc).Set(o, sb);
+    }
+    for (int64_t i = 0; i < I; ++i) {
+      double s = 0;
+      for (int64_t b = 0; b < B; ++b) s += in[0].data[b * O + o] * in[1].data[b * I + i];
+      dw.Set(o * I + i, s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefSoftmax(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+                        const std::vector<TensorRef>& out, bool acc) {
+  const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
+  for (int64_t r = 0; r < R; ++r) {
+    const double* x = in[0].data + r * N;
+    const double m = *std::max_element(x, x + N);
+    double sum = 0;
+    for (int64_t j = 0; j < N; ++j) sum += std::exp(x[j] - m);
+    for (int64_t j = 0; j < N; ++j) out[0].data[r * N + j] = std::exp(x[j] - m) / sum;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefSoftmaxGrad(const std::string& op, const Attrs& attr,
+                            const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                            bool acc) {
+  // dx = y (dy - sum_j dy_j y_j), per row.
+  const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
+  Writer dx(out[0], acc);
+  for (int64_t r = 0; r < R; ++r) {
+    const double *dy = in[0].data + r * N, *y = in[1].data + r * N;
+    double dot = 0;
+    for (int64_t j = 0; j < N; ++j) dot += dy[j] * y[j];
+    for (int64_t j = 0; j < N; ++j) dx.Set(r * N + j, y[j] * (dy[j] - dot));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefEmbedding(const std::string& op, const Attrs& attr,
+                          const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                          bool acc) {
+  // ids[..], table[V, C] -> y[.., C].
+  const int64_t V = in[1].shape[0], C = in[1].shape[1], R = in[0].size();
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t id = Index(in[0].data[r]);
+    if (id < 0 || id >= V) {
+      return absl::OutOfRangeError(absl::StrCat("reference_eval: embedding id ", id));
+    }
+    for (int64_t c = 0; c < C; ++c) out[0].data[r * C + c] = in[1].data[id * C + c];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefEmbeddingGrad(const std::string& op, const Attrs& attr,
+                              const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                              bool acc) {
+  // dy[.., C], ids[..] -> dtable[V, C]: scatter-add of the rows of dy.
+  const int64_t V = out[0].shape[0], C = out[0].shape[1], R = in[1].size();
+  if (!acc) std::fill(out[0].data, out[0].data + out[0].size(), 0.0);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t id = Index(in[1].data[r]);
+    if (id < 0 || id >= V) {
+      return absl::OutOfRangeError(absl::StrCat("reference_eval: embedding id ", id));
+    }
+    for (int64_t c = 0; c < C; ++c) out[0].data[id * C + c] += in[0].data[r * C + c];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefPositionEmbedding(const std::string& op, const Attrs& attr,
+                                  const std::vector<TensorRef>& in,
+                                  const std::vector<TensorRef>& out, bool acc) {
+  // table[T, C] -> y[B, T, C].
+  const int64_t n = in[0].size(), B = out[0].size() / std::max<int64_t>(n, 1);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < n; ++i) out[0].data[b * n + i] = in[0].data[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefPositionEmbeddingGrad(const std::string& op, const Attrs& attr,
+                                      const std::vector<TensorRef>& in,
+                                      const std::vector<TensorRef>& out, bool acc) {
+  const int64_t n = out[0].size(), B = in[0].size() / std::max<int64_t>(n, 1);
+  Writer d(out[0], acc);
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int64_t b = 0; b < B; ++b) s += in[0].data[b * n + i];
+    d.Set(i, s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefAttention(const std::string& op, const Attrs& attr,
+                          const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                          bool acc) {
+  // qkv[B, T, 3C] -> y[B, T, C], probs[B, H, T, T] (0 above the diagonal).
+  absl::StatusOr<AttentionDims> dims = AttentionShape(in[0], attr("heads"));
+  if (!dims.ok()) return dims.status();
+  const AttentionDims& a = *dims;
+  const double scale = 1 / std::sqrt(static_cast<double>(a.hs));
+  const double* qkv = in[0].data;
+  double *y = out[0].data, *p = out[1].data;
+  std::vector<double> s(a.T);
+  for (int64_t b = 0; b < a.B; ++b) {
+    for (int64_t h = 0; h < a.H; ++h) {
+      for (int64_t i = 0; i < a.T; ++i) {
+        double m = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < a.hs; ++d) {
+            dot += qkv[a.Qkv(b, i, 0, h, d)] * qkv[a.Qkv(b, j, 1, h, d)];
+          }
+          s[j] = dot * scale;
+          m = std::max(m, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
+        for (int64_t j = 0; j < a.T; ++j) {
+          p[a.Probs(b, h, i, j)] = j <= i ? std::exp(s[j] - m) / sum : 0.0;
+        }
+        for (int64_t d = 0; d < a.hs; ++d) {
+          double v = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            v += p[a.Probs(b, h, i, j)] * qkv[a.Qkv(b, j, 2, h, d)];
+          }
+          y[(b * a.T + i) * a.C + h * a.hs + d] = v;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefAttentionGrad(const std::string& op, const Attrs& attr,
+                              const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                              bool acc) {
+  // dy[B, T, C], qkv, probs -> dqkv[B, T, 3C], scratch[B, H, T, T] (dS).
+  // Per (b, h), with P the probs and s = 1/sqrt(hs):
+  //   dV = P^T dY, dP = dY V^T, dS = P (dP - rowsum(dP P)),
+  //   dQ = s dS K, dK = s dS^T Q.
+  absl::StatusOr<AttentionDims> dims = AttentionShape(in[1], attr("heads"));
+  if (!dims.ok()) return dims.status();
+  const AttentionDims& a = *dims;
+  const double scale = 1 / std::sqrt(static_cast<double>(a.hs));
+  const double *dy = in[0].data, *qkv = in[1].data, *p = in[2].data;
+  std::vector<double> g(in[1].size(), 0.0), ds(a.T * a.T);
+  for (int64_t b = 0; b < a.B; ++b) {
+    for (int64_t h = 0; h < a.H; ++h) {
+      auto dY = [&](int64_t t, int64_t d) { return dy[(b * a.T + t) * a.C + h * a.hs + d]; };
+      for (int64_t i = 0; i < a.T; ++i) {
+        double row = 0;
+        for (int64_t j = 0; j < a.T; ++j) {
+          double dp = 0;
+          for (int64_t d = 0; d < a.hs; ++d) dp += dY(i, d) * qkv[a.Qkv(b, j, 2, h, d)];
+          ds[i * a.T + j] = dp;
+          row += dp * p[a.Probs(b, h, i, j)];
+        }
+        for (int64_t j = 0; j < a.T; ++j) {
+          ds[i * a.T + j] = p[a.Probs(b, h, i, j)] * (ds[i * a.T + j] - row);
+          if (out.size() > 1) out[1].data[a.Probs(b, h, i, j)] = ds[i * a.T + j];
+        }
+      }
+      for (int64_t i = 0; i < a.T; ++i) {
+        for (int64_t j = 0; j < a.T; ++j) {
+          const double pij = p[a.Probs(b, h, i, j)], dsij = ds[i * a.T + j];
+          for (int64_t d = 0; d < a.hs; ++d) {
+            g[a.Qkv(b, j, 2, h, d)] += pij * dY(i, d);
+            g[a.Qkv(b, i, 0, h, d)] += scale * dsij * qkv[a.Qkv(b, j, 1, h, d)];
+            g[a.Qkv(b, j, 1, h, d)] += scale * dsij * qkv[a.Qkv(b, i, 0, h, d)];
+          }
+        }
+      }
+    }
+  }
+  Writer dqkv(out[0], acc);
+  for (size_t i = 0; i < g.size(); ++i) dqkv.Set(static_cast<int64_t>(i), g[i]);
+  return absl::OkStatus();
+}
+
+absl::Status RefLayernorm(const std::string& op, const Attrs& attr,
+                          const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                          bool acc) {
+  const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
+  const double eps = attr("eps");
+  for (int64_t b = 0; b < B; ++b) {
+    const double* x = in[0].data + b * D;
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < D; ++j) mean += x[j];
+    mean /= D;
+    for (int64_t j = 0; j < D; ++j) var += (x[j] - mean) * (x[j] - mean);
+    const double rstd = 1 / std::sqrt(var / D + eps);
+    for (int64_t j = 0; j < D; ++j) {
+      out[0].data[b * D + j] = (x[j] - mean) * rstd * in[1].data[j] + in[2].data[j];
+    }
+    out[1].data[b] = mean;
+    out[2].data[b] = rstd;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefLayernormGradInput(const std::string& op, const Attrs& attr,
+                                   const std::vector<TensorRef>& in,
+                                   const std::vector<TensorRef>& out, bool acc) {
+  const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
+  Writer dx(out[0], acc);
+  for (int64_t b = 0; b < B; ++b) {
+    const double *dy = in[0].data + b * D, *x = in[1].data + b * D, *g = in[2].data;
+    const double mean = in[3].data[b], rstd = in[4].data[b];
+    double m1 = 0, m2 = 0;  // mean(g dy), mean(g dy xhat)
+    for (int64_t j = 0; j < D; ++j) {
+      m1 += g[j] * dy[j];
+      m2 += g[j] * dy[j] * (x[j] - mean) * rstd;
+    }
+    m1 /= D;
+    m2 /= D;
+    for (int64_t j = 0; j < D; ++j) {
+      const double xhat = (x[j] - mean) * rstd;
+      dx.Set(b * D + j, rstd * (g[j] * dy[j] - m1 - xhat * m2));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefLayernormGradParams(const std::string& op, const Attrs& attr,
+                                    const std::vector<TensorRef>& in,
+                                    const std::vector<TensorRef>& out, bool acc) {
+  const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
+  Writer dg(out[0], acc), dbeta(out[1], acc);
+  for (int64_t j = 0; j < D; ++j) {
+    double sg = 0, sb = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const double xhat = (in[1].data[b * D + j] - in[2].data[b]) * in[3].data[b];
+      sg += in[0].data[b * D + j] * xhat;
+      sb += in[0].data[b * D + j];
+    }
+    dg.Set(j, sg);
+    dbeta.Set(j, sb);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefCrossEntropy(const std::string& op, const Attrs& attr,
+                             const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                             bool acc) {
+  // logits[.., C], label[..]: one row per label (token).
+  const int64_t B = in[1].size(), C = Last(in[0]);
+  double loss = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const double* z = in[0].data + b * C;
+    const double m = *std::max_element(z, z + C);
+    double sum = 0;
+    for (int64_t c = 0; c < C; ++c) sum += std::exp(z[c] - m);
+    for (int64_t c = 0; c < C; ++c) out[1].data[b * C + c] = std::exp(z[c] - m) / sum;
+    const int64_t label = Index(in[1].data[b]);
+    if (label < 0 || label >= C) {
+      return absl::OutOfRangeError(absl::StrCat("reference_eval: label ", label));
+    }
+    loss -= z[label] - m - std::log(sum);
+  }
+  out[0].data[0] = loss;
+  return absl::OkStatus();
+}
+
+absl::Status RefCrossEntropyGrad(const std::string& op, const Attrs& attr,
+                                 const std::vector<TensorRef>& in,
+                                 const std::vector<TensorRef>& out, bool acc) {
+  const int64_t B = in[1].size(), C = Last(in[0]);
+  Writer d(out[0], acc);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t label = Index(in[1].data[b]);
+    for (int64_t c = 0; c < C; ++c) {
+      d.Set(b * C + c, attr("scale") * (in[0].data[b * C + c] - (c == label ? 1 : 0)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefMse(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+                    const std::vector<TensorRef>& out, bool acc) {
+  const int64_t B = Rows(in[0]), N = Cols(in[0]);
+  double loss = 0;
+  for (int64_t i = 0; i < B * N; ++i) {
+    const double e = in[0].data[i] - in[1].data[i];
+    loss += e * e / N;
+  }
+  out[0].data[0] = loss;
+  return absl::OkStatus();
+}
+
+absl::Status RefMseGrad(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+                        const std::vector<TensorRef>& out, bool acc) {
+  const int64_t N = Cols(in[0]);
+  Writer d(out[0], acc);
+  for (int64_t i = 0; i < in[0].size(); ++i) {
+    d.Set(i, attr("scale") * 2 * (in[0].data[i] - in[1].data[i]) / N);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefConv2d(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+                       const std::vector<TensorRef>& out, bool acc) {
+  // The image is x (conv2d, grad_params) or dx; w[O, C, kh, kw].
+  const bool fwd = op == "conv2d", params = op == "conv2d_grad_params";
+  const TensorRef& image = op == "conv2d_grad_input" ? out[0] : params ? in[1] : in[0];
+  const TensorRef& w = params ? out[0] : in[1];
+  if (w.shape.size() != 4) return absl::InvalidArgumentError("reference_eval: conv weight");
+  absl::StatusOr<Window> win = WindowOf(image, w.shape[0], w.shape[2], w.shape[3],
+                                        attr("stride"), attr("padding"));
+  if (!win.ok()) return win.status();
+  const Window g = *win;
+  auto wi = [&](int64_t o, int64_t c, int64_t p, int64_t q) {
+    return ((o * g.C + c) * g.KH + p) * g.KW + q;
+  };
+  // Sums in double, then written once (accumulate adds the sum).
+  std::vector<double> sum(fwd ? out[0].size() : params ? w.size() : image.size(), 0.0);
+  for (int64_t c = 0; c < g.C; ++c) {
+    ForEachWindowElement(g, [&](int64_t n, int64_t o, int64_t i, int64_t j, int64_t h,
+                                int64_t ww, int64_t p, int64_t q) {
+      const double x_or_dx = fwd || params ? image.data[g.Image(n, c, h, ww)] : 0;
+      if (fwd) {
+        sum[g.Other(n, o, i, j)] += x_or_dx * w.data[wi(o, c, p, q)];
+      } else if (params) {
+        sum[wi(o, c, p, q)] += in[0].data[g.Other(n, o, i, j)] * x_or_dx;
+      } else {
+        sum[g.Image(n, c, h, ww)] += in[0].data[g.Other(n, o, i, j)] * w.data[wi(o, c, p, q)];
+      }
+    });
+  }
+  if (fwd) {
+    const bool bias = in.size() > 2;
+    for (int64_t e = 0; e < out[0].size(); ++e) {
+      out[0].data[e] = sum[e] + (bias ? in[2].data[(e / (g.OH * g.OW)) % g.O] : 0.0);
+    }
+  } else {
+    Writer dst(out[0], acc);
+    for (size_t e = 0; e < sum.size(); ++e) dst.Set(static_cast<int64_t>(e), sum[e]);
+    // conv2d_grad_params' outputs: dw, db (optional), workspace.
+    if (params && out.size() > 2) {
+      Writer db(out[1], acc);
+      for (int64_t o = 0; o < g.O; ++o) {
+        double s = 0;
+        for (int64_t n = 0; n < g.N; ++n) {
+          for (int64_t e = 0; e < g.OH * g.OW; ++e) s += in[0].data[(n * g.O + o) * g.OH * g.OW + e];
+        }
+        db.Set(o, s);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefPool2d(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+                       const std::vector<TensorRef>& out, bool acc) {
+  const bool fwd = op == "max_pool2d" || op == "avg_pool2d";
+  const bool max = op == "max_pool2d" || op == "max_pool2d_grad";
+  const TensorRef& image = fwd ? in[0] : out[0];
+  absl::StatusOr<Window> win =
+      WindowOf(image, -1, static_cast<int64_t>(attr("kernel_h")),
+               static_cast<int64_t>(attr("kernel_w")), attr("stride"), attr("padding"));
+  if (!win.ok()) return win.status();
+  const Window g = *win;
+  const double area = static_cast<double>(g.KH * g.KW);
+  if (op == "max_pool2d") {
+    // argmax (out[1]): the image element h W + w of the first maximum.
+    std::vector<double> best(out[0].size(), -INFINITY), where(out[0].size(), -1);
+    ForEachWindowElement(g, [&](int64_t n, int64_t c, int64_t i, int64_t j, int64_t h,
+                                int64_t w, int64_t, int64_t) {
+      const int64_t e = g.Other(n, c, i, j);
+      const double v = image.data[g.Image(n, c, h, w)];
+      if (v > best[e]) {
+        best[e] = v;
+        where[e] = static_cast<double>(h * g.W + w);
+      }
+    });
+    std::copy(best.begin(), best.end(), out[0].data);
+    std::copy(where.begin(), where.end(), out[1].data);
+  } else if (op == "avg_pool2d") {
+    std::vector<double> sum(out[0].size(), 0.0);
+    ForEachWindowElement(g, [&](int64_t n, int64_t c, int64_t i, int64_t j, int64_t h,
+                                int64_t w, int64_t, int64_t) {
+      sum[g.Other(n, c, i, j)] += image.data[g.Image(n, c, h, w)];
+    });
+    for (size_t e = 0; e < sum.size(); ++e) out[0].data[e] = sum[e] / area;
+  } else {
+    // dy goes to the maximum's element (argmax, in[3]) or evenly over
+    // the window (padding included in the count).
+    std::vector<double> dx(image.size(), 0.0);
+    if (max) {
+      for (int64_t n = 0; n < g.N; ++n) {
+        for (int64_t c = 0; c < g.C; ++c) {
+          for (int64_t e = 0; e < g.OH * g.OW; ++e) {
+            const int64_t k = (n * g.C + c) * g.OH * g.OW + e;
+            dx[(n * g.C + c) * g.H * g.W + Index(in[3].data[k])] += in[0].data[k];
+          }
+        }
+      }
+    } else {
+      ForEachWindowElement(g, [&](int64_t n, int64_t c, int64_t i, int64_t j, int64_t h,
+                                  int64_t w, int64_t, int64_t) {
+        dx[g.Image(n, c, h, w)] += in[0].data[g.Other(n, c, i, j)] / area;
+      });
+    }
+    Writer d(out[0], acc);
+    for (size_t e = 0; e < dx.size(); ++e) d.Set(static_cast<int64_t>(e), dx[e]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefReshape(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+                        const std::vector<TensorRef>& out, bool acc) {
+  std::copy(in[0].data, in[0].data + in[0].size(), out[0].data);
+  return absl::OkStatus();
+}
+
+const std::map<std::string, RefOp>& ReferenceOps() {
+  static const auto* ops = new std::map<std::string, RefOp>{
+      {"linear", &RefLinear},
+      {"linear_grad_input", &RefLinearGradInput},
+      {"linear_grad_params", &RefLinearGradParams},
+      {"softmax", &RefSoftmax},
+      {"softmax_grad", &RefSoftmaxGrad},
+      {"embedding", &RefEmbedding},
+      {"embedding_grad", &RefEmbeddingGrad},
+      {"position_embedding", &RefPositionEmbedding},
+      {"position_embedding_grad", &RefPositionEmbeddingGrad},
+      {"attention", &RefAttention},
+      {"attention_grad", &RefAttentionGrad},
+      {"layernorm", &RefLayernorm},
+      {"layernorm_grad_input", &RefLayernormGradInput},
+      {"layernorm_grad_params", &RefLayernormGradParams},
+      {"cross_entropy", &RefCrossEntropy},
+      {"cross_entropy_grad", &RefCrossEntropyGrad},
+      {"mse", &RefMse},
+      {"mse_grad", &RefMseGrad},
+      {"conv2d", &RefConv2d},
+      {"conv2d_grad_input", &RefConv2d},
+      {"conv2d_grad_params", &RefConv2d},
+      {"max_pool2d", &RefPool2d},
+      {"avg_pool2d", &RefPool2d},
+      {"max_pool2d_grad", &RefPool2d},
+      {"avg_pool2d_grad", &RefPool2d},
+      {"reshape", &RefReshape},
+  };
+  return *ops;
+}
+
 }  // namespace
 
 int64_t TensorRef::size() const {
@@ -152,377 +661,14 @@ int64_t TensorRef::size() const {
 
 absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& attrs,
                     const std::vector<TensorRef>& in, const std::vector<TensorRef>& out) {
-  auto attr = [&](const char* name) {
-    auto it = attrs.find(name);
-    return it == attrs.end() ? 0.0 : it->second;
-  };
+  const Attrs attr(attrs);
   const bool acc = attr("accumulate") != 0;
-  if (RunPointwise(op, in, out, acc)) {
-    // relu, gelu, add, ... and their gradients.
-  } else if (op == "linear") {
-    // x[.., in], w[out, in], b[out] (optional) -> y[.., out].
-    const int64_t I = in[1].shape[1], O = in[1].shape[0], B = in[0].size() / I;
-    const bool bias = in.size() > 2;
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t o = 0; o < O; ++o) {
-        double s = bias ? in[2].data[o] : 0.0;
-        for (int64_t i = 0; i < I; ++i) s += in[0].data[b * I + i] * in[1].data[o * I + i];
-        out[0].data[b * O + o] = s;
-      }
-    }
-  } else if (op == "linear_grad_input") {
-    const int64_t O = in[1].shape[0], I = in[1].shape[1], B = in[0].size() / O;
-    Writer dx(out[0], acc);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t i = 0; i < I; ++i) {
-        double s = 0;
-        for (int64_t o = 0; o < O; ++o) s += in[0].data[b * O + o] * in[1].data[o * I + i];
-        dx.Set(b * I + i, s);
-      }
-    }
-  } else if (op == "linear_grad_params") {
-    // dy[.., out], x[.., in] -> dw[out, in], db[out] (optional).
-    const int64_t O = out[0].shape[0], I = out[0].shape[1], B = in[0].size() / O;
-    const bool bias = out.size() > 1;
-    Writer dw(out[0], acc);
-    for (int64_t o = 0; o < O; ++o) {
-      if (bias) {
-        double sb = 0;
-        for (int64_t b = 0; b < B; ++b) sb += in[0].data[b * O + o];
-        Writer(out[1], acc).Set(o, sb);
-      }
-      for (int64_t i = 0; i < I; ++i) {
-        double s = 0;
-        for (int64_t b = 0; b < B; ++b) s += in[0].data[b * O + o] * in[1].data[b * I + i];
-        dw.Set(o * I + i, s);
-      }
-    }
-  } else if (op == "softmax") {
-    const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
-    for (int64_t r = 0; r < R; ++r) {
-      const double* x = in[0].data + r * N;
-      const double m = *std::max_element(x, x + N);
-      double sum = 0;
-      for (int64_t j = 0; j < N; ++j) sum += std::exp(x[j] - m);
-      for (int64_t j = 0; j < N; ++j) out[0].data[r * N + j] = std::exp(x[j] - m) / sum;
-    }
-  } else if (op == "softmax_grad") {
-    // dx = y (dy - sum_j dy_j y_j), per row.
-    const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
-    Writer dx(out[0], acc);
-    for (int64_t r = 0; r < R; ++r) {
-      const double *dy = in[0].data + r * N, *y = in[1].data + r * N;
-      double dot = 0;
-      for (int64_t j = 0; j < N; ++j) dot += dy[j] * y[j];
-      for (int64_t j = 0; j < N; ++j) dx.Set(r * N + j, y[j] * (dy[j] - dot));
-    }
-  } else if (op == "embedding") {
-    // ids[..], table[V, C] -> y[.., C].
-    const int64_t V = in[1].shape[0], C = in[1].shape[1], R = in[0].size();
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t id = Index(in[0].data[r]);
-      if (id < 0 || id >= V) {
-        return absl::OutOfRangeError(absl::StrCat("reference_eval: embedding id ", id));
-      }
-      for (int64_t c = 0; c < C; ++c) out[0].data[r * C + c] = in[1].data[id * C + c];
-    }
-  } else if (op == "embedding_grad") {
-    // dy[.., C], ids[..] -> dtable[V, C]: scatter-add of the rows of dy.
-    const int64_t V = out[0].shape[0], C = out[0].shape[1], R = in[1].size();
-    if (!acc) std::fill(out[0].data, out[0].data + out[0].size(), 0.0);
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t id = Index(in[1].data[r]);
-      if (id < 0 || id >= V) {
-        return absl::OutOfRangeError(absl::StrCat("reference_eval: embedding id ", id));
-      }
-      for (int64_t c = 0; c < C; ++c) out[0].data[id * C + c] += in[0].data[r * C + c];
-    }
-  } else if (op == "position_embedding") {
-    // table[T, C] -> y[B, T, C].
-    const int64_t n = in[0].size(), B = out[0].size() / std::max<int64_t>(n, 1);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t i = 0; i < n; ++i) out[0].data[b * n + i] = in[0].data[i];
-    }
-  } else if (op == "position_embedding_grad") {
-    const int64_t n = out[0].size(), B = in[0].size() / std::max<int64_t>(n, 1);
-    Writer d(out[0], acc);
-    for (int64_t i = 0; i < n; ++i) {
-      double s = 0;
-      for (int64_t b = 0; b < B; ++b) s += in[0].data[b * n + i];
-      d.Set(i, s);
-    }
-  } else if (op == "attention") {
-    // qkv[B, T, 3C] -> y[B, T, C], probs[B, H, T, T] (0 above the diagonal).
-    absl::StatusOr<AttentionDims> dims = AttentionShape(in[0], attr("heads"));
-    if (!dims.ok()) return dims.status();
-    const AttentionDims& a = *dims;
-    const double scale = 1 / std::sqrt(static_cast<double>(a.hs));
-    const double* qkv = in[0].data;
-    double *y = out[0].data, *p = out[1].data;
-    std::vector<double> s(a.T);
-    for (int64_t b = 0; b < a.B; ++b) {
-      for (int64_t h = 0; h < a.H; ++h) {
-        for (int64_t i = 0; i < a.T; ++i) {
-          double m = -INFINITY;
-          for (int64_t j = 0; j <= i; ++j) {
-            double dot = 0;
-            for (int64_t d = 0; d < a.hs; ++d) {
-              dot += qkv[a.Qkv(b, i, 0, h, d)] * qkv[a.Qkv(b, j, 1, h, d)];
-            }
-            s[j] = dot * scale;
-            m = std::max(m, s[j]);
-          }
-          double sum = 0;
-          for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
-          for (int64_t j = 0; j < a.T; ++j) {
-            p[a.Probs(b, h, i, j)] = j <= i ? std::exp(s[j] - m) / sum : 0.0;
-          }
-          for (int64_t d = 0; d < a.hs; ++d) {
-            double v = 0;
-            for (int64_t j = 0; j <= i; ++j) {
-              v += p[a.Probs(b, h, i, j)] * qkv[a.Qkv(b, j, 2, h, d)];
-            }
-            y[(b * a.T + i) * a.C + h * a.hs + d] = v;
-          }
-        }
-      }
-    }
-  } else if (op == "attention_grad") {
-    // dy[B, T, C], qkv, probs -> dqkv[B, T, 3C], scratch[B, H, T, T] (dS).
-    // Per (b, h), with P the probs and s = 1/sqrt(hs):
-    //   dV = P^T dY, dP = dY V^T, dS = P (dP - rowsum(dP P)),
-    //   dQ = s dS K, dK = s dS^T Q.
-    absl::StatusOr<AttentionDims> dims = AttentionShape(in[1], attr("heads"));
-    if (!dims.ok()) return dims.status();
-    const AttentionDims& a = *dims;
-    const double scale = 1 / std::sqrt(static_cast<double>(a.hs));
-    const double *dy = in[0].data, *qkv = in[1].data, *p = in[2].data;
-    std::vector<double> g(in[1].size(), 0.0), ds(a.T * a.T);
-    for (int64_t b = 0; b < a.B; ++b) {
-      for (int64_t h = 0; h < a.H; ++h) {
-        auto dY = [&](int64_t t, int64_t d) { return dy[(b * a.T + t) * a.C + h * a.hs + d]; };
-        for (int64_t i = 0; i < a.T; ++i) {
-          double row = 0;
-          for (int64_t j = 0; j < a.T; ++j) {
-            double dp = 0;
-            for (int64_t d = 0; d < a.hs; ++d) dp += dY(i, d) * qkv[a.Qkv(b, j, 2, h, d)];
-            ds[i * a.T + j] = dp;
-            row += dp * p[a.Probs(b, h, i, j)];
-          }
-          for (int64_t j = 0; j < a.T; ++j) {
-            ds[i * a.T + j] = p[a.Probs(b, h, i, j)] * (ds[i * a.T + j] - row);
-            if (out.size() > 1) out[1].data[a.Probs(b, h, i, j)] = ds[i * a.T + j];
-          }
-        }
-        for (int64_t i = 0; i < a.T; ++i) {
-          for (int64_t j = 0; j < a.T; ++j) {
-            const double pij = p[a.Probs(b, h, i, j)], dsij = ds[i * a.T + j];
-            for (int64_t d = 0; d < a.hs; ++d) {
-              g[a.Qkv(b, j, 2, h, d)] += pij * dY(i, d);
-              g[a.Qkv(b, i, 0, h, d)] += scale * dsij * qkv[a.Qkv(b, j, 1, h, d)];
-              g[a.Qkv(b, j, 1, h, d)] += scale * dsij * qkv[a.Qkv(b, i, 0, h, d)];
-            }
-          }
-        }
-      }
-    }
-    Writer dqkv(out[0], acc);
-    for (size_t i = 0; i < g.size(); ++i) dqkv.Set(static_cast<int64_t>(i), g[i]);
-  } else if (op == "layernorm") {
-    const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
-    const double eps = attr("eps");
-    for (int64_t b = 0; b < B; ++b) {
-      const double* x = in[0].data + b * D;
-      double mean = 0, var = 0;
-      for (int64_t j = 0; j < D; ++j) mean += x[j];
-      mean /= D;
-      for (int64_t j = 0; j < D; ++j) var += (x[j] - mean) * (x[j] - mean);
-      const double rstd = 1 / std::sqrt(var / D + eps);
-      for (int64_t j = 0; j < D; ++j) {
-        out[0].data[b * D + j] = (x[j] - mean) * rstd * in[1].data[j] + in[2].data[j];
-      }
-      out[1].data[b] = mean;
-      out[2].data[b] = rstd;
-    }
-  } else if (op == "layernorm_grad_input") {
-    const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
-    Writer dx(out[0], acc);
-    for (int64_t b = 0; b < B; ++b) {
-      const double *dy = in[0].data + b * D, *x = in[1].data + b * D, *g = in[2].data;
-      const double mean = in[3].data[b], rstd = in[4].data[b];
-      double m1 = 0, m2 = 0;  // mean(g dy), mean(g dy xhat)
-      for (int64_t j = 0; j < D; ++j) {
-        m1 += g[j] * dy[j];
-        m2 += g[j] * dy[j] * (x[j] - mean) * rstd;
-      }
-      m1 /= D;
-      m2 /= D;
-      for (int64_t j = 0; j < D; ++j) {
-        const double xhat = (x[j] - mean) * rstd;
-        dx.Set(b * D + j, rstd * (g[j] * dy[j] - m1 - xhat * m2));
-      }
-    }
-  } else if (op == "layernorm_grad_params") {
-    const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
-    Writer dg(out[0], acc), dbeta(out[1], acc);
-    for (int64_t j = 0; j < D; ++j) {
-      double sg = 0, sb = 0;
-      for (int64_t b = 0; b < B; ++b) {
-        const double xhat = (in[1].data[b * D + j] - in[2].data[b]) * in[3].data[b];
-        sg += in[0].data[b * D + j] * xhat;
-        sb += in[0].data[b * D + j];
-      }
-      dg.Set(j, sg);
-      dbeta.Set(j, sb);
-    }
-  } else if (op == "cross_entropy") {
-    // logits[.., C], label[..]: one row per label (token).
-    const int64_t B = in[1].size(), C = Last(in[0]);
-    double loss = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      const double* z = in[0].data + b * C;
-      const double m = *std::max_element(z, z + C);
-      double sum = 0;
-      for (int64_t c = 0; c < C; ++c) sum += std::exp(z[c] - m);
-      for (int64_t c = 0; c < C; ++c) out[1].data[b * C + c] = std::exp(z[c] - m) / sum;
-      const int64_t label = Index(in[1].data[b]);
-      if (label < 0 || label >= C) {
-        return absl::OutOfRangeError(absl::StrCat("reference_eval: label ", label));
-      }
-      loss -= z[label] - m - std::log(sum);
-    }
-    out[0].data[0] = loss;
-  } else if (op == "cross_entropy_grad") {
-    const int64_t B = in[1].size(), C = Last(in[0]);
-    Writer d(out[0], acc);
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t label = Index(in[1].data[b]);
-      for (int64_t c = 0; c < C; ++c) {
-        d.Set(b * C + c, attr("scale") * (in[0].data[b * C + c] - (c == label ? 1 : 0)));
-      }
-    }
-  } else if (op == "mse") {
-    const int64_t B = Rows(in[0]), N = Cols(in[0]);
-    double loss = 0;
-    for (int64_t i = 0; i < B * N; ++i) {
-      const double e = in[0].data[i] - in[1].data[i];
-      loss += e * e / N;
-    }
-    out[0].data[0] = loss;
-  } else if (op == "mse_grad") {
-    const int64_t N = Cols(in[0]);
-    Writer d(out[0], acc);
-    for (int64_t i = 0; i < in[0].size(); ++i) {
-      d.Set(i, attr("scale") * 2 * (in[0].data[i] - in[1].data[i]) / N);
-    }
-  } else if (op == "conv2d" || op == "conv2d_grad_input" || op == "conv2d_grad_params") {
-    // The image is x (conv2d, grad_params) or dx; w[O, C, kh, kw].
-    const bool fwd = op == "conv2d", params = op == "conv2d_grad_params";
-    const TensorRef& image = op == "conv2d_grad_input" ? out[0] : params ? in[1] : in[0];
-    const TensorRef& w = params ? out[0] : in[1];
-    if (w.shape.size() != 4) return absl::InvalidArgumentError("reference_eval: conv weight");
-    absl::StatusOr<Window> win = WindowOf(image, w.shape[0], w.shape[2], w.shape[3],
-                                          attr("stride"), attr("padding"));
-    if (!win.ok()) return win.status();
-    const Window g = *win;
-    auto wi = [&](int64_t o, int64_t c, int64_t p, int64_t q) {
-      return ((o * g.C + c) * g.KH + p) * g.KW + q;
-    };
-    // Sums in double, then written once (accumulate adds the sum).
-    std::vector<double> sum(fwd ? out[0].size() : params ? w.size() : image.size(), 0.0);
-    for (int64_t c = 0; c < g.C; ++c) {
-      ForEachWindowElement(g, [&](int64_t n, int64_t o, int64_t i, int64_t j, int64_t h,
-                                  int64_t ww, int64_t p, int64_t q) {
-        const double x_or_dx = fwd || params ? image.data[g.Image(n, c, h, ww)] : 0;
-        if (fwd) {
-          sum[g.Other(n, o, i, j)] += x_or_dx * w.data[wi(o, c, p, q)];
-        } else if (params) {
-          sum[wi(o, c, p, q)] += in[0].data[g.Other(n, o, i, j)] * x_or_dx;
-        } else {
-          sum[g.Image(n, c, h, ww)] += in[0].data[g.Other(n, o, i, j)] * w.data[wi(o, c, p, q)];
-        }
-      });
-    }
-    if (fwd) {
-      const bool bias = in.size() > 2;
-      for (int64_t e = 0; e < out[0].size(); ++e) {
-        out[0].data[e] = sum[e] + (bias ? in[2].data[(e / (g.OH * g.OW)) % g.O] : 0.0);
-      }
-    } else {
-      Writer dst(out[0], acc);
-      for (size_t e = 0; e < sum.size(); ++e) dst.Set(static_cast<int64_t>(e), sum[e]);
-      // conv2d_grad_params' outputs: dw, db (optional), workspace.
-      if (params && out.size() > 2) {
-        Writer db(out[1], acc);
-        for (int64_t o = 0; o < g.O; ++o) {
-          double s = 0;
-          for (int64_t n = 0; n < g.N; ++n) {
-            for (int64_t e = 0; e < g.OH * g.OW; ++e) s += in[0].data[(n * g.O + o) * g.OH * g.OW + e];
-          }
-          db.Set(o, s);
-        }
-      }
-    }
-  } else if (op == "max_pool2d" || op == "avg_pool2d" || op == "max_pool2d_grad" ||
-             op == "avg_pool2d_grad") {
-    const bool fwd = op == "max_pool2d" || op == "avg_pool2d";
-    const bool max = op == "max_pool2d" || op == "max_pool2d_grad";
-    const TensorRef& image = fwd ? in[0] : out[0];
-    absl::StatusOr<Window> win =
-        WindowOf(image, -1, static_cast<int64_t>(attr("kernel_h")),
-                 static_cast<int64_t>(attr("kernel_w")), attr("stride"), attr("padding"));
-    if (!win.ok()) return win.status();
-    const Window g = *win;
-    const double area = static_cast<double>(g.KH * g.KW);
-    if (op == "max_pool2d") {
-      // argmax (out[1]): the image element h W + w of the first maximum.
-      std::vector<double> best(out[0].size(), -INFINITY), where(out[0].size(), -1);
-      ForEachWindowElement(g, [&](int64_t n, int64_t c, int64_t i, int64_t j, int64_t h,
-                                  int64_t w, int64_t, int64_t) {
-        const int64_t e = g.Other(n, c, i, j);
-        const double v = image.data[g.Image(n, c, h, w)];
-        if (v > best[e]) {
-          best[e] = v;
-          where[e] = static_cast<double>(h * g.W + w);
-        }
-      });
-      std::copy(best.begin(), best.end(), out[0].data);
-      std::copy(where.begin(), where.end(), out[1].data);
-    } else if (op == "avg_pool2d") {
-      std::vector<double> sum(out[0].size(), 0.0);
-      ForEachWindowElement(g, [&](int64_t n, int64_t c, int64_t i, int64_t j, int64_t h,
-                                  int64_t w, int64_t, int64_t) {
-        sum[g.Other(n, c, i, j)] += image.data[g.Image(n, c, h, w)];
-      });
-      for (size_t e = 0; e < sum.size(); ++e) out[0].data[e] = sum[e] / area;
-    } else {
-      // dy goes to the maximum's element (argmax, in[3]) or evenly over
-      // the window (padding included in the count).
-      std::vector<double> dx(image.size(), 0.0);
-      if (max) {
-        for (int64_t n = 0; n < g.N; ++n) {
-          for (int64_t c = 0; c < g.C; ++c) {
-            for (int64_t e = 0; e < g.OH * g.OW; ++e) {
-              const int64_t k = (n * g.C + c) * g.OH * g.OW + e;
-              dx[(n * g.C + c) * g.H * g.W + Index(in[3].data[k])] += in[0].data[k];
-            }
-          }
-        }
-      } else {
-        ForEachWindowElement(g, [&](int64_t n, int64_t c, int64_t i, int64_t j, int64_t h,
-                                    int64_t w, int64_t, int64_t) {
-          dx[g.Image(n, c, h, w)] += in[0].data[g.Other(n, c, i, j)] / area;
-        });
-      }
-      Writer d(out[0], acc);
-      for (size_t e = 0; e < dx.size(); ++e) d.Set(static_cast<int64_t>(e), dx[e]);
-    }
-  } else if (op == "reshape") {
-    std::copy(in[0].data, in[0].data + in[0].size(), out[0].data);
-  } else {
+  if (RunPointwise(op, in, out, acc)) return absl::OkStatus();
+  auto it = ReferenceOps().find(op);
+  if (it == ReferenceOps().end()) {
     return absl::UnimplementedError(absl::StrCat("reference_eval: op ", op));
   }
-  return absl::OkStatus();
+  return it->second(op, attr, in, out, acc);
 }
 
 PlanInterpreter::PlanInterpreter(const Plan& plan)
