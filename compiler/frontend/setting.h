@@ -12,6 +12,7 @@
 #include "compiler/frontend/ast.h"
 #include "compiler/frontend/const_eval.h"
 #include "compiler/frontend/diagnostics.h"
+#include "compiler/ops/arg_value.h"
 
 namespace trainc::frontend {
 
@@ -39,9 +40,14 @@ void ReportSetting(const Setting& setting, DiagnosticSink& sink,
 // The setting's constant value. A flag's text reads as an integer, a
 // number, true/false, or else a string. Reports "<field> must be <what>,
 // got <...>" when the file gives a name, call or tuple.
-std::optional<Constant> SettingConstant(const Setting& setting,
-                                        const std::string& what,
-                                        DiagnosticSink& sink);
+std::optional<ops::ArgValue> SettingConstant(const Setting& setting,
+                                             const std::string& what,
+                                             DiagnosticSink& sink);
+
+// A flag's text read as a value of `kind`: an integer, a finite number,
+// true or false, or (a string) the text itself; nullopt when it is not one.
+std::optional<ops::ArgValue> ParseFlagAs(ops::ArgValue::Kind kind,
+                                         const std::string& text);
 
 std::optional<int64_t> PositiveInt(const Setting& setting, DiagnosticSink& sink);
 std::optional<int64_t> NonNegativeInt(const Setting& setting,
