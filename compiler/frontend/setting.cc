@@ -1,10 +1,13 @@
 #include "compiler/frontend/setting.h"
 
+#include <algorithm>
 #include <cmath>
+#include <variant>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/frontend/did_you_mean.h"
 
 namespace trainc::frontend {
 
@@ -25,6 +28,17 @@ ArgValue ParseFlagValue(const std::string& text) {
 std::string MustBe(const Setting& setting, const std::string& what,
                    const std::string& got) {
   return absl::StrCat(setting.field, " must be ", what, ", got ", got);
+}
+
+// Where a non-setting item of a block starts.
+Span ItemKindSpan(const ast::Item& item) {
+  if (const auto* c = std::get_if<ast::Constants>(&item)) return c->kind_span;
+  if (const auto* r = std::get_if<ast::Return>(&item)) return r->kind_span;
+  if (const auto* b = std::get_if<ast::NestedBlock>(&item)) {
+    if (b->block != nullptr) return b->block->kind_span;
+  }
+  if (const auto* d = std::get_if<ast::Declaration>(&item)) return d->kind_span;
+  return Span{};
 }
 
 // The setting's value if `accepts` it; else reports "<field> must be
@@ -61,6 +75,46 @@ Setting FlagSetting(std::string name, std::string value) {
   setting.flag = std::move(name);
   setting.flag_text = std::move(value);
   return setting;
+}
+
+std::map<std::string, Setting> FileSettings(
+    const ast::Block& block, const std::string& block_name,
+    const std::vector<std::string>& fields, DiagnosticSink& sink,
+    bool* unknown_field) {
+  std::map<std::string, Setting> settings;
+  for (const ast::Item& item : block.items) {
+    if (const auto* decl = std::get_if<ast::Declaration>(&item)) {
+      sink.Error(decl->kind_span,
+                 absl::StrCat("'", decl->kind,
+                              "' declarations belong in the model block"));
+      continue;
+    }
+    const auto* assignment = std::get_if<ast::Assignment>(&item);
+    if (assignment == nullptr) {  // the AST builder keeps these in model { }
+      sink.Error(ItemKindSpan(item),
+                 absl::StrCat("the ", block_name,
+                              " block holds only settings: `field = value`"));
+      continue;
+    }
+    if (std::find(fields.begin(), fields.end(), assignment->name) ==
+        fields.end()) {
+      if (unknown_field != nullptr) *unknown_field = true;
+      sink.Error(assignment->name_span,
+                 absl::StrCat("unknown ", block_name, " field '",
+                              assignment->name, "'"),
+                 SuggestionHint(assignment->name, fields,
+                                absl::StrCat(block_name, " fields")));
+      continue;
+    }
+    auto [it, inserted] =
+        settings.emplace(assignment->name, FileSetting(*assignment));
+    if (!inserted) {
+      sink.Error(assignment->name_span,
+                 absl::StrCat("'", assignment->name, "' is set twice"),
+                 absl::StrCat("first set at line ", it->second.name_span.line));
+    }
+  }
+  return settings;
 }
 
 void ReportSetting(const Setting& setting, DiagnosticSink& sink,

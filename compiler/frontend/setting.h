@@ -6,8 +6,10 @@
 #define TRAINC_COMPILER_FRONTEND_SETTING_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "compiler/frontend/ast.h"
 #include "compiler/frontend/const_eval.h"
@@ -32,6 +34,15 @@ struct Setting {
 Setting FileSetting(const ast::Assignment& assignment);
 // A setting from a command-line flag `--name value`.
 Setting FlagSetting(std::string name, std::string value);
+
+// The `field = value` items of a data { } or train { } block by field (the
+// first where one is set twice). Reports declarations, fields not in
+// `fields` ("unknown <block_name> field", with a did-you-mean) and fields
+// set twice; sets *unknown_field when a field was unknown.
+std::map<std::string, Setting> FileSettings(
+    const ast::Block& block, const std::string& block_name,
+    const std::vector<std::string>& fields, DiagnosticSink& sink,
+    bool* unknown_field = nullptr);
 
 // Reports against the setting's origin: the value's span, or the flag.
 void ReportSetting(const Setting& setting, DiagnosticSink& sink,
