@@ -290,14 +290,14 @@ std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
       ok = false;
       continue;
     }
-    const bool relative = !arg.text.empty() && arg.text[0] != '/' && !base_dir.empty();
+    const std::string resolved = ResolvePath(base_dir, arg.text);
+    const bool relative = resolved != arg.text;
     if (!read_files) {  // the form only: a path or glob as written, resolved
-      dataset.paths.push_back(relative ? absl::StrCat(base_dir, "/", arg.text) : arg.text);
+      dataset.paths.push_back(resolved);
       continue;
     }
     if (!IsGlob(arg.text)) {
-      const std::string path =
-          relative ? absl::StrCat(base_dir, "/", arg.text) : arg.text;
+      const std::string& path = resolved;
       const std::string reason = NotARegularFile(path);
       if (!reason.empty()) {
         sink.Error(arg.span, absl::StrCat("cannot read '", arg.text, "': ", reason),
@@ -414,10 +414,7 @@ std::optional<DatasetSpec> CheckDataset(const Setting& setting,
       ok = false;
       continue;
     }
-    std::string path = arg.text;
-    if (!path.empty() && path[0] != '/' && !base_dir.empty()) {
-      path = absl::StrCat(base_dir, "/", path);
-    }
+    const std::string path = ResolvePath(base_dir, arg.text);
     const std::string reason = read_files ? CannotRead(path) : "";
     if (!reason.empty()) {
       sink.Error(arg.span, absl::StrCat("cannot read '", arg.text, "': ", reason),

@@ -117,6 +117,12 @@ std::map<std::string, Setting> FileSettings(
   return settings;
 }
 
+std::string ResolvePath(const std::string& base_dir,
+                        const std::string& written) {
+  if (written.empty() || written[0] == '/' || base_dir.empty()) return written;
+  return absl::StrCat(base_dir, "/", written);
+}
+
 void ReportSetting(const Setting& setting, DiagnosticSink& sink,
                    const std::string& message, const std::string& hint) {
   if (setting.from_flag()) {

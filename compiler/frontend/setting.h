@@ -44,6 +44,10 @@ std::map<std::string, Setting> FileSettings(
     const std::vector<std::string>& fields, DiagnosticSink& sink,
     bool* unknown_field = nullptr);
 
+// A path written in the .train file: a relative one is taken relative to
+// the file's directory `base_dir` (left as written when that is "").
+std::string ResolvePath(const std::string& base_dir, const std::string& written);
+
 // Reports against the setting's origin: the value's span, or the flag.
 void ReportSetting(const Setting& setting, DiagnosticSink& sink,
                    const std::string& message, const std::string& hint = "");

@@ -326,10 +326,9 @@ void CheckMachine(const Setting& setting, const std::string& base_dir, std::stri
                                " (or a path to a .profile file)"));
     return;
   }
-  std::string path = *value;
-  if (!setting.from_flag() && !path.empty() && path[0] != '/' && !base_dir.empty()) {
-    path = absl::StrCat(base_dir, "/", path);
-  }
+  // A flag's path is the shell's: relative to the working directory.
+  const std::string path =
+      setting.from_flag() ? *value : ResolvePath(base_dir, *value);
   struct stat st;
   std::string reason;
   if (::stat(path.c_str(), &st) != 0) {
