@@ -7,15 +7,18 @@
 #include "absl/strings/match.h"
 
 namespace trainc::frontend {
+
+using ops::ArgValue;
+
 namespace {
 
 using Kind = ast::Expr::Kind;
 
-std::optional<Constant> Arithmetic(const ast::Expr& expr, const Constant& a,
-                                   const Constant& b, DiagnosticSink& sink) {
+std::optional<ArgValue> Arithmetic(const ast::Expr& expr, const ArgValue& a,
+                                   const ArgValue& b, DiagnosticSink& sink) {
   const char op = expr.text.empty() ? '?' : expr.text[0];
   if (!a.is_number() || !b.is_number()) {
-    const Constant& bad = a.is_number() ? b : a;
+    const ArgValue& bad = a.is_number() ? b : a;
     sink.Error(expr.name_span,
                absl::StrCat("cannot apply '", expr.text, "' to ",
                             DescribeConstant(bad)),
@@ -26,39 +29,39 @@ std::optional<Constant> Arithmetic(const ast::Expr& expr, const Constant& a,
     sink.Error(expr.name_span, "division by zero");
     return std::nullopt;
   }
-  if (a.kind == Constant::Kind::kInt && b.kind == Constant::Kind::kInt) {
+  if (a.kind == ArgValue::Kind::kInt && b.kind == ArgValue::Kind::kInt) {
     int64_t result = 0;
     bool overflow = false;
     switch (op) {
       case '+':
-        overflow = __builtin_add_overflow(a.int_value, b.int_value, &result);
+        overflow = __builtin_add_overflow(a.i, b.i, &result);
         break;
       case '-':
-        overflow = __builtin_sub_overflow(a.int_value, b.int_value, &result);
+        overflow = __builtin_sub_overflow(a.i, b.i, &result);
         break;
       case '*':
-        overflow = __builtin_mul_overflow(a.int_value, b.int_value, &result);
+        overflow = __builtin_mul_overflow(a.i, b.i, &result);
         break;
       case '/':
         // INT64_MIN / -1 is the one integer division that overflows.
-        if (b.int_value == -1 && a.int_value == INT64_MIN) {
+        if (b.i == -1 && a.i == INT64_MIN) {
           overflow = true;
-        } else if (a.int_value % b.int_value == 0) {
-          result = a.int_value / b.int_value;
+        } else if (a.i % b.i == 0) {
+          result = a.i / b.i;
         } else {
-          return Constant::Float(static_cast<double>(a.int_value) /
-                                 static_cast<double>(b.int_value));
+          return ArgValue::Float(static_cast<double>(a.i) /
+                                 static_cast<double>(b.i));
         }
         break;
     }
     if (overflow) {
       sink.Error(expr.name_span,
-                 absl::StrCat("integer overflow in ", a.int_value, " ",
-                              expr.text, " ", b.int_value),
+                 absl::StrCat("integer overflow in ", a.i, " ", expr.text, " ",
+                              b.i),
                  "integers are 64-bit: at most 9223372036854775807");
       return std::nullopt;
     }
-    return Constant::Int(result);
+    return ArgValue::Int(result);
   }
   const double x = a.AsDouble(), y = b.AsDouble();
   double result = 0;
@@ -81,42 +84,10 @@ std::optional<Constant> Arithmetic(const ast::Expr& expr, const Constant& a,
                "the largest number is about 1.8e308");
     return std::nullopt;
   }
-  return Constant::Float(result);
+  return ArgValue::Float(result);
 }
 
 }  // namespace
-
-Constant Constant::Int(int64_t v) {
-  Constant c;
-  c.kind = Kind::kInt;
-  c.int_value = v;
-  return c;
-}
-
-Constant Constant::Float(double v) {
-  Constant c;
-  c.kind = Kind::kFloat;
-  c.float_value = v;
-  return c;
-}
-
-Constant Constant::Bool(bool v) {
-  Constant c;
-  c.kind = Kind::kBool;
-  c.bool_value = v;
-  return c;
-}
-
-Constant Constant::String(std::string v) {
-  Constant c;
-  c.kind = Kind::kString;
-  c.string_value = std::move(v);
-  return c;
-}
-
-double Constant::AsDouble() const {
-  return kind == Kind::kInt ? static_cast<double>(int_value) : float_value;
-}
 
 bool IsConstantExpr(const ast::Expr& expr, const ConstantScope* names) {
   switch (expr.kind) {
@@ -138,7 +109,7 @@ bool IsConstantExpr(const ast::Expr& expr, const ConstantScope* names) {
   }
 }
 
-std::optional<Constant> EvaluateConstant(const ast::Expr& expr,
+std::optional<ArgValue> EvaluateConstant(const ast::Expr& expr,
                                          DiagnosticSink& sink,
                                          const ConstantScope* names) {
   switch (expr.kind) {
@@ -151,16 +122,16 @@ std::optional<Constant> EvaluateConstant(const ast::Expr& expr,
                  absl::StrCat("expected a constant, found ", DescribeExpr(expr)));
       return std::nullopt;
     case Kind::kInt:
-      return Constant::Int(expr.int_value);
+      return ArgValue::Int(expr.int_value);
     case Kind::kFloat:
-      return Constant::Float(expr.float_value);
+      return ArgValue::Float(expr.float_value);
     case Kind::kBool:
-      return Constant::Bool(expr.bool_value);
+      return ArgValue::Bool(expr.bool_value);
     case Kind::kString:
-      return Constant::String(expr.text);
+      return ArgValue::String(expr.text);
     case Kind::kUnary: {
       if (expr.args.size() != 1) return std::nullopt;
-      std::optional<Constant> value = EvaluateConstant(expr.args[0], sink, names);
+      std::optional<ArgValue> value = EvaluateConstant(expr.args[0], sink, names);
       if (!value) return std::nullopt;
       if (!value->is_number()) {
         sink.Error(expr.name_span,
@@ -170,19 +141,19 @@ std::optional<Constant> EvaluateConstant(const ast::Expr& expr,
         return std::nullopt;
       }
       if (expr.text == "+") return value;
-      if (value->kind == Constant::Kind::kFloat) {
-        return Constant::Float(-value->float_value);
+      if (value->kind == ArgValue::Kind::kFloat) {
+        return ArgValue::Float(-value->f);
       }
-      if (value->int_value == INT64_MIN) {
+      if (value->i == INT64_MIN) {
         sink.Error(expr.name_span, "integer overflow in negation");
         return std::nullopt;
       }
-      return Constant::Int(-value->int_value);
+      return ArgValue::Int(-value->i);
     }
     case Kind::kBinary: {
       if (expr.args.size() != 2) return std::nullopt;
-      std::optional<Constant> a = EvaluateConstant(expr.args[0], sink, names);
-      std::optional<Constant> b = EvaluateConstant(expr.args[1], sink, names);
+      std::optional<ArgValue> a = EvaluateConstant(expr.args[0], sink, names);
+      std::optional<ArgValue> b = EvaluateConstant(expr.args[1], sink, names);
       if (!a || !b) return std::nullopt;
       return Arithmetic(expr, *a, *b, sink);
     }
@@ -202,18 +173,17 @@ std::string FormatFloat(double value) {
   return text;
 }
 
-std::string DescribeConstant(const Constant& value) {
+std::string DescribeConstant(const ArgValue& value) {
   switch (value.kind) {
-    case Constant::Kind::kInt:
-      return absl::StrCat(value.int_value);
-    case Constant::Kind::kFloat:
-      return FormatFloat(value.float_value);
-    case Constant::Kind::kBool:
-      return value.bool_value ? "true" : "false";
-    case Constant::Kind::kString: {
-      std::string shown = value.string_value.size() > 40
-                              ? value.string_value.substr(0, 40) + "..."
-                              : value.string_value;
+    case ArgValue::Kind::kInt:
+      return absl::StrCat(value.i);
+    case ArgValue::Kind::kFloat:
+      return FormatFloat(value.f);
+    case ArgValue::Kind::kBool:
+      return value.b ? "true" : "false";
+    case ArgValue::Kind::kString: {
+      std::string shown =
+          value.s.size() > 40 ? value.s.substr(0, 40) + "..." : value.s;
       return absl::StrCat("the string \"", shown, "\"");
     }
   }
@@ -235,7 +205,7 @@ std::string DescribeExpr(const ast::Expr& expr) {
     case Kind::kBool:
       return expr.bool_value ? "true" : "false";
     case Kind::kString:
-      return DescribeConstant(Constant::String(expr.text));
+      return DescribeConstant(ArgValue::String(expr.text));
     default:
       return "an expression";
   }

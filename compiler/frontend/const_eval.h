@@ -1,36 +1,21 @@
 // Constant expressions: `1/255`, `2 * 128`, `-(3)`, `1e-3`, `true`, "path".
+// They evaluate to an ops::ArgValue (compiler/ops/arg_value.h), the value
+// the op table's rules read as constant arguments.
 #ifndef TRAINC_COMPILER_FRONTEND_CONST_EVAL_H_
 #define TRAINC_COMPILER_FRONTEND_CONST_EVAL_H_
 
-#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 
 #include "compiler/frontend/ast.h"
 #include "compiler/frontend/diagnostics.h"
+#include "compiler/ops/arg_value.h"
 
 namespace trainc::frontend {
 
-struct Constant {
-  enum class Kind { kInt, kFloat, kBool, kString };
-  Kind kind = Kind::kInt;
-  int64_t int_value = 0;
-  double float_value = 0.0;
-  bool bool_value = false;
-  std::string string_value;
-
-  static Constant Int(int64_t v);
-  static Constant Float(double v);
-  static Constant Bool(bool v);
-  static Constant String(std::string v);
-
-  bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat; }
-  double AsDouble() const;
-};
-
 // Named constants in scope (`const width = 128` in the model block).
-using ConstantScope = std::map<std::string, Constant>;
+using ConstantScope = std::map<std::string, ops::ArgValue>;
 
 // True for literals, names in `names`, and + - * / over them: what
 // EvaluateConstant accepts.
@@ -40,12 +25,12 @@ bool IsConstantExpr(const ast::Expr& expr, const ConstantScope* names = nullptr)
 // under / when it divides exactly (`512 / 2` is 256); otherwise / gives a
 // float (`1 / 255`). Overflow, division by zero and arithmetic on strings or
 // booleans are reported; nullopt then.
-std::optional<Constant> EvaluateConstant(const ast::Expr& expr,
-                                         DiagnosticSink& sink,
-                                         const ConstantScope* names = nullptr);
+std::optional<ops::ArgValue> EvaluateConstant(
+    const ast::Expr& expr, DiagnosticSink& sink,
+    const ConstantScope* names = nullptr);
 
 // How a value reads in a message: 2, 1.5, 2.0, true, the string "two".
-std::string DescribeConstant(const Constant& value);
+std::string DescribeConstant(const ops::ArgValue& value);
 
 // How a non-constant expression reads in a message: the name 'two',
 // a call to adamw(...), a tuple.

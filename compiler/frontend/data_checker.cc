@@ -252,17 +252,6 @@ std::string NothingToTrainOn(const std::vector<std::string>& paths, bool text,
 }
 
 // text(paths..., split = "A:B") / tokens(paths..., split = "A:B").
-// Where a non-setting item of the block starts.
-Span ItemKindSpan(const ast::Item& item) {
-  if (const auto* c = std::get_if<ast::Constants>(&item)) return c->kind_span;
-  if (const auto* r = std::get_if<ast::Return>(&item)) return r->kind_span;
-  if (const auto* b = std::get_if<ast::NestedBlock>(&item)) {
-    if (b->block != nullptr) return b->block->kind_span;
-  }
-  if (const auto* d = std::get_if<ast::Declaration>(&item)) return d->kind_span;
-  return Span{};
-}
-
 std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
                                             const std::string& base_dir, bool read_files,
                                             DiagnosticSink& sink) {
@@ -301,14 +290,14 @@ std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
       ok = false;
       continue;
     }
-    const bool relative = !arg.text.empty() && arg.text[0] != '/' && !base_dir.empty();
+    const std::string resolved = ResolvePath(base_dir, arg.text);
+    const bool relative = resolved != arg.text;
     if (!read_files) {  // the form only: a path or glob as written, resolved
-      dataset.paths.push_back(relative ? absl::StrCat(base_dir, "/", arg.text) : arg.text);
+      dataset.paths.push_back(resolved);
       continue;
     }
     if (!IsGlob(arg.text)) {
-      const std::string path =
-          relative ? absl::StrCat(base_dir, "/", arg.text) : arg.text;
+      const std::string& path = resolved;
       const std::string reason = NotARegularFile(path);
       if (!reason.empty()) {
         sink.Error(arg.span, absl::StrCat("cannot read '", arg.text, "': ", reason),
@@ -425,10 +414,7 @@ std::optional<DatasetSpec> CheckDataset(const Setting& setting,
       ok = false;
       continue;
     }
-    std::string path = arg.text;
-    if (!path.empty() && path[0] != '/' && !base_dir.empty()) {
-      path = absl::StrCat(base_dir, "/", path);
-    }
+    const std::string path = ResolvePath(base_dir, arg.text);
     const std::string reason = read_files ? CannotRead(path) : "";
     if (!reason.empty()) {
       sink.Error(arg.span, absl::StrCat("cannot read '", arg.text, "': ", reason),
@@ -448,37 +434,8 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
                                   const std::string& base_dir,
                                   DiagnosticSink& sink, bool read_files) {
   const int errors_before = sink.error_count();
-  std::map<std::string, Setting> settings;
-  for (const ast::Item& item : block.items) {
-    if (const auto* decl = std::get_if<ast::Declaration>(&item)) {
-      sink.Error(decl->kind_span,
-                 absl::StrCat("'", decl->kind,
-                              "' declarations belong in the model block"));
-      continue;
-    }
-    const auto* setting = std::get_if<ast::Assignment>(&item);
-    if (setting == nullptr) {
-      sink.Error(ItemKindSpan(item),
-                 "the data block holds only settings: `field = value`");
-      continue;
-    }
-    const ast::Assignment& assignment = *setting;
-    bool known = false;
-    for (const std::string& field : DataFields()) known |= field == assignment.name;
-    if (!known) {
-      sink.Error(assignment.name_span,
-                 absl::StrCat("unknown data field '", assignment.name, "'"),
-                 SuggestionHint(assignment.name, DataFields(), "data fields"));
-      continue;
-    }
-    auto [it, inserted] =
-        settings.emplace(assignment.name, FileSetting(assignment));
-    if (!inserted) {
-      sink.Error(assignment.name_span,
-                 absl::StrCat("'", assignment.name, "' is set twice"),
-                 absl::StrCat("first set at line ", it->second.name_span.line));
-    }
-  }
+  const std::map<std::string, Setting> settings =
+      FileSettings(block, "data", DataFields(), sink);
 
   DataSpec data;
   if (auto it = settings.find("train"); it != settings.end()) {

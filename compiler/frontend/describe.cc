@@ -68,20 +68,12 @@ std::string DescribeSpec(const TrainSpec& spec) {
   for (const OpSpec& op : model.ops) {
     std::vector<std::string> args = op.inputs;
     for (const auto& [name, value] : op.args) {
-      switch (value.kind) {
-        case ops::ArgValue::Kind::kInt:
-          args.push_back(absl::StrCat(name, "=", value.i));
-          break;
-        case ops::ArgValue::Kind::kFloat:
-          args.push_back(absl::StrCat(name, "=", FormatFloat(value.f)));
-          break;
-        case ops::ArgValue::Kind::kBool:
-          args.push_back(absl::StrCat(name, "=", value.b ? "true" : "false"));
-          break;
-        case ops::ArgValue::Kind::kString:
-          args.push_back(absl::StrCat(name, "=\"", value.s, "\""));
-          break;
-      }
+      // A string as written in .train (approximate="tanh"), not as
+      // messages describe it (the string "tanh").
+      args.push_back(absl::StrCat(name, "=",
+                                  value.kind == ops::ArgValue::Kind::kString
+                                      ? absl::StrCat("\"", value.s, "\"")
+                                      : frontend::DescribeConstant(value)));
     }
     for (const auto& [arg, parameter] : op.shared_parameters) {
       args.push_back(absl::StrCat(arg, "=", parameter));

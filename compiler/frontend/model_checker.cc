@@ -1,25 +1,26 @@
 #include "compiler/frontend/model_checker.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/frontend/const_eval.h"
 #include "compiler/frontend/did_you_mean.h"
+#include "compiler/frontend/setting.h"
 #include "compiler/ops/op_table.h"
 
 namespace trainc::frontend {
 namespace {
 
 using ops::ArgDef;
+using ops::ArgValue;
 using ops::ModelOpDef;
 
 // Larger dimensions are certainly typos, and the bound keeps every
@@ -152,7 +153,7 @@ class ModelChecker {
                       "e.g. const width = 128, hidden = 4 * width");
           continue;
         }
-        std::optional<Constant> value =
+        std::optional<ArgValue> value =
             EvaluateConstant(def.value, sink_, &constants_);
         if (!value) continue;
         constants_.emplace(def.name, *value);
@@ -185,39 +186,18 @@ class ModelChecker {
                 : absl::StrCat("did you mean '--", match, "'?"));
         continue;
       }
-      Constant& c = it->second;
-      bool ok = false;
-      switch (c.kind) {
-        case Constant::Kind::kInt: {
-          int64_t v;
-          ok = absl::SimpleAtoi(text, &v);
-          if (ok) c.int_value = v;
-          break;
-        }
-        case Constant::Kind::kFloat: {
-          double v;
-          ok = absl::SimpleAtod(text, &v) && std::isfinite(v);
-          if (ok) c.float_value = v;
-          break;
-        }
-        case Constant::Kind::kBool:
-          ok = text == "true" || text == "false";
-          if (ok) c.bool_value = text == "true";
-          break;
-        case Constant::Kind::kString:
-          ok = true;
-          c.string_value = text;
-          break;
+      ArgValue& c = it->second;
+      if (std::optional<ArgValue> value = ParseFlagAs(c.kind, text)) {
+        c = *std::move(value);
+        continue;
       }
-      if (!ok) {
-        sink_.CommandLineError(
-            absl::StrCat("--", name, ": '", text, "' is not ",
-                         c.kind == Constant::Kind::kInt     ? "an integer"
-                         : c.kind == Constant::Kind::kFloat ? "a number"
-                                                            : "true or false"),
-            absl::StrCat("the model's constant ", name, " is ",
-                         DescribeConstant(c)));
-      }
+      sink_.CommandLineError(
+          absl::StrCat("--", name, ": '", text, "' is not ",
+                       c.kind == ArgValue::Kind::kInt     ? "an integer"
+                       : c.kind == ArgValue::Kind::kFloat ? "a number"
+                                                          : "true or false"),
+          absl::StrCat("the model's constant ", name, " is ",
+                       DescribeConstant(c)));
     }
   }
 
@@ -364,23 +344,29 @@ class ModelChecker {
                   constants_.empty() ? "" : "constants in scope: " + ConstantNames());
       return std::nullopt;
     }
-    std::optional<Constant> value = EvaluateConstant(expr, sink_, &constants_);
+    std::optional<ArgValue> value = EvaluateConstant(expr, sink_, &constants_);
     if (!value) return std::nullopt;
-    if (value->kind == Constant::Kind::kInt && value->int_value > kMaxDim) {
-      sink_.Error(expr.span,
-                  absl::StrCat(what, " is too large: ", value->int_value,
-                               " (the largest dimension is ", kMaxDim, ")"),
-                  overrides_.empty() ? ""
-                                     : "a constant given on the command line feeds into it");
-      return std::nullopt;
-    }
-    if (value->kind != Constant::Kind::kInt || value->int_value <= 0) {
+    if (ReportTooLarge(*value, what, expr.span)) return std::nullopt;
+    if (value->kind != ArgValue::Kind::kInt || value->i <= 0) {
       sink_.Error(expr.span,
                   absl::StrCat(what, " must be a positive integer, got ",
                                DescribeConstant(*value)));
       return std::nullopt;
     }
-    return value->int_value;
+    return value->i;
+  }
+
+  // Reports an integer above kMaxDim where a dimension or count is wanted.
+  bool ReportTooLarge(const ArgValue& value, const std::string& what,
+                      const Span& span) {
+    if (value.kind != ArgValue::Kind::kInt || value.i <= kMaxDim) return false;
+    sink_.Error(span,
+                absl::StrCat(what, " is too large: ", value.i,
+                             " (the largest dimension is ", kMaxDim, ")"),
+                overrides_.empty()
+                    ? ""
+                    : "a constant given on the command line feeds into it");
+    return true;
   }
 
   std::vector<std::string> ConstantKeys() const {
@@ -680,7 +666,7 @@ class ModelChecker {
           break;
         }
         default: {
-          std::optional<ops::ArgValue> c = CheckConstantArg(
+          std::optional<ArgValue> c = CheckConstantArg(
               arg, def, *op, arg != nullptr ? arg->span : call.span);
           if (!c) return std::nullopt;
           op_call.constants[def.name] = *c;
@@ -715,14 +701,14 @@ class ModelChecker {
                             : absl::StrCat("; in full: ", op.Signature()));
   }
 
-  std::optional<ops::ArgValue> CheckConstantArg(const ast::Expr* arg,
-                                                const ArgDef& def,
-                                                const ModelOpDef& op,
-                                                const Span& span) {
-    std::optional<Constant> value;
+  std::optional<ArgValue> CheckConstantArg(const ast::Expr* arg,
+                                           const ArgDef& def,
+                                           const ModelOpDef& op,
+                                           const Span& span) {
+    std::optional<ArgValue> value;
     std::string what = absl::StrCat(def.name, " of ", op.name);
     if (arg == nullptr) {
-      std::optional<ops::ArgValue> d = ops::DefaultValue(def);
+      std::optional<ArgValue> d = ops::DefaultValue(def);
       if (d) return d;
       sink_.Error(span, absl::StrCat(what, " is required"), op.Signature());
       return std::nullopt;
@@ -746,20 +732,14 @@ class ModelChecker {
       value = EvaluateConstant(*arg, sink_, &constants_);
       if (!value) return std::nullopt;
     }
-    ops::ArgValue out;
     switch (def.kind) {
       case ArgDef::Kind::kInt:
       case ArgDef::Kind::kCount: {
         const int64_t least = def.kind == ArgDef::Kind::kInt ? 1 : 0;
-        if (value->kind == Constant::Kind::kInt && value->int_value > kMaxDim) {
-          sink_.Error(arg ? arg->span : span,
-                      absl::StrCat(what, " is too large: ", value->int_value,
-                                   " (the largest dimension is ", kMaxDim, ")"),
-                      overrides_.empty() ? ""
-                                         : "a constant given on the command line feeds into it");
+        if (ReportTooLarge(*value, what, arg ? arg->span : span)) {
           return std::nullopt;
         }
-        if (value->kind != Constant::Kind::kInt || value->int_value < least) {
+        if (value->kind != ArgValue::Kind::kInt || value->i < least) {
           sink_.Error(arg ? arg->span : span,
                       absl::StrCat(what, " must be a ",
                                    least ? "positive" : "non-negative",
@@ -767,25 +747,17 @@ class ModelChecker {
                       absl::StrCat("e.g. ", op.Signature()));
           return std::nullopt;
         }
-        out.kind = ops::ArgValue::Kind::kInt;
-        out.i = value->int_value;
-        return out;
+        return value;
       }
       case ArgDef::Kind::kFloat:
         if (!value->is_number()) break;
-        out.kind = ops::ArgValue::Kind::kFloat;
-        out.f = value->AsDouble();
-        return out;
+        return ArgValue::Float(value->AsDouble());  // 2 is taken as 2.0
       case ArgDef::Kind::kBool:
-        if (value->kind != Constant::Kind::kBool) break;
-        out.kind = ops::ArgValue::Kind::kBool;
-        out.b = value->bool_value;
-        return out;
+        if (value->kind != ArgValue::Kind::kBool) break;
+        return value;
       case ArgDef::Kind::kString:
-        if (value->kind != Constant::Kind::kString) break;
-        out.kind = ops::ArgValue::Kind::kString;
-        out.s = value->string_value;
-        return out;
+        if (value->kind != ArgValue::Kind::kString) break;
+        return value;
       default:
         break;
     }

@@ -50,10 +50,6 @@ bool Contains(const std::vector<std::string>& list, const std::string& name) {
   return false;
 }
 
-std::string FirstSetAt(const Span& span) {
-  return absl::StrCat("first set at line ", span.line);
-}
-
 // A call like `adamw(lr = 1e-3)`, or a bare name `constant`, split into its
 // name and named arguments; positional and repeated arguments are reported.
 struct NamedCall {
@@ -330,10 +326,9 @@ void CheckMachine(const Setting& setting, const std::string& base_dir, std::stri
                                " (or a path to a .profile file)"));
     return;
   }
-  std::string path = *value;
-  if (!setting.from_flag() && !path.empty() && path[0] != '/' && !base_dir.empty()) {
-    path = absl::StrCat(base_dir, "/", path);
-  }
+  // A flag's path is the shell's: relative to the working directory.
+  const std::string path =
+      setting.from_flag() ? *value : ResolvePath(base_dir, *value);
   struct stat st;
   std::string reason;
   if (::stat(path.c_str(), &st) != 0) {
@@ -483,30 +478,8 @@ class TrainChecker {
 
   void CollectFileSettings() {
     if (block_ == nullptr) return;
-    for (const ast::Item& item : block_->items) {
-      if (const auto* decl = std::get_if<ast::Declaration>(&item)) {
-        sink_.Error(decl->kind_span,
-                    absl::StrCat("'", decl->kind,
-                                 "' declarations belong in the model block"));
-        continue;
-      }
-      const auto& assignment = std::get<ast::Assignment>(item);
-      if (!Contains(TrainFields(), assignment.name)) {
-        had_unknown_field_ = true;
-        sink_.Error(assignment.name_span,
-                    absl::StrCat("unknown train field '", assignment.name, "'"),
-                    SuggestionHint(assignment.name, TrainFields(),
-                                   "train fields"));
-        continue;
-      }
-      if (const Setting* first = File(assignment.name)) {
-        sink_.Error(assignment.name_span,
-                    absl::StrCat("'", assignment.name, "' is set twice"),
-                    FirstSetAt(first->name_span));
-        continue;
-      }
-      file_.emplace(assignment.name, FileSetting(assignment));
-    }
+    file_ = FileSettings(*block_, "train", TrainFields(), sink_,
+                         &had_unknown_field_);
   }
 
   void CollectFlags(const Overrides& overrides) {

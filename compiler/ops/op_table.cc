@@ -753,31 +753,6 @@ std::string ShapeText(const Shape& shape) {
   return out + "]";
 }
 
-ArgValue ArgValue::Int(int64_t v) {
-  ArgValue a;
-  a.kind = Kind::kInt;
-  a.i = v;
-  return a;
-}
-ArgValue ArgValue::Float(double v) {
-  ArgValue a;
-  a.kind = Kind::kFloat;
-  a.f = v;
-  return a;
-}
-ArgValue ArgValue::String(std::string v) {
-  ArgValue a;
-  a.kind = Kind::kString;
-  a.s = std::move(v);
-  return a;
-}
-ArgValue ArgValue::Bool(bool v) {
-  ArgValue a;
-  a.kind = Kind::kBool;
-  a.b = v;
-  return a;
-}
-
 std::optional<ArgValue> DefaultValue(const ArgDef& def) {
   if (def.default_value == nullptr) return std::nullopt;
   const std::string text = def.default_value;

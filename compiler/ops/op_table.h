@@ -34,6 +34,8 @@
 #include <variant>
 #include <vector>
 
+#include "compiler/ops/arg_value.h"
+
 namespace trainc::ops {
 
 using Shape = std::vector<int64_t>;
@@ -140,21 +142,6 @@ Cost EstimateCost(const OpDef& def, const std::vector<Shape>& inputs,
 // ---------------------------------------------------------------------------
 // Model ops
 // ---------------------------------------------------------------------------
-
-// A checked constant argument.
-struct ArgValue {
-  enum class Kind { kInt, kFloat, kString, kBool } kind = Kind::kInt;
-  int64_t i = 0;
-  double f = 0;
-  std::string s;
-  bool b = false;
-  double AsDouble() const { return kind == Kind::kInt ? double(i) : f; }
-
-  static ArgValue Int(int64_t v);
-  static ArgValue Float(double v);
-  static ArgValue String(std::string v);
-  static ArgValue Bool(bool v);
-};
 
 struct ArgDef {
   enum class Kind {
