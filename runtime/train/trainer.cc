@@ -41,6 +41,7 @@
 #include "runtime/metrics/metrics_log.h"
 #include "runtime/trace/tracer.h"
 #include "runtime/train/evaluate.h"
+#include "runtime/train/handshake.h"
 #include "runtime/train/overlap.h"
 #include "runtime/train/schedule.h"
 
@@ -479,6 +480,8 @@ class Trainer {
   // --init-from (weights only) or seeded initialisation; then the periodic
   // checkpoints' folder.
   absl::Status SetUpWeights();
+  // With more than one rank: the plan handshake (handshake.h).
+  absl::Status Handshake();
   // Once the stop handlers are in: the header lines, the metrics log, the
   // tracer, the heartbeat and the step loop's clocks.
   absl::Status StartRun();
@@ -631,6 +634,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   RETURN_IF_ERROR(SetUpDevice());
   RETURN_IF_ERROR(SetUpData());
   RETURN_IF_ERROR(SetUpWeights());
+  RETURN_IF_ERROR(Handshake());
   stop_signals_.emplace();
   RETURN_IF_ERROR(StartRun());
   for (int64_t step = first_step_; step <= total_steps_; ++step) {
@@ -722,6 +726,15 @@ absl::Status Trainer::SetUpWeights() {
     RETURN_IF_ERROR(PrepareCheckpointFolder(plan_.checkpoints.dir));
   }
   return absl::OkStatus();
+}
+
+// Every rank shows the others what it is about to run (handshake.h): a
+// rank started with other settings, data or weights stops the job here.
+absl::Status Trainer::Handshake() {
+  if (rank_.world_size == 1) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const RankFingerprint mine,
+                   FingerprintRank(plan_, *train_data_, *device_, initial_state_));
+  return AgreeBeforeFirstStep(*host_comm_, mine);
 }
 
 absl::Status Trainer::StartRun() {
