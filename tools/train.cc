@@ -58,7 +58,7 @@ struct Args {
   TrainOptions train;
   bool metrics_given = false;  // --metrics or --no-metrics
   std::string rendezvous;      // --rendezvous redis://HOST:PORT/JOB
-  std::string comm = "auto";   // --comm gloo|mpi|auto
+  CommKind comm = CommKind::kAuto;  // --comm gloo|mpi|auto
 };
 
 absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v) {
@@ -172,7 +172,16 @@ OptionParser MakeParser(Args* args) {
       .TrainOverrides(&args->overrides)
       .Group("Run:")
       .Value({"--device"}, "cpu|cuda|auto",
-             "where to run (default auto: CUDA if a GPU is seen)", into(&train->device))
+             "where to run (default auto: CUDA if a GPU is seen)",
+             [train](const std::string& v) -> absl::Status {
+               const std::optional<DeviceKind> device = ParseEnum<DeviceKind>(v);
+               if (!device) {
+                 return absl::InvalidArgumentError(absl::StrCat(
+                     "'", v, "' is not one of ", absl::StrJoin(EnumNames<DeviceKind>(), ", ")));
+               }
+               train->device = *device;
+               return absl::OkStatus();
+             })
       .Value({"--save"}, "PATH", "write a safetensors checkpoint at the end",
              into(&train->save_path))
       .Value({"--init-from"}, "PATH", "start from a checkpoint's weights",
@@ -229,11 +238,14 @@ OptionParser MakeParser(Args* args) {
              "mpirun -np N train FILE (no rendezvous needed); gloo: TCP, the local "
              "launcher's and torchrun's",
              [args](const std::string& v) -> absl::Status {
-               if (v != "gloo" && v != "mpi" && v != "auto") {
-                 return absl::InvalidArgumentError(
-                     absl::StrCat("expected gloo, mpi or auto, got '", v, "'"));
+               const std::optional<CommKind> comm = ParseEnum<CommKind>(v);
+               if (!comm) {
+                 const std::vector<std::string> names = EnumNames<CommKind>();
+                 return absl::InvalidArgumentError(absl::StrCat(
+                     "expected ", absl::StrJoin(names.begin(), names.end() - 1, ", "), " or ",
+                     names.back(), ", got '", v, "'"));
                }
-               args->comm = v;
+               args->comm = *comm;
                return absl::OkStatus();
              })
       .Value({"--rendezvous"}, "redis://HOST:PORT/JOB",
@@ -346,7 +358,7 @@ absl::Status CheckMemoryFits(const Plan& plan, bool on_gpus) {
   const int64_t available = AvailableMemory();
   if (available < 0) return absl::OkStatus();
   int64_t data = 0;
-  if (plan.data.format == "idx") {
+  if (plan.data.format == DataFormat::kIdx) {
     for (const std::vector<std::string>* paths : {&plan.data.train_paths, &plan.data.eval_paths}) {
       if (paths->empty()) continue;
       std::error_code error;
@@ -374,12 +386,14 @@ absl::Status Run(const Args& args) {
   ASSIGN_OR_RETURN(std::optional<RankInfo> worker, RankFromEnvironment());
   const bool is_rank0 = !worker || worker->rank == 0;
   const bool under_mpirun = worker && worker->source == "mpirun";
-  if (args.comm == "mpi" && !under_mpirun) {
+  if (args.comm == CommKind::kMpi && !under_mpirun) {
     return absl::FailedPreconditionError(
         "--comm mpi: this process was not started by mpirun (run e.g. "
         "mpirun -np 2 train FILE; the local launcher's ranks use --comm gloo)");
   }
-  const std::string comm = args.comm != "auto" ? args.comm : under_mpirun ? "mpi" : "gloo";
+  const CommKind comm = args.comm != CommKind::kAuto ? args.comm
+                        : under_mpirun                ? CommKind::kMpi
+                                                      : CommKind::kGloo;
   ASSIGN_OR_RETURN(Plan plan, LoadPlan(args, args.compile_only));
 
   if (args.compile_only) {
@@ -398,7 +412,7 @@ absl::Status Run(const Args& args) {
     rank.world_size = worker->world_size;
     rank.local_rank = worker->local_rank;
     rank.comm = comm;
-    if (worker->rendezvous_kind == RendezvousKind::kTcpStore && comm == "gloo") {
+    if (worker->rendezvous_kind == RendezvousKind::kTcpStore && comm == CommKind::kGloo) {
       return absl::UnimplementedError(absl::StrCat(
           "rendezvous at ", worker->rendezvous,
           ": Gloo's TCP store is not in Debian's Gloo 0.5; use a Redis server "
@@ -420,7 +434,8 @@ absl::Status Run(const Args& args) {
   }
   if (plan.world_size == 1) {
     // One CPU rank is held to the same arithmetic as a local job's ranks.
-    if (args.train.device == "cpu" || (args.train.device == "auto" && CudaDeviceCount() == 0)) {
+    if (args.train.device == DeviceKind::kCpu ||
+        (args.train.device == DeviceKind::kAuto && CudaDeviceCount() == 0)) {
       RETURN_IF_ERROR(CheckMemoryFits(plan, /*on_gpus=*/false));
     }
     return TrainRank(plan, RankContext(), args.train, std::cout).status();
@@ -429,9 +444,9 @@ absl::Status Run(const Args& args) {
   // --device auto runs on the GPUs where there are any, so it is held to
   // the file's gpus = N as well.
   // (--device cpu does not count GPUs: that would load the CUDA plugin.)
-  const int gpus_here = args.train.device == "cpu" ? 0 : CudaDeviceCount();
-  const bool on_gpus = args.train.device == "cuda" ||
-                       (args.train.device == "auto" && gpus_here > 0);
+  const int gpus_here = args.train.device == DeviceKind::kCpu ? 0 : CudaDeviceCount();
+  const bool on_gpus = args.train.device == DeviceKind::kCuda ||
+                       (args.train.device == DeviceKind::kAuto && gpus_here > 0);
   if (on_gpus && gpus_here < plan.world_size) {
     return absl::FailedPreconditionError(absl::StrCat(
         "gpus = ", plan.world_size, " but this machine has ", gpus_here,

@@ -148,7 +148,7 @@ CollectivePayload PayloadOf(const Plan& plan, const Instruction& instr, int64_t 
     return p;
   }
   p.gradients = true;
-  const double width = plan.grad_comm == "bf16" ? 0.5 : 1.0;
+  const double width = plan.grad_comm == GradComm::kBf16 ? 0.5 : 1.0;
   if (!plan.deterministic) {
     p.kind = instr.op == "reduce_scatter" ? Kind::kReduceScatter : Kind::kAllReduce;
     p.bytes = bytes * width;

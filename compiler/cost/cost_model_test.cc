@@ -156,7 +156,7 @@ TEST(ComputeCostTest, ZeroCollectivesAndBf16Gradients) {
   // The parameter all-gather: a ring in both, fp32 whatever grad_comm.
   in.op = "all_gather";
   EXPECT_DOUBLE_EQ(InstructionUs(plan, in, gloo, 4), 3 * 49 + 0.75);
-  plan.grad_comm = "bf16";
+  plan.grad_comm = GradComm::kBf16;
   EXPECT_DOUBLE_EQ(InstructionUs(plan, in, gloo, 4), 3 * 49 + 0.75);
   // bf16 gradients: half the bytes through the reduce-scatter and the
   // all-reduce.

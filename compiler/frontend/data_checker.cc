@@ -62,11 +62,11 @@ constexpr char kSplitExample[] =
 // A text file holds no NUL byte; this much is read to tell.
 constexpr size_t kBinaryProbeBytes = 4096;
 
-std::string ExampleFor(const std::string& format) {
-  if (format == "text") {
+std::string ExampleFor(DataFormat format) {
+  if (format == DataFormat::kText) {
     return "e.g. text(\"/usr/share/games/fortunes/*\", split = \"0:95%\")";
   }
-  if (format == "tokens") return "e.g. tokens(\"shards/train_*.bin\")";
+  if (format == DataFormat::kTokens) return "e.g. tokens(\"shards/train_*.bin\")";
   return kIdxExample;
 }
 
@@ -252,11 +252,11 @@ std::string NothingToTrainOn(const std::vector<std::string>& paths, bool text,
 }
 
 // text(paths..., split = "A:B") / tokens(paths..., split = "A:B").
-std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
+// `format`: kText or kTokens, `expr`'s name.
+std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr, DataFormat format,
                                             const std::string& base_dir, bool read_files,
                                             DiagnosticSink& sink) {
-  const std::string& format = expr.text;
-  const bool text = format == "text";
+  const bool text = format == DataFormat::kText;
   const std::string example = ExampleFor(format);
   DatasetSpec dataset;
   dataset.format = format;
@@ -269,7 +269,7 @@ std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
     if (!name.empty()) {
       if (name != "split") {
         sink.Error(expr.arg_name_spans[i],
-                   absl::StrCat("unknown argument '", name, "' to ", format),
+                   absl::StrCat("unknown argument '", name, "' to ", EnumName(format)),
                    SuggestionHint(name, {"split"}, "arguments"));
         ok = false;
       } else if (has_split) {
@@ -357,7 +357,7 @@ std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr,
   }
   if (positional == 0) {
     sink.Error(expr.span,
-               absl::StrCat(format, " needs at least one file path or glob"),
+               absl::StrCat(EnumName(format), " needs at least one file path or glob"),
                example);
     ok = false;
   }
@@ -377,14 +377,14 @@ std::optional<DatasetSpec> CheckDataset(const Setting& setting,
                   "or idx(\"images.gz\", \"labels.gz\")");
     return std::nullopt;
   }
-  const std::vector<std::string> formats = {"idx", "text", "tokens"};
-  if (expr.text == "text" || expr.text == "tokens") {
-    return CheckTokenSource(expr, base_dir, read_files, sink);
+  const std::optional<DataFormat> format = ParseEnum<DataFormat>(expr.text);
+  if (format == DataFormat::kText || format == DataFormat::kTokens) {
+    return CheckTokenSource(expr, *format, base_dir, read_files, sink);
   }
-  if (expr.text != "idx") {
+  if (format != DataFormat::kIdx) {
     sink.Error(expr.name_span,
                absl::StrCat("unknown data format '", expr.text, "'"),
-               SuggestionHint(expr.text, formats, "formats"));
+               SuggestionHint(expr.text, EnumNames<DataFormat>(), "formats"));
     return std::nullopt;
   }
   const std::string example = kIdxExample;
@@ -396,7 +396,7 @@ std::optional<DatasetSpec> CheckDataset(const Setting& setting,
     return std::nullopt;
   }
   DatasetSpec dataset;
-  dataset.format = "idx";
+  dataset.format = DataFormat::kIdx;
   bool ok = true;
   for (size_t i = 0; i < expr.args.size(); ++i) {
     const ast::Expr& arg = expr.args[i];
@@ -450,10 +450,10 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
   if (auto it = settings.find("eval"); it != settings.end()) {
     if (auto dataset = CheckDataset(it->second, base_dir, read_files, sink)) {
       // One format per plan (DataConfig::format).
-      if (!data.train.format.empty() && dataset->format != data.train.format) {
+      if (data.train.format != DataFormat::kNone && dataset->format != data.train.format) {
         sink.Error(it->second.expr->name_span,
-                   absl::StrCat("eval is ", dataset->format, "(...) but train is ",
-                                data.train.format, "(...)"),
+                   absl::StrCat("eval is ", EnumName(dataset->format), "(...) but train is ",
+                                EnumName(data.train.format), "(...)"),
                    "both sets must have the same format");
       }
       data.eval = *dataset;
@@ -467,10 +467,12 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
   }
   // Augmentation moves pixels: images only.
   auto images_only = [&](const Setting& s) {
-    if (data.train.format.empty() || data.train.format == "idx") return true;
+    if (data.train.format == DataFormat::kNone || data.train.format == DataFormat::kIdx) {
+      return true;
+    }
     sink.Error(s.expr ? s.expr->span : s.name_span,
                absl::StrCat(s.field, " augments images: it needs idx(...) data, not ",
-                            data.train.format, "(...)"));
+                            EnumName(data.train.format), "(...)"));
     return false;
   };
   if (auto it = settings.find("random_crop"); it != settings.end()) {
@@ -534,7 +536,7 @@ void CheckDataFitsModel(const ModelSpec& model, const DataSpec& data,
   }
   declared += "]";
   for (const DatasetSpec* set : {&data.train, &data.eval}) {
-    if (set->format != "idx" || set->paths.empty()) continue;
+    if (set->format != DataFormat::kIdx || set->paths.empty()) continue;
     const std::optional<std::pair<int64_t, int64_t>> size = IdxImageSize(set->paths[0]);
     if (!size || size->first * size->second == values) continue;
     const Span at{input->location.line, input->location.column,

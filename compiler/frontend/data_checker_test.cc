@@ -80,7 +80,7 @@ TEST(DataCheckerTest, TextGlobKeepsRegularTextFilesSorted) {
   const std::string dir = FortunesLike("fortunes1");
   Checked c = Check(absl::StrCat("train = text(\"", dir, "/*\")"));
   ASSERT_TRUE(c.data) << c.errors;
-  EXPECT_EQ(c.data->train.format, "text");
+  EXPECT_EQ(c.data->train.format, DataFormat::kText);
   EXPECT_THAT(c.data->train.paths, ElementsAre(dir + "/a", dir + "/b"));
   EXPECT_EQ(c.data->train.split_begin, 0.0);
   EXPECT_EQ(c.data->train.split_end, 1.0);
@@ -103,7 +103,7 @@ TEST(DataCheckerTest, TokensGlobKeepsBinaryFilesButNotSymlinks) {
   Checked c = Check(absl::StrCat("train = tokens(\"", dir, "/train_*.bin\")\n",
                                  "eval = tokens(\"", dir, "/train_001.bin\")"));
   ASSERT_TRUE(c.data) << c.errors;
-  EXPECT_EQ(c.data->train.format, "tokens");
+  EXPECT_EQ(c.data->train.format, DataFormat::kTokens);
   EXPECT_THAT(c.data->train.paths,
               ElementsAre(dir + "/train_000.bin", dir + "/train_001.bin"));
   EXPECT_THAT(c.data->eval.paths, ElementsAre(dir + "/train_001.bin"));

@@ -40,11 +40,11 @@ std::string Dataset(const DatasetSpec& dataset) {
   }
   // A glob can expand to many files: the first two and the last.
   if (dataset.paths.size() > 4) {
-    return absl::StrCat(dataset.format, "(", dataset.paths.size(), " files: \"",
+    return absl::StrCat(EnumName(dataset.format), "(", dataset.paths.size(), " files: \"",
                         dataset.paths[0], "\", \"", dataset.paths[1], "\", ..., \"",
                         dataset.paths.back(), "\"", split, ")");
   }
-  return absl::StrCat(dataset.format, "(\"",
+  return absl::StrCat(EnumName(dataset.format), "(\"",
                       absl::StrJoin(dataset.paths, "\", \""), "\"", split, ")");
 }
 
@@ -120,7 +120,7 @@ std::string DescribeSpec(const TrainSpec& spec) {
     absl::StrAppend(&out, "run: ", t.steps, " steps\n");
   }
   const OptimizerSpec& o = t.optimizer;
-  if (o.kind == OptimizerSpec::Kind::kSgd) {
+  if (o.kind == OptimizerKind::kSgd) {
     absl::StrAppend(&out, "optimizer: sgd(lr = ", FormatFloat(o.lr),
                     ", momentum = ", FormatFloat(o.momentum), ", nesterov = ",
                     o.nesterov ? "true" : "false", ", weight_decay = ",
@@ -131,7 +131,7 @@ std::string DescribeSpec(const TrainSpec& spec) {
                     FormatFloat(o.beta2), "), eps = ", FormatFloat(o.eps),
                     ", weight_decay = ", FormatFloat(o.weight_decay), ")\n");
   }
-  if (t.schedule.kind == ScheduleSpec::Kind::kCosine) {
+  if (t.schedule.kind == ScheduleKind::kCosine) {
     absl::StrAppend(&out, "schedule: cosine(warmup = ", t.schedule.warmup_steps,
                     ")\n");
   } else {
@@ -149,7 +149,10 @@ std::string DescribeSpec(const TrainSpec& spec) {
   absl::StrAppend(&out, "\nseed: ", t.seed, ", deterministic: ",
                   t.deterministic ? "true" : "false",
                   ", tf32: ", t.tf32 ? "true" : "false",
-                  t.precision != "fp32" ? ", precision: " + t.precision : std::string(), "\n");
+                  t.precision != Precision::kFp32
+                      ? absl::StrCat(", precision: ", EnumName(t.precision))
+                      : std::string(),
+                  "\n");
   if (t.checkpoint_every > 0) {
     absl::StrAppend(&out, "checkpoints: every ", t.checkpoint_every, " steps into ",
                     t.checkpoint_dir.empty() ? "checkpoints/" + spec.model.name
@@ -159,7 +162,7 @@ std::string DescribeSpec(const TrainSpec& spec) {
 
   const DataSpec& d = spec.data;
   absl::StrAppend(&out, "data: train = ", Dataset(d.train), "\n");
-  if (!d.eval.format.empty()) {
+  if (d.eval.format != DataFormat::kNone) {
     absl::StrAppend(&out, "      eval = ", Dataset(d.eval), "\n");
   }
   absl::StrAppend(&out, "      scale = ", FormatFloat(d.scale), ", shuffle = ",

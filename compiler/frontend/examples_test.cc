@@ -29,7 +29,7 @@ TEST(ExamplesTest, FashionMlpIsTheDesignSketch) {
   EXPECT_EQ(t.accumulate, 2);
   EXPECT_EQ(t.global_batch, 256);
   EXPECT_EQ(t.epochs, 10);
-  EXPECT_EQ(t.optimizer.kind, OptimizerSpec::Kind::kAdamW);
+  EXPECT_EQ(t.optimizer.kind, OptimizerKind::kAdamW);
   EXPECT_DOUBLE_EQ(t.optimizer.lr, 1e-3);
   EXPECT_DOUBLE_EQ(t.optimizer.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(t.bucket_mb, 0.1);  // small model: several buckets to overlap

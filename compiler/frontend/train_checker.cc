@@ -77,11 +77,10 @@ std::optional<NamedCall> ReadNamedCall(const Setting& setting,
   for (size_t i = 0; i < expr.args.size(); ++i) {
     const std::string& arg_name = expr.arg_names[i];
     if (arg_name.empty()) {
+      const bool cosine = ParseEnum<ScheduleKind>(call.name) == ScheduleKind::kCosine;
       sink.Error(expr.args[i].span,
                  absl::StrCat(call.name, "() takes named arguments only"),
-                 absl::StrCat("e.g. ", call.name == "cosine"
-                                           ? "cosine(warmup = 100)"
-                                           : "adamw(lr = 1e-3)"));
+                 absl::StrCat("e.g. ", cosine ? "cosine(warmup = 100)" : "adamw(lr = 1e-3)"));
       ok = false;
       continue;
     }
@@ -140,21 +139,21 @@ void CheckOptimizer(const Setting& setting, OptimizerSpec* optimizer,
   std::optional<NamedCall> call =
       ReadNamedCall(setting, "sgd(...) or adamw(...)", sink);
   if (!call) return;
-  const std::vector<std::string> kinds = {"sgd", "adamw"};
-  if (!Contains(kinds, call->name)) {
+  const std::optional<OptimizerKind> kind = ParseEnum<OptimizerKind>(call->name);
+  if (!kind) {
     sink.Error(call->name_span,
                absl::StrCat("unknown optimizer '", call->name, "'"),
-               SuggestionHint(call->name, kinds, "optimizers"));
+               SuggestionHint(call->name, EnumNames<OptimizerKind>(), "optimizers"));
     return;
   }
-  const bool sgd = call->name == "sgd";
+  const bool sgd = *kind == OptimizerKind::kSgd;
   const std::vector<std::string> accepted =
       sgd ? std::vector<std::string>{"lr", "momentum", "nesterov",
                                      "weight_decay", "decay"}
           : std::vector<std::string>{"lr", "betas", "eps", "weight_decay",
                                      "decay"};
   if (!CheckArgNames(*call, accepted, sink)) return;
-  optimizer->kind = sgd ? OptimizerSpec::Kind::kSgd : OptimizerSpec::Kind::kAdamW;
+  optimizer->kind = *kind;
   const auto arg = [&](const char* name) -> const Setting* {
     auto it = call->args.find(name);
     return it == call->args.end() ? nullptr : &it->second;
@@ -224,19 +223,18 @@ void CheckSchedule(const Setting& setting, ScheduleSpec* schedule,
   std::optional<NamedCall> call =
       ReadNamedCall(setting, "constant or cosine(warmup = N)", sink);
   if (!call) return;
-  const std::vector<std::string> kinds = {"constant", "cosine"};
-  if (!Contains(kinds, call->name)) {
+  const std::optional<ScheduleKind> kind = ParseEnum<ScheduleKind>(call->name);
+  if (!kind) {
     sink.Error(call->name_span,
                absl::StrCat("unknown schedule '", call->name, "'"),
-               SuggestionHint(call->name, kinds, "schedules"));
+               SuggestionHint(call->name, EnumNames<ScheduleKind>(), "schedules"));
     return;
   }
-  if (call->name == "constant") {
-    schedule->kind = ScheduleSpec::Kind::kConstant;
+  schedule->kind = *kind;
+  if (*kind == ScheduleKind::kConstant) {
     CheckArgNames(*call, {}, sink);
     return;
   }
-  schedule->kind = ScheduleSpec::Kind::kCosine;
   if (!CheckArgNames(*call, {"warmup"}, sink)) return;
   auto it = call->args.find("warmup");
   if (it != call->args.end()) {
@@ -244,12 +242,14 @@ void CheckSchedule(const Setting& setting, ScheduleSpec* schedule,
   }
 }
 
-// A choice among words (grad_comm = fp32 | bf16, zero_gather = step_end
-// | next_forward): a bare name in the file, the word as a flag. `what`
-// names the choice in the error ("gradient format").
+// A choice among the names of an enumerated setting (grad_comm = fp32 |
+// bf16, zero_gather = step_end | next_forward; compiler/plan/settings.h):
+// a bare name in the file, the word as a flag. `what` names the choice in
+// the error ("gradient format").
+template <typename Enum>
 void CheckChoice(const Setting& setting, const std::string& field,
-                 const std::string& what, const std::vector<std::string>& choices,
-                 std::string* choice, DiagnosticSink& sink) {
+                 const std::string& what, Enum* choice, DiagnosticSink& sink) {
+  const std::vector<std::string> choices = EnumNames<Enum>();
   std::string name;
   if (setting.from_flag()) {
     name = setting.flag_text;
@@ -264,13 +264,14 @@ void CheckChoice(const Setting& setting, const std::string& field,
                                    : std::string("nothing")));
     return;
   }
-  if (!Contains(choices, name)) {
+  const std::optional<Enum> value = ParseEnum<Enum>(name);
+  if (!value) {
     ReportSetting(setting, sink,
                   absl::StrCat("unknown ", what, " '", name, "'"),
                   SuggestionHint(name, choices, "choices"));
     return;
   }
-  *choice = name;
+  *choice = *value;
 }
 
 // bucket_mb = auto | MB >= 0: a bare name or a number in the file, the
@@ -421,9 +422,8 @@ class TrainChecker {
       }
     }
     if (const Setting* s = Effective("grad_comm")) {
-      CheckChoice(*s, "grad_comm", "gradient format", {"fp32", "bf16"}, &config_.grad_comm,
-                  sink_);
-      if (config_.grad_comm == "bf16" && config_.deterministic) {
+      CheckChoice(*s, "grad_comm", "gradient format", &config_.grad_comm, sink_);
+      if (config_.grad_comm == GradComm::kBf16 && config_.deterministic) {
         ReportSetting(*s, sink_,
                       "grad_comm = bf16 cannot be deterministic: the "
                       "deterministic all-reduce gathers every micro-batch's "
@@ -432,11 +432,10 @@ class TrainChecker {
       }
     }
     if (const Setting* s = Effective("precision")) {
-      CheckChoice(*s, "precision", "precision", {"fp32", "bf16"}, &config_.precision, sink_);
+      CheckChoice(*s, "precision", "precision", &config_.precision, sink_);
     }
     if (const Setting* s = Effective("zero_gather")) {
-      CheckChoice(*s, "zero_gather", "all-gather placement", {"step_end", "next_forward"},
-                  &config_.zero_gather, sink_);
+      CheckChoice(*s, "zero_gather", "all-gather placement", &config_.zero_gather, sink_);
     }
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;
@@ -520,7 +519,7 @@ class TrainChecker {
   // warns then).
   void CheckWarmupFitsRun(const Setting& schedule) {
     const int64_t warmup = config_.schedule.warmup_steps;
-    if (config_.schedule.kind != ScheduleSpec::Kind::kCosine ||
+    if (config_.schedule.kind != ScheduleKind::kCosine ||
         config_.steps <= 0 || warmup < config_.steps || schedule.expr == nullptr) {
       return;
     }

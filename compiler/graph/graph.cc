@@ -92,7 +92,7 @@ std::string Graph::ToText() const {
   for (const Value& v : values_) {
     absl::StrAppend(&out, "  value ", v.name, ": ", ValueKindName(v.kind), " ",
                     DTypeName(v.dtype), "[", absl::StrJoin(v.shape, ","), "]");
-    if (!v.init.empty()) absl::StrAppend(&out, " init=", v.init);
+    if (v.init != ParamInit::kNone) absl::StrAppend(&out, " init=", EnumName(v.init));
     absl::StrAppend(&out, "\n");
   }
   auto names = [&](const std::vector<int>& ids) {

@@ -44,8 +44,8 @@ struct Value {
   ValueKind kind = ValueKind::kActivation;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;  // batch dimension first for per-sample values
-  // Parameters: PyTorch-style initialisation ("uniform", "ones", "zeros").
-  std::string init;
+  // Parameters: PyTorch-style initialisation; kNone for other values.
+  ParamInit init = ParamInit::kNone;
   double init_bound = 0.0;
   int grad_of = -1;  // gradients: the value this is the gradient of
 

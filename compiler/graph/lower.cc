@@ -25,14 +25,15 @@ std::vector<int64_t> Batched(int64_t batch, const std::vector<int64_t>& shape) {
   return out;
 }
 
-std::string InitName(ops::Init init) {
+// The op rule's initialisation (fan-in or std) as the plan's (a bound).
+ParamInit PlanInit(ops::Init init) {
   switch (init) {
-    case ops::Init::kUniformFanIn: return "uniform";
-    case ops::Init::kNormal: return "normal";
-    case ops::Init::kOnes: return "ones";
-    case ops::Init::kZeros: return "zeros";
+    case ops::Init::kUniformFanIn: return ParamInit::kUniform;
+    case ops::Init::kNormal: return ParamInit::kNormal;
+    case ops::Init::kOnes: return ParamInit::kOnes;
+    case ops::Init::kZeros: return ParamInit::kZeros;
   }
-  return "zeros";
+  return ParamInit::kZeros;
 }
 
 class Lowerer {
@@ -53,7 +54,7 @@ class Lowerer {
       v.name = p.name;
       v.kind = ValueKind::kParameter;
       v.shape = p.shape;
-      v.init = InitName(p.init);
+      v.init = PlanInit(p.init);
       switch (p.init) {
         case ops::Init::kUniformFanIn:
           v.init_bound = p.init_scale > 0 ? 1.0 / std::sqrt(p.init_scale) : 0.0;

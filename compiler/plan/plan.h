@@ -77,6 +77,8 @@
 #include <string>
 #include <vector>
 
+#include "compiler/plan/settings.h"
+
 namespace trainc {
 
 inline constexpr int kPlanFormatVersion = 1;
@@ -112,9 +114,10 @@ struct Buffer {
   std::vector<int64_t> shape;  // full shape, batch dimension included
   int64_t offset = 0;          // bytes from the arena start, 64-byte aligned
   int64_t bytes = 0;           // product(shape) * DTypeBytes(dtype)
-  // Parameters only: initialisation, as in PyTorch's modules.
-  std::string init;            // "uniform", "ones", "zeros"; empty: none
-  double init_bound = 0.0;     // uniform: U(-bound, bound)
+  // Parameters only: initialisation, as in PyTorch's modules; kNone for
+  // every other buffer.
+  ParamInit init = ParamInit::kNone;
+  double init_bound = 0.0;     // uniform: U(-bound, bound); normal: N(0, bound^2)
   // Live range in program order (first and last instruction index that
   // touches it); -1 for buffers live for the whole run (parameters,
   // gradients, optimizer state, buckets).
@@ -179,13 +182,13 @@ struct MemoryReport {
 };
 
 struct OptimizerConfig {
-  std::string kind;  // "sgd" or "adamw"
+  OptimizerKind kind = OptimizerKind::kAdamW;
   double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
   bool nesterov = false;
 };
 
 struct ScheduleConfig {
-  std::string kind = "constant";  // or "cosine"
+  ScheduleKind kind = ScheduleKind::kConstant;
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;  // the cosine's length; 0 when unknown until data
 };
@@ -202,7 +205,7 @@ struct TokenSplit {
 // served as windows of T + 1 tokens (T: the width of the i32 input buffer;
 // window i is tokens [i*T, i*T + T]).
 struct DataConfig {
-  std::string format;  // "idx", "text" or "tokens"; shared by both sets
+  DataFormat format = DataFormat::kNone;  // shared by both sets
   std::vector<std::string> train_paths;
   std::vector<std::string> eval_paths;
   TokenSplit train_split;  // text / tokens only
@@ -268,18 +271,18 @@ struct Plan {
   bool skip_nonfinite = false;
   // ZeRO stage (0 or 1; 1 only when world_size > 1), see above.
   int64_t zero = 0;
-  // ZeRO-1: where the parameter all-gathers run. "step_end": each right
-  // after its bucket's optimizer. "next_forward": at the start of the
+  // ZeRO-1: where the parameter all-gathers run. step_end: each right
+  // after its bucket's optimizer. next_forward: at the start of the
   // step, before micro-step 0 (in the order the forward pass reads the
   // buckets), the first instruction reading a bucket's parameters waiting
   // for its all-gather; the step then ends with every rank's own shard
   // updated and the rest stale, and the runtime all-gathers before
   // anything else reads the parameters (Executor::GatherParameters).
-  std::string zero_gather = "step_end";
-  // The gradient collectives' wire format: "fp32", or "bf16" (rounded to
+  ZeroGather zero_gather = ZeroGather::kStepEnd;
+  // The gradient collectives' wire format: fp32, or bf16 (rounded to
   // bf16 for the collective, sums in fp32; the result widened back).
-  std::string grad_comm = "fp32";
-  // "fp32", or "bf16": mixed precision (compiler/graph/precision.h). The
+  GradComm grad_comm = GradComm::kFp32;
+  // fp32, or bf16: mixed precision (compiler/graph/precision.h). The
   // parameters, their gradients and the optimizer state stay f32; matrix
   // products (linear, attention, convolution) read bf16 operands (cast
   // instructions make them) with f32 accumulation and write bf16; the
@@ -287,7 +290,7 @@ struct Plan {
   // and embeddings compute and write f32. An activation's gradient has the
   // activation's dtype. Every kernel computes in f32: a bf16 operand is
   // widened on load and rounded to nearest even on store.
-  std::string precision = "fp32";
+  Precision precision = Precision::kFp32;
 
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

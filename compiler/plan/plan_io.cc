@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -156,6 +157,12 @@ class Parser {
 
   const std::string& source() const { return source_; }
 
+  // A setting outside its name table, worded as ValidatePlan's refusals
+  // ("plan: invalid plan: precision \"fp16\", expected fp32 or bf16").
+  absl::Status Invalid(absl::string_view what) const {
+    return absl::FailedPreconditionError(absl::StrCat(source_, ": invalid plan: ", what));
+  }
+
  private:
   std::string source_;
 };
@@ -261,6 +268,13 @@ class Fields {
     }
     return Bad(key, s, absl::StrCat("one of ", absl::StrJoin(names, ", ")));
   }
+  // An enumerated setting, by its name table (compiler/plan/settings.h).
+  template <typename Enum>
+  absl::StatusOr<Enum> Setting(const std::string& key) {
+    ASSIGN_OR_RETURN(std::string s, Str(key));
+    if (std::optional<Enum> e = ParseEnum<Enum>(s)) return *e;
+    return Bad(key, s, absl::StrCat("one of ", absl::StrJoin(EnumNames<Enum>(), ", ")));
+  }
 
   // Every field read exactly once.
   absl::Status Done() const {
@@ -345,13 +359,25 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
       ASSIGN_OR_RETURN(plan.zero, f.Int("zero"));
     }
     if (r.fields.count("zero_gather")) {  // absent: step_end
-      ASSIGN_OR_RETURN(plan.zero_gather, f.Str("zero_gather"));
+      ASSIGN_OR_RETURN(std::string s, f.Str("zero_gather"));
+      std::optional<ZeroGather> gather = ParseEnum<ZeroGather>(s);
+      if (!gather) {
+        return parser.Invalid(absl::StrCat("zero_gather \"", s, "\", expected ",
+                                           absl::StrJoin(EnumNames<ZeroGather>(), " or ")));
+      }
+      plan.zero_gather = *gather;
     }
     if (r.fields.count("grad_comm")) {  // absent: fp32
-      ASSIGN_OR_RETURN(plan.grad_comm, f.Str("grad_comm"));
+      ASSIGN_OR_RETURN(plan.grad_comm, f.Setting<GradComm>("grad_comm"));
     }
     if (r.fields.count("precision")) {  // absent: fp32
-      ASSIGN_OR_RETURN(plan.precision, f.Str("precision"));
+      ASSIGN_OR_RETURN(std::string s, f.Str("precision"));
+      std::optional<Precision> precision = ParseEnum<Precision>(s);
+      if (!precision) {
+        return parser.Invalid(absl::StrCat("precision \"", s, "\", expected ",
+                                           absl::StrJoin(EnumNames<Precision>(), " or ")));
+      }
+      plan.precision = *precision;
     }
     if (r.fields.count("bucket_choice")) {  // absent: bucket_mb was a number
       ASSIGN_OR_RETURN(plan.bucket_choice, f.Str("bucket_choice"));
@@ -362,7 +388,7 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     ASSIGN_OR_RETURN(plan.checkpoints.dir, f.Str("dir"));
   } else if (kw == "optimizer") {
     OptimizerConfig& o = plan.optimizer;
-    ASSIGN_OR_RETURN(o.kind, f.Str("kind"));
+    ASSIGN_OR_RETURN(o.kind, f.Setting<OptimizerKind>("kind"));
     ASSIGN_OR_RETURN(o.lr, f.Double("lr"));
     ASSIGN_OR_RETURN(o.momentum, f.Double("momentum"));
     ASSIGN_OR_RETURN(o.nesterov, f.Bool("nesterov"));
@@ -371,11 +397,11 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     ASSIGN_OR_RETURN(o.beta2, f.Double("beta2"));
     ASSIGN_OR_RETURN(o.eps, f.Double("eps"));
   } else if (kw == "schedule") {
-    ASSIGN_OR_RETURN(plan.schedule.kind, f.Str("kind"));
+    ASSIGN_OR_RETURN(plan.schedule.kind, f.Setting<ScheduleKind>("kind"));
     ASSIGN_OR_RETURN(plan.schedule.warmup_steps, f.Int("warmup_steps"));
     ASSIGN_OR_RETURN(plan.schedule.total_steps, f.Int("total_steps"));
   } else if (kw == "data") {
-    ASSIGN_OR_RETURN(plan.data.format, f.Str("format"));
+    ASSIGN_OR_RETURN(plan.data.format, f.Setting<DataFormat>("format"));
     ASSIGN_OR_RETURN(plan.data.scale, f.Double("scale"));
     ASSIGN_OR_RETURN(plan.data.shuffle, f.Bool("shuffle"));
     // Optional (absent from plans without augmentation).
@@ -424,7 +450,7 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
       b.last_use = live[1];
     }
     if (r.fields.count("init")) {
-      ASSIGN_OR_RETURN(b.init, f.Str("init"));
+      ASSIGN_OR_RETURN(b.init, f.Setting<ParamInit>("init"));
       ASSIGN_OR_RETURN(b.init_bound, f.Double("init_bound"));
     }
     plan.buffers.push_back(std::move(b));
@@ -535,13 +561,15 @@ std::string PlanToText(const Plan& plan) {
                       : std::string(),
                   plan.skip_nonfinite ? " skip_nonfinite=1" : "",
                   plan.zero > 0 ? absl::StrCat(" zero=", plan.zero) : std::string(),
-                  plan.zero_gather != "step_end"
-                      ? absl::StrCat(" zero_gather=", Quote(plan.zero_gather))
+                  plan.zero_gather != ZeroGather::kStepEnd
+                      ? absl::StrCat(" zero_gather=", Quote(EnumName(plan.zero_gather)))
                       : std::string(),
-                  plan.grad_comm != "fp32" ? absl::StrCat(" grad_comm=", Quote(plan.grad_comm))
-                                           : std::string(),
-                  plan.precision != "fp32" ? absl::StrCat(" precision=", Quote(plan.precision))
-                                           : std::string(),
+                  plan.grad_comm != GradComm::kFp32
+                      ? absl::StrCat(" grad_comm=", Quote(EnumName(plan.grad_comm)))
+                      : std::string(),
+                  plan.precision != Precision::kFp32
+                      ? absl::StrCat(" precision=", Quote(EnumName(plan.precision)))
+                      : std::string(),
                   plan.bucket_choice.empty()
                       ? std::string()
                       : absl::StrCat(" bucket_choice=", Quote(plan.bucket_choice)),
@@ -552,15 +580,15 @@ std::string PlanToText(const Plan& plan) {
                     "\n");
   }
   const OptimizerConfig& o = plan.optimizer;
-  absl::StrAppend(&out, "optimizer kind=", Quote(o.kind), " lr=", FormatDouble(o.lr),
+  absl::StrAppend(&out, "optimizer kind=", Quote(EnumName(o.kind)), " lr=", FormatDouble(o.lr),
                   " momentum=", FormatDouble(o.momentum), " nesterov=", o.nesterov ? 1 : 0,
                   " weight_decay=", FormatDouble(o.weight_decay),
                   " beta1=", FormatDouble(o.beta1), " beta2=", FormatDouble(o.beta2),
                   " eps=", FormatDouble(o.eps), "\n");
-  absl::StrAppend(&out, "schedule kind=", Quote(plan.schedule.kind),
+  absl::StrAppend(&out, "schedule kind=", Quote(EnumName(plan.schedule.kind)),
                   " warmup_steps=", plan.schedule.warmup_steps,
                   " total_steps=", plan.schedule.total_steps, "\n");
-  absl::StrAppend(&out, "data format=", Quote(plan.data.format),
+  absl::StrAppend(&out, "data format=", Quote(EnumName(plan.data.format)),
                   " scale=", FormatDouble(plan.data.scale),
                   " shuffle=", plan.data.shuffle ? 1 : 0,
                   plan.data.random_crop > 0
@@ -595,8 +623,9 @@ std::string PlanToText(const Plan& plan) {
     if (b.first_use >= 0 || b.last_use >= 0) {
       absl::StrAppend(&out, " live=", b.first_use, ",", b.last_use);
     }
-    if (!b.init.empty()) {
-      absl::StrAppend(&out, " init=", Quote(b.init), " init_bound=", FormatDouble(b.init_bound));
+    if (b.init != ParamInit::kNone) {
+      absl::StrAppend(&out, " init=", Quote(EnumName(b.init)),
+                      " init_bound=", FormatDouble(b.init_bound));
     }
     absl::StrAppend(&out, "\n");
   }
@@ -829,13 +858,6 @@ absl::Status ValidatePlan(const Plan& plan) {
                                 " != world_size * micro_batch * accumulate"));
   }
   if (plan.arena_bytes < 0 || plan.num_events < 0) return Invalid("negative arena or events");
-  if (plan.zero_gather != "step_end" && plan.zero_gather != "next_forward") {
-    return Invalid(absl::StrCat("zero_gather \"", plan.zero_gather,
-                                "\", expected step_end or next_forward"));
-  }
-  if (plan.precision != "fp32" && plan.precision != "bf16") {
-    return Invalid(absl::StrCat("precision \"", plan.precision, "\", expected fp32 or bf16"));
-  }
   const int num_buffers = static_cast<int>(plan.buffers.size());
   const int num_instr = static_cast<int>(plan.instructions.size());
   auto buffer_ok = [&](int id) { return id >= 0 && id < num_buffers; };
@@ -856,11 +878,12 @@ absl::Status ValidatePlan(const Plan& plan) {
     // loss in f32; only forward values, their gradients and the weights'
     // bf16 copies may be bf16.
     if (b.dtype == DType::kBF16 &&
-        (plan.precision != "bf16" ||
+        (plan.precision != Precision::kBf16 ||
          (b.kind != BufferKind::kActivation && b.kind != BufferKind::kActivationGrad &&
           b.kind != BufferKind::kParameterCopy))) {
       return Invalid(absl::StrCat(where, ": a bf16 ", BufferKindName(b.kind),
-                                  plan.precision != "bf16" ? " in a plan of precision fp32"
+                                  plan.precision != Precision::kBf16
+                                      ? " in a plan of precision fp32"
                                                            : " (only activations and parameter copies may be bf16)"));
     }
     if (b.offset < 0 || b.offset % 64 != 0) {

@@ -12,6 +12,7 @@ namespace trainc {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 Buffer MakeBuffer(int id, std::string name, BufferKind kind, std::vector<int64_t> shape,
                   int64_t offset, DType dtype = DType::kF32) {
@@ -39,13 +40,13 @@ Plan TinyPlan() {
   p.accumulate = 1;
   p.global_batch = 4;
   p.epochs = 1;
-  p.optimizer.kind = "adamw";
+  p.optimizer.kind = OptimizerKind::kAdamW;
   p.optimizer.lr = 1e-3;
   p.optimizer.weight_decay = 0.01;
   p.optimizer.beta1 = 0.9;
   p.optimizer.beta2 = 0.999;
   p.optimizer.eps = 1e-8;
-  p.data.format = "idx";
+  p.data.format = DataFormat::kIdx;
   p.data.train_paths = {"/data/a b.gz", "/data/labels.gz"};
   p.data.scale = 1.0 / 255;
   p.buffers = {
@@ -60,7 +61,7 @@ Plan TinyPlan() {
       MakeBuffer(8, "loss", BufferKind::kLoss, {1}, 384),
       MakeBuffer(9, "probs", BufferKind::kActivation, {2, 2}, 448),
   };
-  p.buffers[2].init = "uniform";
+  p.buffers[2].init = ParamInit::kUniform;
   p.buffers[2].init_bound = 0.5773502691896258;
   p.buffers[0].first_use = 0;
   p.buffers[0].last_use = 2;
@@ -180,7 +181,7 @@ TEST(PlanIo, FileRoundTrip) {
 
 TEST(PlanIo, TokenDataRoundTrips) {
   Plan plan = TinyPlan();
-  plan.data.format = "text";
+  plan.data.format = DataFormat::kText;
   plan.data.train_paths = {"/usr/share/games/fortunes/art", "/f/b c"};
   plan.data.eval_paths = plan.data.train_paths;
   plan.data.train_split = {0.0, 0.95};
@@ -192,7 +193,7 @@ TEST(PlanIo, TokenDataRoundTrips) {
   absl::StatusOr<Plan> parsed = PlanFromText(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << text;
   EXPECT_EQ(PlanToText(*parsed), text);
-  EXPECT_EQ(parsed->data.format, "text");
+  EXPECT_EQ(parsed->data.format, DataFormat::kText);
   EXPECT_EQ(parsed->data.eval_paths, plan.data.eval_paths);
   EXPECT_EQ(parsed->data.train_split.begin, 0.0);
   EXPECT_EQ(parsed->data.train_split.end, 0.95);
@@ -250,6 +251,63 @@ TEST(PlanIo, ParseErrorsNameTheLine) {
               HasSubstr("p:1: not a trainc plan"));
   text = absl::StrReplaceAll(good, {{"buffer 1 ", "buffer 5 "}});
   EXPECT_THAT(PlanFromText(text, "p").status().message(), HasSubstr("out of order"));
+}
+
+// The enumerated settings are written and read through their name tables
+// (compiler/plan/settings.h): the defaults are left out of `config`, the
+// others written by name; a name outside its table is refused on reading,
+// precision and zero_gather worded as before they were enums.
+TEST(PlanIo, EnumeratedSettingsRoundTripByName) {
+  Plan p = TinyPlan();
+  const std::string defaults = PlanToText(p);
+  EXPECT_THAT(defaults, Not(HasSubstr("precision=")));
+  EXPECT_THAT(defaults, Not(HasSubstr("grad_comm=")));
+  EXPECT_THAT(defaults, Not(HasSubstr("zero_gather=")));
+  EXPECT_THAT(defaults, HasSubstr("optimizer kind=adamw "));
+  EXPECT_THAT(defaults, HasSubstr("schedule kind=constant "));
+  EXPECT_THAT(defaults, HasSubstr(" init=uniform init_bound="));
+  p.grad_comm = GradComm::kBf16;
+  p.zero_gather = ZeroGather::kNextForward;
+  p.optimizer.kind = OptimizerKind::kSgd;
+  p.schedule.kind = ScheduleKind::kCosine;
+  p.data.format = DataFormat::kTokens;
+  p.buffers[2].init = ParamInit::kNormal;
+  const std::string text = PlanToText(p);
+  EXPECT_THAT(text, HasSubstr(" zero_gather=next_forward grad_comm=bf16"));
+  EXPECT_THAT(text, HasSubstr("optimizer kind=sgd "));
+  EXPECT_THAT(text, HasSubstr("schedule kind=cosine "));
+  EXPECT_THAT(text, HasSubstr("data format=tokens "));
+  EXPECT_THAT(text, HasSubstr(" init=normal "));
+  absl::StatusOr<Plan> parsed = PlanFromText(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->grad_comm, GradComm::kBf16);
+  EXPECT_EQ(parsed->zero_gather, ZeroGather::kNextForward);
+  EXPECT_EQ(parsed->optimizer.kind, OptimizerKind::kSgd);
+  EXPECT_EQ(parsed->schedule.kind, ScheduleKind::kCosine);
+  EXPECT_EQ(parsed->data.format, DataFormat::kTokens);
+  EXPECT_EQ(parsed->buffers[2].init, ParamInit::kNormal);
+  EXPECT_EQ(parsed->buffers[0].init, ParamInit::kNone);
+  EXPECT_EQ(PlanToText(*parsed), text);
+
+  const std::string good = PlanToText(TinyPlan());
+  auto error = [&](const std::string& from, const std::string& to) {
+    return std::string(
+        PlanFromText(absl::StrReplaceAll(good, {{from, to}}), "p").status().message());
+  };
+  EXPECT_EQ(error(" tf32=0", " tf32=0 precision=fp16"),
+            "p: invalid plan: precision \"fp16\", expected fp32 or bf16");
+  EXPECT_EQ(error(" tf32=0", " tf32=0 zero_gather=later"),
+            "p: invalid plan: zero_gather \"later\", expected step_end or next_forward");
+  EXPECT_THAT(error(" tf32=0", " tf32=0 grad_comm=fp8"),
+              HasSubstr("p:4: 'grad_comm=fp8': expected one of fp32, bf16"));
+  EXPECT_THAT(error("kind=adamw", "kind=adam"),
+              HasSubstr("'kind=adam': expected one of sgd, adamw"));
+  EXPECT_THAT(error("kind=constant", "kind=linear"),
+              HasSubstr("'kind=linear': expected one of constant, cosine"));
+  EXPECT_THAT(error("format=idx", "format=csv"),
+              HasSubstr("'format=csv': expected one of idx, text, tokens"));
+  EXPECT_THAT(error("init=uniform", "init=xavier"),
+              HasSubstr("'init=xavier': expected one of zeros, ones, uniform, normal"));
 }
 
 TEST(PlanIo, ValidateCatchesBrokenReferences) {

@@ -45,7 +45,7 @@ std::string PlanSummary(const Plan& plan) {
                   plan.deterministic ? "; deterministic (bit-reproducible sums)" : "",
                   "\n");
 
-  if (plan.precision == "bf16") {
+  if (plan.precision == Precision::kBf16) {
     int casts = 0, parameter_casts = 0, bf16_buffers = 0;
     for (const Instruction& in : plan.instructions) {
       if (in.op != "cast" || in.micro_step > 0) continue;
@@ -111,7 +111,7 @@ std::string PlanSummary(const Plan& plan) {
   if (plan.world_size > 1) {
     absl::StrAppend(&out, "communication per rank and step: ", Bytes(BytesSentPerStep(plan)),
                     " sent (",
-                    plan.grad_comm, " gradients",
+                    EnumName(plan.grad_comm), " gradients",
                     plan.zero > 0 ? ", fp32 parameter all-gather" : "",
                     plan.deterministic ? ", deterministic: every rank's slots gathered" : "",
                     "; ring algorithms)\n");
@@ -128,7 +128,7 @@ std::string PlanSummary(const Plan& plan) {
   }
   absl::StrAppend(&out, "  gradients         ", Bytes(m.gradient_bytes), "\n");
   absl::StrAppend(&out, "  optimizer state   ", Bytes(m.optimizer_state_bytes), " (",
-                  plan.optimizer.kind, ")\n");
+                  EnumName(plan.optimizer.kind), ")\n");
   // precision = bf16: against the same plan in f32.
   auto versus_fp32 = [&](int64_t bytes, int64_t fp32) {
     if (fp32 <= 0) return std::string();

@@ -119,7 +119,7 @@ class PlanBuilder {
     plan_.bucket_mb = sizes_.bucket_mb;
     const OptimizerSpec& o = t.optimizer;
     OptimizerConfig& c = plan_.optimizer;
-    c.kind = o.kind == OptimizerSpec::Kind::kSgd ? "sgd" : "adamw";
+    c.kind = o.kind;
     c.lr = o.lr;
     c.momentum = o.momentum;
     c.nesterov = o.nesterov;
@@ -127,13 +127,12 @@ class PlanBuilder {
     c.beta1 = o.beta1;
     c.beta2 = o.beta2;
     c.eps = o.eps;
-    if (o.kind == OptimizerSpec::Kind::kAdamW) {
+    if (o.kind == OptimizerKind::kAdamW) {
       state_kinds_ = {"m", "v"};
     } else if (o.momentum > 0) {
       state_kinds_ = {"momentum"};
     }
-    plan_.schedule.kind =
-        t.schedule.kind == ScheduleSpec::Kind::kCosine ? "cosine" : "constant";
+    plan_.schedule.kind = t.schedule.kind;
     plan_.schedule.warmup_steps = t.schedule.warmup_steps;
     plan_.schedule.total_steps = t.steps;  // with epochs: known once the data is
     plan_.data.format = spec_.data.train.format;
@@ -150,7 +149,7 @@ class PlanBuilder {
     plan_.skip_nonfinite = t.skip_nonfinite;
     // One rank has nothing to shard: ZeRO-1 on one rank is plain DDP.
     plan_.zero = t.gpus > 1 ? t.zero : 0;
-    plan_.zero_gather = plan_.zero > 0 ? t.zero_gather : "step_end";
+    plan_.zero_gather = plan_.zero > 0 ? t.zero_gather : ZeroGather::kStepEnd;
     plan_.grad_comm = t.grad_comm;
     plan_.precision = t.precision;
     plan_.checkpoints.every = t.checkpoint_every;
@@ -463,7 +462,7 @@ class PlanBuilder {
   // ZeRO-1 in effect (FillConfig leaves plan_.zero 0 on one rank).
   bool Sharded() const { return plan_.zero > 0; }
   bool GatherInNextForward() const {
-    return Sharded() && plan_.zero_gather == "next_forward";
+    return Sharded() && plan_.zero_gather == ZeroGather::kNextForward;
   }
 
   // zero_gather = next_forward: every bucket's all-gather first, on the
@@ -773,7 +772,9 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
   pipeline.Add(std::make_unique<Autodiff>(
       1.0 / (static_cast<double>(spec.train.global_batch) *
              static_cast<double>(spec.model.loss_terms))));
-  if (spec.train.precision == "bf16") pipeline.Add(std::make_unique<MixedPrecision>());
+  if (spec.train.precision == Precision::kBf16) {
+    pipeline.Add(std::make_unique<MixedPrecision>());
+  }
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
   if (spec.train.bucket_mb_auto) return BuildAutoBucketedPlan(spec, graph, options);
   PlanBuilder builder(spec, graph, options, {spec.train.bucket_mb, spec.train.first_bucket_mb});
@@ -785,15 +786,11 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
 
 absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options) {
   RETURN_IF_ERROR(CheckConfig(spec.train));
-  if (spec.train.precision != "fp32" && spec.train.precision != "bf16") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("precision must be fp32 or bf16, got ", spec.train.precision));
-  }
   ASSIGN_OR_RETURN(Plan plan, BuildPlanOfPrecision(spec, options));
-  if (spec.train.precision == "bf16") {
+  if (spec.train.precision == Precision::kBf16) {
     // The memory report's saving: the same model, batch and buckets in f32.
     TrainSpec fp32 = spec;
-    fp32.train.precision = "fp32";
+    fp32.train.precision = Precision::kFp32;
     ASSIGN_OR_RETURN(const Plan reference, BuildPlanOfPrecision(fp32, options));
     plan.memory.fp32_peak_activation_bytes = reference.memory.peak_activation_bytes;
     plan.memory.fp32_arena_bytes = reference.memory.arena_bytes;

@@ -145,12 +145,12 @@ TEST(BuildPlan, RejectsInconsistentBatch) {
 
 TEST(BuildPlan, SgdWithMomentumHasOneStateSpan) {
   TrainSpec spec = testing::MlpSpec(4, {3}, 3, 1, 2, 1);
-  spec.train.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  spec.train.optimizer.kind = OptimizerKind::kSgd;
   spec.train.optimizer.momentum = 0.9;
   absl::StatusOr<Plan> plan = BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->buckets[0].state_spans.size(), 1u);
-  EXPECT_EQ(plan->optimizer.kind, "sgd");
+  EXPECT_EQ(plan->optimizer.kind, OptimizerKind::kSgd);
   spec.train.optimizer.momentum = 0;
   plan = BuildPlan(spec);
   ASSERT_TRUE(plan.ok());
@@ -211,10 +211,10 @@ TEST(BuildPlan, ClippingSumsEveryReducedBucketBeforeAnyOptimizer) {
 
 TEST(BuildPlan, Bf16CastsParametersOncePerStepAndKeepsStateF32) {
   TrainSpec spec = testing::ResidualSpec(5, 4, 3, 1, 2, /*accumulate=*/2);
-  spec.train.precision = "bf16";
+  spec.train.precision = Precision::kBf16;
   absl::StatusOr<Plan> plan = BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->precision, "bf16");
+  EXPECT_EQ(plan->precision, Precision::kBf16);
   int parameter_casts = 0, activation_casts[2] = {0, 0};
   for (const Instruction& in : plan->instructions) {
     if (in.op != "cast") continue;
@@ -256,7 +256,7 @@ TEST(BuildPlan, Bf16CastsParametersOncePerStepAndKeepsStateF32) {
   bad.buffers[bad.parameter_buffers[0]].bytes /= 2;
   EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("a bf16 parameter"));
   bad = *plan;
-  bad.precision = "fp32";
+  bad.precision = Precision::kFp32;
   EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("in a plan of precision fp32"));
 }
 
@@ -264,7 +264,7 @@ TEST(BuildPlan, ZeroGatherInNextForwardGathersFirstAndWaitsAtTheFirstReader) {
   TrainSpec spec = testing::FashionMlpSpec();  // 2 ranks
   spec.train.bucket_mb = 0.1;
   spec.train.zero = 1;
-  spec.train.zero_gather = "next_forward";
+  spec.train.zero_gather = ZeroGather::kNextForward;
   absl::StatusOr<Plan> plan = BuildPlan(spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const int buckets = static_cast<int>(plan->buckets.size());
@@ -312,7 +312,7 @@ TEST(BuildPlan, ZeroGatherInNextForwardGathersFirstAndWaitsAtTheFirstReader) {
   EXPECT_TRUE(ValidatePlan(*plan).ok());
   absl::StatusOr<Plan> back = PlanFromText(PlanToText(*plan), "nf.plan");
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->zero_gather, "next_forward");
+  EXPECT_EQ(back->zero_gather, ZeroGather::kNextForward);
 }
 
 TEST(BytesSentPerStep, FollowsTheCollectivesOnTheWire) {
@@ -321,7 +321,7 @@ TEST(BytesSentPerStep, FollowsTheCollectivesOnTheWire) {
   // gradients; deterministic mode gathers both of the other rank's slots.
   TrainSpec spec = testing::FashionMlpSpec();
   int64_t buckets = 0;
-  auto sent = [&](int zero, const char* grad_comm, bool deterministic) {
+  auto sent = [&](int zero, GradComm grad_comm, bool deterministic) {
     spec.train.zero = zero;
     spec.train.grad_comm = grad_comm;
     spec.train.deterministic = deterministic;
@@ -332,19 +332,19 @@ TEST(BytesSentPerStep, FollowsTheCollectivesOnTheWire) {
     return BytesSentPerStep(*plan);
   };
   // (Each plan's own buckets: ZeRO-1 pads them to whole shards.)
-  int64_t got = sent(0, "fp32", false);
+  int64_t got = sent(0, GradComm::kFp32, false);
   EXPECT_EQ(got, buckets);
-  got = sent(0, "bf16", false);
+  got = sent(0, GradComm::kBf16, false);
   EXPECT_EQ(got, buckets / 2);
-  got = sent(1, "fp32", false);
+  got = sent(1, GradComm::kFp32, false);
   EXPECT_EQ(got, buckets);  // 1/2 reduce-scatter + 1/2 all-gather
-  got = sent(1, "bf16", false);
+  got = sent(1, GradComm::kBf16, false);
   EXPECT_EQ(got, buckets / 4 + buckets / 2);
-  got = sent(0, "fp32", true);
+  got = sent(0, GradComm::kFp32, true);
   EXPECT_EQ(got, spec.train.accumulate * buckets);
   spec.train.gpus = 1;
   spec.train.global_batch = spec.train.micro_batch * spec.train.accumulate;
-  EXPECT_EQ(sent(0, "fp32", false), 0);
+  EXPECT_EQ(sent(0, GradComm::kFp32, false), 0);
 }
 
 // A tied weight gets its gradient twice (the head's linear, then the

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "compiler/ops/op_table.h"
+#include "compiler/plan/settings.h"
 
 namespace trainc {
 
@@ -97,7 +98,8 @@ struct ModelSpec {
 // One data source: `idx(images, labels)`, `text(paths...)` or
 // `tokens(paths...)`.
 struct DatasetSpec {
-  std::string format;  // "idx", "text" (bytes) or "tokens" (llm.c shards)
+  // idx, text (bytes) or tokens (llm.c shards); kNone: no such set.
+  DataFormat format = DataFormat::kNone;
   // idx: images, labels. text / tokens: every file, globs expanded (sorted
   // per pattern, patterns in argument order); the token stream is their
   // concatenation.
@@ -110,7 +112,7 @@ struct DatasetSpec {
 
 struct DataSpec {
   DatasetSpec train;
-  DatasetSpec eval;     // format empty when absent
+  DatasetSpec eval;     // format kNone when absent
   double scale = 1.0;   // applied to every input feature
   bool shuffle = true;
   // Training images only (idx), each a function of the seed and the
@@ -123,7 +125,7 @@ struct DataSpec {
 };
 
 struct OptimizerSpec {
-  enum class Kind { kSgd, kAdamW } kind = Kind::kAdamW;
+  OptimizerKind kind = OptimizerKind::kAdamW;
   double lr = 1e-3;
   double momentum = 0.0;   // sgd
   bool nesterov = false;   // sgd
@@ -137,7 +139,7 @@ struct OptimizerSpec {
 };
 
 struct ScheduleSpec {
-  enum class Kind { kConstant, kCosine } kind = Kind::kConstant;
+  ScheduleKind kind = ScheduleKind::kConstant;
   int64_t warmup_steps = 0;  // cosine: linear warm-up, then cosine to 0
 };
 
@@ -176,16 +178,16 @@ struct TrainConfig {
   // state), then the shards are all-gathered. 0: all-reduce, every rank
   // updates everything.
   int64_t zero = 0;
-  // ZeRO-1's parameter all-gather: "step_end" (each bucket's right after its
-  // shard's update) or "next_forward" (at the start of the next step, each
+  // ZeRO-1's parameter all-gather: step_end (each bucket's right after its
+  // shard's update) or next_forward (at the start of the next step, each
   // bucket's forward waiting only for its own).
-  std::string zero_gather = "step_end";
-  // The gradients' wire format: "fp32", or "bf16" (each bucket rounded to
+  ZeroGather zero_gather = ZeroGather::kStepEnd;
+  // The gradients' wire format: fp32, or bf16 (each bucket rounded to
   // bf16 for the collective, summed in fp32, as DDP's bf16_compress_hook).
-  std::string grad_comm = "fp32";
-  // "fp32", or "bf16": mixed precision, bf16 activations and matrix
+  GradComm grad_comm = GradComm::kFp32;
+  // fp32, or bf16: mixed precision, bf16 activations and matrix
   // products over f32 master weights (compiler/graph/precision.h).
-  std::string precision = "fp32";
+  Precision precision = Precision::kFp32;
   // > 0: a checkpoint every this many steps (and at the last) into
   // checkpoint_dir, the newest checkpoint_keep kept.
   int64_t checkpoint_every = 0;

@@ -54,13 +54,15 @@ struct Slot {
 
 absl::StatusOr<std::vector<std::string>> StateNames(const Plan& plan) {
   const OptimizerConfig& opt = plan.optimizer;
-  if (opt.kind == "adamw") return std::vector<std::string>{"exp_avg", "exp_avg_sq"};
-  if (opt.kind == "sgd") {
-    if (opt.momentum > 0) return std::vector<std::string>{"momentum_buffer"};
-    return std::vector<std::string>{};
+  switch (opt.kind) {
+    case OptimizerKind::kAdamW:
+      return std::vector<std::string>{"exp_avg", "exp_avg_sq"};
+    case OptimizerKind::kSgd:
+      if (opt.momentum > 0) return std::vector<std::string>{"momentum_buffer"};
+      return std::vector<std::string>{};
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", opt.kind, "'"));
+      absl::StrCat("unknown optimizer ", static_cast<int>(opt.kind)));
 }
 
 // The parameters, then (if `with_state`) each parameter's slice of its
@@ -84,7 +86,7 @@ absl::StatusOr<std::vector<Slot>> Slots(const Plan& plan, bool with_state) {
     if (bucket.state_spans.size() != kinds.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "bucket ", bucket.id, " has ", bucket.state_spans.size(),
-          " optimizer state spans; ", plan.optimizer.kind, " keeps ",
+          " optimizer state spans; ", EnumName(plan.optimizer.kind), " keeps ",
           kinds.size()));
     }
     if (kinds.empty()) continue;
@@ -237,7 +239,7 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
       {"micro_batch", absl::StrCat(plan.micro_batch)},
       {"accumulate", absl::StrCat(plan.accumulate)},
       {"global_batch", absl::StrCat(plan.global_batch)},
-      {"optimizer", plan.optimizer.kind},
+      {"optimizer", EnumName(plan.optimizer.kind)},
       {"checkpoint_id", NewCheckpointId()},
   };
   // Both are written whole before either is renamed into place (a full

@@ -45,7 +45,7 @@ int AddBuffer(Plan* plan, const std::string& name, BufferKind kind,
 
 // h1.weight [2,3] at 0 and h1.bias [2] at 64 (aligned), one bucket whose
 // parameter span covers both, adamw state spans at 128 and 256.
-Plan TinyPlan(const std::string& optimizer = "adamw") {
+Plan TinyPlan(OptimizerKind optimizer = OptimizerKind::kAdamW) {
   Plan plan;
   plan.model = "tiny";
   plan.seed = 5;
@@ -64,7 +64,7 @@ Plan TinyPlan(const std::string& optimizer = "adamw") {
       AddBuffer(&plan, "span0", BufferKind::kParameterSpan, {18}, 0, 72);
   bucket.state_spans.push_back(
       AddBuffer(&plan, "m0", BufferKind::kStateSpan, {18}, 128, 72));
-  if (optimizer == "adamw") {
+  if (optimizer == OptimizerKind::kAdamW) {
     bucket.state_spans.push_back(
         AddBuffer(&plan, "v0", BufferKind::kStateSpan, {18}, 256, 72));
   }
@@ -141,7 +141,7 @@ TEST(CheckpointTest, WeightsFileHoldsOnlyParametersNamedAsPyTorch) {
 }
 
 TEST(CheckpointTest, SgdMomentumBuffer) {
-  Plan plan = TinyPlan("sgd");
+  Plan plan = TinyPlan(OptimizerKind::kSgd);
   HostTestDevice device;
   FillArena(&device, plan.arena_bytes);
   const std::string path = TempPath("sgd.safetensors");
@@ -294,7 +294,7 @@ TEST(CheckpointTest, MismatchesAreClearErrors) {
   absl::Status missing = LoadCheckpoint(path, renamed, device, &state, true);
   EXPECT_THAT(missing.message(), HasSubstr("tensor 'h1.bias' is not in the plan"));
 
-  Plan sgd = TinyPlan("sgd");
+  Plan sgd = TinyPlan(OptimizerKind::kSgd);
   sgd.optimizer.momentum = 0.9;
   EXPECT_TRUE(LoadCheckpoint(path, sgd, device, &state, true).ok());
   absl::Status no_momentum = LoadCheckpoint(path, sgd, device, &state, false);

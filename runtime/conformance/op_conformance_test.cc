@@ -253,7 +253,7 @@ absl::Status RunOn(const Backend& backend, Call& c,
   }
   bool any_bf16 = false;
   for (const Buffer& b : plan.buffers) any_bf16 |= b.dtype == DType::kBF16;
-  if (any_bf16) plan.precision = "bf16";
+  if (any_bf16) plan.precision = Precision::kBf16;
   std::unique_ptr<Device> device = backend.make();
   RETURN_IF_ERROR(device->AllocateArena(plan.arena_bytes));
   const Instruction& instr = plan.instructions[0];

@@ -251,7 +251,7 @@ TEST(CpuDeviceTest, PrepareChecksThePlan) {
 // writes, and an accumulating kernel adds to the widened old value.
 TEST(CpuDeviceTest, Bf16OperandsAreStagedAndRoundedToNearestEven) {
   Plan plan;
-  plan.precision = "bf16";
+  plan.precision = Precision::kBf16;
   auto add = [&](const char* name, DType dtype) {
     Buffer b;
     b.id = static_cast<int>(plan.buffers.size());

@@ -691,7 +691,7 @@ Plan OptimizerPlan(const OptimizerConfig& config) {
                             BufferKind::kParameterSpan);
   bucket.grad_buffer = p.Add("grads", {1000}, DType::kF32, BufferKind::kBucket);
   bucket.bytes = 4000;
-  const int states = config.kind == "adamw" ? 2 : config.momentum != 0 ? 1 : 0;
+  const int states = config.kind == OptimizerKind::kAdamW ? 2 : config.momentum != 0 ? 1 : 0;
   for (int s = 0; s < states; ++s) {
     bucket.state_spans.push_back(p.Add(absl::StrCat("state", s), {1000},
                                        DType::kF32,
@@ -708,7 +708,7 @@ Plan OptimizerPlan(const OptimizerConfig& config) {
 TEST(CudaDeviceTest, AdamW) {
   SKIP_WITHOUT_GPU();
   OptimizerConfig o;
-  o.kind = "adamw";
+  o.kind = OptimizerKind::kAdamW;
   o.lr = 1e-3;
   o.beta1 = 0.9;
   o.beta2 = 0.999;
@@ -735,7 +735,7 @@ Plan ShardedOptimizerPlan(const OptimizerConfig& config) {
       p.Add("grads", {kShard * kWorld}, DType::kF32, BufferKind::kBucket);
   bucket.bytes = kShard * kWorld * 4;
   bucket.shard_elems = kShard;
-  const int states = config.kind == "adamw" ? 2 : config.momentum != 0 ? 1 : 0;
+  const int states = config.kind == OptimizerKind::kAdamW ? 2 : config.momentum != 0 ? 1 : 0;
   for (int s = 0; s < states; ++s) {
     bucket.state_spans.push_back(p.Add(absl::StrCat("state", s), {kShard},
                                        DType::kF32, BufferKind::kStateSpan));
@@ -757,16 +757,16 @@ Plan ShardedOptimizerPlan(const OptimizerConfig& config) {
 TEST(CudaDeviceTest, OptimizerOnItsZeroShardOnly) {
   SKIP_WITHOUT_GPU();
   OptimizerConfig adamw;
-  adamw.kind = "adamw";
+  adamw.kind = OptimizerKind::kAdamW;
   adamw.beta1 = 0.9;
   adamw.beta2 = 0.999;
   adamw.eps = 1e-8;
   adamw.weight_decay = 0.01;
   OptimizerConfig sgd;
-  sgd.kind = "sgd";
+  sgd.kind = OptimizerKind::kSgd;
   sgd.momentum = 0.9;
   for (const OptimizerConfig& o : {adamw, sgd}) {
-    SCOPED_TRACE(o.kind);
+    SCOPED_TRACE(EnumName(o.kind));
     const Plan plan = ShardedOptimizerPlan(o);
     StepState state{1, 1e-3};
     state.rank = 2;
@@ -789,7 +789,7 @@ TEST(CudaDeviceTest, Sgd) {
     for (double momentum : {0.0, 0.9}) {
       if (nesterov && momentum == 0) continue;
       OptimizerConfig o;
-      o.kind = "sgd";
+      o.kind = OptimizerKind::kSgd;
       o.momentum = momentum;
       o.weight_decay = 0.01;
       o.nesterov = nesterov;
@@ -860,7 +860,7 @@ TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
   SKIP_WITHOUT_GPU();
   PlanBuilder p;
   OptimizerConfig o;
-  o.kind = "sgd";
+  o.kind = OptimizerKind::kSgd;
   o.momentum = 0.9;
   p.plan.optimizer = o;
   int x = p.Add("x", {B, IN}, DType::kF32, BufferKind::kInput);

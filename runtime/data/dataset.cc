@@ -14,7 +14,7 @@ namespace trainc {
 namespace {
 
 bool IsTokenFormat(const DataConfig& config) {
-  return config.format == "text" || config.format == "tokens";
+  return config.format == DataFormat::kText || config.format == DataFormat::kTokens;
 }
 
 absl::StatusOr<Dataset> LoadFromConfig(const DataConfig& config,
@@ -24,15 +24,15 @@ absl::StatusOr<Dataset> LoadFromConfig(const DataConfig& config,
   if (IsTokenFormat(config)) {
     if (context <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the ", which, " set (", config.format,
+          "the ", which, " set (", EnumName(config.format),
           ") needs the window length: the model's token input width"));
     }
     return LoadTokenDataset(config.format, paths, split, context,
                             config.token_vocab, which);
   }
-  if (config.format != "idx") {
+  if (config.format != DataFormat::kIdx) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data format '", config.format,
+        "data format '", EnumName(config.format),
         "' is not supported (idx, text or tokens)"));
   }
   if (paths.size() != 2) {
@@ -91,7 +91,7 @@ Dataset Dataset::TokenWindows(std::vector<int32_t> tokens, int64_t context) {
   return d;
 }
 
-absl::StatusOr<Dataset> LoadTokenDataset(const std::string& format,
+absl::StatusOr<Dataset> LoadTokenDataset(DataFormat format,
                                          const std::vector<std::string>& paths,
                                          TokenSplit split, int64_t context,
                                          int64_t vocab,
@@ -104,7 +104,7 @@ absl::StatusOr<Dataset> LoadTokenDataset(const std::string& format,
                    ReadTokenStream(format, paths, split, vocab));
   if (static_cast<int64_t>(tokens.size()) < context + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the ", which, " set (", format, ", ",
+        "the ", which, " set (", EnumName(format), ", ",
         paths.size() == 1 ? paths[0] : absl::StrCat(paths.size(), " files from ", paths[0]),
         ", split ",
         split.begin, ":", split.end, ") holds ", tokens.size(),
@@ -146,7 +146,7 @@ absl::StatusOr<int64_t> TokenContext(const Plan& plan) {
   }
   if (context <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a ", plan.data.format,
+        "a ", EnumName(plan.data.format),
         " data set needs a model with a token input (input tokens: i32[T]); "
         "the plan's inputs are: ",
         inputs.empty() ? "none" : absl::StrJoin(inputs, ", ")));
@@ -187,7 +187,7 @@ absl::Status CheckClassLabels(const Dataset& data, int64_t classes,
 
 absl::StatusOr<Dataset> Checked(absl::StatusOr<Dataset> data, const Plan& plan,
                                 const std::vector<std::string>& paths) {
-  if (!data.ok() || plan.data.format != "idx" || paths.size() != 2) return data;
+  if (!data.ok() || plan.data.format != DataFormat::kIdx || paths.size() != 2) return data;
   RETURN_IF_ERROR(CheckClassLabels(*data, ClassCount(plan), paths[1]));
   return data;
 }

@@ -90,7 +90,7 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
 // `context` + 1 tokens; with vocab > 0 every token must be < vocab. Fails
 // when the slice holds less than one window. `which` names the set in
 // errors ("training").
-absl::StatusOr<Dataset> LoadTokenDataset(const std::string& format,
+absl::StatusOr<Dataset> LoadTokenDataset(DataFormat format,
                                          const std::vector<std::string>& paths,
                                          TokenSplit split, int64_t context,
                                          int64_t vocab,

@@ -325,7 +325,7 @@ TEST(DatasetTest, CountMismatchNamesBothFiles) {
 
 TEST(DatasetTest, RejectsOtherFormats) {
   DataConfig config;
-  config.format = "csv";
+  config.format = DataFormat::kNone;  // no format: refused
   EXPECT_FALSE(LoadTrainDataset(config).ok());
 }
 

@@ -44,11 +44,10 @@ const char* TokenTypeName(int bytes_per_token) {
 
 }  // namespace
 
-absl::StatusOr<TokenFile> InspectTokenFile(const std::string& format,
-                                           const std::string& path) {
-  if (format != "text" && format != "tokens") {
+absl::StatusOr<TokenFile> InspectTokenFile(DataFormat format, const std::string& path) {
+  if (format != DataFormat::kText && format != DataFormat::kTokens) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "token data format '", format, "' is not supported (text or tokens)"));
+        "token data format '", EnumName(format), "' is not supported (text or tokens)"));
   }
   ASSIGN_OR_RETURN(File file, Open(path));
   struct stat st;
@@ -63,7 +62,7 @@ absl::StatusOr<TokenFile> InspectTokenFile(const std::string& format,
   const int64_t size = st.st_size;
   TokenFile out;
   out.path = path;
-  if (format == "text") {
+  if (format == DataFormat::kText) {
     out.tokens = size;
     return out;
   }
@@ -178,11 +177,11 @@ int64_t SplitPosition(double fraction, int64_t n) {
 }
 
 absl::StatusOr<std::vector<int32_t>> ReadTokenStream(
-    const std::string& format, const std::vector<std::string>& paths,
+    DataFormat format, const std::vector<std::string>& paths,
     TokenSplit split, int64_t vocab) {
   if (paths.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a ", format, " data set needs at least one file"));
+        absl::StrCat("a ", EnumName(format), " data set needs at least one file"));
   }
   if (!(0 <= split.begin && split.begin < split.end && split.end <= 1)) {
     return absl::InvalidArgumentError(

@@ -42,10 +42,9 @@ struct TokenFile {
   int bytes_per_token = 1;   // 1 (text), 2 or 4 (llm.c)
 };
 
-// `format` is "text" or "tokens". Reads only the header (tokens) or the
+// `format` is kText or kTokens. Reads only the header (tokens) or the
 // size (text).
-absl::StatusOr<TokenFile> InspectTokenFile(const std::string& format,
-                                           const std::string& path);
+absl::StatusOr<TokenFile> InspectTokenFile(DataFormat format, const std::string& path);
 
 // Tokens [first, first + count) of `file`, appended to `out`. With
 // vocab > 0, each must be < vocab; the error names the file, the token's
@@ -61,7 +60,7 @@ int64_t SplitPosition(double fraction, int64_t n);
 // The slice `split` of the concatenation of `paths`, reading only the
 // files (and the parts of them) that it covers.
 absl::StatusOr<std::vector<int32_t>> ReadTokenStream(
-    const std::string& format, const std::vector<std::string>& paths,
+    DataFormat format, const std::vector<std::string>& paths,
     TokenSplit split, int64_t vocab);
 
 }  // namespace trainc

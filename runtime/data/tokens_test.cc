@@ -77,7 +77,7 @@ TEST(SplitPositionTest, DecimalFractionsCountAsWritten) {
 TEST(TokenStreamTest, TextIsBytesConcatenatedInOrder) {
   const std::string a = WriteBytes("a.txt", "hello ");
   const std::string b = WriteBytes("b.txt", "world\xff");
-  auto all = ReadTokenStream("text", {a, b}, {0, 1}, 0);
+  auto all = ReadTokenStream(DataFormat::kText, {a, b}, {0, 1}, 0);
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(*all, (std::vector<int32_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o',
                                          'r', 'l', 'd', 255}));
@@ -88,9 +88,9 @@ TEST(TokenStreamTest, SplitSlicesAcrossFiles) {
   const std::string b = WriteBytes("s2.txt", "");
   const std::string c = WriteBytes("s3.txt", "456789");
   // 10 tokens: [0, 2) [2, 7) [7, 10).
-  auto head = ReadTokenStream("text", {a, b, c}, {0, 0.2}, 0);
-  auto middle = ReadTokenStream("text", {a, b, c}, {0.2, 0.7}, 0);
-  auto tail = ReadTokenStream("text", {a, b, c}, {0.7, 1}, 0);
+  auto head = ReadTokenStream(DataFormat::kText, {a, b, c}, {0, 0.2}, 0);
+  auto middle = ReadTokenStream(DataFormat::kText, {a, b, c}, {0.2, 0.7}, 0);
+  auto tail = ReadTokenStream(DataFormat::kText, {a, b, c}, {0.7, 1}, 0);
   ASSERT_TRUE(head.ok() && middle.ok() && tail.ok());
   EXPECT_THAT(*head, ElementsAre('0', '1'));
   EXPECT_THAT(*middle, ElementsAre('2', '3', '4', '5', '6'));
@@ -109,19 +109,19 @@ TEST(SplitPositionTest, EveryPercentageIsExact) {
 TEST(TokenStreamTest, ReadsBothLlmcShardVersions) {
   const std::string v1 = WriteBytes("v1.bin", GoodShardV1({50256, 15496, 0, 65535}));
   const std::string v7 = WriteBytes("v7.bin", GoodShardV7({128000, 9906, 7}));
-  auto f1 = InspectTokenFile("tokens", v1);
+  auto f1 = InspectTokenFile(DataFormat::kTokens, v1);
   ASSERT_TRUE(f1.ok()) << f1.status();
   EXPECT_EQ(f1->tokens, 4);
   EXPECT_EQ(f1->bytes_per_token, 2);
-  auto f7 = InspectTokenFile("tokens", v7);
+  auto f7 = InspectTokenFile(DataFormat::kTokens, v7);
   ASSERT_TRUE(f7.ok()) << f7.status();
   EXPECT_EQ(f7->tokens, 3);
   EXPECT_EQ(f7->bytes_per_token, 4);
-  auto both = ReadTokenStream("tokens", {v1, v7}, {0, 1}, 0);
+  auto both = ReadTokenStream(DataFormat::kTokens, {v1, v7}, {0, 1}, 0);
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_THAT(*both, ElementsAre(50256, 15496, 0, 65535, 128000, 9906, 7));
   // Part of each, read with a seek into the middle of the first.
-  auto part = ReadTokenStream("tokens", {v1, v7}, {2.0 / 7, 5.0 / 7}, 0);
+  auto part = ReadTokenStream(DataFormat::kTokens, {v1, v7}, {2.0 / 7, 5.0 / 7}, 0);
   ASSERT_TRUE(part.ok()) << part.status();
   EXPECT_THAT(*part, ElementsAre(0, 65535, 128000));
 }
@@ -141,7 +141,7 @@ TEST(TokenStreamTest, EverySliceSeeksToTheRightTokens) {
   for (int64_t i = 0; i <= n; ++i) {
     for (int64_t j = i + 1; j <= n; ++j) {
       const TokenSplit split{static_cast<double>(i) / n, static_cast<double>(j) / n};
-      auto got = ReadTokenStream("tokens", paths, split, 0);
+      auto got = ReadTokenStream(DataFormat::kTokens, paths, split, 0);
       ASSERT_TRUE(got.ok()) << got.status();
       const int64_t begin = SplitPosition(split.begin, n), end = SplitPosition(split.end, n);
       EXPECT_EQ(*got, std::vector<int32_t>(all.begin() + begin, all.begin() + end))
@@ -186,9 +186,9 @@ TEST(TokenStreamTest, BadShardsAreClearErrors) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string path = WriteBytes(c.name, c.bytes);
-    absl::Status inspect = InspectTokenFile("tokens", path).status();
+    absl::Status inspect = InspectTokenFile(DataFormat::kTokens, path).status();
     absl::Status load =
-        LoadTokenDataset("tokens", {path}, {0, 1}, 1, 0, "training").status();
+        LoadTokenDataset(DataFormat::kTokens, {path}, {0, 1}, 1, 0, "training").status();
     for (const absl::Status& status : {inspect, load}) {
       ASSERT_FALSE(status.ok());
       EXPECT_THAT(status.message(), HasSubstr(path + ": "));
@@ -197,7 +197,7 @@ TEST(TokenStreamTest, BadShardsAreClearErrors) {
       }
     }
   }
-  EXPECT_THAT(InspectTokenFile("tokens", TempPath("missing.bin")).status().message(),
+  EXPECT_THAT(InspectTokenFile(DataFormat::kTokens, TempPath("missing.bin")).status().message(),
               AllOf(HasSubstr("missing.bin: cannot open"),
                     HasSubstr("No such file")));
 }
@@ -205,22 +205,22 @@ TEST(TokenStreamTest, BadShardsAreClearErrors) {
 TEST(TokenStreamTest, TokensAtOrAboveTheVocabularyAreNamed) {
   const std::string shard =
       WriteBytes("vocab.bin", GoodShardV1({5, 255, 256, 3}));
-  EXPECT_TRUE(ReadTokenStream("tokens", {shard}, {0, 1}, 257).ok());
-  absl::Status s = ReadTokenStream("tokens", {shard}, {0, 1}, 256).status();
+  EXPECT_TRUE(ReadTokenStream(DataFormat::kTokens, {shard}, {0, 1}, 257).ok());
+  absl::Status s = ReadTokenStream(DataFormat::kTokens, {shard}, {0, 1}, 256).status();
   EXPECT_THAT(s.message(),
               HasSubstr(shard + ": token 2 is 256, not below the model's "
                         "vocabulary size 256"));
   // Only what the split reads is checked.
-  EXPECT_TRUE(ReadTokenStream("tokens", {shard}, {0, 0.5}, 256).ok());
+  EXPECT_TRUE(ReadTokenStream(DataFormat::kTokens, {shard}, {0, 0.5}, 256).ok());
   // The index is the token's in its file, not in the stream.
   const std::string first = WriteBytes("vocab1.txt", "abc");
   const std::string second = WriteBytes("vocab2.txt", "de\x80");
-  s = ReadTokenStream("text", {first, second}, {0, 1}, 128).status();
+  s = ReadTokenStream(DataFormat::kText, {first, second}, {0, 1}, 128).status();
   EXPECT_THAT(s.message(), HasSubstr(second + ": token 2 is 128, not below"));
-  EXPECT_TRUE(ReadTokenStream("text", {first, second}, {0, 1}, 0).ok());
+  EXPECT_TRUE(ReadTokenStream(DataFormat::kText, {first, second}, {0, 1}, 0).ok());
   // Through the loader too, with the vocabulary from the config.
   DataConfig config;
-  config.format = "tokens";
+  config.format = DataFormat::kTokens;
   config.train_paths = {shard};
   config.token_vocab = 100;
   EXPECT_THAT(LoadTrainDataset(config, 2).status().message(),
@@ -229,7 +229,7 @@ TEST(TokenStreamTest, TokensAtOrAboveTheVocabularyAreNamed) {
 
 TEST(TokenStreamTest, Uint32TokensBeyondI32AreRejected) {
   const std::string shard = WriteBytes("huge.bin", GoodShardV7({1, 0x80000000u}));
-  EXPECT_THAT(ReadTokenStream("tokens", {shard}, {0, 1}, 0).status().message(),
+  EXPECT_THAT(ReadTokenStream(DataFormat::kTokens, {shard}, {0, 1}, 0).status().message(),
               HasSubstr(shard + ": token 1 is 2147483648, which does not fit an i32"));
 }
 
@@ -238,7 +238,7 @@ TEST(TokenDatasetTest, WindowsOverlapByOneToken) {
   std::string bytes;
   for (char c = 0; c <= 10; ++c) bytes.push_back(c);
   const std::string path = WriteBytes("windows.txt", bytes);
-  auto data = LoadTokenDataset("text", {path}, {0, 1}, 4, 256);
+  auto data = LoadTokenDataset(DataFormat::kText, {path}, {0, 1}, 4, 256);
   ASSERT_TRUE(data.ok()) << data.status();
   ASSERT_TRUE(data->is_token_windows());
   EXPECT_EQ(data->size(), 2);
@@ -257,7 +257,7 @@ TEST(TokenDatasetTest, TrainAndEvalTakeTheirSplits) {
   for (int i = 0; i < 100; ++i) bytes.push_back(static_cast<char>(i));
   const std::string path = WriteBytes("hundred.txt", bytes);
   DataConfig config;
-  config.format = "text";
+  config.format = DataFormat::kText;
   config.train_paths = {path};
   config.eval_paths = {path};
   config.train_split = {0, 0.9};
@@ -284,7 +284,7 @@ TEST(TokenDatasetTest, ThePlanGivesTheWindowLength) {
   std::string bytes(50, 'x');
   const std::string path = WriteBytes("fifty.txt", bytes);
   Plan plan;
-  plan.data.format = "text";
+  plan.data.format = DataFormat::kText;
   plan.data.train_paths = {path};
   Buffer tokens;
   tokens.id = 0;
@@ -310,7 +310,7 @@ TEST(TokenDatasetTest, ThePlanGivesTheWindowLength) {
               AllOf(HasSubstr("needs a model with a token input"),
                     HasSubstr("tokens (input f32), next (label i32)")));
   // An idx plan needs no token input.
-  plan.data.format = "idx";
+  plan.data.format = DataFormat::kIdx;
   EXPECT_THAT(LoadTrainDataset(plan).status().message(),
               HasSubstr("needs 2 idx files"));
 }
@@ -318,10 +318,10 @@ TEST(TokenDatasetTest, ThePlanGivesTheWindowLength) {
 TEST(TokenDatasetTest, DebianFortunesSplitIntoTrainAndEval) {
   const std::vector<std::string> paths = {"/usr/share/games/fortunes/art",
                                           "/usr/share/games/fortunes/fortunes"};
-  auto info = InspectTokenFile("text", paths[1]);
+  auto info = InspectTokenFile(DataFormat::kText, paths[1]);
   if (!info.ok()) GTEST_SKIP() << "Debian's fortunes is not installed";
-  auto train = LoadTokenDataset("text", paths, {0, 0.95}, 128, 256);
-  auto eval = LoadTokenDataset("text", paths, {0.95, 1}, 128, 256);
+  auto train = LoadTokenDataset(DataFormat::kText, paths, {0, 0.95}, 128, 256);
+  auto eval = LoadTokenDataset(DataFormat::kText, paths, {0.95, 1}, 128, 256);
   ASSERT_TRUE(train.ok()) << train.status();
   ASSERT_TRUE(eval.ok()) << eval.status();
   const int64_t total = train->token_count() + eval->token_count();

@@ -408,18 +408,22 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       k.y[0] = fptr(params);
       k.x[0] = fptr(plan.buffers[bucket.grad_buffer]);
       size_t want_state;
-      if (plan.optimizer.kind == "adamw") {
-        k.op = KernelOp::kAdamW;
-        want_state = 2;
-      } else if (plan.optimizer.kind == "sgd") {
-        k.op = KernelOp::kSgd;
-        want_state = plan.optimizer.momentum != 0 ? 1 : 0;
-      } else {
-        return fail("unknown optimizer kind \"" + plan.optimizer.kind + "\"");
+      switch (plan.optimizer.kind) {
+        case OptimizerKind::kAdamW:
+          k.op = KernelOp::kAdamW;
+          want_state = 2;
+          break;
+        case OptimizerKind::kSgd:
+          k.op = KernelOp::kSgd;
+          want_state = plan.optimizer.momentum != 0 ? 1 : 0;
+          break;
+        default:
+          return fail(absl::StrCat("unknown optimizer kind ",
+                                   static_cast<int>(plan.optimizer.kind)));
       }
       if (bucket.state_spans.size() != want_state) {
         return fail(absl::StrCat("bucket has ", bucket.state_spans.size(),
-                                 " state spans, ", plan.optimizer.kind,
+                                 " state spans, ", EnumName(plan.optimizer.kind),
                                  " needs ", want_state));
       }
       for (size_t s = 0; s < want_state; ++s) {

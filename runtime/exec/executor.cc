@@ -264,7 +264,7 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
   // Whatever happened, nothing of this step may still be running when we
   // return: queued comm work points into the arena and at `batches`.
   absl::Status sync = device_->Synchronize();
-  parameters_stale_ = plan_.zero > 0 && plan_.zero_gather == "next_forward";
+  parameters_stale_ = plan_.zero > 0 && plan_.zero_gather == ZeroGather::kNextForward;
   if (!status.ok()) return status;
   if (!sync.ok()) return sync;
   RETURN_IF_ERROR(device_->CopyToHost(losses_, host_losses_.data(),
@@ -446,7 +446,7 @@ absl::Status Executor::IssueCollective(const Resolved& r) {
   if (!plan_.deterministic) {
     if (world == 1) return absl::OkStatus();  // a sum over one rank
     // grad_comm = bf16: gradients travel as bf16 (a step scalar stays fp32).
-    const bool bf16 = plan_.grad_comm == "bf16" && r.per_slot;
+    const bool bf16 = plan_.grad_comm == GradComm::kBf16 && r.per_slot;
     if (r.kind == Resolved::kReduceScatter) {
       return SubmitTraced(Stream::kComm, r, [this, &r, stream, bf16] {
         return bf16 ? comm_->ReduceScatterSumBf16(r.bucket, r.shard, stream)

@@ -163,7 +163,7 @@ TEST_P(ExecutorOnDeviceTest, AccumulateWithBucketsAndSgdNesterovMatchesReference
   MlpPlanOptions options;
   options.accumulate = 3;
   options.layers_per_bucket = 1;
-  options.optimizer.kind = "sgd";
+  options.optimizer.kind = OptimizerKind::kSgd;
   options.optimizer.lr = 0.05;
   options.optimizer.momentum = 0.9;
   options.optimizer.nesterov = true;
@@ -173,7 +173,7 @@ TEST_P(ExecutorOnDeviceTest, AccumulateWithBucketsAndSgdNesterovMatchesReference
 
 TEST_P(ExecutorOnDeviceTest, PlainSgdNeedsNoState) {
   MlpPlanOptions options;
-  options.optimizer.kind = "sgd";
+  options.optimizer.kind = OptimizerKind::kSgd;
   options.optimizer.lr = 0.1;
   options.optimizer.momentum = 0;
   options.optimizer.weight_decay = 0;

@@ -109,7 +109,7 @@ TEST_P(PlannedExamplesTest, DeterministicBf16IsBitExactAcrossSplits) {
   std::vector<std::vector<float>> results;
   for (auto [gpus, acc] : {std::pair{1, 4}, std::pair{4, 1}}) {
     const Plan plan = Compile(GetParam(), gpus, acc, /*deterministic=*/true, "bf16");
-    ASSERT_EQ(plan.precision, "bf16");
+    ASSERT_EQ(plan.precision, Precision::kBf16);
     results.push_back(Train(plan).params[0]);
   }
   EXPECT_TRUE(results[0] == results[1]);

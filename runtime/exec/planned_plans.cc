@@ -26,9 +26,9 @@ absl::Status InitParameters(const Plan& plan, Device& device) {
   for (int id : plan.parameter_buffers) {
     const Buffer& b = plan.buffers[id];
     std::vector<float> v(b.bytes / 4, 0.0f);
-    if (b.init == "ones") {
+    if (b.init == ParamInit::kOnes) {
       std::fill(v.begin(), v.end(), 1.0f);
-    } else if (b.init == "uniform") {
+    } else if (b.init == ParamInit::kUniform) {
       std::uniform_real_distribution<float> d(-b.init_bound, b.init_bound);
       for (float& x : v) x = d(gen);
     }

@@ -134,7 +134,7 @@ Plan MakeMlpPlan(const MlpPlanOptions& o) {
       }
       off += nw + o.dims[l];
     }
-    const int num_state = o.optimizer.kind == "adamw" ? 2
+    const int num_state = o.optimizer.kind == OptimizerKind::kAdamW ? 2
                           : o.optimizer.momentum != 0 ? 1
                                                       : 0;
     for (int s = 0; s < num_state; ++s) {
@@ -377,7 +377,7 @@ double MlpReference::Step(const StepState& state,
     for (size_t i = 0; i < p_[l].size(); ++i) {
       const double g = grad[l][i];
       double& p = p_[l][i];
-      if (opt_.kind == "adamw") {
+      if (opt_.kind == OptimizerKind::kAdamW) {
         p -= lr * opt_.weight_decay * p;
         m_[l][i] = opt_.beta1 * m_[l][i] + (1 - opt_.beta1) * g;
         v_[l][i] = opt_.beta2 * v_[l][i] + (1 - opt_.beta2) * g * g;

@@ -33,7 +33,7 @@ struct MlpPlanOptions {
 
   static OptimizerConfig AdamWConfig() {
     OptimizerConfig o;
-    o.kind = "adamw";
+    o.kind = OptimizerKind::kAdamW;
     o.lr = 1e-2;
     o.weight_decay = 0.01;
     o.beta1 = 0.9;

@@ -15,7 +15,7 @@ TEST(Schedule, ConstantIsBaseRate) {
 
 TEST(Schedule, CosineWarmsUpThenDecaysToZero) {
   ScheduleConfig s;
-  s.kind = "cosine";
+  s.kind = ScheduleKind::kCosine;
   s.warmup_steps = 10;
   EXPECT_DOUBLE_EQ(LearningRateAt(s, 1.0, 1, 110), 0.1);
   EXPECT_DOUBLE_EQ(LearningRateAt(s, 1.0, 10, 110), 1.0);
@@ -36,7 +36,7 @@ TEST(Schedule, CosineIsHuggingFacesOneStepEarlier) {
     return 0.5 * (1.0 + std::cos(M_PI * progress));
   };
   ScheduleConfig s;
-  s.kind = "cosine";
+  s.kind = ScheduleKind::kCosine;
   s.warmup_steps = warmup;
   for (int64_t k = 1; k <= total; ++k) {
     EXPECT_NEAR(LearningRateAt(s, 1.0, k, total), hf_lambda(k), 1e-12) << "step " << k;
@@ -46,7 +46,7 @@ TEST(Schedule, CosineIsHuggingFacesOneStepEarlier) {
 
 TEST(Schedule, CosineWithoutWarmupStartsNearBase) {
   ScheduleConfig s;
-  s.kind = "cosine";
+  s.kind = ScheduleKind::kCosine;
   EXPECT_NEAR(LearningRateAt(s, 2.0, 1, 1000), 2.0, 1e-4);
 }
 

@@ -70,23 +70,19 @@ std::string FormatBytes(int64_t bytes) {
   return absl::StrFormat("%.1f KiB", bytes / 1024.0);
 }
 
-absl::StatusOr<std::string> ResolveDevice(const std::string& requested,
-                                          int world_size) {
+// kCpu or kCuda.
+absl::StatusOr<DeviceKind> ResolveDevice(DeviceKind requested, int world_size) {
   // Not asked for cpu: counting GPUs loads the CUDA plugin where there is a
   // driver (cuda_device.h).
-  if (requested == "cpu") return std::string("cpu");
-  if (requested != "cuda" && requested != "auto") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device: '", requested, "' is not one of cpu, cuda, auto"));
-  }
+  if (requested == DeviceKind::kCpu) return DeviceKind::kCpu;
   const int gpus = CudaDeviceCount();
-  if (requested == "auto") return std::string(gpus > 0 ? "cuda" : "cpu");
+  if (requested == DeviceKind::kAuto) return gpus > 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
   if (gpus == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--device cuda: no CUDA GPU is visible on this machine (",
         CudaUnavailableReason(), "; use --device cpu or auto)"));
   }
-  return std::string("cuda");
+  return DeviceKind::kCuda;
 }
 
 // SIGTERM, SIGINT or SIGHUP received during TrainRank (Slurm preemption,
@@ -217,12 +213,12 @@ int ReceivedStopSignal() {
   return g_agreed_stop_signal != 0 ? g_agreed_stop_signal : g_stop_signal;
 }
 
-absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device) {
-  ASSIGN_OR_RETURN(std::string kind, ResolveDevice(device, 1));
+absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device) {
+  ASSIGN_OR_RETURN(const DeviceKind kind, ResolveDevice(device, 1));
   PlanOptions options;
   // bucket_mb = auto without a train { machine }: the device's profile.
-  options.default_machine = kind == "cuda" ? "h100_nvlink_ib" : "cpu_loopback";
-  if (kind == "cuda") {
+  options.default_machine = kind == DeviceKind::kCuda ? "h100_nvlink_ib" : "cpu_loopback";
+  if (kind == DeviceKind::kCuda) {
     options.workspace = CudaWorkspaceBytes;
   } else {
     options.workspace = cpu::WorkspaceBytes;
@@ -243,26 +239,30 @@ absl::Status InitializeParameters(const Plan& plan, Device& device) {
   for (int id : plan.parameter_buffers) {
     const Buffer& b = plan.buffers[id];
     host.assign(b.bytes / sizeof(float), 0.0f);
-    if (b.init == "ones") {
-      std::fill(host.begin(), host.end(), 1.0f);
-    } else if (b.init == "uniform") {
-      for (float& v : host) {
-        // 24 random bits -> [0, 1), exactly representable in float.
-        const double u = static_cast<double>(rng.Next() >> 40) / (1 << 24);
-        v = static_cast<float>((2.0 * u - 1.0) * b.init_bound);
-      }
-    } else if (b.init == "normal") {
-      // Box-Muller on 53-bit uniforms; u1 in (0, 1] keeps the log finite.
-      for (size_t i = 0; i < host.size(); i += 2) {
-        const double u1 = (static_cast<double>(rng.Next() >> 11) + 1.0) / 9007199254740992.0;
-        const double u2 = static_cast<double>(rng.Next() >> 11) / 9007199254740992.0;
-        const double r = std::sqrt(-2.0 * std::log(u1)) * b.init_bound;
-        host[i] = static_cast<float>(r * std::cos(2.0 * M_PI * u2));
-        if (i + 1 < host.size()) host[i + 1] = static_cast<float>(r * std::sin(2.0 * M_PI * u2));
-      }
-    } else if (b.init != "zeros" && !b.init.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter ", b.name, ": unknown init '", b.init, "'"));
+    switch (b.init) {
+      case ParamInit::kNone:  // not expected of a parameter: zeros
+      case ParamInit::kZeros:
+        break;
+      case ParamInit::kOnes:
+        std::fill(host.begin(), host.end(), 1.0f);
+        break;
+      case ParamInit::kUniform:
+        for (float& v : host) {
+          // 24 random bits -> [0, 1), exactly representable in float.
+          const double u = static_cast<double>(rng.Next() >> 40) / (1 << 24);
+          v = static_cast<float>((2.0 * u - 1.0) * b.init_bound);
+        }
+        break;
+      case ParamInit::kNormal:
+        // Box-Muller on 53-bit uniforms; u1 in (0, 1] keeps the log finite.
+        for (size_t i = 0; i < host.size(); i += 2) {
+          const double u1 = (static_cast<double>(rng.Next() >> 11) + 1.0) / 9007199254740992.0;
+          const double u2 = static_cast<double>(rng.Next() >> 11) / 9007199254740992.0;
+          const double r = std::sqrt(-2.0 * std::log(u1)) * b.init_bound;
+          host[i] = static_cast<float>(r * std::cos(2.0 * M_PI * u2));
+          if (i + 1 < host.size()) host[i + 1] = static_cast<float>(r * std::sin(2.0 * M_PI * u2));
+        }
+        break;
     }
     RETURN_IF_ERROR(device.Upload(b.offset, host.data(), b.bytes));
   }
@@ -315,13 +315,13 @@ absl::Status WriteTrace(const Plan& plan, const RankContext& rank,
 
 // The metrics log's first record: what was run, for a reader to label and
 // compare runs by.
-MetricsRecord RunRecord(const Plan& plan, const std::string& device,
+MetricsRecord RunRecord(const Plan& plan, DeviceKind device,
                         int64_t total_steps, int64_t steps_per_epoch,
                         int64_t first_step) {
   MetricsRecord r{"run", first_step - 1, UnixSeconds()};
   r.info = {{"model", plan.model},
             {"source", plan.source},
-            {"device", device},
+            {"device", std::string(EnumName(device))},
             {"gpus", int64_t{plan.world_size}},
             {"micro_batch", int64_t{plan.micro_batch}},
             {"accumulate", int64_t{plan.accumulate}},
@@ -329,18 +329,18 @@ MetricsRecord RunRecord(const Plan& plan, const std::string& device,
             {"loss_terms", int64_t{plan.loss_terms}},
             {"steps", total_steps},
             {"steps_per_epoch", steps_per_epoch},
-            {"optimizer", plan.optimizer.kind},
+            {"optimizer", std::string(EnumName(plan.optimizer.kind))},
             {"lr", double{plan.optimizer.lr}},
             {"seed", int64_t{plan.seed}}};
   return r;
 }
 
 // The host communicator of one rank (host-side sums, barriers, NCCL's
-// bootstrap): Gloo, or MPI with rank.comm == "mpi" (mpirun jobs). On the
+// bootstrap): Gloo, or MPI with rank.comm kMpi (mpirun jobs). On the
 // CPU it carries the gradients too; on CUDA NCCL does.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateHostCommunicator(const RankContext& rank) {
   std::unique_ptr<Communicator> host_comm;
-  if (rank.comm == "mpi") {
+  if (rank.comm == CommKind::kMpi) {
     if (!StartedByMpirun()) {
       return absl::FailedPreconditionError(
           "--comm mpi needs a job started by mpirun (e.g. mpirun -np 2 train FILE)");
@@ -351,7 +351,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateHostCommunicator(const RankC
           "MPI says rank ", host_comm->rank(), " of ", host_comm->world_size(),
           " but the environment says ", rank.rank, " of ", rank.world_size));
     }
-  } else if (rank.comm == "gloo") {
+  } else if (rank.comm == CommKind::kGloo) {
     if (rank.world_size > 1 && rank.rendezvous_dir.empty() && rank.redis.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Gloo needs a rendezvous for ", rank.world_size, " ranks: set ",
@@ -375,7 +375,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateHostCommunicator(const RankC
     ASSIGN_OR_RETURN(host_comm, GlooCommunicator::Create(gloo));
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown communicator '", rank.comm, "' (gloo or mpi)"));
+        absl::StrCat("unknown communicator '", EnumName(rank.comm), "' (gloo or mpi)"));
   }
   return host_comm;
 }
@@ -566,7 +566,7 @@ class Trainer {
   std::ostream& log_;
 
   // Set up by SetUpDevice.
-  std::string device_kind_;  // "cpu" or "cuda"
+  DeviceKind device_kind_ = DeviceKind::kCpu;  // kCpu or kCuda
   // The host communicator: host-side sums, barriers, NCCL's bootstrap.
   std::unique_ptr<Communicator> host_comm_;
   std::unique_ptr<Communicator> nccl_;  // CUDA: the gradients' communicator
@@ -652,13 +652,13 @@ absl::Status Trainer::SetUpDevice() {
         rank_.world_size));
   }
   ASSIGN_OR_RETURN(device_kind_, ResolveDevice(options_.device, rank_.world_size));
-  if (device_kind_ == "cuda" && rank_.local_rank >= CudaDeviceCount()) {
+  if (device_kind_ == DeviceKind::kCuda && rank_.local_rank >= CudaDeviceCount()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank_.rank, " needs GPU ", rank_.local_rank, " but this machine has ",
         CudaDeviceCount()));
   }
   ASSIGN_OR_RETURN(host_comm_, CreateHostCommunicator(rank_));
-  if (device_kind_ == "cuda") {
+  if (device_kind_ == DeviceKind::kCuda) {
     ASSIGN_OR_RETURN(device_, CreateCudaDevice(rank_.local_rank));
     ASSIGN_OR_RETURN(nccl_, CreateNcclCommunicator(rank_.rank, rank_.world_size,
                                                    rank_.local_rank, *host_comm_));
@@ -691,7 +691,8 @@ absl::Status Trainer::SetUpData() {
   total_steps_ = plan_.steps > 0 ? plan_.steps : plan_.epochs * steps_per_epoch_;
   total_epochs_ = (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_;
   dropped_per_epoch_ = train_data_->size() - steps_per_epoch_ * plan_.global_batch;
-  if (plan_.schedule.kind == "cosine" && plan_.schedule.warmup_steps >= total_steps_) {
+  if (plan_.schedule.kind == ScheduleKind::kCosine &&
+      plan_.schedule.warmup_steps >= total_steps_) {
     // With `steps` the compiler warns at the setting; with epochs the step
     // count is known only now.
     log_ << absl::StrFormat(
@@ -764,7 +765,7 @@ void Trainer::LogRunHeader() {
       "training %s on %d %s rank(s): global_batch %d = %d x %d micro_batch x "
       "%d accumulate | %d steps (%d/epoch, %d samples dropped per epoch) | "
       "arena %s per rank\n",
-      plan_.model, plan_.world_size, device_kind_, plan_.global_batch,
+      plan_.model, plan_.world_size, EnumName(device_kind_), plan_.global_batch,
       plan_.world_size, plan_.micro_batch, plan_.accumulate, total_steps_,
       steps_per_epoch_, dropped_per_epoch_, FormatBytes(plan_.arena_bytes));
   if (initial_state_.step > 0) {
@@ -1009,7 +1010,7 @@ absl::Status Trainer::EvaluateAt(const StepInfo& step) {
             {language_model ? "tokens" : "examples", last_eval_.examples}};
   r.scalars = {{"loss", last_eval_.loss}};
   if (eval_head_.classification) r.scalars.emplace_back("accuracy", last_eval_.accuracy);
-  if (language_model && plan_.data.format == "text") {
+  if (language_model && plan_.data.format == DataFormat::kText) {
     r.scalars.emplace_back("bits_per_byte", last_eval_.loss / std::log(2.0));
   }
   WriteMetrics(*metrics_, log_, r);
@@ -1028,7 +1029,7 @@ void Trainer::LogEvaluation(const StepInfo& step) {
     log_ << absl::StrFormat(
         "%seval %s | loss %.4f%s | next-token accuracy %.2f%% (%d tokens)\n",
         LineStart(), when, last_eval_.loss,
-        plan_.data.format == "text"
+        plan_.data.format == DataFormat::kText
             ? absl::StrFormat(" | %.3f bits/byte", last_eval_.loss / std::log(2.0))
             : "",
         100 * last_eval_.accuracy, last_eval_.examples);

@@ -27,6 +27,26 @@
 
 namespace trainc {
 
+// --device: where the ranks run. kAuto: CUDA if a GPU is seen, else the
+// CPU.
+enum class DeviceKind { kAuto, kCpu, kCuda };
+template <>
+struct EnumTable<DeviceKind> {
+  static constexpr EnumNameEntry<DeviceKind> kEntries[] = {
+      {DeviceKind::kCpu, "cpu"}, {DeviceKind::kCuda, "cuda"}, {DeviceKind::kAuto, "auto"}};
+};
+
+// --comm: the ranks' host communicator. kGloo: TCP (needs a rendezvous);
+// kMpi: Open MPI's shared memory (the job must have been started by
+// mpirun, no rendezvous). kAuto, the flag's default: mpi under mpirun,
+// else gloo; a rank is always given gloo or mpi.
+enum class CommKind { kAuto, kGloo, kMpi };
+template <>
+struct EnumTable<CommKind> {
+  static constexpr EnumNameEntry<CommKind> kEntries[] = {
+      {CommKind::kGloo, "gloo"}, {CommKind::kMpi, "mpi"}, {CommKind::kAuto, "auto"}};
+};
+
 struct RankContext {
   int rank = 0;
   int world_size = 1;
@@ -40,16 +60,15 @@ struct RankContext {
   // Address this rank's Gloo transport listens on (other machines' ranks
   // must reach it); loopback suits one machine.
   std::string hostname = "127.0.0.1";
-  // "gloo" (TCP; needs the rendezvous above) or "mpi" (Open MPI's shared
-  // memory; the job must have been started by mpirun, no rendezvous): the
-  // host communicator, and on the CPU the gradients' (tools/train --comm).
-  std::string comm = "gloo";
+  // kGloo or kMpi (see CommKind): the host communicator, and on the CPU
+  // the gradients' (tools/train --comm).
+  CommKind comm = CommKind::kGloo;
   // steady_clock ns shared by the local job's ranks: time zero of traces.
   int64_t job_start_ns = 0;
 };
 
 struct TrainOptions {
-  std::string device = "auto";  // "cpu", "cuda" or "auto"
+  DeviceKind device = DeviceKind::kAuto;
   std::string save_path;        // checkpoint written at the end (rank 0)
   std::string init_from;        // weights only
   std::string resume;           // weights, optimizer state, step, data position
@@ -83,12 +102,12 @@ struct TrainSummary {
   int64_t skipped_steps = 0;    // skip_nonfinite: steps left out
 };
 
-// What the planner must know of the backend `device` ("cpu", "cuda" or
-// "auto", as --device) that will run the plan: the workspace its
+// What the planner must know of the backend `device` (as --device) that
+// will run the plan: the workspace its
 // convolution and pooling libraries need (oneDNN, cuDNN), and the machine
 // profile bucket_mb = auto costs on when the file names none (cuda:
 // h100_nvlink_ib, cpu: cpu_loopback).
-absl::StatusOr<PlanOptions> PlanOptionsForDevice(const std::string& device);
+absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device);
 
 // The signal (SIGTERM, SIGINT, SIGHUP) that stopped the last TrainRank, or
 // 0. Such a run stops on every rank at one step boundary, writes one

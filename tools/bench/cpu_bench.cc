@@ -320,13 +320,13 @@ absl::Status InitParameters(const Plan& plan, Device& device) {
   for (int id : plan.parameter_buffers) {
     const Buffer& b = plan.buffers[id];
     std::vector<float> init(b.bytes / 4);
-    if (b.init == "normal") {  // init_bound is the standard deviation
+    if (b.init == ParamInit::kNormal) {  // init_bound is the standard deviation
       std::normal_distribution<float> normal(0.0f, b.init_bound);
       for (float& v : init) v = normal(rng);
     } else {
       std::uniform_real_distribution<float> uni(-b.init_bound, b.init_bound);
       for (float& v : init) {
-        v = b.init == "ones" ? 1.0f : b.init == "zeros" ? 0.0f : uni(rng);
+        v = b.init == ParamInit::kOnes ? 1.0f : b.init == ParamInit::kZeros ? 0.0f : uni(rng);
       }
     }
     absl::Status s = device.Upload(b.offset, init.data(), b.bytes);

@@ -146,11 +146,11 @@ TrainSpec MlpSpec(const Model& model) {
   t.accumulate = 1;
   t.global_batch = model.batch;
   t.steps = 1000000;
-  t.optimizer.kind = OptimizerSpec::Kind::kAdamW;
+  t.optimizer.kind = OptimizerKind::kAdamW;
   t.optimizer.lr = 1e-3;
   t.optimizer.weight_decay = 0.01;
   t.tf32 = model.tf32;
-  t.precision = model.bf16 ? "bf16" : "fp32";
+  t.precision = model.bf16 ? Precision::kBf16 : Precision::kFp32;
   return spec;
 }
 
@@ -218,7 +218,9 @@ absl::StatusOr<Result> RunTrainc(const Model& model, const Args& args) {
     const Buffer& b = plan->buffers[id];
     std::vector<float> init(b.bytes / 4);
     std::uniform_real_distribution<float> uni(-b.init_bound, b.init_bound);
-    for (float& v : init) v = b.init == "ones" ? 1.0f : b.init == "zeros" ? 0.0f : uni(rng);
+    for (float& v : init) {
+      v = b.init == ParamInit::kOnes ? 1.0f : b.init == ParamInit::kZeros ? 0.0f : uni(rng);
+    }
     if (!(s = (*device)->Upload(b.offset, init.data(), b.bytes)).ok()) return s;
   }
   FixedBatch batches(*plan, static_cast<int>(model.widths.back()));

@@ -191,7 +191,7 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
   // under grad_comm = bf16); ZeRO-1's reduce-scatters and all-gathers, and
   // the all-reduce of one scalar, follow other formulas and are left out.
   std::vector<CollectiveSample> collective_samples;
-  const double width = plan.grad_comm == "bf16" ? 0.5 : 1.0;
+  const double width = plan.grad_comm == GradComm::kBf16 ? 0.5 : 1.0;
   for (const auto& [key, col] : collective) {
     const Instruction& in = plan.instructions[key.second];
     auto bucket = in.attrs.find("bucket");

@@ -59,7 +59,9 @@ std::string DescribePlan(const Plan& plan) {
   if (plan.zero > 0) {
     absl::StrAppend(&out, ", ZeRO-1 (reduce-scatter, sharded optimizer, all-gather)");
   }
-  if (plan.grad_comm != "fp32") absl::StrAppend(&out, ", ", plan.grad_comm, " gradients");
+  if (plan.grad_comm != GradComm::kFp32) {
+    absl::StrAppend(&out, ", ", EnumName(plan.grad_comm), " gradients");
+  }
   return out;
 }
 

@@ -230,7 +230,7 @@ std::string RenderHtmlReport(const HtmlReportInput& in) {
                   "; gradients are all-reduced once per step, after the last "
                   "micro-step; loss scaled by 1/", p.global_batch, ". ",
                   p.epochs, " epoch(s), ", p.steps, " step(s); optimizer ",
-                  XmlEscape(p.optimizer.kind),
+                  XmlEscape(EnumName(p.optimizer.kind)),
                   absl::StrFormat(" (lr %g)", p.optimizer.lr), ", bucket_mb ",
                   absl::StrFormat("%g", p.bucket_mb),
                   p.deterministic ? ", deterministic" : "", ".</p>\n");
@@ -337,7 +337,7 @@ std::string RenderHtmlReport(const HtmlReportInput& in) {
                   mem_row("peak activations", m.peak_activation_bytes),
                   mem_row("planned arena", m.arena_bytes),
                   mem_row("without buffer reuse", m.unshared_bytes));
-  if (p.precision == "bf16") {  // precision = bf16: what it saves and costs
+  if (p.precision == Precision::kBf16) {  // precision = bf16: what it saves and costs
     absl::StrAppend(&html, mem_row("parameters' bf16 copies", m.parameter_copy_bytes),
                     mem_row("bf16 staging (beside the arena)", m.bf16_staging_bytes),
                     mem_row("peak activations in fp32", m.fp32_peak_activation_bytes),

@@ -87,13 +87,13 @@ Plan MakeSyntheticPlan(const MlpPlanOptions& o) {
   p.epochs = 1;
   p.steps = 100;
   p.bucket_mb = o.bucket_bytes / (1024.0 * 1024.0);
-  p.optimizer.kind = "adamw";
+  p.optimizer.kind = OptimizerKind::kAdamW;
   p.optimizer.lr = 1e-3;
   p.optimizer.weight_decay = 0.01;
   p.optimizer.beta1 = 0.9;
   p.optimizer.beta2 = 0.999;
   p.optimizer.eps = 1e-8;
-  p.data.format = "idx";
+  p.data.format = DataFormat::kIdx;
   p.data.train_paths = {"train-images.gz", "train-labels.gz"};
   p.data.scale = 1.0 / 255;
   Builder b(&p);
@@ -142,7 +142,7 @@ Plan MakeSyntheticPlan(const MlpPlanOptions& o) {
                                      : std::vector<int64_t>{layer->out};
       int param = b.AddBuffer(pname, BufferKind::kParameter, shape,
                               DType::kF32, pa + off);
-      p.buffers[param].init = "uniform";
+      p.buffers[param].init = ParamInit::kUniform;
       p.buffers[param].init_bound = 1.0 / std::sqrt(static_cast<double>(layer->in));
       int grad = b.AddBuffer(absl::StrCat("grad/", pname), BufferKind::kGradient,
                              shape, DType::kF32, ga + off);

@@ -121,10 +121,10 @@ TrainSpec SpecBuilder::Build(int64_t gpus, int64_t micro_batch, int64_t accumula
   spec.train.accumulate = accumulate;
   spec.train.global_batch = gpus * micro_batch * accumulate;
   spec.train.epochs = 1;
-  spec.train.optimizer.kind = OptimizerSpec::Kind::kAdamW;
+  spec.train.optimizer.kind = OptimizerKind::kAdamW;
   spec.train.optimizer.lr = 1e-3;
   spec.train.optimizer.weight_decay = 0.01;
-  spec.data.train.format = "idx";
+  spec.data.train.format = DataFormat::kIdx;
   return spec;
 }
 
@@ -142,10 +142,10 @@ TrainSpec FashionMlpSpec() {
   spec.train.bucket_mb = 25;
   spec.train.seed = 0;
   const std::string dir = "/usr/share/datasets/fashion-mnist/";
-  spec.data.train = {"idx", {dir + "train-images-idx3-ubyte.gz",
-                             dir + "train-labels-idx1-ubyte.gz"}};
-  spec.data.eval = {"idx", {dir + "t10k-images-idx3-ubyte.gz",
-                            dir + "t10k-labels-idx1-ubyte.gz"}};
+  spec.data.train = {DataFormat::kIdx,
+                     {dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz"}};
+  spec.data.eval = {DataFormat::kIdx,
+                    {dir + "t10k-images-idx3-ubyte.gz", dir + "t10k-labels-idx1-ubyte.gz"}};
   spec.data.scale = 1.0 / 255;
   spec.data.shuffle = true;
   return spec;
