@@ -529,6 +529,19 @@ TEST(SourceGradientCheck, GeluTanhAndLinearWithoutBias) {
                        3, {"gelu_tanh", "gelu_tanh_grad", "linear_grad_params"});
 }
 
+// A Llama-style pre-norm block: RMSNorm, no biases.
+TEST(SourceGradientCheck, RmsNorm) {
+  CheckSourceGradients(Source(R"(
+  input  x: f32[6]
+  label  y: i32[3]
+  h      = linear(x, 5, bias = false)
+  n      = rmsnorm(h)
+  logits = linear(n, 3, bias = false)
+  loss   = cross_entropy(logits, y)
+)", 3),
+                       3, {"rmsnorm", "rmsnorm_grad_input", "rmsnorm_grad_params"});
+}
+
 // SwiGLU: silu(gate) * up, written with the infix and as a call; both
 // operands of each mul need a gradient.
 TEST(SourceGradientCheck, SwiGluMul) {

@@ -110,6 +110,21 @@ TEST(FrontendTest, LayernormAndAdd) {
   EXPECT_THAT(m.parameters[3].shape, ElementsAre(256));
 }
 
+TEST(FrontendTest, RmsNormHasOnlyAWeight) {
+  const std::string source = absl::StrReplaceAll(
+      kBase, {{"  logits = linear(h1, 10)", "  n = rmsnorm(h1)\n  logits = linear(n, 10)"}});
+  const FrontendResult r = Compile(source);
+  ASSERT_TRUE(r.spec) << Errors(r);
+  const ModelSpec& m = r.spec->model;
+  EXPECT_EQ(m.parameters[2].name, "n.weight");
+  EXPECT_EQ(m.parameters[2].init, ops::Init::kOnes);
+  EXPECT_EQ(m.parameters[3].name, "logits.weight");  // no n.bias
+  EXPECT_NEAR(m.ops[2].args.at("eps").f, 1e-6, 1e-18);
+  const FrontendResult bad = Compile(absl::StrReplaceAll(
+      source, {{"rmsnorm(h1)", "rmsnorm(h1, eps = 0)"}}));
+  EXPECT_THAT(Errors(bad), HasSubstr("eps must be > 0"));
+}
+
 TEST(FrontendTest, MulIsACallAndAnInfix) {
   const std::string source = absl::StrReplaceAll(
       kBase, {{"  logits = linear(h1, 10)",

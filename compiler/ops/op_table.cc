@@ -173,6 +173,17 @@ std::vector<OpDef> MakeOps() {
       {"layernorm_grad_params", 4, 4, 2, 2, false, kNorm,
        "dy, x, mean, rstd -> dweight, dbias; acc", {}, {}, false,
        Elementwise<5>},
+      {"rmsnorm", 2, 2, 2, 2, false, kNorm,
+       "x[.., d], weight[d] -> y = x rstd weight, rstd[..] = 1 / sqrt(mean(x^2) + eps); "
+       "attrs: eps",
+       {},
+       {{"rmsnorm_grad_params", {kDy, In(0), Out(1)}, {1}},
+        {"rmsnorm_grad_input", {kDy, In(0), In(1), Out(1)}, {0}}},
+       false, Elementwise<5>},
+      {"rmsnorm_grad_input", 4, 4, 1, 1, false, kNorm, "dy, x, weight, rstd -> dx; acc", {},
+       {}, false, Elementwise<7>},
+      {"rmsnorm_grad_params", 3, 3, 1, 1, false, kNorm, "dy, x, rstd -> dweight; acc", {}, {},
+       false, Elementwise<3>},
       // --- embeddings ---
       {"embedding", 2, 2, 1, 1, false, kEmbed,
        "ids i32[..], table[V, C] -> y[.., C]", {0},
@@ -397,6 +408,20 @@ std::variant<Lowering, ShapeError> LayerNormRule(const OpCall& call) {
   l.params.push_back({"weight", {x.back()}, Init::kOnes, 0, ""});
   l.params.push_back({"bias", {x.back()}, Init::kZeros, 0, ""});
   l.saved = {{"mean", Leading(x)}, {"rstd", Leading(x)}};
+  return l;
+}
+
+std::variant<Lowering, ShapeError> RmsNormRule(const OpCall& call) {
+  const Shape& x = call.values[0];
+  if (x.empty()) return Error(0, "rmsnorm needs an input with a feature axis");
+  const double eps = call.Float("eps");
+  if (!(eps > 0)) return Error(Def("rmsnorm").ArgIndex("eps"), "eps must be > 0");
+  Lowering l;
+  l.instruction = "rmsnorm";
+  l.shape = x;
+  l.attrs["eps"] = eps;
+  l.params.push_back({"weight", {x.back()}, Init::kOnes, 0, ""});
+  l.saved = {{"rstd", Leading(x)}};
   return l;
 }
 
@@ -674,6 +699,10 @@ std::vector<ModelOpDef> MakeModelOps() {
        "LayerNorm over the last axis; <name>.weight (ones), <name>.bias "
        "(zeros)",
        LayerNormRule},
+      {"rmsnorm", {{"x", Kind::kValue}, {"eps", Kind::kFloat, "1e-6"}}, false,
+       "RMSNorm over the last axis (Llama's): x / sqrt(mean(x^2) + eps) * weight; "
+       "<name>.weight (ones)",
+       RmsNormRule},
       {"add", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
        "a + b (same shapes); also written a + b", AddRule, "+"},
       {"mul", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,

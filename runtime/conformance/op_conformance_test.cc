@@ -66,6 +66,7 @@ const std::map<std::string, Example>& Examples() {
   static const auto* examples = new std::map<std::string, Example>{
       {"linear", {{{{4, 3}}, {{5, 3}}, {{5}}}, {{{4, 5}}}, {}}},
       {"layernorm", {{{{4, 6}}, {{6}}, {{6}}}, {{{4, 6}}, {{4}}, {{4}}}, {{"eps", 1e-5}}}},
+      {"rmsnorm", {{{{4, 6}}, {{6}}}, {{{4, 6}}, {{4}}}, {{"eps", 1e-6}}}},
       {"softmax", {{{{4, 6}}}, {{{4, 6}}}, {}}},
       {"embedding", {{{{2, 3}, 5}, {{5, 4}}}, {{{2, 3, 4}}}, {}}},
       {"position_embedding", {{{{3, 4}}}, {{{2, 3, 4}}}, {}}},

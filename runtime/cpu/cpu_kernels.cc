@@ -51,6 +51,21 @@ absl::Status LayerNormFamily(const KernelCall& c) {
   return Ok();
 }
 
+absl::Status RmsNormFamily(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  switch (k.op) {
+    case Op::kRmsNorm:
+      RmsNorm(k.x[0], k.x[1], k.rows, k.in, k.eps, k.y[0], k.y[1]);
+      break;
+    case Op::kRmsNormGradInput:
+      RmsNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.rows, k.in, k.accumulate, k.y[0]);
+      break;
+    default:
+      RmsNormGradParams(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.accumulate, k.y[0]);
+  }
+  return Ok();
+}
+
 absl::Status SoftmaxFamily(const KernelCall& c) {
   const KernelArgs& k = c.k;
   if (k.op == Op::kSoftmax) {
@@ -210,6 +225,9 @@ KernelTable<CpuKernel> MakeTable() {
   for (Op op : {Op::kLinear, Op::kLinearGradInput, Op::kLinearGradParams}) t[op] = &Linear;
   for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams}) {
     t[op] = &LayerNormFamily;
+  }
+  for (Op op : {Op::kRmsNorm, Op::kRmsNormGradInput, Op::kRmsNormGradParams}) {
+    t[op] = &RmsNormFamily;
   }
   for (Op op : {Op::kSoftmax, Op::kSoftmaxGrad}) t[op] = &SoftmaxFamily;
   for (Op op : {Op::kDropout, Op::kDropoutGrad}) t[op] = &DropoutFamily;

@@ -158,6 +158,9 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
         scratch_floats = std::max(
             scratch_floats, 2 * cuda::ColumnSumScratchFloats(k.rows, k.in));
         break;
+      case Op::kRmsNormGradParams:
+        scratch_floats = std::max(scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.in));
+        break;
       case Op::kCrossEntropy:
       case Op::kMse:
         scratch_floats = std::max(scratch_floats, k.rows);

@@ -93,6 +93,23 @@ struct CudaKernels {
     }
   }
 
+  static absl::Status RmsNorm(CudaDeviceImpl& d, const KernelCall& c) {
+    const Kernel& k = c.k;
+    switch (k.op) {
+      case Op::kRmsNorm:
+        return Launched(c, cuda::LaunchRmsNorm(k.x[0], k.x[1], k.y[0], k.y[1], k.rows, k.in,
+                                               k.eps, d.compute_));
+      case Op::kRmsNormGradInput:
+        return Launched(c, cuda::LaunchRmsNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.y[0],
+                                                        k.rows, k.in, k.accumulate,
+                                                        d.compute_));
+      default:
+        return Launched(c, cuda::LaunchRmsNormGradParams(k.x[0], k.x[1], k.x[2], k.y[0],
+                                                         k.rows, k.in, k.accumulate,
+                                                         d.kernel_scratch_, d.compute_));
+    }
+  }
+
   static absl::Status Loss(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
     cudaStream_t s = d.compute_;
@@ -204,6 +221,9 @@ struct CudaKernels {
     for (Op op : {Op::kDropout, Op::kDropoutGrad}) t[op] = &Dropout;
     for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams}) {
       t[op] = &LayerNorm;
+    }
+    for (Op op : {Op::kRmsNorm, Op::kRmsNormGradInput, Op::kRmsNormGradParams}) {
+      t[op] = &RmsNorm;
     }
     for (Op op : {Op::kCrossEntropy, Op::kCrossEntropyGrad, Op::kMse, Op::kMseGrad}) {
       t[op] = &Loss;

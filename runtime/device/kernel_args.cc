@@ -207,11 +207,16 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       return absl::OkStatus();
     case KernelOp::kLayerNorm:
     case KernelOp::kLayerNormGradInput:
-    case KernelOp::kLayerNormGradParams: {
-      const Buffer& per_feature = k.op == KernelOp::kLayerNorm ? in_buf(1)
-                                  : k.op == KernelOp::kLayerNormGradInput
-                                      ? in_buf(2)
-                                      : out_buf(0);
+    case KernelOp::kLayerNormGradParams:
+    case KernelOp::kRmsNorm:
+    case KernelOp::kRmsNormGradInput:
+    case KernelOp::kRmsNormGradParams: {
+      // The weight (or its gradient) is [d]; rows are the rest of x.
+      const Buffer& per_feature =
+          k.op == KernelOp::kLayerNorm || k.op == KernelOp::kRmsNorm ? in_buf(1)
+          : k.op == KernelOp::kLayerNormGradInput                   ? in_buf(2)
+          : k.op == KernelOp::kRmsNormGradInput                     ? in_buf(2)
+                                                                    : out_buf(0);
       k.in = Elements(per_feature);
       if (k.in == 0 || Elements(in_buf(0)) % k.in != 0) {
         return fail("x is not [B, d]");

@@ -24,6 +24,9 @@
   X(LayerNorm, layernorm)                               \
   X(LayerNormGradInput, layernorm_grad_input)           \
   X(LayerNormGradParams, layernorm_grad_params)         \
+  X(RmsNorm, rmsnorm)                                   \
+  X(RmsNormGradInput, rmsnorm_grad_input)               \
+  X(RmsNormGradParams, rmsnorm_grad_params)             \
   X(Softmax, softmax)                                   \
   X(SoftmaxGrad, softmax_grad)                          \
   X(Dropout, dropout)                                   \
