@@ -52,3 +52,17 @@ if ! "$TB_VENV/bin/python" -c "import tensorboard" 2>/dev/null; then
     echo "setup: warning: could not install TensorBoard from PyPI into $TB_VENV" >&2
   fi
 fi
+
+# Hugging Face transformers from PyPI, over Debian's torch (the venv sees
+# the system's packages), for //tests/e2e:hf_export_test, which loads
+# tools/hf_export's folders into transformers itself. Without PyPI that
+# test skips, saying so.
+HF_VENV="$HOME/.cache/trainc/hf-venv"
+if ! "$HF_VENV/bin/python" -c "import transformers, torch" 2>/dev/null; then
+  if /usr/bin/python3 -m venv --system-site-packages "$HF_VENV" &&
+     "$HF_VENV/bin/pip" install -q --disable-pip-version-check "transformers==4.36.2"; then
+    echo "setup: transformers in $HF_VENV"
+  else
+    echo "setup: warning: could not install transformers from PyPI into $HF_VENV" >&2
+  fi
+fi

@@ -1,0 +1,132 @@
+"""tools/hf_export against Hugging Face transformers itself.
+
+A small GPT-2 (2 layers x 32 wide, 4 heads, context 16, bytes) trains a few
+steps; hf_export writes its checkpoint as a GPT2LMHeadModel folder; the
+transformers 4.36.2 of tools/setup.sh's virtual environment (over Debian's
+torch) loads it with from_pretrained and scores the eval text in float64:
+the loss must be trainc's own eval loss within 1e-4 relative. Without that
+environment (no PyPI) the test skips, saying so.
+"""
+import json
+import os
+import random
+import subprocess
+import unittest
+
+import e2e_lib as e2e
+
+HF_PYTHON = os.path.join(os.path.expanduser("~"), ".cache", "trainc", "hf-venv", "bin", "python")
+EXPORT = e2e.runfile("tools/hf_export")
+T = 16
+
+# dsl_examples/tiny_gpt.train (GPT-2's parameter names), made small, on
+# this test's own text.
+DATA_AND_TRAIN = """
+data {
+  train = text("TRAIN")
+  eval  = text("EVAL")
+}
+train {
+  gpus = 1
+  micro_batch = 4
+  steps = 4
+  optimizer = adamw(lr = 3e-3)
+}
+"""
+
+# Scores every window of the eval text ([i T, i T + T], trainc's eval
+# windows) with the exported model, as trainc does: the mean over windows
+# of the mean next-byte cross entropy.
+SCORE = """
+import sys, torch
+from transformers import GPT2LMHeadModel
+model = GPT2LMHeadModel.from_pretrained(sys.argv[1]).double().eval()
+data = torch.tensor(list(open(sys.argv[2], "rb").read()), dtype=torch.long)
+T = int(sys.argv[3])
+windows = (len(data) - 1) // T
+total = 0.0
+with torch.no_grad():
+    for i in range(windows):
+        w = data[i * T:i * T + T + 1]
+        logits = model(w[None, :T]).logits[0]
+        total += torch.nn.functional.cross_entropy(logits, w[1:]).item()
+print(f"LOSS {total / windows:.12f}")
+"""
+
+
+def hf_available():
+    if not os.path.exists(HF_PYTHON):
+        return False
+    return subprocess.run([HF_PYTHON, "-c", "import transformers, torch"],
+                          capture_output=True).returncode == 0
+
+
+class HfExportTest(unittest.TestCase):
+
+    def setUp(self):
+        if not hf_available():
+            self.skipTest(f"no transformers at {HF_PYTHON} (tools/setup.sh installs it from PyPI)")
+        self.dir = e2e.tmpdir()
+
+    def write_model(self):
+        rng = random.Random(5)
+        words = [bytes(rng.choice(b"etaoinshrdlu") for _ in range(rng.randint(2, 7)))
+                 for _ in range(40)]
+        def text(n):
+            out = b""
+            while len(out) < n:
+                out += rng.choice(words) + b" "
+            return out[:n]
+        paths = {"TRAIN": os.path.join(self.dir, "train.txt"),
+                 "EVAL": os.path.join(self.dir, "eval.txt")}
+        with open(paths["TRAIN"], "wb") as f:
+            f.write(text(20 * T + 1))
+        with open(paths["EVAL"], "wb") as f:
+            f.write(text(8 * T + 1))
+        with open(e2e.runfile("dsl_examples/tiny_gpt.train")) as f:
+            source = f.read()
+        source = source[:source.index("data {")] + DATA_AND_TRAIN
+        source = source.replace("ctx = 64, width = 128, heads = 4, layers = 4",
+                                f"ctx = {T}, width = 32, heads = 4, layers = 2")
+        for key, path in paths.items():
+            source = source.replace(f'"{key}"', f'"{path}"')
+        model = os.path.join(self.dir, "tiny.train")
+        with open(model, "w") as f:
+            f.write(source)
+        return model, paths["EVAL"]
+
+    def test_exported_model_scores_as_trainc_does(self):
+        model, eval_text = self.write_model()
+        ckpt = os.path.join(self.dir, "tiny.safetensors")
+        metrics = os.path.join(self.dir, "tiny.jsonl")
+        e2e.train(model, "--device", "cpu", "--save", ckpt, "--metrics", metrics)
+        with open(metrics) as f:
+            summary = [json.loads(line) for line in f if '"summary"' in line][-1]
+        trainc_loss = summary["eval_loss"]
+
+        out = os.path.join(self.dir, "hf")
+        proc = subprocess.run([EXPORT, model, ckpt, out], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        with open(os.path.join(out, "config.json")) as f:
+            config = json.load(f)
+        self.assertEqual(config["model_type"], "gpt2")
+        self.assertEqual((config["n_layer"], config["n_embd"], config["n_head"]), (2, 32, 4))
+
+        score = subprocess.run([HF_PYTHON, "-c", SCORE, out, eval_text, str(T)],
+                               capture_output=True, text=True, timeout=300)
+        self.assertEqual(score.returncode, 0, score.stderr)
+        hf_loss = float(score.stdout.split("LOSS")[1])
+        print(f"eval loss: trainc {trainc_loss:.9f}, transformers (float64) {hf_loss:.9f}")
+        self.assertLess(abs(hf_loss - trainc_loss) / trainc_loss, 1e-4,
+                        f"transformers {hf_loss} against trainc {trainc_loss}")
+
+    def test_a_model_without_gpt2s_layout_is_refused(self):
+        proc = subprocess.run([EXPORT, e2e.EXAMPLE, "nothing.safetensors",
+                               os.path.join(self.dir, "x")], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn("does not have GPT-2's layout", proc.stderr)
+        self.assertIn("wte.weight", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,147 @@
+#include "tools/hf/gpt2_layout.h"
+
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "compiler/ops/op_table.h"
+
+namespace trainc::hf {
+namespace {
+
+// The tensors of layer i: trainc name suffix, shape, Conv1D-transposed.
+struct LayerTensor {
+  const char* suffix;
+  bool transposed;
+};
+constexpr LayerTensor kLayer[] = {
+    {"ln_1.weight", false},      {"ln_1.bias", false},         {"attn.c_attn.weight", true},
+    {"attn.c_attn.bias", false}, {"attn.c_proj.weight", true}, {"attn.c_proj.bias", false},
+    {"ln_2.weight", false},      {"ln_2.bias", false},         {"mlp.c_fc.weight", true},
+    {"mlp.c_fc.bias", false},    {"mlp.c_proj.weight", true},  {"mlp.c_proj.bias", false},
+};
+
+// GPT-2's shape of a layer tensor for width c.
+std::vector<int64_t> LayerShape(const std::string& suffix, int64_t c) {
+  if (suffix == "attn.c_attn.weight") return {3 * c, c};
+  if (suffix == "attn.c_attn.bias") return {3 * c};
+  if (suffix == "attn.c_proj.weight") return {c, c};
+  if (suffix == "mlp.c_fc.weight") return {4 * c, c};
+  if (suffix == "mlp.c_fc.bias") return {4 * c};
+  if (suffix == "mlp.c_proj.weight") return {c, 4 * c};
+  return {c};
+}
+
+std::string Shape(const std::vector<int64_t>& s) { return ops::ShapeText(s); }
+
+absl::Status NotGpt2(const ModelSpec& model, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model ", model.name, " does not have GPT-2's layout (GPT2LMHeadModel): ", why));
+}
+
+// The ops' constants GPT2Config needs, each the same in every layer.
+absl::Status ReadOps(const ModelSpec& model, Gpt2Layout& l) {
+  std::set<int64_t> heads;
+  std::set<double> eps, dropout;
+  std::set<std::string> activation;
+  bool tied = false;
+  for (const OpSpec& op : model.ops) {
+    if (op.op == "causal_attention") heads.insert(op.args.at("heads").i);
+    if (op.op == "layernorm") eps.insert(op.args.at("eps").AsDouble());
+    if (op.op == "dropout") dropout.insert(op.args.at("p").AsDouble());
+    if (op.op == "gelu") {
+      activation.insert(op.args.at("approximate").s == "tanh" ? "gelu_new" : "gelu");
+    }
+    if (op.op == "linear" && op.shared_parameters.count("weight") &&
+        op.shared_parameters.at("weight") == "wte.weight") {
+      tied = true;
+    }
+  }
+  if (heads.size() != 1) return NotGpt2(model, "expected one causal_attention head count");
+  if (eps.size() != 1) return NotGpt2(model, "expected one layernorm eps");
+  if (activation.size() != 1) return NotGpt2(model, "expected one gelu form in every MLP");
+  if (dropout.size() > 1) return NotGpt2(model, "its dropouts differ");
+  if (!tied) return NotGpt2(model, "its output layer is not tied to wte.weight");
+  l.heads = *heads.begin();
+  l.layer_norm_eps = *eps.begin();
+  l.activation = *activation.begin();
+  l.dropout = dropout.empty() ? 0.0 : *dropout.begin();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Gpt2Layout> Gpt2LayoutOf(const ModelSpec& model) {
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const ParameterSpec& p : model.parameters) params[p.name] = p.shape;
+  auto wte = params.find("wte.weight"), wpe = params.find("wpe.weight");
+  if (wte == params.end() || wpe == params.end() || wte->second.size() != 2 ||
+      wpe->second.size() != 2) {
+    return NotGpt2(model, "no wte.weight [vocab, width] and wpe.weight [positions, width]");
+  }
+  Gpt2Layout l;
+  l.vocab = wte->second[0];
+  l.width = wte->second[1];
+  l.positions = wpe->second[0];
+  while (params.count(absl::StrCat("h.", l.layers, ".ln_1.weight"))) ++l.layers;
+  if (l.layers == 0) return NotGpt2(model, "no layer h.0");
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool transposed) {
+    l.tensors.push_back({name, "transformer." + name, std::move(shape), transposed});
+  };
+  add("wte.weight", {l.vocab, l.width}, false);
+  add("wpe.weight", {l.positions, l.width}, false);
+  for (int64_t i = 0; i < l.layers; ++i) {
+    for (const LayerTensor& t : kLayer) {
+      add(absl::StrCat("h.", i, ".", t.suffix), LayerShape(t.suffix, l.width), t.transposed);
+    }
+  }
+  add("ln_f.weight", {l.width}, false);
+  add("ln_f.bias", {l.width}, false);
+  std::set<std::string> expected;
+  for (const HfTensor& t : l.tensors) {
+    expected.insert(t.trainc_name);
+    auto it = params.find(t.trainc_name);
+    if (it == params.end()) return NotGpt2(model, "no parameter " + t.trainc_name);
+    if (it->second != t.shape) {
+      return NotGpt2(model, absl::StrCat(t.trainc_name, " is ", Shape(it->second),
+                                         ", GPT-2's is ", Shape(t.shape)));
+    }
+  }
+  for (const auto& [name, shape] : params) {
+    if (!expected.count(name)) return NotGpt2(model, "an extra parameter " + name);
+  }
+  if (auto s = ReadOps(model, l); !s.ok()) return s;
+  if (l.width % l.heads != 0) return NotGpt2(model, "heads do not divide the width");
+  return l;
+}
+
+std::string Gpt2ConfigJson(const Gpt2Layout& l) {
+  return absl::StrFormat(
+      "{\n"
+      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+      "  \"model_type\": \"gpt2\",\n"
+      "  \"vocab_size\": %d,\n"
+      "  \"n_positions\": %d,\n"
+      "  \"n_ctx\": %d,\n"
+      "  \"n_embd\": %d,\n"
+      "  \"n_layer\": %d,\n"
+      "  \"n_head\": %d,\n"
+      "  \"n_inner\": null,\n"
+      "  \"activation_function\": \"%s\",\n"
+      "  \"resid_pdrop\": %.17g,\n"
+      "  \"embd_pdrop\": %.17g,\n"
+      "  \"attn_pdrop\": %.17g,\n"
+      "  \"layer_norm_epsilon\": %.17g,\n"
+      "  \"initializer_range\": 0.02,\n"
+      "  \"scale_attn_weights\": true,\n"
+      "  \"tie_word_embeddings\": true,\n"
+      "  \"use_cache\": true,\n"
+      "  \"torch_dtype\": \"float32\"\n"
+      "}\n",
+      l.vocab, l.positions, l.positions, l.width, l.layers, l.heads, l.activation, l.dropout,
+      l.dropout, l.dropout, l.layer_norm_eps);
+}
+
+}  // namespace trainc::hf

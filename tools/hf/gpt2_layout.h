@@ -1,0 +1,45 @@
+// A .train model with GPT-2's architecture as Hugging Face's
+// GPT2LMHeadModel stores it: config.json's keys, and for every parameter
+// its name there ("transformer.h.0.attn.c_attn.weight") and whether its
+// layout is transposed (GPT-2's Conv1D keeps weights as [in, out]; trainc's
+// linear, as nn.Linear, as [out, in]).
+//
+// A model qualifies when its parameters are exactly GPT-2's (wte, wpe,
+// h.N.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}, ln_f)
+// with GPT-2's shapes and its head is tied to wte (dsl_examples/tiny_gpt
+// and gpt2_small); otherwise Gpt2LayoutOf says what is missing or extra.
+#ifndef TRAINC_TOOLS_HF_GPT2_LAYOUT_H_
+#define TRAINC_TOOLS_HF_GPT2_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/spec/train_spec.h"
+
+namespace trainc::hf {
+
+struct HfTensor {
+  std::string trainc_name;      // "h.0.attn.c_attn.weight"
+  std::string hf_name;          // "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape;   // trainc's shape ([3C, C])
+  bool transposed = false;      // stored as [C, 3C] by Hugging Face
+};
+
+struct Gpt2Layout {
+  int64_t vocab = 0, positions = 0, width = 0, layers = 0, heads = 0;
+  std::string activation;  // "gelu_new" (tanh form) or "gelu" (erf)
+  double layer_norm_eps = 1e-5;
+  double dropout = 0;      // the model's dropout p (0: none)
+  std::vector<HfTensor> tensors;
+};
+
+absl::StatusOr<Gpt2Layout> Gpt2LayoutOf(const ModelSpec& model);
+
+// config.json for transformers' GPT2Config.
+std::string Gpt2ConfigJson(const Gpt2Layout& layout);
+
+}  // namespace trainc::hf
+
+#endif  // TRAINC_TOOLS_HF_GPT2_LAYOUT_H_
