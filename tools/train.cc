@@ -184,7 +184,9 @@ OptionParser MakeParser(Args* args) {
              })
       .Value({"--save"}, "PATH", "write a safetensors checkpoint at the end",
              into(&train->save_path))
-      .Value({"--init-from"}, "PATH", "start from a checkpoint's weights",
+      .Value({"--init-from"}, "PATH",
+             "start from a checkpoint's weights, or a Hugging Face GPT2LMHeadModel "
+             "folder (config.json + model.safetensors)",
              into(&train->init_from))
       .Value({"--resume"}, "PATH|DIR",
              "continue a checkpoint: weights, optimizer, step, data position; given a "

@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/checkpoint/hf_folder.h"
 #include "runtime/checkpoint/safetensors.h"
 
 namespace trainc {
@@ -313,7 +314,13 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, TrainingState* state,
                             bool weights_only, int rank) {
   Sources sources;
-  ASSIGN_OR_RETURN(SafetensorsFile weights, SafetensorsFile::Read(path));
+  if (IsHfFolder(path) && !weights_only) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": a Hugging Face model folder holds weights only; start from it with "
+        "--init-from"));
+  }
+  ASSIGN_OR_RETURN(SafetensorsFile weights,
+                   IsHfFolder(path) ? ReadHfFolder(path) : SafetensorsFile::Read(path));
   const bool single_file = IsSingleFileCheckpoint(weights);
   if (!weights_only && !single_file && !IsOurWeightsFile(weights)) {
     // Still usable as weights (e.g. a file exported from PyTorch).

@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/hf_folder.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/mpi/mpi_communicator.h"
 #include "runtime/comm/nccl/nccl_communicator.h"
@@ -190,7 +191,8 @@ absl::StatusOr<std::string> ResumeFrom(const std::string& path, const Plan& plan
                                        Device& device, int rank, TrainingState* state,
                                        std::ostream& log) {
   std::error_code error;
-  if (!std::filesystem::is_directory(path, error)) {
+  if (!std::filesystem::is_directory(path, error) || IsHfFolder(path)) {
+    // (LoadCheckpoint says that a Hugging Face folder has no training state.)
     RETURN_IF_ERROR(
         LoadCheckpoint(path, plan, device, state, /*weights_only=*/false, rank));
     return path;

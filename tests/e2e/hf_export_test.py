@@ -1,10 +1,13 @@
-"""tools/hf_export against Hugging Face transformers itself.
+"""tools/hf_export and --init-from FOLDER against Hugging Face transformers itself.
 
 A small GPT-2 (2 layers x 32 wide, 4 heads, context 16, bytes) trains a few
 steps; hf_export writes its checkpoint as a GPT2LMHeadModel folder; the
 transformers 4.36.2 of tools/setup.sh's virtual environment (over Debian's
 torch) loads it with from_pretrained and scores the eval text in float64:
-the loss must be trainc's own eval loss within 1e-4 relative. Without that
+the loss must be trainc's own eval loss within 1e-4 relative. The other
+way, a randomly initialised GPT2LMHeadModel saved by save_pretrained is
+trainc's --init-from: trainc then scores the text as transformers does, and
+a model of another width is refused naming the tensor. Without that
 environment (no PyPI) the test skips, saying so.
 """
 import json
@@ -51,6 +54,18 @@ with torch.no_grad():
         logits = model(w[None, :T]).logits[0]
         total += torch.nn.functional.cross_entropy(logits, w[1:]).item()
 print(f"LOSS {total / windows:.12f}")
+"""
+
+
+# A randomly initialised GPT2LMHeadModel saved as transformers saves it.
+MAKE = """
+import sys, torch
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+config = GPT2Config(vocab_size=256, n_positions=int(sys.argv[2]), n_embd=int(sys.argv[3]),
+                    n_layer=2, n_head=4, activation_function="gelu_new", resid_pdrop=0.0,
+                    embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)
+GPT2LMHeadModel(config).save_pretrained(sys.argv[1], safe_serialization=True)
 """
 
 
@@ -119,6 +134,44 @@ class HfExportTest(unittest.TestCase):
         print(f"eval loss: trainc {trainc_loss:.9f}, transformers (float64) {hf_loss:.9f}")
         self.assertLess(abs(hf_loss - trainc_loss) / trainc_loss, 1e-4,
                         f"transformers {hf_loss} against trainc {trainc_loss}")
+
+    def hf_loss(self, folder, eval_text):
+        score = subprocess.run([HF_PYTHON, "-c", SCORE, folder, eval_text, str(T)],
+                               capture_output=True, text=True, timeout=300)
+        self.assertEqual(score.returncode, 0, score.stderr)
+        return float(score.stdout.split("LOSS")[1])
+
+    def test_a_transformers_model_is_a_starting_point(self):
+        model, eval_text = self.write_model()
+        folder = os.path.join(self.dir, "from_hf")
+        made = subprocess.run([HF_PYTHON, "-c", MAKE, folder, str(T), "32"],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        want = self.hf_loss(folder, eval_text)
+        # One step at a negligible learning rate: the eval after it scores
+        # the imported weights.
+        metrics = os.path.join(self.dir, "imported.jsonl")
+        e2e.train(model, "--device", "cpu", "--init-from", folder, "--steps", 1, "--lr", "1e-30",
+                  "--metrics", metrics)
+        with open(metrics) as f:
+            got = [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
+        print(f"imported eval loss: trainc {got:.9f}, transformers (float64) {want:.9f}")
+        self.assertLess(abs(got - want) / want, 1e-4)
+
+        # Another width: refused, naming the tensor and both shapes.
+        wide = os.path.join(self.dir, "wide")
+        made = subprocess.run([HF_PYTHON, "-c", MAKE, wide, str(T), "48"],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        proc = e2e.train(model, "--device", "cpu", "--init-from", wide, "--steps", 1,
+                         check=False)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        self.assertIn("wte.weight", proc.stdout)
+        self.assertIn("is F32[256,48], the plan has F32[256,32]", proc.stdout)
+        # A folder has no optimizer state to resume.
+        proc = e2e.train(model, "--device", "cpu", "--resume", folder, check=False)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        self.assertIn("holds weights only", proc.stdout)
 
     def test_a_model_without_gpt2s_layout_is_refused(self):
         proc = subprocess.run([EXPORT, e2e.EXAMPLE, "nothing.safetensors",

@@ -7,20 +7,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/ops/op_table.h"
+#include "runtime/checkpoint/hf_folder.h"
 
 namespace trainc::hf {
 namespace {
 
-// The tensors of layer i: trainc name suffix, shape, Conv1D-transposed.
-struct LayerTensor {
-  const char* suffix;
-  bool transposed;
-};
-constexpr LayerTensor kLayer[] = {
-    {"ln_1.weight", false},      {"ln_1.bias", false},         {"attn.c_attn.weight", true},
-    {"attn.c_attn.bias", false}, {"attn.c_proj.weight", true}, {"attn.c_proj.bias", false},
-    {"ln_2.weight", false},      {"ln_2.bias", false},         {"mlp.c_fc.weight", true},
-    {"mlp.c_fc.bias", false},    {"mlp.c_proj.weight", true},  {"mlp.c_proj.bias", false},
+// The tensors of layer i, by trainc name suffix.
+constexpr const char* kLayer[] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
 };
 
 // GPT-2's shape of a layer tensor for width c.
@@ -87,18 +83,20 @@ absl::StatusOr<Gpt2Layout> Gpt2LayoutOf(const ModelSpec& model) {
   l.positions = wpe->second[0];
   while (params.count(absl::StrCat("h.", l.layers, ".ln_1.weight"))) ++l.layers;
   if (l.layers == 0) return NotGpt2(model, "no layer h.0");
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool transposed) {
-    l.tensors.push_back({name, "transformer." + name, std::move(shape), transposed});
+  // Named and laid out as runtime/checkpoint/hf_folder.h reads them back.
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    l.tensors.push_back(
+        {name, kHfGpt2Prefix + name, std::move(shape), IsHfGpt2Conv1DWeight(name)});
   };
-  add("wte.weight", {l.vocab, l.width}, false);
-  add("wpe.weight", {l.positions, l.width}, false);
+  add("wte.weight", {l.vocab, l.width});
+  add("wpe.weight", {l.positions, l.width});
   for (int64_t i = 0; i < l.layers; ++i) {
-    for (const LayerTensor& t : kLayer) {
-      add(absl::StrCat("h.", i, ".", t.suffix), LayerShape(t.suffix, l.width), t.transposed);
+    for (const char* suffix : kLayer) {
+      add(absl::StrCat("h.", i, ".", suffix), LayerShape(suffix, l.width));
     }
   }
-  add("ln_f.weight", {l.width}, false);
-  add("ln_f.bias", {l.width}, false);
+  add("ln_f.weight", {l.width});
+  add("ln_f.bias", {l.width});
   std::set<std::string> expected;
   for (const HfTensor& t : l.tensors) {
     expected.insert(t.trainc_name);

@@ -1,0 +1,37 @@
+// Hugging Face model folders (config.json + model.safetensors, as
+// save_pretrained writes them) read as trainc weights, for --init-from.
+//
+// Supported: GPT2LMHeadModel (model_type "gpt2"). Its tensors are named
+// "transformer.<trainc name>" (dsl_examples/tiny_gpt.train uses GPT-2's
+// names) and its Conv1D projections are stored [in, out], the transpose of
+// trainc's (nn.Linear's) [out, in]; lm_head is tied to wte and the
+// attention's mask buffers are not weights. tools/hf_export writes the
+// same mapping the other way.
+#ifndef TRAINC_RUNTIME_CHECKPOINT_HF_FOLDER_H_
+#define TRAINC_RUNTIME_CHECKPOINT_HF_FOLDER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/checkpoint/safetensors.h"
+
+namespace trainc {
+
+// The prefix of GPT2LMHeadModel's tensors.
+inline constexpr char kHfGpt2Prefix[] = "transformer.";
+
+// Whether trainc parameter `name` is one of GPT-2's Conv1D weights
+// (h.N.attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj), stored transposed.
+bool IsHfGpt2Conv1DWeight(const std::string& name);
+
+// Whether `path` is a folder with a config.json (a Hugging Face model).
+bool IsHfFolder(const std::string& path);
+
+// The folder's weights under trainc's names and layouts, as one in-memory
+// safetensors file. Fails naming the folder for another model type, a
+// non-f32 tensor or a Conv1D weight that is not 2-D.
+absl::StatusOr<SafetensorsFile> ReadHfFolder(const std::string& dir);
+
+}  // namespace trainc
+
+#endif  // TRAINC_RUNTIME_CHECKPOINT_HF_FOLDER_H_
