@@ -104,6 +104,9 @@ bool IsConstantExpr(const ast::Expr& expr, const ConstantScope* names) {
         if (!IsConstantExpr(arg, names)) return false;
       }
       return true;
+    case Kind::kCall:  // sqrt(constant)
+      return expr.text == "sqrt" && expr.args.size() == 1 && expr.arg_names[0].empty() &&
+             IsConstantExpr(expr.args[0], names);
     default:
       return false;
   }
@@ -157,11 +160,22 @@ std::optional<ArgValue> EvaluateConstant(const ast::Expr& expr,
       if (!a || !b) return std::nullopt;
       return Arithmetic(expr, *a, *b, sink);
     }
+    case Kind::kCall: {
+      if (expr.text != "sqrt" || expr.args.size() != 1) break;
+      std::optional<ArgValue> x = EvaluateConstant(expr.args[0], sink, names);
+      if (!x) return std::nullopt;
+      if (!x->is_number() || x->AsDouble() < 0) {
+        sink.Error(expr.span, absl::StrCat("sqrt of ", DescribeConstant(*x)),
+                   "sqrt takes a number >= 0");
+        return std::nullopt;
+      }
+      return ArgValue::Float(std::sqrt(x->AsDouble()));
+    }
     default:
-      sink.Error(expr.span,
-                 absl::StrCat("expected a constant, found ", DescribeExpr(expr)));
-      return std::nullopt;
+      break;
   }
+  sink.Error(expr.span, absl::StrCat("expected a constant, found ", DescribeExpr(expr)));
+  return std::nullopt;
 }
 
 std::string FormatFloat(double value) {

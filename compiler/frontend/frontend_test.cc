@@ -2,6 +2,7 @@
 // overrides and the summary.
 #include "compiler/frontend/frontend.h"
 
+#include <cmath>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -108,6 +109,34 @@ TEST(FrontendTest, LayernormAndAdd) {
   EXPECT_EQ(m.parameters[3].name, "n.bias");
   EXPECT_EQ(m.parameters[3].init, ops::Init::kZeros);
   EXPECT_THAT(m.parameters[3].shape, ElementsAre(256));
+}
+
+// init = normal(std): N(0, std^2) weights and zero biases, the default
+// nn.Linear's uniform; sqrt in constants scales GPT-2's residual layers.
+TEST(FrontendTest, LinearInitNormal) {
+  const std::string source = absl::StrReplaceAll(
+      kBase, {{"  logits = linear(h1, 10)",
+               "  const layers = 4\n  logits = linear(h1, 10, init = normal(0.02 / sqrt(2 * layers)))"}});
+  const FrontendResult r = Compile(source);
+  ASSERT_TRUE(r.spec) << Errors(r);
+  const ModelSpec& m = r.spec->model;
+  EXPECT_EQ(m.parameters[0].init, ops::Init::kUniformFanIn);  // h1: the default
+  EXPECT_EQ(m.parameters[0].init_scale, 784);
+  EXPECT_EQ(m.parameters[2].name, "logits.weight");
+  EXPECT_EQ(m.parameters[2].init, ops::Init::kNormal);
+  EXPECT_DOUBLE_EQ(m.parameters[2].init_scale, 0.02 / std::sqrt(8.0));
+  EXPECT_EQ(m.parameters[3].name, "logits.bias");
+  EXPECT_EQ(m.parameters[3].init, ops::Init::kZeros);
+
+  auto error = [&](const std::string& init) {
+    return Errors(Compile(absl::StrReplaceAll(
+        kBase, {{"  logits = linear(h1, 10)", "  logits = linear(h1, 10, init = " + init + ")"}})));
+  };
+  EXPECT_THAT(error("0.02"), HasSubstr("init of linear must be normal(STD), got 0.02"));
+  EXPECT_THAT(error("uniform(1)"), HasSubstr("must be normal(STD), got a call to uniform"));
+  EXPECT_THAT(error("normal(-1)"), HasSubstr("normal's std must be > 0, got -1"));
+  EXPECT_THAT(error("normal(sqrt(-4))"), HasSubstr("sqrt of -4"));
+  EXPECT_THAT(error("normal(h1)"), HasSubstr("normal's std must be a number constant"));
 }
 
 TEST(FrontendTest, RmsNormHasOnlyAWeight) {

@@ -707,6 +707,7 @@ class ModelChecker {
                                            const Span& span) {
     std::optional<ArgValue> value;
     std::string what = absl::StrCat(def.name, " of ", op.name);
+    if (arg != nullptr && def.kind == ArgDef::Kind::kInit) return CheckInit(*arg, what);
     if (arg == nullptr) {
       std::optional<ArgValue> d = ops::DefaultValue(def);
       if (d) return d;
@@ -769,6 +770,34 @@ class ModelChecker {
                              ", got ", DescribeConstant(*value)),
                 absl::StrCat("e.g. ", op.Signature()));
     return std::nullopt;
+  }
+
+  // `init = normal(STD)`: STD, a constant > 0.
+  std::optional<ArgValue> CheckInit(const ast::Expr& arg, const std::string& what) {
+    const char* hint = "e.g. init = normal(0.02), or normal(0.02 / sqrt(2 * layers)) for "
+                       "GPT-2's residual projections";
+    if (arg.kind != ast::Expr::Kind::kCall || arg.text != "normal" || arg.args.size() != 1 ||
+        !arg.arg_names[0].empty()) {
+      sink_.Error(arg.span, absl::StrCat(what, " must be normal(STD), got ", DescribeExpr(arg)),
+                  hint);
+      return std::nullopt;
+    }
+    const ast::Expr& std_dev = arg.args[0];
+    if (!IsConstantExpr(std_dev, &constants_)) {
+      sink_.Error(std_dev.span,
+                  absl::StrCat("normal's std must be a number constant, got ",
+                               DescribeExpr(std_dev)),
+                  hint);
+      return std::nullopt;
+    }
+    std::optional<ArgValue> value = EvaluateConstant(std_dev, sink_, &constants_);
+    if (!value) return std::nullopt;
+    if (!value->is_number() || !(value->AsDouble() > 0)) {
+      sink_.Error(std_dev.span,
+                  absl::StrCat("normal's std must be > 0, got ", DescribeConstant(*value)), hint);
+      return std::nullopt;
+    }
+    return ArgValue::Float(value->AsDouble());
   }
 
   // `weight = wte.weight`: a parameter created by an earlier statement,

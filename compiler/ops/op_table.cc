@@ -334,12 +334,18 @@ std::variant<Lowering, ShapeError> LinearRule(const OpCall& call) {
   l.shape = x;
   l.shape.back() = out;
   const ModelOpDef& def = Def("linear");
+  // init = normal(std): N(0, std^2) weights and zero biases (GPT-2's and
+  // Llama's reference initialisation); else nn.Linear's uniform.
+  const double std = call.constants.count("init") ? call.Float("init") : 0.0;
+  const bool normal = std > 0;
   if (auto e = Slot(call, def, "weight", "weight", {out, in},
-                    Init::kUniformFanIn, double(in), &l)) {
+                    normal ? Init::kNormal : Init::kUniformFanIn, normal ? std : double(in),
+                    &l)) {
     return *e;
   }
   if (call.Bool("bias")) {
-    l.params.push_back({"bias", {out}, Init::kUniformFanIn, double(in), ""});
+    l.params.push_back({"bias", {out}, normal ? Init::kZeros : Init::kUniformFanIn,
+                        normal ? 0.0 : double(in), ""});
   }
   return l;
 }
@@ -676,10 +682,12 @@ std::vector<ModelOpDef> MakeModelOps() {
        {{"x", Kind::kValue},
         {"out_features", Kind::kInt},
         {"bias", Kind::kBool, "true"},
-        {"weight", Kind::kParameter}},
+        {"weight", Kind::kParameter},
+        {"init", Kind::kInit, "0"}},
        false,
        "y = x W^T + b over the last axis; <name>.weight [out, in], "
-       "<name>.bias [out], U(-1/sqrt(in), 1/sqrt(in)) as nn.Linear",
+       "<name>.bias [out], U(-1/sqrt(in), 1/sqrt(in)) as nn.Linear; with "
+       "init = normal(std), N(0, std^2) and a zero bias, as GPT-2 and Llama",
        LinearRule},
       {"relu", {{"x", Kind::kValue}}, false, "max(x, 0)", ReluRule},
       {"gelu",
@@ -795,6 +803,7 @@ std::optional<ArgValue> DefaultValue(const ArgDef& def) {
     case ArgDef::Kind::kCount:
       return ArgValue::Int(std::stoll(text));
     case ArgDef::Kind::kFloat:
+    case ArgDef::Kind::kInit:
       return ArgValue::Float(std::stod(text));
     default:
       return std::nullopt;
@@ -886,6 +895,8 @@ std::string ModelOpDef::Signature() const {
     out += args[i].name;
     if (args[i].kind == ArgDef::Kind::kParameter) {
       out += " = <parameter>";
+    } else if (args[i].kind == ArgDef::Kind::kInit) {
+      out += " = normal(std)";
     } else if (args[i].default_value != nullptr) {
       out += std::string(" = ") + args[i].default_value;
     }

@@ -153,6 +153,9 @@ struct ArgDef {
     kString,
     kBool,
     kParameter,  // an existing parameter, by name (`weight = wte.weight`)
+    // A weight initialisation: `normal(STD)`, N(0, STD^2) (the value is
+    // STD); absent, the op's default (0).
+    kInit,
   };
   const char* name;
   Kind kind;
