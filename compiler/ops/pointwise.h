@@ -1,5 +1,5 @@
 // Pointwise ops: each one's formula, written once and compiled three ways:
-// in f32 by the CPU kernels (runtime/cpu/pointwise.cc) and the CUDA kernels
+// in f32 by the CPU kernels (runtime/cpu/kernels.cc) and the CUDA kernels
 // (runtime/cuda/pointwise.cu), and in f64 by the reference interpreter
 // (compiler/autodiff/reference_eval.cc). The finite-difference checks and
 // the PyTorch constants in the tests stay independent of it.
@@ -11,7 +11,7 @@
 // Adding a pointwise op: its formula struct below, one line in
 // TRAINC_POINTWISE_OPS, and its OpDef (and ModelOpDef, if users call it) in
 // op_table.cc. Every backend then has its kernel; the conformance test
-// (runtime/conformance_test.cc) checks it against the reference and its
+// (runtime/conformance/op_conformance_test.cc) checks it against the reference and its
 // gradient against finite differences.
 #ifndef TRAINC_COMPILER_OPS_POINTWISE_H_
 #define TRAINC_COMPILER_OPS_POINTWISE_H_

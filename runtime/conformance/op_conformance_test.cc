@@ -97,7 +97,7 @@ const std::map<std::string, std::string>& CheckedElsewhere() {
                   "Random123's algorithm element by element"},
       {"dropout_grad", "as dropout"},
       {"cast", "rounding: runtime/cpu/cpu_device_test.cc (Bf16Operands...)"},
-      {"sum_squares", "over a bucket: tests/clip_test.py and the executor tests"},
+      {"sum_squares", "over a bucket: tests/e2e/clip_test.py and the executor tests"},
       {"optimizer", "over a bucket: kernels_test.cc (AdamW, SGD against PyTorch's formulas)"},
   };
   return *ops;
@@ -445,7 +445,7 @@ TEST(OpConformance, EveryComputeOpHasAKernelOnEveryBackend) {
     for (int i = 0; i < kNumKernelOps; ++i) {
       const KernelOp op = static_cast<KernelOp>(i);
       if (InstructionOpOf(op) != std::string(def.name)) continue;
-      // (CUDA's table: runtime/cuda/cuda_kernels_test.cc.)
+      // (CUDA's table: runtime/cuda/cuda_device_test.cc.)
       EXPECT_NE(cpu::CpuKernels()[op], nullptr) << def.name << " has no CPU kernel ("
                                                 << KernelOpName(op) << ")";
     }

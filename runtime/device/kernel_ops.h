@@ -6,7 +6,7 @@
 //
 // Each backend fills a KernelTable indexed by KernelOp; a backend that
 // lacks an op's kernel says so when it prepares a plan that uses it, and
-// runtime/conformance_test.cc checks that every op has one everywhere.
+// runtime/conformance/op_conformance_test.cc checks that every op has one everywhere.
 #ifndef TRAINC_RUNTIME_DEVICE_KERNEL_OPS_H_
 #define TRAINC_RUNTIME_DEVICE_KERNEL_OPS_H_
 
