@@ -138,6 +138,18 @@ void UseBf16Gemm(Kernel& k) {
   }
 }
 
+void UseBf16Pointwise(Kernel& k) {
+  const int arity = PointwiseArity(k.op);
+  // Inputs are recorded first, in x order, then the output.
+  if (arity == 0 || k.num_bf16 != arity + 1 || !k.bf16[arity].output) return;
+  for (int i = 0; i < arity; ++i) {
+    if (k.bf16[i].output) return;
+    k.pointwise_bf16[i] = k.bf16[i].bf16;
+  }
+  k.pointwise_bf16[2] = k.bf16[arity].bf16;
+  for (int i = 0; i < k.num_bf16; ++i) k.bf16[i].native = true;
+}
+
 absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
                                   int64_t m, int64_t n, int64_t k,
                                   const void* a, int64_t lda, const void* b,

@@ -214,7 +214,10 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
     }
   }
   RETURN_IF_ERROR(CheckKernelTable(plan, kernels, name_));
-  for (Kernel& k : kernels) UseBf16Gemm(k);
+  for (Kernel& k : kernels) {
+    UseBf16Gemm(k);
+    UseBf16Pointwise(k);
+  }
   for (Kernel& k : kernels) {
     if (k.op != Op::kLinear) continue;
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));
@@ -279,7 +282,9 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
   RETURN_IF_ERROR(RunF32Kernel(plan, instr, step));
   for (int i = 0; i < k.num_bf16; ++i) {
     const Bf16Operand& o = k.bf16[i];
-    if (o.output) RETURN_IF_ERROR(check(cuda::LaunchToBf16(o.f32, o.bf16, o.elems, compute_)));
+    if (o.output && !o.native) {
+      RETURN_IF_ERROR(check(cuda::LaunchToBf16(o.f32, o.bf16, o.elems, compute_)));
+    }
   }
   return absl::OkStatus();
 }

@@ -80,6 +80,10 @@ struct Kernel : KernelArgs {
   // they are staged from, multiplied by a bf16 GEMM with f32 accumulation
   // and an f32 result (null: an f32 GEMM on x).
   const void* gemm_bf16[2] = {nullptr, nullptr};
+  // precision = bf16, a pointwise op whose every operand is bf16: a, b (or
+  // null) and y as the bf16 tensors, which the kernel reads and writes
+  // itself (UseBf16Pointwise); null: f32 operands (staged or not).
+  void* pointwise_bf16[3] = {nullptr, nullptr, nullptr};
 };
 
 // precision = bf16: a linear op whose two GEMM operands are both bf16
@@ -87,6 +91,11 @@ struct Kernel : KernelArgs {
 // the GEMM is then not widened; the bias gradient's column sum still reads
 // dy's f32 staging. (cublaslt_gemm.cc)
 void UseBf16Gemm(Kernel& k);
+
+// precision = bf16: a pointwise op whose operands are all bf16 reads and
+// writes them in one pass (widened on load, rounded to nearest even on
+// store, as the staging would: the same bits) instead of three.
+void UseBf16Pointwise(Kernel& k);
 
 // Fails for the first instruction whose op the kernel table
 // (cuda_kernels.cc) lacks.

@@ -56,6 +56,11 @@ struct CudaKernels {
 
   static absl::Status Pointwise(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
+    if (k.pointwise_bf16[2] != nullptr) {  // every operand bf16 (UseBf16Pointwise)
+      return Launched(c, cuda::LaunchPointwiseBf16(k.op, k.pointwise_bf16[0],
+                                                   k.pointwise_bf16[1], k.pointwise_bf16[2],
+                                                   k.rows, k.accumulate, d.compute_));
+    }
     return Launched(c, cuda::LaunchPointwise(k.op, k.x[0], k.x[1], k.y[0], k.rows,
                                              k.accumulate, d.compute_));
   }

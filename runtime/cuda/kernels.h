@@ -44,6 +44,11 @@ cudaError_t LaunchColumnSum(const float* x, int64_t rows, int64_t cols,
 // cudaErrorInvalidValue for an op that is not pointwise.
 cudaError_t LaunchPointwise(KernelOp op, const float* a, const float* b, float* y,
                             int64_t n, bool accumulate, cudaStream_t s);
+// The same on bf16 tensors (uint16 values): each operand widened on load,
+// F in f32 (plus the widened old y when accumulating), the result rounded
+// to nearest even; the bits of the f32 launcher on staged operands.
+cudaError_t LaunchPointwiseBf16(KernelOp op, const void* a, const void* b, void* y, int64_t n,
+                                bool accumulate, cudaStream_t s);
 
 // ---- elementwise.cu ------------------------------------------------------
 // dst[i] = src[i] + src[count + i] + ... (slots 0..n-1 in order); dst may
