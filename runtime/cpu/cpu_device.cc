@@ -277,7 +277,11 @@ absl::Status CpuDevice::RunF32Kernel(const Plan& plan, const Instruction& instr,
   if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
   const KernelArgs& k = state_->kernels[instr.id];
   if (k.op == KernelOp::kFused) return absl::OkStatus();
-  return cpu::CpuKernels()[k.op]({plan, instr, k, step, state_->dnnl});
+  const cpu::CpuKernel kernel = cpu::CpuKernels()[k.op];
+  if (kernel == nullptr) {
+    return absl::InvalidArgumentError("cpu: " + instr.op + " is not a compute kernel");
+  }
+  return kernel({plan, instr, k, step, state_->dnnl});
 }
 
 absl::Status CpuDevice::OrderedSum(Stream stream, const float* src, int64_t n,

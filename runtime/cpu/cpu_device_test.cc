@@ -239,6 +239,16 @@ TEST(CpuDeviceTest, PrepareChecksThePlan) {
   bad.instructions[2].op = "optimizer";
   bad.instructions[2].attrs["bucket"] = 0;  // there are no buckets
   EXPECT_EQ(device.Prepare(bad).code(), absl::StatusCode::kInvalidArgument);
+  // An instruction that is not a kernel (the executor's load_batch) is an
+  // error from RunKernel, not a call through an empty table entry.
+  bad = plan;
+  Instruction load;
+  load.id = 2;
+  load.op = "load_batch";
+  bad.instructions.push_back(load);
+  ASSERT_TRUE(device.Prepare(bad).ok());
+  EXPECT_EQ(device.RunKernel(bad, bad.instructions[2], StepState{}).code(),
+            absl::StatusCode::kInvalidArgument);
   // RunKernel refuses a plan it did not prepare.
   ASSERT_TRUE(device.Prepare(plan).ok());
   Plan other = plan;
