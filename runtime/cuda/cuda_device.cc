@@ -1,5 +1,6 @@
-// CudaDeviceImpl (cuda_device_impl.h): set-up, Prepare, and the dispatch of
-// each instruction to its kernel; and the plugin's factory functions.
+// CudaDeviceImpl (cuda_device_impl.h): set-up, Prepare, and RunKernel's
+// bf16 staging around each instruction's kernel (the kernel table is
+// cuda_kernels.cc); and the plugin's factory functions.
 #include "runtime/cuda/cuda_device.h"
 
 #include <algorithm>

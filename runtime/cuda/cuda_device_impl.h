@@ -2,8 +2,9 @@
 // files share. Internal to runtime/cuda (the plugin and the backend's
 // tests): programs include cuda_device.h, never this.
 //
-// One class, one file per job: cuda_device.cc (set-up, Prepare, kernel
-// dispatch, the factory), cuda_memory.cc (arena, scratch, staged copies),
+// One class, one file per job: cuda_device.cc (set-up, Prepare, RunKernel,
+// the factory), cuda_kernels.cc (the kernel table: each op's launch),
+// cuda_memory.cc (arena, scratch, staged copies),
 // cuda_streams.cc (streams, events, Synchronize), cuda_timing.cc
 // (SubmitTimed), cuda_graph.cc (step capture and replay), cublaslt_gemm.cc
 // (cuBLAS/cublasLt: GEMMs, linear, attention's head GEMMs).
