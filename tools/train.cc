@@ -59,6 +59,7 @@ struct Args {
   bool metrics_given = false;  // --metrics or --no-metrics
   std::string rendezvous;      // --rendezvous redis://HOST:PORT/JOB
   CommKind comm = CommKind::kAuto;  // --comm gloo|mpi|auto
+  int64_t watchdog = -1;            // --watchdog SECONDS; -1: the default
 };
 
 absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v) {
@@ -227,6 +228,15 @@ OptionParser MakeParser(Args* args) {
              at_least_one(&train->eval_every))
       .Value({"--log-every"}, "N", "steps between progress lines (default: ~5 per epoch)",
              at_least_one(&train->log_every))
+      .Value({"--watchdog"}, "SECONDS",
+             "stop the job when no step (evaluation, checkpoint) has finished for "
+             "SECONDS on some rank: a peer is stopped or a collective hangs (default "
+             "600 under mpirun, whose collectives never time out; 0: off)",
+             [args](const std::string& v) -> absl::Status {
+               ASSIGN_OR_RETURN(args->watchdog, ParseInt("", v));
+               if (args->watchdog < 0) return absl::InvalidArgumentError("must be >= 0");
+               return absl::OkStatus();
+             })
       .Value({"--blas-threads"}, "N", "OpenBLAS and oneDNN threads per rank (default 1)",
              [train](const std::string& v) -> absl::Status {
                ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
@@ -432,7 +442,19 @@ absl::Status Run(const Args& args) {
     if (const char* t = std::getenv("TRAINC_JOB_START_NS")) {
       absl::SimpleAtoi(t, &rank.job_start_ns);
     }
-    return TrainRank(plan, rank, args.train, std::cout).status();
+    TrainOptions options = args.train;
+    // Open MPI's collectives have no timeout: under mpirun a stopped peer
+    // would hold the job forever. This rank leaving ends it (mpirun stops
+    // the others); MPI is left unfinalised, as for any failure.
+    options.watchdog_seconds =
+        args.watchdog >= 0 ? args.watchdog : (comm == CommKind::kMpi ? 600 : 0);
+    options.on_stall = [](const std::string& message) {
+      std::cerr << "train: error: " << message << std::flush;
+      std::cout << std::flush;
+      SkipMpiFinalizeAtExit();
+      std::_Exit(1);
+    };
+    return TrainRank(plan, rank, options, std::cout).status();
   }
   if (plan.world_size == 1) {
     // One CPU rank is held to the same arithmetic as a local job's ranks.

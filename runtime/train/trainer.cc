@@ -43,6 +43,7 @@
 #include "runtime/trace/tracer.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/handshake.h"
+#include "runtime/train/watchdog.h"
 #include "runtime/train/overlap.h"
 #include "runtime/train/schedule.h"
 
@@ -607,6 +608,7 @@ class Trainer {
   int64_t trace_begin_ = 1;  // the traced steps: [trace_begin_, trace_end_)
   int64_t trace_end_ = 1;
   std::optional<HeartbeatPulse> pulse_;
+  std::optional<StepWatchdog> watchdog_;  // --watchdog
   bool tty_ = false;  // rank 0 writes to a terminal: a live progress line
   int64_t log_every_ = 1;  // steps between progress lines
   // Per-step losses reach the metrics log at least this often (in steps)
@@ -748,6 +750,9 @@ absl::Status Trainer::StartRun() {
   trace_begin_ = total_steps_ - first_step_ >= 2 ? first_step_ + 1 : first_step_;
   trace_end_ = trace_begin_ + std::max<int64_t>(1, options_.trace_steps);
   pulse_.emplace(Heartbeat::FromEnvironment());
+  if (options_.watchdog_seconds > 0 && options_.on_stall) {
+    watchdog_.emplace(absl::Seconds(options_.watchdog_seconds), rank_.rank, options_.on_stall);
+  }
   tty_ = isatty(STDOUT_FILENO) && rank_.rank == 0;
   log_every_ = options_.log_every > 0
                    ? options_.log_every
@@ -802,6 +807,7 @@ absl::Status Trainer::TrainStep(int64_t step_number) {
   RETURN_IF_ERROR(SumLossesIfDue(step));
   LogProgress(step);
 
+  if (watchdog_) watchdog_->StepDone(step.number);
   const bool eval_due =
       eval_data_.has_value() &&
       (step.epoch_end || step.last ||
@@ -813,10 +819,12 @@ absl::Status Trainer::TrainStep(int64_t step_number) {
   // only after this (a no-op otherwise); every rank gets here together.
   if (eval_due || checkpoint_due) RETURN_IF_ERROR(executor_->GatherParameters());
   if (eval_due) RETURN_IF_ERROR(EvaluateAt(step));
+  if (watchdog_ && eval_due) watchdog_->StepDone(step.number);
 
   const TrainingState now = StateAfter(step.number);
   if (checkpoint_due && (rank_.rank == 0 || plan_.zero > 0)) {
     RETURN_IF_ERROR(SavePeriodicCheckpoint(now));
+    if (watchdog_) watchdog_->StepDone(step.number);
   }
   // A stop signal is looked for after every step of a one-rank run, and
   // every kStopCheckSteps steps (a sum over ranks) of a larger one; never

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -84,6 +85,10 @@ struct TrainOptions {
   int64_t eval_every = 0;       // > 0: also every this many steps
   int64_t log_every = 0;        // steps between progress lines; 0: automatic
   int blas_threads = 1;         // CPU: OpenBLAS threads per rank
+  // > 0: a watchdog (runtime/train/watchdog.h) calls `on_stall` when no
+  // step (or evaluation, or checkpoint) has finished for this many seconds.
+  int64_t watchdog_seconds = 0;
+  std::function<void(const std::string& message)> on_stall;
 };
 
 struct TrainSummary {
