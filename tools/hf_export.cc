@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/frontend/frontend.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/checkpoint/hf_folder.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "tools/cli/option_parser.h"
 #include "tools/hf/gpt2_layout.h"
@@ -80,11 +81,8 @@ absl::StatusOr<std::vector<float>> HfData(const SafetensorsFile& file, const std
   std::vector<float> in(bytes.size() / sizeof(float));
   std::memcpy(in.data(), bytes.data(), bytes.size());
   if (!t.transposed) return in;
-  const int64_t rows = t.shape[0], cols = t.shape[1];
   std::vector<float> out(in.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-  }
+  Transpose(in.data(), t.shape[0], t.shape[1], out.data());
   return out;
 }
 

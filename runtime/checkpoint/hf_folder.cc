@@ -52,6 +52,12 @@ bool IsHfGpt2Conv1DWeight(const std::string& name) {
           absl::EndsWith(name, ".mlp.c_fc.weight") || absl::EndsWith(name, ".mlp.c_proj.weight"));
 }
 
+void Transpose(const float* in, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+}
+
 bool IsHfFolder(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
@@ -87,12 +93,8 @@ absl::StatusOr<SafetensorsFile> ReadHfFolder(const std::string& dir) {
       if (shape.size() != 2) {
         return absl::InvalidArgumentError(absl::StrCat(path, ": ", hf_name, " is not 2-D"));
       }
-      const int64_t rows = shape[0], cols = shape[1];  // [in, out]
-      const float* in = reinterpret_cast<const float*>(bytes.data());
-      float* out = reinterpret_cast<float*>(data.back().data());
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-      }
+      Transpose(reinterpret_cast<const float*>(bytes.data()), shape[0], shape[1],  // [in, out]
+                reinterpret_cast<float*>(data.back().data()));
       std::swap(shape[0], shape[1]);
     }
     tensors.push_back({name, "F32", shape, absl::Span<const char>(data.back())});

@@ -10,6 +10,7 @@
 #ifndef TRAINC_RUNTIME_CHECKPOINT_HF_FOLDER_H_
 #define TRAINC_RUNTIME_CHECKPOINT_HF_FOLDER_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,10 @@ inline constexpr char kHfGpt2Prefix[] = "transformer.";
 // Whether trainc parameter `name` is one of GPT-2's Conv1D weights
 // (h.N.attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj), stored transposed.
 bool IsHfGpt2Conv1DWeight(const std::string& name);
+
+// `in` [rows, cols] row-major as [cols, rows] into `out`: GPT-2's Conv1D
+// layout to trainc's and back.
+void Transpose(const float* in, int64_t rows, int64_t cols, float* out);
 
 // Whether `path` is a folder with a config.json (a Hugging Face model).
 bool IsHfFolder(const std::string& path);
