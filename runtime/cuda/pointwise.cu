@@ -1,5 +1,6 @@
-// Pointwise ops (compiler/ops/pointwise.h): one grid-stride kernel per
-// arity, instantiated for every formula of TRAINC_POINTWISE_OPS.
+// Pointwise ops (compiler/ops/pointwise.h): one grid-stride kernel,
+// instantiated for every formula of TRAINC_POINTWISE_OPS and both storage
+// types (f32, and bf16 read and written in place).
 #include <cuda_bf16.h>
 
 #include "compiler/ops/pointwise.h"
@@ -10,67 +11,46 @@ namespace trainc {
 namespace cuda {
 namespace {
 
-template <typename F>
-__global__ void UnaryKernel(const float* a, float* y, int64_t n, bool accumulate) {
-  TRAINC_GRID_STRIDE(i, n) {
-    const float v = F::F(a[i]);
-    y[i] = accumulate ? y[i] + v : v;
-  }
+// Operands stored as T: f32 as is, bf16 widened on load and rounded to
+// nearest even on store (the staged path's arithmetic and rounding).
+__device__ __forceinline__ float ToF32(float v) { return v; }
+__device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T FromF32(float v);
+template <>
+__device__ __forceinline__ float FromF32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
 }
 
-template <typename F>
-__global__ void BinaryKernel(const float* a, const float* b, float* y, int64_t n,
-                             bool accumulate) {
-  TRAINC_GRID_STRIDE(i, n) {
-    const float v = F::F(a[i], b[i]);
-    y[i] = accumulate ? y[i] + v : v;
-  }
-}
-
-// bf16 in and out, f32 inside: the staged path's arithmetic and rounding.
-template <typename F, int kArity>
-__global__ void Bf16Kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* y,
-                           int64_t n, bool accumulate) {
+template <typename F, int kArity, typename T>
+__global__ void PointwiseKernel(const T* a, const T* b, T* y, int64_t n, bool accumulate) {
   TRAINC_GRID_STRIDE(i, n) {
     float v;
     if constexpr (kArity == 1) {
-      v = F::F(__bfloat162float(a[i]));
+      v = F::F(ToF32(a[i]));
     } else {
-      v = F::F(__bfloat162float(a[i]), __bfloat162float(b[i]));
+      v = F::F(ToF32(a[i]), ToF32(b[i]));
     }
-    if (accumulate) v = __bfloat162float(y[i]) + v;
-    y[i] = __float2bfloat16_rn(v);
+    if (accumulate) v = ToF32(y[i]) + v;
+    y[i] = FromF32<T>(v);
   }
 }
 
-template <typename F, int kArity>
-cudaError_t LaunchBf16(const void* a, const void* b, void* y, int64_t n, bool accumulate,
-                       cudaStream_t s) {
-  Bf16Kernel<F, kArity><<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
-      static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b),
-      static_cast<__nv_bfloat16*>(y), n, accumulate);
-  return cudaGetLastError();
-}
-
-template <typename F, int kArity>
-cudaError_t Launch(const float* a, const float* b, float* y, int64_t n, bool accumulate,
-                   cudaStream_t s) {
-  if constexpr (kArity == 1) {
-    UnaryKernel<F><<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(a, y, n, accumulate);
-  } else {
-    BinaryKernel<F><<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(a, b, y, n, accumulate);
-  }
-  return cudaGetLastError();
-}
-
-}  // namespace
-
-cudaError_t LaunchPointwise(KernelOp op, const float* a, const float* b, float* y,
-                            int64_t n, bool accumulate, cudaStream_t s) {
+// One switch over the pointwise ops for both storage types.
+template <typename T>
+cudaError_t LaunchAs(KernelOp op, const void* a, const void* b, void* y, int64_t n,
+                     bool accumulate, cudaStream_t s) {
+  const T* ta = static_cast<const T*>(a);
+  const T* tb = static_cast<const T*>(b);
+  T* ty = static_cast<T*>(y);
   switch (op) {
-#define TRAINC_CUDA_POINTWISE_CASE(name, Name, arity) \
-  case KernelOp::k##Name:                             \
-    return Launch<pointwise::Name, arity>(a, b, y, n, accumulate, s);
+#define TRAINC_CUDA_POINTWISE_CASE(name, Name, arity)                                      \
+  case KernelOp::k##Name:                                                                  \
+    PointwiseKernel<pointwise::Name, arity, T>                                             \
+        <<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(ta, tb, ty, n, accumulate);           \
+    return cudaGetLastError();
     TRAINC_POINTWISE_OPS(TRAINC_CUDA_POINTWISE_CASE)
 #undef TRAINC_CUDA_POINTWISE_CASE
     default:
@@ -78,17 +58,16 @@ cudaError_t LaunchPointwise(KernelOp op, const float* a, const float* b, float* 
   }
 }
 
+}  // namespace
+
+cudaError_t LaunchPointwise(KernelOp op, const float* a, const float* b, float* y,
+                            int64_t n, bool accumulate, cudaStream_t s) {
+  return LaunchAs<float>(op, a, b, y, n, accumulate, s);
+}
+
 cudaError_t LaunchPointwiseBf16(KernelOp op, const void* a, const void* b, void* y, int64_t n,
                                 bool accumulate, cudaStream_t s) {
-  switch (op) {
-#define TRAINC_CUDA_POINTWISE_BF16_CASE(name, Name, arity) \
-  case KernelOp::k##Name:                                  \
-    return LaunchBf16<pointwise::Name, arity>(a, b, y, n, accumulate, s);
-    TRAINC_POINTWISE_OPS(TRAINC_CUDA_POINTWISE_BF16_CASE)
-#undef TRAINC_CUDA_POINTWISE_BF16_CASE
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return LaunchAs<__nv_bfloat16>(op, a, b, y, n, accumulate, s);
 }
 
 }  // namespace cuda
