@@ -219,14 +219,8 @@ absl::Status Download(Device& device, const Buffer& b, std::vector<double>& v) {
     v.assign(ids.begin(), ids.end());
     return absl::OkStatus();
   }
-  std::vector<float> f(v.size());
-  if (b.dtype == DType::kF32) {
-    RETURN_IF_ERROR(device.Download(b.offset, f.data(), b.bytes));
-  } else {
-    std::vector<uint16_t> h(v.size());
-    RETURN_IF_ERROR(device.Download(b.offset, h.data(), b.bytes));
-    WidenBf16(h.data(), static_cast<int64_t>(h.size()), f.data());
-  }
+  std::vector<float> f(v.size());  // f32, or bf16 widened
+  RETURN_IF_ERROR(DownloadFloats(device, b, 0, static_cast<int64_t>(f.size()), f.data()));
   v.assign(f.begin(), f.end());
   return absl::OkStatus();
 }
