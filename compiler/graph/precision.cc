@@ -39,6 +39,11 @@ absl::Status AssignDtypes(Graph& graph) {
         continue;
       }
       if (out.kind != ValueKind::kActivation || node.role != NodeRole::kForward) continue;
+      if (std::find(def->f32_outputs.begin(), def->f32_outputs.end(), o) !=
+          def->f32_outputs.end()) {
+        out.dtype = DType::kF32;
+        continue;
+      }
       switch (ops::PrecisionOf(*def)) {
         case ops::Precision::kLowPrecision:
           out.dtype = DType::kBF16;
@@ -67,8 +72,14 @@ absl::Status AssignDtypes(Graph& graph) {
 
 absl::StatusOr<bool> MixedPrecision::Run(Graph* graph) {
   RETURN_IF_ERROR(AssignDtypes(*graph));
-  // Every f32 float operand of a matrix product becomes its bf16 copy,
-  // made once, before the first node that needs it.
+  // Values an op keeps in f32 whatever the policy (OpDef::f32_outputs):
+  // their readers take them as they are.
+  std::vector<bool> keep_f32(graph->values().size(), false);
+  for (const Node& node : graph->nodes()) {
+    for (int o : ops::FindOp(node.op)->f32_outputs) keep_f32[node.outputs.at(o)] = true;
+  }
+  // Every other f32 float operand of a matrix product becomes its bf16
+  // copy, made once, before the first node that needs it.
   std::vector<int> cast_of(graph->values().size(), -1);
   std::vector<Node> rewritten;
   bool changed = false;
@@ -78,7 +89,10 @@ absl::StatusOr<bool> MixedPrecision::Run(Graph* graph) {
       for (size_t i = 0; i < node.inputs.size(); ++i) {
         const int id = node.inputs[i];
         const Value& v = graph->value(id);
-        if (v.dtype != DType::kF32 || IsConstantInput(*def, static_cast<int>(i))) continue;
+        if (v.dtype != DType::kF32 || IsConstantInput(*def, static_cast<int>(i)) ||
+            (id < static_cast<int>(keep_f32.size()) && keep_f32[id])) {
+          continue;
+        }
         if (cast_of[id] < 0) {
           Value copy;
           copy.name = absl::StrCat(v.name, ".bf16");

@@ -5,6 +5,7 @@
 
 #include "compiler/autodiff/autodiff.h"
 #include "compiler/graph/dce.h"
+#include "compiler/frontend/frontend.h"
 #include "compiler/graph/lower.h"
 #include "compiler/planner/testing/specs.h"
 #include "gmock/gmock.h"
@@ -106,6 +107,34 @@ TEST(MixedPrecision, NormalizationIsF32AndMixedOperandsPromote) {
   EXPECT_EQ(ValueNamed(p, "grad/s").dtype, DType::kF32);
   EXPECT_EQ(ValueNamed(p, "grad/h").dtype, DType::kBF16);
   EXPECT_EQ(ValueNamed(p, "s.bf16").dtype, DType::kBF16);
+}
+
+// Attention's log-sum-exp stays f32 (OpDef::f32_outputs): bf16's 8 bits
+// would shift every probability the backward recomputes from it. Its
+// gradient op reads that f32 value, not a bf16 copy.
+TEST(MixedPrecision, AttentionKeepsItsLogSumExpInF32) {
+  const FrontendResult r = CompileSource(R"(
+model m {
+  input  tokens: i32[8]
+  label  next:   i32[8]
+  wte    = embedding(tokens, 16, 8)
+  qkv    = linear(wte, 16)
+  att    = causal_attention(qkv, 2, kv_heads = 1, rope = true)
+  logits = linear(att, 16)
+  loss   = cross_entropy(logits, next)
+}
+data { train = text("none.txt") }
+train { gpus = 1  micro_batch = 2  steps = 1 }
+)",
+                                         "m.train", {}, {/*read_data=*/false});
+  ASSERT_TRUE(r.spec.has_value()) << FormatDiagnostics(r.diagnostics, r.source);
+  const Graph g = MixedGraph(*r.spec);
+  EXPECT_EQ(ValueNamed(g, "att").dtype, DType::kBF16) << g.ToText();
+  EXPECT_EQ(ValueNamed(g, "att/lse").dtype, DType::kF32);
+  const Node* grad = NodeWithOp(g, "attention_grad");
+  ASSERT_NE(grad, nullptr);
+  EXPECT_EQ(g.value(grad->inputs[3]).name, "att/lse") << g.ToText();
+  EXPECT_EQ(g.value(grad->inputs[1]).dtype, DType::kBF16);  // qkv, as the forward read it
 }
 
 TEST(MixedPrecision, RunningTwiceChangesNothingMore) {

@@ -1,6 +1,7 @@
 #include "compiler/ops/op_table.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace trainc::ops {
@@ -53,18 +54,27 @@ Cost LinearGradParamsCost(const std::vector<Shape>& in,
                           const std::vector<Shape>& out) {
   return LinearGrad(in, out, out[0]);
 }
-// attention: qkv[B, T, 3C], probs[B, H, T, T]: QK^T and PV over the full
-// T x T square (the CUDA kernels compute it; the CPU skips the masked half).
+// attention: qkv[B, T, (H + 2 KV) d] -> y[B, T, H d], lse[B, H, T]. The
+// products skip the tiles above the diagonal on both backends: Q K^T and
+// P V over the causal triangle, 2 B H d T (T + 1) / 2 flops each. The
+// backward recomputes the scores and does four more products of that size
+// (dP, dV, dK, dQ): five, as FlashAttention counts it. (The CUDA backward
+// also recomputes S and dP for dQ rather than add dQ with atomics; its
+// measured profile, not this count, carries that.)
+Cost AttentionCostOf(const Shape& qkv, const Shape& y, const Shape& lse,
+                     double products, const std::vector<Shape>& in,
+                     const std::vector<Shape>& out) {
+  if (qkv.size() != 3 || y.size() != 3 || lse.size() != 3) return {0, Bytes(in, out)};
+  const double b = qkv[0], t = qkv[1], hd = y[2];
+  const double pairs = t * (t + 1) / 2;
+  return {products * 2.0 * b * pairs * hd, Bytes(in, out)};
+}
 Cost AttentionCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
-  const Shape& qkv = in[0];
-  if (qkv.size() != 3) return {0, Bytes(in, out)};
-  const double b = qkv[0], t = qkv[1], c = qkv[2] / 3.0;
-  return {4.0 * b * t * t * c, Bytes(in, out)};
+  return AttentionCostOf(in[0], out[0], out[1], 2, in, out);
 }
 Cost AttentionGradCost(const std::vector<Shape>& in,
                        const std::vector<Shape>& out) {
-  Cost forward = AttentionCost({in[1]}, out);
-  return {2.0 * forward.flops, Bytes(in, out)};
+  return AttentionCostOf(in[1], in[2], in[3], 5, in, out);
 }
 
 // conv2d: x[B, C, H, W], w[O, C, kh, kw] -> y[B, O, OH, OW]: each output
@@ -199,16 +209,17 @@ std::vector<OpDef> MakeOps() {
        false, Elementwise<1>},
       // --- attention ---
       {"attention", 1, 1, 2, 2, false, kAttn,
-       "qkv[B, T, 3C] -> y[B, T, C], probs[B, H, T, T]; attrs: heads. Causal, "
-       "scaled by 1/sqrt(C/H); q|k|v along the last axis, heads as "
-       "view(B, T, H, C/H)",
+       "qkv[B, T, (H + 2 KV) d] -> y[B, T, H d], lse[B, H, T] (f32); attrs: "
+       "heads, kv_heads, rope, rope_theta. Causal, scaled by 1/sqrt(d); q, "
+       "k, v heads along the last axis (compiler/ops/attention.h); no "
+       "[T, T] tensor is stored",
        {},
-       {{"attention_grad", {kDy, In(0), Out(1)}, {0}, false,
+       {{"attention_grad", {kDy, In(0), Out(0), Out(1)}, {0}, false,
          /*workspace_like=*/1}},
-       false, AttentionCost},
-      {"attention_grad", 3, 3, 2, 2, false, kAttn,
-       "dy[B, T, C], qkv, probs -> dqkv[B, T, 3C], scratch[B, H, T, T]; acc; "
-       "attrs: heads",
+       false, AttentionCost, false, /*f32_outputs=*/{1}},
+      {"attention_grad", 4, 4, 2, 2, false, kAttn,
+       "dy[B, T, H d], qkv, y, lse -> dqkv, delta[B, H, T] (f32, rowsum(dy "
+       "y)); acc; attrs as attention. Recomputes the scores tile by tile",
        {}, {}, false, AttentionGradCost},
       // --- convolution and pooling (NCHW, PyTorch's layouts) ---
       {"conv2d", 2, 3, 2, 2, false, kConv,
@@ -479,27 +490,61 @@ std::variant<Lowering, ShapeError> PositionEmbeddingRule(const OpCall& call) {
   return l;
 }
 
+std::string FormatNumber(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return text;
+}
+
 std::variant<Lowering, ShapeError> AttentionRule(const OpCall& call) {
   const Shape& qkv = call.values[0];
   const int64_t heads = call.Int("heads");
-  if (qkv.size() != 2 || qkv[1] % 3 != 0) {
-    return Error(0,
-                 "causal_attention needs q|k|v as [T, 3C], got " +
-                     ShapeText(qkv),
-                 "e.g. qkv = linear(x, 3 * width)");
+  const int64_t kv_heads = call.Int("kv_heads") == 0 ? heads : call.Int("kv_heads");
+  const int kv_index = Def("causal_attention").ArgIndex("kv_heads");
+  if (heads % kv_heads != 0) {
+    return Error(kv_index,
+                 std::to_string(heads) + " heads cannot be shared evenly by " +
+                     std::to_string(kv_heads) + " kv_heads",
+                 "kv_heads must divide heads (grouped-query attention)");
   }
-  const int64_t t = qkv[0], c = qkv[1] / 3;
-  if (c % heads != 0) {
+  const int64_t slots = heads + 2 * kv_heads;
+  if (kv_heads == heads && qkv.size() == 2 && qkv[1] % 3 == 0 && (qkv[1] / 3) % heads != 0) {
     return Error(Def("causal_attention").ArgIndex("heads"),
-                 "width " + std::to_string(c) + " (= " +
-                     std::to_string(qkv[1]) + " / 3) is not divisible by " +
-                     std::to_string(heads) + " heads");
+                 "width " + std::to_string(qkv[1] / 3) + " (= " + std::to_string(qkv[1]) +
+                     " / 3) is not divisible by " + std::to_string(heads) + " heads");
+  }
+  if (qkv.size() != 2 || qkv[1] % slots != 0) {
+    return Error(0,
+                 "causal_attention with " + std::to_string(heads) + " heads and " +
+                     std::to_string(kv_heads) + " kv_heads needs q|k|v as [T, " +
+                     std::to_string(slots) + " d], got " + ShapeText(qkv),
+                 kv_heads == heads
+                     ? "e.g. qkv = linear(x, 3 * width)"
+                     : "q|k|v: heads query heads, then kv_heads key and kv_heads "
+                       "value heads, each d wide");
+  }
+  const int64_t t = qkv[0], d = qkv[1] / slots;
+  const bool rope = call.Bool("rope");
+  if (rope && d % 2 != 0) {
+    return Error(Def("causal_attention").ArgIndex("rope"),
+                 "rope rotates pairs of a head's features, and the head size " +
+                     std::to_string(d) + " is odd");
+  }
+  const double theta = call.Float("rope_theta");
+  if (!(theta > 1)) {
+    return Error(Def("causal_attention").ArgIndex("rope_theta"),
+                 "rope_theta must be above 1, got " + FormatNumber(theta));
   }
   Lowering l;
   l.instruction = "attention";
-  l.shape = {t, c};
+  l.shape = {t, heads * d};
   l.attrs["heads"] = double(heads);
-  l.saved = {{"probs", {heads, t, t}}};
+  l.attrs["kv_heads"] = double(kv_heads);
+  if (rope) {
+    l.attrs["rope"] = 1;
+    l.attrs["rope_theta"] = theta;
+  }
+  l.saved = {{"lse", {heads, t}}};
   return l;
 }
 
@@ -728,10 +773,17 @@ std::vector<ModelOpDef> MakeModelOps() {
        "a learned [positions, dim] table, the same for every sample; "
        "<name>.weight, N(0, 0.02)",
        PositionEmbeddingRule},
-      {"causal_attention", {{"qkv", Kind::kValue}, {"heads", Kind::kInt}},
+      {"causal_attention",
+       {{"qkv", Kind::kValue},
+        {"heads", Kind::kInt},
+        {"kv_heads", Kind::kCount, "0"},
+        {"rope", Kind::kBool, "false"},
+        {"rope_theta", Kind::kFloat, "10000"}},
        false,
-       "causal multi-head self-attention over q|k|v [T, 3C] -> [T, C], "
-       "softmax(q k^T / sqrt(C/heads)) v per head",
+       "causal self-attention over q|k|v [T, (heads + 2 kv_heads) d] -> "
+       "[T, heads d], softmax(q k^T / sqrt(d)) v per head; kv_heads < heads: "
+       "grouped-query (0: heads); rope: rotary positions on q and k "
+       "(transformers' rotate_half); stores no [T, T] tensor",
        AttentionRule},
       {"conv2d",
        {{"x", Kind::kValue},

@@ -114,6 +114,9 @@ struct OpDef {
   // (PlanOptions::workspace) and reserves it in the arena, so no kernel
   // allocates during a step.
   bool workspace = false;
+  // Outputs that stay f32 under any precision policy (attention's
+  // log-sum-exp: bf16's 8 bits would shift every recomputed probability).
+  std::vector<int> f32_outputs = {};
 };
 
 // What an op does under precision = bf16 (compiler/graph/precision.h), as

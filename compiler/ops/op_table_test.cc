@@ -89,16 +89,47 @@ TEST(OpTable, TiedWeightMustMatch) {
             std::string::npos);
 }
 
+OpCall AttentionCall(Shape qkv, int64_t heads, int64_t kv_heads, bool rope = false) {
+  return Call({qkv}, {{"heads", Int(heads)},
+                      {"kv_heads", Int(kv_heads)},
+                      {"rope", Bool(rope)},
+                      {"rope_theta", ArgValue::Float(10000)}});
+}
+
 TEST(OpTable, AttentionChecksHeadsDivideTheWidth) {
-  auto ok = FindModelOp("causal_attention")->rule(
-      Call({{16, 3 * 24}}, {{"heads", Int(4)}}));
+  auto ok = FindModelOp("causal_attention")->rule(AttentionCall({16, 3 * 24}, 4, 0));
   ASSERT_TRUE(std::holds_alternative<Lowering>(ok));
   EXPECT_EQ(std::get<Lowering>(ok).shape, (Shape{16, 24}));
-  EXPECT_EQ(std::get<Lowering>(ok).saved[0].shape, (Shape{4, 16, 16}));
-  auto bad = FindModelOp("causal_attention")->rule(
-      Call({{16, 3 * 24}}, {{"heads", Int(5)}}));
+  // What the backward needs besides y: one log-sum-exp per row, never [T, T].
+  EXPECT_EQ(std::get<Lowering>(ok).saved[0].suffix, "lse");
+  EXPECT_EQ(std::get<Lowering>(ok).saved[0].shape, (Shape{4, 16}));
+  auto bad = FindModelOp("causal_attention")->rule(AttentionCall({16, 3 * 24}, 5, 0));
   ASSERT_TRUE(std::holds_alternative<ShapeError>(bad));
-  EXPECT_EQ(std::get<ShapeError>(bad).arg, 1);
+  EXPECT_EQ(std::get<ShapeError>(bad).arg, 1);  // heads
+  // Not three equal parts at all: the layout is wrong, named at qkv.
+  auto parts = FindModelOp("causal_attention")->rule(AttentionCall({16, 3 * 24 + 1}, 4, 0));
+  ASSERT_TRUE(std::holds_alternative<ShapeError>(parts));
+  EXPECT_EQ(std::get<ShapeError>(parts).arg, 0);
+  EXPECT_NE(std::get<ShapeError>(parts).message.find("[T, 12 d]"), std::string::npos)
+      << std::get<ShapeError>(parts).message;
+}
+
+TEST(OpTable, GroupedQueryAttentionAndRope) {
+  // 8 query heads of 32 and 2 key/value heads: q|k|v is (8 + 4) 32 wide.
+  auto ok = FindModelOp("causal_attention")->rule(AttentionCall({64, 12 * 32}, 8, 2, true));
+  ASSERT_TRUE(std::holds_alternative<Lowering>(ok));
+  const Lowering& l = std::get<Lowering>(ok);
+  EXPECT_EQ(l.shape, (Shape{64, 256}));
+  EXPECT_EQ(l.attrs.at("kv_heads"), 2);
+  EXPECT_EQ(l.attrs.at("rope"), 1);
+  EXPECT_EQ(l.attrs.at("rope_theta"), 10000);
+  // kv_heads must divide heads; rope needs an even head size.
+  auto groups = FindModelOp("causal_attention")->rule(AttentionCall({64, 11 * 32}, 8, 3));
+  ASSERT_TRUE(std::holds_alternative<ShapeError>(groups));
+  EXPECT_EQ(std::get<ShapeError>(groups).arg, 2);
+  auto odd = FindModelOp("causal_attention")->rule(AttentionCall({64, 6 * 3}, 2, 2, true));
+  ASSERT_TRUE(std::holds_alternative<ShapeError>(odd));
+  EXPECT_EQ(std::get<ShapeError>(odd).arg, 3);
 }
 
 TEST(OpTable, CrossEntropyCountsOneTermPerToken) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/cpu/attention.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device/bf16.h"
 
@@ -116,10 +117,10 @@ absl::Status EmbeddingFamily(const KernelCall& c) {
 absl::Status AttentionFamily(const KernelCall& c) {
   const KernelArgs& k = c.k;
   if (k.op == Op::kAttention) {
-    Attention(k.x[0], k.rows, k.in, k.out, k.heads, k.y[0], k.y[1]);
+    Attention(k.attention, k.x[0], k.y[0], k.y[1]);
   } else {
-    AttentionGrad(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.heads, k.accumulate,
-                  k.y[0], k.y[1]);
+    AttentionGrad(k.attention, k.x[0], k.x[1], k.x[2], k.x[3], k.accumulate, k.y[0],
+                  k.y[1]);
   }
   return Ok();
 }

@@ -295,13 +295,6 @@ inline void SoftmaxRow(const float* x, int64_t n, float* y) {
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;
 }
 
-// Attention works on the causal triangle in square blocks of this many rows
-// (or columns): a block of rows [i0, i1) only ever needs keys [0, i1), so
-// each product skips what the mask would zero (about half of T x T) for the
-// price of T / kAttentionBlock BLAS calls instead of one. Every pass uses
-// the same block grid, which is what makes the zeros written inside the
-// diagonal blocks sufficient (see AttentionGrad).
-constexpr int64_t kAttentionBlock = 64;
 
 }  // namespace
 
@@ -399,100 +392,6 @@ void PositionEmbeddingGrad(const float* dy, int64_t batch, int64_t positions,
       for (int64_t i = 0; i < len; ++i) sum[i] += s[i];
     }
     Store(sum, len, accumulate, dtable + c0);
-  }
-}
-
-void Attention(const float* qkv, int64_t batch, int64_t seq, int64_t dim,
-               int64_t heads, float* y, float* probs) {
-  const int64_t T = seq, C = dim, hs = dim / heads, ld = 3 * dim;
-  const float scale =
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      // q, k, v of this (b, h) read in place: row t of q is at q + t * 3C.
-      const float* q = qkv + b * T * ld + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* p = probs + (b * heads + h) * T * T;
-      float* yh = y + b * T * C + h * hs;
-      for (int64_t i0 = 0; i0 < T; i0 += kAttentionBlock) {
-        const int64_t i1 = std::min(T, i0 + kAttentionBlock);
-        float* pb = p + i0 * T;
-        // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs,
-                    scale, q + i0 * ld, ld, k, ld, 0.0f, pb, T);
-        for (int64_t i = i0; i < i1; ++i) {
-          float* pr = p + i * T;
-          SoftmaxRow(pr, i + 1, pr);
-          // The mask: exact zeros, which the backward and the P V below
-          // rely on (they read up to column i1 - 1 of row i).
-          std::fill(pr + i + 1, pr + T, 0.0f);
-        }
-        // Y[i0:i1] = P[i0:i1, 0:i1] V[0:i1], written into y's head columns.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1,
-                    1.0f, pb, T, v, ld, 0.0f, yh + i0 * C, C);
-      }
-    }
-  }
-}
-
-void AttentionGrad(const float* dy, const float* qkv, const float* probs,
-                   int64_t batch, int64_t seq, int64_t dim, int64_t heads,
-                   bool accumulate, float* dqkv, float* scratch) {
-  const int64_t T = seq, C = dim, hs = dim / heads, ld = 3 * dim;
-  const float scale =
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
-  // beta 0 makes BLAS overwrite (it never reads C then, so stale NaNs in the
-  // gradient buffer do not leak in); beta 1 accumulates.
-  const float beta = accumulate ? 1.0f : 0.0f;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const float* q = qkv + b * T * ld + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      const float* p = probs + (b * heads + h) * T * T;
-      const float* dyh = dy + b * T * C + h * hs;
-      float* dq = dqkv + b * T * ld + h * hs;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      float* ds = scratch + (b * heads + h) * T * T;
-      // Row blocks: dP = dY V^T on the triangle, then in place
-      // dS = P * (dP - rowsum(dP * P)) * scale, then dQ = dS K.
-      for (int64_t i0 = 0; i0 < T; i0 += kAttentionBlock) {
-        const int64_t i1 = std::min(T, i0 + kAttentionBlock);
-        float* dsb = ds + i0 * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs,
-                    1.0f, dyh + i0 * C, C, v, ld, 0.0f, dsb, T);
-        for (int64_t i = i0; i < i1; ++i) {
-          const float* pr = p + i * T;
-          float* dsr = ds + i * T;
-          double dot = 0.0;
-          for (int64_t j = 0; j <= i; ++j) {
-            dot += static_cast<double>(dsr[j]) * pr[j];
-          }
-          const float d = static_cast<float>(dot);
-          for (int64_t j = 0; j <= i; ++j) {
-            dsr[j] = pr[j] * (dsr[j] - d) * scale;
-          }
-          // Above the diagonal inside this block: read by dQ and dK below,
-          // and must be the mask's zeros rather than dY V^T.
-          std::fill(dsr + i + 1, dsr + i1, 0.0f);
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1,
-                    1.0f, dsb, T, k, ld, beta, dq + i0 * ld, ld);
-      }
-      // Column blocks: key j only receives from queries i >= j, so block
-      // [j0, j1) sums over rows [j0, T): dV = P^T dY and dK = dS^T Q.
-      for (int64_t j0 = 0; j0 < T; j0 += kAttentionBlock) {
-        const int64_t j1 = std::min(T, j0 + kAttentionBlock);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, hs,
-                    T - j0, 1.0f, p + j0 * T + j0, T, dyh + j0 * C, C, beta,
-                    dv + j0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, hs,
-                    T - j0, 1.0f, ds + j0 * T + j0, T, q + j0 * ld, ld, beta,
-                    dk + j0 * ld, ld);
-      }
-    }
   }
 }
 

@@ -118,22 +118,6 @@ void PositionEmbedding(const float* table, int64_t batch, int64_t positions,
 void PositionEmbeddingGrad(const float* dy, int64_t batch, int64_t positions,
                            int64_t dim, bool accumulate, float* dtable);
 
-// Causal multi-head self-attention, as GPT-2 / nanoGPT:
-// qkv[B, T, 3C] holds q | k | v along the last axis; head h of q is columns
-// [h*hs, (h+1)*hs) of the q part (hs = C / heads), i.e. view(B,T,H,hs).
-// probs[b, h, i, j] = softmax_j<=i(q_i . k_j / sqrt(hs)) (0 for j > i);
-// y[b, t, h*hs + d] = sum_j probs[b, h, t, j] v_j[h*hs + d].
-// Matrix products through OpenBLAS, batched over (b, h), reading q, k, v
-// in place and skipping the blocks above the diagonal. heads divides dim.
-void Attention(const float* qkv, int64_t batch, int64_t seq, int64_t dim,
-               int64_t heads, float* y, float* probs);
-// dqkv (+)= gradient of the above w.r.t. qkv given dy[B, T, C] and the
-// forward's probs; `scratch` holds batch * heads * seq * seq floats
-// (working space: dS on each (b, h)'s triangle; prior contents never read).
-void AttentionGrad(const float* dy, const float* qkv, const float* probs,
-                   int64_t batch, int64_t seq, int64_t dim, int64_t heads,
-                   bool accumulate, float* dqkv, float* scratch);
-
 // dst[i] = sum over k in [0, n) of src[k * count + i], k in increasing order
 // (bit-reproducible). dst may be src itself (slot 0), nothing else of src.
 void OrderedSum(const float* src, int64_t n, int64_t count, float* dst);

@@ -1,10 +1,12 @@
-// Device helpers shared by the kernel files: launch geometry, warp and
-// block reductions, and the deterministic two-pass column reduction.
+// Device helpers shared by the kernel files: launch geometry, storage
+// types, warp and block reductions, and the deterministic two-pass column
+// reduction.
 #ifndef TRAINC_RUNTIME_CUDA_COMMON_CUH_
 #define TRAINC_RUNTIME_CUDA_COMMON_CUH_
 
 #include <cstdint>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace trainc {
@@ -28,6 +30,20 @@ inline unsigned ElementwiseBlocks(int64_t n) {
 inline unsigned RowWarpBlocks(int64_t rows) {
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
+}
+
+// Operands stored as T: f32 as is, bf16 widened on load and rounded to
+// nearest even on store (the staged path's arithmetic and rounding, so a
+// kernel that reads and writes bf16 itself gives the staged path's bits).
+__device__ __forceinline__ float ToF32(float v) { return v; }
+__device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T FromF32(float v);
+template <>
+__device__ __forceinline__ float FromF32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
 }
 
 #define TRAINC_GRID_STRIDE(i, n)                                       \

@@ -1,9 +1,7 @@
 // CudaDeviceImpl's matrix products through cuBLAS and cublasLt: the linear
-// ops (a cublasLt matmul with fused bias/ReLU, or cublasGemmEx) and the
-// head GEMMs of causal attention and its gradient.
+// ops (a cublasLt matmul with fused bias/ReLU, or cublasGemmEx).
 #include "runtime/cuda/cuda_device_impl.h"
 
-#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -222,107 +220,6 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
       break;
   }
   return absl::OkStatus();
-}
-
-// The (b, h) products of attention, B x H of them, as min(B, H)
-// strided-batched calls: with B <= H one call per batch element batched
-// over its heads, else one per head batched over the batch. Either way
-// every operand of (b, h) lies at base + b * batch + h * head elements,
-// affine in the batched index, so no pointer arrays are needed (and the
-// calls are capturable). Heads of one call interleave in qkv and y (head
-// stride hs with leading dimension 3C or C) but never overlap.
-absl::Status CudaDeviceImpl::HeadGemms(const Kernel& k, cublasOperation_t ta,
-                                       cublasOperation_t tb, int64_t m,
-                                       int64_t n, int64_t depth,
-                                       const float* a, int64_t lda,
-                                       HeadStrides sa, const float* b,
-                                       int64_t ldb, HeadStrides sb, float beta,
-                                       float* c, int64_t ldc, HeadStrides sc) {
-  const bool per_batch = k.rows <= k.heads;
-  const int64_t calls = per_batch ? k.rows : k.heads;
-  const int count = static_cast<int>(per_batch ? k.heads : k.rows);
-  auto call_step = [&](HeadStrides s) { return per_batch ? s.batch : s.head; };
-  auto batch_stride = [&](HeadStrides s) {
-    return static_cast<long long>(per_batch ? s.head : s.batch);
-  };
-  const float alpha = 1.0f;
-  const cublasComputeType_t compute =
-      tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  for (int64_t i = 0; i < calls; ++i) {
-    CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
-        blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
-        static_cast<int>(depth), &alpha, a + i * call_step(sa), CUDA_R_32F,
-        static_cast<int>(lda), batch_stride(sa), b + i * call_step(sb),
-        CUDA_R_32F, static_cast<int>(ldb), batch_stride(sb), &beta,
-        c + i * call_step(sc), CUDA_R_32F, static_cast<int>(ldc),
-        batch_stride(sc), count, compute, CUBLAS_GEMM_DEFAULT));
-  }
-  return absl::OkStatus();
-}
-
-namespace {
-
-// 1 / sqrt(hs), formed in double and rounded once (as the CPU does).
-float AttentionScale(int64_t head_size) {
-  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_size)));
-}
-
-}  // namespace
-
-// Causal self-attention (cpu/kernels.h) with B = rows, T = in, C = out,
-// H = heads, hs = C / H. Per (b, h), row-major Q, K, V [T, hs] are columns
-// of qkv[b] (ld 3C), i.e. column-major Q', K', V' [hs, T]; a row-major
-// [T, T] matrix M is the column-major M' = M^T (ld T). Hence
-//   S = Q K^T  is  S' = K'^T Q'     P = causal_softmax(S / sqrt(hs))
-//   Y = P V    is  Y' = V' P'       (Y' [hs, T] inside y[b], ld C)
-absl::Status CudaDeviceImpl::RunAttention(const Kernel& k) {
-  const int64_t B = k.rows, T = k.in, C = k.out, H = k.heads, hs = C / H;
-  const HeadStrides qkv{T * 3 * C, hs}, yv{T * C, hs}, att{H * T * T, T * T};
-  const float* q = k.x[0];
-  const float* key = q + C;
-  const float* v = q + 2 * C;
-  float* y = k.y[0];
-  float* probs = k.y[1];
-  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, key, 3 * C,
-                            qkv, q, 3 * C, qkv, 0.0f, probs, T, att));
-  const float scale = AttentionScale(hs);
-  CUDA_RETURN_IF_ERROR(
-      cuda::LaunchCausalSoftmax(probs, B * H * T, T, scale, compute_));
-  return HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, v, 3 * C, qkv, probs,
-                   T, att, 0.0f, y, C, yv);
-}
-
-// The gradient, in the layout of RunAttention, with dS in the scratch:
-//   dP = dY V^T   is  dP' = V'^T dY'
-//   dV = P^T dY   is  dV' = dY' P'^T
-//   dS = P * (dP - rowsum(dP * P)) / sqrt(hs)   (in place over dP)
-//   dQ = dS K     is  dQ' = K' dS'
-//   dK = dS^T Q   is  dK' = Q' dS'^T
-// dq, dk, dv are the three column blocks of dqkv: beta = 1 accumulates.
-absl::Status CudaDeviceImpl::RunAttentionGrad(const Kernel& k) {
-  const int64_t B = k.rows, T = k.in, C = k.out, H = k.heads, hs = C / H;
-  const HeadStrides qkv{T * 3 * C, hs}, yv{T * C, hs}, att{H * T * T, T * T};
-  const float* dy = k.x[0];
-  const float* q = k.x[1];
-  const float* key = q + C;
-  const float* v = q + 2 * C;
-  const float* probs = k.x[2];
-  float* dq = k.y[0];
-  float* dk = dq + C;
-  float* dv = dq + 2 * C;
-  float* ds = k.y[1];
-  const float beta = k.accumulate ? 1.0f : 0.0f;
-  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, v, 3 * C,
-                            qkv, dy, C, yv, 0.0f, ds, T, att));
-  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, dy, C, yv,
-                            probs, T, att, beta, dv, 3 * C, qkv));
-  const float scale = AttentionScale(hs);
-  CUDA_RETURN_IF_ERROR(
-      cuda::LaunchCausalSoftmaxGrad(probs, ds, B * H * T, T, scale, compute_));
-  RETURN_IF_ERROR(HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, key, 3 * C,
-                            qkv, ds, T, att, beta, dq, 3 * C, qkv));
-  return HeadGemms(k, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, q, 3 * C, qkv, ds, T,
-                   att, beta, dk, 3 * C, qkv);
 }
 
 }  // namespace trainc::cuda_internal

@@ -138,6 +138,7 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   tf32_ = plan.tf32;
   std::vector<Kernel> kernels(resolved.begin(), resolved.end());
   int64_t scratch_floats = 1;
+  bool attention = false;  // the plan runs attention.cu's kernels
   for (size_t i = 0; i < kernels.size(); ++i) {
     Kernel& k = kernels[i];
     const Instruction& instr = plan.instructions[i];
@@ -181,19 +182,26 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
         break;
       }
       case Op::kAttention:
-      case Op::kAttentionGrad:
-        if (k.heads <= 0 || k.out % k.heads != 0) {
+      case Op::kAttentionGrad: {
+        // The tiles hold heads of up to 128 features; positions, and the
+        // blocks of one launch (tiles x B x H, H >= KV), are int32.
+        const attention::Geometry& g = k.attention;
+        const std::string where =
+            absl::StrCat(name_, ": instruction ", i, " (", instr.op, " \"", instr.label, "\"): ");
+        if (g.head_dim < 1 || g.head_dim > cuda::kMaxAttentionHeadDim) {
           return absl::InvalidArgumentError(absl::StrCat(
-              name_, ": instruction ", i, " (", instr.op, " \"", instr.label,
-              "\"): width ", k.out, " is not a multiple of heads ", k.heads));
+              where, "head size ", g.head_dim, " is outside 1..", cuda::kMaxAttentionHeadDim,
+              ", what the CUDA attention kernels hold"));
         }
-        if (k.in > INT32_MAX || 3 * k.out > INT32_MAX ||
-            std::max(k.rows, k.heads) > INT32_MAX) {
+        if (g.seq > INT32_MAX ||
+            cuda::AttentionBlocks(g.seq, g.batch, g.heads) > INT32_MAX) {
           return absl::InvalidArgumentError(absl::StrCat(
-              name_, ": instruction ", i, " (", instr.op, " \"", instr.label,
-              "\"): matrix dimension beyond cuBLAS's int range"));
+              where, "sequence of ", g.seq, " tokens with batch ", g.batch, " and ", g.heads,
+              " heads is beyond the CUDA attention kernels' int32 positions and grid"));
         }
+        attention = true;
         break;
+      }
       default:
         break;
     }
@@ -218,12 +226,14 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   for (Kernel& k : kernels) {
     UseBf16Gemm(k);
     UseBf16Pointwise(k);
+    UseBf16Attention(k);
   }
   for (Kernel& k : kernels) {
     if (k.op != Op::kLinear) continue;
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));
   }
   RETURN_IF_ERROR(EnsureKernelScratch(scratch_floats));
+  if (attention) CUDA_RETURN_IF_ERROR(cuda::PrepareAttentionKernels());
   kernels_ = std::move(kernels);
   prepared_plan_ = &plan;
   scalars_valid_ = false;

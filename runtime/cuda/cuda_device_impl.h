@@ -7,7 +7,8 @@
 // cuda_memory.cc (arena, scratch, staged copies),
 // cuda_streams.cc (streams, events, Synchronize), cuda_timing.cc
 // (SubmitTimed), cuda_graph.cc (step capture and replay), cublaslt_gemm.cc
-// (cuBLAS/cublasLt: GEMMs, linear, attention's head GEMMs).
+// (cuBLAS/cublasLt: GEMMs, linear), cuda_attention.cc (causal attention
+// over attention.cu's kernels).
 #ifndef TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
 #define TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
 
@@ -85,6 +86,12 @@ struct Kernel : KernelArgs {
   // null) and y as the bf16 tensors, which the kernel reads and writes
   // itself (UseBf16Pointwise); null: f32 operands (staged or not).
   void* pointwise_bf16[3] = {nullptr, nullptr, nullptr};
+  // precision = bf16, attention(_grad) whose qkv, y, dy and dqkv are all
+  // bf16: its inputs x[0..2] (forward: x[0]) and output y[0] as the bf16
+  // tensors, read and written by the kernels themselves
+  // (UseBf16Attention); null: f32 operands (staged or not).
+  const void* attention_bf16_in[3] = {nullptr, nullptr, nullptr};
+  void* attention_bf16_out = nullptr;
 };
 
 // precision = bf16: a linear op whose two GEMM operands are both bf16
@@ -97,6 +104,11 @@ void UseBf16Gemm(Kernel& k);
 // writes them in one pass (widened on load, rounded to nearest even on
 // store, as the staging would: the same bits) instead of three.
 void UseBf16Pointwise(Kernel& k);
+
+// precision = bf16: attention and its gradient read and write their bf16
+// tensors directly (widened on load, f32 arithmetic, rounded on store: the
+// staged path's bits), lse and delta staying f32. (cuda_attention.cc)
+void UseBf16Attention(Kernel& k);
 
 // Fails for the first instruction whose op the kernel table
 // (cuda_kernels.cc) lacks.
@@ -198,18 +210,7 @@ class CudaDeviceImpl final : public CudaDevice {
   static cudaDataType_t GemmType(const Kernel& k) {
     return k.gemm_bf16[0] != nullptr ? CUDA_R_16BF : CUDA_R_32F;
   }
-  // One product per (batch, head) of an attention instruction, as
-  // strided-batched cuBLAS calls (see HeadGemms).
-  struct HeadStrides {
-    int64_t batch;  // elements from batch element b to b + 1
-    int64_t head;   // elements from head h to h + 1
-  };
-  absl::Status HeadGemms(const Kernel& k, cublasOperation_t ta,
-                         cublasOperation_t tb, int64_t m, int64_t n,
-                         int64_t depth, const float* a, int64_t lda,
-                         HeadStrides sa, const float* b, int64_t ldb,
-                         HeadStrides sb, float beta, float* c, int64_t ldc,
-                         HeadStrides sc);
+  // Causal attention and its gradient (cuda_attention.cc).
   absl::Status RunAttention(const Kernel& k);
   absl::Status RunAttentionGrad(const Kernel& k);
   absl::StatusOr<cudaEvent_t> TimingEvent();

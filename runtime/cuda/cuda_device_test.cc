@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -152,14 +153,14 @@ double RelErr(const Plan& plan, int id, const std::vector<char>& gpu,
   return diff / scale;
 }
 
-// Runs `plan` on both devices and checks every output of every instruction
-// except the buffers in `unchecked` (scratch whose contents are each
-// backend's own). The GPU's final arena goes to *gpu_arena if given.
-void ExpectMatchesCpuExcept(const Plan& plan, double tol, int classes,
-                            const std::set<int>& unchecked,
-                            std::vector<char>* gpu_arena = nullptr,
-                            StepState state = {}, int steps = 1) {
-  const std::vector<char> init = RandomArena(plan, classes, 1234);
+// Runs `plan` on both devices from the arena `init` and checks every output
+// of every instruction except the buffers in `unchecked` (scratch whose
+// contents are each backend's own). The GPU's final arena goes to
+// *gpu_arena if given.
+void ExpectMatchesCpuFrom(const Plan& plan, const std::vector<char>& init, double tol,
+                          const std::set<int>& unchecked,
+                          std::vector<char>* gpu_arena = nullptr, StepState state = {},
+                          int steps = 1) {
   CpuDevice cpu;
   std::vector<char> want, got;
   absl::Status s = RunOn(cpu, plan, init, state, steps, &want);
@@ -176,6 +177,15 @@ void ExpectMatchesCpuExcept(const Plan& plan, double tol, int classes,
     }
   }
   if (gpu_arena != nullptr) *gpu_arena = std::move(got);
+}
+
+// The same from random arena contents (RandomArena).
+void ExpectMatchesCpuExcept(const Plan& plan, double tol, int classes,
+                            const std::set<int>& unchecked,
+                            std::vector<char>* gpu_arena = nullptr,
+                            StepState state = {}, int steps = 1) {
+  ExpectMatchesCpuFrom(plan, RandomArena(plan, classes, 1234), tol, unchecked, gpu_arena, state,
+                       steps);
 }
 
 // Runs `plan` on both devices and checks every output of every instruction.
@@ -553,80 +563,163 @@ TEST(CudaDeviceTest, PositionEmbedding) {
   }
 }
 
-// Attention's gradient chains four products and a softmax gradient, each
-// adding up to T or hs terms: a little more rounding than one op.
+// Attention's gradient recomputes the scores and chains four products,
+// each adding up to T or d terms: a little more rounding than one op.
 constexpr double kAttentionTol = 5e-5;
 
 struct AttentionShape {
-  int64_t batch, seq, width, heads;
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  bool rope;
 };
 
-// attention then attention_grad on its probabilities; returns the ids of
-// probs and of the gradient's scratch.
-Plan AttentionPlan(const AttentionShape& a, double acc, bool tf32,
-                   int* probs_id, int* scratch_id) {
-  const int64_t b = a.batch, T = a.seq, C = a.width, H = a.heads;
+std::string AttentionText(const AttentionShape& a) {
+  return absl::StrCat("B=", a.batch, " T=", a.seq, " H=", a.heads, " KV=", a.kv_heads,
+                      " d=", a.head_dim, " rope=", a.rope);
+}
+
+// The buffers of AttentionPlan.
+struct AttentionBuffers {
+  int qkv, y, lse, dy, dqkv, delta;
+};
+
+// attention(qkv) -> y, lse, then attention_grad(dy, qkv, y, lse) -> dqkv,
+// delta.
+Plan AttentionPlan(const AttentionShape& a, double acc, AttentionBuffers* ids = nullptr) {
+  const int64_t b = a.batch, T = a.seq, H = a.heads;
+  const int64_t width = (a.heads + 2 * a.kv_heads) * a.head_dim, out = a.heads * a.head_dim;
   PlanBuilder p;
-  p.plan.tf32 = tf32;
-  int qkv = p.Add("qkv", {b, T, 3 * C});
-  int y = p.Add("y", {b, T, C});
-  int probs = p.Add("probs", {b, H, T, T});
-  int dy = p.Add("dy", {b, T, C});
-  int dqkv = p.Add("dqkv", {b, T, 3 * C});
-  int scratch = p.Add("scratch", {b, H, T, T});
-  const double heads = static_cast<double>(H);
-  p.Instr("attention", {qkv}, {y, probs}, {{"heads", heads}});
-  p.Instr("attention_grad", {dy, qkv, probs}, {dqkv, scratch},
-          {{"heads", heads}, {"accumulate", acc}});
-  *probs_id = probs;
-  *scratch_id = scratch;
+  AttentionBuffers id;
+  id.qkv = p.Add("qkv", {b, T, width});
+  id.y = p.Add("y", {b, T, out});
+  id.lse = p.Add("lse", {b, H, T});
+  id.dy = p.Add("dy", {b, T, out});
+  id.dqkv = p.Add("dqkv", {b, T, width});
+  id.delta = p.Add("delta", {b, H, T});
+  std::map<std::string, double> attrs = {{"heads", static_cast<double>(H)},
+                                         {"kv_heads", static_cast<double>(a.kv_heads)}};
+  if (a.rope) {
+    attrs["rope"] = 1;
+    attrs["rope_theta"] = 10000;
+  }
+  p.Instr("attention", {id.qkv}, {id.y, id.lse}, attrs);
+  attrs["accumulate"] = acc;
+  p.Instr("attention_grad", {id.dy, id.qkv, id.y, id.lse}, {id.dqkv, id.delta}, attrs);
+  if (ids != nullptr) *ids = id;
   return p.plan;
 }
 
-// Batch <= heads and batch > heads take the two batching directions of the
-// strided cuBLAS calls; seq 1 is the degenerate one-key row; the last shape
-// has rows longer than a warp.
+// Floats of buffer `id` in `arena` that are NaN or infinite.
+int64_t NonFinite(const Plan& plan, int id, const std::vector<char>& arena) {
+  const Buffer& b = plan.buffers[id];
+  const float* v = reinterpret_cast<const float*>(arena.data() + b.offset);
+  int64_t count = 0;
+  for (int64_t i = 0; i < b.bytes / 4; ++i) count += !std::isfinite(v[i]);
+  return count;
+}
+
+// One key or query tile (T <= 32) and several, with a partial last tile
+// (T = 70); a single position; head sizes filling the 32-, 64- and
+// 128-wide tiles and ones that leave part of them (and, 12, an odd number
+// of rotated pairs); one kv head, grouped and as many as heads; rotary
+// positions on and off; the gradient stored and accumulated.
 TEST(CudaDeviceTest, Attention) {
   SKIP_WITHOUT_GPU();
-  for (const AttentionShape& a :
-       {AttentionShape{2, 16, 32, 4}, AttentionShape{5, 9, 12, 3},
-        AttentionShape{3, 1, 8, 2}, AttentionShape{2, 70, 48, 6}}) {
+  for (const AttentionShape& a : {AttentionShape{2, 64, 4, 4, 32, false},
+                                  AttentionShape{3, 7, 4, 2, 24, true},
+                                  AttentionShape{2, 1, 2, 1, 12, true},
+                                  AttentionShape{2, 70, 6, 2, 64, true},
+                                  AttentionShape{2, 70, 6, 3, 64, false},
+                                  AttentionShape{1, 70, 2, 2, 128, false},
+                                  AttentionShape{1, 33, 4, 1, 128, true},
+                                  AttentionShape{2, 40, 3, 1, 12, true}}) {
     for (double acc : {0.0, 1.0}) {
-      int probs = 0, scratch = 0;
-      const Plan plan = AttentionPlan(a, acc, false, &probs, &scratch);
-      SCOPED_TRACE(absl::StrCat("B=", a.batch, " T=", a.seq, " C=", a.width,
-                                " H=", a.heads, " acc=", acc));
+      AttentionBuffers id;
+      const Plan plan = AttentionPlan(a, acc, &id);
+      SCOPED_TRACE(absl::StrCat(AttentionText(a), " acc=", acc));
       std::vector<char> gpu;
-      ExpectMatchesCpuExcept(plan, kAttentionTol, 0, {scratch}, &gpu);
+      ExpectMatchesCpuExcept(plan, kAttentionTol, 0, {}, &gpu);
       if (gpu.empty()) continue;  // the comparison already failed
-      // The mask is exact: no probability above the diagonal, not a tiny one.
-      const float* p = reinterpret_cast<const float*>(
-          gpu.data() + plan.buffers[probs].offset);
-      const int64_t T = a.seq;
-      int64_t nonzero = 0;
-      for (int64_t bh = 0; bh < a.batch * a.heads; ++bh) {
-        for (int64_t i = 0; i < T; ++i) {
-          for (int64_t j = i + 1; j < T; ++j) {
-            if (p[(bh * T + i) * T + j] != 0.0f) ++nonzero;
-          }
-        }
+      for (int out : {id.y, id.lse, id.dqkv, id.delta}) {
+        EXPECT_EQ(NonFinite(plan, out, gpu), 0) << plan.buffers[out].name;
       }
-      EXPECT_EQ(nonzero, 0);
     }
   }
 }
 
-TEST(CudaDeviceTest, AttentionTf32) {
+// A sequence of 32 tiles: the online softmax over many key tiles, and the
+// gradient's loops over many query tiles.
+TEST(CudaDeviceTest, AttentionLongSequence) {
   SKIP_WITHOUT_GPU();
-  int probs = 0, scratch = 0;
-  const Plan plan =
-      AttentionPlan({2, 16, 32, 4}, 1.0, true, &probs, &scratch);
-  ExpectMatchesCpuExcept(plan, kTf32Tol, 0, {scratch});
+  for (bool rope : {false, true}) {
+    const AttentionShape a{1, 1024, 4, 2, 64, rope};
+    SCOPED_TRACE(AttentionText(a));
+    ExpectMatchesCpuExcept(AttentionPlan(a, 1.0), kAttentionTol, 0, {});
+  }
+}
+
+// Overwriting the gradient never reads what was there: NaNs in dqkv and
+// delta beforehand change nothing.
+TEST(CudaDeviceTest, AttentionGradOverwritesNaNs) {
+  SKIP_WITHOUT_GPU();
+  const AttentionShape a{2, 45, 4, 2, 24, true};
+  AttentionBuffers id;
+  const Plan plan = AttentionPlan(a, 0.0, &id);
+  std::vector<char> init = RandomArena(plan, 0, 77);
+  for (int out : {id.dqkv, id.delta}) {
+    const Buffer& b = plan.buffers[out];
+    float* v = reinterpret_cast<float*>(init.data() + b.offset);
+    std::fill(v, v + b.bytes / 4, std::numeric_limits<float>::quiet_NaN());
+  }
+  std::vector<char> gpu;
+  ExpectMatchesCpuFrom(plan, init, kAttentionTol, {}, &gpu);
+  if (gpu.empty()) return;
+  EXPECT_EQ(NonFinite(plan, id.dqkv, gpu), 0);
+  EXPECT_EQ(NonFinite(plan, id.delta, gpu), 0);
+}
+
+// No atomics: two devices running the same steps give the same bits (the
+// gradient accumulates, so the second step adds onto the first's).
+TEST(CudaDeviceTest, AttentionIsBitReproducible) {
+  SKIP_WITHOUT_GPU();
+  const Plan plan = AttentionPlan({2, 200, 8, 2, 64, true}, 1.0);
+  const std::vector<char> init = RandomArena(plan, 0, 5);
+  std::vector<char> first, second;
+  for (std::vector<char>* out : {&first, &second}) {
+    auto cuda = CreateCudaDevice(0);
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    absl::Status s = RunOn(**cuda, plan, init, {}, 2, out);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(first, second);
+}
+
+// The attention kernels are hand-written f32: a tf32 plan changes nothing.
+TEST(CudaDeviceTest, AttentionIgnoresTf32) {
+  SKIP_WITHOUT_GPU();
+  Plan plan = AttentionPlan({2, 16, 4, 2, 32, true}, 1.0);
+  plan.tf32 = true;
+  ExpectMatchesCpuExcept(plan, kAttentionTol, 0, {});
+}
+
+// A head wider than the kernels' largest tile is refused when the plan is
+// prepared, naming the instruction.
+TEST(CudaDeviceTest, AttentionRefusesHeadsAbove128) {
+  SKIP_WITHOUT_GPU();
+  const Plan plan = AttentionPlan({1, 8, 2, 2, 160, false}, 0.0);
+  auto cuda = CreateCudaDevice(0);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  Device& d = **cuda;
+  ASSERT_TRUE(d.AllocateArena(plan.arena_bytes).ok());
+  const absl::Status s = d.Prepare(plan);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("instruction 0 (attention"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("head size 160"), std::string::npos) << s;
 }
 
 // The new ops in a captured graph (cub's sort and the gradient's memset,
-// strided cuBLAS calls): three replays give the bits of three eager steps.
-// The attention gradient accumulates, so each step changes the arena.
+// attention's kernels with their dynamic shared memory): three replays give
+// the bits of three eager steps. The attention gradient accumulates, so
+// each step changes the arena.
 TEST(CudaDeviceTest, TransformerOpsCaptureMatchesEager) {
   SKIP_WITHOUT_GPU();
   PlanBuilder p;
@@ -638,16 +731,17 @@ TEST(CudaDeviceTest, TransformerOpsCaptureMatchesEager) {
   int dtable = p.Add("dtable", {kVocab, kDim});
   p.Instr("embedding", {ids, table}, {emb});
   p.Instr("embedding_grad", {demb, ids}, {dtable}, {{"accumulate", 0}});
-  const int64_t kB = 2, kT = 12, kC = 16, kH = 4;
-  int qkv = p.Add("qkv", {kB, kT, 3 * kC});
-  int y = p.Add("y", {kB, kT, kC});
-  int probs = p.Add("probs", {kB, kH, kT, kT});
-  int dy = p.Add("dy", {kB, kT, kC});
-  int dqkv = p.Add("dqkv", {kB, kT, 3 * kC});
-  int scratch = p.Add("scratch", {kB, kH, kT, kT});
-  p.Instr("attention", {qkv}, {y, probs}, {{"heads", kH}});
-  p.Instr("attention_grad", {dy, qkv, probs}, {dqkv, scratch},
-          {{"heads", kH}, {"accumulate", 1}});
+  const int64_t kB = 2, kT = 40, kH = 4, kKv = 2, kD = 8;
+  int qkv = p.Add("qkv", {kB, kT, (kH + 2 * kKv) * kD});
+  int y = p.Add("y", {kB, kT, kH * kD});
+  int lse = p.Add("lse", {kB, kH, kT});
+  int dy = p.Add("dy", {kB, kT, kH * kD});
+  int dqkv = p.Add("dqkv", {kB, kT, (kH + 2 * kKv) * kD});
+  int delta = p.Add("delta", {kB, kH, kT});
+  std::map<std::string, double> attrs = {{"heads", kH}, {"kv_heads", kKv}, {"rope", 1}};
+  p.Instr("attention", {qkv}, {y, lse}, attrs);
+  attrs["accumulate"] = 1;
+  p.Instr("attention_grad", {dy, qkv, y, lse}, {dqkv, delta}, attrs);
   const Plan& plan = p.plan;
   const std::vector<char> init = RandomArena(plan, kVocab, 21);
   auto run = [&](bool graph, std::vector<char>* out) -> absl::Status {
@@ -1280,8 +1374,10 @@ TEST(CudaCnnTest, Bf16MatchesCpu) {
 }
 
 // A two-layer GPT (embeddings, layernorm, attention, gelu_tanh, a tied
-// output) in bf16: the transformer ops' staging and bf16 GEMMs.
-absl::StatusOr<Plan> CompileBf16Gpt() {
+// output) in bf16: the transformer ops' staging, bf16 GEMMs and attention
+// on bf16 tensors. `grouped`: one kv head for the two query heads, with
+// rotary positions (q|k|v is then 2 * width wide).
+absl::StatusOr<Plan> CompileBf16Gpt(bool grouped = false) {
   // The data only has to exist: the plan never reads it.
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string text = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/bf16_gpt.txt");
@@ -1289,6 +1385,8 @@ absl::StatusOr<Plan> CompileBf16Gpt() {
   if (f == nullptr) return absl::InternalError("cannot write " + text);
   std::fputs("hello, bf16\n", f);
   std::fclose(f);
+  const char* qkv_width = grouped ? "2 * width" : "3 * width";
+  const char* attention_args = grouped ? "heads, kv_heads = 1, rope = true" : "heads";
   const std::string source = absl::StrCat(R"(
 model gpt {
   const vocab = 16, ctx = 8, width = 16, heads = 2
@@ -1296,8 +1394,8 @@ model gpt {
   label  next:   i32[ctx]
   block layer(x) {
     ln_1   = layernorm(x)
-    c_attn = linear(ln_1, 3 * width)
-    y      = causal_attention(c_attn, heads)
+    c_attn = linear(ln_1, )", qkv_width, R"()
+    y      = causal_attention(c_attn, )", attention_args, R"()
     proj   = linear(y, width)
     r      = x + proj
     ln_2   = layernorm(r)
@@ -1329,7 +1427,7 @@ train {
 // (needs no GPU).
 TEST(CudaBf16Test, ModelsCompileWithBf16Buffers) {
   for (absl::StatusOr<Plan> plan : {CompileCnn(2, false, CpuWorkspace(), "bf16"),
-                                    CompileBf16Gpt()}) {
+                                    CompileBf16Gpt(), CompileBf16Gpt(/*grouped=*/true)}) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     int bf16 = 0, casts = 0;
     for (const Buffer& b : plan->buffers) bf16 += b.dtype == DType::kBF16;
@@ -1341,12 +1439,15 @@ TEST(CudaBf16Test, ModelsCompileWithBf16Buffers) {
 
 TEST(CudaBf16Test, GptMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  absl::StatusOr<Plan> plan = CompileBf16Gpt();
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  CpuDevice cpu;
-  auto cuda = CreateCudaDevice(0);
-  ASSERT_TRUE(cuda.ok()) << cuda.status();
-  EXPECT_GT(ExpectSameStep(*plan, cpu, **cuda, kBf16Tol), 50);
+  for (bool grouped : {false, true}) {
+    SCOPED_TRACE(absl::StrCat("grouped=", grouped));
+    absl::StatusOr<Plan> plan = CompileBf16Gpt(grouped);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    CpuDevice cpu;
+    auto cuda = CreateCudaDevice(0);
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    EXPECT_GT(ExpectSameStep(*plan, cpu, **cuda, kBf16Tol), 50);
+  }
 }
 
 // A plan compiled without cuDNN's workspace sizes is refused at Prepare,

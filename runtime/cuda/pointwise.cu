@@ -1,8 +1,6 @@
 // Pointwise ops (compiler/ops/pointwise.h): one grid-stride kernel,
 // instantiated for every formula of TRAINC_POINTWISE_OPS and both storage
 // types (f32, and bf16 read and written in place).
-#include <cuda_bf16.h>
-
 #include "compiler/ops/pointwise.h"
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
@@ -10,19 +8,6 @@
 namespace trainc {
 namespace cuda {
 namespace {
-
-// Operands stored as T: f32 as is, bf16 widened on load and rounded to
-// nearest even on store (the staged path's arithmetic and rounding).
-__device__ __forceinline__ float ToF32(float v) { return v; }
-__device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T FromF32(float v);
-template <>
-__device__ __forceinline__ float FromF32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 template <typename F, int kArity, typename T>
 __global__ void PointwiseKernel(const T* a, const T* b, T* y, int64_t n, bool accumulate) {

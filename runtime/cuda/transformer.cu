@@ -1,7 +1,5 @@
-// Transformer ops: softmax, token and position
-// embeddings, and the pieces of causal attention that are not matrix
-// products (the masked scaled softmax and its gradient; the products are
-// cuBLAS calls in cublaslt_gemm.cc). Row kernels use one warp per row, as
+// Transformer ops: softmax, token and position embeddings, and dropout
+// (causal attention is attention.cu). Row kernels use one warp per row, as
 // layernorm.cu and loss.cu; nothing adds floats with atomics.
 #include <cub/device/device_radix_sort.cuh>
 
@@ -18,50 +16,32 @@ __device__ __forceinline__ int64_t WarpRow() {
          threadIdx.x / kWarpSize;
 }
 
-// Softmax over the first `valid` of `n` columns of one row (scaled by
-// `scale` first); columns [valid, n) are written as exact zeros. Plain
-// softmax is valid = n, scale = 1; causal attention row i is valid = i + 1.
-// The exponentials are summed in double, as the CPU reference sums them.
-__device__ __forceinline__ void SoftmaxRow(const float* x, float* y,
-                                           int64_t valid, int64_t n,
-                                           float scale, int lane) {
+// Softmax of one row. The exponentials are summed in double, as the CPU
+// reference sums them.
+__device__ __forceinline__ void SoftmaxRow(const float* x, float* y, int64_t n, int lane) {
   float mx = -INFINITY;
-  for (int64_t j = lane; j < valid; j += kWarpSize) {
-    mx = fmaxf(mx, x[j] * scale);
-  }
+  for (int64_t j = lane; j < n; j += kWarpSize) mx = fmaxf(mx, x[j]);
   mx = WarpMax(mx);
   double sum = 0.0;
-  for (int64_t j = lane; j < valid; j += kWarpSize) {
-    sum += expf(x[j] * scale - mx);
-  }
+  for (int64_t j = lane; j < n; j += kWarpSize) sum += expf(x[j] - mx);
   const float inv = static_cast<float>(1.0 / WarpSum(sum));
-  // y may be x (attention's scores become its probabilities in place): each
-  // lane reads its own columns before it writes them.
-  for (int64_t j = lane; j < valid; j += kWarpSize) {
-    y[j] = expf(x[j] * scale - mx) * inv;
-  }
-  for (int64_t j = valid + lane; j < n; j += kWarpSize) y[j] = 0.0f;
+  for (int64_t j = lane; j < n; j += kWarpSize) y[j] = expf(x[j] - mx) * inv;
 }
 
-// dx = y * (dy - sum_j dy_j y_j) * scale over the first `valid` columns,
-// exact zeros after them. The row sum is accumulated in double (as
-// layernorm's): dx is a difference with it, so its rounding is not damped.
-// dx may be dy (attention's scratch, in place).
-__device__ __forceinline__ void SoftmaxGradRow(const float* dy, const float* y,
-                                               float* dx, int64_t valid,
-                                               int64_t n, float scale,
-                                               bool accumulate, int lane) {
+// dx (+)= y * (dy - sum_j dy_j y_j). The row sum is accumulated in double
+// (as layernorm's): dx is a difference with it, so its rounding is not
+// damped. The product is rounded before the accumulating add (__fmul_rn:
+// no FMA contraction), as on the CPU.
+__device__ __forceinline__ void SoftmaxGradRow(const float* dy, const float* y, float* dx,
+                                               int64_t n, bool accumulate, int lane) {
   double dot = 0.0;
-  for (int64_t j = lane; j < valid; j += kWarpSize) {
+  for (int64_t j = lane; j < n; j += kWarpSize) {
     dot += static_cast<double>(dy[j]) * y[j];
   }
   const float s = static_cast<float>(WarpSum(dot));
-  for (int64_t j = lane; j < valid; j += kWarpSize) {
-    const float g = y[j] * (dy[j] - s) * scale;
+  for (int64_t j = lane; j < n; j += kWarpSize) {
+    const float g = __fmul_rn(y[j], dy[j] - s);
     dx[j] = accumulate ? dx[j] + g : g;
-  }
-  if (!accumulate) {
-    for (int64_t j = valid + lane; j < n; j += kWarpSize) dx[j] = 0.0f;
   }
 }
 
@@ -69,35 +49,15 @@ __global__ void SoftmaxKernel(const float* x, float* y, int64_t rows,
                               int64_t n) {
   const int64_t row = WarpRow();
   if (row >= rows) return;
-  SoftmaxRow(x + row * n, y + row * n, n, n, 1.0f, threadIdx.x % kWarpSize);
+  SoftmaxRow(x + row * n, y + row * n, n, threadIdx.x % kWarpSize);
 }
 
 __global__ void SoftmaxGradKernel(const float* dy, const float* y, float* dx,
                                   int64_t rows, int64_t n, bool accumulate) {
   const int64_t row = WarpRow();
   if (row >= rows) return;
-  SoftmaxGradRow(dy + row * n, y + row * n, dx + row * n, n, n, 1.0f,
-                 accumulate, threadIdx.x % kWarpSize);
-}
-
-// Rows of att[rows, seq] are the query positions of every (batch, head) in
-// order, so row r is query i = r % seq and sees keys j <= i.
-__global__ void CausalSoftmaxKernel(float* att, int64_t rows, int64_t seq,
-                                    float scale) {
-  const int64_t row = WarpRow();
-  if (row >= rows) return;
-  float* a = att + row * seq;
-  SoftmaxRow(a, a, row % seq + 1, seq, scale, threadIdx.x % kWarpSize);
-}
-
-__global__ void CausalSoftmaxGradKernel(const float* probs, float* datt,
-                                        int64_t rows, int64_t seq,
-                                        float scale) {
-  const int64_t row = WarpRow();
-  if (row >= rows) return;
-  float* d = datt + row * seq;
-  SoftmaxGradRow(d, probs + row * seq, d, row % seq + 1, seq, scale,
-                 /*accumulate=*/false, threadIdx.x % kWarpSize);
+  SoftmaxGradRow(dy + row * n, y + row * n, dx + row * n, n, accumulate,
+                 threadIdx.x % kWarpSize);
 }
 
 __global__ void EmbeddingKernel(const int32_t* ids, const float* table,
@@ -322,21 +282,6 @@ cudaError_t LaunchPositionEmbeddingGrad(const float* dy, float* dtable,
   const int64_t per_batch = positions * dim;
   TRAINC_LAUNCH_ELEMENTWISE(PositionEmbeddingGradKernel, per_batch, s, dy,
                             dtable, batch, per_batch, accumulate);
-}
-
-cudaError_t LaunchCausalSoftmax(float* att, int64_t rows, int64_t seq,
-                                float scale, cudaStream_t s) {
-  CausalSoftmaxKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(att, rows,
-                                                                 seq, scale);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchCausalSoftmaxGrad(const float* probs, float* datt,
-                                    int64_t rows, int64_t seq, float scale,
-                                    cudaStream_t s) {
-  CausalSoftmaxGradKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
-      probs, datt, rows, seq, scale);
-  return cudaGetLastError();
 }
 
 }  // namespace cuda

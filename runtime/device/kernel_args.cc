@@ -316,26 +316,40 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
     }
     case KernelOp::kAttention:
     case KernelOp::kAttentionGrad: {
+      // forward: qkv -> y, lse; backward: dy, qkv, y, lse -> dqkv, delta.
       const bool forward = k.op == KernelOp::kAttention;
       const Buffer& qkv = forward ? in_buf(0) : in_buf(1);
-      const Buffer& probs = forward ? out_buf(1) : in_buf(2);
-      if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0) {
-        return fail("qkv is not [B, T, 3C]");
+      const Buffer& y = forward ? out_buf(0) : in_buf(2);
+      const Buffer& lse = forward ? out_buf(1) : in_buf(3);
+      attention::Geometry& g = k.attention;
+      g.heads = static_cast<int64_t>(attr("heads", 0));
+      g.kv_heads = static_cast<int64_t>(attr("kv_heads", static_cast<double>(g.heads)));
+      g.rope = attr("rope", 0) != 0;
+      g.rope_theta = static_cast<float>(attr("rope_theta", 10000));
+      if (g.heads <= 0 || g.kv_heads <= 0 || g.heads % g.kv_heads != 0) {
+        return fail("attrs heads / kv_heads are not positive with kv_heads | heads");
       }
-      k.rows = qkv.shape[0];
-      k.in = qkv.shape[1];
-      k.out = qkv.shape[2] / 3;
-      k.heads = static_cast<int64_t>(attr("heads", 0));
-      if (k.heads <= 0 || k.out % k.heads != 0) {
-        return fail("attr heads does not divide the width");
+      if (qkv.shape.size() != 3 || qkv.shape[2] % (g.heads + 2 * g.kv_heads) != 0) {
+        return fail("qkv is not [B, T, (heads + 2 kv_heads) d]");
       }
-      const int64_t square = k.rows * k.heads * k.in * k.in;
-      if (Elements(probs) != square) return fail("probs is not [B, H, T, T]");
-      const Buffer& y = forward ? out_buf(0) : in_buf(0);
-      if (Elements(y) != k.rows * k.in * k.out) return fail("y is not [B, T, C]");
+      g.batch = qkv.shape[0];
+      g.seq = qkv.shape[1];
+      g.head_dim = qkv.shape[2] / (g.heads + 2 * g.kv_heads);
+      if (g.rope && g.head_dim % 2 != 0) return fail("rope needs an even head size");
+      k.rows = g.batch;
+      k.in = g.seq;
+      k.out = g.OutWidth();
+      const int64_t rows = g.batch * g.heads * g.seq;
+      if (Elements(y) != g.batch * g.seq * g.OutWidth()) return fail("y is not [B, T, H d]");
+      if (Elements(lse) != rows || lse.dtype != DType::kF32) {
+        return fail("lse is not f32 [B, H, T]");
+      }
       if (!forward) {
+        if (Elements(in_buf(0)) != Elements(y)) return fail("dy size");
         if (Elements(out_buf(0)) != Elements(qkv)) return fail("dqkv size");
-        if (Elements(out_buf(1)) != square) return fail("scratch size");
+        if (Elements(out_buf(1)) != rows || out_buf(1).dtype != DType::kF32) {
+          return fail("delta is not f32 [B, H, T]");
+        }
       }
       return absl::OkStatus();
     }

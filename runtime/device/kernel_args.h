@@ -21,6 +21,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "compiler/ops/attention.h"
 #include "compiler/plan/plan.h"
 #include "runtime/device/kernel_ops.h"
 
@@ -93,7 +94,9 @@ struct KernelArgs {
   float loss_scale = 0;
   const int32_t* labels = nullptr;  // cross_entropy(_grad): class ids
   const int32_t* ids = nullptr;     // embedding(_grad): token ids
-  int64_t heads = 0;  // attention: heads (in = T, out = C, head size C / heads)
+  // attention(_grad): heads, sizes and rotary positions (rows = B, in = T,
+  // out = H d).
+  attention::Geometry attention;
   DropoutArgs dropout;
   OptimizerArgs optimizer;
   // ZeRO-1 optimizer / sum_squares: floats of one rank's shard (0: the

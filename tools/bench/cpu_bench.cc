@@ -38,6 +38,7 @@
 // thread; DDP over Gloo, two processes of one thread; the same models,
 // batches and optimizers).
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,6 +94,7 @@ struct ModelConfig {
   bool per_token;            // rate in tokens/s (else samples/s)
   const char* torch_prefix;  // torch_cpu_bench.py's result names
   const char* description;   // for the table's section line
+  int ctx = 0;               // > 0: the model's constant ctx (--ctx), one rank only
 };
 
 // key, train_file, global_batch, id_range (classes), per_token, torch names
@@ -112,7 +114,15 @@ constexpr ModelConfig kCnn = {
 constexpr ModelConfig kWide = {"wide", "dsl_examples/wide_mlp.train", 256, 10,
                                false, "torch_wide_",
                                "784-1024-1024-1024-10 MLP, adamw"};
-constexpr const ModelConfig* kModels[] = {&kMlp, &kGpt, &kCnn, &kWide};
+// The tiny GPT at context 1024 (2 sequences: the same 2,048 tokens per step),
+// where attention's T x T probabilities would dominate memory: one rank,
+// ms/step and the process's peak RSS, beside PyTorch's materialized
+// softmax(q k^T) v (Debian's torch 1.13 has no scaled_dot_product_attention).
+constexpr ModelConfig kGpt1024 = {
+    "gpt1024", "dsl_examples/tiny_gpt.train", 2, 256, true, "torch_gpt_",
+    "tiny_gpt with --ctx 1024", 1024};
+// Measured first, so this process's peak RSS after it is its own.
+constexpr const ModelConfig* kModels[] = {&kGpt1024, &kMlp, &kGpt, &kCnn, &kWide};
 
 const ModelConfig* FindModel(const std::string& key) {
   for (const ModelConfig* m : kModels) {
@@ -151,7 +161,8 @@ OptionParser MakeParser(Args* args) {
   auto model = [](std::string* out) {
     return [out](const std::string& v) -> absl::Status {
       if (FindModel(v) == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("mlp, gpt, cnn or wide, not ", v));
+        return absl::InvalidArgumentError(
+            absl::StrCat("mlp, gpt, gpt1024, cnn or wide, not ", v));
       }
       *out = v;
       return absl::OkStatus();
@@ -173,7 +184,9 @@ OptionParser MakeParser(Args* args) {
           "  cnn  fashion_cnn.train (two 3x3 conv + max-pool blocks, oneDNN), global\n"
           "       batch 256 images;\n"
           "  wide wide_mlp.train (784-1024-1024-1024-10, AdamW: 4.5 GFLOP per step,\n"
-          "       11.6 MB of gradients), global batch 256; no PyTorch reference.\n"
+          "       11.6 MB of gradients), global batch 256; no PyTorch reference;\n"
+          "  gpt1024 tiny_gpt.train at context 1024, 2 sequences, one rank: ms/step\n"
+          "       and peak RSS beside PyTorch's materialized attention.\n"
           "Where Open MPI's mpirun is installed, the mlp, gpt and wide models also\n"
           "run two ranks over MPI's shared memory (runtime/comm/mpi).\n"
           "Synthetic data; each figure is the median step time of the timed steps;\n"
@@ -193,7 +206,8 @@ OptionParser MakeParser(Args* args) {
              positive(&args->wide_steps))
       .Value({"--wide-warmup"}, "N", "untimed wide-MLP steps first (default 3)",
              positive(&args->wide_warmup))
-      .Value({"--only"}, "M", "only the model M (mlp, gpt, cnn or wide)", model(&args->only))
+      .Value({"--only"}, "M", "only the model M (mlp, gpt, gpt1024, cnn or wide)",
+             model(&args->only))
       .Switch({"--no-torch"}, "do not run the PyTorch reference", [args] { args->torch = false; })
       // What RunTwoRanks passes its workers; not for people.
       .Value({"--worker-mode"}, "MODE", "",
@@ -244,6 +258,7 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
   if (variant.zero) overrides.push_back({"zero", "1"});
   if (variant.next_forward) overrides.push_back({"zero_gather", "next_forward"});
   if (variant.bf16) overrides.push_back({"grad_comm", "bf16"});
+  if (model.ctx > 0) overrides.push_back({"ctx", absl::StrCat(model.ctx)});
   FrontendResult result = CompileFile(model.train_file, overrides);
   if (!result.spec) {
     return absl::InvalidArgumentError(
@@ -260,10 +275,12 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
 // Untimed and timed steps for `model`.
 int WarmupFor(const ModelConfig& model, const Args& args) {
   if (&model == &kWide) return args.wide_warmup;
+  if (&model == &kGpt1024) return 2;
   return &model == &kGpt ? args.gpt_warmup : &model == &kCnn ? args.cnn_warmup : args.warmup;
 }
 int StepsFor(const ModelConfig& model, const Args& args) {
   if (&model == &kWide) return args.wide_steps;
+  if (&model == &kGpt1024) return std::max(3, args.gpt_steps / 4);
   return &model == &kGpt ? args.gpt_steps : &model == &kCnn ? args.cnn_steps : args.steps;
 }
 
@@ -521,8 +538,9 @@ std::vector<std::pair<std::string, double>> RunTorch(const ModelConfig& model,
                                                      std::string* why) {
   std::vector<std::pair<std::string, double>> out;
   const std::string cmd = absl::StrCat(
-      "/usr/bin/python3 ", kTorchScript, " --model ", model.key, " --batch ",
-      model.global_batch, " --warmup ", warmup, " --iters ", steps, " 2>&1");
+      "/usr/bin/python3 ", kTorchScript, " --model ", model.ctx > 0 ? "gpt" : model.key,
+      " --batch ", model.global_batch, " --warmup ", warmup, " --iters ", steps,
+      model.ctx > 0 ? absl::StrCat(" --ctx ", model.ctx, " --no-ddp") : "", " 2>&1");
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) {
     *why = absl::StrCat("cannot run ", cmd);
@@ -560,9 +578,33 @@ struct ModelResult {
   std::string mpi_why;  // why there is no MPI row, if so
   double torch1 = 0;
   double torch2 = 0;
+  // Peak resident memory (KiB) after the one-rank run, ours and PyTorch's
+  // (kGpt1024; 0: not measured).
+  int64_t rss_kib = 0;
+  int64_t torch_rss_kib = 0;
   int64_t tokens_per_sample = 1;
   std::string torch_why;  // why there are no PyTorch figures, if so
 };
+
+// PyTorch's figures for `model` into r (or why none).
+void RunTorchInto(const ModelConfig& model, bool torch_on, int warmup, int steps,
+                  ModelResult& r) {
+  if (!torch_on) {
+    r.torch_why = "--no-torch";
+    return;
+  }
+  std::vector<std::pair<std::string, double>> torch =
+      RunTorch(model, warmup, steps, &r.torch_why);
+  for (const auto& [name, value] : torch) {
+    if (name == absl::StrCat(model.torch_prefix, "eager_1rank")) {
+      r.torch1 = value;
+    } else if (name == absl::StrCat(model.torch_prefix, "ddp_gloo_2rank")) {
+      r.torch2 = value;
+    } else if (name == "torch_peak_rss_kib") {
+      r.torch_rss_kib = static_cast<int64_t>(value);
+    }
+  }
+}
 
 absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
                                          const Args& args) {
@@ -580,6 +622,10 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
                         absl::StrCat("1 rank: ", one.status().message()));
   }
   r.one = *one;
+  if (model.ctx > 0) {
+    struct rusage usage;
+    if (getrusage(RUSAGE_SELF, &usage) == 0) r.rss_kib = usage.ru_maxrss;
+  }
   auto two = [&](const Variant& variant) -> absl::StatusOr<TwoRankResult> {
     absl::StatusOr<TwoRankResult> t =
         RunTwoRanks(model, warmup, steps, variant);
@@ -589,6 +635,10 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
     }
     return t;
   };
+  if (model.ctx > 0) {
+    RunTorchInto(model, args.torch, warmup, steps, r);
+    return r;
+  }
   absl::StatusOr<TwoRankResult> overlap = two(Variant{});
   if (!overlap.ok()) return overlap.status();
   r.overlap = *overlap;
@@ -616,20 +666,10 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
     if (!t.ok()) return t.status();
     r.variants.emplace_back(v, *t);
   }
-  r.torch_why = "--no-torch";
   if (&model == &kWide) {
     r.torch_why = "no PyTorch script for the wide MLP";
-  } else if (args.torch) {
-    r.torch_why.clear();
-    std::vector<std::pair<std::string, double>> torch =
-        RunTorch(model, warmup, steps, &r.torch_why);
-    for (const auto& [name, ms] : torch) {
-      if (name == absl::StrCat(model.torch_prefix, "eager_1rank")) {
-        r.torch1 = ms;
-      } else if (name == absl::StrCat(model.torch_prefix, "ddp_gloo_2rank")) {
-        r.torch2 = ms;
-      }
-    }
+  } else {
+    RunTorchInto(model, args.torch, warmup, steps, r);
   }
   return r;
 }
@@ -665,6 +705,14 @@ void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
   };
   row(absl::StrCat("1 rank (mb ", model.global_batch, ")"), r.one,
       "eager, 1 thread", r.torch1);
+  if (model.ctx > 0) {
+    auto mib = [](int64_t kib) {
+      return kib > 0 ? absl::StrFormat("%.0f MiB", kib / 1024.0) : std::string("-");
+    };
+    std::printf("%-30s %10s %11s %9s | %-22s %10s\n", "peak RSS (process)",
+                mib(r.rss_kib).c_str(), "", "", "", mib(r.torch_rss_kib).c_str());
+    return;
+  }
   row(absl::StrCat("2 ranks, overlap (", r.overlap.buckets, " buckets)"),
       r.overlap.ms, "DDP gloo, 2 procs", r.torch2);
   if (r.serial) {
@@ -714,7 +762,7 @@ int Main(const Args& args) {
     return RunWorker(**rank, args);
   }
 
-  std::optional<ModelResult> mlp, gpt, cnn, wide;
+  std::optional<ModelResult> mlp, gpt, cnn, wide, gpt1024;
   for (const ModelConfig* model : kModels) {
     if (!args.only.empty() && args.only != model->key) continue;
     absl::StatusOr<ModelResult> r = MeasureModel(*model, args);
@@ -723,8 +771,11 @@ int Main(const Args& args) {
                    r.status().ToString().c_str());
       return 1;
     }
-    (model == &kMlp ? mlp : model == &kGpt ? gpt : model == &kCnn ? cnn : wide) =
-        *std::move(r);
+    (model == &kMlp      ? mlp
+     : model == &kGpt    ? gpt
+     : model == &kCnn    ? cnn
+     : model == &kWide   ? wide
+                         : gpt1024) = *std::move(r);
   }
 
   std::printf(
@@ -735,6 +786,9 @@ int Main(const Args& args) {
   if (gpt) PrintSection(kGpt, *gpt, args.gpt_warmup, args.gpt_steps);
   if (cnn) PrintSection(kCnn, *cnn, args.cnn_warmup, args.cnn_steps);
   if (wide) PrintSection(kWide, *wide, args.wide_warmup, args.wide_steps);
+  if (gpt1024) {
+    PrintSection(kGpt1024, *gpt1024, WarmupFor(kGpt1024, args), StepsFor(kGpt1024, args));
+  }
 
   std::vector<std::string> summary;
   if (mlp) {
@@ -772,7 +826,7 @@ int Main(const Args& args) {
   }
   // Why PyTorch figures are missing, once per distinct reason.
   std::vector<std::string> why;
-  for (const std::optional<ModelResult>* r : {&mlp, &gpt, &cnn, &wide}) {
+  for (const std::optional<ModelResult>* r : {&mlp, &gpt, &cnn, &wide, &gpt1024}) {
     if (*r && !(*r)->torch_why.empty() &&
         std::find(why.begin(), why.end(), (*r)->torch_why) == why.end()) {
       why.push_back((*r)->torch_why);

@@ -35,6 +35,7 @@ samples/s).
 import argparse
 import math
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -248,13 +249,22 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--no-ddp", action="store_true")
+    p.add_argument("--ctx", type=int, default=None,
+                   help="the GPT's context (default 64); also prints the "
+                        "process's peak RSS as torch_peak_rss_kib")
     a = p.parse_args()
+    if a.ctx:
+        global CTX
+        CTX = a.ctx
     batch = a.batch or (32 if a.model == "gpt" else 256)
     # Rate: samples/s for the MLP, tokens/s for the GPT.
     per_step = batch * (CTX if a.model == "gpt" else 1)
     prefix = {"gpt": "torch_gpt_", "cnn": "torch_cnn_"}.get(a.model, "torch_")
     sec = eager(a.model, batch, a.warmup, a.iters)
     print(f"{prefix}eager_1rank {sec * 1e3:.3f} {per_step / sec:.0f}", flush=True)
+    if a.ctx:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(f"torch_peak_rss_kib {rss} 0", flush=True)
     if not a.no_ddp:
         sec = ddp(a.model, batch, 2, a.warmup, a.iters)
         print(f"{prefix}ddp_gloo_2rank {sec * 1e3:.3f} {per_step / sec:.0f}",

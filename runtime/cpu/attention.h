@@ -1,0 +1,30 @@
+// Causal attention on the CPU in O(T) memory (compiler/ops/attention.h says
+// the layout, the grouped heads and the rotary positions).
+//
+// Each (batch, head) is walked in blocks of query rows; a block of rows
+// [i0, i1) needs keys [0, i1) only, so the products skip everything above
+// the diagonal and the scores of one block ([rows, i1], in cache) are all
+// that ever exists of the T x T square. The forward saves y and each row's
+// log-sum-exp; the backward recomputes the block's scores from them. Every
+// sum runs in a fixed order on one thread, so results are bit-identical
+// from run to run and whatever the batch split.
+#ifndef TRAINC_RUNTIME_CPU_ATTENTION_H_
+#define TRAINC_RUNTIME_CPU_ATTENTION_H_
+
+#include "compiler/ops/attention.h"
+
+namespace trainc::cpu {
+
+// qkv[B, T, (H + 2 KV) d] -> y[B, T, H d], lse[B, H, T].
+void Attention(const attention::Geometry& g, const float* qkv, float* y, float* lse);
+
+// dqkv (+)= the gradient of the above given dy[B, T, H d] and the forward's
+// y and lse; delta[B, H, T] receives rowsum(dy y) (working space the caller
+// may read; its prior contents are never read).
+void AttentionGrad(const attention::Geometry& g, const float* dy, const float* qkv,
+                   const float* y, const float* lse, bool accumulate, float* dqkv,
+                   float* delta);
+
+}  // namespace trainc::cpu
+
+#endif  // TRAINC_RUNTIME_CPU_ATTENTION_H_
