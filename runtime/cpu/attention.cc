@@ -95,10 +95,9 @@ void BlockScores(const attention::Geometry& g, Rows q, Rows k, int64_t i0, int64
               q.data + i0 * q.ld, q.ld, k.data, k.ld, 0.0f, s, i1);
 }
 
-// In place over BlockScores' s: P = exp(S - lse) for j <= i, exact zeros for
-// i < j < i1. The forward and the backward both form P this way from the
-// same product, so the backward sees the forward's probabilities bit for
-// bit.
+// In place over BlockScores' s, the backward's probabilities from the
+// saved log-sum-exp: P = exp(S - lse) for j <= i, exact zeros for
+// i < j < i1.
 void BlockProbs(const float* lse, int64_t i0, int64_t i1, float* p) {
   for (int64_t i = i0; i < i1; ++i) {
     float* pr = p + (i - i0) * i1;
@@ -108,15 +107,24 @@ void BlockProbs(const float* lse, int64_t i0, int64_t i1, float* p) {
   }
 }
 
-// The log-sum-exp of rows [i0, i1) of the scores in s[i1 - i0, i1] (the
-// sum in double: rows are as long as the context).
-void BlockLse(const float* s, int64_t i0, int64_t i1, float* lse) {
+// In place over BlockScores' s, the forward's softmax: rows [i0, i1) of
+// P = softmax over j <= i (exact zeros for i < j < i1) and their
+// log-sum-exp (the sum in double: rows are as long as the context). One
+// exp per score, as a plain softmax; the backward's exp(S - lse) equals
+// this P to within rounding.
+void BlockSoftmax(int64_t i0, int64_t i1, float* s, float* lse) {
   for (int64_t i = i0; i < i1; ++i) {
-    const float* sr = s + (i - i0) * i1;
-    float m = sr[0];
-    for (int64_t j = 1; j <= i; ++j) m = std::max(m, sr[j]);
+    float* pr = s + (i - i0) * i1;
+    float m = pr[0];
+    for (int64_t j = 1; j <= i; ++j) m = std::max(m, pr[j]);
     double sum = 0;
-    for (int64_t j = 0; j <= i; ++j) sum += std::exp(static_cast<double>(sr[j] - m));
+    for (int64_t j = 0; j <= i; ++j) {
+      pr[j] = std::exp(pr[j] - m);
+      sum += pr[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j <= i; ++j) pr[j] *= inv;
+    std::fill(pr + i + 1, pr + i1, 0.0f);
     lse[i] = static_cast<float>(m + std::log(sum));
   }
 }
@@ -157,10 +165,8 @@ void Attention(const attention::Geometry& g, const float* qkv, float* y, float* 
         float* yh = y + b * T * Y + h * d;
         for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
           const int64_t i1 = std::min(T, i0 + kBlock);
-          // Scores, their log-sum-exp, then the probabilities from both.
           BlockScores(g, q, k, i0, i1, s.p.data());
-          BlockLse(s.p.data(), i0, i1, lh);
-          BlockProbs(lh, i0, i1, s.p.data());
+          BlockSoftmax(i0, i1, s.p.data(), lh);
           // Y[i0:i1] = P V[0:i1], into y's head columns.
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, d, i1, 1.0f,
                       s.p.data(), i1, v.data, v.ld, 0.0f, yh + i0 * Y, Y);

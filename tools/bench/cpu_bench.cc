@@ -824,6 +824,13 @@ int Main(const Args& args) {
         wide->one, wide->overlap.ms, wide->one / wide->overlap.ms, best,
         wide->one / best, wide->one / best >= 1.7 ? "met" : "NOT met"));
   }
+  if (gpt1024) {
+    summary.push_back(absl::StrFormat(
+        "tiny gpt at context 1024, 1 rank %.1f ms/step, peak RSS %.0f MiB (PyTorch eager: "
+        "%.1f ms/step, %.0f MiB)",
+        gpt1024->one, gpt1024->rss_kib / 1024.0, gpt1024->torch1,
+        gpt1024->torch_rss_kib / 1024.0));
+  }
   // Why PyTorch figures are missing, once per distinct reason.
   std::vector<std::string> why;
   for (const std::optional<ModelResult>* r : {&mlp, &gpt, &cnn, &wide, &gpt1024}) {
