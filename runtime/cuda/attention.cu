@@ -192,6 +192,23 @@ __host__ __device__ constexpr int ForwardSmemFloats() {
   return 3 * TileFloats<kD>() + kTile * kScoreStride + kD / 2;
 }
 
+// Key/value tile k0 of key/value head kv into shared k and v, k rotated
+// when rope is on; every thread may read both when it returns. The caller
+// has synchronised after the previous tile's last read.
+template <int kD, typename T>
+__device__ void LoadKeyValueTile(const Geometry& g, const T* rows, int64_t kv, int k0,
+                                 const float* inv_freq, float* k, float* v) {
+  const int seq = static_cast<int>(g.seq), d = static_cast<int>(g.head_dim);
+  const int64_t width = g.QkvWidth();
+  LoadTile<kD>(rows + g.KOffset(kv), width, k0, seq, d, k);
+  LoadTile<kD>(rows + g.VOffset(kv), width, k0, seq, d, v);
+  if (g.rope) {
+    __syncthreads();
+    RotateTile<kD>(k, k0, seq, d, inv_freq, false);
+  }
+  __syncthreads();
+}
+
 // Block: one query tile of one (b, h); blockIdx.x = qt' * B H + (b H + h)
 // with qt' counting from the last tile, so the longest blocks start first.
 // Per key tile up to the diagonal: scores S = scale q' k'^T (8 per thread),
@@ -229,13 +246,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();  // q is rotated; the last tile's k, v and p are read
-    LoadTile<kD>(rows + g.KOffset(kv), width, k0, seq, d, k);
-    LoadTile<kD>(rows + g.VOffset(kv), width, k0, seq, d, v);
-    if (g.rope) {
-      __syncthreads();
-      RotateTile<kD>(k, k0, seq, d, inv_freq, false);
-    }
-    __syncthreads();
+    LoadKeyValueTile<kD>(g, rows, kv, k0, inv_freq, k, v);
     float s[kPerLane] = {};
     RowDots<kD>(q + row * S, k, lane, s);
     // Key k0 is on or below the diagonal of every row here, so each row
@@ -434,13 +445,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();  // q is rotated; the last tile's k, v and ds are read
-    LoadTile<kD>(rows + g.KOffset(kv), width, k0, seq, d, k);
-    LoadTile<kD>(rows + g.VOffset(kv), width, k0, seq, d, v);
-    if (g.rope) {
-      __syncthreads();
-      RotateTile<kD>(k, k0, seq, d, inv_freq, false);
-    }
-    __syncthreads();
+    LoadKeyValueTile<kD>(g, rows, kv, k0, inv_freq, k, v);
     float s[kPerLane] = {}, dp[kPerLane] = {};
     RowDots<kD>(q + row * S, k, lane, s);
     RowDots<kD>(dys + row * S, v, lane, dp);
