@@ -1,6 +1,6 @@
-// hf_export: a trainc GPT-2 checkpoint as a Hugging Face model folder
-// (config.json + model.safetensors) that transformers' GPT2LMHeadModel
-// loads with from_pretrained.
+// hf_export: a trainc GPT-2 or Llama checkpoint as a Hugging Face model
+// folder (config.json + model.safetensors) that transformers'
+// GPT2LMHeadModel or LlamaForCausalLM loads with from_pretrained.
 //
 //   bazel-bin/tools/hf_export model.train step.safetensors out/
 #include <sys/stat.h>
@@ -21,6 +21,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "tools/cli/option_parser.h"
 #include "tools/hf/gpt2_layout.h"
+#include "tools/hf/llama_layout.h"
 
 namespace trainc {
 namespace {
@@ -38,8 +39,10 @@ OptionParser MakeParser(Args* args) {
           "CHECKPOINT (a safetensors file from train --save or a periodic checkpoint)\n"
           "under the names, layouts and config keys of Hugging Face transformers'\n"
           "GPT2LMHeadModel, for a FILE.train model with GPT-2's architecture\n"
-          "(dsl_examples/tiny_gpt.train, gpt2_small.train). Model constants may be\n"
-          "overridden as in train (--layers 2).\n")
+          "(dsl_examples/tiny_gpt.train, gpt2_small.train), or LlamaForCausalLM, for\n"
+          "one with Llama's (dsl_examples/llama_tiny.train: its fused q|k|v becomes\n"
+          "q_proj, k_proj and v_proj). Model constants may be overridden as in train\n"
+          "(--layers 2).\n")
       .TrainOverrides(&args->overrides);
   return parser;
 }
@@ -80,10 +83,43 @@ absl::StatusOr<std::vector<float>> HfData(const SafetensorsFile& file, const std
   const absl::Span<const char> bytes = file.Data(*found);
   std::vector<float> in(bytes.size() / sizeof(float));
   std::memcpy(in.data(), bytes.data(), bytes.size());
+  if (t.rows > 0) {  // a row slice of a 2-D tensor
+    const int64_t cols = t.shape[1];
+    return std::vector<float>(in.begin() + t.row_begin * cols,
+                              in.begin() + (t.row_begin + t.rows) * cols);
+  }
   if (!t.transposed) return in;
   std::vector<float> out(in.size());
   Transpose(in.data(), t.shape[0], t.shape[1], out.data());
   return out;
+}
+
+// The model as one of the transformers classes: its tensors, config.json
+// and a line for the user.
+struct HfModel {
+  std::vector<hf::HfTensor> tensors;
+  std::string config;
+  std::string summary;
+};
+
+absl::StatusOr<HfModel> LayoutOf(const ModelSpec& spec) {
+  absl::StatusOr<hf::Gpt2Layout> gpt2 = hf::Gpt2LayoutOf(spec);
+  if (gpt2.ok()) {
+    return HfModel{gpt2->tensors, hf::Gpt2ConfigJson(*gpt2),
+                   absl::StrCat("GPT2LMHeadModel, ", gpt2->layers, " layers x ", gpt2->width,
+                                " wide, ", gpt2->heads, " heads, vocab ", gpt2->vocab,
+                                ", context ", gpt2->positions)};
+  }
+  absl::StatusOr<hf::LlamaLayout> llama = hf::LlamaLayoutOf(spec);
+  if (llama.ok()) {
+    return HfModel{llama->tensors, hf::LlamaConfigJson(*llama),
+                   absl::StrCat("LlamaForCausalLM, ", llama->layers, " layers x ", llama->width,
+                                " wide, ", llama->heads, " heads over ", llama->kv_heads,
+                                " key/value heads, vocab ", llama->vocab, ", context ",
+                                llama->positions)};
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(gpt2.status().message(), "; and ", llama.status().message()));
 }
 
 absl::Status Export(const Args& args) {
@@ -94,16 +130,17 @@ absl::Status Export(const Args& args) {
     std::cerr << FormatDiagnostics(compiled.diagnostics, compiled.source);
     return absl::InvalidArgumentError(args.file + " does not compile");
   }
-  ASSIGN_OR_RETURN(const hf::Gpt2Layout layout, hf::Gpt2LayoutOf(compiled.spec->model));
+  ASSIGN_OR_RETURN(const HfModel model, LayoutOf(compiled.spec->model));
   ASSIGN_OR_RETURN(const SafetensorsFile checkpoint, SafetensorsFile::Read(args.checkpoint));
   std::vector<std::vector<float>> data;
   std::vector<TensorRef> tensors;
-  data.reserve(layout.tensors.size());
-  for (const hf::HfTensor& t : layout.tensors) {
+  data.reserve(model.tensors.size());
+  for (const hf::HfTensor& t : model.tensors) {
     ASSIGN_OR_RETURN(std::vector<float> d, HfData(checkpoint, args.checkpoint, t));
     data.push_back(std::move(d));
     std::vector<int64_t> shape = t.shape;
     if (t.transposed) std::swap(shape[0], shape[1]);
+    if (t.rows > 0) shape[0] = t.rows;
     tensors.push_back({t.hf_name, "F32", shape,
                        absl::Span<const char>(reinterpret_cast<const char*>(data.back().data()),
                                               data.back().size() * sizeof(float))});
@@ -116,12 +153,10 @@ absl::Status Export(const Args& args) {
                                        {{"format", "pt"}}));
   const std::string config = args.out + "/config.json";
   std::ofstream out(config);
-  out << hf::Gpt2ConfigJson(layout);
+  out << model.config;
   out.close();
   if (!out) return absl::DataLossError("cannot write " + config);
-  std::cout << "hf_export: " << args.out << ": GPT2LMHeadModel, " << layout.layers
-            << " layers x " << layout.width << " wide, " << layout.heads << " heads, vocab "
-            << layout.vocab << ", context " << layout.positions << "\n";
+  std::cout << "hf_export: " << args.out << ": " << model.summary << "\n";
   return absl::OkStatus();
 }
 

@@ -1,5 +1,12 @@
 """tools/hf_export and --init-from FOLDER against Hugging Face transformers itself.
 
+The same two directions for a small Llama (dsl_examples/llama_tiny.train made
+small: 2 layers x 64 wide, 4 heads over 2 key/value heads, SwiGLU, RMSNorm,
+rotary positions): exported, LlamaForCausalLM scores the eval text as trainc
+does; a random LlamaForCausalLM with grouped-query heads, imported, is scored
+by trainc as transformers scores it; one of another width is refused naming
+the tensor.
+
 A small GPT-2 (2 layers x 32 wide, 4 heads, context 16, bytes) trains a few
 steps; hf_export writes its checkpoint as a GPT2LMHeadModel folder; the
 transformers 4.36.2 of tools/setup.sh's virtual environment (over Debian's
@@ -42,8 +49,11 @@ train {
 # of the mean next-byte cross entropy.
 SCORE = """
 import sys, torch
-from transformers import GPT2LMHeadModel
-model = GPT2LMHeadModel.from_pretrained(sys.argv[1]).double().eval()
+from transformers import AutoModelForCausalLM
+# float64 throughout (transformers 4.36 builds Llama's causal mask in the
+# default dtype, which must hold float64's min).
+torch.set_default_dtype(torch.float64)
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1]).double().eval()
 data = torch.tensor(list(open(sys.argv[2], "rb").read()), dtype=torch.long)
 T = int(sys.argv[3])
 windows = (len(data) - 1) // T
@@ -69,6 +79,27 @@ GPT2LMHeadModel(config).save_pretrained(sys.argv[1], safe_serialization=True)
 """
 
 
+# A randomly initialised LlamaForCausalLM (grouped-query heads, untied head).
+MAKE_LLAMA = """
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=256, hidden_size=int(sys.argv[3]), intermediate_size=96,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=int(sys.argv[2]), rms_norm_eps=1e-6,
+                     rope_theta=10000.0, tie_word_embeddings=False)
+model = LlamaForCausalLM(config)
+with torch.no_grad():  # transformers initialises the norms at one: move them
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.uniform_(0.5, 1.5)
+model.save_pretrained(sys.argv[1], safe_serialization=True)
+"""
+
+LLAMA_SMALL = ("const vocab = 256, ctx = 64, width = 256, heads = 8, kv_heads = 2, head = 32",
+               "const vocab = 256, ctx = {T}, width = 64, heads = 4, kv_heads = 2, head = 16")
+
+
 def hf_available():
     if not os.path.exists(HF_PYTHON):
         return False
@@ -83,7 +114,7 @@ class HfExportTest(unittest.TestCase):
             self.skipTest(f"no transformers at {HF_PYTHON} (tools/setup.sh installs it from PyPI)")
         self.dir = e2e.tmpdir()
 
-    def write_model(self):
+    def write_model(self, example="tiny_gpt"):
         rng = random.Random(5)
         words = [bytes(rng.choice(b"etaoinshrdlu") for _ in range(rng.randint(2, 7)))
                  for _ in range(40)]
@@ -98,11 +129,13 @@ class HfExportTest(unittest.TestCase):
             f.write(text(20 * T + 1))
         with open(paths["EVAL"], "wb") as f:
             f.write(text(8 * T + 1))
-        with open(e2e.runfile("dsl_examples/tiny_gpt.train")) as f:
+        with open(e2e.runfile(f"dsl_examples/{example}.train")) as f:
             source = f.read()
         source = source[:source.index("data {")] + DATA_AND_TRAIN
         source = source.replace("ctx = 64, width = 128, heads = 4, layers = 4",
                                 f"ctx = {T}, width = 32, heads = 4, layers = 2")
+        source = source.replace(LLAMA_SMALL[0], LLAMA_SMALL[1].format(T=T))
+        source = source.replace("const hidden = 688, layers = 6", "const hidden = 96, layers = 2")
         for key, path in paths.items():
             source = source.replace(f'"{key}"', f'"{path}"')
         model = os.path.join(self.dir, "tiny.train")
@@ -173,11 +206,58 @@ class HfExportTest(unittest.TestCase):
         self.assertNotEqual(proc.returncode, 0, proc.stdout)
         self.assertIn("holds weights only", proc.stdout)
 
+    def test_exported_llama_scores_as_trainc_does(self):
+        model, eval_text = self.write_model("llama_tiny")
+        ckpt = os.path.join(self.dir, "llama.safetensors")
+        metrics = os.path.join(self.dir, "llama.jsonl")
+        e2e.train(model, "--device", "cpu", "--save", ckpt, "--metrics", metrics)
+        with open(metrics) as f:
+            trainc_loss = [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
+        out = os.path.join(self.dir, "hf_llama")
+        proc = subprocess.run([EXPORT, model, ckpt, out], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("LlamaForCausalLM", proc.stdout)
+        with open(os.path.join(out, "config.json")) as f:
+            config = json.load(f)
+        self.assertEqual(config["model_type"], "llama")
+        self.assertEqual((config["num_hidden_layers"], config["hidden_size"],
+                          config["num_attention_heads"], config["num_key_value_heads"],
+                          config["intermediate_size"]), (2, 64, 4, 2, 96))
+        hf_loss = self.hf_loss(out, eval_text)
+        print(f"llama eval loss: trainc {trainc_loss:.9f}, transformers (float64) {hf_loss:.9f}")
+        self.assertLess(abs(hf_loss - trainc_loss) / trainc_loss, 1e-4)
+
+    def test_a_transformers_llama_is_a_starting_point(self):
+        model, eval_text = self.write_model("llama_tiny")
+        folder = os.path.join(self.dir, "from_hf_llama")
+        made = subprocess.run([HF_PYTHON, "-c", MAKE_LLAMA, folder, str(T), "64"],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        want = self.hf_loss(folder, eval_text)
+        metrics = os.path.join(self.dir, "imported_llama.jsonl")
+        e2e.train(model, "--device", "cpu", "--init-from", folder, "--steps", 1, "--lr", "1e-30",
+                  "--metrics", metrics)
+        with open(metrics) as f:
+            got = [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
+        print(f"imported llama eval loss: trainc {got:.9f}, transformers (float64) {want:.9f}")
+        self.assertLess(abs(got - want) / want, 1e-4)
+        # Another width: refused, naming the tensor and both shapes.
+        wide = os.path.join(self.dir, "wide_llama")
+        made = subprocess.run([HF_PYTHON, "-c", MAKE_LLAMA, wide, str(T), "128"],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        proc = e2e.train(model, "--device", "cpu", "--init-from", wide, "--steps", 1,
+                         check=False)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        self.assertIn("embed_tokens.weight", proc.stdout)
+        self.assertIn("is F32[256,128], the plan has F32[256,64]", proc.stdout)
+
     def test_a_model_without_gpt2s_layout_is_refused(self):
         proc = subprocess.run([EXPORT, e2e.EXAMPLE, "nothing.safetensors",
                                os.path.join(self.dir, "x")], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 1, proc.stderr)
         self.assertIn("does not have GPT-2's layout", proc.stderr)
+        self.assertIn("does not have Llama's layout", proc.stderr)
         self.assertIn("wte.weight", proc.stderr)
 
 

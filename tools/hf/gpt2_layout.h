@@ -25,6 +25,10 @@ struct HfTensor {
   std::string hf_name;          // "transformer.h.0.attn.c_attn.weight"
   std::vector<int64_t> shape;   // trainc's shape ([3C, C])
   bool transposed = false;      // stored as [C, 3C] by Hugging Face
+  // Hugging Face's tensor is rows [row_begin, row_begin + rows) of
+  // trainc's (Llama's q_proj inside the fused q|k|v); rows 0: all of it.
+  int64_t row_begin = 0;
+  int64_t rows = 0;
 };
 
 struct Gpt2Layout {

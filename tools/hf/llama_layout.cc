@@ -1,0 +1,152 @@
+#include "tools/hf/llama_layout.h"
+
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compiler/ops/op_table.h"
+#include "runtime/checkpoint/hf_folder.h"
+
+namespace trainc::hf {
+namespace {
+
+absl::Status NotLlama(const ModelSpec& model, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model ", model.name, " does not have Llama's layout (LlamaForCausalLM): ", why));
+}
+
+// The attention's and the norms' constants, each the same in every layer.
+absl::Status ReadOps(const ModelSpec& model, LlamaLayout& l) {
+  std::set<int64_t> heads, kv_heads;
+  std::set<double> eps, theta;
+  bool no_rope = false;
+  for (const OpSpec& op : model.ops) {
+    if (op.op == "causal_attention") {
+      heads.insert(op.args.at("heads").i);
+      const int64_t kv = op.args.at("kv_heads").i;
+      kv_heads.insert(kv == 0 ? op.args.at("heads").i : kv);
+      theta.insert(op.args.at("rope_theta").AsDouble());
+      no_rope |= !op.args.at("rope").b;
+    }
+    if (op.op == "rmsnorm") eps.insert(op.args.at("eps").AsDouble());
+    if (op.op == "layernorm" || op.op == "dropout") {
+      return NotLlama(model, "it has a " + op.op + " (" + op.name + ")");
+    }
+  }
+  if (heads.size() != 1 || kv_heads.size() != 1 || theta.size() != 1) {
+    return NotLlama(model, "expected one causal_attention shape in every layer");
+  }
+  if (no_rope) return NotLlama(model, "its attention has no rotary positions (rope = true)");
+  if (eps.size() != 1) return NotLlama(model, "expected one rmsnorm eps");
+  l.heads = *heads.begin();
+  l.kv_heads = *kv_heads.begin();
+  l.rope_theta = *theta.begin();
+  l.rms_norm_eps = *eps.begin();
+  return absl::OkStatus();
+}
+
+// Every tensor LlamaForCausalLM has, in trainc's terms.
+void AddTensors(LlamaLayout& l) {
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    l.tensors.push_back({name, HfLlamaName(name), std::move(shape)});
+  };
+  const int64_t c = l.width, q = l.heads * l.head_dim, kv = l.kv_heads * l.head_dim;
+  add("embed_tokens.weight", {l.vocab, c});
+  for (int64_t i = 0; i < l.layers; ++i) {
+    const std::string h = absl::StrCat("h.", i, ".");
+    add(h + "input_layernorm.weight", {c});
+    const std::string qkv = h + "self_attn.qkv.weight";
+    const std::vector<std::string> parts = LlamaQkvParts(qkv);
+    const int64_t begin[] = {0, q, q + kv}, rows[] = {q, kv, kv};
+    for (int p = 0; p < 3; ++p) {
+      l.tensors.push_back({qkv, parts[p], {q + 2 * kv, c}, false, begin[p], rows[p]});
+    }
+    add(h + "self_attn.o_proj.weight", {c, q});
+    add(h + "post_attention_layernorm.weight", {c});
+    add(h + "mlp.gate_proj.weight", {l.intermediate, c});
+    add(h + "mlp.up_proj.weight", {l.intermediate, c});
+    add(h + "mlp.down_proj.weight", {c, l.intermediate});
+  }
+  add("norm.weight", {c});
+  add("lm_head.weight", {l.vocab, c});
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaLayout> LlamaLayoutOf(const ModelSpec& model) {
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const ParameterSpec& p : model.parameters) params[p.name] = p.shape;
+  auto embed = params.find("embed_tokens.weight");
+  auto gate = params.find("h.0.mlp.gate_proj.weight");
+  if (embed == params.end() || embed->second.size() != 2 || gate == params.end() ||
+      gate->second.size() != 2) {
+    return NotLlama(model, "no embed_tokens.weight [vocab, width] and h.0.mlp.gate_proj.weight");
+  }
+  if (model.inputs.size() != 1 || model.inputs[0].shape.size() != 1) {
+    return NotLlama(model, "expected one input of token ids [ctx]");
+  }
+  LlamaLayout l;
+  l.vocab = embed->second[0];
+  l.width = embed->second[1];
+  l.intermediate = gate->second[0];
+  l.positions = model.inputs[0].shape[0];
+  while (params.count(absl::StrCat("h.", l.layers, ".input_layernorm.weight"))) ++l.layers;
+  if (auto s = ReadOps(model, l); !s.ok()) return s;
+  auto qkv = params.find("h.0.self_attn.qkv.weight");
+  if (qkv == params.end() || qkv->second.size() != 2 ||
+      qkv->second[0] % (l.heads + 2 * l.kv_heads) != 0) {
+    return NotLlama(model, "no h.0.self_attn.qkv.weight [(heads + 2 kv_heads) d, width]");
+  }
+  l.head_dim = qkv->second[0] / (l.heads + 2 * l.kv_heads);
+  if (l.heads * l.head_dim != l.width) {
+    return NotLlama(model, absl::StrCat("heads x head size is ", l.heads * l.head_dim,
+                                        ", not the width ", l.width,
+                                        " (transformers' LlamaAttention needs them equal)"));
+  }
+  AddTensors(l);
+  std::set<std::string> expected;
+  for (const HfTensor& t : l.tensors) {
+    expected.insert(t.trainc_name);
+    auto it = params.find(t.trainc_name);
+    if (it == params.end()) return NotLlama(model, "no parameter " + t.trainc_name);
+    if (it->second != t.shape) {
+      return NotLlama(model, absl::StrCat(t.trainc_name, " is ", ops::ShapeText(it->second),
+                                          ", Llama's is ", ops::ShapeText(t.shape)));
+    }
+  }
+  for (const auto& [name, shape] : params) {
+    if (!expected.count(name)) return NotLlama(model, "an extra parameter " + name);
+  }
+  return l;
+}
+
+std::string LlamaConfigJson(const LlamaLayout& l) {
+  return absl::StrFormat(
+      "{\n"
+      "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+      "  \"model_type\": \"llama\",\n"
+      "  \"vocab_size\": %d,\n"
+      "  \"hidden_size\": %d,\n"
+      "  \"intermediate_size\": %d,\n"
+      "  \"num_hidden_layers\": %d,\n"
+      "  \"num_attention_heads\": %d,\n"
+      "  \"num_key_value_heads\": %d,\n"
+      "  \"head_dim\": %d,\n"
+      "  \"max_position_embeddings\": %d,\n"
+      "  \"hidden_act\": \"silu\",\n"
+      "  \"rms_norm_eps\": %.17g,\n"
+      "  \"rope_theta\": %.17g,\n"
+      "  \"rope_scaling\": null,\n"
+      "  \"attention_bias\": false,\n"
+      "  \"attention_dropout\": 0.0,\n"
+      "  \"tie_word_embeddings\": false,\n"
+      "  \"initializer_range\": 0.02,\n"
+      "  \"use_cache\": true,\n"
+      "  \"torch_dtype\": \"float32\"\n"
+      "}\n",
+      l.vocab, l.width, l.intermediate, l.layers, l.heads, l.kv_heads, l.head_dim, l.positions,
+      l.rms_norm_eps, l.rope_theta);
+}
+
+}  // namespace trainc::hf
