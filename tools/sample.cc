@@ -8,8 +8,10 @@
 // forward pass once per new token on the CPU. The model must read i32
 // tokens [T] and compute cross_entropy over logits [T, V]; the context is
 // the last T tokens, left-aligned (causal attention makes the padding after
-// them invisible to the last position). With a byte-level model (vocab 256,
-// text() data) the output is text; otherwise token ids.
+// them invisible to the last position). A model trained on
+// text(..., tokenizer = "m.model") reads its prompt and writes its output
+// through that SentencePiece model; a byte-level one (vocab 256, text()
+// data) as bytes; any other as token ids.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -29,6 +31,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/data/sampler.h"
+#include "runtime/data/tokenizer.h"
 #include "tools/cli/option_parser.h"
 #include "runtime/device/device.h"
 #include "runtime/exec/batch_source.h"
@@ -195,10 +198,23 @@ absl::Status Run(const Args& args) {
   RETURN_IF_ERROR(LoadCheckpoint(args.checkpoint, plan, device, &state,
                                  /*weights_only=*/true));
 
-  const bool bytes = vocab == 256;
+  // A model trained on text(..., tokenizer = M) reads and writes text
+  // through M; a byte-level one (vocab 256) bytes; any other token ids.
+  std::optional<Tokenizer> tokenizer;
+  if (!plan.data.tokenizer.empty()) {
+    ASSIGN_OR_RETURN(tokenizer, Tokenizer::Load(plan.data.tokenizer));
+    if (tokenizer->vocab() > vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          plan.data.tokenizer, " has ", tokenizer->vocab(), " pieces, more than the model's ",
+          vocab, " logits"));
+    }
+  }
+  const bool bytes = !tokenizer && vocab == 256;
   ContextSource source(*tokens, labels);
   std::vector<int32_t> all;
-  if (bytes) {
+  if (tokenizer) {
+    ASSIGN_OR_RETURN(all, tokenizer->Encode(args.prompt));
+  } else if (bytes) {
     for (unsigned char c : args.prompt) all.push_back(c);
   } else {
     // Token ids, space separated.
@@ -218,8 +234,21 @@ absl::Status Run(const Args& args) {
       pos = end + 1;
     }
   }
-  if (all.empty()) all.push_back(bytes ? '\n' : 0);
-  std::cout << (bytes ? args.prompt : "") << std::flush;
+  if (all.empty()) {
+    if (tokenizer) {
+      ASSIGN_OR_RETURN(all, tokenizer->Encode("\n"));
+    }
+    if (all.empty()) all.push_back(bytes ? '\n' : 0);
+  }
+  // Under a tokenizer, the text decoded so far: each new token prints what
+  // it adds to it.
+  std::string shown;
+  if (tokenizer) {
+    ASSIGN_OR_RETURN(shown, tokenizer->Decode(all));
+    std::cout << shown << std::flush;
+  } else {
+    std::cout << (bytes ? args.prompt : "") << std::flush;
+  }
 
   SplitMix64 rng(static_cast<uint64_t>(args.seed) * 0x9E3779B97F4A7C15ull + 1);
   std::vector<float> row(vocab);
@@ -231,7 +260,11 @@ absl::Status Run(const Args& args) {
     RETURN_IF_ERROR(DownloadFloats(device, *logits, (n - 1) * vocab, vocab, row.data()));
     const int32_t next = SampleToken(row.data(), vocab, args, rng);
     all.push_back(next);
-    if (bytes) {
+    if (tokenizer) {
+      ASSIGN_OR_RETURN(const std::string text, tokenizer->Decode(all));
+      if (text.size() > shown.size()) std::cout << text.substr(shown.size()) << std::flush;
+      shown = text;
+    } else if (bytes) {
       std::cout << static_cast<char>(next) << std::flush;
     } else {
       std::cout << next << ' ' << std::flush;

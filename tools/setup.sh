@@ -15,6 +15,7 @@ PACKAGES=(
   redis-server             # the Redis rendezvous test
   libopenblas-dev          # CPU matrix products
   libdnnl-dev              # oneDNN: CPU convolution and pooling
+  libsentencepiece-dev sentencepiece  # subword tokenizers for text data (spm_train makes models)
   zlib1g-dev               # gzip datasets
   nlohmann-json3-dev       # JSON: checkpoint and trace headers, metrics
   libisal-dev              # CRC-32C of TensorBoard event files (no libcrc32c-dev in Debian 12)

@@ -1,5 +1,7 @@
 #include "compiler/frontend/data_checker.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <glob.h>
 #include <sys/stat.h>
@@ -251,7 +253,29 @@ std::string NothingToTrainOn(const std::vector<std::string>& paths, bool text,
                                    "then its tokens)");
 }
 
-// text(paths..., split = "A:B") / tokens(paths..., split = "A:B").
+// tokenizer = "file.model": a SentencePiece model, resolved against the
+// .train file's directory; readable when the data is read.
+bool CheckTokenizer(const ast::Expr& arg, const std::string& base_dir, bool read_files,
+                    DatasetSpec* dataset, DiagnosticSink& sink) {
+  if (arg.kind != ast::Expr::Kind::kString) {
+    sink.Error(arg.span,
+               absl::StrCat("tokenizer must be a SentencePiece model's path (a string), got ",
+                            DescribeExpr(arg)),
+               "e.g. text(\"corpus/*.txt\", tokenizer = \"spm.model\")");
+    return false;
+  }
+  dataset->tokenizer = ResolvePath(base_dir, arg.text);
+  if (!read_files) return true;
+  if (const std::string reason = NotARegularFile(dataset->tokenizer); !reason.empty()) {
+    sink.Error(arg.span, absl::StrCat("cannot read tokenizer '", arg.text, "': ", reason),
+               RelativePathHint(arg.text, dataset->tokenizer));
+    return false;
+  }
+  return true;
+}
+
+// text(paths..., split = "A:B"[, tokenizer = "file.model"]) /
+// tokens(paths..., split = "A:B").
 // `format`: kText or kTokens, `expr`'s name.
 std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr, DataFormat format,
                                             const std::string& base_dir, bool read_files,
@@ -261,23 +285,30 @@ std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr, DataFormat fo
   DatasetSpec dataset;
   dataset.format = format;
   bool ok = true;
-  bool has_split = false;
+  bool has_split = false, has_tokenizer = false;
   int positional = 0;
+  // text(...) also takes tokenizer = "file.model" (a SentencePiece model).
+  const std::vector<std::string> named =
+      text ? std::vector<std::string>{"split", "tokenizer"} : std::vector<std::string>{"split"};
   for (size_t i = 0; i < expr.args.size(); ++i) {
     const ast::Expr& arg = expr.args[i];
     const std::string& name = expr.arg_names[i];
     if (!name.empty()) {
-      if (name != "split") {
+      bool& seen = name == "tokenizer" ? has_tokenizer : has_split;
+      if (std::find(named.begin(), named.end(), name) == named.end()) {
         sink.Error(expr.arg_name_spans[i],
                    absl::StrCat("unknown argument '", name, "' to ", EnumName(format)),
-                   SuggestionHint(name, {"split"}, "arguments"));
+                   SuggestionHint(name, named, "arguments"));
         ok = false;
-      } else if (has_split) {
-        sink.Error(expr.arg_name_spans[i], "split is given twice");
+      } else if (seen) {
+        sink.Error(expr.arg_name_spans[i], absl::StrCat(name, " is given twice"));
         ok = false;
-      } else {
-        has_split = true;
+      } else if (name == "split") {
+        seen = true;
         ok &= CheckSplit(arg, &dataset, sink);
+      } else {
+        seen = true;
+        ok &= CheckTokenizer(arg, base_dir, read_files, &dataset, sink);
       }
       continue;
     }
@@ -455,6 +486,13 @@ std::optional<DataSpec> CheckData(const ast::Block& block,
                    absl::StrCat("eval is ", EnumName(dataset->format), "(...) but train is ",
                                 EnumName(data.train.format), "(...)"),
                    "both sets must have the same format");
+      }
+      if (dataset->tokenizer != data.train.tokenizer) {
+        sink.Error(it->second.expr->name_span,
+                   dataset->tokenizer.empty()
+                       ? "eval has no tokenizer but train has one"
+                       : "eval's tokenizer is not train's",
+                   "both sets must be tokenized alike (one vocabulary)");
       }
       data.eval = *dataset;
     }

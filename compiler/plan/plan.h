@@ -210,6 +210,9 @@ struct DataConfig {
   std::vector<std::string> eval_paths;
   TokenSplit train_split;  // text / tokens only
   TokenSplit eval_split;   // text / tokens only
+  // text only: a SentencePiece model encoding each set's split of bytes
+  // (both sets alike); empty: one token per byte.
+  std::string tokenizer;
   // > 0: every token id must be < token_vocab (the model's vocabulary);
   // loading fails on the first that is not.
   int64_t token_vocab = 0;

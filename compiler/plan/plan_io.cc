@@ -418,6 +418,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("eval_split")) {
       ASSIGN_OR_RETURN(plan.data.eval_split, f.Split("eval_split"));
     }
+    if (r.fields.count("tokenizer")) {  // text with a SentencePiece model
+      ASSIGN_OR_RETURN(plan.data.tokenizer, f.Str("tokenizer"));
+    }
     if (r.fields.count("token_vocab")) {
       ASSIGN_OR_RETURN(plan.data.token_vocab, f.Int("token_vocab"));
       if (plan.data.token_vocab < 0) {
@@ -607,6 +610,9 @@ std::string PlanToText(const Plan& plan) {
   }
   if (plan.data.token_vocab != 0) {
     absl::StrAppend(&out, " token_vocab=", plan.data.token_vocab);
+  }
+  if (!plan.data.tokenizer.empty()) {
+    absl::StrAppend(&out, " tokenizer=", Quote(plan.data.tokenizer));
   }
   absl::StrAppend(&out, "\n");
   for (const std::string& p : plan.data.train_paths) {

@@ -137,6 +137,7 @@ class PlanBuilder {
     plan_.schedule.total_steps = t.steps;  // with epochs: known once the data is
     plan_.data.format = spec_.data.train.format;
     plan_.data.train_paths = spec_.data.train.paths;
+    plan_.data.tokenizer = spec_.data.train.tokenizer;
     plan_.data.eval_paths = spec_.data.eval.paths;
     plan_.data.train_split = {spec_.data.train.split_begin, spec_.data.train.split_end};
     plan_.data.eval_split = {spec_.data.eval.split_begin, spec_.data.eval.split_end};

@@ -108,6 +108,9 @@ struct DatasetSpec {
   // of the stream's n tokens; 0 <= split_begin < split_end <= 1.
   double split_begin = 0.0;
   double split_end = 1.0;
+  // text only: a SentencePiece model (absolute path) that turns the split's
+  // bytes into token ids; empty: each byte is a token.
+  std::string tokenizer;
 };
 
 struct DataSpec {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/data/idx.h"
+#include "runtime/data/tokenizer.h"
 #include "runtime/data/tokens.h"
 
 namespace trainc {
@@ -28,7 +29,7 @@ absl::StatusOr<Dataset> LoadFromConfig(const DataConfig& config,
           ") needs the window length: the model's token input width"));
     }
     return LoadTokenDataset(config.format, paths, split, context,
-                            config.token_vocab, which);
+                            config.token_vocab, which, config.tokenizer);
   }
   if (config.format != DataFormat::kIdx) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -84,24 +85,55 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
   return Dataset(std::move(images), scale, std::move(classes));
 }
 
-Dataset Dataset::TokenWindows(std::vector<int32_t> tokens, int64_t context) {
+Dataset Dataset::TokenWindows(std::vector<int32_t> tokens, int64_t context,
+                              double bytes_per_token) {
   Dataset d;
   d.context_ = context;
   d.tokens_ = std::move(tokens);
+  d.bytes_per_token_ = bytes_per_token;
   return d;
 }
+
+namespace {
+
+// The split's bytes (one token each) encoded by the tokenizer at `path`;
+// every id must be < vocab (the model's) when vocab > 0.
+absl::StatusOr<std::vector<int32_t>> Tokenize(const std::vector<int32_t>& bytes,
+                                              const std::string& path, int64_t vocab) {
+  ASSIGN_OR_RETURN(const Tokenizer tokenizer, Tokenizer::Load(path));
+  if (vocab > 0 && tokenizer.vocab() > vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " has ", tokenizer.vocab(), " pieces but the model's vocabulary is ", vocab,
+        ": make the embedding (and the output layer) at least ", tokenizer.vocab(), " wide"));
+  }
+  std::string text(bytes.size(), '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) text[i] = static_cast<char>(bytes[i]);
+  return tokenizer.Encode(text);
+}
+
+}  // namespace
 
 absl::StatusOr<Dataset> LoadTokenDataset(DataFormat format,
                                          const std::vector<std::string>& paths,
                                          TokenSplit split, int64_t context,
                                          int64_t vocab,
-                                         const std::string& which) {
+                                         const std::string& which,
+                                         const std::string& tokenizer) {
   if (context <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("token windows need a positive length, got ", context));
   }
   ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
-                   ReadTokenStream(format, paths, split, vocab));
+                   ReadTokenStream(format, paths, split, tokenizer.empty() ? vocab : 0));
+  double bytes_per_token = format == DataFormat::kText ? 1.0 : 0.0;
+  if (!tokenizer.empty()) {
+    if (format != DataFormat::kText) {
+      return absl::InvalidArgumentError("a tokenizer encodes text(...) data only");
+    }
+    const double bytes = static_cast<double>(tokens.size());
+    ASSIGN_OR_RETURN(tokens, Tokenize(tokens, tokenizer, vocab));
+    bytes_per_token = tokens.empty() ? 0.0 : bytes / static_cast<double>(tokens.size());
+  }
   if (static_cast<int64_t>(tokens.size()) < context + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", which, " set (", EnumName(format), ", ",
@@ -111,7 +143,7 @@ absl::StatusOr<Dataset> LoadTokenDataset(DataFormat format,
         " tokens, fewer than one window of ", context + 1, " (", context,
         " input tokens and the next one)"));
   }
-  return Dataset::TokenWindows(std::move(tokens), context);
+  return Dataset::TokenWindows(std::move(tokens), context, bytes_per_token);
 }
 
 absl::StatusOr<Dataset> LoadTrainDataset(const DataConfig& config,

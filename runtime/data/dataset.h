@@ -40,7 +40,10 @@ class Dataset {
   // Token windows of `context` (T > 0) + 1 tokens over `tokens`:
   // size() = (tokens.size() - 1) / T, the tokens after the last whole
   // window unused.
-  static Dataset TokenWindows(std::vector<int32_t> tokens, int64_t context);
+  // bytes_per_token: the text bytes per token of the stream (1 for bytes,
+  // the ratio for tokenized text, 0 when unknown: llm.c shards).
+  static Dataset TokenWindows(std::vector<int32_t> tokens, int64_t context,
+                              double bytes_per_token = 1.0);
 
   bool is_token_windows() const { return context_ > 0; }
 
@@ -67,6 +70,8 @@ class Dataset {
     return {tokens_.data() + i * context_, static_cast<size_t>(context_ + 1)};
   }
   int64_t token_count() const { return static_cast<int64_t>(tokens_.size()); }
+  // Bits per byte are nats per token / ln 2 / this (0: unknown).
+  double bytes_per_token() const { return bytes_per_token_; }
 
  private:
   Dataset() = default;
@@ -77,6 +82,7 @@ class Dataset {
   double scale_ = 1.0;
   std::vector<int32_t> labels_;
   int64_t context_ = 0;  // 0: labelled examples
+  double bytes_per_token_ = 0;
   std::vector<int32_t> tokens_;
 };
 
@@ -89,12 +95,14 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
 // A text / tokens source (see tokens.h) sliced by `split`, as windows of
 // `context` + 1 tokens; with vocab > 0 every token must be < vocab. Fails
 // when the slice holds less than one window. `which` names the set in
-// errors ("training").
+// errors ("training"). With a `tokenizer` (text only: a SentencePiece
+// model's path) the slice's bytes are encoded into its token ids.
 absl::StatusOr<Dataset> LoadTokenDataset(DataFormat format,
                                          const std::vector<std::string>& paths,
                                          TokenSplit split, int64_t context,
                                          int64_t vocab,
-                                         const std::string& which = "token");
+                                         const std::string& which = "token",
+                                         const std::string& tokenizer = "");
 
 // The plan's training / evaluation sets: idx (train_paths / eval_paths:
 // images then labels) or text / tokens, windows of `context` tokens (which

@@ -531,6 +531,7 @@ class Trainer {
   // and recorded.
   absl::Status EvaluateAt(const StepInfo& step);
   void LogEvaluation(const StepInfo& step);
+  double EvalBitsPerByte() const;
 
   // --- Checkpoint.
   // The training state after `step`: what a checkpoint written then holds.
@@ -1020,11 +1021,20 @@ absl::Status Trainer::EvaluateAt(const StepInfo& step) {
             {language_model ? "tokens" : "examples", last_eval_.examples}};
   r.scalars = {{"loss", last_eval_.loss}};
   if (eval_head_.classification) r.scalars.emplace_back("accuracy", last_eval_.accuracy);
-  if (language_model && plan_.data.format == DataFormat::kText) {
-    r.scalars.emplace_back("bits_per_byte", last_eval_.loss / std::log(2.0));
+  if (language_model && EvalBitsPerByte() > 0) {
+    r.scalars.emplace_back("bits_per_byte", EvalBitsPerByte());
   }
   WriteMetrics(*metrics_, log_, r);
   return absl::OkStatus();
+}
+
+// Bits per byte of text of the last evaluation: nats per token / ln 2 over
+// the eval text's bytes per token (1 for bytes; the whole eval stream's
+// ratio under a tokenizer); 0 when unknown (llm.c shards).
+double Trainer::EvalBitsPerByte() const {
+  const double bytes_per_token = eval_data_ ? eval_data_->bytes_per_token() : 0.0;
+  if (bytes_per_token <= 0) return 0;
+  return last_eval_.loss / std::log(2.0) / bytes_per_token;
 }
 
 void Trainer::LogEvaluation(const StepInfo& step) {
@@ -1034,14 +1044,12 @@ void Trainer::LogEvaluation(const StepInfo& step) {
           ? absl::StrCat("epoch ", step.epoch + 1)
           : absl::StrCat("step ", step.number, " (epoch ", step.epoch + 1, ")");
   if (eval_head_.classification && eval_head_.rows_per_example > 1) {
-    // A language model: the loss is per token; on bytes it is also bits
-    // per byte (nats / ln 2).
+    // A language model: the loss is per token; on text it is also bits
+    // per byte, comparable across tokenizers.
     log_ << absl::StrFormat(
         "%seval %s | loss %.4f%s | next-token accuracy %.2f%% (%d tokens)\n",
         LineStart(), when, last_eval_.loss,
-        plan_.data.format == DataFormat::kText
-            ? absl::StrFormat(" | %.3f bits/byte", last_eval_.loss / std::log(2.0))
-            : "",
+        EvalBitsPerByte() > 0 ? absl::StrFormat(" | %.3f bits/byte", EvalBitsPerByte()) : "",
         100 * last_eval_.accuracy, last_eval_.examples);
   } else if (eval_head_.classification) {
     log_ << absl::StrFormat("%seval %s | loss %.4f | accuracy %.2f%% (%d examples)\n",

@@ -121,8 +121,13 @@ constexpr ModelConfig kWide = {"wide", "dsl_examples/wide_mlp.train", 256, 10,
 constexpr ModelConfig kGpt1024 = {
     "gpt1024", "dsl_examples/tiny_gpt.train", 2, 256, true, "torch_gpt_",
     "tiny_gpt with --ctx 1024", 1024};
+// dsl_examples/llama_tiny.train (6 x 256, GQA, RoPE, SwiGLU, RMSNorm).
+constexpr ModelConfig kLlama = {
+    "llama", "dsl_examples/llama_tiny.train", 32, 256, true, "torch_llama_",
+    "6 layers x 256, 8 heads over 2 kv heads, rope, swiglu 688, rmsnorm, ctx 64, "
+    "untied head, adamw 2e-3"};
 // Measured first, so this process's peak RSS after it is its own.
-constexpr const ModelConfig* kModels[] = {&kGpt1024, &kMlp, &kGpt, &kCnn, &kWide};
+constexpr const ModelConfig* kModels[] = {&kGpt1024, &kMlp, &kGpt, &kLlama, &kCnn, &kWide};
 
 const ModelConfig* FindModel(const std::string& key) {
   for (const ModelConfig* m : kModels) {
@@ -162,7 +167,7 @@ OptionParser MakeParser(Args* args) {
     return [out](const std::string& v) -> absl::Status {
       if (FindModel(v) == nullptr) {
         return absl::InvalidArgumentError(
-            absl::StrCat("mlp, gpt, gpt1024, cnn or wide, not ", v));
+            absl::StrCat("mlp, gpt, gpt1024, llama, cnn or wide, not ", v));
       }
       *out = v;
       return absl::OkStatus();
@@ -185,6 +190,8 @@ OptionParser MakeParser(Args* args) {
           "       batch 256 images;\n"
           "  wide wide_mlp.train (784-1024-1024-1024-10, AdamW: 4.5 GFLOP per step,\n"
           "       11.6 MB of gradients), global batch 256; no PyTorch reference;\n"
+          "  llama llama_tiny.train (6 layers x 256, grouped-query attention, RoPE,\n"
+          "       SwiGLU), global batch 32 x 64 tokens;\n"
           "  gpt1024 tiny_gpt.train at context 1024, 2 sequences, one rank: ms/step\n"
           "       and peak RSS beside PyTorch's materialized attention.\n"
           "Where Open MPI's mpirun is installed, the mlp, gpt and wide models also\n"
@@ -206,7 +213,7 @@ OptionParser MakeParser(Args* args) {
              positive(&args->wide_steps))
       .Value({"--wide-warmup"}, "N", "untimed wide-MLP steps first (default 3)",
              positive(&args->wide_warmup))
-      .Value({"--only"}, "M", "only the model M (mlp, gpt, gpt1024, cnn or wide)",
+      .Value({"--only"}, "M", "only the model M (mlp, gpt, gpt1024, llama, cnn or wide)",
              model(&args->only))
       .Switch({"--no-torch"}, "do not run the PyTorch reference", [args] { args->torch = false; })
       // What RunTwoRanks passes its workers; not for people.
@@ -275,11 +282,13 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
 // Untimed and timed steps for `model`.
 int WarmupFor(const ModelConfig& model, const Args& args) {
   if (&model == &kWide) return args.wide_warmup;
+  if (&model == &kLlama) return args.gpt_warmup;
   if (&model == &kGpt1024) return 2;
   return &model == &kGpt ? args.gpt_warmup : &model == &kCnn ? args.cnn_warmup : args.warmup;
 }
 int StepsFor(const ModelConfig& model, const Args& args) {
   if (&model == &kWide) return args.wide_steps;
+  if (&model == &kLlama) return std::max(5, args.gpt_steps / 2);
   if (&model == &kGpt1024) return std::max(3, args.gpt_steps / 4);
   return &model == &kGpt ? args.gpt_steps : &model == &kCnn ? args.cnn_steps : args.steps;
 }
@@ -762,7 +771,7 @@ int Main(const Args& args) {
     return RunWorker(**rank, args);
   }
 
-  std::optional<ModelResult> mlp, gpt, cnn, wide, gpt1024;
+  std::optional<ModelResult> mlp, gpt, cnn, wide, gpt1024, llama;
   for (const ModelConfig* model : kModels) {
     if (!args.only.empty() && args.only != model->key) continue;
     absl::StatusOr<ModelResult> r = MeasureModel(*model, args);
@@ -773,6 +782,7 @@ int Main(const Args& args) {
     }
     (model == &kMlp      ? mlp
      : model == &kGpt    ? gpt
+     : model == &kLlama  ? llama
      : model == &kCnn    ? cnn
      : model == &kWide   ? wide
                          : gpt1024) = *std::move(r);
@@ -784,6 +794,7 @@ int Main(const Args& args) {
       sysconf(_SC_NPROCESSORS_ONLN));
   if (mlp) PrintSection(kMlp, *mlp, args.warmup, args.steps);
   if (gpt) PrintSection(kGpt, *gpt, args.gpt_warmup, args.gpt_steps);
+  if (llama) PrintSection(kLlama, *llama, args.gpt_warmup, args.gpt_steps);
   if (cnn) PrintSection(kCnn, *cnn, args.cnn_warmup, args.cnn_steps);
   if (wide) PrintSection(kWide, *wide, args.wide_warmup, args.wide_steps);
   if (gpt1024) {
@@ -824,6 +835,10 @@ int Main(const Args& args) {
         wide->one, wide->overlap.ms, wide->one / wide->overlap.ms, best,
         wide->one / best, wide->one / best >= 1.7 ? "met" : "NOT met"));
   }
+  if (llama) {
+    summary.push_back(absl::StrFormat("llama 1 rank %.1f ms/step (%s); 2 ranks %.1f ms/step",
+                                      llama->one, VsTorch(*llama), llama->overlap.ms));
+  }
   if (gpt1024) {
     summary.push_back(absl::StrFormat(
         "tiny gpt at context 1024, 1 rank %.1f ms/step, peak RSS %.0f MiB (PyTorch eager: "
@@ -833,7 +848,7 @@ int Main(const Args& args) {
   }
   // Why PyTorch figures are missing, once per distinct reason.
   std::vector<std::string> why;
-  for (const std::optional<ModelResult>* r : {&mlp, &gpt, &cnn, &wide, &gpt1024}) {
+  for (const std::optional<ModelResult>* r : {&mlp, &gpt, &llama, &cnn, &wide, &gpt1024}) {
     if (*r && !(*r)->torch_why.empty() &&
         std::find(why.begin(), why.end(), (*r)->torch_why) == why.end()) {
       why.push_back((*r)->torch_why);

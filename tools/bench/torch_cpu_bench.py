@@ -13,6 +13,11 @@ Times one optimizer step of one of cpu_bench's models:
                embedding; AdamW(lr 1e-3, betas (0.9, 0.95), weight decay 0.1
                on 2-D parameters only); global batch 32 sequences of random
                token ids in [0, 256), inputs and targets;
+  --model llama  dsl_examples/llama_tiny.train in stock nn layers: 6
+               layers x 256, RMSNorm, RoPE (rotate_half), 8 query heads over
+               2 key/value heads of 32 (repeat_interleave), SwiGLU 688, no
+               biases, untied head; AdamW(2e-3, betas (0.9, 0.95), weight
+               decay 0.1 on matrices); global batch 32 sequences of 64;
   --model cnn  the CNN example (dsl_examples/fashion_cnn.train): conv 32
                3x3 pad 1, ReLU, max-pool 2, conv 64 3x3 pad 1, ReLU,
                max-pool 2, flatten, linear 256, ReLU, dropout 0.3, linear
@@ -131,6 +136,76 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
 
 
+# dsl_examples/llama_tiny.train's shape, in stock nn layers.
+L_WIDTH, L_HEADS, L_KV, L_HEAD, L_HIDDEN, L_LAYERS = 256, 8, 2, 32, 688, 6
+
+
+class RMSNorm(nn.Module):  # torch 1.13 has no nn.RMSNorm
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.input_layernorm = RMSNorm(L_WIDTH)
+        self.q_proj = nn.Linear(L_WIDTH, L_HEADS * L_HEAD, bias=False)
+        self.k_proj = nn.Linear(L_WIDTH, L_KV * L_HEAD, bias=False)
+        self.v_proj = nn.Linear(L_WIDTH, L_KV * L_HEAD, bias=False)
+        self.o_proj = nn.Linear(L_HEADS * L_HEAD, L_WIDTH, bias=False)
+        self.post_attention_layernorm = RMSNorm(L_WIDTH)
+        self.gate_proj = nn.Linear(L_WIDTH, L_HIDDEN, bias=False)
+        self.up_proj = nn.Linear(L_WIDTH, L_HIDDEN, bias=False)
+        self.down_proj = nn.Linear(L_HIDDEN, L_WIDTH, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.size()
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(B, T, L_HEADS, L_HEAD).transpose(1, 2)
+        k = self.k_proj(h).view(B, T, L_KV, L_HEAD).transpose(1, 2)
+        v = self.v_proj(h).view(B, T, L_KV, L_HEAD).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(L_HEADS // L_KV, dim=1)
+        v = v.repeat_interleave(L_HEADS // L_KV, dim=1)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(L_HEAD)
+        y = att.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        x = x + self.o_proj(y.transpose(1, 2).reshape(B, T, L_HEADS * L_HEAD))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(VOCAB, L_WIDTH)
+        self.layers = nn.ModuleList([LlamaBlock() for _ in range(L_LAYERS)])
+        self.norm = RMSNorm(L_WIDTH)
+        self.lm_head = nn.Linear(L_WIDTH, VOCAB, bias=False)
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, L_HEAD, 2).float() / L_HEAD))
+        freqs = torch.outer(torch.arange(CTX).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos())
+        self.register_buffer("sin", emb.sin())
+        self.register_buffer("mask", torch.triu(torch.ones(CTX, CTX, dtype=torch.bool), 1))
+
+    def forward(self, idx, targets):
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin, self.mask)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+
+
 class MlpLoss(nn.Module):
     def __init__(self):
         super().__init__()
@@ -156,11 +231,11 @@ class CnnLoss(nn.Module):
 
 
 def make_model(kind):
-    return {"gpt": GPT, "cnn": CnnLoss, "mlp": MlpLoss}[kind]()
+    return {"gpt": GPT, "llama": Llama, "cnn": CnnLoss, "mlp": MlpLoss}[kind]()
 
 
 def make_optimizer(kind, model):
-    if kind == "gpt":
+    if kind in ("gpt", "llama"):
         # Weight decay on matrices (weights, embeddings) only, as trainc and
         # nanoGPT do; the tied weight is one parameter.
         params = [p for p in model.parameters() if p.requires_grad]
@@ -169,7 +244,7 @@ def make_optimizer(kind, model):
         return torch.optim.AdamW(
             [{"params": decay, "weight_decay": 0.1},
              {"params": no_decay, "weight_decay": 0.0}],
-            lr=1e-3, betas=(0.9, 0.95))
+            lr=1e-3 if kind == "gpt" else 2e-3, betas=(0.9, 0.95))
     if kind == "cnn":
         params = list(model.parameters())
         return torch.optim.AdamW(
@@ -181,7 +256,7 @@ def make_optimizer(kind, model):
 
 def make_batch(kind, batch, seed):
     g = torch.Generator().manual_seed(seed)
-    if kind == "gpt":
+    if kind in ("gpt", "llama"):
         x = torch.randint(0, VOCAB, (batch, CTX), generator=g)
         y = torch.randint(0, VOCAB, (batch, CTX), generator=g)
     elif kind == "cnn":
@@ -243,7 +318,7 @@ def ddp(kind, batch, world, warmup, iters):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=("mlp", "gpt", "cnn"), default="mlp")
+    p.add_argument("--model", choices=("mlp", "gpt", "llama", "cnn"), default="mlp")
     p.add_argument("--batch", type=int, default=None,
                    help="global batch (default: 256 mlp, 32 gpt)")
     p.add_argument("--warmup", type=int, default=20)
@@ -256,10 +331,11 @@ def main():
     if a.ctx:
         global CTX
         CTX = a.ctx
-    batch = a.batch or (32 if a.model == "gpt" else 256)
-    # Rate: samples/s for the MLP, tokens/s for the GPT.
-    per_step = batch * (CTX if a.model == "gpt" else 1)
-    prefix = {"gpt": "torch_gpt_", "cnn": "torch_cnn_"}.get(a.model, "torch_")
+    batch = a.batch or (32 if a.model in ("gpt", "llama") else 256)
+    # Rate: samples/s for the MLP, tokens/s for the language models.
+    per_step = batch * (CTX if a.model in ("gpt", "llama") else 1)
+    prefix = {"gpt": "torch_gpt_", "llama": "torch_llama_",
+              "cnn": "torch_cnn_"}.get(a.model, "torch_")
     sec = eager(a.model, batch, a.warmup, a.iters)
     print(f"{prefix}eager_1rank {sec * 1e3:.3f} {per_step / sec:.0f}", flush=True)
     if a.ctx:
