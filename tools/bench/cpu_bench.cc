@@ -794,7 +794,7 @@ int Main(const Args& args) {
       sysconf(_SC_NPROCESSORS_ONLN));
   if (mlp) PrintSection(kMlp, *mlp, args.warmup, args.steps);
   if (gpt) PrintSection(kGpt, *gpt, args.gpt_warmup, args.gpt_steps);
-  if (llama) PrintSection(kLlama, *llama, args.gpt_warmup, args.gpt_steps);
+  if (llama) PrintSection(kLlama, *llama, WarmupFor(kLlama, args), StepsFor(kLlama, args));
   if (cnn) PrintSection(kCnn, *cnn, args.cnn_warmup, args.cnn_steps);
   if (wide) PrintSection(kWide, *wide, args.wide_warmup, args.wide_steps);
   if (gpt1024) {

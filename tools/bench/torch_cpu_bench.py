@@ -196,7 +196,8 @@ class Llama(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos())
         self.register_buffer("sin", emb.sin())
-        self.register_buffer("mask", torch.triu(torch.ones(CTX, CTX, dtype=torch.bool), 1))
+        # A plain attribute: DDP's buffer broadcast over Gloo refuses bool.
+        self.mask = torch.triu(torch.ones(CTX, CTX, dtype=torch.bool), 1)
 
     def forward(self, idx, targets):
         x = self.embed_tokens(idx)
