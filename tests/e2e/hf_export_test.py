@@ -241,6 +241,20 @@ class HfExportTest(unittest.TestCase):
             got = [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
         print(f"imported llama eval loss: trainc {got:.9f}, transformers (float64) {want:.9f}")
         self.assertLess(abs(got - want) / want, 1e-4)
+        # Imported, fine-tuned, exported: transformers scores what trainc scored.
+        tuned = os.path.join(self.dir, "tuned.safetensors")
+        metrics = os.path.join(self.dir, "tuned.jsonl")
+        e2e.train(model, "--device", "cpu", "--init-from", folder, "--save", tuned,
+                  "--metrics", metrics)
+        with open(metrics) as f:
+            tuned_loss = [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
+        back = os.path.join(self.dir, "tuned_hf")
+        proc = subprocess.run([EXPORT, model, tuned, back], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        again = self.hf_loss(back, eval_text)
+        print(f"fine-tuned llama eval loss: trainc {tuned_loss:.9f}, transformers {again:.9f}")
+        self.assertLess(abs(again - tuned_loss) / tuned_loss, 1e-4)
+        self.assertGreater(abs(tuned_loss - got) / got, 1e-3)  # training moved it
         # Another width: refused, naming the tensor and both shapes.
         wide = os.path.join(self.dir, "wide_llama")
         made = subprocess.run([HF_PYTHON, "-c", MAKE_LLAMA, wide, str(T), "128"],
