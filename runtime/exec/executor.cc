@@ -228,6 +228,7 @@ absl::Status Executor::Prepare() {
     RETURN_IF_ERROR(device_->Synchronize());
     zeros_ = reinterpret_cast<float*>(zeros);
   }
+  if (options_.position != nullptr) options_.position->SetLabels(plan_);
   prepared_ = true;
   return absl::OkStatus();
 }
@@ -374,6 +375,15 @@ absl::Status Executor::ReplayStep(BatchSource& batches) {
 
 absl::Status Executor::SubmitTraced(Stream stream, const Resolved& r,
                                     std::function<absl::Status()> work) {
+  if (PositionBoard* board = options_.position; board != nullptr && stream == Stream::kComm) {
+    // A collective is a few per step: wrapping it costs one allocation.
+    work = [board, id = r.instr->id, inner = std::move(work)] {
+      board->CommBegin(id);
+      absl::Status status = inner();
+      board->CommEnd();
+      return status;
+    };
+  }
   Tracer* tracer = tracer_;
   if (tracer == nullptr) return device_->Submit(stream, std::move(work));
   const TraceSpan base{r.instr->id, state_.step, r.micro, stream, 0, 0};
@@ -394,6 +404,9 @@ absl::Status Executor::Issue(const Resolved& r, BatchSource& batches, bool wait)
   const Instruction& instr = *r.instr;
   for (int e : instr.wait_events) {
     if (wait) RETURN_IF_ERROR(device_->WaitEvent(instr.stream, e));
+  }
+  if (options_.position != nullptr && instr.stream == Stream::kCompute) {
+    options_.position->Compute(state_.step, instr.id);
   }
   switch (r.kind) {
     case Resolved::kLoadBatch: {

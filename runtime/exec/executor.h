@@ -46,6 +46,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/device/device.h"
 #include "runtime/exec/batch_source.h"
+#include "runtime/position/position.h"
 #include "runtime/trace/tracer.h"
 
 namespace trainc {
@@ -60,6 +61,11 @@ struct ExecutorOptions {
   // it (see the header comment). Steps with a tracer set always run eagerly,
   // since a replay has no per-instruction times.
   bool capture = true;
+  // Where each instruction is published as it is issued (runtime/position):
+  // compute instructions when issued, collectives while they run. Steps
+  // replayed as one CUDA graph publish their step only. Not owned; may be
+  // null.
+  PositionBoard* position = nullptr;
 };
 
 // What became of step capture (Executor::capture()).

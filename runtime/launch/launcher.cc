@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/launch/heartbeat.h"
+#include "runtime/position/position.h"
 #include "runtime/launch/rank_env.h"
 
 extern char** environ;
@@ -133,7 +135,8 @@ bool Drain(int* fd, OutputStream* stream) {
 
 // The environment of a worker: ours, minus what we set, plus its rank.
 std::vector<std::string> WorkerEnvironment(int rank, int world,
-                                           const std::string& rendezvous) {
+                                           const std::string& rendezvous,
+                                           const std::string& positions) {
   const std::vector<std::pair<std::string, std::string>> ours = {
       {"RANK", absl::StrCat(rank)},
       {"WORLD_SIZE", absl::StrCat(world)},
@@ -142,6 +145,7 @@ std::vector<std::string> WorkerEnvironment(int rank, int world,
       {kRendezvousDirEnv, rendezvous},
       {kLocalLauncherEnv, "local"},
       {kHeartbeatFdEnv, absl::StrCat(kWorkerHeartbeatFd)},
+      {kPositionDirEnv, positions},
   };
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -268,6 +272,12 @@ class Job {
                                      base));
     }
     rendezvous_ = dir;
+    // Where each rank publishes its position (runtime/position), for the
+    // table a failure prints.
+    positions_ = dir + "/positions";
+    if (::mkdir(positions_.c_str(), 0700) != 0) {
+      return ErrnoError(absl::StrCat("cannot create ", positions_));
+    }
 
     std::vector<std::string> args = argv;
     std::vector<char*> c_args = CStrings(args);
@@ -291,7 +301,7 @@ class Job {
       w.err = {err[0], options_.stderr_fd, w.out.prefix, ""};
       w.heartbeat_fd = beat[0];
       std::vector<std::string> env =
-          WorkerEnvironment(rank, n, rendezvous_);
+          WorkerEnvironment(rank, n, rendezvous_, positions_);
       std::vector<char*> c_env = CStrings(env);
 
       const pid_t launcher = ::getpid();
@@ -363,6 +373,10 @@ class Job {
           "); every rank stopped at the same step"));
     }
     if (absl::IsCancelled(failure_)) g_job_stop_signal = g_stop_signal;
+    if (!failure_.ok() && !absl::IsCancelled(failure_) && !positions_table_.empty()) {
+      return absl::Status(failure_.code(),
+                          absl::StrCat(failure_.message(), "\n", positions_table_));
+    }
     return failure_;
   }
 
@@ -461,9 +475,10 @@ class Job {
     for (Worker& w : workers_) {
       if (w.running && w.armed &&
           now - w.last_beat > options_.heartbeat_timeout) {
-        Fail(w, absl::StrCat("sent no heartbeat for ",
-                             absl::FormatDuration(now - w.last_beat),
-                             " (hung?)"));
+        Fail(w,
+             absl::StrCat("sent no heartbeat for ", absl::FormatDuration(now - w.last_beat),
+                          " (hung?)"),
+             /*silent=*/true);
       }
     }
   }
@@ -518,10 +533,14 @@ class Job {
 
   // The first failure stops the job and is the one reported; the ranks
   // that die of our SIGTERM after it are not news.
-  void Fail(const Worker& w, const std::string& what) {
+  void Fail(const Worker& w, const std::string& what, bool silent = false) {
     if (stopping_) return;
     first_failure_ = absl::Now();
     blamed_ = static_cast<int>(&w - workers_.data());
+    // Where every rank was when the job broke, before they are stopped; a
+    // silent rank is the one behind.
+    positions_table_ = PositionTable(positions_, static_cast<int>(workers_.size()),
+                                     silent ? w.rank : -1);
     const int others = running_ - (w.running ? 1 : 0);
     failure_ = absl::AbortedError(absl::StrCat(
         "rank ", w.rank, " ", what, "; stopping the other ", others,
@@ -542,6 +561,8 @@ class Job {
   const LaunchOptions& options_;
   std::vector<Worker> workers_;
   std::string rendezvous_;
+  std::string positions_;        // rendezvous_/positions
+  std::string positions_table_;  // PositionTable at the first failure
   int blamed_ = -1;  // index of the first worker to fail
   int running_ = 0;
   bool stopping_ = false;

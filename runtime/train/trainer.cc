@@ -43,6 +43,7 @@
 #include "runtime/trace/tracer.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/handshake.h"
+#include "runtime/position/position.h"
 #include "runtime/train/watchdog.h"
 #include "runtime/train/overlap.h"
 #include "runtime/train/schedule.h"
@@ -531,6 +532,7 @@ class Trainer {
   // and recorded.
   absl::Status EvaluateAt(const StepInfo& step);
   void LogEvaluation(const StepInfo& step);
+  void RecordStop(const absl::Status& why, int64_t step);
   double EvalBitsPerByte() const;
 
   // --- Checkpoint.
@@ -579,6 +581,7 @@ class Trainer {
   // communicator (the device is idle then).
   Sharding zero_sharding_;
   const Sharding* sharding_ = nullptr;  // &zero_sharding_ under ZeRO-1
+  std::unique_ptr<PositionBoard> position_;  // where this rank is (the launcher reads it)
   std::unique_ptr<Executor> executor_;
 
   // Set up by SetUpData.
@@ -643,9 +646,24 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   stop_signals_.emplace();
   RETURN_IF_ERROR(StartRun());
   for (int64_t step = first_step_; step <= total_steps_; ++step) {
-    RETURN_IF_ERROR(TrainStep(step));
+    if (absl::Status s = TrainStep(step); !s.ok()) {
+      RecordStop(s, step);
+      return s;
+    }
   }
+  position_->Stage(RankStage::kDone, total_steps_);
   return Finish();
+}
+
+// A run that stops on an error leaves, in the metrics log, where this rank
+// was (tools/viz and people read it after the fact).
+void Trainer::RecordStop(const absl::Status& why, int64_t step) {
+  if (!metrics_) return;
+  MetricsRecord r{"stopped", step, UnixSeconds()};
+  r.info = {{"rank", int64_t{rank_.rank}},
+            {"where", position_->Where()},
+            {"error", std::string(why.message())}};
+  WriteMetrics(*metrics_, log_, r);
 }
 
 // --- Set-up.
@@ -677,9 +695,11 @@ absl::Status Trainer::SetUpDevice() {
   };
   sharding_ = plan_.zero > 0 ? &zero_sharding_ : nullptr;
 
+  ASSIGN_OR_RETURN(position_, PositionBoard::ForRank(rank_.rank));
   ExecutorOptions exec_options;
   exec_options.overlap = options_.overlap;
   exec_options.capture = options_.graph;
+  exec_options.position = position_.get();
   executor_ = std::make_unique<Executor>(plan_, device_.get(), &grad_comm, nullptr,
                                          exec_options);
   return executor_->Prepare();
@@ -752,7 +772,8 @@ absl::Status Trainer::StartRun() {
   trace_end_ = trace_begin_ + std::max<int64_t>(1, options_.trace_steps);
   pulse_.emplace(Heartbeat::FromEnvironment());
   if (options_.watchdog_seconds > 0 && options_.on_stall) {
-    watchdog_.emplace(absl::Seconds(options_.watchdog_seconds), rank_.rank, options_.on_stall);
+    watchdog_.emplace(absl::Seconds(options_.watchdog_seconds), rank_.rank, options_.on_stall,
+                      [this] { return position_->Where(); });
   }
   tty_ = isatty(STDOUT_FILENO) && rank_.rank == 0;
   log_every_ = options_.log_every > 0
@@ -801,6 +822,7 @@ absl::Status Trainer::OpenMetricsLog() {
 
 absl::Status Trainer::TrainStep(int64_t step_number) {
   StepInfo step = BeginStep(step_number);
+  position_->Stage(RankStage::kStep, step.number);
   RETURN_IF_ERROR(RunOptimizerStep(step));
   if (metrics_) RecordStepMetrics(step);
   ReportCaptureFailure(step.number);
@@ -819,11 +841,15 @@ absl::Status Trainer::TrainStep(int64_t step_number) {
   // ZeRO-1 with zero_gather = next_forward: the parameters are whole
   // only after this (a no-op otherwise); every rank gets here together.
   if (eval_due || checkpoint_due) RETURN_IF_ERROR(executor_->GatherParameters());
-  if (eval_due) RETURN_IF_ERROR(EvaluateAt(step));
+  if (eval_due) {
+    position_->Stage(RankStage::kEvaluating, step.number);
+    RETURN_IF_ERROR(EvaluateAt(step));
+  }
   if (watchdog_ && eval_due) watchdog_->StepDone(step.number);
 
   const TrainingState now = StateAfter(step.number);
   if (checkpoint_due && (rank_.rank == 0 || plan_.zero > 0)) {
+    position_->Stage(RankStage::kCheckpointing, step.number);
     RETURN_IF_ERROR(SavePeriodicCheckpoint(now));
     if (watchdog_) watchdog_->StepDone(step.number);
   }

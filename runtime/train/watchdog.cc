@@ -6,8 +6,9 @@
 
 namespace trainc {
 
-StepWatchdog::StepWatchdog(absl::Duration timeout, int rank, OnStall on_stall)
-    : timeout_(timeout), rank_(rank), on_stall_(std::move(on_stall)) {
+StepWatchdog::StepWatchdog(absl::Duration timeout, int rank, OnStall on_stall,
+                           std::function<std::string()> where)
+    : timeout_(timeout), rank_(rank), on_stall_(std::move(on_stall)), where_(std::move(where)) {
   thread_ = std::thread([this] { Watch(); });
 }
 
@@ -30,10 +31,10 @@ void StepWatchdog::Watch() {
         absl::Nanoseconds(absl::GetCurrentTimeNanos() - last_ns_.load(std::memory_order_relaxed));
     if (quiet < timeout_) continue;
     on_stall_(absl::StrFormat(
-        "rank %d: no step finished for %s (the last was step %d): a peer rank is stopped or "
-        "gone, or a collective hangs; stopping the job (--watchdog %d)\n",
+        "rank %d: no step finished for %s (the last was step %d)%s: a peer rank is stopped "
+        "or gone, or a collective hangs; stopping the job (--watchdog %d)\n",
         rank_, absl::FormatDuration(absl::Trunc(quiet, absl::Seconds(1))), step,
-        absl::ToInt64Seconds(timeout_)));
+        where_ ? " and it is at " + where_() : std::string(), absl::ToInt64Seconds(timeout_)));
     return;
   }
 }

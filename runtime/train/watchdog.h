@@ -26,7 +26,10 @@ namespace trainc {
 class StepWatchdog {
  public:
   using OnStall = std::function<void(const std::string& message)>;
-  StepWatchdog(absl::Duration timeout, int rank, OnStall on_stall);
+  // `where`, when given, says where this rank is (runtime/position) for
+  // the message; it is called from the watchdog's thread.
+  StepWatchdog(absl::Duration timeout, int rank, OnStall on_stall,
+               std::function<std::string()> where = nullptr);
   StepWatchdog(const StepWatchdog&) = delete;
   StepWatchdog& operator=(const StepWatchdog&) = delete;
   ~StepWatchdog();
@@ -41,6 +44,7 @@ class StepWatchdog {
   const absl::Duration timeout_;
   const int rank_;
   const OnStall on_stall_;
+  const std::function<std::string()> where_;
   std::atomic<int64_t> last_step_{-1};
   std::atomic<int64_t> last_ns_{0};
   absl::Notification stop_;

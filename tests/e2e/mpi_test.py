@@ -101,6 +101,8 @@ class MpiTest(unittest.TestCase):
         self.assertNotEqual(proc.returncode, 0, text)
         self.assertIn("rank 0: no step finished for", text)
         self.assertIn("stopping the job (--watchdog 3)", text)
+        # ... and says where it is: waiting in a collective of its step.
+        self.assertRegex(text, r"and it is at step \d+, in all-reduce of bucket \d+")
 
     def test_mpi_without_mpirun_is_an_error(self):
         proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--steps", 1, "--comm", "mpi",

@@ -7,6 +7,7 @@
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import unittest
@@ -120,7 +121,17 @@ class FaultTest(unittest.TestCase):
         self.run_and_break(signal.SIGKILL)
 
     def test_hung_rank_stops_the_job(self):
-        self.run_and_break(signal.SIGSTOP)
+        rest = self.run_and_break(signal.SIGSTOP)
+        # The launcher says where every rank was (runtime/position): the
+        # stopped rank inside its step, behind; the other waiting for it in
+        # a collective of the same step.
+        self.assertIn("where each rank was:", rest)
+        stopped = re.search(r"rank 1: step (\d+), (forward|backward|optimizer) \"[^\"]+\" "
+                            r"\(instruction \d+ of \d+\) for [0-9.]+ s  <- behind", rest)
+        self.assertIsNotNone(stopped, rest)
+        waiting = re.search(r"rank 0: step (\d+), in all-reduce of bucket \d+", rest)
+        self.assertIsNotNone(waiting, rest)
+        self.assertEqual(stopped.group(1), waiting.group(1))
 
 
 if __name__ == "__main__":

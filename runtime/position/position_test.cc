@@ -1,0 +1,80 @@
+#include "runtime/position/position.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainc {
+namespace {
+
+using ::testing::HasSubstr;
+
+Plan TwoInstructionPlan() {
+  Plan plan;
+  Instruction fwd;
+  fwd.id = 0;
+  fwd.op = "linear";
+  fwd.label = "h1 = linear";
+  fwd.phase = Phase::kForward;
+  Instruction ar;
+  ar.id = 1;
+  ar.op = "all_reduce";
+  ar.label = "all_reduce bucket 0";
+  ar.stream = Stream::kComm;
+  plan.instructions = {fwd, ar};
+  Bucket b;
+  b.id = 0;
+  b.all_reduce = 1;
+  plan.buckets = {b};
+  return plan;
+}
+
+// Two ranks publish into one folder; the table reads both, with labels,
+// and names the one behind.
+TEST(PositionBoard, TheTableSaysWhereEachRankIsAndWhoIsBehind) {
+  const std::string dir = ::testing::TempDir() + "/positions";
+  std::filesystem::create_directories(dir);
+  ::setenv(kPositionDirEnv, dir.c_str(), 1);
+  auto zero = PositionBoard::ForRank(0);
+  auto one = PositionBoard::ForRank(1);
+  ASSERT_TRUE(zero.ok() && one.ok());
+  const Plan plan = TwoInstructionPlan();
+  (*zero)->SetLabels(plan);
+  (*one)->SetLabels(plan);
+  (*zero)->Stage(RankStage::kStep, 4);
+  (*one)->Stage(RankStage::kStep, 4);
+  (*zero)->Compute(4, 0);
+  (*zero)->CommBegin(1);  // rank 0 waits in the all-reduce
+  (*one)->Compute(3, 0);  // rank 1 is a step behind
+  const std::string table = PositionTable(dir, 2);
+  EXPECT_THAT(table, HasSubstr("rank 0: step 4, in all-reduce of bucket 0 (instruction 1 of 2)"))
+      << table;
+  EXPECT_THAT(table, HasSubstr("rank 1: step 3, forward \"h1 = linear\" (instruction 0 of 2) for"))
+      << table;
+  EXPECT_THAT(table, HasSubstr("(instruction 0 of 2) for 0.0 s  <- behind")) << table;
+  EXPECT_THAT((*one)->Where(), HasSubstr("step 3, forward \"h1 = linear\""));
+  // The launcher's own verdict wins; the same positions, no one behind.
+  EXPECT_THAT(PositionTable(dir, 2, 0), HasSubstr("of bucket 0 (instruction 1 of 2) for"));
+  (*one)->Compute(4, 0);
+  (*zero)->CommEnd();
+  EXPECT_THAT(PositionTable(dir, 2), ::testing::Not(HasSubstr("behind")));
+  ::unsetenv(kPositionDirEnv);
+}
+
+TEST(PositionBoard, WithoutAFolderItKeepsItsOwnPosition) {
+  ::unsetenv(kPositionDirEnv);
+  auto board = PositionBoard::ForRank(0);
+  ASSERT_TRUE(board.ok());
+  EXPECT_EQ((*board)->Where(), "starting (no step yet)");
+  (*board)->SetLabels(TwoInstructionPlan());
+  (*board)->Stage(RankStage::kStep, 1);
+  (*board)->Compute(1, 0);
+  EXPECT_THAT((*board)->Where(), HasSubstr("step 1, forward \"h1 = linear\""));
+  EXPECT_EQ(PositionTable(::testing::TempDir() + "/none", 2), "");
+}
+
+}  // namespace
+}  // namespace trainc
