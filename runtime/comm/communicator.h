@@ -51,6 +51,15 @@ class Communicator {
   // Whether collectives enqueued on a stream that is being captured into a
   // CUDA graph are captured with it, and replay correctly.
   virtual bool SupportsCapture() const { return false; }
+
+  // The work just enqueued on `stream` holds this communicator's
+  // collectives without their host calls (a replayed CUDA graph): it must
+  // finish within the bound the communicator keeps on its collectives, or
+  // the communicator is aborted (NCCL's watchdog). Health() then says so.
+  virtual absl::Status WatchStream(void* stream) { return absl::OkStatus(); }
+  // A failure found since the last host call (an asynchronous error, a
+  // collective past its bound), which only a call would otherwise report.
+  virtual absl::Status Health() { return absl::OkStatus(); }
 };
 
 }  // namespace trainc

@@ -268,6 +268,9 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
   parameters_stale_ = plan_.zero > 0 && plan_.zero_gather == ZeroGather::kNextForward;
   if (!status.ok()) return status;
   if (!sync.ok()) return sync;
+  // An aborted communicator (a replayed collective past its bound) lets
+  // the stuck kernels return with garbage: the step is not a step.
+  if (comm_ != nullptr) RETURN_IF_ERROR(comm_->Health());
   RETURN_IF_ERROR(device_->CopyToHost(losses_, host_losses_.data(),
                                       plan_.accumulate * sizeof(float)));
   double loss_sum = 0.0;
@@ -335,7 +338,7 @@ absl::Status Executor::CaptureStep(BatchSource& batches) {
     capture_.captured_step = state_.step;
     ++capture_.replayed_steps;
     // The captured step has not run yet: this replay runs it.
-    return device_->Replay(state_);
+    return ReplayWatched();
   }
   if (status.ok()) {
     capture_.failure = "another rank could not capture its step";
@@ -370,7 +373,17 @@ absl::Status Executor::ReplayStep(BatchSource& batches) {
     }
   }
   ++capture_.replayed_steps;
-  return device_->Replay(state_);
+  return ReplayWatched();
+}
+
+absl::Status Executor::ReplayWatched() {
+  RETURN_IF_ERROR(device_->Replay(state_));
+  // The graph's collectives have no host call for the communicator to
+  // watch: it watches the whole replay instead.
+  if (comm_ != nullptr) {
+    RETURN_IF_ERROR(comm_->WatchStream(device_->NativeStream(Stream::kCompute)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Executor::SubmitTraced(Stream stream, const Resolved& r,

@@ -157,6 +157,8 @@ class Executor {
   // NCCL (every rank replays, or none does).
   absl::StatusOr<bool> AllRanks(bool ok_here);
   absl::Status ReplayStep(BatchSource& batches);
+  // Device::Replay, then the communicator watches the replay.
+  absl::Status ReplayWatched();
   // `wait`: honour the instruction's wait events (false: forward-only
   // work, which issues no collective to record them).
   absl::Status Issue(const Resolved& r, BatchSource& batches, bool wait = true);

@@ -258,6 +258,37 @@ class ReplayableComm : public Communicator {
   Communicator* inner_;
 };
 
+// One rank whose collectives are no-ops, counting the replays it is asked
+// to watch and failing Health() from `fail_after` watches on, as NCCL's
+// watchdog does when a replayed collective passes its bound.
+class WatchedComm : public Communicator {
+ public:
+  explicit WatchedComm(int fail_after) : fail_after_(fail_after) {}
+  std::string name() const override { return "watched"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  absl::Status AllReduceSum(float*, int64_t, void*) override { return absl::OkStatus(); }
+  absl::Status ReduceScatterSum(float*, int64_t, void*) override { return absl::OkStatus(); }
+  absl::Status AllGather(const float*, float*, int64_t, void*) override {
+    return absl::OkStatus();
+  }
+  absl::Status Broadcast(float*, int64_t, int, void*) override { return absl::OkStatus(); }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+  bool SupportsCapture() const override { return true; }
+  absl::Status WatchStream(void*) override {
+    ++watched;
+    return absl::OkStatus();
+  }
+  absl::Status Health() override {
+    if (watched < fail_after_) return absl::OkStatus();
+    return absl::UnavailableError("watched: a collective did not finish; communicator aborted");
+  }
+  int watched = 0;
+
+ private:
+  const int fail_after_;
+};
+
 struct Outcome {
   MlpParams params;
   std::vector<double> losses;         // per step
@@ -325,6 +356,31 @@ MlpPlanOptions Options() {
   options.accumulate = 3;
   options.layers_per_bucket = 1;
   return options;
+}
+
+// A replayed step's collectives have no host call: the executor asks the
+// communicator to watch each replay, and a step after which it reports a
+// failure (NCCL aborted a stuck graph) fails instead of passing as done.
+TEST(ExecutorCaptureTest, ReplayedCollectivesAreWatched) {
+  GraphDevice device;
+  WatchedComm comm(/*fail_after=*/3);
+  const Plan plan = MakeMlpPlan(Options());
+  Executor executor(plan, &device, &comm);
+  ASSERT_TRUE(executor.Prepare().ok());
+  ASSERT_TRUE(UploadMlpParams(plan, RandomMlpParams(Options().dims, 3), device).ok());
+  std::vector<absl::Status> steps;
+  for (int step = 1; step <= 4; ++step) {
+    VectorBatchSource source(RandomBatches(Options().dims, Options().micro_batch,
+                                           Options().accumulate, 300 + step));
+    steps.push_back(executor.RunStep({step, 1e-3}, source).status());
+  }
+  // Step 1 eager (nothing to watch), 2 captured and replayed, 3 and 4
+  // replayed: watched 3 times; the third watch's failure fails step 4.
+  EXPECT_EQ(comm.watched, 3);
+  EXPECT_TRUE(steps[0].ok() && steps[1].ok()) << steps[0] << steps[1];
+  EXPECT_TRUE(steps[2].ok()) << steps[2];
+  EXPECT_FALSE(steps[3].ok());
+  EXPECT_NE(steps[3].message().find("communicator aborted"), std::string::npos) << steps[3];
 }
 
 TEST(ExecutorCaptureTest, CpuDeviceRunsEagerlyAndSaysWhy) {

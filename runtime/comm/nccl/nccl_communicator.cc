@@ -112,6 +112,14 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override { return world_size_; }
   bool SupportsCapture() const override { return capturable_; }
 
+  // A replayed graph's collectives: one event after the graph, watched
+  // with the same bound as an eager collective's.
+  absl::Status WatchStream(void* stream) override {
+    RETURN_IF_ERROR(Failure());
+    return Track(AsStream(stream));
+  }
+  absl::Status Health() override { return Failure(); }
+
   absl::Status AllReduceSum(float* data, int64_t count,
                             void* stream) override {
     RETURN_IF_ERROR(Failure());
