@@ -53,6 +53,9 @@ std::string Seconds(int64_t ns) { return absl::StrFormat("%.1f s", ns / 1e9); }
 // One rank's line from its record and labels.
 std::string Line(const PositionRecord& r, const std::vector<std::string>& labels, int64_t now) {
   auto label = [&](int64_t id) {
+    // Host collectives are stored as -HostCollective.
+    if (id == -static_cast<int64_t>(HostCollective::kLossSum)) return std::string("the loss sum");
+    if (id == -static_cast<int64_t>(HostCollective::kStopVote)) return std::string("the stop vote");
     return id >= 0 && id < static_cast<int64_t>(labels.size())
                ? absl::StrCat(labels[id], " (instruction ", id, " of ", labels.size(), ")")
                : absl::StrCat("instruction ", id);
@@ -142,6 +145,10 @@ void PositionBoard::CommBegin(int instruction) {
   record_->comm_since.store(NowNs(), std::memory_order_relaxed);
   record_->comm_instr.store(instruction, std::memory_order_relaxed);
   record_->comm_busy.store(1, std::memory_order_relaxed);
+}
+
+void PositionBoard::CommBegin(HostCollective what) {
+  CommBegin(-static_cast<int>(what));
 }
 
 void PositionBoard::CommEnd() { record_->comm_busy.store(0, std::memory_order_relaxed); }

@@ -34,6 +34,9 @@ inline constexpr char kPositionDirEnv[] = "TRAINC_POSITION_DIR";
 // What a rank is doing besides its step's instructions.
 enum class RankStage : int64_t { kStarting = 0, kStep, kEvaluating, kCheckpointing, kDone };
 
+// The trainer's own collectives between steps (not the plan's).
+enum class HostCollective : int64_t { kLossSum = 1, kStopVote };
+
 // One rank's position: what it publishes, what the launcher reads.
 struct PositionRecord {
   std::atomic<int64_t> magic;
@@ -62,6 +65,7 @@ class PositionBoard {
   void Stage(RankStage stage, int64_t step);
   void Compute(int64_t step, int instruction);
   void CommBegin(int instruction);
+  void CommBegin(HostCollective what);
   void CommEnd();
 
   // This rank's own line of the table ("step 4, backward ... for 3.0 s").

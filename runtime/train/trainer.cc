@@ -970,7 +970,9 @@ absl::Status Trainer::SumLossesIfDue(const StepInfo& step) {
   if (!step.progress_line && !(metrics_on_ && step.number % metrics_every_ == 0)) {
     return absl::OkStatus();
   }
+  position_->CommBegin(HostCollective::kLossSum);
   RETURN_IF_ERROR(SumOverRanks(*host_comm_, &step_losses_));
+  position_->CommEnd();
   RETURN_IF_ERROR(CheckLossesFinite(step.number));
   const double terms = static_cast<double>(plan_.global_batch) * plan_.loss_terms;
   last_loss_ = step_losses_.back() / terms;
@@ -1125,7 +1127,9 @@ absl::Status Trainer::StopIfAsked(const TrainingState& now) {
   constexpr std::array<int, 3> kStops = {SIGINT, SIGTERM, SIGHUP};
   std::vector<float> stop(kStops.size(), 0.0f);
   for (size_t k = 0; k < kStops.size(); ++k) stop[k] = g_stop_signal == kStops[k];
+  position_->CommBegin(HostCollective::kStopVote);
   RETURN_IF_ERROR(SumOverRanks(*host_comm_, &stop));
+  position_->CommEnd();
   for (size_t k = 0; k < kStops.size() && g_agreed_stop_signal == 0; ++k) {
     if (stop[k] > 0) g_agreed_stop_signal = kStops[k];
   }
