@@ -26,7 +26,8 @@ bool InMicroStep(const Instruction& in) {
 // The statement an instruction belongs to, from its label "h1.0 = linear"
 // or "grad/h1.weight = linear_grad_params": the left-hand side without any
 // path prefix, cut at the first '.', so that all ops of one layer share it
-// (statement names are identifiers; nested calls and parameters add ".x").
+// (statement names are identifiers; nested calls and parameters add ".x"),
+// or after the layer index of a repeat(...) ("h.3.attn.c_attn": "h.3").
 std::string StatementOf(const Instruction& in) {
   std::string s = in.label;
   size_t eq = s.find(" = ");
@@ -36,8 +37,17 @@ std::string StatementOf(const Instruction& in) {
   size_t slash = s.find_last_of('/');
   if (slash != std::string::npos) s = s.substr(slash + 1);
   size_t dot = s.find('.');
-  if (dot != std::string::npos) s = s.substr(0, dot);
-  return s;
+  if (dot == std::string::npos) return s;
+  // A layer of repeat(...): "h.3.attn.c_attn" belongs to statement "h.3",
+  // so that layers are the boundaries repeated blocks fold at. ("h1.0", a
+  // nested call's value, stays in statement "h1".)
+  const size_t next = s.find('.', dot + 1);
+  const std::string index =
+      next == std::string::npos ? std::string() : s.substr(dot + 1, next - dot - 1);
+  if (!index.empty() && index.find_first_not_of("0123456789") == std::string::npos) {
+    return s.substr(0, dot + 1 + index.size());
+  }
+  return s.substr(0, dot);
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {

@@ -165,6 +165,30 @@ TEST(VizGraphTest, HundredLayerTrainFileCollapsesAndDraws) {
   }
 }
 
+// A repeat(...) block's layers ("h.0.ln_1" ... "h.3.mlp") fold at the
+// layer index: tiny_gpt draws its four layers once.
+TEST(VizGraphTest, RepeatLayersOfTinyGptCollapse) {
+  CompileOptions model_only;
+  model_only.read_data = false;
+  FrontendResult fe = CompileFile("dsl_examples/tiny_gpt.train", {}, model_only);
+  ASSERT_TRUE(fe.spec.has_value()) << FormatDiagnostics(fe.diagnostics, fe.source);
+  auto plan = BuildPlan(*fe.spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto g = BuildVizGraph(*plan);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->collapsed_blocks, 2);  // one forward, one backward
+  EXPECT_LT(g->nodes.size(), 80u) << "not collapsed";
+  bool forward = false;
+  for (const VizNode& n : g->nodes) {
+    if (n.kind != NodeKind::kRepeatedBlock || n.phase != "forward") continue;
+    forward = true;
+    EXPECT_EQ(n.repeats, 4);
+    EXPECT_THAT(n.label, HasSubstr("h.0..h.3"));
+    EXPECT_THAT(n.label, HasSubstr("attention"));
+  }
+  EXPECT_TRUE(forward);
+}
+
 TEST(VizGraphTest, NoCollapseDrawsEveryLayer) {
   MlpPlanOptions o;
   o.hidden_layers = 10;
