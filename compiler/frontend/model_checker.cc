@@ -1047,9 +1047,25 @@ class ModelChecker {
   // i named "h.<i>" (a PyTorch nn.ModuleList).
   std::optional<std::string> CheckRepeat(const ast::Expr& call, Scope& scope,
                                          Flattening* flattening, bool top) {
-    const std::string usage = "repeat(block, times, x), e.g. h = repeat(layer, "
-                              "4, x)";
-    if (call.args.size() != 3) {
+    const std::string usage = "repeat(block, times, x, recompute = false), e.g. h = "
+                              "repeat(layer, 4, x)";
+    // recompute = true|false, named, after the three positional arguments.
+    bool recompute = false;
+    if (call.args.size() == 4 && call.arg_names[3] == "recompute") {
+      const ast::Expr& flag = call.args[3];
+      if (flag.kind != ast::Expr::Kind::kBool) {
+        sink_.Error(flag.span,
+                    absl::StrCat("recompute must be true or false, got ", DescribeExpr(flag)),
+                    usage);
+        return std::nullopt;
+      }
+      recompute = flag.bool_value;
+    } else if (call.args.size() == 4 && !call.arg_names[3].empty()) {
+      sink_.Error(call.arg_name_spans[3],
+                  absl::StrCat("repeat has no argument '", call.arg_names[3], "'"), usage);
+      return std::nullopt;
+    }
+    if (call.args.size() != 3 && !(call.args.size() == 4 && !call.arg_names[3].empty())) {
       sink_.Error(call.span,
                   absl::StrCat("repeat takes 3 arguments (block, times, x), "
                                "got ",
@@ -1099,6 +1115,7 @@ class ModelChecker {
       x = Instantiate(call, block, {*x}, absl::StrCat(path, ".", i),
                       scope.depth + 1);
       if (!x) return std::nullopt;
+      if (recompute) model_.recompute_blocks.push_back(absl::StrCat(path, ".", i));
     }
     return x;
   }

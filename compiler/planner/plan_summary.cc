@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -136,6 +137,16 @@ std::string PlanSummary(const Plan& plan) {
   };
   absl::StrAppend(&out, "  peak activations  ", Bytes(m.peak_activation_bytes),
                   versus_fp32(m.peak_activation_bytes, m.fp32_peak_activation_bytes), "\n");
+  // repeat(..., recompute = true): what the backward runs again.
+  int recomputed = 0;
+  for (const Instruction& in : plan.instructions) {
+    recomputed += absl::EndsWith(in.label, " (recompute)") && in.micro_step <= 0;
+  }
+  if (recomputed > 0) {
+    absl::StrAppend(&out, "  recomputed        ", recomputed,
+                    " forward instructions run again in the backward (per micro-step), "
+                    "their activations not kept\n");
+  }
   if (m.workspace_bytes > 0) {
     absl::StrAppend(&out, "  workspace         ", Bytes(m.workspace_bytes),
                     " (the largest; convolution and pooling scratch, in the arena)\n");

@@ -16,6 +16,7 @@
 #include "compiler/graph/lower.h"
 #include "compiler/graph/pass.h"
 #include "compiler/graph/precision.h"
+#include "compiler/graph/recompute.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/bucket_search.h"
 #include "compiler/planner/bucketing.h"
@@ -775,6 +776,9 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
              static_cast<double>(spec.model.loss_terms))));
   if (spec.train.precision == Precision::kBf16) {
     pipeline.Add(std::make_unique<MixedPrecision>());
+  }
+  if (!spec.model.recompute_blocks.empty()) {
+    pipeline.Add(std::make_unique<Recompute>(spec.model.recompute_blocks));
   }
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
   if (spec.train.bucket_mb_auto) return BuildAutoBucketedPlan(spec, graph, options);

@@ -93,6 +93,9 @@ struct ModelSpec {
   int64_t parameter_count = 0;
   // `const` definitions after command-line overrides, for summaries.
   std::vector<std::pair<std::string, std::string>> constants;
+  // Block instances whose activations are recomputed in the backward
+  // (`repeat(..., recompute = true)`): value-name prefixes, "h.0" ...
+  std::vector<std::string> recompute_blocks;
 };
 
 // One data source: `idx(images, labels)`, `text(paths...)` or

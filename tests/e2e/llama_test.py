@@ -7,7 +7,9 @@ heads over 2 key/value heads of 16, MLP 96), on its own text:
     1 x 4 and 2 x 2, end bit for bit identical;
   - with precision = bf16, zero = 1 and clip_grad_norm on two ranks it
     trains: every step's loss is finite, the last is below the first, and
-    the weights moved.
+    the weights moved;
+  - repeat(..., recompute = true) ends with the same bits (bf16, 2 x 2)
+    while the plan's peak activations shrink.
 """
 import json
 import math
@@ -74,6 +76,35 @@ train {{
         self.assertEqual(len(losses), 6)
         self.assertIn("h.1.self_attn.qkv.weight", one)
         e2e.assert_same_bits(self, two, one, "2 x 2 against 1 x 4")
+
+    def test_recompute_gives_the_same_bits_in_less_memory(self):
+        # The same model with its layers recomputed in the backward.
+        with open(self.model) as f:
+            source = f.read()
+        recompute = os.path.join(self.dir, "llama_recompute.train")
+        with open(recompute, "w") as f:
+            f.write(source.replace("repeat(layer, layers, embed_tokens)",
+                                   "repeat(layer, layers, embed_tokens, recompute = true)"))
+        plain, _ = self.run_split("plain", 2, 2, "--deterministic", "true", "--precision", "bf16")
+        saved = self.model
+        try:
+            self.model = recompute
+            again, _ = self.run_split("again", 2, 2, "--deterministic", "true",
+                                      "--precision", "bf16")
+        finally:
+            self.model = saved
+        e2e.assert_same_bits(self, again, plain, "recompute against keeping activations")
+        flags = [x for k, v in SMALL.items() for x in (f"--{k}", v)]
+        def peak(path):
+            out = e2e.train(path, "--compile-only", *flags, "--gpus", 2, "--micro_batch", 2,
+                            "--accumulate", 2).stdout
+            line = next(l for l in out.splitlines() if l.strip().startswith("peak activations"))
+            value, unit = line.split()[2:4]
+            return float(value) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit], out
+        before, _ = peak(self.model)
+        after, text = peak(recompute)
+        self.assertIn("forward instructions run again in the backward", text)
+        self.assertLess(after, 0.8 * before)
 
     def test_bf16_zero1_and_clipping_train(self):
         start, _ = self.run_split("start", 1, 1, "--steps", 1, "--lr", "1e-30")

@@ -1,0 +1,109 @@
+#include "compiler/graph/recompute.h"
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "compiler/autodiff/autodiff.h"
+#include "compiler/frontend/frontend.h"
+#include "compiler/graph/dce.h"
+#include "compiler/graph/lower.h"
+#include "gtest/gtest.h"
+
+namespace trainc {
+namespace {
+
+// Two layers with dropout inside, the second read by a layernorm outside.
+constexpr char kModel[] = R"(
+model m {
+  input  tokens: i32[8]
+  label  next:   i32[8]
+  block layer(x) {
+    n = layernorm(x)
+    f = linear(n, 16)
+    d = dropout(gelu(f), p = 0.1)
+    o = linear(d, 8)
+    return x + o
+  }
+  wte    = embedding(tokens, 16, 8)
+  h      = repeat(layer, 2, wte, recompute = RECOMPUTE)
+  out    = layernorm(h)
+  logits = linear(out, 16)
+  loss   = cross_entropy(logits, next)
+}
+data { train = text("none.txt") }
+train { gpus = 1  micro_batch = 2  steps = 1 }
+)";
+
+Graph Differentiated(bool recompute) {
+  std::string source = kModel;
+  source.replace(source.find("RECOMPUTE"), 9, recompute ? "true" : "false");
+  const FrontendResult r = CompileSource(source, "m.train", {}, {/*read_data=*/false});
+  EXPECT_TRUE(r.spec.has_value()) << FormatDiagnostics(r.diagnostics, r.source);
+  absl::StatusOr<Graph> g = LowerModel(r.spec->model, 2);
+  EXPECT_TRUE(g.ok()) << g.status();
+  PassPipeline pipeline("test");
+  pipeline.Add(std::make_unique<DeadCodeElimination>());
+  pipeline.Add(std::make_unique<Autodiff>(1.0));
+  if (recompute) {
+    EXPECT_EQ(r.spec->model.recompute_blocks, (std::vector<std::string>{"h.0", "h.1"}));
+    pipeline.Add(std::make_unique<Recompute>(r.spec->model.recompute_blocks));
+  }
+  absl::StatusOr<bool> ran = pipeline.Run(&*g);
+  EXPECT_TRUE(ran.ok()) << ran.status();
+  return std::move(*g);
+}
+
+bool InBlock(const std::string& name) {
+  return absl::StartsWith(name, "h.0.") || absl::StartsWith(name, "h.1.");
+}
+
+TEST(Recompute, TheBackwardReadsCopiesNotTheForwardsActivations) {
+  const Graph plain = Differentiated(false);
+  const Graph g = Differentiated(true);
+  std::set<int> forward_values;
+  for (const Node& n : g.nodes()) {
+    if (n.role == NodeRole::kForward) forward_values.insert(n.outputs.begin(), n.outputs.end());
+  }
+  int copies = 0;
+  for (const Node& n : g.nodes()) {
+    if (absl::EndsWith(n.label, "(recompute)")) {
+      ++copies;
+      EXPECT_EQ(n.role, NodeRole::kBackward) << n.label;
+      for (int out : n.outputs) EXPECT_TRUE(absl::EndsWith(g.value(out).name, ".recompute"));
+      continue;
+    }
+    if (n.role != NodeRole::kBackward) continue;
+    for (int in : n.inputs) {
+      const std::string& name = g.value(in).name;
+      // Inside a block, the backward reads only copies, or a block's
+      // output (h.0's, the next block's input; h.1's, read by `out`).
+      if (forward_values.count(in) && InBlock(name)) {
+        EXPECT_TRUE(absl::StrContains(name, ".return")) << n.label << " reads " << name;
+      }
+    }
+  }
+  EXPECT_GT(copies, 0);
+  // Without recompute, the backward read the forward's values themselves.
+  int plain_reads = 0;
+  for (const Node& n : plain.nodes()) {
+    if (n.role != NodeRole::kBackward) continue;
+    for (int in : n.inputs) plain_reads += InBlock(plain.value(in).name);
+  }
+  EXPECT_GT(plain_reads, 0);
+}
+
+// A copied dropout draws the original's mask: the same statement key.
+TEST(Recompute, ACopiedDropoutKeepsItsKey) {
+  const Graph g = Differentiated(true);
+  double original = -1, copy = -2;
+  for (const Node& n : g.nodes()) {
+    if (n.op != "dropout" || !absl::StartsWith(n.label, "h.0.")) continue;
+    (absl::EndsWith(n.label, "(recompute)") ? copy : original) = n.attrs.at("key");
+  }
+  EXPECT_EQ(original, copy);
+}
+
+}  // namespace
+}  // namespace trainc
