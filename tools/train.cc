@@ -167,6 +167,7 @@ OptionParser MakeParser(Args* args) {
              "--gpus N  --micro_batch N  --accumulate N  --global_batch N\n"
              "--epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine PROFILE\n"
              "--deterministic true|false  --tf32 true|false  --precision fp32|bf16\n"
+             "--recompute true|false (every repeat block's activations recomputed)\n"
              "--checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR\n"
              "(any train { } field but optimizer and schedule works as --FIELD VALUE,\n"
              "and so does a model constant: --width 256 for `const width = 128`)\n")

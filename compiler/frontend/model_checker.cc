@@ -1115,6 +1115,7 @@ class ModelChecker {
       x = Instantiate(call, block, {*x}, absl::StrCat(path, ".", i),
                       scope.depth + 1);
       if (!x) return std::nullopt;
+      model_.repeat_blocks.push_back(absl::StrCat(path, ".", i));
       if (recompute) model_.recompute_blocks.push_back(absl::StrCat(path, ".", i));
     }
     return x;

@@ -25,7 +25,8 @@ const std::vector<std::string>& OverridableFields() {
       "epochs", "steps",        "lr",         "seed",
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
       "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
-      "checkpoint_dir", "zero", "zero_gather", "grad_comm", "precision", "machine"};
+      "checkpoint_dir", "zero", "zero_gather", "grad_comm", "precision", "machine",
+      "recompute"};
   return *fields;
 }
 
@@ -39,7 +40,7 @@ const std::vector<std::string>& TrainFields() {
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
       "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
       "checkpoint_keep", "checkpoint_dir", "zero", "zero_gather", "grad_comm", "precision",
-      "machine"};
+      "machine", "recompute"};
   return *fields;
 }
 
@@ -392,6 +393,9 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("tf32")) {
       if (auto v = Bool(*s, sink_)) config_.tf32 = *v;
+    }
+    if (const Setting* s = Effective("recompute")) {
+      if (auto v = Bool(*s, sink_)) config_.recompute = *v;
     }
     if (const Setting* s = Effective("clip_grad_norm")) {
       if (auto v = NumberAtLeast(*s, 0, true, sink_)) config_.clip_grad_norm = *v;

@@ -94,6 +94,20 @@ TEST(Recompute, TheBackwardReadsCopiesNotTheForwardsActivations) {
   EXPECT_GT(plain_reads, 0);
 }
 
+// train { recompute = true } lists every repeat instance, which the
+// planner then recomputes (the same list repeat(..., recompute = true)
+// makes).
+TEST(Recompute, EveryRepeatInstanceIsListed) {
+  std::string source = kModel;
+  source.replace(source.find("RECOMPUTE"), 9, "false");
+  source.replace(source.find("steps = 1 }"), 11, "steps = 1  recompute = true }");
+  const FrontendResult r = CompileSource(source, "m.train", {}, {/*read_data=*/false});
+  ASSERT_TRUE(r.spec.has_value()) << FormatDiagnostics(r.diagnostics, r.source);
+  EXPECT_TRUE(r.spec->train.recompute);
+  EXPECT_TRUE(r.spec->model.recompute_blocks.empty());
+  EXPECT_EQ(r.spec->model.repeat_blocks, (std::vector<std::string>{"h.0", "h.1"}));
+}
+
 // A copied dropout draws the original's mask: the same statement key.
 TEST(Recompute, ACopiedDropoutKeepsItsKey) {
   const Graph g = Differentiated(true);

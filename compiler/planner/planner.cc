@@ -777,9 +777,9 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
   if (spec.train.precision == Precision::kBf16) {
     pipeline.Add(std::make_unique<MixedPrecision>());
   }
-  if (!spec.model.recompute_blocks.empty()) {
-    pipeline.Add(std::make_unique<Recompute>(spec.model.recompute_blocks));
-  }
+  const std::vector<std::string>& recompute =
+      spec.train.recompute ? spec.model.repeat_blocks : spec.model.recompute_blocks;
+  if (!recompute.empty()) pipeline.Add(std::make_unique<Recompute>(recompute));
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
   if (spec.train.bucket_mb_auto) return BuildAutoBucketedPlan(spec, graph, options);
   PlanBuilder builder(spec, graph, options, {spec.train.bucket_mb, spec.train.first_bucket_mb});

@@ -96,6 +96,8 @@ struct ModelSpec {
   // Block instances whose activations are recomputed in the backward
   // (`repeat(..., recompute = true)`): value-name prefixes, "h.0" ...
   std::vector<std::string> recompute_blocks;
+  // Every repeat(...) instance, for train { recompute = true }.
+  std::vector<std::string> repeat_blocks;
 };
 
 // One data source: `idx(images, labels)`, `text(paths...)` or
@@ -172,6 +174,9 @@ struct TrainConfig {
   int64_t seed = 0;
   bool deterministic = false;
   bool tf32 = false;
+  // Recompute every repeat(...) block's activations in the backward, as
+  // repeat(..., recompute = true) does for one (ModelSpec::repeat_blocks).
+  bool recompute = false;
   // > 0: scale the step's gradient so that its global L2 norm (over every
   // parameter, after the all-reduce) is at most this, as
   // torch.nn.utils.clip_grad_norm_.
