@@ -87,11 +87,13 @@ std::vector<std::string> ReadLabels(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PositionBoard>> PositionBoard::ForRank(int rank) {
+absl::StatusOr<std::unique_ptr<PositionBoard>> PositionBoard::ForRank(int rank,
+                                                                     const std::string& folder) {
   std::unique_ptr<PositionBoard> board(new PositionBoard());
   board->record_ = &board->own_;
-  const char* dir = std::getenv(kPositionDirEnv);
-  if (dir != nullptr && *dir != '\0') {
+  const char* env = std::getenv(kPositionDirEnv);
+  const std::string dir = !folder.empty() ? folder : env != nullptr ? env : "";
+  if (!dir.empty()) {
     const std::string path = RecordPath(dir, rank);
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || ::ftruncate(fd, sizeof(PositionRecord)) != 0) {
@@ -117,7 +119,21 @@ absl::StatusOr<std::unique_ptr<PositionBoard>> PositionBoard::ForRank(int rank) 
 }
 
 PositionBoard::~PositionBoard() {
+  if (pulse_.joinable()) {
+    stop_.store(true);
+    pulse_.join();
+  }
   if (mapped_ != nullptr) ::munmap(mapped_, sizeof(PositionRecord));
+}
+
+void PositionBoard::StartPulse() {
+  if (pulse_.joinable()) return;
+  pulse_ = std::thread([this] {
+    while (!stop_.load()) {
+      record_->alive.store(NowNs(), std::memory_order_relaxed);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
 }
 
 void PositionBoard::SetLabels(const Plan& plan) {
@@ -159,7 +175,7 @@ std::string PositionTable(const std::string& dir, int world_size, int behind) {
   struct Read {
     int rank;
     std::string line;
-    int64_t step, instr;
+    int64_t step, instr, alive;
   };
   std::vector<Read> ranks;
   const int64_t now = NowNs();
@@ -173,11 +189,26 @@ std::string PositionTable(const std::string& dir, int world_size, int behind) {
     const auto* record = static_cast<const PositionRecord*>(mapped);
     if (record->magic.load() == kMagic) {
       ranks.push_back({rank, Line(*record, ReadLabels(LabelsPath(dir, rank)), now),
-                       record->step.load(), record->compute_instr.load()});
+                       record->step.load(), record->compute_instr.load(), record->alive.load()});
     }
     ::munmap(mapped, sizeof(PositionRecord));
   }
   if (ranks.empty()) return "";
+  if (behind < 0 && ranks.size() > 1) {
+    // A frozen rank: its pulse is over a second old while the others beat.
+    constexpr int64_t kSilentNs = 1'000'000'000;
+    int silent = -1, beating = 0, silent_count = 0;
+    for (const Read& r : ranks) {
+      if (r.alive == 0) continue;
+      if (now - r.alive > kSilentNs) {
+        silent = r.rank;
+        ++silent_count;
+      } else {
+        ++beating;
+      }
+    }
+    if (silent_count == 1 && beating > 0) behind = silent;
+  }
   if (behind < 0 && ranks.size() > 1) {
     // The one strictly behind all others in (step, compute instruction).
     auto progress = [](const Read& r) { return std::make_pair(r.step, r.instr); };

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,15 +48,17 @@ struct PositionRecord {
   std::atomic<int64_t> comm_instr;      // the collective running, or last run
   std::atomic<int64_t> comm_since;      // ns when it began
   std::atomic<int64_t> comm_busy;       // 1 while it runs
+  std::atomic<int64_t> alive;           // ns of the pulse thread's last beat (0: none)
 };
 
 // A rank's publisher. Without TRAINC_POSITION_DIR it writes to memory of
 // its own, which the watchdog can still read for its message.
 class PositionBoard {
  public:
-  // The board of `rank`: in TRAINC_POSITION_DIR when set (an error if its
-  // file cannot be made), else private.
-  static absl::StatusOr<std::unique_ptr<PositionBoard>> ForRank(int rank);
+  // The board of `rank`: in `dir`, else in TRAINC_POSITION_DIR when set (an
+  // error if its file cannot be made), else private.
+  static absl::StatusOr<std::unique_ptr<PositionBoard>> ForRank(int rank,
+                                                                const std::string& dir = "");
   ~PositionBoard();
   PositionBoard(const PositionBoard&) = delete;
   PositionBoard& operator=(const PositionBoard&) = delete;
@@ -71,8 +74,15 @@ class PositionBoard {
   // This rank's own line of the table ("step 4, backward ... for 3.0 s").
   std::string Where() const;
 
+  // Beats `alive` from a thread of its own until destroyed, so that the
+  // table can tell a frozen rank (SIGSTOP, a hung machine) from the ranks
+  // waiting for it in the same collective.
+  void StartPulse();
+
  private:
   PositionBoard() = default;
+  std::thread pulse_;
+  std::atomic<bool> stop_{false};
   PositionRecord* record_ = nullptr;
   void* mapped_ = nullptr;       // the file's mapping, when shared
   PositionRecord own_{};         // when not
@@ -82,8 +92,9 @@ class PositionBoard {
 
 // The table of every rank's position from the files in `dir` ("" when
 // none can be read). The rank marked "<- behind" is `behind` when given
-// (the launcher knows a silent rank), else the one whose step and
-// instruction are strictly behind every other's, if one is.
+// (the launcher knows a silent rank), else the only one whose pulse
+// stopped while the others' beat, else the one whose step and instruction
+// are strictly behind every other's, if one is.
 std::string PositionTable(const std::string& dir, int world_size, int behind = -1);
 
 }  // namespace trainc

@@ -1,8 +1,10 @@
 #include "runtime/position/position.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -62,6 +64,32 @@ TEST(PositionBoard, TheTableSaysWhereEachRankIsAndWhoIsBehind) {
   (*zero)->CommEnd();
   EXPECT_THAT(PositionTable(dir, 2), ::testing::Not(HasSubstr("behind")));
   ::unsetenv(kPositionDirEnv);
+}
+
+// A rank whose pulse stopped is the one behind, even when its position
+// ties with the others' (both in the same collective).
+TEST(PositionBoard, AFrozenPulseMarksTheRankBehind) {
+  const std::string dir = ::testing::TempDir() + "/pulse";
+  std::filesystem::create_directories(dir);
+  auto zero = PositionBoard::ForRank(0, dir);
+  auto one = PositionBoard::ForRank(1, dir);
+  ASSERT_TRUE(zero.ok() && one.ok());
+  for (auto* b : {&*zero, &*one}) {
+    (*b)->SetLabels(TwoInstructionPlan());
+    (*b)->Stage(RankStage::kStep, 2);
+    (*b)->Compute(2, 0);
+    (*b)->CommBegin(1);
+  }
+  EXPECT_THAT(PositionTable(dir, 2), ::testing::Not(HasSubstr("behind")));  // a tie
+  (*one)->StartPulse();
+  (*zero)->StartPulse();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  one->reset();  // rank 1's pulse stops (its record stays in the folder)
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_THAT(PositionTable(dir, 2), HasSubstr("rank 1: step 2, in all-reduce"));
+  EXPECT_THAT(PositionTable(dir, 2), HasSubstr("<- behind"));
+  const std::string table = PositionTable(dir, 2);
+  EXPECT_LT(table.find("rank 1"), table.find("<- behind")) << table;
 }
 
 TEST(PositionBoard, WithoutAFolderItKeepsItsOwnPosition) {

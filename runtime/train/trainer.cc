@@ -533,6 +533,7 @@ class Trainer {
   absl::Status EvaluateAt(const StepInfo& step);
   void LogEvaluation(const StepInfo& step);
   void RecordStop(const absl::Status& why, int64_t step);
+  std::string Where() const;
   double EvalBitsPerByte() const;
 
   // --- Checkpoint.
@@ -582,6 +583,7 @@ class Trainer {
   Sharding zero_sharding_;
   const Sharding* sharding_ = nullptr;  // &zero_sharding_ under ZeRO-1
   std::unique_ptr<PositionBoard> position_;  // where this rank is (the launcher reads it)
+  std::string shared_positions_;  // every rank's positions, when this rank prints the table
   std::unique_ptr<Executor> executor_;
 
   // Set up by SetUpData.
@@ -648,11 +650,19 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   for (int64_t step = first_step_; step <= total_steps_; ++step) {
     if (absl::Status s = TrainStep(step); !s.ok()) {
       RecordStop(s, step);
-      return s;
+      if (shared_positions_.empty()) return s;
+      return absl::Status(s.code(), absl::StrCat(s.message(), "\n", Where()));
     }
   }
   position_->Stage(RankStage::kDone, total_steps_);
   return Finish();
+}
+
+// This rank's position, or with a shared folder every rank's table.
+std::string Trainer::Where() const {
+  if (shared_positions_.empty()) return position_->Where();
+  return absl::StrCat(position_->Where(), "\n",
+                      PositionTable(shared_positions_, rank_.world_size));
 }
 
 // A run that stops on an error leaves, in the metrics log, where this rank
@@ -695,7 +705,20 @@ absl::Status Trainer::SetUpDevice() {
   };
   sharding_ = plan_.zero > 0 ? &zero_sharding_ : nullptr;
 
-  ASSIGN_OR_RETURN(position_, PositionBoard::ForRank(rank_.rank));
+  // Under a cluster launcher (torchrun, srun) with a shared rendezvous
+  // folder, the ranks publish there, and a failing rank prints every
+  // rank's position itself (the local launcher does it for its own jobs).
+  const char* launcher_positions = std::getenv(kPositionDirEnv);
+  if ((launcher_positions == nullptr || *launcher_positions == '\0') &&
+      !rank_.rendezvous_dir.empty() && rank_.world_size > 1) {
+    std::error_code ignored;
+    const std::string dir = rank_.rendezvous_dir + "/positions";
+    if (std::filesystem::create_directories(dir, ignored) || std::filesystem::is_directory(dir)) {
+      shared_positions_ = dir;
+    }
+  }
+  ASSIGN_OR_RETURN(position_, PositionBoard::ForRank(rank_.rank, shared_positions_));
+  if (!shared_positions_.empty()) position_->StartPulse();
   ExecutorOptions exec_options;
   exec_options.overlap = options_.overlap;
   exec_options.capture = options_.graph;
@@ -773,7 +796,7 @@ absl::Status Trainer::StartRun() {
   pulse_.emplace(Heartbeat::FromEnvironment());
   if (options_.watchdog_seconds > 0 && options_.on_stall) {
     watchdog_.emplace(absl::Seconds(options_.watchdog_seconds), rank_.rank, options_.on_stall,
-                      [this] { return position_->Where(); });
+                      [this] { return Where(); });
   }
   tty_ = isatty(STDOUT_FILENO) && rank_.rank == 0;
   log_every_ = options_.log_every > 0

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace trainc {
@@ -31,10 +32,11 @@ void StepWatchdog::Watch() {
         absl::Nanoseconds(absl::GetCurrentTimeNanos() - last_ns_.load(std::memory_order_relaxed));
     if (quiet < timeout_) continue;
     on_stall_(absl::StrFormat(
-        "rank %d: no step finished for %s (the last was step %d)%s: a peer rank is stopped "
-        "or gone, or a collective hangs; stopping the job (--watchdog %d)\n",
+        "rank %d: no step finished for %s (the last was step %d): a peer rank is stopped "
+        "or gone, or a collective hangs; stopping the job (--watchdog %d)\n%s",
         rank_, absl::FormatDuration(absl::Trunc(quiet, absl::Seconds(1))), step,
-        where_ ? " and it is at " + where_() : std::string(), absl::ToInt64Seconds(timeout_)));
+        absl::ToInt64Seconds(timeout_),
+        where_ ? absl::StrCat("rank ", rank_, " is at ", where_(), "\n") : std::string()));
     return;
   }
 }
