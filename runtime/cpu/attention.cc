@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/cpu/store.h"
+
 namespace trainc::cpu {
 namespace {
 
@@ -126,14 +128,6 @@ void BlockSoftmax(int64_t i0, int64_t i1, float* s, float* lse) {
     for (int64_t j = 0; j <= i; ++j) pr[j] *= inv;
     std::fill(pr + i + 1, pr + i1, 0.0f);
     lse[i] = static_cast<float>(m + std::log(sum));
-  }
-}
-
-void Store(const float* src, int64_t n, bool accumulate, float* dst) {
-  if (accumulate) {
-    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-  } else {
-    std::copy(src, src + n, dst);
   }
 }
 

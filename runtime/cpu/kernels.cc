@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "compiler/ops/pointwise.h"
+#include "runtime/cpu/store.h"
 #include "runtime/device/philox.h"
 
 // The repository builds for x86-64-v2 (SSE4.2) so its binaries run anywhere;
@@ -22,19 +23,6 @@
 
 namespace trainc {
 namespace cpu {
-namespace {
-
-// One out (+)= v pass; kept as two loops so each is a plain vector loop.
-inline void Store(const float* __restrict v, int64_t n, bool accumulate,
-                  float* __restrict out) {
-  if (accumulate) {
-    for (int64_t i = 0; i < n; ++i) out[i] += v[i];
-  } else {
-    std::memcpy(out, v, n * sizeof(float));
-  }
-}
-
-}  // namespace
 
 void SetBlasThreads(int threads) { openblas_set_num_threads(threads); }
 
