@@ -7,7 +7,8 @@
 // The files are concatenated in the order given and encoded as one text,
 // as text(..., tokenizer = ...) encodes its split; the shard is llm.c's
 // (runtime/data/tokens.h): uint16 tokens when the model has at most 65,536
-// pieces, else uint32. The shard is written whole, then renamed.
+// pieces, else uint32. The shard is written whole, then renamed
+// (runtime/checkpoint/atomic_file.h).
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/checkpoint/atomic_file.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/tokens.h"
 #include "tools/cli/option_parser.h"
@@ -94,20 +96,8 @@ absl::Status Run(const Args& args) {
     return absl::InvalidArgumentError("more than 2^31 tokens: split the corpus into shards");
   }
   const int width = tokenizer.vocab() <= 65536 ? 2 : 4;
-  const std::string shard = Shard(ids, width);
-  const std::string tmp = args.out + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(shard.data(), static_cast<std::streamsize>(shard.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError("cannot write " + tmp + " (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), args.out.c_str()) != 0) {
-    return absl::DataLossError("cannot rename " + tmp + " to " + args.out);
-  }
+  // Whole, then renamed: a full disk leaves no half shard behind.
+  RETURN_IF_ERROR(WriteFileAtomically(args.out, Shard(ids, width)));
   std::cout << "tokenize: " << args.out << ": " << ids.size() << " tokens ("
             << (width == 2 ? "uint16" : "uint32") << ") from " << text.size() << " bytes, "
             << absl::StrCat(static_cast<double>(text.size()) / std::max<size_t>(ids.size(), 1))

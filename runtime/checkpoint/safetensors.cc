@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/checkpoint/atomic_file.h"
 #include "runtime/json/json.h"
 
 namespace trainc {
@@ -25,11 +26,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 // The reference implementation's limit; a larger header means a bad file.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-
-absl::Status ErrnoError(const std::string& what, const std::string& path) {
-  return absl::InternalError(
-      absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
-}
 
 absl::StatusOr<std::string> BuildHeader(
     const std::vector<TensorRef>& tensors,
@@ -74,60 +70,6 @@ std::string LengthPrefix(uint64_t n) {
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
   return out;
-}
-
-absl::Status WriteAll(int fd, const char* data, size_t n,
-                      const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write failed", path);
-    }
-    data += w;
-    n -= w;
-  }
-  return absl::OkStatus();
-}
-
-// Writes a whole temporary file beside `path` (`write` fills the open file
-// descriptor), fsynced, and returns its name; nothing is renamed yet.
-absl::StatusOr<std::string> WriteTemporaryFile(
-    const std::string& path,
-    const std::function<absl::Status(int fd, const std::string& tmp)>& write) {
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return ErrnoError("cannot create a temporary file", tmp);
-  absl::Status status = write(fd, tmp);
-  if (status.ok() && ::fsync(fd) != 0) status = ErrnoError("fsync failed", tmp);
-  if (::close(fd) != 0 && status.ok()) status = ErrnoError("close failed", tmp);
-  // mkstemp creates 0600; a checkpoint is an ordinary file.
-  if (status.ok() && ::chmod(tmp.c_str(), 0644) != 0) {
-    status = ErrnoError("chmod failed", tmp);
-  }
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  return tmp;
-}
-
-// Renames a finished temporary file into place, durably.
-absl::Status CommitTemporaryFile(const std::string& tmp, const std::string& path) {
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status status = ErrnoError("cannot rename the temporary file into place", path);
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  if (dir.empty()) dir = "/";
-  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int64_t>> IntegerArray(const JsonValue& v,
