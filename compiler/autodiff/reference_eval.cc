@@ -63,7 +63,7 @@ bool RunPointwise(const std::string& op, const std::vector<TensorRef>& in,
 class Attrs {
  public:
   explicit Attrs(const std::map<std::string, double>& attrs) : attrs_(attrs) {}
-  bool Has(const char* name) const { return attrs_.count(name) != 0; }
+  const std::map<std::string, double>& map() const { return attrs_; }
   // 0 when absent.
   double operator()(const char* name) const {
     auto it = attrs_.find(name);
@@ -105,10 +105,7 @@ void RopeRow(const attention::Geometry& g, int64_t t, bool inverse, double* x) {
 absl::StatusOr<AttentionInputs> ReadAttention(const TensorRef& qkv, const Attrs& attr) {
   AttentionInputs a;
   attention::Geometry& g = a.g;
-  g.heads = static_cast<int64_t>(attr("heads"));
-  g.kv_heads = attr.Has("kv_heads") ? static_cast<int64_t>(attr("kv_heads")) : g.heads;
-  g.rope = attr.Has("rope") && attr("rope") != 0;
-  g.rope_theta = attr.Has("rope_theta") ? static_cast<float>(attr("rope_theta")) : 10000.0f;
+  g = attention::FromAttrs(attr.map());
   if (qkv.shape.size() != 3 || g.heads < 1 || g.kv_heads < 1 || g.heads % g.kv_heads != 0 ||
       qkv.shape[2] % (g.heads + 2 * g.kv_heads) != 0) {
     return absl::InvalidArgumentError(

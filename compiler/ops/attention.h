@@ -24,6 +24,8 @@
 #include <math.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #ifdef __CUDACC__
 #define TRAINC_ATTN_HD __host__ __device__ __forceinline__
@@ -59,6 +61,22 @@ struct Geometry {
     return static_cast<float>(1.0 / sqrt(static_cast<double>(head_dim)));
   }
 };
+
+// The heads and rotary positions an attention instruction's attributes
+// say (op_table.cc's rule writes them: kv_heads absent means heads, rope
+// absent means off); the sizes are the caller's to fill from the buffers.
+inline Geometry FromAttrs(const std::map<std::string, double>& attrs) {
+  auto get = [&](const char* name, double fallback) {
+    auto it = attrs.find(name);
+    return it == attrs.end() ? fallback : it->second;
+  };
+  Geometry g;
+  g.heads = static_cast<int64_t>(get("heads", 0));
+  g.kv_heads = static_cast<int64_t>(get("kv_heads", static_cast<double>(g.heads)));
+  g.rope = get("rope", 0) != 0;
+  g.rope_theta = static_cast<float>(get("rope_theta", 10000));
+  return g;
+}
 
 // inv_freq_i as transformers computes it in f32:
 // 1.0 / (theta ** (arange(0, d, 2).float() / d)).

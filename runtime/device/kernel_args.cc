@@ -322,10 +322,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       const Buffer& y = forward ? out_buf(0) : in_buf(2);
       const Buffer& lse = forward ? out_buf(1) : in_buf(3);
       attention::Geometry& g = k.attention;
-      g.heads = static_cast<int64_t>(attr("heads", 0));
-      g.kv_heads = static_cast<int64_t>(attr("kv_heads", static_cast<double>(g.heads)));
-      g.rope = attr("rope", 0) != 0;
-      g.rope_theta = static_cast<float>(attr("rope_theta", 10000));
+      g = attention::FromAttrs(instr.attrs);
       if (g.heads <= 0 || g.kv_heads <= 0 || g.heads % g.kv_heads != 0) {
         return fail("attrs heads / kv_heads are not positive with kv_heads | heads");
       }
