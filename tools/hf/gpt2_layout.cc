@@ -97,22 +97,32 @@ absl::StatusOr<Gpt2Layout> Gpt2LayoutOf(const ModelSpec& model) {
   }
   add("ln_f.weight", {l.width});
   add("ln_f.bias", {l.width});
-  std::set<std::string> expected;
-  for (const HfTensor& t : l.tensors) {
-    expected.insert(t.trainc_name);
-    auto it = params.find(t.trainc_name);
-    if (it == params.end()) return NotGpt2(model, "no parameter " + t.trainc_name);
-    if (it->second != t.shape) {
-      return NotGpt2(model, absl::StrCat(t.trainc_name, " is ", Shape(it->second),
-                                         ", GPT-2's is ", Shape(t.shape)));
-    }
-  }
-  for (const auto& [name, shape] : params) {
-    if (!expected.count(name)) return NotGpt2(model, "an extra parameter " + name);
+  if (const std::string why = ParameterMismatch(model, l.tensors, "GPT-2's"); !why.empty()) {
+    return NotGpt2(model, why);
   }
   if (auto s = ReadOps(model, l); !s.ok()) return s;
   if (l.width % l.heads != 0) return NotGpt2(model, "heads do not divide the width");
   return l;
+}
+
+std::string ParameterMismatch(const ModelSpec& model, const std::vector<HfTensor>& tensors,
+                              const std::string& whose) {
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const ParameterSpec& p : model.parameters) params[p.name] = p.shape;
+  std::set<std::string> expected;
+  for (const HfTensor& t : tensors) {
+    expected.insert(t.trainc_name);
+    auto it = params.find(t.trainc_name);
+    if (it == params.end()) return "no parameter " + t.trainc_name;
+    if (it->second != t.shape) {
+      return absl::StrCat(t.trainc_name, " is ", Shape(it->second), ", ", whose, " is ",
+                          Shape(t.shape));
+    }
+  }
+  for (const auto& [name, shape] : params) {
+    if (!expected.count(name)) return "an extra parameter " + name;
+  }
+  return "";
 }
 
 std::string Gpt2ConfigJson(const Gpt2Layout& l) {

@@ -41,6 +41,12 @@ struct Gpt2Layout {
 
 absl::StatusOr<Gpt2Layout> Gpt2LayoutOf(const ModelSpec& model);
 
+// Why the model's parameters are not exactly `tensors`' trainc names and
+// shapes ("no parameter x", "an extra parameter x", "x is [a], <whose> is
+// [b]"), or "" when they are. For every layout of tools/hf.
+std::string ParameterMismatch(const ModelSpec& model, const std::vector<HfTensor>& tensors,
+                              const std::string& whose);
+
 // config.json for transformers' GPT2Config.
 std::string Gpt2ConfigJson(const Gpt2Layout& layout);
 

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "compiler/ops/op_table.h"
 #include "runtime/checkpoint/hf_folder.h"
 
 namespace trainc::hf {
@@ -105,18 +104,8 @@ absl::StatusOr<LlamaLayout> LlamaLayoutOf(const ModelSpec& model) {
                                         " (transformers' LlamaAttention needs them equal)"));
   }
   AddTensors(l);
-  std::set<std::string> expected;
-  for (const HfTensor& t : l.tensors) {
-    expected.insert(t.trainc_name);
-    auto it = params.find(t.trainc_name);
-    if (it == params.end()) return NotLlama(model, "no parameter " + t.trainc_name);
-    if (it->second != t.shape) {
-      return NotLlama(model, absl::StrCat(t.trainc_name, " is ", ops::ShapeText(it->second),
-                                          ", Llama's is ", ops::ShapeText(t.shape)));
-    }
-  }
-  for (const auto& [name, shape] : params) {
-    if (!expected.count(name)) return NotLlama(model, "an extra parameter " + name);
+  if (const std::string why = ParameterMismatch(model, l.tensors, "Llama's"); !why.empty()) {
+    return NotLlama(model, why);
   }
   return l;
 }
