@@ -143,27 +143,58 @@ class HfExportTest(unittest.TestCase):
             f.write(source)
         return model, paths["EVAL"]
 
-    def test_exported_model_scores_as_trainc_does(self):
-        model, eval_text = self.write_model()
-        ckpt = os.path.join(self.dir, "tiny.safetensors")
-        metrics = os.path.join(self.dir, "tiny.jsonl")
-        e2e.train(model, "--device", "cpu", "--save", ckpt, "--metrics", metrics)
+    def trainc_eval_loss(self, model, name, *args):
+        """Trains `model` with `args` and returns its final eval loss."""
+        metrics = os.path.join(self.dir, name + ".jsonl")
+        e2e.train(model, "--device", "cpu", "--metrics", metrics, *args)
         with open(metrics) as f:
-            summary = [json.loads(line) for line in f if '"summary"' in line][-1]
-        trainc_loss = summary["eval_loss"]
+            return [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
 
-        out = os.path.join(self.dir, "hf")
+    def export(self, model, ckpt, out):
+        """tools/hf_export into `out`; returns its config.json and stdout."""
         proc = subprocess.run([EXPORT, model, ckpt, out], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         with open(os.path.join(out, "config.json")) as f:
-            config = json.load(f)
+            return json.load(f), proc.stdout
+
+    def make(self, script, folder, width):
+        """A random transformers model of `width` saved by save_pretrained."""
+        made = subprocess.run([HF_PYTHON, "-c", script, folder, str(T), str(width)],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(made.returncode, 0, made.stderr)
+
+    def import_and_score(self, model, eval_text, script, width, name):
+        """A transformers model made with `script` as --init-from: trainc's eval
+        loss after one negligible step (the imported weights) against
+        transformers'; returns the folder and trainc's loss."""
+        folder = os.path.join(self.dir, name)
+        self.make(script, folder, width)
+        want = self.hf_loss(folder, eval_text)
+        got = self.trainc_eval_loss(model, name, "--init-from", folder, "--steps", 1,
+                                    "--lr", "1e-30")
+        print(f"{name} eval loss: trainc {got:.9f}, transformers (float64) {want:.9f}")
+        self.assertLess(abs(got - want) / want, 1e-4)
+        return folder, got
+
+    def assert_other_width_refused(self, model, script, width, tensor, shapes):
+        """Another width is refused, naming the tensor and both shapes."""
+        wide = os.path.join(self.dir, f"wide_{width}")
+        self.make(script, wide, width)
+        proc = e2e.train(model, "--device", "cpu", "--init-from", wide, "--steps", 1,
+                         check=False)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        self.assertIn(tensor, proc.stdout)
+        self.assertIn(shapes, proc.stdout)
+
+    def test_exported_model_scores_as_trainc_does(self):
+        model, eval_text = self.write_model()
+        ckpt = os.path.join(self.dir, "tiny.safetensors")
+        trainc_loss = self.trainc_eval_loss(model, "tiny", "--save", ckpt)
+        out = os.path.join(self.dir, "hf")
+        config, _ = self.export(model, ckpt, out)
         self.assertEqual(config["model_type"], "gpt2")
         self.assertEqual((config["n_layer"], config["n_embd"], config["n_head"]), (2, 32, 4))
-
-        score = subprocess.run([HF_PYTHON, "-c", SCORE, out, eval_text, str(T)],
-                               capture_output=True, text=True, timeout=300)
-        self.assertEqual(score.returncode, 0, score.stderr)
-        hf_loss = float(score.stdout.split("LOSS")[1])
+        hf_loss = self.hf_loss(out, eval_text)
         print(f"eval loss: trainc {trainc_loss:.9f}, transformers (float64) {hf_loss:.9f}")
         self.assertLess(abs(hf_loss - trainc_loss) / trainc_loss, 1e-4,
                         f"transformers {hf_loss} against trainc {trainc_loss}")
@@ -176,31 +207,9 @@ class HfExportTest(unittest.TestCase):
 
     def test_a_transformers_model_is_a_starting_point(self):
         model, eval_text = self.write_model()
-        folder = os.path.join(self.dir, "from_hf")
-        made = subprocess.run([HF_PYTHON, "-c", MAKE, folder, str(T), "32"],
-                              capture_output=True, text=True, timeout=300)
-        self.assertEqual(made.returncode, 0, made.stderr)
-        want = self.hf_loss(folder, eval_text)
-        # One step at a negligible learning rate: the eval after it scores
-        # the imported weights.
-        metrics = os.path.join(self.dir, "imported.jsonl")
-        e2e.train(model, "--device", "cpu", "--init-from", folder, "--steps", 1, "--lr", "1e-30",
-                  "--metrics", metrics)
-        with open(metrics) as f:
-            got = [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
-        print(f"imported eval loss: trainc {got:.9f}, transformers (float64) {want:.9f}")
-        self.assertLess(abs(got - want) / want, 1e-4)
-
-        # Another width: refused, naming the tensor and both shapes.
-        wide = os.path.join(self.dir, "wide")
-        made = subprocess.run([HF_PYTHON, "-c", MAKE, wide, str(T), "48"],
-                              capture_output=True, text=True, timeout=300)
-        self.assertEqual(made.returncode, 0, made.stderr)
-        proc = e2e.train(model, "--device", "cpu", "--init-from", wide, "--steps", 1,
-                         check=False)
-        self.assertNotEqual(proc.returncode, 0, proc.stdout)
-        self.assertIn("wte.weight", proc.stdout)
-        self.assertIn("is F32[256,48], the plan has F32[256,32]", proc.stdout)
+        folder, _ = self.import_and_score(model, eval_text, MAKE, 32, "imported")
+        self.assert_other_width_refused(model, MAKE, 48, "wte.weight",
+                                        "is F32[256,48], the plan has F32[256,32]")
         # A folder has no optimizer state to resume.
         proc = e2e.train(model, "--device", "cpu", "--resume", folder, check=False)
         self.assertNotEqual(proc.returncode, 0, proc.stdout)
@@ -209,16 +218,10 @@ class HfExportTest(unittest.TestCase):
     def test_exported_llama_scores_as_trainc_does(self):
         model, eval_text = self.write_model("llama_tiny")
         ckpt = os.path.join(self.dir, "llama.safetensors")
-        metrics = os.path.join(self.dir, "llama.jsonl")
-        e2e.train(model, "--device", "cpu", "--save", ckpt, "--metrics", metrics)
-        with open(metrics) as f:
-            trainc_loss = [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
+        trainc_loss = self.trainc_eval_loss(model, "llama", "--save", ckpt)
         out = os.path.join(self.dir, "hf_llama")
-        proc = subprocess.run([EXPORT, model, ckpt, out], capture_output=True, text=True)
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
-        self.assertIn("LlamaForCausalLM", proc.stdout)
-        with open(os.path.join(out, "config.json")) as f:
-            config = json.load(f)
+        config, stdout = self.export(model, ckpt, out)
+        self.assertIn("LlamaForCausalLM", stdout)
         self.assertEqual(config["model_type"], "llama")
         self.assertEqual((config["num_hidden_layers"], config["hidden_size"],
                           config["num_attention_heads"], config["num_key_value_heads"],
@@ -229,42 +232,18 @@ class HfExportTest(unittest.TestCase):
 
     def test_a_transformers_llama_is_a_starting_point(self):
         model, eval_text = self.write_model("llama_tiny")
-        folder = os.path.join(self.dir, "from_hf_llama")
-        made = subprocess.run([HF_PYTHON, "-c", MAKE_LLAMA, folder, str(T), "64"],
-                              capture_output=True, text=True, timeout=300)
-        self.assertEqual(made.returncode, 0, made.stderr)
-        want = self.hf_loss(folder, eval_text)
-        metrics = os.path.join(self.dir, "imported_llama.jsonl")
-        e2e.train(model, "--device", "cpu", "--init-from", folder, "--steps", 1, "--lr", "1e-30",
-                  "--metrics", metrics)
-        with open(metrics) as f:
-            got = [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
-        print(f"imported llama eval loss: trainc {got:.9f}, transformers (float64) {want:.9f}")
-        self.assertLess(abs(got - want) / want, 1e-4)
+        folder, got = self.import_and_score(model, eval_text, MAKE_LLAMA, 64, "imported_llama")
         # Imported, fine-tuned, exported: transformers scores what trainc scored.
         tuned = os.path.join(self.dir, "tuned.safetensors")
-        metrics = os.path.join(self.dir, "tuned.jsonl")
-        e2e.train(model, "--device", "cpu", "--init-from", folder, "--save", tuned,
-                  "--metrics", metrics)
-        with open(metrics) as f:
-            tuned_loss = [json.loads(line) for line in f if '"summary"' in line][-1]["eval_loss"]
+        tuned_loss = self.trainc_eval_loss(model, "tuned", "--init-from", folder, "--save", tuned)
         back = os.path.join(self.dir, "tuned_hf")
-        proc = subprocess.run([EXPORT, model, tuned, back], capture_output=True, text=True)
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.export(model, tuned, back)
         again = self.hf_loss(back, eval_text)
         print(f"fine-tuned llama eval loss: trainc {tuned_loss:.9f}, transformers {again:.9f}")
         self.assertLess(abs(again - tuned_loss) / tuned_loss, 1e-4)
         self.assertGreater(abs(tuned_loss - got) / got, 1e-3)  # training moved it
-        # Another width: refused, naming the tensor and both shapes.
-        wide = os.path.join(self.dir, "wide_llama")
-        made = subprocess.run([HF_PYTHON, "-c", MAKE_LLAMA, wide, str(T), "128"],
-                              capture_output=True, text=True, timeout=300)
-        self.assertEqual(made.returncode, 0, made.stderr)
-        proc = e2e.train(model, "--device", "cpu", "--init-from", wide, "--steps", 1,
-                         check=False)
-        self.assertNotEqual(proc.returncode, 0, proc.stdout)
-        self.assertIn("embed_tokens.weight", proc.stdout)
-        self.assertIn("is F32[256,128], the plan has F32[256,64]", proc.stdout)
+        self.assert_other_width_refused(model, MAKE_LLAMA, 128, "embed_tokens.weight",
+                                        "is F32[256,128], the plan has F32[256,64]")
 
     def test_a_model_without_gpt2s_layout_is_refused(self):
         proc = subprocess.run([EXPORT, e2e.EXAMPLE, "nothing.safetensors",
