@@ -25,8 +25,8 @@ const std::vector<std::string>& OverridableFields() {
       "epochs", "steps",        "lr",         "seed",
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
       "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
-      "checkpoint_dir", "zero", "zero_gather", "grad_comm", "precision", "machine",
-      "recompute"};
+      "checkpoint_dir", "zero", "zero_gather", "zero_accumulate", "grad_comm", "precision",
+      "machine", "recompute"};
   return *fields;
 }
 
@@ -39,8 +39,8 @@ const std::vector<std::string>& TrainFields() {
       "epochs",   "steps",       "optimizer",  "schedule",
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
       "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
-      "checkpoint_keep", "checkpoint_dir", "zero", "zero_gather", "grad_comm", "precision",
-      "machine", "recompute"};
+      "checkpoint_keep", "checkpoint_dir", "zero", "zero_gather", "zero_accumulate",
+      "grad_comm", "precision", "machine", "recompute"};
   return *fields;
 }
 
@@ -405,17 +405,17 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("zero")) {
       if (auto v = NonNegativeInt(*s, sink_)) {
-        if (*v > 1) {
+        if (*v > 2) {
           ReportSetting(*s, sink_,
-                        absl::StrCat("zero must be 0 or 1, got ", *v),
-                        "ZeRO stage 1 shards the optimizer state; stages 2 "
-                        "and 3 are not supported");
+                        absl::StrCat("zero must be 0, 1 or 2, got ", *v),
+                        "ZeRO stage 1 shards the optimizer state, stage 2 "
+                        "the gradients too; stage 3 is not supported");
         } else {
           config_.zero = *v;
-          if (*v == 1 && config_.gpus == 1) {
-            const std::string message =
-                "zero = 1 on one rank: there is nothing to shard, the "
-                "optimizer runs whole";
+          if (*v > 0 && config_.gpus == 1) {
+            const std::string message = absl::StrCat(
+                "zero = ", *v, " on one rank: there is nothing to shard, the "
+                "optimizer runs whole");
             if (s->from_flag() || s->expr == nullptr) {
               sink_.CommandLineNote(absl::StrCat("--zero: ", message));
             } else {
@@ -440,6 +440,20 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("zero_gather")) {
       CheckChoice(*s, "zero_gather", "all-gather placement", &config_.zero_gather, sink_);
+    }
+    if (const Setting* s = Effective("zero_accumulate")) {
+      CheckChoice(*s, "zero_accumulate", "ZeRO-2 accumulation", &config_.zero_accumulate,
+                  sink_);
+      if (config_.zero_accumulate == ZeroAccumulate::kShard && config_.deterministic &&
+          config_.accumulate > 1) {
+        ReportSetting(*s, sink_,
+                      "zero_accumulate = shard cannot be deterministic with "
+                      "accumulate > 1: the deterministic sum adds every "
+                      "micro-batch's gradient in global order, so it needs them "
+                      "all at the step's end",
+                      "use zero_accumulate = local (or auto), or drop "
+                      "deterministic = true");
+      }
     }
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;

@@ -29,6 +29,7 @@ const char* BufferKindName(BufferKind kind) {
     case BufferKind::kStepScalar: return "step_scalar";
     case BufferKind::kWorkspace: return "workspace";
     case BufferKind::kParameterCopy: return "parameter_copy";
+    case BufferKind::kGradShard: return "grad_shard";
   }
   return "unknown";
 }

@@ -32,10 +32,13 @@
 //   all_reduce          bucket grads -> the same buffer (in place, sum over
 //                       ranks); stream comm; attrs: bucket. Without attr
 //                       bucket: its one input (grad_sq under ZeRO).
-//   reduce_scatter      (zero = 1) bucket grads -> the same buffer: this
+//   reduce_scatter      (zero >= 1) bucket grads -> the same buffer: this
 //                       rank's shard (elements [rank * shard_elems, +
 //                       shard_elems) of slot 0) becomes the sum over ranks;
-//                       the rest is left undefined; stream comm; attrs: bucket
+//                       the rest is left undefined; stream comm; attrs: bucket.
+//                       ZeRO-2: -> the bucket's grad_shard instead, which
+//                       the shard is copied to (attr accumulate 0) or added
+//                       to (accumulate 1); the bucket is then dead.
 //   all_gather          (zero = 1) params span -> the same buffer: every
 //                       rank's shard of it to every rank; stream comm;
 //                       attrs: bucket
@@ -47,7 +50,8 @@
 //                       adamw state: m, v; sgd state: momentum (if > 0).
 //                       Under ZeRO-1 (attr shard = 1) over this rank's
 //                       shard of params and grads only; the state spans
-//                       hold just that shard.
+//                       hold just that shard. Under ZeRO-2 its grads input
+//                       is the bucket's grad_shard (as sum_squares').
 // Loss ops (cross_entropy, mse) write the micro-batch's loss_sum; their
 // gradients carry attr scale = 1 / (global_batch * loss_terms).
 // So the loss is the mean over the global batch (every token of it)
@@ -69,6 +73,20 @@
 // next_forward at the next step's start). In deterministic mode the
 // reduce_scatter is the deterministic all-reduce's gather and ordered sum,
 // so the weights are bit for bit those of zero = 0.
+//
+// ZeRO-2 (`zero` = 2): ZeRO-1, and the reduced gradient is kept only as
+// this rank's shard, the bucket's `grad_shard` (kGradShard, persistent,
+// shard_elems floats). The bucket itself (kBucket) and its gradient views
+// are arena buffers like activations: live from the first gradient written
+// into it to the first compute instruction that waits for its
+// reduce_scatter (the memory planner extends a comm instruction's operands
+// so). With accumulate > 1, `zero_accumulate` says how micro-steps add up:
+// local, one bucket across the micro-steps, reduce-scattered once (the
+// only choice in deterministic mode); shard, every micro-step's bucket
+// reduce-scattered and added into the shard, the next micro-step's
+// load_batch waiting for those reduce-scatters. Holes of a bucket (the
+// floats no written gradient covers) are zeroed before each
+// reduce_scatter, since the arena reuses its memory.
 #ifndef TRAINC_COMPILER_PLAN_PLAN_H_
 #define TRAINC_COMPILER_PLAN_PLAN_H_
 
@@ -104,6 +122,7 @@ enum class BufferKind {
   kWorkspace,       // a library's scratch for one instruction (its last output)
   kParameterCopy,   // precision = bf16: a parameter's bf16 copy, cast from
                     // the f32 master once per step (micro-step 0)
+  kGradShard,       // ZeRO-2: a bucket's reduced gradient, this rank's shard
 };
 
 struct Buffer {
@@ -160,10 +179,15 @@ struct Bucket {
   // without ZeRO.
   int64_t shard_elems = 0;
   int all_gather = -1;
+  // ZeRO-2: this rank's shard of the reduced gradient (kGradShard,
+  // shard_elems floats); -1 otherwise.
+  int grad_shard = -1;
 };
 
 struct MemoryReport {
   int64_t parameter_bytes = 0;
+  // Buckets that live the whole run (zero < 2); ZeRO-2 counts its
+  // shards here and its buckets among the activations.
   int64_t gradient_bytes = 0;
   int64_t optimizer_state_bytes = 0;
   int64_t peak_activation_bytes = 0;  // activations + backward temporaries
@@ -272,8 +296,14 @@ struct Plan {
   // reduced gradient) changes nothing. skip_nonfinite: the trainer then
   // goes on with the next step (counting it) instead of stopping.
   bool skip_nonfinite = false;
-  // ZeRO stage (0 or 1; 1 only when world_size > 1), see above.
+  // ZeRO stage (0, 1 or 2; > 0 only when world_size > 1), see above.
   int64_t zero = 0;
+  // ZeRO-2 with accumulate > 1: local or shard (never auto; see above).
+  // local otherwise.
+  ZeroAccumulate zero_accumulate = ZeroAccumulate::kLocal;
+  // Why the planner chose zero_accumulate (zero_accumulate = auto with
+  // accumulate > 1); empty otherwise.
+  std::string zero_accumulate_choice;
   // ZeRO-1: where the parameter all-gathers run. step_end: each right
   // after its bucket's optimizer. next_forward: at the start of the
   // step, before micro-step 0 (in the order the forward pass reads the

@@ -307,7 +307,8 @@ const std::vector<BufferKind>& AllBufferKinds() {
       BufferKind::kActivationGrad, BufferKind::kLoss,
       BufferKind::kBucket,         BufferKind::kParameterSpan,
       BufferKind::kStateSpan,      BufferKind::kStepScalar,
-      BufferKind::kWorkspace,      BufferKind::kParameterCopy};
+      BufferKind::kWorkspace,      BufferKind::kParameterCopy,
+      BufferKind::kGradShard};
   return *kinds;
 }
 
@@ -366,6 +367,12 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
                                            absl::StrJoin(EnumNames<ZeroGather>(), " or ")));
       }
       plan.zero_gather = *gather;
+    }
+    if (r.fields.count("zero_accumulate")) {  // absent: local
+      ASSIGN_OR_RETURN(plan.zero_accumulate, f.Setting<ZeroAccumulate>("zero_accumulate"));
+    }
+    if (r.fields.count("zero_accumulate_choice")) {
+      ASSIGN_OR_RETURN(plan.zero_accumulate_choice, f.Str("zero_accumulate_choice"));
     }
     if (r.fields.count("grad_comm")) {  // absent: fp32
       ASSIGN_OR_RETURN(plan.grad_comm, f.Setting<GradComm>("grad_comm"));
@@ -498,10 +505,14 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("weight_decay")) {  // absent from older plans: decayed
       ASSIGN_OR_RETURN(b.weight_decay, f.Bool("weight_decay"));
     }
-    if (r.fields.count("shard_elems")) {  // ZeRO-1 only
+    if (r.fields.count("shard_elems")) {  // ZeRO only
       ASSIGN_OR_RETURN(b.shard_elems, f.Int("shard_elems"));
       ASSIGN_OR_RETURN(int64_t gather, f.Int("all_gather"));
       b.all_gather = static_cast<int>(gather);
+    }
+    if (r.fields.count("grad_shard")) {  // ZeRO-2 only
+      ASSIGN_OR_RETURN(int64_t shard, f.Int("grad_shard"));
+      b.grad_shard = static_cast<int>(shard);
     }
     plan.buckets.push_back(std::move(b));
   } else if (kw == "events") {
@@ -567,6 +578,13 @@ std::string PlanToText(const Plan& plan) {
                   plan.zero_gather != ZeroGather::kStepEnd
                       ? absl::StrCat(" zero_gather=", Quote(EnumName(plan.zero_gather)))
                       : std::string(),
+                  plan.zero_accumulate != ZeroAccumulate::kLocal
+                      ? absl::StrCat(" zero_accumulate=", Quote(EnumName(plan.zero_accumulate)))
+                      : std::string(),
+                  plan.zero_accumulate_choice.empty()
+                      ? std::string()
+                      : absl::StrCat(" zero_accumulate_choice=",
+                                     Quote(plan.zero_accumulate_choice)),
                   plan.grad_comm != GradComm::kFp32
                       ? absl::StrCat(" grad_comm=", Quote(EnumName(plan.grad_comm)))
                       : std::string(),
@@ -651,6 +669,8 @@ std::string PlanToText(const Plan& plan) {
                     " weight_decay=", b.weight_decay ? 1 : 0,
                     b.shard_elems > 0 ? absl::StrCat(" shard_elems=", b.shard_elems,
                                                      " all_gather=", b.all_gather)
+                                      : std::string(),
+                    b.grad_shard >= 0 ? absl::StrCat(" grad_shard=", b.grad_shard)
                                       : std::string(),
                     " params=", absl::StrJoin(b.parameters, ","), "\n");
   }
@@ -796,11 +816,36 @@ absl::Status CheckPair(const Buffer& a, const Buffer& b) {
 // offsets (only spans overlap their members), each temporary against
 // them by binary search, and temporaries against each other by a sweep
 // over time keeping the live ones ordered by offset.
-absl::Status CheckArenaSharing(const Plan& plan) {
-  std::vector<const Buffer*> whole, live;
-  for (const Buffer& b : plan.buffers) {
-    if (b.bytes > 0) (b.first_use < 0 ? whole : live).push_back(&b);
+// A live gradient (ZeRO-2) must lie inside a live bucket, live no longer
+// than it; it is then checked through that bucket.
+absl::Status CheckLiveMembers(const std::vector<const Buffer*>& members,
+                              const std::vector<const Buffer*>& live) {
+  for (const Buffer* m : members) {
+    bool held = false;
+    for (const Buffer* c : live) {
+      held |= ContainerOf(c->kind, m->kind) && m->offset >= c->offset &&
+              m->offset + m->bytes <= c->offset + c->bytes && c->first_use <= m->first_use &&
+              m->last_use <= c->last_use;
+    }
+    if (!held) {
+      return Invalid(absl::StrCat("buffer ", m->id, " (", m->name, ", ", BufferKindName(m->kind),
+                                  ") is live but inside no live bucket that outlives it"));
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckArenaSharing(const Plan& plan) {
+  std::vector<const Buffer*> whole, live, members;
+  for (const Buffer& b : plan.buffers) {
+    if (b.bytes <= 0) continue;
+    if (b.first_use < 0) {
+      whole.push_back(&b);
+    } else {
+      (b.kind == BufferKind::kGradient ? members : live).push_back(&b);
+    }
+  }
+  RETURN_IF_ERROR(CheckLiveMembers(members, live));
   auto end_of = [](const Buffer* b) { return b->offset + b->bytes; };
   std::sort(whole.begin(), whole.end(), [](const Buffer* x, const Buffer* y) {
     return x->offset != y->offset ? x->offset < y->offset : x->id < y->id;
@@ -864,6 +909,7 @@ absl::Status ValidatePlan(const Plan& plan) {
                                 " != world_size * micro_batch * accumulate"));
   }
   if (plan.arena_bytes < 0 || plan.num_events < 0) return Invalid("negative arena or events");
+  if (plan.zero < 0 || plan.zero > 2) return Invalid(absl::StrCat("zero ", plan.zero));
   const int num_buffers = static_cast<int>(plan.buffers.size());
   const int num_instr = static_cast<int>(plan.instructions.size());
   auto buffer_ok = [&](int id) { return id >= 0 && id < num_buffers; };
@@ -989,6 +1035,13 @@ absl::Status ValidatePlan(const Plan& plan) {
         (b.all_gather < 0 || b.all_gather >= num_instr ||
          plan.instructions[b.all_gather].op != "all_gather")) {
       return Invalid(absl::StrCat(where, ": all_gather ", b.all_gather));
+    }
+    if ((plan.zero >= 2) != (b.grad_shard >= 0) ||
+        (b.grad_shard >= 0 &&
+         (!buffer_ok(b.grad_shard) || plan.buffers[b.grad_shard].kind != BufferKind::kGradShard ||
+          plan.buffers[b.grad_shard].bytes != b.shard_elems * 4))) {
+      return Invalid(absl::StrCat(where, ": grad shard ", b.grad_shard, " in a plan of zero ",
+                                  plan.zero));
     }
   }
   for (int id : plan.input_buffers) {

@@ -91,6 +91,21 @@ struct EnumTable<ZeroGather> {
       {ZeroGather::kStepEnd, "step_end"}, {ZeroGather::kNextForward, "next_forward"}};
 };
 
+// zero_accumulate: how ZeRO-2 keeps gradients across micro-steps. local:
+// every micro-step adds into the whole bucket, reduce-scattered once at the
+// step's end (one reduction; the bucket lives through the step). shard:
+// every micro-step's bucket is reduce-scattered into the rank's gradient
+// shard and freed (gradient memory 1/N; accumulate reductions). auto: the
+// planner picks (compiler/planner/planner.h).
+enum class ZeroAccumulate { kAuto, kLocal, kShard };
+template <>
+struct EnumTable<ZeroAccumulate> {
+  static constexpr EnumNameEntry<ZeroAccumulate> kEntries[] = {
+      {ZeroAccumulate::kAuto, "auto"},
+      {ZeroAccumulate::kLocal, "local"},
+      {ZeroAccumulate::kShard, "shard"}};
+};
+
 // optimizer = sgd(...) | adamw(...).
 enum class OptimizerKind { kSgd, kAdamW };
 template <>

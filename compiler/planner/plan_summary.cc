@@ -71,10 +71,11 @@ std::string PlanSummary(const Plan& plan) {
     if (in.op == "optimizer") ++optimizer;
   }
   const char* reduce = plan.zero > 0 ? "reduce_scatter" : "all_reduce";
+  const bool every_micro = plan.zero_accumulate == ZeroAccumulate::kShard;
   absl::StrAppend(&out, "instructions: ", plan.instructions.size(), " (", plan.accumulate,
                   " micro-steps of 1 load_batch + ", per_micro[0].first, " forward + ",
                   per_micro[0].second, " backward; ", plan.buckets.size(), " ", reduce,
-                  " in the last; ", optimizer, " optimizer",
+                  every_micro ? " in each; " : " in the last; ", optimizer, " optimizer",
                   plan.zero > 0 ? absl::StrCat(" + ", collectives["all_gather"], " all_gather")
                                 : std::string(),
                   "), ", plan.num_events, " events, ", plan.buffers.size(), " buffers\n");
@@ -97,11 +98,20 @@ std::string PlanSummary(const Plan& plan) {
 
   absl::StrAppend(&out, "buckets: ", plan.buckets.size(), " (bucket_mb ", plan.bucket_mb,
                   ", in ", plan.zero > 0 ? "reduce-scatter" : "all-reduce", " order",
-                  plan.zero > 0 ? absl::StrCat("; ZeRO-1: 1/", plan.world_size,
-                                               " of each bucket's update per rank")
-                                : std::string(),
+                  plan.zero == 1 ? absl::StrCat("; ZeRO-1: 1/", plan.world_size,
+                                                " of each bucket's update per rank")
+                  : plan.zero == 2
+                      ? absl::StrCat("; ZeRO-2: 1/", plan.world_size,
+                                     " of each bucket's gradient and update per rank, the "
+                                     "bucket freed once ",
+                                     every_micro ? "each micro-step's is scattered"
+                                                 : "scattered")
+                      : std::string(),
                   ")\n");
   if (!plan.bucket_choice.empty()) absl::StrAppend(&out, "  ", plan.bucket_choice, "\n");
+  if (!plan.zero_accumulate_choice.empty()) {
+    absl::StrAppend(&out, "  ", plan.zero_accumulate_choice, "\n");
+  }
   for (const Bucket& b : plan.buckets) {
     absl::StrAppend(&out, "  bucket ", b.id, ": ", Bytes(b.bytes),
                     b.shard_elems > 0 ? absl::StrCat(" (shard ", Bytes(b.shard_elems * 4), ")")
@@ -127,7 +137,9 @@ std::string PlanSummary(const Plan& plan) {
     absl::StrAppend(&out, "  bf16 copies       ", Bytes(m.parameter_copy_bytes),
                     " (the parameters in bf16, cast once per step)\n");
   }
-  absl::StrAppend(&out, "  gradients         ", Bytes(m.gradient_bytes), "\n");
+  absl::StrAppend(&out, "  gradients         ", Bytes(m.gradient_bytes),
+                  plan.zero == 2 ? " (this rank's shards; the buckets are activations)" : "",
+                  "\n");
   absl::StrAppend(&out, "  optimizer state   ", Bytes(m.optimizer_state_bytes), " (",
                   EnumName(plan.optimizer.kind), ")\n");
   // precision = bf16: against the same plan in f32.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "compiler/autodiff/autodiff.h"
 #include "compiler/cost/bundled_profiles.h"
 #include "compiler/cost/simulator.h"
@@ -43,7 +44,10 @@ absl::Status CheckConfig(const TrainConfig& t) {
   return absl::OkStatus();
 }
 
-bool IsPersistent(BufferKind kind) {
+// Buffers live the whole run, at offsets fixed before the arena is
+// planned. ZeRO-2's buckets (and their gradient views) are planned by
+// liveness like activations.
+bool IsPersistent(BufferKind kind, int64_t zero) {
   switch (kind) {
     case BufferKind::kInput:
     case BufferKind::kLabel:
@@ -51,6 +55,9 @@ bool IsPersistent(BufferKind kind) {
     case BufferKind::kActivationGrad:
     case BufferKind::kWorkspace:
       return false;
+    case BufferKind::kBucket:
+    case BufferKind::kGradient:
+      return zero < 2;
     default:
       return true;
   }
@@ -60,11 +67,13 @@ bool IsPersistent(BufferKind kind) {
 class PlanBuilder {
  public:
   PlanBuilder(const TrainSpec& spec, const Graph& graph, const PlanOptions& options,
-              const BucketSizes& sizes)
+              const BucketSizes& sizes,
+              ZeroAccumulate zero_accumulate = ZeroAccumulate::kLocal)
       : spec_(spec),
         graph_(graph),
         options_(options),
         sizes_(sizes),
+        zero_accumulate_(zero_accumulate),
         accumulate_(static_cast<int>(spec.train.accumulate)),
         deterministic_(spec.train.deterministic),
         shared_(graph.values().size(), -1),
@@ -149,9 +158,13 @@ class PlanBuilder {
     plan_.loss_terms = spec_.model.loss_terms;
     plan_.clip_grad_norm = t.clip_grad_norm;
     plan_.skip_nonfinite = t.skip_nonfinite;
-    // One rank has nothing to shard: ZeRO-1 on one rank is plain DDP.
+    // One rank has nothing to shard: ZeRO on one rank is plain DDP.
     plan_.zero = t.gpus > 1 ? t.zero : 0;
     plan_.zero_gather = plan_.zero > 0 ? t.zero_gather : ZeroGather::kStepEnd;
+    // Micro-steps add up locally unless ZeRO-2 scatters each one.
+    plan_.zero_accumulate = plan_.zero == 2 && accumulate_ > 1 && !deterministic_
+                                ? zero_accumulate_
+                                : ZeroAccumulate::kLocal;
     plan_.grad_comm = t.grad_comm;
     plan_.precision = t.precision;
     plan_.checkpoints.every = t.checkpoint_every;
@@ -278,6 +291,8 @@ class PlanBuilder {
     }
     int64_t cursor = 0;
     const int num_slots = deterministic_ ? accumulate_ : 1;
+    // ZeRO-2: buckets and their gradients are placed by PlanArena.
+    const bool dynamic_buckets = ShardedGrads();
     for (size_t b = 0; b < buckets_.size(); ++b) {
       Bucket bucket;
       bucket.id = static_cast<int>(b);
@@ -297,20 +312,39 @@ class PlanBuilder {
       cursor += slot_bytes[b];
       plan_.buckets.push_back(std::move(bucket));
     }
+    // ZeRO-2 scattering every micro-step: a bucket (and gradients) per
+    // micro-step, each dead once scattered. slots_[p][k] is then micro-step
+    // k's gradient, as it is slot k's in deterministic mode.
+    const int num_copies = ShardEachMicroStep() ? accumulate_ : 1;
+    bucket_buffers_.assign(buckets_.size(), {});
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      plan_.buckets[b].grad_buffer =
-          NewBuffer(absl::StrCat("bucket", b, "/grads"), BufferKind::kBucket, DType::kF32,
-                    {num_slots * slot_bytes[b] / 4}, cursor);
-      for (int p : buckets_[b].params) {
-        const Value& v = graph_.value(p);
-        for (int k = 0; k < num_slots; ++k) {
-          const std::string name =
-              k == 0 ? absl::StrCat("grad/", v.name) : absl::StrCat("grad/", v.name, "@", k);
-          slots_[p].push_back(NewValueBuffer(v, BufferKind::kGradient, name,
-                                             cursor + k * slot_bytes[b] + relative[p]));
+      const int64_t base = dynamic_buckets ? 0 : cursor;
+      for (int m = 0; m < num_copies; ++m) {
+        const std::string at = num_copies > 1 ? absl::StrCat("@", m) : "";
+        const int bucket =
+            NewBuffer(absl::StrCat("bucket", b, "/grads", at), BufferKind::kBucket,
+                      DType::kF32, {num_slots * slot_bytes[b] / 4}, base);
+        bucket_buffers_[b].push_back(bucket);
+        plan_.buckets[b].grad_buffer = bucket;  // the last micro-step's
+        for (int p : buckets_[b].params) {
+          const Value& v = graph_.value(p);
+          for (int k = 0; k < num_slots; ++k) {
+            const std::string name = k == 0 ? absl::StrCat("grad/", v.name, at)
+                                            : absl::StrCat("grad/", v.name, "@", k);
+            const int64_t within = k * slot_bytes[b] + relative[p];
+            slots_[p].push_back(NewValueBuffer(v, BufferKind::kGradient, name, base + within));
+            if (dynamic_buckets) views_.push_back({slots_[p].back(), bucket, within});
+          }
         }
       }
-      cursor += num_slots * slot_bytes[b];
+      if (dynamic_buckets) {
+        plan_.buckets[b].grad_shard =
+            NewBuffer(absl::StrCat("bucket", b, "/grad_shard"), BufferKind::kGradShard,
+                      DType::kF32, {shard_elems[b]}, cursor);
+        cursor += shard_elems[b] * 4;
+      } else {
+        cursor += num_slots * slot_bytes[b];
+      }
     }
     for (const std::string& state : state_kinds_) {
       for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -358,8 +392,10 @@ class PlanBuilder {
     const Value& v = graph_.value(id);
     if (shared_[id] >= 0) return shared_[id];
     switch (v.kind) {
-      case ValueKind::kParameterGrad:
-        return slots_[v.grad_of][deterministic_ ? k : 0];
+      case ValueKind::kParameterGrad: {
+        const std::vector<int>& slots = slots_[v.grad_of];
+        return slots[slots.size() > 1 ? k : 0];
+      }
       case ValueKind::kActivation:
       case ValueKind::kActivationGrad: {
         int& b = per_step_[id];
@@ -382,28 +418,42 @@ class PlanBuilder {
     return plan_.instructions.back().id;
   }
 
-  void EmitAllReduce(int bucket, int after) {
+  // The bucket's all_reduce (reduce_scatter) in micro-step k, after
+  // instruction `after` wrote its last gradient. The last micro-step's is
+  // the one the optimizer waits for; an earlier one (ZeRO-2 scattering
+  // every micro-step) is waited for by the next micro-step's load_batch.
+  void EmitAllReduce(int bucket, int after, int k) {
     const int ready_event = plan_.num_events++;
     plan_.instructions[after].record_events.push_back(ready_event);
+    const Bucket& b = plan_.buckets[bucket];
     Instruction in;
     in.op = Sharded() ? "reduce_scatter" : "all_reduce";
-    in.inputs = {plan_.buckets[bucket].grad_buffer};
-    in.outputs = in.inputs;
+    const std::vector<int>& copies = bucket_buffers_[bucket];
+    in.inputs = {copies[copies.size() > 1 ? k : 0]};
+    in.outputs = {ShardedGrads() ? b.grad_shard : in.inputs[0]};
     in.attrs["bucket"] = bucket;
+    if (ShardedGrads()) in.attrs["accumulate"] = ShardEachMicroStep() && k > 0 ? 1 : 0;
     in.stream = Stream::kComm;
     in.phase = Phase::kComm;
-    in.micro_step = accumulate_ - 1;
+    in.micro_step = k;
     in.wait_events = {ready_event};
-    buckets_[bucket].done_event = plan_.num_events++;
-    in.record_events = {buckets_[bucket].done_event};
+    const int done = plan_.num_events++;
+    in.record_events = {done};
     in.label = absl::StrCat(in.op, " bucket ", bucket);
+    if (accumulate_ > 1 && ShardEachMicroStep()) absl::StrAppend(&in.label, " micro ", k);
+    if (k < accumulate_ - 1) {
+      scattered_events_.push_back(done);
+      Emit(std::move(in));
+      return;
+    }
+    buckets_[bucket].done_event = done;
     plan_.buckets[bucket].ready_after = after;
     plan_.buckets[bucket].all_reduce = Emit(std::move(in));
   }
 
   void EmitMicroStep(int k) {
     per_step_.assign(graph_.values().size(), -1);
-    const bool last = k == accumulate_ - 1;
+    const bool reduce = k == accumulate_ - 1 || ShardEachMicroStep();
     Instruction load;
     load.op = "load_batch";
     load.outputs = plan_.input_buffers;
@@ -411,6 +461,10 @@ class PlanBuilder {
     load.phase = Phase::kData;
     load.micro_step = k;
     load.label = absl::StrCat("load_batch micro ", k);
+    // ZeRO-2 scattering every micro-step: the last micro-step's buckets
+    // are free (their memory reused) only once scattered.
+    load.wait_events = std::move(scattered_events_);
+    scattered_events_.clear();
     int last_compute = Emit(std::move(load));
     size_t next_bucket = 0;
     for (const Node& node : graph_.nodes()) {
@@ -427,9 +481,11 @@ class PlanBuilder {
       if (writes_parameter_grad) {
         // Within a micro-step the graph's own flag (a tied weight's second
         // use adds); across micro-steps the shared slot adds, unless each
-        // micro-step has its own slot (deterministic).
+        // micro-step has its own slot (deterministic) or its own bucket
+        // (ZeRO-2 scattering every micro-step).
         const bool graph_adds = node.attrs.count("accumulate") && node.attrs.at("accumulate") != 0;
-        in.attrs["accumulate"] = (graph_adds || (!deterministic_ && k > 0)) ? 1 : 0;
+        const bool slot_adds = !deterministic_ && !ShardEachMicroStep() && k > 0;
+        in.attrs["accumulate"] = (graph_adds || slot_adds) ? 1 : 0;
       }
       in.phase = node.role == NodeRole::kForward ? Phase::kForward : Phase::kBackward;
       in.micro_step = k;
@@ -444,14 +500,14 @@ class PlanBuilder {
       in.label = node.label;
       last_compute = Emit(std::move(in));
       // Buckets are in ready order, so the ones this node completes are next.
-      while (last && next_bucket < buckets_.size() &&
+      while (reduce && next_bucket < buckets_.size() &&
              buckets_[next_bucket].ready_node == node.id) {
-        EmitAllReduce(static_cast<int>(next_bucket++), last_compute);
+        EmitAllReduce(static_cast<int>(next_bucket++), last_compute, k);
       }
     }
     // Buckets holding only gradients nobody writes are ready at the end.
-    while (last && next_bucket < buckets_.size()) {
-      EmitAllReduce(static_cast<int>(next_bucket++), last_compute);
+    while (reduce && next_bucket < buckets_.size()) {
+      EmitAllReduce(static_cast<int>(next_bucket++), last_compute, k);
     }
   }
 
@@ -463,6 +519,12 @@ class PlanBuilder {
 
   // ZeRO-1 in effect (FillConfig leaves plan_.zero 0 on one rank).
   bool Sharded() const { return plan_.zero > 0; }
+  // ZeRO-2: gradients kept as shards, buckets freed once scattered.
+  bool ShardedGrads() const { return plan_.zero >= 2; }
+  // ZeRO-2 with zero_accumulate = shard: a reduce-scatter per micro-step.
+  bool ShardEachMicroStep() const {
+    return ShardedGrads() && plan_.zero_accumulate == ZeroAccumulate::kShard;
+  }
   bool GatherInNextForward() const {
     return Sharded() && plan_.zero_gather == ZeroGather::kNextForward;
   }
@@ -506,11 +568,14 @@ class PlanBuilder {
     // ZeRO-1 sums the squares of its own shard, then over ranks; except in
     // deterministic mode, whose reduce-scatter leaves the whole reduced
     // bucket on every rank: the whole-bucket sum there gives zero = 0's bits.
+    // ZeRO-2 reads its gradient shard (copied from that whole bucket in
+    // deterministic mode, which then lives until its sum_squares).
     const bool shard_norm = Sharded() && !plan_.deterministic;
     for (size_t b = 0; clip && b < buckets_.size(); ++b) {
       Instruction in;
       in.op = "sum_squares";
-      in.inputs = {plan_.buckets[b].grad_buffer};
+      in.inputs = {shard_norm && ShardedGrads() ? plan_.buckets[b].grad_shard
+                                                : plan_.buckets[b].grad_buffer};
       in.outputs = {grad_sq_};
       in.attrs["bucket"] = static_cast<double>(b);
       in.attrs["accumulate"] = b > 0 ? 1 : 0;
@@ -543,7 +608,7 @@ class PlanBuilder {
       const Bucket& bucket = plan_.buckets[b];
       Instruction in;
       in.op = "optimizer";
-      in.inputs = {bucket.param_span, bucket.grad_buffer};
+      in.inputs = {bucket.param_span, ShardedGrads() ? bucket.grad_shard : bucket.grad_buffer};
       in.outputs = {bucket.param_span};
       for (int s : bucket.state_spans) {
         in.inputs.push_back(s);
@@ -628,6 +693,56 @@ class PlanBuilder {
     return absl::OkStatus();
   }
 
+  bool IsPersistent(BufferKind kind) const { return trainc::IsPersistent(kind, plan_.zero); }
+
+  // A comm instruction runs beside the compute stream: its operands stay
+  // live until the first compute instruction that waits for it (the end of
+  // the step if none does).
+  void ExtendPastCollectives() {
+    const int n = static_cast<int>(plan_.instructions.size());
+    for (const Instruction& in : plan_.instructions) {
+      if (in.stream != Stream::kComm) continue;
+      int until = n - 1;
+      for (int j = in.id + 1; j < n && until == n - 1; ++j) {
+        const Instruction& next = plan_.instructions[j];
+        if (next.stream != Stream::kCompute) continue;
+        for (int e : next.wait_events) {
+          if (std::count(in.record_events.begin(), in.record_events.end(), e)) until = j;
+        }
+      }
+      for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
+        for (int id : *ids) {
+          Buffer& b = plan_.buffers[id];
+          if (!IsPersistent(b.kind)) b.last_use = std::max(b.last_use, until);
+        }
+      }
+    }
+  }
+
+  // ZeRO-2: a bucket is live whenever one of its gradient views is; the
+  // views are not placed on their own (PlaceViews).
+  void MergeViewsIntoBuckets() {
+    for (const View& v : views_) {
+      const Buffer& view = plan_.buffers[v.view];
+      Buffer& bucket = plan_.buffers[v.bucket];
+      if (view.first_use < 0) continue;  // a gradient nobody writes
+      bucket.first_use =
+          bucket.first_use < 0 ? view.first_use : std::min(bucket.first_use, view.first_use);
+      bucket.last_use = std::max(bucket.last_use, view.last_use);
+    }
+  }
+
+  void PlaceViews() {
+    for (const View& v : views_) {
+      Buffer& view = plan_.buffers[v.view];
+      const Buffer& bucket = plan_.buffers[v.bucket];
+      view.offset = bucket.offset + v.within;
+      // Live with its bucket: the reduce-scatter reads every view's bytes.
+      view.first_use = bucket.first_use;
+      view.last_use = bucket.last_use;
+    }
+  }
+
   void PlanArena() {
     for (const Instruction& in : plan_.instructions) {
       for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
@@ -639,6 +754,8 @@ class PlanBuilder {
         }
       }
     }
+    MergeViewsIntoBuckets();
+    ExtendPastCollectives();
     // Outputs a backend writes one instruction early live from there.
     if (options_.writes_next_outputs) {
       for (size_t i = 0; i + 1 < plan_.instructions.size(); ++i) {
@@ -652,7 +769,7 @@ class PlanBuilder {
     std::vector<int> dynamic;
     std::vector<LiveInterval> intervals;
     for (const Buffer& b : plan_.buffers) {
-      if (IsPersistent(b.kind) || b.first_use < 0) continue;
+      if (IsPersistent(b.kind) || b.first_use < 0 || b.kind == BufferKind::kGradient) continue;
       dynamic.push_back(b.id);
       intervals.push_back({b.bytes, b.first_use, b.last_use});
     }
@@ -660,11 +777,13 @@ class PlanBuilder {
     for (size_t i = 0; i < dynamic.size(); ++i) {
       plan_.buffers[dynamic[i]].offset = persistent_bytes_ + memory.offsets[i];
     }
+    PlaceViews();
     plan_.arena_bytes = AlignUp(persistent_bytes_ + memory.size);
     MemoryReport& report = plan_.memory;
     for (const Buffer& b : plan_.buffers) {
       if (b.kind == BufferKind::kParameterSpan) report.parameter_bytes += b.bytes;
-      if (b.kind == BufferKind::kBucket) report.gradient_bytes += b.bytes;
+      if (b.kind == BufferKind::kBucket && IsPersistent(b.kind)) report.gradient_bytes += b.bytes;
+      if (b.kind == BufferKind::kGradShard) report.gradient_bytes += b.bytes;
       if (b.kind == BufferKind::kStateSpan) report.optimizer_state_bytes += b.bytes;
       if (b.kind == BufferKind::kParameterCopy) report.parameter_copy_bytes += b.bytes;
     }
@@ -688,6 +807,7 @@ class PlanBuilder {
   const Graph& graph_;
   const PlanOptions& options_;
   const BucketSizes sizes_;
+  const ZeroAccumulate zero_accumulate_;  // ZeRO-2's, asked for: local or shard
   const int accumulate_;
   const bool deterministic_;
   Plan plan_;
@@ -696,6 +816,17 @@ class PlanBuilder {
   std::vector<int> shared_;              // value -> buffer for all micro-steps
   std::vector<std::vector<int>> slots_;  // parameter -> gradient buffer per slot
   std::vector<int> per_step_;            // value -> buffer in this micro-step
+  // ZeRO-2: a gradient view's buffer, its bucket's buffer and its byte
+  // offset inside it (PlanArena places the bucket, then the views).
+  struct View {
+    int view, bucket;
+    int64_t within;
+  };
+  std::vector<View> views_;
+  std::vector<int> scattered_events_;  // for the next micro-step's load_batch
+  // Bucket -> its gradient buffer, one per micro-step when ZeRO-2 scatters
+  // every micro-step (else one).
+  std::vector<std::vector<int>> bucket_buffers_;
   int64_t persistent_bytes_ = 0;
   int grad_sq_ = -1;  // clipping's step scalar
   // zero_gather = next_forward: value -> its bucket for the parameters
@@ -722,7 +853,8 @@ absl::StatusOr<cost::MachineProfile> AutoProfile(const TrainSpec& spec,
 // bucket_mb = auto: every candidate's plan (one per distinct bucketing),
 // replayed on the profile; the least predicted step wins (bucket_search.h).
 absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& graph,
-                                           const PlanOptions& options) {
+                                           const PlanOptions& options,
+                                           ZeroAccumulate zero_accumulate) {
   ASSIGN_OR_RETURN(const cost::MachineProfile profile, AutoProfile(spec, options));
   int64_t grad_bytes = 0;
   for (int p : graph.parameters()) grad_bytes += graph.value(p).bytes();
@@ -733,7 +865,7 @@ absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& g
   simulation.world_size = spec.train.gpus;
   simulation.overlap = options.overlap;
   for (const BucketSizes& sizes : candidates) {
-    PlanBuilder builder(spec, graph, options, sizes);
+    PlanBuilder builder(spec, graph, options, sizes, zero_accumulate);
     auto [it, fresh] = seen.try_emplace(builder.AssignBuckets(), costs.size());
     if (!fresh) {
       CandidateCost same = costs[it->second];
@@ -755,7 +887,7 @@ absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& g
     costs.push_back(c);
   }
   const size_t best = BestCandidate(costs);
-  PlanBuilder builder(spec, graph, options, costs[best].sizes);
+  PlanBuilder builder(spec, graph, options, costs[best].sizes, zero_accumulate);
   builder.AssignBuckets();
   ASSIGN_OR_RETURN(Plan plan, builder.Build());
   plan.bucket_choice =
@@ -763,6 +895,61 @@ absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& g
                           profile.name.empty() ? std::string("?") : profile.name,
                           spec.train.gpus, options.overlap);
   return plan;
+}
+
+std::string MiB(int64_t bytes) {
+  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+// ZeRO-2 with accumulate > 1 and zero_accumulate = auto: both plans, each
+// replayed on the machine profile. Scattering every micro-step frees the
+// buckets between micro-steps but sends accumulate times the gradients;
+// it is chosen when its predicted step is within 5% of local's, when the
+// extra reduce-scatters hide behind the backward pass.
+struct ZeroAccumulateChoice {
+  ZeroAccumulate kind = ZeroAccumulate::kLocal;
+  std::string why;
+};
+absl::StatusOr<ZeroAccumulateChoice> ChooseZeroAccumulate(const TrainSpec& spec,
+                                                          const Graph& graph,
+                                                          const PlanOptions& options) {
+  const TrainConfig& t = spec.train;
+  ZeroAccumulateChoice choice;
+  if (t.zero < 2 || t.gpus < 2 || t.accumulate < 2) return choice;
+  if (t.deterministic) {
+    choice.why = "zero_accumulate = local: deterministic mode adds the micro-batches' "
+                 "gradients in global order at the step's end";
+    return choice;
+  }
+  if (t.zero_accumulate != ZeroAccumulate::kAuto) {
+    choice.kind = t.zero_accumulate;
+    return choice;
+  }
+  ASSIGN_OR_RETURN(const cost::MachineProfile profile, AutoProfile(spec, options));
+  cost::SimulationOptions simulation;
+  simulation.world_size = t.gpus;
+  simulation.overlap = options.overlap;
+  const BucketSizes sizes{t.bucket_mb, t.first_bucket_mb};
+  Plan plans[2];
+  double step_us[2];
+  const ZeroAccumulate kinds[2] = {ZeroAccumulate::kLocal, ZeroAccumulate::kShard};
+  for (int i = 0; i < 2; ++i) {
+    PlanBuilder builder(spec, graph, options, sizes, kinds[i]);
+    builder.AssignBuckets();
+    ASSIGN_OR_RETURN(plans[i], builder.Build());
+    ASSIGN_OR_RETURN(const cost::StepPrediction p,
+                     cost::SimulateStep(plans[i], profile, simulation));
+    step_us[i] = p.step_us;
+  }
+  constexpr double kSlack = 1.05;
+  choice.kind = step_us[1] <= kSlack * step_us[0] ? kinds[1] : kinds[0];
+  choice.why = absl::StrFormat(
+      "zero_accumulate = %s: shard's arena %s and step %.2f ms against local's %s and "
+      "%.2f ms (%s; shard when its step is within 5%%)",
+      EnumName(choice.kind), MiB(plans[1].arena_bytes), step_us[1] / 1000,
+      MiB(plans[0].arena_bytes), step_us[0] / 1000,
+      profile.name.empty() ? std::string("?") : profile.name);
+  return choice;
 }
 
 absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptions& options) {
@@ -781,10 +968,19 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
       spec.train.recompute ? spec.model.repeat_blocks : spec.model.recompute_blocks;
   if (!recompute.empty()) pipeline.Add(std::make_unique<Recompute>(recompute));
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
-  if (spec.train.bucket_mb_auto) return BuildAutoBucketedPlan(spec, graph, options);
-  PlanBuilder builder(spec, graph, options, {spec.train.bucket_mb, spec.train.first_bucket_mb});
-  builder.AssignBuckets();
-  return builder.Build();
+  ASSIGN_OR_RETURN(const ZeroAccumulateChoice accumulate,
+                   ChooseZeroAccumulate(spec, graph, options));
+  Plan plan;
+  if (spec.train.bucket_mb_auto) {
+    ASSIGN_OR_RETURN(plan, BuildAutoBucketedPlan(spec, graph, options, accumulate.kind));
+  } else {
+    PlanBuilder builder(spec, graph, options,
+                        {spec.train.bucket_mb, spec.train.first_bucket_mb}, accumulate.kind);
+    builder.AssignBuckets();
+    ASSIGN_OR_RETURN(plan, builder.Build());
+  }
+  plan.zero_accumulate_choice = accumulate.why;
+  return plan;
 }
 
 }  // namespace

@@ -186,9 +186,13 @@ struct TrainConfig {
   bool skip_nonfinite = false;
   // 1: ZeRO stage 1. Each bucket is reduce-scattered, each rank updates
   // its 1/N shard of the parameters (and keeps only that shard's optimizer
-  // state), then the shards are all-gathered. 0: all-reduce, every rank
-  // updates everything.
+  // state), then the shards are all-gathered. 2: ZeRO stage 2, the same
+  // with the reduced gradients kept as 1/N shards too (the whole bucket
+  // only lives from its first gradient to its reduce-scatter). 0:
+  // all-reduce, every rank updates everything.
   int64_t zero = 0;
+  // ZeRO-2 with accumulate > 1: see ZeroAccumulate.
+  ZeroAccumulate zero_accumulate = ZeroAccumulate::kAuto;
   // ZeRO-1's parameter all-gather: step_end (each bucket's right after its
   // shard's update) or next_forward (at the start of the next step, each
   // bucket's forward waiting only for its own).

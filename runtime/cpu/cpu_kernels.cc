@@ -169,7 +169,7 @@ absl::Status Cast(const KernelCall& c) {
 
 absl::Status SumSquaresKernel(const KernelCall& c) {
   const ShardRange sh = ShardOf(c.k, c.step.rank);
-  SumSquares(c.k.x[0] + sh.begin, sh.count, c.k.accumulate, c.k.y[0]);
+  SumSquares(c.k.x[0] + sh.grad_begin, sh.count, c.k.accumulate, c.k.y[0]);
   return Ok();
 }
 
@@ -194,7 +194,7 @@ absl::Status AdamWKernel(const KernelCall& c) {
     h.grad_scale = ClipScale(*k.optimizer.grad_sq, k.optimizer.clip_norm);
   }
   const ShardRange sh = ShardOf(k, c.step.rank);
-  AdamW(h, k.x[0] + sh.begin, sh.count, k.y[0] + sh.begin, k.optimizer.state[0],
+  AdamW(h, k.x[0] + sh.grad_begin, sh.count, k.y[0] + sh.begin, k.optimizer.state[0],
         k.optimizer.state[1]);
   return Ok();
 }
@@ -213,7 +213,7 @@ absl::Status SgdKernel(const KernelCall& c) {
     h.grad_scale = ClipScale(*k.optimizer.grad_sq, k.optimizer.clip_norm);
   }
   const ShardRange sh = ShardOf(k, c.step.rank);
-  Sgd(h, k.x[0] + sh.begin, sh.count, k.y[0] + sh.begin, k.optimizer.state[0]);
+  Sgd(h, k.x[0] + sh.grad_begin, sh.count, k.y[0] + sh.begin, k.optimizer.state[0]);
   return Ok();
 }
 

@@ -179,14 +179,14 @@ struct CudaKernels {
     const OptimizerArgs& a = k.optimizer;
     const ShardRange sh = ShardOf(k, c.step.rank);
     if (k.op == Op::kAdamW) {
-      return Launched(c, cuda::LaunchAdamW(k.y[0] + sh.begin, k.x[0] + sh.begin, a.state[0],
+      return Launched(c, cuda::LaunchAdamW(k.y[0] + sh.begin, k.x[0] + sh.grad_begin, a.state[0],
                                            a.state[1], sh.count,
                                            d.device_scalars_ + (a.weight_decay ? 0 : 1),
                                            o.beta1, o.beta2, o.eps, a.grad_sq, a.clip_norm,
                                            d.compute_));
     }
     return Launched(
-        c, cuda::LaunchSgd(k.y[0] + sh.begin, k.x[0] + sh.begin, a.state[0], sh.count,
+        c, cuda::LaunchSgd(k.y[0] + sh.begin, k.x[0] + sh.grad_begin, a.state[0], sh.count,
                            d.device_scalars_, static_cast<float>(o.momentum),
                            a.weight_decay ? static_cast<float>(o.weight_decay) : 0.0f,
                            o.nesterov, a.grad_sq, a.clip_norm, d.compute_));
@@ -194,7 +194,7 @@ struct CudaKernels {
 
   static absl::Status SumSquares(CudaDeviceImpl& d, const KernelCall& c) {
     const ShardRange sh = ShardOf(c.k, c.step.rank);
-    return Launched(c, cuda::LaunchSumSquares(c.k.x[0] + sh.begin, sh.count, c.k.y[0],
+    return Launched(c, cuda::LaunchSumSquares(c.k.x[0] + sh.grad_begin, sh.count, c.k.y[0],
                                               c.k.accumulate, d.compute_));
   }
 

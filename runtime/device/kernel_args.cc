@@ -47,6 +47,23 @@ std::string ResolveShard(const Bucket& bucket, bool shard, KernelArgs& k) {
   return "";
 }
 
+// The gradients an optimizer or sum_squares reads: the bucket (slot 0),
+// or under ZeRO-2 its gradient shard, which holds this rank's shard alone
+// (k.grads_sharded). Returns why not, or "".
+std::string ResolveGrads(const Plan& plan, const Bucket& bucket, int id, KernelArgs& k) {
+  if (id == bucket.grad_buffer) {
+    if (k.rows > plan.buffers[id].bytes / 4) return "bucket larger than its buffer";
+    return "";
+  }
+  if (id != bucket.grad_shard || bucket.grad_shard < 0) {
+    return "the gradients are neither its bucket nor its gradient shard";
+  }
+  if (k.shard == 0) return "a gradient shard needs attr shard";
+  if (plan.buffers[id].bytes != k.shard * 4) return "gradient shard of the wrong size";
+  k.grads_sharded = true;
+  return "";
+}
+
 // Convolution and pooling: the geometry from the image-side buffer, the
 // weight and the attributes, checked against the other side.
 template <typename Fail>
@@ -383,10 +400,10 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       }
       // Slot 0 only: deterministic mode leaves the reduced sum there.
       k.rows = plan.buckets[b].bytes / 4;
-      if (k.rows > Elements(in_buf(0))) return fail("bucket larger than its buffer");
       if (Elements(out_buf(0)) != 1) return fail("grad_sq is not [1]");
-      const std::string shard = ResolveShard(plan.buckets[b], attr("shard", 0) != 0, k);
-      return shard.empty() ? absl::OkStatus() : fail(shard);
+      std::string why = ResolveShard(plan.buckets[b], attr("shard", 0) != 0, k);
+      if (why.empty()) why = ResolveGrads(plan, plan.buckets[b], instr.inputs[0], k);
+      return why.empty() ? absl::OkStatus() : fail(why);
     }
     case KernelOp::kAdamW:
     case KernelOp::kSgd: {
@@ -417,12 +434,14 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       if (bucket.bytes < params.bytes) {
         return fail("bucket gradient slot smaller than its parameters");
       }
-      const std::string shard = ResolveShard(bucket, attr("shard", 0) != 0, k);
-      if (!shard.empty()) return fail(shard);
+      std::string why = ResolveShard(bucket, attr("shard", 0) != 0, k);
+      if (why.empty() && instr.inputs.size() < 2) why = "no gradients";
+      if (why.empty()) why = ResolveGrads(plan, bucket, instr.inputs[1], k);
+      if (!why.empty()) return fail(why);
       // Deterministic mode leaves the reduced sum in slot 0, which starts
       // at the bucket's offset: the same pointer either way.
       k.y[0] = fptr(params);
-      k.x[0] = fptr(plan.buffers[bucket.grad_buffer]);
+      k.x[0] = fptr(in_buf(1));
       size_t want_state;
       switch (plan.optimizer.kind) {
         case OptimizerKind::kAdamW:

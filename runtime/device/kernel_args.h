@@ -104,6 +104,8 @@ struct KernelArgs {
   // StepState::rank * shard, over `shard` floats; state spans hold the
   // shard alone.
   int64_t shard = 0;
+  // ZeRO-2: x[0] (the gradients) is the rank's shard alone, not advanced.
+  bool grads_sharded = false;
   WindowGeometry window;     // convolution and pooling
   // Ops with a workspace (ops::OpDef::workspace): the plan's reservation.
   char* workspace = nullptr;
@@ -123,14 +125,17 @@ int64_t Bf16StagingBytes(const std::vector<KernelArgs>& kernels);
 void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging);
 
 // The floats an optimizer or sum_squares kernel covers: the whole bucket,
-// or under ZeRO-1 this rank's shard.
+// or under ZeRO this rank's shard: `begin` into the parameters,
+// `grad_begin` into the gradients (0 when they are the shard alone).
 struct ShardRange {
   int64_t begin = 0;
   int64_t count = 0;
+  int64_t grad_begin = 0;
 };
 inline ShardRange ShardOf(const KernelArgs& k, int rank) {
-  if (k.shard == 0) return {0, k.rows};
-  return {rank * k.shard, k.shard};
+  if (k.shard == 0) return {0, k.rows, 0};
+  const int64_t begin = rank * k.shard;
+  return {begin, k.shard, k.grads_sharded ? 0 : begin};
 }
 
 // True for the ops a device runs (everything but load_batch and

@@ -11,17 +11,21 @@
 namespace trainc {
 namespace {
 
-// The floats of a bucket's slot 0 that no parameter's gradient covers:
-// (offset, count) ranges, in order. Gradients repeat the parameter span's
-// layout.
-std::vector<std::pair<int64_t, int64_t>> Holes(const Plan& plan, const Bucket& bucket) {
-  const Buffer& span = plan.buffers[bucket.param_span];
+// The floats of bucket buffer `grads` (every slot) that no gradient an
+// instruction writes covers: (offset, count) ranges, in order. A gradient
+// of the bucket lies inside it and lives exactly as long (both whole-run,
+// or ZeRO-2's planned together), which tells it from a buffer that reuses
+// the same bytes at another time.
+std::vector<std::pair<int64_t, int64_t>> Holes(const Plan& plan, const Buffer& grads,
+                                               const std::vector<bool>& written) {
   std::vector<std::pair<int64_t, int64_t>> covered;
-  for (int id : plan.parameter_buffers) {
-    const Buffer& p = plan.buffers[id];
-    if (p.offset >= span.offset && p.offset < span.offset + span.bytes) {
-      covered.emplace_back((p.offset - span.offset) / 4, p.bytes / 4);
+  for (const Buffer& g : plan.buffers) {
+    if (g.kind != BufferKind::kGradient || !written[g.id] || g.offset < grads.offset ||
+        g.offset + g.bytes > grads.offset + grads.bytes || g.first_use != grads.first_use ||
+        g.last_use != grads.last_use) {
+      continue;
     }
+    covered.emplace_back((g.offset - grads.offset) / 4, g.bytes / 4);
   }
   std::sort(covered.begin(), covered.end());
   std::vector<std::pair<int64_t, int64_t>> holes;
@@ -30,8 +34,19 @@ std::vector<std::pair<int64_t, int64_t>> Holes(const Plan& plan, const Bucket& b
     if (begin > at) holes.emplace_back(at, begin - at);
     at = std::max(at, begin + count);
   }
-  if (at < bucket.bytes / 4) holes.emplace_back(at, bucket.bytes / 4 - at);
+  if (at < grads.bytes / 4) holes.emplace_back(at, grads.bytes / 4 - at);
   return holes;
+}
+
+// Whether an instruction writes buffer id, per buffer.
+std::vector<bool> WrittenBuffers(const Plan& plan) {
+  std::vector<bool> written(plan.buffers.size(), false);
+  for (const Instruction& in : plan.instructions) {
+    for (int id : in.outputs) {
+      if (id >= 0 && id < static_cast<int>(written.size())) written[id] = true;
+    }
+  }
+  return written;
 }
 
 }  // namespace
@@ -74,8 +89,11 @@ absl::Status Executor::Prepare() {
 
   std::vector<Resolved> program;
   int64_t max_bucket_bytes = 0;
-  int64_t max_hole = 0;  // floats
-  int last_backward = -1;
+  int64_t max_hole = 0;       // floats
+  int64_t max_shard_add = 0;  // floats
+  std::vector<bool> written;  // per buffer, once a reduce_scatter needs it
+  // Per micro-step, the index in `program` of its last backward instruction.
+  std::vector<int> last_backward(plan_.accumulate, -1);
   for (size_t i = 0; i < plan_.instructions.size(); ++i) {
     const Instruction& instr = plan_.instructions[i];
     auto fail = [&](const std::string& why) {
@@ -130,7 +148,15 @@ absl::Status Executor::Prepare() {
           bucket.param_span < 0 || bucket.param_span >= num_buffers) {
         return fail("bucket without a gradient buffer or parameter span");
       }
-      const Buffer& grads = plan_.buffers[bucket.grad_buffer];
+      // The instruction's own: ZeRO-2 may give each micro-step a bucket.
+      const int grads_id = r.kind == Resolved::kAllGather || instr.inputs.size() != 1
+                               ? bucket.grad_buffer
+                               : instr.inputs[0];
+      if (grads_id < 0 || grads_id >= num_buffers ||
+          plan_.buffers[grads_id].kind != BufferKind::kBucket) {
+        return fail("its input is not a bucket's gradients");
+      }
+      const Buffer& grads = plan_.buffers[grads_id];
       const int64_t slots = plan_.deterministic ? plan_.accumulate : 1;
       if (bucket.bytes % 4 != 0 ||
           grads.offset + slots * bucket.bytes > plan_.arena_bytes) {
@@ -147,10 +173,13 @@ absl::Status Executor::Prepare() {
       r.count = bucket.bytes / 4;
       r.shard = bucket.shard_elems;
       if (r.kind == Resolved::kReduceScatter) {
-        r.holes = Holes(plan_, bucket);
+        if (written.empty()) written = WrittenBuffers(plan_);
+        r.holes = Holes(plan_, grads, written);
         for (const auto& [offset, count] : r.holes) {
           max_hole = std::max(max_hole, count);
         }
+        RETURN_IF_ERROR(ResolveShardOutput(instr, bucket, r));
+        if (r.shard_add) max_shard_add = std::max(max_shard_add, r.shard);
       }
       if (r.kind != Resolved::kAllGather) {
         max_bucket_bytes = std::max(max_bucket_bytes, bucket.bytes);
@@ -158,7 +187,9 @@ absl::Status Executor::Prepare() {
     } else if (IsKernelOp(instr.op)) {
       r.kind = Resolved::kCompute;
       if (instr.stream != Stream::kCompute) return fail("not on compute");
-      if (instr.phase == Phase::kBackward) last_backward = static_cast<int>(i);
+      if (instr.phase == Phase::kBackward && instr.micro_step >= 0) {
+        last_backward[instr.micro_step] = static_cast<int>(program.size());
+      }
       r.writes_loss = std::find(instr.outputs.begin(), instr.outputs.end(),
                                 plan_.loss_buffer) != instr.outputs.end();
     } else {
@@ -167,11 +198,12 @@ absl::Status Executor::Prepare() {
     program.push_back(r);
   }
 
-  // Overlap off: every all-reduce moves to just after the last backward
-  // instruction, behind a compute -> comm event so that on an asynchronous
-  // device none can start before the backward has finished.
+  // Overlap off: every gradient collective moves to just after its
+  // micro-step's last backward instruction, behind a compute -> comm event
+  // (one per micro-step) so that on an asynchronous device none can start
+  // before that backward has finished.
   order_.clear();
-  hold_event_ = plan_.num_events;  // one past the plan's own
+  hold_event_ = plan_.num_events;  // past the plan's own: + micro-step
   if (options_.overlap) {
     order_ = std::move(program);
   } else {
@@ -179,16 +211,20 @@ absl::Status Executor::Prepare() {
     for (size_t i = 0; i < program.size(); ++i) {
       const bool gradients = program[i].kind == Resolved::kAllReduce ||
                              program[i].kind == Resolved::kReduceScatter;
-      if (gradients && static_cast<int>(i) < last_backward) {
+      const int micro = program[i].micro;
+      const int end = micro >= 0 ? last_backward[micro] : -1;
+      if (gradients && static_cast<int>(i) < end) {
         held.push_back(program[i]);
       } else {
         order_.push_back(program[i]);
       }
-      if (static_cast<int>(i) == last_backward && !held.empty()) {
+      if (micro >= 0 && static_cast<int>(i) == end && !held.empty()) {
         Resolved hold;
         hold.kind = Resolved::kHoldForComm;
+        hold.micro = micro;
         order_.push_back(hold);
         order_.insert(order_.end(), held.begin(), held.end());
+        held.clear();
       }
     }
   }
@@ -220,6 +256,10 @@ absl::Status Executor::Prepare() {
                                               plan_.accumulate *
                                               max_bucket_bytes));
     scratch_ = reinterpret_cast<float*>(scratch);
+  }
+  if (max_shard_add > 0) {
+    ASSIGN_OR_RETURN(char* pair, device_->AllocateScratch(2 * max_shard_add * 4));
+    pair_ = reinterpret_cast<float*>(pair);
   }
   if (max_hole > 0) {
     ASSIGN_OR_RETURN(char* zeros, device_->AllocateScratch(max_hole * 4));
@@ -285,7 +325,7 @@ absl::Status Executor::RunForward(BatchSource& batches) {
   Tracer* const tracer = tracer_;
   tracer_ = nullptr;  // evaluation is not part of the traced steps
   state_.training = false;  // dropout is the identity
-  absl::Status status = device_->ResetEvents(plan_.num_events + 1);
+  absl::Status status = device_->ResetEvents(plan_.num_events + plan_.accumulate);
   for (const Resolved& r : order_) {
     if (!status.ok()) break;
     if (r.micro != 0) continue;
@@ -305,7 +345,7 @@ absl::Status Executor::GatherParameters() {
     return absl::FailedPreconditionError("Executor::GatherParameters before Prepare");
   }
   if (!parameters_stale_) return absl::OkStatus();
-  absl::Status status = device_->ResetEvents(plan_.num_events + 1);
+  absl::Status status = device_->ResetEvents(plan_.num_events + plan_.accumulate);
   for (const Resolved& r : order_) {
     if (status.ok() && r.kind == Resolved::kAllGather) status = IssueCollective(r);
   }
@@ -317,7 +357,7 @@ absl::Status Executor::GatherParameters() {
 }
 
 absl::Status Executor::IssueStep(BatchSource& batches) {
-  RETURN_IF_ERROR(device_->ResetEvents(plan_.num_events + 1));
+  RETURN_IF_ERROR(device_->ResetEvents(plan_.num_events + plan_.accumulate));
   for (const Resolved& r : order_) {
     RETURN_IF_ERROR(Issue(r, batches));
   }
@@ -411,8 +451,8 @@ absl::Status Executor::SubmitTraced(Stream stream, const Resolved& r,
 
 absl::Status Executor::Issue(const Resolved& r, BatchSource& batches, bool wait) {
   if (r.kind == Resolved::kHoldForComm) {
-    RETURN_IF_ERROR(device_->RecordEvent(Stream::kCompute, hold_event_));
-    return device_->WaitEvent(Stream::kComm, hold_event_);
+    RETURN_IF_ERROR(device_->RecordEvent(Stream::kCompute, hold_event_ + r.micro));
+    return device_->WaitEvent(Stream::kComm, hold_event_ + r.micro);
   }
   const Instruction& instr = *r.instr;
   for (int e : instr.wait_events) {
@@ -456,6 +496,39 @@ absl::Status Executor::Issue(const Resolved& r, BatchSource& batches, bool wait)
   return absl::OkStatus();
 }
 
+absl::Status Executor::ResolveShardOutput(const Instruction& instr, const Bucket& bucket,
+                                          Resolved& r) const {
+  if (instr.outputs.size() != 1 || instr.outputs[0] == instr.inputs[0]) return absl::OkStatus();
+  const int id = instr.outputs[0];
+  if (id != bucket.grad_shard || id < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "instruction ", instr.id, " (", instr.label,
+        "): a reduce_scatter writes its bucket or the bucket's gradient shard"));
+  }
+  const Buffer& shard = plan_.buffers[id];
+  if (shard.bytes != bucket.shard_elems * 4 || shard.offset + shard.bytes > plan_.arena_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "instruction ", instr.id, " (", instr.label, "): gradient shard of the wrong size"));
+  }
+  r.shard_out = reinterpret_cast<float*>(device_->arena() + shard.offset);
+  auto it = instr.attrs.find("accumulate");
+  r.shard_add = it != instr.attrs.end() && it->second != 0;
+  return absl::OkStatus();
+}
+
+// The shard is added as the backward adds a gradient (shard + segment, in
+// that order), through a scratch pair so that OrderedSum sees contiguous
+// operands.
+absl::Status Executor::KeepShard(const Resolved& r) {
+  const int64_t rank = comm_ != nullptr ? comm_->rank() : 0;
+  const float* segment = r.bucket + rank * r.shard;
+  const int64_t bytes = r.shard * 4;
+  if (!r.shard_add) return device_->Copy(Stream::kComm, segment, r.shard_out, bytes);
+  RETURN_IF_ERROR(device_->Copy(Stream::kComm, r.shard_out, pair_, bytes));
+  RETURN_IF_ERROR(device_->Copy(Stream::kComm, segment, pair_ + r.shard, bytes));
+  return device_->OrderedSum(Stream::kComm, pair_, 2, r.shard, r.shard_out);
+}
+
 absl::Status Executor::IssueCollective(const Resolved& r) {
   const int64_t world = plan_.world_size;
   void* stream = device_->NativeStream(Stream::kComm);
@@ -474,10 +547,11 @@ absl::Status Executor::IssueCollective(const Resolved& r) {
     // grad_comm = bf16: gradients travel as bf16 (a step scalar stays fp32).
     const bool bf16 = plan_.grad_comm == GradComm::kBf16 && r.per_slot;
     if (r.kind == Resolved::kReduceScatter) {
-      return SubmitTraced(Stream::kComm, r, [this, &r, stream, bf16] {
+      RETURN_IF_ERROR(SubmitTraced(Stream::kComm, r, [this, &r, stream, bf16] {
         return bf16 ? comm_->ReduceScatterSumBf16(r.bucket, r.shard, stream)
                     : comm_->ReduceScatterSum(r.bucket, r.shard, stream);
-      });
+      }));
+      return r.shard_out != nullptr ? KeepShard(r) : absl::OkStatus();
     }
     return SubmitTraced(Stream::kComm, r, [this, &r, stream, bf16] {
       return bf16 ? comm_->AllReduceSumBf16(r.bucket, r.count, stream)
@@ -498,11 +572,12 @@ absl::Status Executor::IssueCollective(const Resolved& r) {
   }
   // Rank q's slots land at scratch + q * slots * count, so the scratch holds
   // the world's micro-batches in global order.
-  return SubmitTraced(Stream::kComm, r, [this, &r, slots, world, stream] {
+  RETURN_IF_ERROR(SubmitTraced(Stream::kComm, r, [this, &r, slots, world, stream] {
     RETURN_IF_ERROR(comm_->AllGather(r.bucket, scratch_, slots * r.count, stream));
     return device_->OrderedSum(Stream::kComm, scratch_, world * slots,
                                r.count, r.bucket);
-  });
+  }));
+  return r.shard_out != nullptr ? KeepShard(r) : absl::OkStatus();
 }
 
 }  // namespace trainc

@@ -140,11 +140,16 @@ class Executor {
     int64_t count = 0;        // floats in one slot (in the scalar)
     int64_t shard = 0;        // ZeRO-1: floats of one rank's shard
     bool per_slot = true;     // deterministic mode: one slot per micro-step
-    // reduce_scatter: the floats of slot 0 no gradient covers (alignment
-    // gaps, the shards' padding) as (offset, count). No kernel writes them,
-    // and a reduce-scatter leaves other ranks' segments undefined: zeroed
-    // before each one, they cannot carry last step's values into the
-    // gradient norm.
+    // ZeRO-2's reduce_scatter: this rank's shard of the sum goes to
+    // `shard_out`, copied, or added when `shard_add` (a later micro-step).
+    float* shard_out = nullptr;
+    bool shard_add = false;
+    // reduce_scatter: the floats of the bucket no written gradient covers
+    // (alignment gaps, the shards' padding, gradients the loss does not
+    // reach) as (offset, count), over every slot. No kernel writes them, a
+    // reduce-scatter leaves other ranks' segments undefined, and ZeRO-2's
+    // buckets reuse arena memory: zeroed before each one, they cannot
+    // carry stale values into the sum or the gradient norm.
     std::vector<std::pair<int64_t, int64_t>> holes;
   };
 
@@ -162,8 +167,13 @@ class Executor {
   // `wait`: honour the instruction's wait events (false: forward-only
   // work, which issues no collective to record them).
   absl::Status Issue(const Resolved& r, BatchSource& batches, bool wait = true);
+  // ZeRO-2: where a reduce_scatter leaves this rank's shard (r.shard_out).
+  absl::Status ResolveShardOutput(const Instruction& instr, const Bucket& bucket,
+                                  Resolved& r) const;
   // all_reduce, reduce_scatter, all_gather on the comm stream.
   absl::Status IssueCollective(const Resolved& r);
+  // ZeRO-2: this rank's segment of the reduced bucket into its shard.
+  absl::Status KeepShard(const Resolved& r);
   // Submit, timed into the tracer when one is set.
   absl::Status SubmitTraced(Stream stream, const Resolved& r,
                             std::function<absl::Status()> work);
@@ -180,6 +190,7 @@ class Executor {
   int hold_event_ = -1;          // overlap off: compute -> comm fence
   float* scratch_ = nullptr;     // deterministic gather area
   float* zeros_ = nullptr;       // device: zeros, as many as the largest hole
+  float* pair_ = nullptr;        // device: ZeRO-2's shard + addend, 2 x shard
   float* losses_ = nullptr;      // device: loss_sum of each micro-step
   float* vote_ = nullptr;        // device: AllRanks' flag
   std::vector<float> host_losses_;

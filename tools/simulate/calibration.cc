@@ -205,8 +205,10 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
   if (plan.deterministic) {
     c.network_note = "deterministic all-reduces (all-gather + ordered sum) are not fitted";
   } else if (plan.zero > 0) {
-    c.network_note = "zero = 1 has no bucket all-reduce to fit (reduce-scatters and "
-                     "all-gathers are not fitted); the base profile's α and β stay";
+    c.network_note = absl::StrCat("zero = ", plan.zero,
+                                  " has no bucket all-reduce to fit (reduce-scatters and "
+                                  "all-gathers are not fitted); the base profile's α and β "
+                                  "stay");
   } else {
     absl::StatusOr<cost::LinkProfile> link =
         FitAllReduce(base.all_reduce, world, collective_samples);

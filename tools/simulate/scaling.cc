@@ -57,7 +57,10 @@ std::string DescribePlan(const Plan& plan) {
           : absl::StrFormat("bucket_mb auto (chosen per world size), %.2f MiB of "
                             "gradients", grad_bytes / 1048576.0);
   if (plan.zero > 0) {
-    absl::StrAppend(&out, ", ZeRO-1 (reduce-scatter, sharded optimizer, all-gather)");
+    absl::StrAppend(&out, ", ZeRO-", plan.zero,
+                    plan.zero == 1 ? " (reduce-scatter, sharded optimizer, all-gather)"
+                                   : " (reduce-scatter, sharded gradients and optimizer, "
+                                     "all-gather)");
   }
   if (plan.grad_comm != GradComm::kFp32) {
     absl::StrAppend(&out, ", ", EnumName(plan.grad_comm), " gradients");
