@@ -441,6 +441,7 @@ class PlanBuilder {
     in.record_events = {done};
     in.label = absl::StrCat(in.op, " bucket ", bucket);
     if (accumulate_ > 1 && ShardEachMicroStep()) absl::StrAppend(&in.label, " micro ", k);
+    if (ShardedGrads()) in_flight_.push_back(done);
     if (k < accumulate_ - 1) {
       scattered_events_.push_back(done);
       Emit(std::move(in));
@@ -467,9 +468,17 @@ class PlanBuilder {
     scattered_events_.clear();
     int last_compute = Emit(std::move(load));
     size_t next_bucket = 0;
+    in_flight_.clear();
     for (const Node& node : graph_.nodes()) {
       if (k > 0 && IsParameterCast(node)) continue;
       Instruction in;
+      // ZeRO-2: once a bucket's successor is scattering too, the next
+      // compute instruction waits for the bucket's scatter, which ends its
+      // life there; at most two buckets are in flight.
+      while (in_flight_.size() >= 2) {
+        in.wait_events.push_back(in_flight_.front());
+        in_flight_.erase(in_flight_.begin());
+      }
       in.op = node.op;
       for (int id : node.inputs) in.inputs.push_back(BufferFor(id, k));
       for (int id : node.outputs) in.outputs.push_back(BufferFor(id, k));
@@ -824,6 +833,7 @@ class PlanBuilder {
   };
   std::vector<View> views_;
   std::vector<int> scattered_events_;  // for the next micro-step's load_batch
+  std::vector<int> in_flight_;  // ZeRO-2: this micro-step's scatters not yet waited for
   // Bucket -> its gradient buffer, one per micro-step when ZeRO-2 scatters
   // every micro-step (else one).
   std::vector<std::vector<int>> bucket_buffers_;

@@ -203,29 +203,42 @@ absl::Status Executor::Prepare() {
   // (one per micro-step) so that on an asynchronous device none can start
   // before that backward has finished.
   order_.clear();
-  hold_event_ = plan_.num_events;  // past the plan's own: + micro-step
+  hold_event_ = plan_.num_events;  // past the plan's own: + Resolved::hold
+  num_holds_ = 0;
   if (options_.overlap) {
     order_ = std::move(program);
   } else {
+    // ZeRO-2 ends a bucket's life at a compute instruction that waits for
+    // its scatter: held collectives are released before such a waiter.
     std::vector<Resolved> held;
+    std::vector<int> held_events;
+    auto release = [&](int micro) {
+      if (held.empty()) return;
+      Resolved hold;
+      hold.kind = Resolved::kHoldForComm;
+      hold.micro = micro;
+      hold.hold = num_holds_++;
+      order_.push_back(hold);
+      order_.insert(order_.end(), held.begin(), held.end());
+      held.clear();
+      held_events.clear();
+    };
     for (size_t i = 0; i < program.size(); ++i) {
       const bool gradients = program[i].kind == Resolved::kAllReduce ||
                              program[i].kind == Resolved::kReduceScatter;
       const int micro = program[i].micro;
       const int end = micro >= 0 ? last_backward[micro] : -1;
+      for (int e : program[i].instr->wait_events) {
+        if (std::count(held_events.begin(), held_events.end(), e)) release(micro);
+      }
       if (gradients && static_cast<int>(i) < end) {
         held.push_back(program[i]);
+        const std::vector<int>& recorded = program[i].instr->record_events;
+        held_events.insert(held_events.end(), recorded.begin(), recorded.end());
       } else {
         order_.push_back(program[i]);
       }
-      if (micro >= 0 && static_cast<int>(i) == end && !held.empty()) {
-        Resolved hold;
-        hold.kind = Resolved::kHoldForComm;
-        hold.micro = micro;
-        order_.push_back(hold);
-        order_.insert(order_.end(), held.begin(), held.end());
-        held.clear();
-      }
+      if (micro >= 0 && static_cast<int>(i) == end) release(micro);
     }
   }
 
@@ -325,7 +338,7 @@ absl::Status Executor::RunForward(BatchSource& batches) {
   Tracer* const tracer = tracer_;
   tracer_ = nullptr;  // evaluation is not part of the traced steps
   state_.training = false;  // dropout is the identity
-  absl::Status status = device_->ResetEvents(plan_.num_events + plan_.accumulate);
+  absl::Status status = device_->ResetEvents(plan_.num_events + num_holds_);
   for (const Resolved& r : order_) {
     if (!status.ok()) break;
     if (r.micro != 0) continue;
@@ -345,7 +358,7 @@ absl::Status Executor::GatherParameters() {
     return absl::FailedPreconditionError("Executor::GatherParameters before Prepare");
   }
   if (!parameters_stale_) return absl::OkStatus();
-  absl::Status status = device_->ResetEvents(plan_.num_events + plan_.accumulate);
+  absl::Status status = device_->ResetEvents(plan_.num_events + num_holds_);
   for (const Resolved& r : order_) {
     if (status.ok() && r.kind == Resolved::kAllGather) status = IssueCollective(r);
   }
@@ -357,7 +370,7 @@ absl::Status Executor::GatherParameters() {
 }
 
 absl::Status Executor::IssueStep(BatchSource& batches) {
-  RETURN_IF_ERROR(device_->ResetEvents(plan_.num_events + plan_.accumulate));
+  RETURN_IF_ERROR(device_->ResetEvents(plan_.num_events + num_holds_));
   for (const Resolved& r : order_) {
     RETURN_IF_ERROR(Issue(r, batches));
   }
@@ -451,8 +464,8 @@ absl::Status Executor::SubmitTraced(Stream stream, const Resolved& r,
 
 absl::Status Executor::Issue(const Resolved& r, BatchSource& batches, bool wait) {
   if (r.kind == Resolved::kHoldForComm) {
-    RETURN_IF_ERROR(device_->RecordEvent(Stream::kCompute, hold_event_ + r.micro));
-    return device_->WaitEvent(Stream::kComm, hold_event_ + r.micro);
+    RETURN_IF_ERROR(device_->RecordEvent(Stream::kCompute, hold_event_ + r.hold));
+    return device_->WaitEvent(Stream::kComm, hold_event_ + r.hold);
   }
   const Instruction& instr = *r.instr;
   for (int e : instr.wait_events) {

@@ -133,6 +133,7 @@ class Executor {
     } kind;
     const Instruction* instr = nullptr;  // null for kHoldForComm
     int micro = -1;
+    int hold = -1;  // kHoldForComm: its event, past the plan's own
     bool writes_loss = false;
     // Collectives: slot 0 of the bucket's gradients (the parameter span for
     // all_gather), or a step scalar for an all_reduce without a bucket.
@@ -187,7 +188,8 @@ class Executor {
   bool prepared_ = false;
   bool parameters_stale_ = false;  // GatherParameters has work to do
   std::vector<Resolved> order_;  // issue order (see ExecutorOptions::overlap)
-  int hold_event_ = -1;          // overlap off: compute -> comm fence
+  int hold_event_ = -1;          // overlap off: compute -> comm fences from here
+  int num_holds_ = 0;            // overlap off: how many
   float* scratch_ = nullptr;     // deterministic gather area
   float* zeros_ = nullptr;       // device: zeros, as many as the largest hole
   float* pair_ = nullptr;        // device: ZeRO-2's shard + addend, 2 x shard
