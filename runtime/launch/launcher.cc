@@ -274,9 +274,9 @@ class Job {
     rendezvous_ = dir;
     // Where each rank publishes its position (runtime/position), for the
     // table a failure prints.
-    positions_ = dir + "/positions";
-    if (::mkdir(positions_.c_str(), 0700) != 0) {
-      return ErrnoError(absl::StrCat("cannot create ", positions_));
+    positions_dir_ = dir + "/positions";
+    if (::mkdir(positions_dir_.c_str(), 0700) != 0) {
+      return ErrnoError(absl::StrCat("cannot create ", positions_dir_));
     }
 
     std::vector<std::string> args = argv;
@@ -301,7 +301,7 @@ class Job {
       w.err = {err[0], options_.stderr_fd, w.out.prefix, ""};
       w.heartbeat_fd = beat[0];
       std::vector<std::string> env =
-          WorkerEnvironment(rank, n, rendezvous_, positions_);
+          WorkerEnvironment(rank, n, rendezvous_, positions_dir_);
       std::vector<char*> c_env = CStrings(env);
 
       const pid_t launcher = ::getpid();
@@ -524,6 +524,16 @@ class Job {
           return;
         }
       }
+      // A rank alive but stuck (a data loader asleep, a stuck read) beats
+      // on: the positions say which one the others waited for.
+      if (const RankPosition* behind = BehindPosition(); behind && behind->rank != named->rank) {
+        failure_ = absl::AbortedError(absl::StrCat(
+            "rank ", behind->rank, " is behind (", behind->where, ") and rank ", named->rank,
+            " gave up waiting: ",
+            named->err.last_error.empty() ? named->how_it_failed : named->err.last_error,
+            "; stopped the other ", others, " rank(s)"));
+        return;
+      }
     }
     if (named->err.last_error.empty()) return;
     failure_ = absl::AbortedError(absl::StrCat("rank ", named->rank, " failed: ",
@@ -539,16 +549,28 @@ class Job {
     blamed_ = static_cast<int>(&w - workers_.data());
     // Where every rank was when the job broke, before they are stopped; a
     // silent rank is the one behind.
-    positions_table_ = PositionTable(positions_, static_cast<int>(workers_.size()),
-                                     silent ? w.rank : -1);
+    positions_ = ReadPositions(positions_dir_, static_cast<int>(workers_.size()),
+                               silent ? w.rank : -1);
+    positions_table_ = FormatPositionTable(positions_);
     const int others = running_ - (w.running ? 1 : 0);
     failure_ = absl::AbortedError(absl::StrCat(
         "rank ", w.rank, " ", what, "; stopping the other ", others,
         " rank(s)"));
+    // Before the SIGTERM: the ranks' traces (--trace) say why, and who.
+    WriteStopNote(positions_dir_, {Behind(), std::string(failure_.message())});
     stopping_ = true;
     kill_at_ = absl::Now() + options_.grace_period;
     Signal(SIGTERM);
   }
+
+  // The position the first failure's table marks behind, or null.
+  const RankPosition* BehindPosition() const {
+    for (const RankPosition& p : positions_) {
+      if (p.behind) return &p;
+    }
+    return nullptr;
+  }
+  int Behind() const { return BehindPosition() ? BehindPosition()->rank : -1; }
 
   void Signal(int sig) {
     for (Worker& w : workers_) {
@@ -561,8 +583,9 @@ class Job {
   const LaunchOptions& options_;
   std::vector<Worker> workers_;
   std::string rendezvous_;
-  std::string positions_;        // rendezvous_/positions
-  std::string positions_table_;  // PositionTable at the first failure
+  std::string positions_dir_;    // rendezvous_/positions
+  std::vector<RankPosition> positions_;  // read at the first failure
+  std::string positions_table_;  // FormatPositionTable(positions_)
   int blamed_ = -1;  // index of the first worker to fail
   int running_ = 0;
   bool stopping_ = false;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -36,7 +37,7 @@ std::string LabelsPath(const std::string& dir, int rank) {
 }
 
 // "backward \"grad/h1 = linear_grad_input\"", "all-reduce of bucket 2".
-std::string LabelOf(const Plan& plan, const Instruction& in) {
+std::string InstructionLabel(const Plan& plan, const Instruction& in) {
   for (const Bucket& b : plan.buckets) {
     if (b.all_reduce == in.id || b.all_gather == in.id) {
       const char* what = in.op == "all_gather"       ? "all-gather"
@@ -50,31 +51,83 @@ std::string LabelOf(const Plan& plan, const Instruction& in) {
 
 std::string Seconds(int64_t ns) { return absl::StrFormat("%.1f s", ns / 1e9); }
 
-// One rank's line from its record and labels.
-std::string Line(const PositionRecord& r, const std::vector<std::string>& labels, int64_t now) {
-  auto label = [&](int64_t id) {
-    // Host collectives are stored as -HostCollective.
-    if (id == -static_cast<int64_t>(HostCollective::kLossSum)) return std::string("the loss sum");
-    if (id == -static_cast<int64_t>(HostCollective::kStopVote)) return std::string("the stop vote");
-    return id >= 0 && id < static_cast<int64_t>(labels.size())
-               ? absl::StrCat(labels[id], " (instruction ", id, " of ", labels.size(), ")")
-               : absl::StrCat("instruction ", id);
-  };
-  const int64_t step = r.step.load(std::memory_order_relaxed);
-  switch (static_cast<RankStage>(r.stage.load(std::memory_order_relaxed))) {
-    case RankStage::kStarting: return "starting (no step yet)";
-    case RankStage::kEvaluating: return absl::StrCat("step ", step, ", evaluating");
-    case RankStage::kCheckpointing: return absl::StrCat("step ", step, ", writing a checkpoint");
-    case RankStage::kDone: return absl::StrCat("finished at step ", step);
+// "backward \"...\"" / "all-reduce of bucket 2" for an instruction id
+// (host collectives are stored as -HostCollective).
+std::string LabelOf(int64_t id, const std::vector<std::string>& labels) {
+  if (id == -static_cast<int64_t>(HostCollective::kLossSum)) return "the loss sum";
+  if (id == -static_cast<int64_t>(HostCollective::kStopVote)) return "the stop vote";
+  return id >= 0 && id < static_cast<int64_t>(labels.size()) ? labels[id]
+                                                             : absl::StrCat("instruction ", id);
+}
+
+// The label with its place: "... (instruction 57 of 120)".
+std::string Placed(int64_t id, const std::vector<std::string>& labels) {
+  return id >= 0 && id < static_cast<int64_t>(labels.size())
+             ? absl::StrCat(labels[id], " (instruction ", id, " of ", labels.size(), ")")
+             : LabelOf(id, labels);
+}
+
+// One rank's position, before the verdict on who is behind.
+RankPosition Describe(const PositionSample& s) {
+  RankPosition p;
+  p.rank = s.rank;
+  p.stage = static_cast<RankStage>(s.stage);
+  p.step = s.step;
+  p.instructions = static_cast<int64_t>(s.labels.size());
+  switch (p.stage) {
+    case RankStage::kStarting: p.state = "starting"; p.where = "starting (no step yet)"; return p;
+    case RankStage::kEvaluating: p.state = "evaluating"; break;
+    case RankStage::kCheckpointing: p.state = "writing a checkpoint"; break;
+    case RankStage::kDone: p.state = "finished"; p.where = absl::StrCat("finished at step ", s.step); return p;
     case RankStage::kStep: break;
   }
-  if (r.comm_busy.load(std::memory_order_relaxed) != 0) {
-    return absl::StrCat("step ", step, ", in ", label(r.comm_instr.load()), " for ",
-                        Seconds(now - r.comm_since.load()), " (compute issued up to ",
-                        label(r.compute_instr.load()), ")");
+  if (p.stage != RankStage::kStep) {
+    p.where = absl::StrCat("step ", s.step, ", ", p.state);
+    return p;
   }
-  return absl::StrCat("step ", step, ", ", label(r.compute_instr.load()), " for ",
-                      Seconds(now - r.compute_since.load()));
+  p.in_collective = s.comm_busy;
+  const int64_t id = p.in_collective ? s.comm_instr : s.compute_instr;
+  p.instruction = id >= 0 ? id : -1;
+  p.label = LabelOf(id, s.labels);
+  p.state = absl::StrCat(p.in_collective ? "in " : "running ", p.label);
+  p.seconds = (p.in_collective ? s.comm_age_ns : s.compute_age_ns) / 1e9;
+  p.where = p.in_collective
+                ? absl::StrCat("step ", s.step, ", in ", Placed(id, s.labels), " for ",
+                               Seconds(s.comm_age_ns), " (compute issued up to ",
+                               Placed(s.compute_instr, s.labels), ")")
+                : absl::StrCat("step ", s.step, ", ", Placed(id, s.labels), " for ",
+                               Seconds(s.compute_age_ns));
+  return p;
+}
+
+// The only silent pulse while others beat, else -1.
+int SilentRank(const std::vector<PositionSample>& samples) {
+  int silent = -1, silent_count = 0, beating = 0;
+  for (const PositionSample& s : samples) {
+    if (s.pulse == PositionSample::Pulse::kSilent) {
+      silent = s.rank;
+      ++silent_count;
+    } else if (s.pulse == PositionSample::Pulse::kBeating) {
+      ++beating;
+    }
+  }
+  return silent_count == 1 && beating > 0 ? silent : -1;
+}
+
+// The one strictly behind all others in (step, compute instruction), else -1.
+int LeastProgress(const std::vector<PositionSample>& samples) {
+  auto progress = [](const PositionSample& s) { return std::make_pair(s.step, s.compute_instr); };
+  const PositionSample* least = &samples[0];
+  int ties = 0;
+  for (const PositionSample& s : samples) {
+    if (progress(s) < progress(*least)) {
+      least = &s;
+      ties = 0;
+    } else if (&s != least && progress(s) == progress(*least)) {
+      ++ties;
+    }
+  }
+  return ties == 0 ? least->rank : -1;
 }
 
 std::vector<std::string> ReadLabels(const std::string& path) {
@@ -84,6 +137,27 @@ std::vector<std::string> ReadLabels(const std::string& path) {
   while (std::getline(in, line)) labels.push_back(line);
   return labels;
 }
+
+PositionSample SampleOf(const PositionRecord& r, int rank, int64_t now) {
+  PositionSample s;
+  s.rank = rank;
+  s.stage = r.stage.load(std::memory_order_relaxed);
+  s.step = r.step.load(std::memory_order_relaxed);
+  s.compute_instr = r.compute_instr.load(std::memory_order_relaxed);
+  s.compute_age_ns = now - r.compute_since.load(std::memory_order_relaxed);
+  s.comm_instr = r.comm_instr.load(std::memory_order_relaxed);
+  s.comm_age_ns = now - r.comm_since.load(std::memory_order_relaxed);
+  s.comm_busy = r.comm_busy.load(std::memory_order_relaxed) != 0;
+  const int64_t alive = r.alive.load(std::memory_order_relaxed);
+  // A frozen rank: its pulse is over a second old.
+  constexpr int64_t kSilentNs = 1'000'000'000;
+  s.pulse = alive == 0                   ? PositionSample::Pulse::kNone
+            : now - alive > kSilentNs ? PositionSample::Pulse::kSilent
+                                       : PositionSample::Pulse::kBeating;
+  return s;
+}
+
+std::string StopNotePath(const std::string& dir) { return dir + "/stopped"; }
 
 }  // namespace
 
@@ -138,7 +212,7 @@ void PositionBoard::StartPulse() {
 
 void PositionBoard::SetLabels(const Plan& plan) {
   labels_.clear();
-  for (const Instruction& in : plan.instructions) labels_.push_back(LabelOf(plan, in));
+  for (const Instruction& in : plan.instructions) labels_.push_back(InstructionLabel(plan, in));
   if (labels_path_.empty()) return;
   // Best effort: a missing labels file only makes the table say
   // "instruction 57" instead of its label.
@@ -169,15 +243,28 @@ void PositionBoard::CommBegin(HostCollective what) {
 
 void PositionBoard::CommEnd() { record_->comm_busy.store(0, std::memory_order_relaxed); }
 
-std::string PositionBoard::Where() const { return Line(*record_, labels_, NowNs()); }
+std::string PositionBoard::Where() const { return Describe(Sample(0)).where; }
 
-std::string PositionTable(const std::string& dir, int world_size, int behind) {
-  struct Read {
-    int rank;
-    std::string line;
-    int64_t step, instr, alive;
-  };
-  std::vector<Read> ranks;
+PositionSample PositionBoard::Sample(int rank) const {
+  PositionSample s = SampleOf(*record_, rank, NowNs());
+  s.pulse = PositionSample::Pulse::kNone;
+  s.labels = labels_;
+  return s;
+}
+
+std::vector<RankPosition> JudgePositions(std::vector<PositionSample> samples, int behind) {
+  if (behind < 0 && samples.size() > 1) behind = SilentRank(samples);
+  if (behind < 0 && samples.size() > 1) behind = LeastProgress(samples);
+  std::vector<RankPosition> positions;
+  for (const PositionSample& s : samples) {
+    positions.push_back(Describe(s));
+    positions.back().behind = s.rank == behind;
+  }
+  return positions;
+}
+
+std::vector<RankPosition> ReadPositions(const std::string& dir, int world_size, int behind) {
+  std::vector<PositionSample> samples;
   const int64_t now = NowNs();
   for (int rank = 0; rank < world_size; ++rank) {
     const std::string path = RecordPath(dir, rank);
@@ -188,48 +275,47 @@ std::string PositionTable(const std::string& dir, int world_size, int behind) {
     if (mapped == MAP_FAILED) continue;
     const auto* record = static_cast<const PositionRecord*>(mapped);
     if (record->magic.load() == kMagic) {
-      ranks.push_back({rank, Line(*record, ReadLabels(LabelsPath(dir, rank)), now),
-                       record->step.load(), record->compute_instr.load(), record->alive.load()});
+      samples.push_back(SampleOf(*record, rank, now));
+      samples.back().labels = ReadLabels(LabelsPath(dir, rank));
     }
     ::munmap(mapped, sizeof(PositionRecord));
   }
-  if (ranks.empty()) return "";
-  if (behind < 0 && ranks.size() > 1) {
-    // A frozen rank: its pulse is over a second old while the others beat.
-    constexpr int64_t kSilentNs = 1'000'000'000;
-    int silent = -1, beating = 0, silent_count = 0;
-    for (const Read& r : ranks) {
-      if (r.alive == 0) continue;
-      if (now - r.alive > kSilentNs) {
-        silent = r.rank;
-        ++silent_count;
-      } else {
-        ++beating;
-      }
-    }
-    if (silent_count == 1 && beating > 0) behind = silent;
-  }
-  if (behind < 0 && ranks.size() > 1) {
-    // The one strictly behind all others in (step, compute instruction).
-    auto progress = [](const Read& r) { return std::make_pair(r.step, r.instr); };
-    const Read* least = &ranks[0];
-    int ties = 0;
-    for (const Read& r : ranks) {
-      if (progress(r) < progress(*least)) {
-        least = &r;
-        ties = 0;
-      } else if (&r != least && progress(r) == progress(*least)) {
-        ++ties;
-      }
-    }
-    if (ties == 0) behind = least->rank;
-  }
+  return JudgePositions(std::move(samples), behind);
+}
+
+std::string FormatPositionTable(const std::vector<RankPosition>& positions) {
+  if (positions.empty()) return "";
   std::string table = "where each rank was:\n";
-  for (const Read& r : ranks) {
-    absl::StrAppend(&table, "  rank ", r.rank, ": ", r.line, r.rank == behind ? "  <- behind" : "",
-                    "\n");
+  for (const RankPosition& p : positions) {
+    absl::StrAppend(&table, "  rank ", p.rank, ": ", p.where, p.behind ? "  <- behind" : "", "\n");
   }
   return table;
+}
+
+std::string PositionTable(const std::string& dir, int world_size, int behind) {
+  return FormatPositionTable(ReadPositions(dir, world_size, behind));
+}
+
+void WriteStopNote(const std::string& dir, const StopNote& note) {
+  const std::string path = StopNotePath(dir);
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << note.behind << "\n" << note.reason;
+    if (!out) return;
+  }
+  std::rename(temp.c_str(), path.c_str());
+}
+
+std::optional<StopNote> ReadStopNote(const std::string& dir) {
+  std::ifstream in(StopNotePath(dir));
+  StopNote note;
+  std::string first;
+  if (!std::getline(in, first) || !absl::SimpleAtoi(first, &note.behind)) return std::nullopt;
+  std::stringstream rest;
+  rest << in.rdbuf();
+  note.reason = rest.str();
+  return note;
 }
 
 }  // namespace trainc

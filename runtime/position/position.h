@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <thread>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,39 @@ struct PositionRecord {
   std::atomic<int64_t> alive;           // ns of the pulse thread's last beat (0: none)
 };
 
+// A rank's record as read back (from a mapped file or a store), its
+// clocks turned into ages: what the table is made of.
+struct PositionSample {
+  int rank = 0;
+  int64_t stage = 0;  // RankStage
+  int64_t step = 0;
+  int64_t compute_instr = -1;
+  int64_t compute_age_ns = 0;  // since it was issued
+  int64_t comm_instr = -1;     // -HostCollective for the trainer's own
+  int64_t comm_age_ns = 0;
+  bool comm_busy = false;
+  enum class Pulse { kNone, kBeating, kSilent } pulse = Pulse::kNone;
+  std::vector<std::string> labels;  // instruction id -> label
+};
+
+// One rank's line of the table, judged: what --trace records and
+// tools/viz draws.
+struct RankPosition {
+  int rank = 0;
+  RankStage stage = RankStage::kStarting;
+  int64_t step = 0;
+  int64_t instruction = -1;   // the collective it is in, else the compute
+                              // instruction issued last; -1: none, or the
+                              // trainer's own collective
+  int64_t instructions = 0;   // in its plan; 0 when its labels are unknown
+  std::string label;          // "backward \"h1 = linear\"", "all-reduce of bucket 1"
+  std::string state;          // "in all-reduce of bucket 1", "running data \"...\""
+  bool in_collective = false;
+  double seconds = 0;         // how long it has been there
+  bool behind = false;
+  std::string where;          // the table's text after "rank N: "
+};
+
 // A rank's publisher. Without TRAINC_POSITION_DIR it writes to memory of
 // its own, which the watchdog can still read for its message.
 class PositionBoard {
@@ -73,6 +107,8 @@ class PositionBoard {
 
   // This rank's own line of the table ("step 4, backward ... for 3.0 s").
   std::string Where() const;
+  // Its record now, as a reader would sample it (pulse kNone).
+  PositionSample Sample(int rank) const;
 
   // Beats `alive` from a thread of its own until destroyed, so that the
   // table can tell a frozen rank (SIGSTOP, a hung machine) from the ranks
@@ -90,12 +126,33 @@ class PositionBoard {
   std::vector<std::string> labels_;  // instruction id -> "backward \"label\""
 };
 
-// The table of every rank's position from the files in `dir` ("" when
-// none can be read). The rank marked "<- behind" is `behind` when given
-// (the launcher knows a silent rank), else the only one whose pulse
+// The samples judged, in rank order. The rank behind is `behind` when
+// given (the launcher knows a silent rank), else the only one whose pulse
 // stopped while the others' beat, else the one whose step and instruction
 // are strictly behind every other's, if one is.
+std::vector<RankPosition> JudgePositions(std::vector<PositionSample> samples, int behind = -1);
+
+// Every rank's position from the files in `dir`, judged (none: empty).
+std::vector<RankPosition> ReadPositions(const std::string& dir, int world_size, int behind = -1);
+
+// "where each rank was:\n  rank 0: ...\n", the rank behind marked
+// "<- behind"; "" for no positions.
+std::string FormatPositionTable(const std::vector<RankPosition>& positions);
+
+// FormatPositionTable(ReadPositions(dir, world_size, behind)).
 std::string PositionTable(const std::string& dir, int world_size, int behind = -1);
+
+// What the local launcher leaves in the positions folder when it stops a
+// failed job (before its SIGTERM), so that each rank's trace can say why
+// and who was behind.
+struct StopNote {
+  int behind = -1;      // the rank the launcher blames for silence, or -1
+  std::string reason;   // its error line
+};
+// Written whole (then renamed) into <dir>/stopped; best effort.
+void WriteStopNote(const std::string& dir, const StopNote& note);
+// The note in `dir`, if the launcher left one.
+std::optional<StopNote> ReadStopNote(const std::string& dir);
 
 }  // namespace trainc
 

@@ -92,6 +92,55 @@ TEST(PositionBoard, AFrozenPulseMarksTheRankBehind) {
   EXPECT_LT(table.find("rank 1"), table.find("<- behind")) << table;
 }
 
+// The judged positions carry what the table prints, field by field (the
+// trace records them): a rank in a collective, one behind in the data
+// phase.
+TEST(JudgePositions, EachRanksStepInstructionStateAndWhoIsBehind) {
+  ::unsetenv(kPositionDirEnv);
+  auto zero = PositionBoard::ForRank(0);
+  auto one = PositionBoard::ForRank(1);
+  ASSERT_TRUE(zero.ok() && one.ok());
+  for (auto* b : {&*zero, &*one}) {
+    (*b)->SetLabels(TwoInstructionPlan());
+    (*b)->Stage(RankStage::kStep, 5);
+  }
+  (*zero)->Compute(5, 0);
+  (*zero)->CommBegin(1);
+  (*one)->Compute(5, -1);  // nothing issued yet in step 5
+  const std::vector<RankPosition> p =
+      JudgePositions({(*zero)->Sample(0), (*one)->Sample(1)});
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].rank, 0);
+  EXPECT_EQ(p[0].step, 5);
+  EXPECT_EQ(p[0].instruction, 1);
+  EXPECT_EQ(p[0].instructions, 2);
+  EXPECT_EQ(p[0].label, "all-reduce of bucket 0");
+  EXPECT_EQ(p[0].state, "in all-reduce of bucket 0");
+  EXPECT_TRUE(p[0].in_collective);
+  EXPECT_FALSE(p[0].behind);
+  EXPECT_GE(p[0].seconds, 0);
+  EXPECT_THAT(p[0].where, HasSubstr("step 5, in all-reduce of bucket 0 (instruction 1 of 2) for"));
+  EXPECT_EQ(p[1].rank, 1);
+  EXPECT_TRUE(p[1].behind);
+  EXPECT_FALSE(p[1].in_collective);
+  EXPECT_EQ(FormatPositionTable(p).find("where each rank was:\n  rank 0: step 5, in "), 0u);
+  EXPECT_THAT(FormatPositionTable(p), HasSubstr("  <- behind\n"));
+  // The caller's verdict wins.
+  EXPECT_TRUE(JudgePositions({(*zero)->Sample(0), (*one)->Sample(1)}, 0)[0].behind);
+  EXPECT_EQ(FormatPositionTable({}), "");
+}
+
+TEST(StopNote, RoundTripsThroughTheFolder) {
+  const std::string dir = ::testing::TempDir() + "/note";
+  std::filesystem::create_directories(dir);
+  EXPECT_FALSE(ReadStopNote(dir).has_value());
+  WriteStopNote(dir, {1, "rank 1 sent no heartbeat for 15s (hung?)\nsecond line"});
+  std::optional<StopNote> note = ReadStopNote(dir);
+  ASSERT_TRUE(note.has_value());
+  EXPECT_EQ(note->behind, 1);
+  EXPECT_EQ(note->reason, "rank 1 sent no heartbeat for 15s (hung?)\nsecond line");
+}
+
 TEST(PositionBoard, WithoutAFolderItKeepsItsOwnPosition) {
   ::unsetenv(kPositionDirEnv);
   auto board = PositionBoard::ForRank(0);

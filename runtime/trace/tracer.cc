@@ -1,6 +1,9 @@
 #include "runtime/trace/tracer.h"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <set>
 
@@ -48,6 +51,45 @@ std::string EventJson(const Plan& plan, int rank, int64_t job_start_ns,
       (span.begin_ns - job_start_ns) / 1e3, (span.end_ns - span.begin_ns) / 1e3,
       rank, span.stream == Stream::kComm ? 1 : 0, span.instr, span.step,
       span.micro, JsonQuote(op), extra);
+}
+
+// One rank's position as an instant event on the stream it was on.
+std::string PositionJson(const TracePosition& p) {
+  return absl::StrFormat(
+      "{\"name\": %s, \"cat\": \"position\", \"ph\": \"i\", \"s\": \"t\", "
+      "\"ts\": %.3f, \"pid\": %d, \"tid\": %d, \"args\": {\"step\": %d, "
+      "\"instr\": %d, \"instructions\": %d, \"label\": %s, \"state\": %s, "
+      "\"seconds\": %.3f, \"behind\": %s, \"where\": %s}}",
+      JsonQuote(absl::StrCat("rank ", p.rank, ": stopped here", p.behind ? " (behind)" : "")),
+      p.since_us, p.rank, p.in_collective ? 1 : 0, p.step, p.instr, p.instructions,
+      JsonQuote(p.label), JsonQuote(p.state), p.seconds, p.behind ? "true" : "false",
+      JsonQuote(p.where));
+}
+
+// The metadata's "stopped" member.
+std::string StopJson(const TraceStop& stop) {
+  int behind = -1;
+  for (const TracePosition& p : stop.positions) {
+    if (p.behind) behind = p.rank;
+  }
+  return absl::StrFormat(
+      ",\n \"stopped\": {\"reason\": %s, \"written_by\": %d, \"behind\": %d, "
+      "\"ranks\": %d}",
+      JsonQuote(stop.reason), stop.written_by, behind, stop.positions.size());
+}
+
+// `text` into `path` whole: a temporary file beside it, then renamed.
+absl::Status WriteWhole(const std::string& path, const std::string& text) {
+  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
+  std::ofstream out(temp, std::ios::trunc);
+  if (!out) return absl::UnavailableError("cannot write trace file " + path);
+  out << text;
+  out.close();
+  if (!out || std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    return absl::DataLossError("error writing trace file " + path);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -110,8 +152,9 @@ std::string TraceEventsJson(const Plan& plan, int rank, int64_t job_start_ns,
 absl::Status MergeTraceParts(const Plan& plan,
                              const std::vector<std::string>& parts,
                              int64_t steps_traced,
-                             const std::string& out_path) {
-  std::vector<absl::string_view> bodies;
+                             const std::string& out_path,
+                             const TraceStop* stop) {
+  std::vector<std::string> bodies;
   for (size_t i = 0; i < parts.size(); ++i) {
     absl::string_view body = absl::StripAsciiWhitespace(parts[i]);
     if (!absl::ConsumePrefix(&body, "[") || !absl::ConsumeSuffix(&body, "]")) {
@@ -119,20 +162,18 @@ absl::Status MergeTraceParts(const Plan& plan,
           absl::StrCat("trace part ", i, " is not a JSON array of events"));
     }
     body = absl::StripAsciiWhitespace(body);
-    if (!body.empty()) bodies.push_back(body);
+    if (!body.empty()) bodies.emplace_back(body);
   }
-  std::ofstream out(out_path, std::ios::trunc);
-  if (!out) {
-    return absl::UnavailableError("cannot write trace file " + out_path);
+  if (stop != nullptr) {
+    for (const TracePosition& p : stop->positions) bodies.push_back(PositionJson(p));
   }
-  out << "{\"traceEvents\": [\n  " << absl::StrJoin(bodies, ",\n  ")
-      << "\n ],\n \"metadata\": {\"plan_model\": " << JsonQuote(plan.model)
-      << ", \"plan_instructions\": " << plan.instructions.size()
-      << ", \"world_size\": " << plan.world_size
-      << ", \"steps_traced\": " << steps_traced << "}}\n";
-  out.close();
-  if (!out) return absl::DataLossError("error writing trace file " + out_path);
-  return absl::OkStatus();
+  return WriteWhole(
+      out_path,
+      absl::StrCat("{\"traceEvents\": [\n  ", absl::StrJoin(bodies, ",\n  "),
+                   "\n ],\n \"metadata\": {\"plan_model\": ", JsonQuote(plan.model),
+                   ", \"plan_instructions\": ", plan.instructions.size(),
+                   ", \"world_size\": ", plan.world_size, ", \"steps_traced\": ", steps_traced,
+                   stop != nullptr ? StopJson(*stop) : "", "}}\n"));
 }
 
 }  // namespace trainc

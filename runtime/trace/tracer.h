@@ -64,15 +64,42 @@ class Tracer {
   std::vector<TraceSpan> spans_ ABSL_GUARDED_BY(mu_);
 };
 
+// Where a rank was when the job stopped: a line of runtime/position's
+// table, recorded as an instant event (TRACE_FORMAT.md, "Stopped jobs").
+struct TracePosition {
+  int rank = 0;
+  int64_t step = 0;
+  int64_t instr = -1;         // -1: none, or the trainer's own collective
+  int64_t instructions = 0;   // in the plan; 0: unknown
+  std::string label;          // "all-reduce of bucket 1", "data \"load_batch micro 0\""
+  std::string state;          // "in all-reduce of bucket 1", "running ..."
+  bool in_collective = false;  // drawn on the comm stream
+  double seconds = 0;         // how long it had been there
+  bool behind = false;
+  std::string where;          // the table's whole line for the rank
+  double since_us = 0;        // when it got there, from the job start
+};
+
+// Why a job stopped and where each rank was.
+struct TraceStop {
+  std::string reason;   // the error that stopped it
+  int written_by = 0;   // the rank that wrote the file
+  std::vector<TracePosition> positions;
+};
+
 // The same as Tracer::EventsJson, for spans that travelled without a Tracer.
 std::string TraceEventsJson(const Plan& plan, int rank, int64_t job_start_ns,
                             const std::vector<TraceSpan>& spans);
 
 // Joins the parts (EventsJson of each rank, any order) into one trace file
-// with the format's metadata; `steps_traced` goes into it as is.
+// with the format's metadata; `steps_traced` goes into it as is. With
+// `stop`, the file also says why the job stopped and holds one instant
+// event per rank where it was. Written whole, then renamed over
+// `out_path`, so ranks that write the same path leave one whole file.
 absl::Status MergeTraceParts(const Plan& plan,
                              const std::vector<std::string>& parts,
-                             int64_t steps_traced, const std::string& out_path);
+                             int64_t steps_traced, const std::string& out_path,
+                             const TraceStop* stop = nullptr);
 
 }  // namespace trainc
 

@@ -85,5 +85,43 @@ TEST(TracerTest, MergeWritesOneFileWithMetadata) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A stopped job's file: one instant event per rank where it was, and why
+// in the metadata; still strict JSON.
+TEST(TracerTest, AStoppedJobRecordsWhereEachRankWas) {
+  const Plan plan = TwoInstructionPlan();
+  TraceStop stop;
+  stop.reason = "rank 1 sent no heartbeat";
+  stop.written_by = 0;
+  TracePosition p;
+  p.rank = 1;
+  p.step = 4;
+  p.instr = 0;
+  p.instructions = 2;
+  p.label = "forward \"h1 = linear\"";
+  p.state = "running forward \"h1 = linear\"";
+  p.seconds = 15.5;
+  p.behind = true;
+  p.where = "step 4, forward \"h1 = linear\" (instruction 0 of 2) for 15.5 s";
+  p.since_us = 12.5;
+  stop.positions = {p};
+  const std::string path = ::testing::TempDir() + "/stopped.json";
+  ASSERT_TRUE(MergeTraceParts(plan, {"[]"}, 0, path, &stop).ok());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string json = text.str();
+  EXPECT_NE(json.find("{\"name\": \"rank 1: stopped here (behind)\", \"cat\": \"position\", "
+                      "\"ph\": \"i\", \"s\": \"t\", \"ts\": 12.500, \"pid\": 1, \"tid\": 0, "
+                      "\"args\": {\"step\": 4, \"instr\": 0, \"instructions\": 2, "
+                      "\"label\": \"forward \\\"h1 = linear\\\"\", "),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"stopped\": {\"reason\": \"rank 1 sent no heartbeat\", "
+                      "\"written_by\": 0, \"behind\": 1, \"ranks\": 1}"),
+            std::string::npos)
+      << json;
+  EXPECT_TRUE(ParseJson(json).ok()) << json;
+}
+
 }  // namespace
 }  // namespace trainc

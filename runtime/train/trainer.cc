@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +40,7 @@
 #include "runtime/data/sampler.h"
 #include "runtime/device/device.h"
 #include "runtime/exec/executor.h"
+#include "runtime/fault/fault.h"
 #include "runtime/launch/heartbeat.h"
 #include "runtime/metrics/metrics_log.h"
 #include "runtime/position/position.h"
@@ -280,41 +283,79 @@ absl::Status SumOverRanks(Communicator& comm, std::vector<float>* values) {
                            nullptr);
 }
 
+// Where this rank's --trace goes: PATH, or PATH.rank<N>.json when the ranks
+// share no folder (Redis rendezvous, mpirun): each machine keeps its own.
+std::string TracePath(const RankContext& rank, const std::string& path) {
+  if (rank.world_size == 1 || !rank.rendezvous_dir.empty()) return path;
+  return absl::StrCat(path, ".rank", rank.rank, ".json");
+}
+
+// A rank's events in the rendezvous folder, for the rank that merges.
+std::string TracePartPath(const RankContext& rank, int r) {
+  return absl::StrCat(rank.rendezvous_dir, "/trace.rank", r, ".json");
+}
+
+absl::Status WriteTracePart(const RankContext& rank, const std::string& part) {
+  const std::string mine = TracePartPath(rank, rank.rank);
+  std::ofstream out(mine, std::ios::binary);
+  out << part;
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", mine));
+  return absl::OkStatus();
+}
+
+// The parts the ranks (but `skip`) left in the rendezvous folder;
+// `required` makes a missing one an error, else it is left out.
+absl::StatusOr<std::vector<std::string>> ReadTraceParts(const RankContext& rank,
+                                                        bool required, int skip = -1) {
+  std::vector<std::string> parts;
+  for (int r = 0; r < rank.world_size; ++r) {
+    if (r == skip) continue;
+    const std::string p = TracePartPath(rank, r);
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (in) {
+      parts.push_back(ss.str());
+    } else if (required) {
+      return absl::InternalError(absl::StrCat("cannot read ", p));
+    }
+  }
+  return parts;
+}
+
 absl::Status WriteTrace(const Plan& plan, const RankContext& rank,
                         const Tracer& tracer, Communicator& comm,
                         const std::string& path) {
   const std::string part = tracer.EventsJson(plan);
-  if (rank.world_size == 1) {
-    return MergeTraceParts(plan, {part}, tracer.steps_traced(), path);
-  }
-  if (rank.rendezvous_dir.empty()) {
-    // No folder the ranks share (Redis rendezvous): each machine keeps its
-    // ranks' traces, PATH.rank<N>.json.
-    return MergeTraceParts(plan, {part}, tracer.steps_traced(),
-                           absl::StrCat(path, ".rank", rank.rank, ".json"));
+  if (rank.world_size == 1 || rank.rendezvous_dir.empty()) {
+    return MergeTraceParts(plan, {part}, tracer.steps_traced(), TracePath(rank, path));
   }
   // Ranks meet in the rendezvous folder: each writes its part, rank 0
   // merges once every part is there.
-  const std::string mine =
-      absl::StrCat(rank.rendezvous_dir, "/trace.rank", rank.rank, ".json");
-  {
-    std::ofstream out(mine, std::ios::binary);
-    out << part;
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", mine));
-  }
+  RETURN_IF_ERROR(WriteTracePart(rank, part));
   RETURN_IF_ERROR(comm.Barrier());
   if (rank.rank != 0) return absl::OkStatus();
-  std::vector<std::string> parts;
-  for (int r = 0; r < rank.world_size; ++r) {
-    const std::string p =
-        absl::StrCat(rank.rendezvous_dir, "/trace.rank", r, ".json");
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (!in) return absl::InternalError(absl::StrCat("cannot read ", p));
-    parts.push_back(ss.str());
-  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> parts,
+                   ReadTraceParts(rank, /*required=*/true));
   return MergeTraceParts(plan, parts, tracer.steps_traced(), path);
+}
+
+// A line of the position table as the trace records it; `now_ns` is the
+// time since the job start when the positions were read.
+TracePosition ToTrace(const RankPosition& p, int64_t now_ns) {
+  TracePosition t;
+  t.rank = p.rank;
+  t.step = p.step;
+  t.instr = p.instruction;
+  t.instructions = p.instructions;
+  t.label = p.label;
+  t.state = p.state;
+  t.in_collective = p.in_collective;
+  t.seconds = p.seconds;
+  t.behind = p.behind;
+  t.where = p.where;
+  t.since_us = std::max(0.0, (now_ns - p.seconds * 1e9) / 1e3);
+  return t;
 }
 
 // The metrics log's first record: what was run, for a reader to label and
@@ -408,12 +449,15 @@ std::unique_ptr<Device> CreateCpuDevice(const TrainOptions& options, std::ostrea
 class HeartbeatPulse {
  public:
   // Beats every 500 ms from a thread of its own until destroyed, when
-  // `heartbeat` is enabled (the local launcher started this process).
-  explicit HeartbeatPulse(Heartbeat heartbeat) : heartbeat_(std::move(heartbeat)) {
+  // `heartbeat` is enabled (the local launcher started this process), and
+  // calls `after_beat` (when given) after each beat.
+  HeartbeatPulse(Heartbeat heartbeat, std::function<void()> after_beat)
+      : heartbeat_(std::move(heartbeat)), after_beat_(std::move(after_beat)) {
     if (!heartbeat_.enabled()) return;
     thread_ = std::thread([this] {
       do {
         heartbeat_.Beat();
+        if (after_beat_) after_beat_();
       } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
     });
   }
@@ -427,6 +471,7 @@ class HeartbeatPulse {
 
  private:
   Heartbeat heartbeat_;
+  const std::function<void()> after_beat_;
   absl::Notification stop_;
   std::thread thread_;
 };
@@ -514,6 +559,9 @@ class Trainer {
   // Rank 0 with metrics: the step's record, its loss filled in at the next
   // sum over ranks.
   void RecordStepMetrics(const StepInfo& step);
+  // With --trace and a rendezvous folder, at the end of the traced steps:
+  // this rank's events there, for a stop trace another rank may write.
+  void KeepTracePart();
   // Once per run: a step that could not be captured as a CUDA graph.
   void ReportCaptureFailure(int64_t step);
   // At a progress line, and with metrics at least every metrics_every
@@ -534,6 +582,13 @@ class Trainer {
   void LogEvaluation(const StepInfo& step);
   void RecordStop(const absl::Status& why, int64_t step);
   std::string Where() const;
+  // Every rank's position, from wherever the ranks publish (only this
+  // rank's when nowhere they share); `behind` as in JudgePositions.
+  std::vector<RankPosition> AllPositions(int behind = -1) const;
+  // --trace when the run stops (an error, a stall, the launcher's stop
+  // note): the traced steps and where each rank was. Once, from whichever
+  // thread comes first; no collective, since a peer may be gone.
+  void WriteStopTrace(const std::string& why);
   double EvalBitsPerByte() const;
 
   // --- Checkpoint.
@@ -584,12 +639,16 @@ class Trainer {
   const Sharding* sharding_ = nullptr;  // &zero_sharding_ under ZeRO-1
   std::unique_ptr<PositionBoard> position_;  // where this rank is (the launcher reads it)
   std::string shared_positions_;  // every rank's positions, when this rank prints the table
+  std::string launcher_positions_;  // the local launcher's positions folder (it prints the table)
   std::unique_ptr<Executor> executor_;
 
   // Set up by SetUpData.
   std::optional<Dataset> train_data_;
   std::optional<Dataset> eval_data_;  // none: no evaluation
   std::unique_ptr<TrainBatchSource> batches_;
+  // TRAINC_FAULT=loader_sleep on this rank: batches_ behind a sleep.
+  std::unique_ptr<SleepingBatchSource> sleeping_batches_;
+  BatchSource* step_batches_ = nullptr;  // what the steps read
   EvalHead eval_head_;
   int64_t steps_per_epoch_ = 0;
   int64_t total_steps_ = 0;
@@ -609,6 +668,8 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;  // rank 0's, when metrics_on_
   // A few steps are traced (after the first, which warms caches) to
   // measure overlap; all of them go to --trace when asked.
+  absl::Mutex stop_trace_mu_;
+  bool stop_trace_written_ ABSL_GUARDED_BY(stop_trace_mu_) = false;
   std::optional<Tracer> tracer_;
   int64_t first_step_ = 1;
   int64_t trace_begin_ = 1;  // the traced steps: [trace_begin_, trace_end_)
@@ -650,6 +711,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   for (int64_t step = first_step_; step <= total_steps_; ++step) {
     if (absl::Status s = TrainStep(step); !s.ok()) {
       RecordStop(s, step);
+      WriteStopTrace(std::string(s.message()));
       if (shared_positions_.empty()) return s;
       return absl::Status(s.code(), absl::StrCat(s.message(), "\n", Where()));
     }
@@ -661,8 +723,43 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
 // This rank's position, or with a shared folder every rank's table.
 std::string Trainer::Where() const {
   if (shared_positions_.empty()) return position_->Where();
-  return absl::StrCat(position_->Where(), "\n",
-                      PositionTable(shared_positions_, rank_.world_size));
+  return absl::StrCat(position_->Where(), "\n", FormatPositionTable(AllPositions()));
+}
+
+std::vector<RankPosition> Trainer::AllPositions(int behind) const {
+  const std::string& dir = !shared_positions_.empty() ? shared_positions_ : launcher_positions_;
+  if (!dir.empty()) return ReadPositions(dir, rank_.world_size, behind);
+  return JudgePositions({position_->Sample(rank_.rank)}, behind);
+}
+
+void Trainer::WriteStopTrace(const std::string& why) {
+  if (options_.trace_path.empty() || !tracer_) return;
+  absl::MutexLock lock(&stop_trace_mu_);
+  if (stop_trace_written_) return;
+  stop_trace_written_ = true;
+  TraceStop stop{why, rank_.rank, {}};
+  int behind = -1;
+  if (std::optional<StopNote> note;
+      !launcher_positions_.empty() && (note = ReadStopNote(launcher_positions_))) {
+    stop.reason = note->reason;  // the launcher's verdict on the job
+    behind = note->behind;
+  }
+  const int64_t now = TraceClockNs() - tracer_->job_start_ns();
+  for (const RankPosition& p : AllPositions(behind)) stop.positions.push_back(ToTrace(p, now));
+  // The other ranks' traced steps, from the parts they left at the end of
+  // their traced window (a rank stopped before it has none there).
+  std::vector<std::string> parts = {tracer_->EventsJson(plan_)};
+  if (!rank_.rendezvous_dir.empty() && rank_.world_size > 1) {
+    absl::StatusOr<std::vector<std::string>> theirs =
+        ReadTraceParts(rank_, /*required=*/false, /*skip=*/rank_.rank);
+    if (theirs.ok()) parts.insert(parts.end(), theirs->begin(), theirs->end());
+  }
+  const std::string path = TracePath(rank_, options_.trace_path);
+  const absl::Status written =
+      MergeTraceParts(plan_, parts, tracer_->steps_traced(), path, &stop);
+  std::cerr << (written.ok() ? absl::StrCat("train: trace with where each rank was: ", path)
+                             : absl::StrCat("train: warning: ", written.message()))
+            << std::endl;
 }
 
 // A run that stops on an error leaves, in the metrics log, where this rank
@@ -717,8 +814,10 @@ absl::Status Trainer::SetUpDevice() {
       shared_positions_ = dir;
     }
   }
+  if (launcher_positions != nullptr) launcher_positions_ = launcher_positions;
   ASSIGN_OR_RETURN(position_, PositionBoard::ForRank(rank_.rank, shared_positions_));
-  if (!shared_positions_.empty()) position_->StartPulse();
+  // A shared board beats, so that a frozen rank shows in the table.
+  if (!shared_positions_.empty() || !launcher_positions_.empty()) position_->StartPulse();
   ExecutorOptions exec_options;
   exec_options.overlap = options_.overlap;
   exec_options.capture = options_.graph;
@@ -734,6 +833,12 @@ absl::Status Trainer::SetUpData() {
     ASSIGN_OR_RETURN(eval_data_, LoadEvalDataset(plan_));
   }
   ASSIGN_OR_RETURN(batches_, TrainBatchSource::Create(&*train_data_, plan_, rank_.rank));
+  step_batches_ = batches_.get();
+  ASSIGN_OR_RETURN(const Fault fault, FaultFromEnvironment());
+  if (fault.kind == Fault::Kind::kLoaderSleep && fault.rank == rank_.rank) {
+    sleeping_batches_ = std::make_unique<SleepingBatchSource>(batches_.get(), fault, std::cerr);
+    step_batches_ = sleeping_batches_.get();
+  }
   ASSIGN_OR_RETURN(eval_head_, FindEvalHead(plan_));
   steps_per_epoch_ = batches_->steps_per_epoch();
   total_steps_ = plan_.steps > 0 ? plan_.steps : plan_.epochs * steps_per_epoch_;
@@ -793,10 +898,23 @@ absl::Status Trainer::StartRun() {
   first_step_ = initial_state_.step + 1;
   trace_begin_ = total_steps_ - first_step_ >= 2 ? first_step_ + 1 : first_step_;
   trace_end_ = trace_begin_ + std::max<int64_t>(1, options_.trace_steps);
-  pulse_.emplace(Heartbeat::FromEnvironment());
+  // With --trace under the local launcher: a rank the launcher stops
+  // while it waits in a collective writes its trace from this thread.
+  std::function<void()> stop_note_watch;
+  if (!options_.trace_path.empty() && !launcher_positions_.empty()) {
+    stop_note_watch = [this] {
+      if (ReadStopNote(launcher_positions_)) WriteStopTrace("stopped by the launcher");
+    };
+  }
+  pulse_.emplace(Heartbeat::FromEnvironment(), std::move(stop_note_watch));
   if (options_.watchdog_seconds > 0 && options_.on_stall) {
-    watchdog_.emplace(absl::Seconds(options_.watchdog_seconds), rank_.rank, options_.on_stall,
-                      [this] { return Where(); });
+    watchdog_.emplace(
+        absl::Seconds(options_.watchdog_seconds), rank_.rank,
+        [this](const std::string& why) {
+          WriteStopTrace(why);
+          options_.on_stall(why);
+        },
+        [this] { return Where(); });
   }
   tty_ = isatty(STDOUT_FILENO) && rank_.rank == 0;
   log_every_ = options_.log_every > 0
@@ -847,6 +965,7 @@ absl::Status Trainer::TrainStep(int64_t step_number) {
   StepInfo step = BeginStep(step_number);
   position_->Stage(RankStage::kStep, step.number);
   RETURN_IF_ERROR(RunOptimizerStep(step));
+  if (step.traced && step.number == trace_end_ - 1) KeepTracePart();
   if (metrics_) RecordStepMetrics(step);
   ReportCaptureFailure(step.number);
   ++window_steps_;
@@ -895,6 +1014,7 @@ StepInfo Trainer::BeginStep(int64_t step_number) {
   step.progress_line = step_number % log_every_ == 0 || step.last || step.epoch_end;
   step.start = std::chrono::steady_clock::now();
   batches_->SetPosition(step.epoch, step.in_epoch);
+  if (sleeping_batches_) sleeping_batches_->SetStep(step_number);
   step.traced = step_number >= trace_begin_ && step_number < trace_end_;
   executor_->set_tracer(step.traced ? &*tracer_ : nullptr);
   step.lr = LearningRateAt(plan_.schedule, plan_.optimizer.lr, step_number,
@@ -907,7 +1027,7 @@ absl::Status Trainer::RunOptimizerStep(StepInfo& step) {
   StepState step_state;
   step_state.step = step.number;
   step_state.lr = step.lr;
-  ASSIGN_OR_RETURN(const double loss_sum, executor_->RunStep(step_state, *batches_));
+  ASSIGN_OR_RETURN(const double loss_sum, executor_->RunStep(step_state, *step_batches_));
   ++summary_.steps;
   step_losses_.push_back(static_cast<float>(loss_sum));
   bool skipped = false;
@@ -978,6 +1098,14 @@ void Trainer::RecordStepMetrics(const StepInfo& step) {
     }
   }
   pending_metrics_.push_back(std::move(r));
+}
+
+void Trainer::KeepTracePart() {
+  if (options_.trace_path.empty() || rank_.rendezvous_dir.empty() || rank_.world_size == 1) {
+    return;
+  }
+  // Best effort: Finish writes it again, and says so if it cannot.
+  (void)WriteTracePart(rank_, tracer_->EventsJson(plan_));
 }
 
 void Trainer::ReportCaptureFailure(int64_t step) {

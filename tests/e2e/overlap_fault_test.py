@@ -4,6 +4,8 @@
   before that rank's backward pass has ended.
 - A rank that dies (SIGKILL) or hangs (SIGSTOP) stops the whole job within
   30 seconds, with a message naming the rank, and leaves no process behind.
+- With --trace, the trace of a job stopped by a hung rank holds where each
+  rank was, the hung one marked behind.
 """
 import json
 import os
@@ -82,15 +84,26 @@ class OverlapTest(unittest.TestCase):
             self.assertGreaterEqual(e["ts"], backward_end - 1e-3)
 
 
+def stop_positions(test, path):
+    """The positions a stopped job's trace holds, by rank, and its reason."""
+    with open(path) as f:
+        trace = json.load(f)
+    positions = {e["pid"]: e for e in trace["traceEvents"]
+                 if e["ph"] == "i" and e.get("cat") == "position"}
+    test.assertEqual(sorted(positions), [0, 1], trace["traceEvents"][-3:])
+    test.assertIn("stopped", trace["metadata"])
+    return positions, trace
+
+
 class FaultTest(unittest.TestCase):
 
     def setUp(self):
         e2e.need_fashion_mnist(self)
 
-    def run_and_break(self, how):
+    def run_and_break(self, how, *extra):
         proc = subprocess.Popen(
             [e2e.TRAIN, e2e.EXAMPLE, "--device", "cpu", "--gpus", "2",
-             "--steps", "100000", "--no-eval", "--log-every", "1"],
+             "--steps", "100000", "--no-eval", "--log-every", "1", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             for line in proc.stdout:
@@ -122,6 +135,7 @@ class FaultTest(unittest.TestCase):
         # folder. Rank 1 is stopped; rank 0's watchdog ends the job and
         # prints every rank's position from the folder, rank 1 behind.
         d = e2e.tmpdir()
+        trace = os.path.join(e2e.tmpdir(), "trace.json")
         procs = []
         for r in range(2):
             env = dict(os.environ, SLURM_PROCID=str(r), SLURM_NTASKS="2", SLURM_LOCALID=str(r),
@@ -131,7 +145,7 @@ class FaultTest(unittest.TestCase):
                 env.pop(v, None)
             procs.append(subprocess.Popen(
                 [e2e.TRAIN, e2e.EXAMPLE, "--device", "cpu", "--gpus", "2", "--steps", "100000",
-                 "--no-eval", "--log-every", "1", "--watchdog", "3"],
+                 "--no-eval", "--log-every", "1", "--watchdog", "3", "--trace", trace],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
         try:
             for line in procs[0].stdout:
@@ -151,12 +165,20 @@ class FaultTest(unittest.TestCase):
         self.assertIn("where each rank was:", rest)
         self.assertRegex(rest, r"rank 0: step \d+, in ")
         self.assertRegex(rest, r"rank 1: step \d+, .*  <- behind")
+        # Rank 0 wrote the trace before it left, with both positions.
+        self.assertIn(f"train: trace with where each rank was: {trace}", rest)
+        positions, stopped = stop_positions(self, trace)
+        self.assertTrue(positions[1]["args"]["behind"], positions)
+        self.assertFalse(positions[0]["args"]["behind"], positions)
+        self.assertEqual(stopped["metadata"]["stopped"]["behind"], 1)
+        self.assertIn("rank 0: no step finished for", stopped["metadata"]["stopped"]["reason"])
 
     def test_dead_rank_stops_the_job(self):
         self.run_and_break(signal.SIGKILL)
 
     def test_hung_rank_stops_the_job(self):
-        rest = self.run_and_break(signal.SIGSTOP)
+        trace = os.path.join(e2e.tmpdir(), "trace.json")
+        rest = self.run_and_break(signal.SIGSTOP, "--trace", trace)
         # The launcher says where every rank was (runtime/position): the
         # stopped rank, wherever SIGSTOP caught it (an instruction of its
         # step, a collective), marked behind; the other waiting for it in a
@@ -170,6 +192,23 @@ class FaultTest(unittest.TestCase):
                             rest)
         self.assertIsNotNone(waiting, rest)
         self.assertIn(int(waiting.group(1)) - int(stopped.group(1)), (0, 1), rest)
+        # The trace says the same: rank 0, told by the launcher while it
+        # waited, wrote every rank's last position, rank 1 behind, and
+        # tools/viz can draw it.
+        positions, stopped_trace = stop_positions(self, trace)
+        meta = stopped_trace["metadata"]["stopped"]
+        self.assertEqual(meta["behind"], 1, meta)
+        self.assertIn("rank 1 sent no heartbeat", meta["reason"])
+        behind = positions[1]
+        self.assertEqual(behind["name"], "rank 1: stopped here (behind)")
+        self.assertTrue(behind["args"]["behind"])
+        self.assertEqual(behind["args"]["step"], int(stopped.group(1)))
+        self.assertIn(f"rank 1: {behind['args']['where'][:40]}", rest)
+        self.assertFalse(positions[0]["args"]["behind"])
+        self.assertEqual(positions[0]["args"]["step"], int(waiting.group(1)))
+        self.assertRegex(positions[0]["args"]["state"],
+                         r"^in (all-reduce of bucket \d+|the loss sum|the stop vote)$")
+        self.assertGreater(positions[1]["args"]["seconds"], 0)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,30 @@ std::string Row(const std::vector<std::string>& cells, bool first_left = true) {
 
 std::string Ms(double us) { return absl::StrFormat("%.3f", us / 1e3); }
 
+// A stopped job's trace: why, and the table of where each rank was.
+std::string PositionsSection(const Trace& trace) {
+  std::string html = absl::StrCat(
+      "<h2>Where each rank was</h2>\n<p class=\"warn\" id=\"stop-reason\">The job stopped: ",
+      XmlEscape(trace.stop_reason.empty() ? "(no reason recorded)" : trace.stop_reason),
+      "</p>\n<table id=\"positions\">\n<tr><th class=\"l\">rank</th><th>step</th>"
+      "<th>instruction</th><th class=\"l\">state</th><th>seconds there</th>"
+      "<th class=\"l\"></th></tr>\n");
+  for (const StopPosition& p : trace.positions) {
+    const std::string instr =
+        p.instr < 0 ? "-"
+        : p.instructions > 0 ? absl::StrCat(p.instr, " of ", p.instructions)
+                             : absl::StrCat(p.instr);
+    absl::StrAppend(&html, Row({absl::StrCat(p.rank), absl::StrCat(p.step), instr,
+                                absl::StrCat("<span style=\"float:left\">", XmlEscape(p.state),
+                                             "</span>"),
+                                absl::StrFormat("%.1f", p.seconds),
+                                p.behind ? "<b style=\"color:#d62728\">behind</b>" : ""}));
+  }
+  absl::StrAppend(&html, "</table>\n<p class=\"sub\">The rank behind is the one the "
+                         "others waited for; the timeline marks where each one stopped.</p>\n");
+  return html;
+}
+
 const Series* FindSeries(const std::map<std::string, Series>& m,
                          const std::string& key) {
   auto it = m.find(key);
@@ -249,6 +273,9 @@ std::string RenderHtmlReport(const HtmlReportInput& in) {
   }
   absl::StrAppend(&html, "</div>\n");
 
+  if (in.trace != nullptr && !in.trace->positions.empty()) {
+    absl::StrAppend(&html, PositionsSection(*in.trace));
+  }
   if (in.trace != nullptr) {
     absl::StrAppend(&html, "<h2>Timeline</h2>\n<div id=\"timeline\">",
                     in.timeline_svg, "</div>\n");

@@ -1,6 +1,7 @@
 // The self-contained HTML report: one file, no network, that shows the plan
 // graph (inline SVG from dot), the gradient buckets, the memory report, the
-// batch arithmetic, given a trace the timeline and overlap numbers, and
+// batch arithmetic, given a trace the timeline and overlap numbers (and,
+// for a stopped job's trace, why and where each rank was), and
 // given metrics logs a "Training" section: the curves of every run and a
 // table of their figures, and given a simulation (viz --scaling) a
 // "Predicted scaling" section: its plot and table. Without a plan the report

@@ -1,6 +1,7 @@
 #include "tools/viz/timeline.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -24,6 +25,33 @@ bool IsAllReduce(const TraceEvent& e) {
   // ZeRO-1's reduce-scatter and all-gather are the same traffic, split.
   return e.op == "all_reduce" || e.op == "reduce_scatter" ||
          e.op == "all_gather" || (e.op.empty() && e.stream == 1);
+}
+
+// A stopped job's positions: per rank a line across its lanes where it
+// got to, a dot on the lane it was on, and "rank 1: stopped here
+// (behind)"; the tooltip is the table's line.
+std::string StopMarkersSvg(const Trace& trace, const std::function<double(double)>& x_of,
+                           const std::function<double(int, int)>& lane_y, double lane,
+                           double middle) {
+  std::string svg;
+  for (const StopPosition& p : trace.positions) {
+    const double x = x_of(p.ts_us);
+    const double top = lane_y(p.rank, 0), bottom = lane_y(p.rank, 1) + lane;
+    const char* color = p.behind ? "#d62728" : "#333333";
+    const std::string text =
+        absl::StrCat("rank ", p.rank, ": stopped here", p.behind ? " (behind)" : "");
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<g class=\"stop-marker%s\" data-rank=\"%d\"><title>rank %d: %s</title>"
+        "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"%s\" "
+        "stroke-width=\"2\"/><circle cx=\"%.2f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>"
+        "<text class=\"stop-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" "
+        "fill=\"%s\" font-weight=\"bold\">%s</text></g>\n",
+        p.behind ? " behind" : "", p.rank, p.rank, XmlEscape(p.where), x, top - 2, x,
+        bottom + 2, color, x, lane_y(p.rank, p.stream) + lane / 2, color,
+        x > middle ? x - 6 : x + 6, top + lane * 0.7, x > middle ? "end" : "start", color,
+        XmlEscape(text)));
+  }
+  return svg;
 }
 
 }  // namespace
@@ -115,6 +143,11 @@ std::string RenderTimelineSvg(const Trace& trace) {
     t0 = std::min(t0, e.ts_us);
     t1 = std::max(t1, e.ts_us + e.dur_us);
   }
+  for (const StopPosition& p : trace.positions) {
+    ranks.push_back(p.rank);
+    t0 = std::min(t0, p.ts_us);
+    t1 = std::max(t1, p.ts_us);
+  }
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   if (ranks.empty()) {
@@ -122,6 +155,7 @@ std::string RenderTimelineSvg(const Trace& trace) {
     t1 = 1;
   }
   if (t1 <= t0) t1 = t0 + 1;
+  if (!trace.positions.empty()) t1 += (t1 - t0) * 0.02;  // room for the markers' lines
   std::map<int, int> rank_row;
   for (size_t i = 0; i < ranks.size(); ++i) rank_row[ranks[i]] = i;
   const double plot_w = kWidth - kLeft - kRight;
@@ -174,6 +208,7 @@ std::string RenderTimelineSvg(const Trace& trace) {
           y + kLane * 0.7, e.bucket));
     }
   }
+  absl::StrAppend(&svg, StopMarkersSvg(trace, x_of, lane_y, kLane, kLeft + plot_w / 2));
   // Time axis: five ticks.
   double axis_y = kTop + ranks.size() * rank_h + 4;
   for (int i = 0; i <= 4; ++i) {

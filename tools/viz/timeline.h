@@ -42,7 +42,8 @@ std::string FormatOverlapTable(const std::vector<RankOverlap>& overlap);
 
 // A standalone SVG: per rank a compute lane and a comm lane over time, one
 // bar per event (colour: phase; all-reduces: their bucket's colour, as in
-// the graph), with a tooltip per bar.
+// the graph), with a tooltip per bar. A stopped job's trace also has, per
+// rank, a line where it got to labelled "rank 1: stopped here (behind)".
 std::string RenderTimelineSvg(const Trace& trace);
 
 }  // namespace trainc::viz

@@ -34,6 +34,36 @@ constexpr char kTrace[] = R"({"traceEvents": [
  {"name": "b1", "cat": "backward", "ph": "X", "ts": 5, "dur": 10, "pid": 1, "tid": 0, "args": {"instr": 1, "step": 0, "micro": 0, "op": "linear_grad_params"}}
 ]})";
 
+// kTrace stopped: rank 0 waits in bucket 0's all-reduce, rank 1 is behind
+// in a backward instruction (instant events of cat "position").
+std::string StoppedTrace() {
+  std::string t = kTrace;
+  t.replace(t.rfind("]}"), 2, R"json(,
+ {"name": "rank 0: stopped here", "cat": "position", "ph": "i", "s": "t", "ts": 170, "pid": 0, "tid": 1, "args": {"step": 1, "instr": 3, "instructions": 5, "label": "all-reduce of bucket 0", "state": "in all-reduce of bucket 0", "seconds": 15.0, "behind": false, "where": "step 1, in all-reduce of bucket 0 (instruction 3 of 5) for 15.0 s"}},
+ {"name": "rank 1: stopped here (behind)", "cat": "position", "ph": "i", "s": "t", "ts": 150, "pid": 1, "tid": 0, "args": {"step": 1, "instr": 1, "instructions": 5, "label": "backward \"b1\"", "state": "running backward \"b1\"", "seconds": 15.0, "behind": true, "where": "step 1, backward \"b1\" (instruction 1 of 5) for 15.0 s"}}
+], "metadata": {"stopped": {"reason": "rank 1 sent no heartbeat", "behind": 1}}})json");
+  return t;
+}
+
+TEST(TimelineTest, AStoppedJobHasAMarkerPerRankWhereItStopped) {
+  auto trace = ParseTrace(StoppedTrace(), "stopped");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->positions.size(), 2u);
+  EXPECT_EQ(trace->events.size(), 11u);  // the bars are all still there
+  const std::string svg = RenderTimelineSvg(*trace);
+  EXPECT_THAT(svg, HasSubstr("<g class=\"stop-marker\" data-rank=\"0\">"));
+  EXPECT_THAT(svg, HasSubstr("<g class=\"stop-marker behind\" data-rank=\"1\">"));
+  EXPECT_THAT(svg, HasSubstr(">rank 0: stopped here</text>"));
+  EXPECT_THAT(svg, HasSubstr(">rank 1: stopped here (behind)</text>"));
+  // The tooltip is the table's line; the behind rank's marker is red.
+  EXPECT_THAT(svg, HasSubstr("<title>rank 1: step 1, backward &quot;b1&quot; (instruction 1 of 5)"));
+  EXPECT_THAT(svg, HasSubstr("stroke=\"#d62728\""));
+  // Without positions, no marker.
+  auto plain = ParseTrace(kTrace, "synthetic");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_THAT(RenderTimelineSvg(*plain), ::testing::Not(HasSubstr("stop-marker")));
+}
+
 TEST(TimelineTest, OverlapNumbersMatchHandComputedAnswers) {
   auto trace = ParseTrace(kTrace, "synthetic");
   ASSERT_TRUE(trace.ok()) << trace.status();

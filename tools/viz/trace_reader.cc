@@ -52,6 +52,35 @@ absl::Status GetString(const JsonValue& obj, const char* key, std::string* out) 
   return absl::OkStatus();
 }
 
+// An instant event of cat "position": where a rank was when the job
+// stopped.
+absl::StatusOr<StopPosition> ParsePosition(const JsonValue& e, const std::string& source,
+                                           size_t i) {
+  StopPosition p;
+  int64_t pid = 0, tid = 0;
+  RETURN_IF_ERROR(GetInt(e, "pid", true, &pid, source, i));
+  RETURN_IF_ERROR(GetInt(e, "tid", true, &tid, source, i));
+  RETURN_IF_ERROR(GetNumber(e, "ts", &p.ts_us, source, i));
+  p.rank = static_cast<int>(pid);
+  p.stream = tid == 1 ? 1 : 0;
+  const JsonValue* args = e.Find("args");
+  if (args == nullptr || !args->is_object()) {
+    return FieldError(source, i, "a position without \"args\" (step, instr, where)");
+  }
+  RETURN_IF_ERROR(GetInt(*args, "step", true, &p.step, source, i));
+  RETURN_IF_ERROR(GetInt(*args, "instr", true, &p.instr, source, i));
+  RETURN_IF_ERROR(GetInt(*args, "instructions", false, &p.instructions, source, i));
+  RETURN_IF_ERROR(GetString(*args, "label", &p.label));
+  RETURN_IF_ERROR(GetString(*args, "state", &p.state));
+  RETURN_IF_ERROR(GetString(*args, "where", &p.where));
+  if (args->Find("seconds") != nullptr) {
+    RETURN_IF_ERROR(GetNumber(*args, "seconds", &p.seconds, source, i));
+  }
+  const JsonValue* behind = args->Find("behind");
+  p.behind = behind != nullptr && behind->is_bool() && behind->bool_value();
+  return p;
+}
+
 }  // namespace
 
 absl::StatusOr<Trace> ParseTrace(const std::string& json_text,
@@ -79,7 +108,14 @@ absl::StatusOr<Trace> ParseTrace(const std::string& json_text,
     if (ph == nullptr || !ph->is_string()) {
       return FieldError(source_name, i, "missing \"ph\"");
     }
-    if (ph->string_value() != "X") continue;  // metadata, instants, ...
+    const JsonValue* cat = e.Find("cat");
+    if (ph->string_value() == "i" && cat != nullptr && cat->is_string() &&
+        cat->string_value() == "position") {
+      ASSIGN_OR_RETURN(StopPosition p, ParsePosition(e, source_name, i));
+      trace.positions.push_back(std::move(p));
+      continue;
+    }
+    if (ph->string_value() != "X") continue;  // metadata, other instants, ...
     TraceEvent ev;
     RETURN_IF_ERROR(GetString(e, "name", &ev.name));
     RETURN_IF_ERROR(GetString(e, "cat", &ev.cat));
@@ -127,6 +163,10 @@ absl::StatusOr<Trace> ParseTrace(const std::string& json_text,
     RETURN_IF_ERROR(get("plan_instructions", &trace.plan_instructions));
     RETURN_IF_ERROR(get("world_size", &trace.world_size));
     RETURN_IF_ERROR(get("steps_traced", &trace.steps_traced));
+    if (const JsonValue* stopped = meta->Find("stopped");
+        stopped != nullptr && stopped->is_object()) {
+      RETURN_IF_ERROR(GetString(*stopped, "reason", &trace.stop_reason));
+    }
   }
   return trace;
 }
@@ -153,6 +193,15 @@ absl::Status CheckTraceMatchesPlan(const Trace& trace, const Plan& plan) {
   if (trace.world_size >= 0 && trace.world_size != plan.world_size) {
     return mismatch(absl::StrCat("trace world_size ", trace.world_size,
                                  ", plan world_size ", plan.world_size));
+  }
+  for (const StopPosition& p : trace.positions) {
+    const std::string where = absl::StrCat("the position of rank ", p.rank);
+    if (p.rank < 0 || p.rank >= plan.world_size) {
+      return mismatch(absl::StrCat(where, ": outside world of ", plan.world_size));
+    }
+    if (p.instr >= n) {
+      return mismatch(absl::StrCat(where, ": instr ", p.instr, " out of range [0, ", n, ")"));
+    }
   }
   for (size_t i = 0; i < trace.events.size(); ++i) {
     const TraceEvent& e = trace.events[i];

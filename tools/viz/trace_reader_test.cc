@@ -6,6 +6,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "compiler/plan/plan_io.h"
+#include "runtime/trace/tracer.h"
+#include "tools/viz/file_util.h"
 #include "tools/viz/synthetic.h"
 
 namespace trainc::viz {
@@ -109,6 +111,71 @@ TEST_F(TraceReaderTest, RejectsOutOfRangeOrMismatchedInstructions) {
   t.plan_instructions = 3;
   EXPECT_THAT(std::string(CheckTraceMatchesPlan(t, plan_).message()),
               HasSubstr("3 instructions"));
+}
+
+// A stopped job's trace as the trainer writes it (runtime/trace) reads back
+// with every field of each rank's position and the reason.
+TEST_F(TraceReaderTest, StoppedJobPositionsRoundTrip) {
+  int all_reduce = -1;
+  for (const Instruction& in : plan_.instructions) {
+    if (in.op == "all_reduce" && all_reduce < 0) all_reduce = in.id;
+  }
+  ASSERT_GE(all_reduce, 0);
+  TraceStop stop;
+  stop.reason = "rank 1 sent no heartbeat for 15s (hung?); stopping the other 1 rank(s)";
+  stop.written_by = 0;
+  TracePosition waiting;
+  waiting.rank = 0;
+  waiting.step = 7;
+  waiting.instr = all_reduce;
+  waiting.instructions = static_cast<int64_t>(plan_.instructions.size());
+  waiting.label = "all-reduce of bucket 0";
+  waiting.state = "in all-reduce of bucket 0";
+  waiting.in_collective = true;
+  waiting.seconds = 15.25;
+  waiting.where = "step 7, in all-reduce of bucket 0 (instruction 9 of 20) for 15.2 s";
+  waiting.since_us = 1200.5;
+  TracePosition behind = waiting;
+  behind.rank = 1;
+  behind.instr = 0;
+  behind.label = "data \"load_batch micro 0\"";
+  behind.state = "running data \"load_batch micro 0\"";
+  behind.in_collective = false;
+  behind.behind = true;
+  behind.where = "step 7, data \"load_batch micro 0\" (instruction 0 of 20) for 15.2 s";
+  stop.positions = {waiting, behind};
+  const std::string path = ::testing::TempDir() + "/stopped.json";
+  ASSERT_TRUE(MergeTraceParts(plan_, {"[]"}, 2, path, &stop).ok());
+
+  absl::StatusOr<Trace> trace = ReadTraceFile(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_EQ(trace->stop_reason, stop.reason);
+  ASSERT_EQ(trace->positions.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const TracePosition& want = stop.positions[r];
+    const StopPosition& got = trace->positions[r];
+    EXPECT_EQ(got.rank, want.rank);
+    EXPECT_EQ(got.stream, want.in_collective ? 1 : 0);
+    EXPECT_DOUBLE_EQ(got.ts_us, want.since_us);
+    EXPECT_EQ(got.step, want.step);
+    EXPECT_EQ(got.instr, want.instr);
+    EXPECT_EQ(got.instructions, want.instructions);
+    EXPECT_EQ(got.label, want.label);
+    EXPECT_EQ(got.state, want.state);
+    EXPECT_DOUBLE_EQ(got.seconds, want.seconds);
+    EXPECT_EQ(got.behind, want.behind);
+    EXPECT_EQ(got.where, want.where);
+  }
+  EXPECT_TRUE(CheckTraceMatchesPlan(*trace, plan_).ok());
+  Trace t = *trace;
+  t.positions[1].rank = 5;
+  EXPECT_THAT(std::string(CheckTraceMatchesPlan(t, plan_).message()),
+              HasSubstr("position of rank 5"));
+  // A trace of a run that did not stop has neither.
+  absl::StatusOr<Trace> plain = ParseTrace(json_, "t");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->positions.empty());
+  EXPECT_TRUE(plain->stop_reason.empty());
 }
 
 }  // namespace

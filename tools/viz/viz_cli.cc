@@ -416,6 +416,12 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
   if (have_trace) {
     out << "\noverlap (per rank, mean over traced steps):\n"
         << FormatOverlapTable(overlap);
+    if (!trace.positions.empty()) {
+      out << "\nthe job stopped: " << trace.stop_reason << "\nwhere each rank was:\n";
+      for (const StopPosition& p : trace.positions) {
+        out << "  rank " << p.rank << ": " << p.where << (p.behind ? "  <- behind" : "") << "\n";
+      }
+    }
     if (!args.output.empty()) {
       std::string timeline_path =
           absl::StrCat(StripExtension(output), "_timeline.svg");

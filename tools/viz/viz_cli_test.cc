@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "compiler/plan/plan_io.h"
+#include "runtime/trace/tracer.h"
 #include "tools/viz/file_util.h"
 #include "tools/viz/synthetic.h"
 
@@ -135,6 +136,45 @@ TEST_F(RunVizTest, HtmlWithTraceHasEverySection) {
   }
   EXPECT_THAT(*html, ::testing::Not(HasSubstr("http://www.w3.org/Graphics")));
   EXPECT_TRUE(ReadFileToString(dir_ + "/report_timeline.svg").ok());
+}
+
+// A stopped job's trace (as train writes it): the report lists where each
+// rank was, and the terminal prints the table.
+TEST_F(RunVizTest, AStoppedJobsReportSaysWhereEachRankWas) {
+  TraceStop stop;
+  stop.reason = "rank 1 sent no heartbeat for 15s (hung?)";
+  for (int rank : {0, 1}) {
+    TracePosition p;
+    p.rank = rank;
+    p.step = 3;
+    p.instr = rank;
+    p.instructions = static_cast<int64_t>(plan_.instructions.size());
+    p.state = rank == 0 ? "in all-reduce of bucket 0" : "running forward \"h1\"";
+    p.seconds = 15;
+    p.behind = rank == 1;
+    p.where = absl::StrCat("step 3, ", p.state, " for 15.0 s");
+    p.since_us = 100;
+    stop.positions.push_back(p);
+  }
+  const std::string stopped = dir_ + "/stopped.trace.json";
+  ASSERT_TRUE(MergeTraceParts(plan_, {"[]"}, 0, stopped, &stop).ok());
+  VizArgs a;
+  a.input = plan_path_;
+  a.trace = stopped;
+  a.output = dir_ + "/stopped.html";
+  ASSERT_TRUE(Run(a).ok()) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("the job stopped: rank 1 sent no heartbeat for 15s (hung?)\n"
+                                    "where each rank was:\n"
+                                    "  rank 0: step 3, in all-reduce of bucket 0 for 15.0 s\n"
+                                    "  rank 1: step 3, running forward \"h1\" for 15.0 s  <- behind\n"));
+  auto html = ReadFileToString(a.output);
+  ASSERT_TRUE(html.ok());
+  EXPECT_THAT(*html, HasSubstr("id=\"stop-reason\">The job stopped: rank 1 sent no heartbeat"));
+  EXPECT_THAT(*html, HasSubstr("<table id=\"positions\">"));
+  EXPECT_THAT(*html, HasSubstr("<td class=\"l\">1</td><td>3</td><td>1 of "));
+  EXPECT_THAT(*html, HasSubstr("running forward &quot;h1&quot;</span></td><td>15.0</td>"
+                               "<td><b style=\"color:#d62728\">behind</b></td>"));
+  EXPECT_THAT(*html, HasSubstr("stop-marker behind"));
 }
 
 TEST_F(RunVizTest, RelativePathsFollowBuildWorkingDirectory) {
