@@ -153,6 +153,7 @@ std::string FirstNonFiniteGradient(const Plan& plan, Device& device) {
     const std::string name = "grad/" + plan.buffers[id].name;
     for (const Buffer& g : plan.buffers) {
       if (g.kind != BufferKind::kGradient || g.name != name) continue;
+      if (g.first_use >= 0) return "";  // ZeRO-2: the arena reused its bytes
       std::vector<float> values(g.bytes / 4);
       if (!device.Download(g.offset, values.data(), g.bytes).ok()) return "";
       for (float v : values) {
