@@ -25,7 +25,8 @@
 //             file's buckets, with overlap (ExecutorOptions::overlap) and,
 //             for the MLP, without; for the MLP and the GPT also with
 //             zero = 1 (all-gathers at the step's end, and at the next
-//             step's start: zero_gather = next_forward), grad_comm = bf16 and
+//             step's start: zero_gather = next_forward), zero = 2,
+//             grad_comm = bf16 and
 //             zero + bf16, with the bytes each rank
 //             sends per step (measured on the loopback interface, and the
 //             plan's count)
@@ -182,10 +183,11 @@ OptionParser MakeParser(Args* args) {
           "  mlp  the default example (fashion_mlp.train: 784-256-128-10 MLP, AdamW),\n"
           "       global batch 256; two ranks with and without overlapping the\n"
           "       all-reduces with the backward pass, and with ZeRO-1 (zero = 1; its\n"
-          "       all-gathers at the step's end or the next step's start) and bf16\n"
-          "       gradients (grad_comm = bf16): ms/step and bytes sent per step;\n"
+          "       all-gathers at the step's end or the next step's start), ZeRO-2\n"
+          "       (zero = 2) and bf16 gradients (grad_comm = bf16): ms/step and\n"
+          "       bytes sent per step;\n"
           "  gpt  tiny_gpt.train (4 layers x 128 wide, context 64, AdamW), global\n"
-          "       batch 32 sequences x 64 tokens; ZeRO-1 and bf16 rows as the MLP's;\n"
+          "       batch 32 sequences x 64 tokens; ZeRO and bf16 rows as the MLP's;\n"
           "  cnn  fashion_cnn.train (two 3x3 conv + max-pool blocks, oneDNN), global\n"
           "       batch 256 images;\n"
           "  wide wide_mlp.train (784-1024-1024-1024-10, AdamW: 4.5 GFLOP per step,\n"
@@ -235,9 +237,11 @@ struct Variant {
   bool bf16 = false;
   bool mpi = false;  // Open MPI's shared memory (mpirun) instead of Gloo
   bool next_forward = false;  // zero_gather = next_forward
+  bool zero2 = false;  // zero = 2 (with `zero`)
 
   std::string Mode() const {
-    return absl::StrCat(overlap ? "overlap" : "no-overlap", zero ? ",zero" : "",
+    return absl::StrCat(overlap ? "overlap" : "no-overlap",
+                        zero ? (zero2 ? ",zero2" : ",zero") : "",
                         bf16 ? ",bf16" : "", mpi ? ",mpi" : "",
                         next_forward ? ",next_forward" : "");
   }
@@ -246,6 +250,7 @@ struct Variant {
     for (absl::string_view part : absl::StrSplit(mode, ',')) {
       if (part == "no-overlap") v.overlap = false;
       if (part == "zero") v.zero = true;
+      if (part == "zero2") v.zero = v.zero2 = true;
       if (part == "bf16") v.bf16 = true;
       if (part == "mpi") v.mpi = true;
       if (part == "next_forward") v.next_forward = true;
@@ -262,7 +267,7 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
       {"micro_batch", absl::StrCat(micro_batch)},
       {"accumulate", "1"},
       {"global_batch", absl::StrCat(model.global_batch)}};
-  if (variant.zero) overrides.push_back({"zero", "1"});
+  if (variant.zero) overrides.push_back({"zero", variant.zero2 ? "2" : "1"});
   if (variant.next_forward) overrides.push_back({"zero_gather", "next_forward"});
   if (variant.bf16) overrides.push_back({"grad_comm", "bf16"});
   if (model.ctx > 0) overrides.push_back({"ctx", absl::StrCat(model.ctx)});
@@ -660,7 +665,9 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
   if (&model == &kMlp || &model == &kGpt) {
     Variant next_forward{true, true, false};
     next_forward.next_forward = true;
-    variants = {Variant{true, true, false}, next_forward, Variant{true, false, true},
+    Variant zero2{true, true, false};
+    zero2.zero2 = true;
+    variants = {Variant{true, true, false}, zero2, next_forward, Variant{true, false, true},
                 Variant{true, true, true}};
   }
   if (&model != &kCnn) {
@@ -745,7 +752,7 @@ void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
   variant_row("zero 0, grad_comm fp32", r.overlap);
   for (const auto& [v, t] : r.variants) {
     variant_row(v.mpi ? std::string("Open MPI, shared memory")
-                      : absl::StrCat("zero ", v.zero ? 1 : 0, ", grad_comm ",
+                      : absl::StrCat("zero ", v.zero2 ? 2 : v.zero ? 1 : 0, ", grad_comm ",
                                      v.bf16 ? "bf16" : "fp32",
                                      v.next_forward ? ", gather next fwd" : ""),
                 t);
