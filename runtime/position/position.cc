@@ -245,10 +245,10 @@ void PositionBoard::CommEnd() { record_->comm_busy.store(0, std::memory_order_re
 
 std::string PositionBoard::Where() const { return Describe(Sample(0)).where; }
 
-PositionSample PositionBoard::Sample(int rank) const {
+PositionSample PositionBoard::Sample(int rank, bool with_labels) const {
   PositionSample s = SampleOf(*record_, rank, NowNs());
   s.pulse = PositionSample::Pulse::kNone;
-  s.labels = labels_;
+  if (with_labels) s.labels = labels_;
   return s;
 }
 

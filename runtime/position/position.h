@@ -107,8 +107,9 @@ class PositionBoard {
 
   // This rank's own line of the table ("step 4, backward ... for 3.0 s").
   std::string Where() const;
-  // Its record now, as a reader would sample it (pulse kNone).
-  PositionSample Sample(int rank) const;
+  // Its record now, as a reader would sample it (pulse kNone), with its
+  // labels unless `with_labels` is false.
+  PositionSample Sample(int rank, bool with_labels = true) const;
 
   // Beats `alive` from a thread of its own until destroyed, so that the
   // table can tell a frozen rank (SIGSTOP, a hung machine) from the ranks

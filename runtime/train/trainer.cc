@@ -44,6 +44,7 @@
 #include "runtime/launch/heartbeat.h"
 #include "runtime/metrics/metrics_log.h"
 #include "runtime/position/position.h"
+#include "runtime/position/redis_positions.h"
 #include "runtime/trace/tracer.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/handshake.h"
@@ -523,6 +524,8 @@ class Trainer {
   // The device (--device resolved), the host communicator, NCCL for the
   // gradients on CUDA, and the executor over them, prepared.
   absl::Status SetUpDevice();
+  // Ranks that meet through Redis: this rank's position published there.
+  void PublishPositionsToRedis();
   // The training data and its batches, the eval set (unless --no-eval or
   // the file has none), and the run's length in steps and epochs.
   absl::Status SetUpData();
@@ -641,6 +644,8 @@ class Trainer {
   std::unique_ptr<PositionBoard> position_;  // where this rank is (the launcher reads it)
   std::string shared_positions_;  // every rank's positions, when this rank prints the table
   std::string launcher_positions_;  // the local launcher's positions folder (it prints the table)
+  // Ranks that meet through Redis publish there (and print the table).
+  std::unique_ptr<RedisPositions> redis_positions_;
   std::unique_ptr<Executor> executor_;
 
   // Set up by SetUpData.
@@ -713,7 +718,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     if (absl::Status s = TrainStep(step); !s.ok()) {
       RecordStop(s, step);
       WriteStopTrace(std::string(s.message()));
-      if (shared_positions_.empty()) return s;
+      if (shared_positions_.empty() && !redis_positions_) return s;
       return absl::Status(s.code(), absl::StrCat(s.message(), "\n", Where()));
     }
   }
@@ -723,13 +728,14 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
 
 // This rank's position, or with a shared folder every rank's table.
 std::string Trainer::Where() const {
-  if (shared_positions_.empty()) return position_->Where();
+  if (shared_positions_.empty() && !redis_positions_) return position_->Where();
   return absl::StrCat(position_->Where(), "\n", FormatPositionTable(AllPositions()));
 }
 
 std::vector<RankPosition> Trainer::AllPositions(int behind) const {
   const std::string& dir = !shared_positions_.empty() ? shared_positions_ : launcher_positions_;
   if (!dir.empty()) return ReadPositions(dir, rank_.world_size, behind);
+  if (redis_positions_) return redis_positions_->ReadAll(rank_.world_size, behind);
   return JudgePositions({position_->Sample(rank_.rank)}, behind);
 }
 
@@ -758,7 +764,7 @@ void Trainer::WriteStopTrace(const std::string& why) {
   const std::string path = TracePath(rank_, options_.trace_path);
   const absl::Status written =
       MergeTraceParts(plan_, parts, tracer_->steps_traced(), path, &stop);
-  std::cerr << (written.ok() ? absl::StrCat("train: trace with where each rank was: ", path)
+  std::cerr << (written.ok() ? absl::StrCat("train: the stopped job's trace: ", path)
                              : absl::StrCat("train: warning: ", written.message()))
             << std::endl;
 }
@@ -825,7 +831,24 @@ absl::Status Trainer::SetUpDevice() {
   exec_options.position = position_.get();
   executor_ = std::make_unique<Executor>(plan_, device_.get(), &grad_comm, nullptr,
                                          exec_options);
-  return executor_->Prepare();
+  RETURN_IF_ERROR(executor_->Prepare());  // (sets the board's labels)
+  PublishPositionsToRedis();
+  return absl::OkStatus();
+}
+
+void Trainer::PublishPositionsToRedis() {
+  if (rank_.redis.empty() || rank_.world_size == 1) return;
+  const size_t colon = rank_.redis.rfind(':');
+  absl::StatusOr<std::unique_ptr<RedisPositions>> redis = RedisPositions::Connect(
+      rank_.redis.substr(0, colon), std::atoi(rank_.redis.c_str() + colon + 1), rank_.job);
+  if (!redis.ok()) {
+    // Only the table is lost: training goes on.
+    log_ << "warning: " << redis.status().message() << "; a failure will say only where this "
+         << "rank was\n";
+    return;
+  }
+  redis_positions_ = *std::move(redis);
+  redis_positions_->StartPublishing(position_.get(), rank_.rank);
 }
 
 absl::Status Trainer::SetUpData() {

@@ -166,7 +166,7 @@ class FaultTest(unittest.TestCase):
         self.assertRegex(rest, r"rank 0: step \d+, in ")
         self.assertRegex(rest, r"rank 1: step \d+, .*  <- behind")
         # Rank 0 wrote the trace before it left, with both positions.
-        self.assertIn(f"train: trace with where each rank was: {trace}", rest)
+        self.assertIn(f"train: the stopped job's trace: {trace}", rest)
         positions, stopped = stop_positions(self, trace)
         self.assertTrue(positions[1]["args"]["behind"], positions)
         self.assertFalse(positions[0]["args"]["behind"], positions)
