@@ -41,14 +41,17 @@ class LoaderSleepTest(unittest.TestCase):
         trace = os.path.join(e2e.tmpdir(), "trace.json")
         code, out = run(FAULT, "--trace", trace)
         self.assertNotEqual(code, 0, out)
-        # In this order: four steps, rank 1 falls asleep at step 5, the
-        # job stops with the table.
+        # In this order: rank 0's step 3 line (rank 1 cannot end step 4
+        # before rank 0 has written it and joined step 4's collectives;
+        # rank 0's step 4 line races with rank 1's), rank 1 falls asleep
+        # at step 5, the job stops with the table.
         asleep = out.find("[rank 1] train: fault injection (TRAINC_FAULT): rank 1 sleeps 600 s "
                           "in load_batch at step 5")
         self.assertGreaterEqual(asleep, 0, out)
-        self.assertLess(out.find("step 4/100000"), asleep, out)
+        self.assertLess(out.find("step 3/100000"), asleep, out)
+        self.assertGreaterEqual(out.find("step 3/100000"), 0, out)
         self.assertEqual(out.find("step 5/100000"), -1, out)
-        table = out.find("where each rank was:")
+        table = out.find("where each rank was:\n")
         self.assertGreater(table, asleep, out)
         # The error names the rank behind, not the one that gave up.
         self.assertRegex(out, r"train: error: rank 1 is behind \(step 5, data \"load_batch micro 0\""
