@@ -168,6 +168,9 @@ OptionParser MakeParser(Args* args) {
              "--epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine PROFILE\n"
              "--deterministic true|false  --tf32 true|false  --precision fp32|bf16\n"
              "--recompute true|false (every repeat block's activations recomputed)\n"
+             "--zero 0|1|2  --zero_accumulate auto|local|shard  --zero_gather step_end|next_forward\n"
+             "--memory 80GiB (fit each device: ZeRO stage, recompute, and with\n"
+             "  --micro_batch auto the micro-batch, for the least predicted step)\n"
              "--checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR\n"
              "(any train { } field but optimizer and schedule works as --FIELD VALUE,\n"
              "and so does a model constant: --width 256 for `const width = 128`)\n")

@@ -403,3 +403,52 @@ train { gpus = 1  micro_batch = 2  steps = 1  optimizer = sgd(lr = 0.1) }
 
 }  // namespace
 }  // namespace trainc
+
+namespace trainc {
+namespace {
+
+// memory = "80GiB" and micro_batch = auto (compiler/planner/memory_search.h):
+// sizes with units, auto only beside a budget and a global batch, and the
+// settings ZeRO-2 cannot honour, each refused at its place.
+TEST(MemoryBudgetTest, SizesAndAutoMicroBatch) {
+  FrontendResult r = Compile(absl::StrReplaceAll(
+      kBase, {{"micro_batch = 64", "micro_batch = auto  memory = \"1.5GiB\""}}));
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_TRUE(r.spec->train.micro_batch_auto);
+  EXPECT_EQ(r.spec->train.memory_bytes, int64_t{3} << 29);
+  EXPECT_EQ(r.spec->train.micro_batch * r.spec->train.gpus, 256);  // one micro-step
+  r = Compile(kBase, {{"memory", "512MiB"}, {"micro_batch", "auto"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.memory_bytes, int64_t{512} << 20);
+  for (const char* bad : {"80GB", "-1GiB", "0", "lots"}) {
+    r = Compile(kBase, {{"memory", bad}});
+    EXPECT_FALSE(r.spec) << bad;
+    EXPECT_THAT(Errors(r), HasSubstr("memory must be a size such as \"80GiB\"")) << bad;
+  }
+  r = Compile(kBase, {{"micro_batch", "auto"}});
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("micro_batch = auto needs a memory budget"));
+  r = Compile(absl::StrReplaceAll(kBase, {{"global_batch = 256", "accumulate = 2"}}),
+              {{"micro_batch", "auto"}, {"memory", "1GiB"}});
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("micro_batch = auto keeps the global batch"));
+}
+
+TEST(MemoryBudgetTest, ZeroStagesAndAccumulation) {
+  FrontendResult r = Compile(kBase, {{"zero", "3"}});
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("zero must be 0, 1 or 2, got 3"));
+  r = Compile(absl::StrReplaceAll(kBase, {{"epochs = 1", "epochs = 1  zero = 2  "
+                                                         "zero_accumulate = shard  "
+                                                         "deterministic = true"},
+                                          {"micro_batch = 64", "micro_batch = 32"}}));
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("t.train:"));
+  EXPECT_THAT(Errors(r), HasSubstr("zero_accumulate = shard cannot be deterministic"));
+  r = Compile(kBase, {{"zero", "2"}, {"zero_accumulate", "local"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.zero_accumulate, ZeroAccumulate::kLocal);
+}
+
+}  // namespace
+}  // namespace trainc

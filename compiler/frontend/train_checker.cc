@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "compiler/cost/bundled_profiles.h"
 #include "compiler/frontend/batch_arithmetic.h"
 #include "compiler/frontend/did_you_mean.h"
@@ -26,7 +28,7 @@ const std::vector<std::string>& OverridableFields() {
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
       "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
       "checkpoint_dir", "zero", "zero_gather", "zero_accumulate", "grad_comm", "precision",
-      "machine", "recompute"};
+      "machine", "recompute", "memory"};
   return *fields;
 }
 
@@ -40,7 +42,7 @@ const std::vector<std::string>& TrainFields() {
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
       "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
       "checkpoint_keep", "checkpoint_dir", "zero", "zero_gather", "zero_accumulate",
-      "grad_comm", "precision", "machine", "recompute"};
+      "grad_comm", "precision", "machine", "recompute", "memory"};
   return *fields;
 }
 
@@ -309,6 +311,39 @@ void CheckBucketMb(const Setting& setting, TrainConfig* config,
   }
 }
 
+// memory = "80GiB": a size with its unit (KiB, MiB, GiB, TiB; a bare number
+// of bytes), > 0.
+void CheckMemory(const Setting& setting, TrainConfig* config, DiagnosticSink& sink) {
+  std::optional<std::string> text;
+  if (setting.from_flag()) {
+    text = setting.flag_text;
+  } else if (setting.expr != nullptr && setting.expr->kind == ast::Expr::Kind::kString) {
+    text = setting.expr->text;
+  } else {
+    text = "(not a string)";
+  }
+  static const std::pair<const char*, double> kUnits[] = {
+      {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0}};
+  absl::string_view number = absl::StripAsciiWhitespace(*text);
+  double scale = 1;
+  for (const auto& [unit, bytes] : kUnits) {
+    if (absl::ConsumeSuffix(&number, unit)) {
+      scale = bytes;
+      break;
+    }
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(number), &value) || !(value > 0) ||
+      value * scale > 9e18) {
+    ReportSetting(setting, sink,
+                  absl::StrCat("memory must be a size such as \"80GiB\", got \"", *text, "\""),
+                  "a number > 0 with KiB, MiB, GiB or TiB (or bytes): the budget of "
+                  "each device");
+    return;
+  }
+  config->memory_bytes = static_cast<int64_t>(value * scale);
+}
+
 // machine = "NAME" | "path/to/file.profile": a bundled profile's name is
 // checked here; a file must be a regular file (a folder or a pipe is
 // refused here, not read as an empty profile) and is read by the planner.
@@ -464,6 +499,12 @@ class TrainChecker {
     if (const Setting* s = Effective("checkpoint_dir")) {
       if (auto v = String(*s, sink_)) config_.checkpoint_dir = *v;
     }
+    if (const Setting* s = Effective("memory")) CheckMemory(*s, &config_, sink_);
+    if (config_.micro_batch_auto && config_.memory_bytes == 0) {
+      ReportSetting(*Effective("micro_batch"), sink_,
+                    "micro_batch = auto needs a memory budget",
+                    "add memory = \"80GiB\" (each device's), or give micro_batch");
+    }
     if (sink_.error_count() > errors_before) return std::nullopt;
     return config_;
   }
@@ -588,15 +629,44 @@ class TrainChecker {
     }
   }
 
+  // micro_batch = auto (a bare name in the file, the word as a flag).
+  bool MicroBatchAuto() const {
+    const Setting* s = Effective("micro_batch");
+    if (s == nullptr) return false;
+    if (s->from_flag()) return s->flag_text == "auto";
+    return s->expr != nullptr && s->expr->kind == ast::Expr::Kind::kName &&
+           s->expr->text == "auto";
+  }
+
   void CheckBatch() {
     BatchRequest request;
     bool ok = true;
     std::vector<std::string> flag_names;
+    // micro_batch = auto: the planner searches micro_batch x accumulate
+    // for the global batch; start from one micro-step.
+    config_.micro_batch_auto = MicroBatchAuto();
+    if (config_.micro_batch_auto) {
+      const Setting* global = Effective("global_batch");
+      if (global == nullptr) {
+        ReportSetting(*Effective("micro_batch"), sink_,
+                      "micro_batch = auto keeps the global batch, which is not given",
+                      "set global_batch (and gpus)");
+        return;
+      }
+    }
     for (BatchField field :
          {BatchField::kGpus, BatchField::kMicroBatch, BatchField::kAccumulate,
           BatchField::kGlobalBatch}) {
       const Setting* s = Effective(BatchFieldName(field));
       if (s == nullptr) continue;
+      if (config_.micro_batch_auto &&
+          (field == BatchField::kMicroBatch || field == BatchField::kAccumulate)) {
+        if (field == BatchField::kAccumulate) {
+          request.at(field).value = 1;
+          request.at(field).source = BatchValue::Source::kFlag;
+        }
+        continue;
+      }
       std::optional<int64_t> v = PositiveInt(*s, sink_);
       if (!v) {
         ok = false;

@@ -304,6 +304,9 @@ struct Plan {
   // Why the planner chose zero_accumulate (zero_accumulate = auto with
   // accumulate > 1); empty otherwise.
   std::string zero_accumulate_choice;
+  // memory = ...: the table of the plans the planner tried and the one it
+  // kept (compiler/planner/memory_search.h); empty otherwise.
+  std::string memory_choice;
   // ZeRO-1: where the parameter all-gathers run. step_end: each right
   // after its bucket's optimizer. next_forward: at the start of the
   // step, before micro-step 0 (in the order the forward pass reads the

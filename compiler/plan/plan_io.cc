@@ -374,6 +374,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     if (r.fields.count("zero_accumulate_choice")) {
       ASSIGN_OR_RETURN(plan.zero_accumulate_choice, f.Str("zero_accumulate_choice"));
     }
+    if (r.fields.count("memory_choice")) {
+      ASSIGN_OR_RETURN(plan.memory_choice, f.Str("memory_choice"));
+    }
     if (r.fields.count("grad_comm")) {  // absent: fp32
       ASSIGN_OR_RETURN(plan.grad_comm, f.Setting<GradComm>("grad_comm"));
     }
@@ -585,6 +588,9 @@ std::string PlanToText(const Plan& plan) {
                       ? std::string()
                       : absl::StrCat(" zero_accumulate_choice=",
                                      Quote(plan.zero_accumulate_choice)),
+                  plan.memory_choice.empty()
+                      ? std::string()
+                      : absl::StrCat(" memory_choice=", Quote(plan.memory_choice)),
                   plan.grad_comm != GradComm::kFp32
                       ? absl::StrCat(" grad_comm=", Quote(EnumName(plan.grad_comm)))
                       : std::string(),

@@ -128,6 +128,7 @@ std::string PlanSummary(const Plan& plan) {
                     "; ring algorithms)\n");
   }
 
+  if (!plan.memory_choice.empty()) absl::StrAppend(&out, plan.memory_choice);
   const MemoryReport& m = plan.memory;
   const double saved =
       m.unshared_bytes > 0 ? 100.0 * (m.unshared_bytes - m.arena_bytes) / m.unshared_bytes : 0;

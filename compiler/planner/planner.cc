@@ -22,6 +22,7 @@
 #include "compiler/planner/bucket_search.h"
 #include "compiler/planner/bucketing.h"
 #include "compiler/planner/memory_plan.h"
+#include "compiler/planner/memory_search.h"
 #include "compiler/util/status_macros.h"
 
 namespace trainc {
@@ -845,9 +846,10 @@ class PlanBuilder {
   std::vector<bool> gather_waited_;
 };
 
-// The profile bucket_mb = auto costs its candidates on (planner.h).
-absl::StatusOr<cost::MachineProfile> AutoProfile(const TrainSpec& spec,
-                                                 const PlanOptions& options) {
+}  // namespace
+
+absl::StatusOr<cost::MachineProfile> PlanningProfile(const TrainSpec& spec,
+                                                     const PlanOptions& options) {
   if (options.machine != nullptr) return *options.machine;
   const std::string& name = !spec.train.machine.empty() ? spec.train.machine
                             : !options.default_machine.empty() ? options.default_machine
@@ -855,17 +857,19 @@ absl::StatusOr<cost::MachineProfile> AutoProfile(const TrainSpec& spec,
   absl::StatusOr<cost::MachineProfile> profile = cost::LoadMachineProfile(name);
   if (!profile.ok()) {
     return absl::Status(profile.status().code(),
-                        absl::StrCat("bucket_mb = auto: ", profile.status().message()));
+                        absl::StrCat("the planning profile: ", profile.status().message()));
   }
   return profile;
 }
+
+namespace {
 
 // bucket_mb = auto: every candidate's plan (one per distinct bucketing),
 // replayed on the profile; the least predicted step wins (bucket_search.h).
 absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& graph,
                                            const PlanOptions& options,
                                            ZeroAccumulate zero_accumulate) {
-  ASSIGN_OR_RETURN(const cost::MachineProfile profile, AutoProfile(spec, options));
+  ASSIGN_OR_RETURN(const cost::MachineProfile profile, PlanningProfile(spec, options));
   int64_t grad_bytes = 0;
   for (int p : graph.parameters()) grad_bytes += graph.value(p).bytes();
   const std::vector<BucketSizes> candidates = BucketCandidates(grad_bytes);
@@ -935,7 +939,7 @@ absl::StatusOr<ZeroAccumulateChoice> ChooseZeroAccumulate(const TrainSpec& spec,
     choice.kind = t.zero_accumulate;
     return choice;
   }
-  ASSIGN_OR_RETURN(const cost::MachineProfile profile, AutoProfile(spec, options));
+  ASSIGN_OR_RETURN(const cost::MachineProfile profile, PlanningProfile(spec, options));
   cost::SimulationOptions simulation;
   simulation.world_size = t.gpus;
   simulation.overlap = options.overlap;
@@ -997,6 +1001,7 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
 
 absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options) {
   RETURN_IF_ERROR(CheckConfig(spec.train));
+  if (spec.train.memory_bytes > 0) return BuildPlanWithinMemory(spec, options);
   ASSIGN_OR_RETURN(Plan plan, BuildPlanOfPrecision(spec, options));
   if (spec.train.precision == Precision::kBf16) {
     // The memory report's saving: the same model, batch and buckets in f32.

@@ -88,6 +88,13 @@ inline constexpr char kDefaultMachine[] = "cpu_loopback";
 
 absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options = {});
 
+// The machine profile the planner's searches (bucket_mb = auto,
+// zero_accumulate = auto, memory = ...) replay their candidates on:
+// options.machine, else the file's train { machine }, else
+// options.default_machine, else kDefaultMachine.
+absl::StatusOr<cost::MachineProfile> PlanningProfile(const TrainSpec& spec,
+                                                     const PlanOptions& options);
+
 // A human summary: ops per micro-step, buckets, memory, batch arithmetic.
 std::string PlanSummary(const Plan& plan);
 

@@ -167,6 +167,12 @@ struct TrainConfig {
   // (both above are then ignored) for the least predicted step time on
   // `machine` (compiler/cost; see PlanOptions in compiler/planner).
   bool bucket_mb_auto = false;
+  // memory = "80GiB": each device's budget (0: none). The planner then
+  // searches ZeRO stage, recomputation and (micro_batch = auto) the
+  // micro-batch and accumulation of the same global batch for the least
+  // predicted step that fits (compiler/planner/memory_search.h).
+  int64_t memory_bytes = 0;
+  bool micro_batch_auto = false;
   // The machine profile bucket_mb = auto is costed on: a bundled name
   // ("h100_nvlink_ib", compiler/cost/profiles) or a .profile file; empty:
   // the device's default (PlanOptions::default_machine).

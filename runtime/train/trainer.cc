@@ -24,7 +24,9 @@
 #include "absl/synchronization/notification.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -297,11 +299,19 @@ std::string TracePartPath(const RankContext& rank, int r) {
   return absl::StrCat(rank.rendezvous_dir, "/trace.rank", r, ".json");
 }
 
+// Whole, then renamed: a rank writing a stopped job's trace may read it
+// at any time.
 absl::Status WriteTracePart(const RankContext& rank, const std::string& part) {
   const std::string mine = TracePartPath(rank, rank.rank);
-  std::ofstream out(mine, std::ios::binary);
-  out << part;
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", mine));
+  const std::string temp = mine + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary);
+    out << part;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", temp));
+  }
+  if (std::rename(temp.c_str(), mine.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot write ", mine));
+  }
   return absl::OkStatus();
 }
 
@@ -962,6 +972,13 @@ void Trainer::LogRunHeader() {
       plan_.model, plan_.world_size, EnumName(device_kind_), plan_.global_batch,
       plan_.world_size, plan_.micro_batch, plan_.accumulate, total_steps_,
       steps_per_epoch_, dropped_per_epoch_, FormatBytes(plan_.arena_bytes));
+  // memory = ...: the plan kept (the whole table is in --compile-only).
+  for (absl::string_view line : absl::StrSplit(plan_.memory_choice, '\n')) {
+    if (absl::StartsWith(line, "memory ") || absl::StartsWith(line, "  -> ")) {
+      log_ << line << "\n";
+    }
+  }
+  if (!plan_.zero_accumulate_choice.empty()) log_ << plan_.zero_accumulate_choice << "\n";
   if (initial_state_.step > 0) {
     log_ << absl::StrFormat("resumed from %s at step %d (epoch %d, step %d)\n",
                             resumed_from_, initial_state_.step, initial_state_.epoch + 1,

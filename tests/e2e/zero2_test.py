@@ -105,6 +105,22 @@ class Zero2Test(unittest.TestCase):
             self.assertIn("resumed from", log)
             e2e.assert_same_bits(self, whole, resumed, f"zero 2 -> {zero} on {gpus} ranks")
 
+    def test_a_memory_budget_picks_a_plan_that_trains(self):
+        budget = ["--gpus", 2, "--global_batch", 48, "--micro_batch", "auto"]
+        out = e2e.train(e2e.EXAMPLE, *budget, "--memory", "4MiB", "--device", "cpu",
+                        "--steps", 3, "--no-eval").stdout
+        kept = re.search(r"^  -> micro_batch (\d+) x accumulate (\d+), zero (\d)", out, re.M)
+        self.assertIsNotNone(kept, out)
+        self.assertIn(f"= 2 x {kept.group(1)} micro_batch x {kept.group(2)} accumulate", out)
+        self.assertRegex(out, r"final loss\s+[\d.]+")
+        arena = re.search(r"arena\s+([\d.]+) MiB per rank", out)
+        self.assertLessEqual(float(arena.group(1)), 4.0, out)
+        proc = e2e.train(e2e.EXAMPLE, *budget, "--memory", "1MiB", "--compile-only",
+                         check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertRegex(proc.stdout, r"memory = 1\.0 MiB: none of the \d+ plans tried fits; "
+                                      r"the smallest \(micro_batch 1 x accumulate 24")
+
     def test_settings_it_cannot_honour_are_refused(self):
         proc = e2e.train(e2e.EXAMPLE, "--gpus", 2, "--zero", 3, "--compile-only", check=False)
         self.assertNotEqual(proc.returncode, 0)
