@@ -1,6 +1,8 @@
 #include "runtime/comm/nccl/nccl_communicator.h"
 
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -10,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/cuda/kernels.h"
@@ -61,7 +64,17 @@ absl::Status NcclErrorToStatus(ncclResult_t result, ncclComm_t comm,
 
 // A collective that has not finished after this long means a peer hung or
 // died without NCCL noticing: the watchdog aborts the communicator.
+// TRAINC_NCCL_TIMEOUT_S (whole seconds > 0) sets another bound.
 constexpr auto kCollectiveTimeout = std::chrono::seconds(120);
+
+std::chrono::seconds CollectiveTimeout() {
+  const char* env = std::getenv("TRAINC_NCCL_TIMEOUT_S");
+  int64_t seconds = 0;
+  if (env != nullptr && absl::SimpleAtoi(env, &seconds) && seconds > 0) {
+    return std::chrono::seconds(seconds);
+  }
+  return kCollectiveTimeout;
+}
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
 
 // NCCL reports a failed peer asynchronously and a hung one never: every
@@ -69,7 +82,7 @@ constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
 // watchdog thread polls ncclCommGetAsyncError and the completion of every
 // collective enqueued outside stream capture (an event recorded after
 // it); on an asynchronous error, or a collective older than
-// kCollectiveTimeout, it calls ncclCommAbort (which makes the stuck kernels
+// CollectiveTimeout(), it calls ncclCommAbort (which makes the stuck kernels
 // return), and every later call fails with that error, naming the rank.
 class NcclCommunicator final : public Communicator {
  public:
@@ -295,12 +308,8 @@ class NcclCommunicator final : public Communicator {
           why = absl::StrCat("NCCL reported ", ncclGetErrorString(async_error),
                              " (a peer died or the network failed)");
         } else if (!pending_.empty() &&
-                   std::chrono::steady_clock::now() - pending_.front().since >
-                       kCollectiveTimeout) {
-          why = absl::StrCat("a collective did not finish in ",
-                             std::chrono::duration_cast<std::chrono::seconds>(
-                                 kCollectiveTimeout)
-                                 .count(),
+                   std::chrono::steady_clock::now() - pending_.front().since > timeout_) {
+          why = absl::StrCat("a collective did not finish in ", timeout_.count(),
                              " s (a peer hung or died)");
         }
         if (!why.empty()) {
@@ -318,6 +327,7 @@ class NcclCommunicator final : public Communicator {
   const int rank_;
   const int world_size_;
   const int local_rank_;
+  const std::chrono::seconds timeout_ = CollectiveTimeout();
   ncclComm_t comm_ = nullptr;
   cudaStream_t barrier_stream_ = nullptr;
   float* barrier_buf_ = nullptr;

@@ -3,10 +3,20 @@
 // end-to-end tests on multi-GPU machines. SKIPs without a GPU.
 #include "runtime/comm/nccl/nccl_communicator.h"
 
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#if __has_include(<cuda_runtime.h>)
+#include <cuda_runtime.h>
+#define TRAINC_TEST_HAS_CUDA_RUNTIME 1
+#endif
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/device/bf16.h"
 #include "runtime/cuda/cuda_device.h"
@@ -92,6 +102,55 @@ TEST(NcclCommunicatorTest, SingleRankCollectives) {
   }
   EXPECT_GT(rounded, n * 9 / 10);  // the values lie off bf16's grid
 }
+
+#ifdef TRAINC_TEST_HAS_CUDA_RUNTIME
+// A replayed CUDA graph's collectives are watched by an event after the
+// replay (Communicator::WatchStream). A stream held by a host function
+// past the bound (TRAINC_NCCL_TIMEOUT_S=1) stands for a peer that never
+// joins: the watchdog aborts the communicator, Health() names the bound,
+// and later collectives fail instead of hanging.
+TEST(NcclCommunicatorTest, WatchdogAbortsAWatchedStreamPastItsBound) {
+  SKIP_WITHOUT_GPU();
+  setenv("TRAINC_NCCL_TIMEOUT_S", "1", 1);
+  auto device = CreateCudaDevice(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  Device& d = **device;
+  auto id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto made = CreateNcclCommunicator(0, 1, 0, *id);
+  unsetenv("TRAINC_NCCL_TIMEOUT_S");
+  ASSERT_TRUE(made.ok()) << made.status();
+  Communicator& comm = **made;
+  ASSERT_TRUE(d.AllocateArena(1024).ok());
+  auto* stream = static_cast<cudaStream_t>(d.NativeStream(Stream::kComm));
+  static std::atomic<bool> release{false};
+  release = false;
+  ASSERT_EQ(cudaLaunchHostFunc(
+                stream,
+                [](void*) {
+                  while (!release.load()) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                  }
+                },
+                nullptr),
+            cudaSuccess);
+  ASSERT_TRUE(comm.WatchStream(stream).ok());
+  EXPECT_TRUE(comm.Health().ok());  // within its bound
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (comm.Health().ok() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  release = true;
+  const absl::Status health = comm.Health();
+  EXPECT_FALSE(health.ok()) << "no abort within 60 s of a 1 s bound";
+  EXPECT_THAT(std::string(health.message()),
+              ::testing::HasSubstr("a collective did not finish in 1 s"));
+  EXPECT_THAT(std::string(health.message()), ::testing::HasSubstr("communicator aborted"));
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  float* a = reinterpret_cast<float*>(d.arena());
+  EXPECT_FALSE(comm.AllReduceSum(a, 4, stream).ok());
+}
+#endif
 
 }  // namespace
 }  // namespace trainc
