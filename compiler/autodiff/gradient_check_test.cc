@@ -679,7 +679,7 @@ constexpr char kGpt[] = R"(
 const std::vector<std::string> kGptOps = {
     "embedding",      "position_embedding", "layernorm",
     "attention",      "gelu_tanh",          "add",
-    "cross_entropy",  "embedding_grad",     "position_embedding_grad",
+    "cross_entropy_fused", "embedding_grad",  "position_embedding_grad",
     "attention_grad", "gelu_tanh_grad",     "layernorm_grad_input",
     "layernorm_grad_params", "linear_grad_params", "linear_grad_input",
     "copy_grad"};

@@ -594,6 +594,16 @@ absl::Status RefCrossEntropyGrad(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
+// cross_entropy then its gradient into the same output: loss_sum and
+// dlogits (out[1] holds the probabilities in between).
+absl::Status RefCrossEntropyFused(const std::string& op, const Attrs& attr,
+                                  const std::vector<TensorRef>& in,
+                                  const std::vector<TensorRef>& out, bool acc) {
+  const absl::Status forward = RefCrossEntropy(op, attr, in, out, false);
+  if (!forward.ok()) return forward;
+  return RefCrossEntropyGrad(op, attr, {out[1], in[1]}, {out[1]}, false);
+}
+
 absl::Status RefMse(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
                     const std::vector<TensorRef>& out, bool acc) {
   const int64_t B = Rows(in[0]), N = Cols(in[0]);
@@ -752,6 +762,7 @@ const std::map<std::string, RefOp>& ReferenceOps() {
       {"rmsnorm_grad_params", &RefRmsnormGradParams},
       {"cross_entropy", &RefCrossEntropy},
       {"cross_entropy_grad", &RefCrossEntropyGrad},
+      {"cross_entropy_fused", &RefCrossEntropyFused},
       {"mse", &RefMse},
       {"mse_grad", &RefMseGrad},
       {"conv2d", &RefConv2d},

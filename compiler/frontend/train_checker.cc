@@ -28,7 +28,7 @@ const std::vector<std::string>& OverridableFields() {
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
       "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
       "checkpoint_dir", "zero", "zero_gather", "zero_accumulate", "grad_comm", "precision",
-      "machine", "recompute", "memory"};
+      "machine", "recompute", "memory", "fusion"};
   return *fields;
 }
 
@@ -42,7 +42,7 @@ const std::vector<std::string>& TrainFields() {
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
       "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
       "checkpoint_keep", "checkpoint_dir", "zero", "zero_gather", "zero_accumulate",
-      "grad_comm", "precision", "machine", "recompute", "memory"};
+      "grad_comm", "precision", "machine", "recompute", "memory", "fusion"};
   return *fields;
 }
 
@@ -431,6 +431,9 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("recompute")) {
       if (auto v = Bool(*s, sink_)) config_.recompute = *v;
+    }
+    if (const Setting* s = Effective("fusion")) {
+      if (auto v = Bool(*s, sink_)) config_.fusion = *v;
     }
     if (const Setting* s = Effective("clip_grad_norm")) {
       if (auto v = NumberAtLeast(*s, 0, true, sink_)) config_.clip_grad_norm = *v;

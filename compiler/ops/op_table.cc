@@ -30,6 +30,13 @@ Cost Elementwise(const std::vector<Shape>& in, const std::vector<Shape>& out) {
   return {double(kFlopsPerElement) * Elements(s), Bytes(in, out)};
 }
 
+// cross_entropy_fused: softmax, the loss and the gradient over every logit
+// (exp, sum, log, scale, subtract: about 8 per element), reading the
+// logits once and writing their gradient once.
+Cost ClassifierCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  return {8.0 * Elements(in[0]), Bytes(in, out)};
+}
+
 // linear: x[.., in] w[out, in]; the gradients are the same product size.
 Cost MatmulOfWeight(const std::vector<Shape>& in,
                     const std::vector<Shape>& out, const Shape& w) {
@@ -274,6 +281,13 @@ std::vector<OpDef> MakeOps() {
        "probs, label -> dlogits = scale (probs - onehot(label)); acc; attrs: "
        "scale",
        {}, {}, false, Elementwise<2>},
+      {"cross_entropy_fused", 2, 2, 2, 2, false, kLoss,
+       "logits[.., C], label i32[..] -> loss_sum[1], dlogits[.., C] = scale "
+       "(softmax(logits) - onehot(label)): cross_entropy and its gradient in one "
+       "instruction, the probabilities never stored; made by the classifier "
+       "fusion (compiler/graph/fuse_classifier.h), never differentiated; "
+       "attrs: scale",
+       {1}, {}, true, ClassifierCost, false, {}, /*fused=*/true},
       {"mse", 2, 2, 1, 1, false, kLoss,
        "pred[B, n], target[B, n] -> loss_sum[1] = sum_b mean_j (pred - "
        "target)^2",
@@ -900,6 +914,10 @@ Precision PrecisionOf(const OpDef& def) {
 const std::vector<OpDef>& AllOps() {
   static const auto* ops = new std::vector<OpDef>(MakeOps());
   return *ops;
+}
+
+bool IsCrossEntropy(std::string_view op) {
+  return op == "cross_entropy" || op == "cross_entropy_fused";
 }
 
 const OpDef* FindOp(std::string_view name) {

@@ -117,6 +117,9 @@ struct OpDef {
   // Outputs that stay f32 under any precision policy (attention's
   // log-sum-exp: bf16's 8 bits would shift every recomputed probability).
   std::vector<int> f32_outputs = {};
+  // Made by a fusion pass after autodiff from ops that are differentiated
+  // (compiler/graph/fuse_classifier.h): has no gradient rule of its own.
+  bool fused = false;
 };
 
 // What an op does under precision = bf16 (compiler/graph/precision.h), as
@@ -132,6 +135,10 @@ struct OpDef {
 // parameters, their gradients and optimizer state are f32.
 enum class Precision { kLowPrecision, kFp32, kFollow };
 Precision PrecisionOf(const OpDef& def);
+
+// cross_entropy, or the fused instruction that also writes its gradient
+// (both read logits, label): what evaluation and sampling look for.
+bool IsCrossEntropy(std::string_view op);
 
 // nullptr for an unknown op.
 const OpDef* FindOp(std::string_view name);

@@ -13,6 +13,7 @@
 #include "compiler/cost/bundled_profiles.h"
 #include "compiler/cost/simulator.h"
 #include "compiler/graph/dce.h"
+#include "compiler/graph/fuse_classifier.h"
 #include "compiler/graph/graph.h"
 #include "compiler/graph/lower.h"
 #include "compiler/graph/pass.h"
@@ -978,6 +979,7 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
   if (spec.train.precision == Precision::kBf16) {
     pipeline.Add(std::make_unique<MixedPrecision>());
   }
+  if (spec.train.fusion) pipeline.Add(std::make_unique<FuseClassifier>());
   const std::vector<std::string>& recompute =
       spec.train.recompute ? spec.model.repeat_blocks : spec.model.recompute_blocks;
   if (!recompute.empty()) pipeline.Add(std::make_unique<Recompute>(recompute));

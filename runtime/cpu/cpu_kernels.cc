@@ -137,6 +137,12 @@ absl::Status LossFamily(const KernelCall& c) {
     case Op::kCrossEntropyGrad:
       CrossEntropyGrad(k.x[0], k.labels, k.rows, k.in, k.loss_scale, k.accumulate, k.y[0]);
       break;
+    case Op::kCrossEntropyFused:
+      if (!CrossEntropyFused(k.x[0], k.labels, k.rows, k.in, k.loss_scale, k.y[0], k.y[1])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cpu: ", c.instr.label, ": a label is outside [0, ", k.in, ")"));
+      }
+      break;
     case Op::kMse:
       Mse(k.x[0], k.x[1], k.rows, k.in, k.y[0]);
       break;
@@ -237,7 +243,8 @@ KernelTable<CpuKernel> MakeTable() {
     t[op] = &EmbeddingFamily;
   }
   for (Op op : {Op::kAttention, Op::kAttentionGrad}) t[op] = &AttentionFamily;
-  for (Op op : {Op::kCrossEntropy, Op::kCrossEntropyGrad, Op::kMse, Op::kMseGrad}) {
+  for (Op op : {Op::kCrossEntropy, Op::kCrossEntropyGrad, Op::kCrossEntropyFused, Op::kMse,
+                Op::kMseGrad}) {
     t[op] = &LossFamily;
   }
   for (Op op : {Op::kConv2d, Op::kConv2dGradInput, Op::kConv2dGradParams, Op::kMaxPool2d,

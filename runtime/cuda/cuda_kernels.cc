@@ -127,6 +127,15 @@ struct CudaKernels {
         return Launched(c, cuda::LaunchCrossEntropyGrad(k.x[0], k.labels, k.rows, k.in,
                                                         k.loss_scale, k.y[0], k.accumulate,
                                                         d.device_error_, s));
+      case Op::kCrossEntropyFused:
+        // The plan's fusion; on the GPU still two kernels (the second in
+        // place over the first's probabilities), without the buffer.
+        RETURN_IF_ERROR(Launched(
+            c, cuda::LaunchCrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0], k.y[1],
+                                        d.kernel_scratch_, d.device_error_, s)));
+        return Launched(c, cuda::LaunchCrossEntropyGrad(k.y[1], k.labels, k.rows, k.in,
+                                                        k.loss_scale, k.y[1], false,
+                                                        d.device_error_, s));
       case Op::kMse:
         return Launched(
             c, cuda::LaunchMse(k.x[0], k.x[1], k.rows, k.in, k.y[0], d.kernel_scratch_, s));
@@ -230,7 +239,8 @@ struct CudaKernels {
     for (Op op : {Op::kRmsNorm, Op::kRmsNormGradInput, Op::kRmsNormGradParams}) {
       t[op] = &RmsNorm;
     }
-    for (Op op : {Op::kCrossEntropy, Op::kCrossEntropyGrad, Op::kMse, Op::kMseGrad}) {
+    for (Op op : {Op::kCrossEntropy, Op::kCrossEntropyGrad, Op::kCrossEntropyFused, Op::kMse,
+                  Op::kMseGrad}) {
       t[op] = &Loss;
     }
     for (Op op : {Op::kSoftmax, Op::kSoftmaxGrad}) t[op] = &Softmax;

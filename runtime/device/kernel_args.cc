@@ -243,7 +243,8 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       return absl::OkStatus();
     }
     case KernelOp::kCrossEntropy:
-    case KernelOp::kCrossEntropyGrad: {
+    case KernelOp::kCrossEntropyGrad:
+    case KernelOp::kCrossEntropyFused: {
       const Buffer& label = in_buf(1);
       if (label.dtype != DType::kI32) return fail("label is not i32");
       k.labels = reinterpret_cast<const int32_t*>(fptr(label));
@@ -252,10 +253,11 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
         return fail("logits are not [B, C]");
       }
       k.in = Elements(in_buf(0)) / k.rows;
-      if (k.op == KernelOp::kCrossEntropy) {
+      if (k.op != KernelOp::kCrossEntropyGrad) {
         if (Elements(out_buf(0)) != 1) return fail("loss_sum is not [1]");
         if (Elements(out_buf(1)) != k.rows * k.in) return fail("probs size");
-      } else {
+      }
+      if (k.op != KernelOp::kCrossEntropy) {
         if (!instr.attrs.count("scale")) return fail("missing attr scale");
         k.loss_scale = static_cast<float>(attr("scale", 0));
       }

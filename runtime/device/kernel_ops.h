@@ -39,6 +39,7 @@
   X(AttentionGrad, attention_grad)                      \
   X(CrossEntropy, cross_entropy)                        \
   X(CrossEntropyGrad, cross_entropy_grad)               \
+  X(CrossEntropyFused, cross_entropy_fused)             \
   X(Mse, mse)                                           \
   X(MseGrad, mse_grad)                                  \
   X(Conv2d, conv2d)                                     \

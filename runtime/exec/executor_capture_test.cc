@@ -25,6 +25,7 @@
 #include "runtime/exec/planned_plans.h"
 #include "runtime/exec/test_plans.h"
 #include "runtime/trace/tracer.h"
+#include "compiler/ops/op_table.h"
 
 namespace trainc {
 namespace {
@@ -583,7 +584,7 @@ TEST(ExecutorCaptureTest, NextForwardGathersAreReplayedWithTheStep) {
           ASSERT_TRUE(executor.RunForward(eval).ok());
           const Buffer* logits = nullptr;
           for (const Instruction& instr : plan.instructions) {
-            if (instr.op == "cross_entropy") logits = &plan.buffers[instr.inputs[0]];
+            if (ops::IsCrossEntropy(instr.op)) logits = &plan.buffers[instr.inputs[0]];
           }
           ASSERT_NE(logits, nullptr);
           run.eval_logits.resize(logits->bytes / 4);

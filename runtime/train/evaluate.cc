@@ -11,6 +11,7 @@
 #include "runtime/data/loader.h"
 #include "runtime/data/sampler.h"
 #include "runtime/exec/batch_source.h"
+#include "compiler/ops/op_table.h"
 
 namespace trainc {
 namespace {
@@ -35,13 +36,13 @@ class IndexBatchSource : public BatchSource {
 absl::StatusOr<EvalHead> FindEvalHead(const Plan& plan) {
   for (const Instruction& instr : plan.instructions) {
     if (instr.micro_step > 0) break;
-    if (instr.op != "cross_entropy" && instr.op != "mse") continue;
+    if (!ops::IsCrossEntropy(instr.op) && instr.op != "mse") continue;
     if (instr.inputs.size() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan: ", instr.op, " needs 2 inputs"));
     }
     EvalHead head;
-    head.classification = instr.op == "cross_entropy";
+    head.classification = ops::IsCrossEntropy(instr.op);
     head.prediction = &plan.buffers[instr.inputs[0]];
     head.target = &plan.buffers[instr.inputs[1]];
     if (head.classification) {
