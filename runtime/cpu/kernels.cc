@@ -194,34 +194,42 @@ void RmsNormGradParams(const float* dy, const float* x, const float* rstd, int64
   }
 }
 
+namespace {
+
+// One row of cross_entropy: softmax(lr) into `pr`; returns -log
+// softmax[t] = log(sum) - (l[t] - max), with no exp of a large number and
+// no log of a tiny probability.
+double SoftmaxRow(const float* __restrict lr, int64_t classes, int32_t t,
+                  float* __restrict pr) {
+  float mx = lr[0];
+  for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, lr[j]);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < classes; ++j) {
+    pr[j] = std::exp(lr[j] - mx);
+    sum += pr[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < classes; ++j) pr[j] *= inv;
+  return std::log(static_cast<double>(sum)) - (lr[t] - mx);
+}
+
+}  // namespace
+
 bool CrossEntropy(const float* logits, const int32_t* label, int64_t rows,
                   int64_t classes, float* loss_sum, float* __restrict probs) {
   double loss = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t t = label[r];
     if (t < 0 || t >= classes) return false;
-    const float* __restrict lr = logits + r * classes;
-    float* __restrict pr = probs + r * classes;
-    float mx = lr[0];
-    for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, lr[j]);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < classes; ++j) {
-      pr[j] = std::exp(lr[j] - mx);
-      sum += pr[j];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < classes; ++j) pr[j] *= inv;
-    // -log softmax[t] = log(sum) - (l[t] - max): no exp of a large number
-    // and no log of a tiny probability.
-    loss += std::log(static_cast<double>(sum)) - (lr[t] - mx);
+    loss += SoftmaxRow(logits + r * classes, classes, t, probs + r * classes);
   }
   loss_sum[0] = static_cast<float>(loss);
   return true;
 }
 
-// The arithmetic of CrossEntropy then CrossEntropyGrad, operation for
-// operation (exp, the sum, the reciprocal, then the scale), on one row
-// buffer: the fused plan trains on the same bits as the unfused one.
+// CrossEntropy's row, then CrossEntropyGrad's arithmetic on it in place
+// (scale each probability, subtract scale at the label): the fused plan
+// trains on the same bits as the unfused one.
 bool CrossEntropyFused(const float* logits, const int32_t* label, int64_t rows,
                        int64_t classes, float scale, float* loss_sum,
                        float* __restrict dlogits) {
@@ -229,18 +237,8 @@ bool CrossEntropyFused(const float* logits, const int32_t* label, int64_t rows,
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t t = label[r];
     if (t < 0 || t >= classes) return false;
-    const float* __restrict lr = logits + r * classes;
     float* __restrict dr = dlogits + r * classes;
-    float mx = lr[0];
-    for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, lr[j]);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < classes; ++j) {
-      dr[j] = std::exp(lr[j] - mx);
-      sum += dr[j];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < classes; ++j) dr[j] *= inv;
-    loss += std::log(static_cast<double>(sum)) - (lr[t] - mx);
+    loss += SoftmaxRow(logits + r * classes, classes, t, dr);
     for (int64_t j = 0; j < classes; ++j) dr[j] = scale * dr[j];
     dr[t] -= scale;
   }

@@ -21,8 +21,9 @@ class HandshakeTest(unittest.TestCase):
     def setUp(self):
         e2e.need_fashion_mnist(self)
 
-    def run_by_hand(self, job, extra):
-        """Rank r runs ARGS + extra[r]; returns [(exit code, output)]."""
+    def run_by_hand(self, job, extra, files=None):
+        """Rank r runs files[r] (default: the example) with ARGS + extra[r];
+        returns [(exit code, output)]."""
         folder = os.path.join(e2e.tmpdir(), "rendezvous")
         os.makedirs(folder, exist_ok=True)
         procs = []
@@ -31,7 +32,8 @@ class HandshakeTest(unittest.TestCase):
                        LOCAL_RANK=str(rank), TRAINC_RENDEZVOUS_DIR=folder, TRAINC_JOB_ID=job)
             env.pop("TRAINC_RENDEZVOUS", None)
             env.pop("TRAINC_LAUNCHER", None)
-            procs.append(subprocess.Popen([e2e.TRAIN, e2e.EXAMPLE, *ARGS, *more], env=env,
+            train_file = files[rank] if files else e2e.EXAMPLE
+            procs.append(subprocess.Popen([e2e.TRAIN, train_file, *ARGS, *more], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           text=True))
         return [(p.wait(timeout=120), p.stdout.read()) for p in procs]
@@ -57,6 +59,23 @@ class HandshakeTest(unittest.TestCase):
             self.assertNotEqual(code, 0, text)
             self.assertIn("seed 7 (rank 0: 0)", text)
             self.assertIn("other initial weights", text)
+
+    def test_another_data_file_is_refused_naming_the_data(self):
+        # Rank 1's copy of the example trains on the test images instead.
+        with open(e2e.EXAMPLE) as f:
+            source = f.read()
+        other = source.replace("train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz", 1)
+        other = other.replace("train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 1)
+        self.assertNotEqual(other, source)
+        path = os.path.join(e2e.tmpdir(), "other_data.train")
+        with open(path, "w") as f:
+            f.write(other)
+        results = self.run_by_hand("data", [[], []], files=[e2e.EXAMPLE, path])
+        for code, text in results:
+            self.assertNotEqual(code, 0, text)
+            self.assertIn("the ranks disagree before the first step", text)
+            self.assertIn("other training data", text)
+            self.assertNotIn("step 1/", text)
 
     def test_ranks_that_agree_train(self):
         results = self.run_by_hand("same", [[], []])
