@@ -565,16 +565,18 @@ absl::Status RefCrossEntropy(const std::string& op, const Attrs& attr,
   const int64_t B = in[1].size(), C = Last(in[0]);
   double loss = 0;
   for (int64_t b = 0; b < B; ++b) {
+    // The probabilities may be written over the logits (the fused
+    // classifier's dlogits take their bytes): the label's logit first.
     const double* z = in[0].data + b * C;
     const double m = *std::max_element(z, z + C);
     double sum = 0;
     for (int64_t c = 0; c < C; ++c) sum += std::exp(z[c] - m);
-    for (int64_t c = 0; c < C; ++c) out[1].data[b * C + c] = std::exp(z[c] - m) / sum;
     const int64_t label = Index(in[1].data[b]);
     if (label < 0 || label >= C) {
       return absl::OutOfRangeError(absl::StrCat("reference_eval: label ", label));
     }
     loss -= z[label] - m - std::log(sum);
+    for (int64_t c = 0; c < C; ++c) out[1].data[b * C + c] = std::exp(z[c] - m) / sum;
   }
   out[0].data[0] = loss;
   return absl::OkStatus();

@@ -286,8 +286,9 @@ std::vector<OpDef> MakeOps() {
        "(softmax(logits) - onehot(label)): cross_entropy and its gradient in one "
        "instruction, the probabilities never stored; made by the classifier "
        "fusion (compiler/graph/fuse_classifier.h), never differentiated; "
-       "attrs: scale",
-       {1}, {}, true, ClassifierCost, false, {}, /*fused=*/true},
+       "dlogits may take the logits' bytes; in evaluation it gets the logits "
+       "back, not the gradient; attrs: scale",
+       {1}, {}, true, ClassifierCost, false, {}, /*fused=*/true, /*in_place=*/{1, 0}},
       {"mse", 2, 2, 1, 1, false, kLoss,
        "pred[B, n], target[B, n] -> loss_sum[1] = sum_b mean_j (pred - "
        "target)^2",

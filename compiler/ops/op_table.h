@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <utility>
 #include <vector>
 
 #include "compiler/ops/arg_value.h"
@@ -120,6 +121,11 @@ struct OpDef {
   // Made by a fusion pass after autodiff from ops that are differentiated
   // (compiler/graph/fuse_classifier.h): has no gradient rule of its own.
   bool fused = false;
+  // {output, input}: the kernel may write that output over that input
+  // (same size and dtype; each element read before it is written). The
+  // planner gives them the same bytes when the instruction is the input's
+  // last reader; {-1, -1}: never.
+  std::pair<int, int> in_place = {-1, -1};
 };
 
 // What an op does under precision = bf16 (compiler/graph/precision.h), as

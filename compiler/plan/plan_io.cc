@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -841,10 +842,46 @@ absl::Status CheckLiveMembers(const std::vector<const Buffer*>& members,
   return absl::OkStatus();
 }
 
+// Outputs written over their input (ops::OpDef::in_place): the pair at
+// the same bytes, the instruction the input's last use and the output's
+// first. Each becomes one buffer live over both (`merged`), in place of
+// the two; returns the ids it stands for.
+std::set<int> MergeInPlacePairs(const Plan& plan, std::deque<Buffer>* merged) {
+  std::set<int> replaced;
+  for (const Instruction& in : plan.instructions) {
+    const ops::OpDef* def = ops::FindOp(in.op);
+    if (def == nullptr || def->in_place.first < 0) continue;
+    const auto [o, i] = def->in_place;
+    if (o >= static_cast<int>(in.outputs.size()) || i >= static_cast<int>(in.inputs.size())) {
+      continue;
+    }
+    const int from_id = in.inputs[i], to_id = in.outputs[o];
+    if (from_id < 0 || to_id < 0 || from_id >= static_cast<int>(plan.buffers.size()) ||
+        to_id >= static_cast<int>(plan.buffers.size()) || replaced.count(from_id)) {
+      continue;
+    }
+    const Buffer& from = plan.buffers[from_id];
+    const Buffer& to = plan.buffers[to_id];
+    if (from.offset != to.offset || from.bytes != to.bytes || from.first_use < 0 ||
+        from.last_use != in.id || to.first_use != in.id) {
+      continue;
+    }
+    Buffer both = to;
+    both.first_use = from.first_use;
+    merged->push_back(both);
+    replaced.insert(from_id);
+    replaced.insert(to_id);
+  }
+  return replaced;
+}
+
 absl::Status CheckArenaSharing(const Plan& plan) {
   std::vector<const Buffer*> whole, live, members;
+  std::deque<Buffer> merged;
+  const std::set<int> replaced = MergeInPlacePairs(plan, &merged);
+  for (const Buffer& b : merged) live.push_back(&b);
   for (const Buffer& b : plan.buffers) {
-    if (b.bytes <= 0) continue;
+    if (b.bytes <= 0 || replaced.count(b.id)) continue;
     if (b.first_use < 0) {
       whole.push_back(&b);
     } else {

@@ -19,6 +19,7 @@
 #include "compiler/graph/pass.h"
 #include "compiler/graph/precision.h"
 #include "compiler/graph/recompute.h"
+#include "compiler/ops/op_table.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/bucket_search.h"
 #include "compiler/planner/bucketing.h"
@@ -754,6 +755,30 @@ class PlanBuilder {
     }
   }
 
+  // Outputs that take their input's bytes (ops::OpDef::in_place), when
+  // the instruction is the input's last reader and the output's first
+  // writer: output id -> input id.
+  std::map<int, int> InPlaceOutputs() const {
+    std::map<int, int> taken;
+    for (const Instruction& in : plan_.instructions) {
+      const ops::OpDef* def = ops::FindOp(in.op);
+      if (def == nullptr || def->in_place.first < 0) continue;
+      const auto [o, i] = def->in_place;
+      if (o >= static_cast<int>(in.outputs.size()) || i >= static_cast<int>(in.inputs.size())) {
+        continue;
+      }
+      const Buffer& from = plan_.buffers[in.inputs[i]];
+      const Buffer& to = plan_.buffers[in.outputs[o]];
+      if (IsPersistent(from.kind) || IsPersistent(to.kind) || from.last_use != in.id ||
+          to.first_use != in.id || from.bytes != to.bytes || from.dtype != to.dtype ||
+          taken.count(from.id)) {
+        continue;
+      }
+      taken[to.id] = from.id;
+    }
+    return taken;
+  }
+
   void PlanArena() {
     for (const Instruction& in : plan_.instructions) {
       for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
@@ -777,16 +802,29 @@ class PlanBuilder {
         }
       }
     }
+    // An in-place output shares its input's interval, extended to its own
+    // last use.
+    const std::map<int, int> in_place = InPlaceOutputs();
+    std::map<int, int> extended_last;  // input id -> last use of the pair
+    for (const auto& [out, in] : in_place) extended_last[in] = plan_.buffers[out].last_use;
     std::vector<int> dynamic;
     std::vector<LiveInterval> intervals;
     for (const Buffer& b : plan_.buffers) {
-      if (IsPersistent(b.kind) || b.first_use < 0 || b.kind == BufferKind::kGradient) continue;
+      if (IsPersistent(b.kind) || b.first_use < 0 || b.kind == BufferKind::kGradient ||
+          in_place.count(b.id)) {
+        continue;
+      }
       dynamic.push_back(b.id);
-      intervals.push_back({b.bytes, b.first_use, b.last_use});
+      auto it = extended_last.find(b.id);
+      intervals.push_back({b.bytes, b.first_use, it == extended_last.end() ? b.last_use
+                                                                            : it->second});
     }
     const MemoryPlan memory = PlanMemory(intervals);
     for (size_t i = 0; i < dynamic.size(); ++i) {
       plan_.buffers[dynamic[i]].offset = persistent_bytes_ + memory.offsets[i];
+    }
+    for (const auto& [out, in] : in_place) {
+      plan_.buffers[out].offset = plan_.buffers[in].offset;
     }
     PlaceViews();
     plan_.arena_bytes = AlignUp(persistent_bytes_ + memory.size);

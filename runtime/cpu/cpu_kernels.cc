@@ -1,6 +1,7 @@
 #include "runtime/cpu/cpu_kernels.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/cpu/attention.h"
@@ -137,12 +138,20 @@ absl::Status LossFamily(const KernelCall& c) {
     case Op::kCrossEntropyGrad:
       CrossEntropyGrad(k.x[0], k.labels, k.rows, k.in, k.loss_scale, k.accumulate, k.y[0]);
       break;
-    case Op::kCrossEntropyFused:
-      if (!CrossEntropyFused(k.x[0], k.labels, k.rows, k.in, k.loss_scale, k.y[0], k.y[1])) {
+    case Op::kCrossEntropyFused: {
+      // Evaluation wants the loss and the logits as they were: dlogits may
+      // occupy the logits' bytes (or their bf16 staging's), so it gets the
+      // logits back instead of the gradient.
+      float* dlogits = c.step.training ? k.y[1] : nullptr;
+      if (!CrossEntropyFused(k.x[0], k.labels, k.rows, k.in, k.loss_scale, k.y[0], dlogits)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "cpu: ", c.instr.label, ": a label is outside [0, ", k.in, ")"));
       }
+      if (!c.step.training && k.y[1] != k.x[0]) {
+        std::memcpy(k.y[1], k.x[0], static_cast<size_t>(k.rows * k.in) * sizeof(float));
+      }
       break;
+    }
     case Op::kMse:
       Mse(k.x[0], k.x[1], k.rows, k.in, k.y[0]);
       break;

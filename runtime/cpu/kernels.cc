@@ -196,21 +196,26 @@ void RmsNormGradParams(const float* dy, const float* x, const float* rstd, int64
 
 namespace {
 
-// One row of cross_entropy: softmax(lr) into `pr`; returns -log
-// softmax[t] = log(sum) - (l[t] - max), with no exp of a large number and
-// no log of a tiny probability.
-double SoftmaxRow(const float* __restrict lr, int64_t classes, int32_t t,
-                  float* __restrict pr) {
+// One row of cross_entropy: softmax(lr) into `pr` (which may be `lr`: each
+// element is read before it is written); returns -log softmax[t] =
+// log(sum) - (l[t] - max), with no exp of a large number and no log of a
+// tiny probability. `pr` null: the loss only, nothing written.
+double SoftmaxRow(const float* lr, int64_t classes, int32_t t, float* pr) {
   float mx = lr[0];
   for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, lr[j]);
+  const float at_label = lr[t] - mx;
   float sum = 0.0f;
-  for (int64_t j = 0; j < classes; ++j) {
-    pr[j] = std::exp(lr[j] - mx);
-    sum += pr[j];
+  if (pr == nullptr) {
+    for (int64_t j = 0; j < classes; ++j) sum += std::exp(lr[j] - mx);
+  } else {
+    for (int64_t j = 0; j < classes; ++j) {
+      pr[j] = std::exp(lr[j] - mx);
+      sum += pr[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < classes; ++j) pr[j] *= inv;
   }
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < classes; ++j) pr[j] *= inv;
-  return std::log(static_cast<double>(sum)) - (lr[t] - mx);
+  return std::log(static_cast<double>(sum)) - at_label;
 }
 
 }  // namespace
@@ -231,14 +236,14 @@ bool CrossEntropy(const float* logits, const int32_t* label, int64_t rows,
 // (scale each probability, subtract scale at the label): the fused plan
 // trains on the same bits as the unfused one.
 bool CrossEntropyFused(const float* logits, const int32_t* label, int64_t rows,
-                       int64_t classes, float scale, float* loss_sum,
-                       float* __restrict dlogits) {
+                       int64_t classes, float scale, float* loss_sum, float* dlogits) {
   double loss = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t t = label[r];
     if (t < 0 || t >= classes) return false;
-    float* __restrict dr = dlogits + r * classes;
+    float* dr = dlogits == nullptr ? nullptr : dlogits + r * classes;
     loss += SoftmaxRow(logits + r * classes, classes, t, dr);
+    if (dr == nullptr) continue;
     for (int64_t j = 0; j < classes; ++j) dr[j] = scale * dr[j];
     dr[t] -= scale;
   }

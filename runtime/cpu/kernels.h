@@ -78,11 +78,10 @@ void CrossEntropyGrad(const float* probs, const int32_t* label, int64_t rows,
                       float* dlogits);
 // cross_entropy and cross_entropy_grad (accumulate 0) in one pass per row:
 // loss_sum as CrossEntropy, dlogits = scale (softmax - onehot), the same
-// bits as the two, without a probabilities buffer. False on a label
-// outside [0, classes).
+// bits as the two, without a probabilities buffer. dlogits may be logits
+// (in place); null: the loss only. False on a label outside [0, classes).
 bool CrossEntropyFused(const float* logits, const int32_t* label, int64_t rows,
-                       int64_t classes, float scale, float* loss_sum,
-                       float* __restrict dlogits);
+                       int64_t classes, float scale, float* loss_sum, float* dlogits);
 // loss_sum[0] = sum_b mean_j (pred - target)^2 over pred[B,n].
 void Mse(const float* pred, const float* target, int64_t rows, int64_t n,
          float* loss_sum);

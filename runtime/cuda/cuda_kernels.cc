@@ -130,6 +130,17 @@ struct CudaKernels {
       case Op::kCrossEntropyFused:
         // The plan's fusion; on the GPU still two kernels (the second in
         // place over the first's probabilities), without the buffer.
+        // Evaluation: the loss alone, and the logits left as they were
+        // (dlogits may occupy their bytes, or their bf16 staging's).
+        if (!c.step.training) {
+          RETURN_IF_ERROR(Launched(
+              c, cuda::LaunchCrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0], nullptr,
+                                          d.kernel_scratch_, d.device_error_, s)));
+          if (k.y[1] == k.x[0]) return absl::OkStatus();
+          return Launched(c, cudaMemcpyAsync(k.y[1], k.x[0],
+                                             static_cast<size_t>(k.rows * k.in) * 4,
+                                             cudaMemcpyDeviceToDevice, s));
+        }
         RETURN_IF_ERROR(Launched(
             c, cuda::LaunchCrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0], k.y[1],
                                         d.kernel_scratch_, d.device_error_, s)));

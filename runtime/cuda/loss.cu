@@ -29,10 +29,8 @@ __global__ void CrossEntropyKernel(const float* logits, const int32_t* labels,
   for (int64_t j = lane; j < classes; j += kWarpSize) sum += expf(z[j] - mx);
   sum = WarpSum(sum);
   const float inv = 1.0f / sum;
-  float* p = probs + row * classes;
-  for (int64_t j = lane; j < classes; j += kWarpSize) {
-    p[j] = expf(z[j] - mx) * inv;
-  }
+  // The loss before the probabilities: `probs` may be `logits` (the fused
+  // classifier writes its gradient over them), and null writes none.
   if (lane == 0) {
     const int32_t label = labels[row];
     if (label < 0 || label >= classes) {
@@ -43,6 +41,12 @@ __global__ void CrossEntropyKernel(const float* logits, const int32_t* labels,
       // at the magnitude of mx and swamp a small loss (confident, right).
       row_loss[row] = logf(sum) - (z[label] - mx);
     }
+  }
+  __syncwarp();
+  if (probs == nullptr) return;
+  float* p = probs + row * classes;
+  for (int64_t j = lane; j < classes; j += kWarpSize) {
+    p[j] = expf(z[j] - mx) * inv;
   }
 }
 
