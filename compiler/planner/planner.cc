@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -840,10 +841,13 @@ class PlanBuilder {
     for (const Instruction& in : plan_.instructions) {
       if (in.op == "cast" || in.stream != Stream::kCompute) continue;
       int64_t staged = 0;
+      std::set<int64_t> offsets;  // an in-place output shares its input's staging
       for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {
         for (int id : *ids) {
           const Buffer& b = plan_.buffers[id];
-          if (b.dtype == DType::kBF16) staged += AlignUp(b.bytes * 2);
+          if (b.dtype == DType::kBF16 && offsets.insert(b.offset).second) {
+            staged += AlignUp(b.bytes * 2);
+          }
         }
       }
       report.bf16_staging_bytes = std::max(report.bf16_staging_bytes, staged);

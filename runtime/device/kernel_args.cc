@@ -587,11 +587,27 @@ absl::StatusOr<KernelArgs> DescribeKernel(const Plan& plan, const Instruction& i
   return k;
 }
 
+namespace {
+
+// An operand written over an earlier one (an in-place output over its
+// input, ops::OpDef::in_place) shares that operand's staging: the index of
+// the earlier operand, or -1.
+int SharedStaging(const KernelArgs& k, int i) {
+  for (int j = 0; j < i; ++j) {
+    if (k.bf16[j].bf16 == k.bf16[i].bf16 && k.bf16[j].elems == k.bf16[i].elems) return j;
+  }
+  return -1;
+}
+
+}  // namespace
+
 int64_t Bf16StagingBytes(const std::vector<KernelArgs>& kernels) {
   int64_t most = 0;
   for (const KernelArgs& k : kernels) {
     int64_t bytes = 0;
-    for (int i = 0; i < k.num_bf16; ++i) bytes += (k.bf16[i].elems * 4 + 63) / 64 * 64;
+    for (int i = 0; i < k.num_bf16; ++i) {
+      if (SharedStaging(k, i) < 0) bytes += (k.bf16[i].elems * 4 + 63) / 64 * 64;
+    }
     most = std::max(most, bytes);
   }
   return most;
@@ -602,8 +618,13 @@ void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging) {
     int64_t at = 0;
     for (int i = 0; i < k.num_bf16; ++i) {
       Bf16Operand& o = k.bf16[i];
-      o.f32 = reinterpret_cast<float*>(staging + at);
-      at += (o.elems * 4 + 63) / 64 * 64;
+      const int shared = SharedStaging(k, i);
+      if (shared >= 0) {
+        o.f32 = k.bf16[shared].f32;
+      } else {
+        o.f32 = reinterpret_cast<float*>(staging + at);
+        at += (o.elems * 4 + 63) / 64 * 64;
+      }
       // Point the kernel's own operand slot (the one that held the bf16
       // address) at the staging.
       for (auto& x : k.x) {
