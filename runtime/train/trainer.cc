@@ -170,6 +170,15 @@ std::string FirstNonFiniteGradient(const Plan& plan, Device& device) {
   return "";
 }
 
+// The process's resident set (/proc/self/statm's second field, in pages),
+// or 0 where there is none.
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
 // skip_nonfinite gives up after this many skipped steps in a row.
 constexpr int64_t kMaxSkippedInARow = 100;
 
@@ -1069,7 +1078,8 @@ absl::Status Trainer::RunOptimizerStep(StepInfo& step) {
   step_state.step = step.number;
   step_state.lr = step.lr;
   ASSIGN_OR_RETURN(const double loss_sum, executor_->RunStep(step_state, *step_batches_));
-  ++summary_.steps;
+  // After one step every arena page has been written: the arena is in.
+  if (++summary_.steps == 1) summary_.resident_bytes = ResidentBytes();
   step_losses_.push_back(static_cast<float>(loss_sum));
   bool skipped = false;
   if (grad_sq_ != nullptr) {
@@ -1393,6 +1403,9 @@ void Trainer::RecordSummaryMetrics() {
             {"seconds", summary_.seconds},
             {"samples_per_s", summary_.samples_per_second},
             {"final_loss", summary_.final_loss}};
+  if (summary_.resident_bytes > 0) {
+    r.info.emplace_back("resident_bytes", static_cast<double>(summary_.resident_bytes));
+  }
   if (eval_data_) r.info.emplace_back("eval_loss", summary_.eval_loss);
   if (summary_.eval_accuracy >= 0) {
     r.info.emplace_back("eval_accuracy", summary_.eval_accuracy);
@@ -1443,6 +1456,11 @@ void Trainer::LogSummary() {
   log_ << absl::StrFormat("  arena           %s per rank (%s without reuse)\n",
                           FormatBytes(plan_.arena_bytes),
                           FormatBytes(plan_.memory.unshared_bytes));
+  if (summary_.resident_bytes > 0) {
+    log_ << absl::StrFormat("  resident        %s after the first step (rank %d's process: "
+                            "arena, data, code)\n",
+                            FormatBytes(summary_.resident_bytes), rank_.rank);
+  }
   if (device_->SupportsCapture()) {
     const CaptureInfo& capture = executor_->capture();
     if (capture.replayed_steps > 0) {

@@ -105,6 +105,9 @@ struct TrainSummary {
   double hidden_fraction = -1;  // of all-reduce time overlapped by compute
   int64_t replayed_steps = 0;   // steps run as one captured graph
   int64_t skipped_steps = 0;    // skip_nonfinite: steps left out
+  // This rank's resident memory after its first step (Linux: the process's
+  // arena, data, code and libraries; 0 where it cannot be read).
+  int64_t resident_bytes = 0;
 };
 
 // What the planner must know of the backend `device` (as --device) that
