@@ -849,13 +849,9 @@ absl::Status CheckLiveMembers(const std::vector<const Buffer*>& members,
 std::set<int> MergeInPlacePairs(const Plan& plan, std::deque<Buffer>* merged) {
   std::set<int> replaced;
   for (const Instruction& in : plan.instructions) {
-    const ops::OpDef* def = ops::FindOp(in.op);
-    if (def == nullptr || def->in_place.first < 0) continue;
-    const auto [o, i] = def->in_place;
-    if (o >= static_cast<int>(in.outputs.size()) || i >= static_cast<int>(in.inputs.size())) {
-      continue;
-    }
-    const int from_id = in.inputs[i], to_id = in.outputs[o];
+    const std::optional<std::pair<int, int>> pair = InPlaceOperands(in);
+    if (!pair) continue;
+    const auto [from_id, to_id] = *pair;
     if (from_id < 0 || to_id < 0 || from_id >= static_cast<int>(plan.buffers.size()) ||
         to_id >= static_cast<int>(plan.buffers.size()) || replaced.count(from_id)) {
       continue;
@@ -938,6 +934,16 @@ absl::Status CheckArenaSharing(const Plan& plan) {
 }
 
 }  // namespace
+
+std::optional<std::pair<int, int>> InPlaceOperands(const Instruction& in) {
+  const ops::OpDef* def = ops::FindOp(in.op);
+  if (def == nullptr || def->in_place.first < 0) return std::nullopt;
+  const auto [o, i] = def->in_place;
+  if (o >= static_cast<int>(in.outputs.size()) || i >= static_cast<int>(in.inputs.size())) {
+    return std::nullopt;
+  }
+  return std::make_pair(in.inputs[i], in.outputs[o]);
+}
 
 absl::Status ValidatePlan(const Plan& plan) {
   if (plan.version != kPlanFormatVersion) {

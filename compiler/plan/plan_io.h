@@ -16,7 +16,9 @@
 #ifndef TRAINC_COMPILER_PLAN_PLAN_IO_H_
 #define TRAINC_COMPILER_PLAN_PLAN_IO_H_
 
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
@@ -34,6 +36,11 @@ absl::StatusOr<Plan> ReadPlanFile(const std::string& path);
 // every waited event recorded earlier on the other stream. Used after
 // parsing and by the planner's tests.
 absl::Status ValidatePlan(const Plan& plan);
+
+// The buffers an instruction's op lets share bytes (ops::OpDef::in_place):
+// {input buffer id, output buffer id}, or nullopt. Whether they do share
+// them is the planner's decision, which ValidatePlan checks.
+std::optional<std::pair<int, int>> InPlaceOperands(const Instruction& in);
 
 }  // namespace trainc
 

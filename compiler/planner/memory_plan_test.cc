@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "compiler/plan/plan.h"
+#include "compiler/plan/plan_io.h"
 #include "compiler/planner/planner.h"
 #include "compiler/planner/testing/specs.h"
 #include "gtest/gtest.h"
-#include "compiler/ops/op_table.h"
 
 namespace trainc {
 namespace {
@@ -85,9 +85,9 @@ bool Contains(const Buffer& outer, const Buffer& inner) {
 // one instruction, the input's last and the output's first, at one offset.
 bool InPlace(const Plan& plan, const Buffer& a, const Buffer& b) {
   for (const Instruction& in : plan.instructions) {
-    const ops::OpDef* def = ops::FindOp(in.op);
-    if (def == nullptr || def->in_place.first < 0) continue;
-    const int out = in.outputs[def->in_place.first], from = in.inputs[def->in_place.second];
+    const std::optional<std::pair<int, int>> operands = InPlaceOperands(in);
+    if (!operands) continue;
+    const auto [from, out] = *operands;
     const bool pair = (from == a.id && out == b.id) || (from == b.id && out == a.id);
     const Buffer& input = plan.buffers[from];
     const Buffer& output = plan.buffers[out];

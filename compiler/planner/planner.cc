@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <memory>
 #include <string>
@@ -762,14 +763,10 @@ class PlanBuilder {
   std::map<int, int> InPlaceOutputs() const {
     std::map<int, int> taken;
     for (const Instruction& in : plan_.instructions) {
-      const ops::OpDef* def = ops::FindOp(in.op);
-      if (def == nullptr || def->in_place.first < 0) continue;
-      const auto [o, i] = def->in_place;
-      if (o >= static_cast<int>(in.outputs.size()) || i >= static_cast<int>(in.inputs.size())) {
-        continue;
-      }
-      const Buffer& from = plan_.buffers[in.inputs[i]];
-      const Buffer& to = plan_.buffers[in.outputs[o]];
+      const std::optional<std::pair<int, int>> pair = InPlaceOperands(in);
+      if (!pair) continue;
+      const Buffer& from = plan_.buffers[pair->first];
+      const Buffer& to = plan_.buffers[pair->second];
       if (IsPersistent(from.kind) || IsPersistent(to.kind) || from.last_use != in.id ||
           to.first_use != in.id || from.bytes != to.bytes || from.dtype != to.dtype ||
           taken.count(from.id)) {
