@@ -20,6 +20,7 @@ struct Candidate {
   int64_t bytes = 0;
   double step_us = 0;
   bool fits = false;
+  MemoryReport memory;  // its plan's, for a refusal
 };
 
 // "1.50 GiB", or "12.3 MiB" below a GiB.
@@ -94,14 +95,11 @@ std::string Table(const std::vector<Candidate>& tried, size_t best, const TrainC
 }
 
 // Nothing fits: the smallest plan's arithmetic.
-absl::Status NothingFits(const std::vector<Candidate>& tried, const TrainSpec& spec,
-                         const PlanOptions& options) {
-  const TrainConfig& t = spec.train;
+absl::Status NothingFits(const std::vector<Candidate>& tried, const TrainConfig& t) {
   const auto smallest = std::min_element(
       tried.begin(), tried.end(),
       [](const Candidate& a, const Candidate& b) { return a.bytes < b.bytes; });
-  ASSIGN_OR_RETURN(const Plan plan, BuildPlan(CandidateSpec(spec, *smallest), options));
-  const MemoryReport& m = plan.memory;
+  const MemoryReport& m = smallest->memory;
   return absl::ResourceExhaustedError(absl::StrFormat(
       "memory = %s: none of the %d plans tried fits; the smallest (%s) needs %s: "
       "parameters %s + gradients %s + optimizer state %s + bf16 copies %s + peak "
@@ -118,7 +116,8 @@ int64_t DeviceBytes(const Plan& plan) {
   return plan.arena_bytes + plan.memory.bf16_staging_bytes;
 }
 
-absl::StatusOr<Plan> BuildPlanWithinMemory(const TrainSpec& spec, const PlanOptions& options) {
+absl::StatusOr<MemoryFit> FitToMemory(const TrainSpec& spec, const PlanOptions& options,
+                                      const CandidatePlanner& planner) {
   const TrainConfig& t = spec.train;
   ASSIGN_OR_RETURN(const cost::MachineProfile profile, PlanningProfile(spec, options));
   cost::SimulationOptions simulation;
@@ -132,9 +131,10 @@ absl::StatusOr<Plan> BuildPlanWithinMemory(const TrainSpec& spec, const PlanOpti
     for (const auto& [zero, accumulate] : Stages(t, micro_batch)) {
       for (bool recompute : recomputes) {
         Candidate c{micro_batch, zero, recompute, accumulate};
-        ASSIGN_OR_RETURN(const Plan plan, BuildPlan(CandidateSpec(spec, c), options));
+        ASSIGN_OR_RETURN(const Plan plan, planner(CandidateSpec(spec, c)));
         ASSIGN_OR_RETURN(const cost::StepPrediction p,
                          cost::SimulateStep(plan, profile, simulation));
+        c.memory = plan.memory;
         c.bytes = DeviceBytes(plan);
         c.step_us = p.step_us;
         c.fits = c.bytes <= t.memory_bytes;
@@ -150,11 +150,9 @@ absl::StatusOr<Plan> BuildPlanWithinMemory(const TrainSpec& spec, const PlanOpti
       best = i;
     }
   }
-  if (best == tried.size()) return NothingFits(tried, spec, options);
-  ASSIGN_OR_RETURN(Plan plan, BuildPlan(CandidateSpec(spec, tried[best]), options));
-  plan.memory_choice =
-      Table(tried, best, t, profile.name.empty() ? std::string("?") : profile.name);
-  return plan;
+  if (best == tried.size()) return NothingFits(tried, t);
+  return MemoryFit{CandidateSpec(spec, tried[best]),
+                   Table(tried, best, t, profile.name.empty() ? std::string("?") : profile.name)};
 }
 
 }  // namespace trainc

@@ -15,6 +15,9 @@
 #ifndef TRAINC_COMPILER_PLANNER_MEMORY_SEARCH_H_
 #define TRAINC_COMPILER_PLANNER_MEMORY_SEARCH_H_
 
+#include <functional>
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
 #include "compiler/planner/planner.h"
@@ -22,8 +25,19 @@
 
 namespace trainc {
 
-// spec.train.memory_bytes > 0. Every candidate is planned with BuildPlan.
-absl::StatusOr<Plan> BuildPlanWithinMemory(const TrainSpec& spec, const PlanOptions& options);
+// How the search plans a candidate (the planner's own pipeline, without
+// the report-only extras BuildPlan adds to the plan it returns).
+using CandidatePlanner = std::function<absl::StatusOr<Plan>(const TrainSpec& spec)>;
+
+struct MemoryFit {
+  TrainSpec spec;     // the kept candidate, its budget cleared: BuildPlan it
+  std::string table;  // what was tried: the plan's memory_choice
+};
+
+// spec.train.memory_bytes > 0: the fastest candidate that fits, or
+// ResourceExhausted with the smallest candidate's arithmetic.
+absl::StatusOr<MemoryFit> FitToMemory(const TrainSpec& spec, const PlanOptions& options,
+                                      const CandidatePlanner& plan);
 
 // The bytes a device needs for `plan`: its arena and its bf16 staging.
 int64_t DeviceBytes(const Plan& plan);

@@ -1042,7 +1042,15 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
 
 absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options) {
   RETURN_IF_ERROR(CheckConfig(spec.train));
-  if (spec.train.memory_bytes > 0) return BuildPlanWithinMemory(spec, options);
+  if (spec.train.memory_bytes > 0) {
+    ASSIGN_OR_RETURN(const MemoryFit fit,
+                     FitToMemory(spec, options, [&options](const TrainSpec& candidate) {
+                       return BuildPlanOfPrecision(candidate, options);
+                     }));
+    ASSIGN_OR_RETURN(Plan plan, BuildPlan(fit.spec, options));
+    plan.memory_choice = fit.table;
+    return plan;
+  }
   ASSIGN_OR_RETURN(Plan plan, BuildPlanOfPrecision(spec, options));
   if (spec.train.precision == Precision::kBf16) {
     // The memory report's saving: the same model, batch and buckets in f32.
