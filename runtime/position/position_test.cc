@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/position/testing/two_instruction_plan.h"
 
 namespace trainc {
 namespace {
@@ -15,23 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 
 Plan TwoInstructionPlan() {
-  Plan plan;
-  Instruction fwd;
-  fwd.id = 0;
-  fwd.op = "linear";
-  fwd.label = "h1 = linear";
-  fwd.phase = Phase::kForward;
-  Instruction ar;
-  ar.id = 1;
-  ar.op = "all_reduce";
-  ar.label = "all_reduce bucket 0";
-  ar.stream = Stream::kComm;
-  plan.instructions = {fwd, ar};
-  Bucket b;
-  b.id = 0;
-  b.all_reduce = 1;
-  plan.buckets = {b};
-  return plan;
+  return testing::TwoInstructionPlan("linear", "h1 = linear", Phase::kForward);
 }
 
 // Two ranks publish into one folder; the table reads both, with labels,

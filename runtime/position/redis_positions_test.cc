@@ -13,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/position/testing/two_instruction_plan.h"
 
 namespace trainc {
 namespace {
@@ -59,22 +60,7 @@ class RedisPositionsTest : public ::testing::Test {
     return RedisPositions::Connect("127.0.0.1", port_, "job-1");
   }
   static Plan TwoInstructionPlan() {
-    Plan plan;
-    Instruction fwd;
-    fwd.id = 0;
-    fwd.op = "load_batch";
-    fwd.label = "load_batch micro 0";
-    fwd.phase = Phase::kData;
-    Instruction ar;
-    ar.id = 1;
-    ar.op = "all_reduce";
-    ar.stream = Stream::kComm;
-    plan.instructions = {fwd, ar};
-    Bucket b;
-    b.id = 0;
-    b.all_reduce = 1;
-    plan.buckets = {b};
-    return plan;
+    return testing::TwoInstructionPlan("load_batch", "load_batch micro 0", Phase::kData);
   }
   int port_ = 0;
   pid_t server_ = -1;
