@@ -212,11 +212,10 @@ absl::Status Executor::Prepare() {
     // its scatter: held collectives are released before such a waiter.
     std::vector<Resolved> held;
     std::vector<int> held_events;
-    auto release = [&](int micro) {
+    auto release = [&] {
       if (held.empty()) return;
       Resolved hold;
       hold.kind = Resolved::kHoldForComm;
-      hold.micro = micro;
       hold.hold = num_holds_++;
       order_.push_back(hold);
       order_.insert(order_.end(), held.begin(), held.end());
@@ -229,7 +228,7 @@ absl::Status Executor::Prepare() {
       const int micro = program[i].micro;
       const int end = micro >= 0 ? last_backward[micro] : -1;
       for (int e : program[i].instr->wait_events) {
-        if (std::count(held_events.begin(), held_events.end(), e)) release(micro);
+        if (std::count(held_events.begin(), held_events.end(), e)) release();
       }
       if (gradients && static_cast<int>(i) < end) {
         held.push_back(program[i]);
@@ -238,7 +237,7 @@ absl::Status Executor::Prepare() {
       } else {
         order_.push_back(program[i]);
       }
-      if (micro >= 0 && static_cast<int>(i) == end) release(micro);
+      if (micro >= 0 && static_cast<int>(i) == end) release();
     }
   }
 

@@ -12,7 +12,7 @@ import unittest
 import e2e_lib as e2e
 
 
-def run(d, name, gpus, *extra, steps=12, micro_batch=4):
+def run(d, name, gpus, *extra, steps=12, micro_batch=4, bucket_mb=0.05):
     """fashion_mlp on `gpus` CPU ranks, AdamW, global batch 48 in
     micro-batches of `micro_batch` (4: accumulate 6, 4 and 3 on 2, 3 and 4
     ranks), small buckets (several per step); returns the checkpoint's
@@ -20,7 +20,7 @@ def run(d, name, gpus, *extra, steps=12, micro_batch=4):
     out = f"{d}/{name}.safetensors"
     proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", gpus,
                      "--global_batch", 48, "--micro_batch", micro_batch,
-                     "--bucket_mb", 0.05, "--steps", steps, "--no-eval",
+                     "--bucket_mb", bucket_mb, "--steps", steps, "--no-eval",
                      "--save", out, *extra)
     return e2e.read_checkpoint(out)[0], proc.stdout
 
@@ -85,6 +85,16 @@ class Zero2Test(unittest.TestCase):
                 for name in plain:
                     self.assertLessEqual(e2e.norm_rel(zero[name], plain[name]), 1e-6,
                                          f"{gpus} ranks {how} {extra}: {name}")
+
+    def test_overlap_off_scatters_before_a_bucket_is_reused(self):
+        # With overlap off the collectives wait for the backward, but a
+        # compute instruction that waits for a bucket's scatter (its memory
+        # reused after it; a bucket per parameter puts such waits inside
+        # the backward) must still find it issued: the same bits, no hang.
+        shard = ["--zero", 2, "--zero_accumulate", "shard"]
+        on, _ = run(self.dir, "overlap_on", 2, *shard, bucket_mb=0)
+        off, _ = run(self.dir, "overlap_off", 2, *shard, "--no-overlap", bucket_mb=0)
+        e2e.assert_same_bits(self, on, off, "overlap off against on")
 
     def test_shard_scatters_every_micro_step_and_local_once(self):
         counts = {}
