@@ -27,8 +27,8 @@ const std::vector<std::string>& OverridableFields() {
       "epochs", "steps",        "lr",         "seed",
       "deterministic", "tf32",  "bucket_mb",  "first_bucket_mb",
       "clip_grad_norm", "skip_nonfinite", "checkpoint_every", "checkpoint_keep",
-      "checkpoint_dir", "zero", "zero_gather", "zero_accumulate", "grad_comm", "precision",
-      "machine", "recompute", "memory", "fusion"};
+      "checkpoint_dir", "zero", "zero_gather", "zero_accumulate", "zero_prefetch",
+      "grad_comm", "precision", "machine", "recompute", "memory", "fusion"};
   return *fields;
 }
 
@@ -42,7 +42,7 @@ const std::vector<std::string>& TrainFields() {
       "bucket_mb", "first_bucket_mb", "seed",  "deterministic",
       "tf32",     "clip_grad_norm", "skip_nonfinite", "checkpoint_every",
       "checkpoint_keep", "checkpoint_dir", "zero", "zero_gather", "zero_accumulate",
-      "grad_comm", "precision", "machine", "recompute", "memory", "fusion"};
+      "zero_prefetch", "grad_comm", "precision", "machine", "recompute", "memory", "fusion"};
   return *fields;
 }
 
@@ -277,6 +277,38 @@ void CheckChoice(const Setting& setting, const std::string& field,
   *choice = *value;
 }
 
+// zero_prefetch = auto | 0..kMaxZeroPrefetch buckets.
+void CheckZeroPrefetch(const Setting& setting, int64_t* prefetch, DiagnosticSink& sink) {
+  constexpr int64_t kMaxZeroPrefetch = 8;
+  const std::string hint = absl::StrCat(
+      "zero_prefetch is how many buckets ahead ZeRO-3 all-gathers parameters: 0 to ",
+      kMaxZeroPrefetch, ", or auto (the planner picks the least predicted step)");
+  const bool word = setting.from_flag()
+                        ? setting.flag_text == "auto"
+                        : setting.expr != nullptr && setting.expr->kind == ast::Expr::Kind::kName &&
+                              setting.expr->text == "auto";
+  if (word) {
+    *prefetch = -1;
+    return;
+  }
+  if (setting.expr != nullptr && setting.expr->kind == ast::Expr::Kind::kName) {
+    ReportSetting(setting, sink,
+                  absl::StrCat("zero_prefetch must be a number or auto, got '",
+                               setting.expr->text, "'"),
+                  hint);
+    return;
+  }
+  if (auto v = NonNegativeInt(setting, sink)) {
+    if (*v > kMaxZeroPrefetch) {
+      ReportSetting(setting, sink,
+                    absl::StrCat("zero_prefetch must be at most ", kMaxZeroPrefetch, ", got ", *v),
+                    hint);
+      return;
+    }
+    *prefetch = *v;
+  }
+}
+
 // bucket_mb = auto | MB >= 0: a bare name or a number in the file, the
 // word or the number as a flag.
 void CheckBucketMb(const Setting& setting, TrainConfig* config,
@@ -443,11 +475,11 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("zero")) {
       if (auto v = NonNegativeInt(*s, sink_)) {
-        if (*v > 2) {
+        if (*v > 3) {
           ReportSetting(*s, sink_,
-                        absl::StrCat("zero must be 0, 1 or 2, got ", *v),
+                        absl::StrCat("zero must be 0, 1, 2 or 3, got ", *v),
                         "ZeRO stage 1 shards the optimizer state, stage 2 "
-                        "the gradients too; stage 3 is not supported");
+                        "the gradients too, stage 3 the parameters too");
         } else {
           config_.zero = *v;
           if (*v > 0 && config_.gpus == 1) {
@@ -492,6 +524,9 @@ class TrainChecker {
                       "use zero_accumulate = local (or auto), or drop "
                       "deterministic = true");
       }
+    }
+    if (const Setting* s = Effective("zero_prefetch")) {
+      CheckZeroPrefetch(*s, &config_.zero_prefetch, sink_);
     }
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;

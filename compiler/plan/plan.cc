@@ -30,6 +30,7 @@ const char* BufferKindName(BufferKind kind) {
     case BufferKind::kWorkspace: return "workspace";
     case BufferKind::kParameterCopy: return "parameter_copy";
     case BufferKind::kGradShard: return "grad_shard";
+    case BufferKind::kParamShard: return "param_shard";
   }
   return "unknown";
 }

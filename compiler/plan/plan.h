@@ -39,9 +39,11 @@
 //                       ZeRO-2: -> the bucket's grad_shard instead, which
 //                       the shard is copied to (attr accumulate 0) or added
 //                       to (accumulate 1); the bucket is then dead.
-//   all_gather          (zero = 1) params span -> the same buffer: every
+//   all_gather          (zero = 1, 2) params span -> the same buffer: every
 //                       rank's shard of it to every rank; stream comm;
-//                       attrs: bucket
+//                       attrs: bucket. ZeRO-3: the bucket's param_shard ->
+//                       a parameter span of its own (see below); attr
+//                       backward (0: for the forward, 1: for the backward).
 //   optimizer           params span, grads (bucket), state spans -> params,
 //                       state; attrs: bucket. Elementwise over the bucket's
 //                       flat span, hyper-parameters from `optimizer` (weight
@@ -87,6 +89,21 @@
 // load_batch waiting for those reduce-scatters. Holes of a bucket (the
 // floats no written gradient covers) are zeroed before each
 // reduce_scatter, since the arena reuses its memory.
+//
+// ZeRO-3 (`zero` = 3): ZeRO-2, and the parameters are kept only as this
+// rank's shard too, the bucket's `param_shard` (kParamShard, persistent,
+// shard_elems floats), which the optimizer updates. In every micro-step a
+// bucket's parameters are all-gathered twice on the comm stream, into a
+// parameter span (with a view per parameter) live from its all_gather to
+// its last reader: once for the forward pass and once for the backward
+// pass. The first reader waits for the all_gather; the all_gather waits
+// for the compute instruction before it (its bytes may be reused ones),
+// which is `zero_prefetch` buckets ahead of the first reader, in the order
+// the micro-step first reads them. The bucket's `param_span` and
+// `parameter_buffers` are micro-step 0's forward gather: the layout of
+// every gather and shard (a parameter's offset in its span), live only
+// there. Under precision = bf16 a parameter's bf16 copy is cast from the
+// gathered span before its first reader, in each pass (not persistent).
 #ifndef TRAINC_COMPILER_PLAN_PLAN_H_
 #define TRAINC_COMPILER_PLAN_PLAN_H_
 
@@ -123,6 +140,7 @@ enum class BufferKind {
   kParameterCopy,   // precision = bf16: a parameter's bf16 copy, cast from
                     // the f32 master once per step (micro-step 0)
   kGradShard,       // ZeRO-2: a bucket's reduced gradient, this rank's shard
+  kParamShard,      // ZeRO-3: a bucket's parameters, this rank's shard
 };
 
 struct Buffer {
@@ -182,6 +200,9 @@ struct Bucket {
   // ZeRO-2: this rank's shard of the reduced gradient (kGradShard,
   // shard_elems floats); -1 otherwise.
   int grad_shard = -1;
+  // ZeRO-3: this rank's shard of the parameters (kParamShard, shard_elems
+  // floats); -1 otherwise.
+  int param_shard = -1;
 };
 
 struct MemoryReport {
@@ -296,8 +317,14 @@ struct Plan {
   // reduced gradient) changes nothing. skip_nonfinite: the trainer then
   // goes on with the next step (counting it) instead of stopping.
   bool skip_nonfinite = false;
-  // ZeRO stage (0, 1 or 2; > 0 only when world_size > 1), see above.
+  // ZeRO stage (0 to 3; > 0 only when world_size > 1), see above.
   int64_t zero = 0;
+  // ZeRO-3: how many buckets ahead of its first reader a parameter
+  // all-gather is issued (0: just before it).
+  int64_t zero_prefetch = 0;
+  // Why the planner chose zero_prefetch (zero_prefetch = auto); empty
+  // otherwise.
+  std::string zero_prefetch_choice;
   // ZeRO-2 with accumulate > 1: local or shard (never auto; see above).
   // local otherwise.
   ZeroAccumulate zero_accumulate = ZeroAccumulate::kLocal;

@@ -309,7 +309,7 @@ const std::vector<BufferKind>& AllBufferKinds() {
       BufferKind::kBucket,         BufferKind::kParameterSpan,
       BufferKind::kStateSpan,      BufferKind::kStepScalar,
       BufferKind::kWorkspace,      BufferKind::kParameterCopy,
-      BufferKind::kGradShard};
+      BufferKind::kGradShard,      BufferKind::kParamShard};
   return *kinds;
 }
 
@@ -374,6 +374,12 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
     }
     if (r.fields.count("zero_accumulate_choice")) {
       ASSIGN_OR_RETURN(plan.zero_accumulate_choice, f.Str("zero_accumulate_choice"));
+    }
+    if (r.fields.count("zero_prefetch")) {  // absent: 0
+      ASSIGN_OR_RETURN(plan.zero_prefetch, f.Int("zero_prefetch"));
+    }
+    if (r.fields.count("zero_prefetch_choice")) {
+      ASSIGN_OR_RETURN(plan.zero_prefetch_choice, f.Str("zero_prefetch_choice"));
     }
     if (r.fields.count("memory_choice")) {
       ASSIGN_OR_RETURN(plan.memory_choice, f.Str("memory_choice"));
@@ -518,6 +524,10 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
       ASSIGN_OR_RETURN(int64_t shard, f.Int("grad_shard"));
       b.grad_shard = static_cast<int>(shard);
     }
+    if (r.fields.count("param_shard")) {  // ZeRO-3 only
+      ASSIGN_OR_RETURN(int64_t shard, f.Int("param_shard"));
+      b.param_shard = static_cast<int>(shard);
+    }
     plan.buckets.push_back(std::move(b));
   } else if (kw == "events") {
     ASSIGN_OR_RETURN(int64_t n, f.Int("count"));
@@ -589,6 +599,11 @@ std::string PlanToText(const Plan& plan) {
                       ? std::string()
                       : absl::StrCat(" zero_accumulate_choice=",
                                      Quote(plan.zero_accumulate_choice)),
+                  plan.zero_prefetch > 0 ? absl::StrCat(" zero_prefetch=", plan.zero_prefetch)
+                                         : std::string(),
+                  plan.zero_prefetch_choice.empty()
+                      ? std::string()
+                      : absl::StrCat(" zero_prefetch_choice=", Quote(plan.zero_prefetch_choice)),
                   plan.memory_choice.empty()
                       ? std::string()
                       : absl::StrCat(" memory_choice=", Quote(plan.memory_choice)),
@@ -679,6 +694,8 @@ std::string PlanToText(const Plan& plan) {
                                       : std::string(),
                     b.grad_shard >= 0 ? absl::StrCat(" grad_shard=", b.grad_shard)
                                       : std::string(),
+                    b.param_shard >= 0 ? absl::StrCat(" param_shard=", b.param_shard)
+                                       : std::string(),
                     " params=", absl::StrJoin(b.parameters, ","), "\n");
   }
   absl::StrAppend(&out, "events count=", plan.num_events, "\n");
@@ -823,8 +840,9 @@ absl::Status CheckPair(const Buffer& a, const Buffer& b) {
 // offsets (only spans overlap their members), each temporary against
 // them by binary search, and temporaries against each other by a sweep
 // over time keeping the live ones ordered by offset.
-// A live gradient (ZeRO-2) must lie inside a live bucket, live no longer
-// than it; it is then checked through that bucket.
+// A live gradient (ZeRO-2) or parameter (ZeRO-3) must lie inside a live
+// bucket or parameter span, live no longer than it; it is then checked
+// through that container.
 absl::Status CheckLiveMembers(const std::vector<const Buffer*>& members,
                               const std::vector<const Buffer*>& live) {
   for (const Buffer* m : members) {
@@ -836,7 +854,7 @@ absl::Status CheckLiveMembers(const std::vector<const Buffer*>& members,
     }
     if (!held) {
       return Invalid(absl::StrCat("buffer ", m->id, " (", m->name, ", ", BufferKindName(m->kind),
-                                  ") is live but inside no live bucket that outlives it"));
+                                  ") is live but inside no live bucket or span that outlives it"));
     }
   }
   return absl::OkStatus();
@@ -881,7 +899,8 @@ absl::Status CheckArenaSharing(const Plan& plan) {
     if (b.first_use < 0) {
       whole.push_back(&b);
     } else {
-      (b.kind == BufferKind::kGradient ? members : live).push_back(&b);
+      const bool member = b.kind == BufferKind::kGradient || b.kind == BufferKind::kParameter;
+      (member ? members : live).push_back(&b);
     }
   }
   RETURN_IF_ERROR(CheckLiveMembers(members, live));
@@ -958,7 +977,8 @@ absl::Status ValidatePlan(const Plan& plan) {
                                 " != world_size * micro_batch * accumulate"));
   }
   if (plan.arena_bytes < 0 || plan.num_events < 0) return Invalid("negative arena or events");
-  if (plan.zero < 0 || plan.zero > 2) return Invalid(absl::StrCat("zero ", plan.zero));
+  if (plan.zero < 0 || plan.zero > 3) return Invalid(absl::StrCat("zero ", plan.zero));
+  if (plan.zero_prefetch < 0) return Invalid(absl::StrCat("zero_prefetch ", plan.zero_prefetch));
   const int num_buffers = static_cast<int>(plan.buffers.size());
   const int num_instr = static_cast<int>(plan.instructions.size());
   auto buffer_ok = [&](int id) { return id >= 0 && id < num_buffers; };
@@ -1091,6 +1111,14 @@ absl::Status ValidatePlan(const Plan& plan) {
           plan.buffers[b.grad_shard].bytes != b.shard_elems * 4))) {
       return Invalid(absl::StrCat(where, ": grad shard ", b.grad_shard, " in a plan of zero ",
                                   plan.zero));
+    }
+    if ((plan.zero >= 3) != (b.param_shard >= 0) ||
+        (b.param_shard >= 0 &&
+         (!buffer_ok(b.param_shard) ||
+          plan.buffers[b.param_shard].kind != BufferKind::kParamShard ||
+          plan.buffers[b.param_shard].bytes != b.shard_elems * 4))) {
+      return Invalid(absl::StrCat(where, ": parameter shard ", b.param_shard,
+                                  " in a plan of zero ", plan.zero));
     }
   }
   for (int id : plan.input_buffers) {

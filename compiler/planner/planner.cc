@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "compiler/autodiff/autodiff.h"
 #include "compiler/cost/bundled_profiles.h"
 #include "compiler/cost/simulator.h"
@@ -50,7 +51,8 @@ absl::Status CheckConfig(const TrainConfig& t) {
 }
 
 // Buffers live the whole run, at offsets fixed before the arena is
-// planned. ZeRO-2's buckets (and their gradient views) are planned by
+// planned. ZeRO-2's buckets (and their gradient views) and ZeRO-3's
+// gathered parameter spans (and their views and bf16 copies) are planned by
 // liveness like activations.
 bool IsPersistent(BufferKind kind, int64_t zero) {
   switch (kind) {
@@ -63,22 +65,59 @@ bool IsPersistent(BufferKind kind, int64_t zero) {
     case BufferKind::kBucket:
     case BufferKind::kGradient:
       return zero < 2;
+    case BufferKind::kParameterSpan:
+    case BufferKind::kParameter:
+    case BufferKind::kParameterCopy:
+      return zero < 3;
     default:
       return true;
   }
 }
 
+// What the ZeRO searches decided: ZeRO-2's accumulation (local or shard)
+// and ZeRO-3's prefetch depth in buckets.
+struct ZeroChoices {
+  ZeroAccumulate accumulate = ZeroAccumulate::kLocal;
+  int64_t prefetch = 0;
+};
+
+// ZeRO-3: a bucket's parameters gathered for one pass of a micro-step.
+struct GatherUnit {
+  bool backward = false;
+  int bucket = -1;
+  int first_node = -1;  // the graph node first reading them in that pass
+};
+
+// ZeRO-3's gathers: the units of every micro-step, and the buffers of the
+// micro-step being emitted.
+struct ZeroThreeState {
+  std::vector<GatherUnit> units;    // in the order a micro-step first reads them
+  std::vector<int> unread_buckets;  // parameters nobody reads: gathered once
+  std::vector<int> bucket_of;       // parameter value -> its bucket, else -1
+  std::vector<int> cast_of;         // bf16 copy value -> its cast (node index), else -1
+  std::map<int, std::vector<int>> triggered;  // node -> units gathered before it
+  std::vector<int> at_start;                  // units gathered before load_batch
+  std::vector<bool> layout_taken;  // bucket -> its param_span used by a gather
+  // This micro-step's: per unit, its span, parameter views (value ->
+  // buffer) and all_gather's event, and whether a reader waited for it;
+  // per pass, the bf16 copies (value -> buffer).
+  std::vector<int> span, gathered;
+  std::vector<std::map<int, int>> views;
+  std::vector<bool> waited;
+  std::map<int, int> copies[2];
+};
+
 // Turns a differentiated graph into a Plan; all state of one BuildPlan.
 class PlanBuilder {
  public:
   PlanBuilder(const TrainSpec& spec, const Graph& graph, const PlanOptions& options,
-              const BucketSizes& sizes,
-              ZeroAccumulate zero_accumulate = ZeroAccumulate::kLocal)
+              const BucketSizes& sizes, const ZeroChoices& zero = {})
       : spec_(spec),
         graph_(graph),
         options_(options),
         sizes_(sizes),
-        zero_accumulate_(zero_accumulate),
+        zero_accumulate_(zero.accumulate),
+        zero_prefetch_(zero.prefetch),
         accumulate_(static_cast<int>(spec.train.accumulate)),
         deterministic_(spec.train.deterministic),
         shared_(graph.values().size(), -1),
@@ -99,6 +138,7 @@ class PlanBuilder {
   // arena, no validation), for bucket_mb = auto's candidates.
   absl::StatusOr<Plan> Build(bool for_costing = false) {
     CreatePersistentBuffers();
+    if (ShardedParams()) PlanGatherUnits();
     if (GatherInNextForward()) EmitParameterGathers();
     for (int k = 0; k < accumulate_; ++k) EmitMicroStep(k);
     EmitOptimizer();
@@ -165,9 +205,11 @@ class PlanBuilder {
     plan_.skip_nonfinite = t.skip_nonfinite;
     // One rank has nothing to shard: ZeRO on one rank is plain DDP.
     plan_.zero = t.gpus > 1 ? t.zero : 0;
-    plan_.zero_gather = plan_.zero > 0 ? t.zero_gather : ZeroGather::kStepEnd;
+    // ZeRO-3 gathers before every use (zero_prefetch says how early).
+    plan_.zero_gather = plan_.zero == 1 || plan_.zero == 2 ? t.zero_gather : ZeroGather::kStepEnd;
+    plan_.zero_prefetch = plan_.zero == 3 ? zero_prefetch_ : 0;
     // Micro-steps add up locally unless ZeRO-2 scatters each one.
-    plan_.zero_accumulate = plan_.zero == 2 && accumulate_ > 1 && !deterministic_
+    plan_.zero_accumulate = plan_.zero >= 2 && accumulate_ > 1 && !deterministic_
                                 ? zero_accumulate_
                                 : ZeroAccumulate::kLocal;
     plan_.grad_comm = t.grad_comm;
@@ -279,7 +321,8 @@ class PlanBuilder {
     }
     // Offsets of each parameter within its bucket: the same in the
     // parameter span, every gradient slot and every state span.
-    std::vector<int64_t> relative(graph_.values().size(), 0);
+    std::vector<int64_t>& relative = within_;
+    relative.assign(graph_.values().size(), 0);
     std::vector<int64_t> slot_bytes, shard_elems;
     for (const BucketInfo& b : buckets_) {
       int64_t size = 0;
@@ -304,17 +347,28 @@ class PlanBuilder {
       bucket.bytes = slot_bytes[b];
       bucket.shard_elems = shard_elems[b];
       bucket.weight_decay = buckets_[b].weight_decay;
+      // ZeRO-3: the span and its views are micro-step 0's first gather,
+      // placed by PlanArena; the rank keeps its shard.
+      const int64_t span_at = ShardedParams() ? 0 : cursor;
       bucket.param_span = NewBuffer(absl::StrCat("bucket", b, "/params"),
                                     BufferKind::kParameterSpan, DType::kF32,
-                                    {slot_bytes[b] / 4}, cursor);
+                                    {slot_bytes[b] / 4}, span_at);
       for (int p : buckets_[b].params) {
         const Value& v = graph_.value(p);
-        shared_[p] = NewValueBuffer(v, BufferKind::kParameter, v.name, cursor + relative[p]);
+        shared_[p] = NewValueBuffer(v, BufferKind::kParameter, v.name, span_at + relative[p]);
         plan_.buffers[shared_[p]].init = v.init;
         plan_.buffers[shared_[p]].init_bound = v.init_bound;
         bucket.parameters.push_back(v.name);
+        if (ShardedParams()) views_.push_back({shared_[p], bucket.param_span, relative[p]});
       }
-      cursor += slot_bytes[b];
+      if (ShardedParams()) {
+        bucket.param_shard =
+            NewBuffer(absl::StrCat("bucket", b, "/param_shard"), BufferKind::kParamShard,
+                      DType::kF32, {shard_elems[b]}, cursor);
+        cursor += shard_elems[b] * 4;
+      } else {
+        cursor += slot_bytes[b];
+      }
       plan_.buckets.push_back(std::move(bucket));
     }
     // ZeRO-2 scattering every micro-step: a bucket (and gradients) per
@@ -375,9 +429,10 @@ class PlanBuilder {
       grad_sq_ = NewBuffer("grad_sq", BufferKind::kStepScalar, DType::kF32, {1}, cursor);
       cursor += AlignUp(4);
     }
-    // precision = bf16: each parameter's bf16 copy, cast once per step.
+    // precision = bf16: each parameter's bf16 copy, cast once per step
+    // (ZeRO-3: in each pass, from the gathered parameters; CastFor).
     for (const Node& node : graph_.nodes()) {
-      if (!IsParameterCast(node)) continue;
+      if (!IsParameterCast(node) || ShardedParams()) continue;
       const Value& v = graph_.value(node.outputs[0]);
       shared_[v.id] = NewValueBuffer(v, BufferKind::kParameterCopy, v.name, cursor);
       cursor += AlignUp(v.bytes());
@@ -419,8 +474,20 @@ class PlanBuilder {
 
   int Emit(Instruction in) {
     in.id = static_cast<int>(plan_.instructions.size());
+    if (in.stream == Stream::kCompute) last_compute_ = in.id;
     plan_.instructions.push_back(std::move(in));
     return plan_.instructions.back().id;
+  }
+
+  // An event recorded by compute instruction `id` (one per instruction,
+  // shared by every waiter).
+  int EventAfter(int id) {
+    auto [it, fresh] = event_after_.try_emplace(id, -1);
+    if (fresh) {
+      it->second = plan_.num_events++;
+      plan_.instructions[id].record_events.push_back(it->second);
+    }
+    return it->second;
   }
 
   // The bucket's all_reduce (reduce_scatter) in micro-step k, after
@@ -471,11 +538,14 @@ class PlanBuilder {
     // are free (their memory reused) only once scattered.
     load.wait_events = std::move(scattered_events_);
     scattered_events_.clear();
+    if (ShardedParams()) StartGathers(k);
     int last_compute = Emit(std::move(load));
     size_t next_bucket = 0;
     in_flight_.clear();
     for (const Node& node : graph_.nodes()) {
-      if (k > 0 && IsParameterCast(node)) continue;
+      if (IsParameterCast(node) && (k > 0 || ShardedParams())) continue;
+      const bool backward = node.role != NodeRole::kForward;
+      if (ShardedParams()) EmitTriggeredGathers(node.id, k);
       Instruction in;
       // ZeRO-2: once a bucket's successor is scattering too, the next
       // compute instruction waits for the bucket's scatter, which ends its
@@ -485,7 +555,10 @@ class PlanBuilder {
         in_flight_.erase(in_flight_.begin());
       }
       in.op = node.op;
-      for (int id : node.inputs) in.inputs.push_back(BufferFor(id, k));
+      for (int id : node.inputs) {
+        in.inputs.push_back(ShardedParams() ? GatheredInput(id, k, backward, &in.wait_events)
+                                            : BufferFor(id, k));
+      }
       for (int id : node.outputs) in.outputs.push_back(BufferFor(id, k));
       in.attrs = node.attrs;
       bool writes_parameter_grad = false;
@@ -501,7 +574,7 @@ class PlanBuilder {
         const bool slot_adds = !deterministic_ && !ShardEachMicroStep() && k > 0;
         in.attrs["accumulate"] = (graph_adds || slot_adds) ? 1 : 0;
       }
-      in.phase = node.role == NodeRole::kForward ? Phase::kForward : Phase::kBackward;
+      in.phase = backward ? Phase::kBackward : Phase::kForward;
       in.micro_step = k;
       // zero_gather = next_forward: the first reader of a bucket's
       // parameters waits for that bucket's all-gather.
@@ -535,6 +608,8 @@ class PlanBuilder {
   bool Sharded() const { return plan_.zero > 0; }
   // ZeRO-2: gradients kept as shards, buckets freed once scattered.
   bool ShardedGrads() const { return plan_.zero >= 2; }
+  // ZeRO-3: parameters kept as shards, gathered for each pass.
+  bool ShardedParams() const { return plan_.zero >= 3; }
   // ZeRO-2 with zero_accumulate = shard: a reduce-scatter per micro-step.
   bool ShardEachMicroStep() const {
     return ShardedGrads() && plan_.zero_accumulate == ZeroAccumulate::kShard;
@@ -572,6 +647,171 @@ class PlanBuilder {
     }
     gather_bucket_of_ = std::move(bucket_of);
     gather_waited_.assign(buckets_.size(), false);
+  }
+
+  // ZeRO-3: which bucket each pass of a micro-step reads, in the order it
+  // first does (a bf16 copy's reader reads its parameter), and where each
+  // unit's gather goes: zero_prefetch units before its first reader.
+  void PlanGatherUnits() {
+    ZeroThreeState& z = zero3_;
+    const size_t n = graph_.values().size();
+    z.bucket_of.assign(n, -1);
+    z.cast_of.assign(n, -1);
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      for (int p : buckets_[b].params) z.bucket_of[p] = static_cast<int>(b);
+    }
+    const std::vector<Node>& nodes = graph_.nodes();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (IsParameterCast(nodes[i])) z.cast_of[nodes[i].outputs[0]] = static_cast<int>(i);
+    }
+    std::set<std::pair<bool, int>> seen;
+    std::vector<bool> read(buckets_.size(), false);
+    for (const Node& node : graph_.nodes()) {
+      if (IsParameterCast(node)) continue;
+      const bool backward = node.role != NodeRole::kForward;
+      for (int id : node.inputs) {
+        const int p = ParameterRead(id);
+        if (p < 0) continue;
+        const int b = z.bucket_of[p];
+        read[b] = true;
+        if (seen.insert({backward, b}).second) z.units.push_back({backward, b, node.id});
+      }
+    }
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (!read[b]) z.unread_buckets.push_back(static_cast<int>(b));
+    }
+    const int depth = static_cast<int>(zero_prefetch_);
+    for (size_t i = 0; i < z.units.size(); ++i) {
+      const int trigger = static_cast<int>(i) - depth;
+      if (trigger < 0) {
+        z.at_start.push_back(static_cast<int>(i));
+      } else {
+        z.triggered[z.units[trigger].first_node].push_back(static_cast<int>(i));
+      }
+    }
+    z.layout_taken.assign(buckets_.size(), false);
+  }
+
+  // The parameter value `id` reads (itself, or the parameter a bf16 copy
+  // is cast from), else -1.
+  int ParameterRead(int id) const {
+    if (graph_.value(id).kind == ValueKind::kParameter) return id;
+    const int cast = zero3_.cast_of[id];
+    return cast < 0 ? -1 : graph_.nodes()[cast].inputs[0];
+  }
+
+  // Micro-step k begins: a fresh set of spans; the gathers due before its
+  // load_batch (and, once, those of the buckets nobody reads, for their
+  // layout).
+  void StartGathers(int k) {
+    ZeroThreeState& z = zero3_;
+    const size_t units = z.units.size();
+    z.span.assign(units, -1);
+    z.gathered.assign(units, -1);
+    z.views.assign(units, {});
+    z.waited.assign(units, false);
+    z.copies[0].clear();
+    z.copies[1].clear();
+    if (k == 0) {
+      for (int b : z.unread_buckets) EmitGather(b, /*backward=*/false, k, nullptr);
+    }
+    for (int i : z.at_start) EmitUnitGather(i, k);
+  }
+
+  void EmitTriggeredGathers(int node, int k) {
+    auto it = zero3_.triggered.find(node);
+    if (it == zero3_.triggered.end()) return;
+    for (int i : it->second) EmitUnitGather(i, k);
+  }
+
+  void EmitUnitGather(int i, int k) {
+    ZeroThreeState& z = zero3_;
+    const GatherUnit& u = z.units[i];
+    z.gathered[i] = EmitGather(u.bucket, u.backward, k, &z.views[i]);
+    z.span[i] = plan_.instructions[z.gathered[i]].outputs[0];
+  }
+
+  // Bucket b's all_gather into a span of its own (micro-step 0's first
+  // one: the bucket's param_span and the parameters' buffers), after the
+  // last compute instruction, whose bytes the span may reuse. Fills
+  // `views` (parameter value -> its buffer); returns the instruction.
+  int EmitGather(int b, bool backward, int k, std::map<int, int>* views) {
+    ZeroThreeState& z = zero3_;
+    Bucket& bucket = plan_.buckets[b];
+    const bool layout = k == 0 && !z.layout_taken[b];
+    z.layout_taken[b] = true;
+    const std::string at = absl::StrCat("@", backward ? "bwd" : "fwd", accumulate_ > 1 ? absl::StrCat(k) : "");
+    const int span = layout ? bucket.param_span
+                            : NewBuffer(absl::StrCat("bucket", b, "/params", at),
+                                        BufferKind::kParameterSpan, DType::kF32,
+                                        {bucket.bytes / 4});
+    for (int p : buckets_[b].params) {
+      const Value& v = graph_.value(p);
+      int view = shared_[p];
+      if (!layout) {
+        view = NewValueBuffer(v, BufferKind::kParameter, absl::StrCat(v.name, at));
+        views_.push_back({view, span, within_[p]});
+      }
+      if (views != nullptr) (*views)[p] = view;
+    }
+    Instruction g;
+    g.op = "all_gather";
+    g.inputs = {bucket.param_shard};
+    g.outputs = {span};
+    g.attrs["bucket"] = b;
+    g.attrs["backward"] = backward ? 1 : 0;
+    g.stream = Stream::kComm;
+    g.phase = Phase::kComm;
+    g.micro_step = k;
+    if (last_compute_ >= 0) g.wait_events = {EventAfter(last_compute_)};
+    g.record_events = {plan_.num_events++};
+    g.label = absl::StrCat("all_gather bucket ", b, " params for the ",
+                           backward ? "backward" : "forward",
+                           accumulate_ > 1 ? absl::StrCat(" micro ", k) : "");
+    const int id = Emit(std::move(g));
+    if (layout) bucket.all_gather = id;
+    return id;
+  }
+
+  // ZeRO-3: the buffer a node of micro-step k reads for value `id`: a
+  // parameter from its pass's gathered span (the first reader waiting for
+  // the all_gather), a bf16 copy cast from there (CastFor); else BufferFor.
+  int GatheredInput(int id, int k, bool backward, std::vector<int>* waits) {
+    const int p = ParameterRead(id);
+    if (p < 0) return BufferFor(id, k);
+    if (p != id) return CastFor(id, k, backward);
+    ZeroThreeState& z = zero3_;
+    int unit = -1;
+    for (size_t i = 0; i < z.units.size() && unit < 0; ++i) {
+      if (z.units[i].bucket == z.bucket_of[p] && z.units[i].backward == backward) unit = i;
+    }
+    if (!z.waited[unit]) {
+      z.waited[unit] = true;
+      waits->push_back(plan_.instructions[z.gathered[unit]].record_events[0]);
+    }
+    return z.views[unit].at(p);
+  }
+
+  // ZeRO-3 under precision = bf16: parameter copy `id` made once per pass,
+  // just before its first reader.
+  int CastFor(int id, int k, bool backward) {
+    auto [it, fresh] = zero3_.copies[backward].try_emplace(id, -1);
+    if (!fresh) return it->second;
+    const Node& node = graph_.nodes()[zero3_.cast_of[id]];
+    const Value& v = graph_.value(id);
+    Instruction cast;
+    cast.op = node.op;
+    cast.attrs = node.attrs;
+    cast.inputs = {GatheredInput(node.inputs[0], k, backward, &cast.wait_events)};
+    it->second = NewValueBuffer(
+        v, BufferKind::kParameterCopy,
+        absl::StrCat(v.name, "@", backward ? "bwd" : "fwd", accumulate_ > 1 ? absl::StrCat(k) : ""));
+    cast.outputs = {it->second};
+    cast.phase = backward ? Phase::kBackward : Phase::kForward;
+    cast.micro_step = k;
+    cast.label = node.label;
+    Emit(std::move(cast));
+    return it->second;
   }
 
   void EmitOptimizer() {
@@ -622,8 +862,9 @@ class PlanBuilder {
       const Bucket& bucket = plan_.buckets[b];
       Instruction in;
       in.op = "optimizer";
-      in.inputs = {bucket.param_span, ShardedGrads() ? bucket.grad_shard : bucket.grad_buffer};
-      in.outputs = {bucket.param_span};
+      const int params = ShardedParams() ? bucket.param_shard : bucket.param_span;
+      in.inputs = {params, ShardedGrads() ? bucket.grad_shard : bucket.grad_buffer};
+      in.outputs = {params};
       for (int s : bucket.state_spans) {
         in.inputs.push_back(s);
         in.outputs.push_back(s);
@@ -644,7 +885,8 @@ class PlanBuilder {
       }
       in.attrs["shard"] = 1;
       in.label += " shard";
-      if (GatherInNextForward()) {  // gathered at the next step's start
+      // Gathered at the next step's start, or (ZeRO-3) before each use.
+      if (GatherInNextForward() || ShardedParams()) {
         Emit(std::move(in));
         continue;
       }
@@ -733,8 +975,9 @@ class PlanBuilder {
     }
   }
 
-  // ZeRO-2: a bucket is live whenever one of its gradient views is; the
-  // views are not placed on their own (PlaceViews).
+  // ZeRO-2: a bucket is live whenever one of its gradient views is (ZeRO-3:
+  // a gathered span whenever one of its parameter views is); the views are
+  // not placed on their own (PlaceViews).
   void MergeViewsIntoBuckets() {
     for (const View& v : views_) {
       const Buffer& view = plan_.buffers[v.view];
@@ -809,7 +1052,7 @@ class PlanBuilder {
     std::vector<LiveInterval> intervals;
     for (const Buffer& b : plan_.buffers) {
       if (IsPersistent(b.kind) || b.first_use < 0 || b.kind == BufferKind::kGradient ||
-          in_place.count(b.id)) {
+          b.kind == BufferKind::kParameter || in_place.count(b.id)) {
         continue;
       }
       dynamic.push_back(b.id);
@@ -828,7 +1071,10 @@ class PlanBuilder {
     plan_.arena_bytes = AlignUp(persistent_bytes_ + memory.size);
     MemoryReport& report = plan_.memory;
     for (const Buffer& b : plan_.buffers) {
-      if (b.kind == BufferKind::kParameterSpan) report.parameter_bytes += b.bytes;
+      if (b.kind == BufferKind::kParameterSpan && IsPersistent(b.kind)) {
+        report.parameter_bytes += b.bytes;
+      }
+      if (b.kind == BufferKind::kParamShard) report.parameter_bytes += b.bytes;
       if (b.kind == BufferKind::kBucket && IsPersistent(b.kind)) report.gradient_bytes += b.bytes;
       if (b.kind == BufferKind::kGradShard) report.gradient_bytes += b.bytes;
       if (b.kind == BufferKind::kStateSpan) report.optimizer_state_bytes += b.bytes;
@@ -858,6 +1104,7 @@ class PlanBuilder {
   const PlanOptions& options_;
   const BucketSizes sizes_;
   const ZeroAccumulate zero_accumulate_;  // ZeRO-2's, asked for: local or shard
+  const int64_t zero_prefetch_;           // ZeRO-3's gathers: buckets ahead
   const int accumulate_;
   const bool deterministic_;
   Plan plan_;
@@ -884,6 +1131,10 @@ class PlanBuilder {
   // (-1 otherwise; empty without it), and which bucket waits were placed.
   std::vector<int> gather_bucket_of_;
   std::vector<bool> gather_waited_;
+  std::vector<int64_t> within_;  // parameter -> byte offset in its bucket's span
+  int last_compute_ = -1;        // the last compute instruction emitted
+  std::map<int, int> event_after_;  // compute instruction -> EventAfter's event
+  ZeroThreeState zero3_;
 };
 
 }  // namespace
@@ -908,7 +1159,7 @@ namespace {
 // replayed on the profile; the least predicted step wins (bucket_search.h).
 absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& graph,
                                            const PlanOptions& options,
-                                           ZeroAccumulate zero_accumulate) {
+                                           const ZeroChoices& zero) {
   ASSIGN_OR_RETURN(const cost::MachineProfile profile, PlanningProfile(spec, options));
   int64_t grad_bytes = 0;
   for (int p : graph.parameters()) grad_bytes += graph.value(p).bytes();
@@ -919,7 +1170,7 @@ absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& g
   simulation.world_size = spec.train.gpus;
   simulation.overlap = options.overlap;
   for (const BucketSizes& sizes : candidates) {
-    PlanBuilder builder(spec, graph, options, sizes, zero_accumulate);
+    PlanBuilder builder(spec, graph, options, sizes, zero);
     auto [it, fresh] = seen.try_emplace(builder.AssignBuckets(), costs.size());
     if (!fresh) {
       CandidateCost same = costs[it->second];
@@ -941,7 +1192,7 @@ absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& g
     costs.push_back(c);
   }
   const size_t best = BestCandidate(costs);
-  PlanBuilder builder(spec, graph, options, costs[best].sizes, zero_accumulate);
+  PlanBuilder builder(spec, graph, options, costs[best].sizes, zero);
   builder.AssignBuckets();
   ASSIGN_OR_RETURN(Plan plan, builder.Build());
   plan.bucket_choice =
@@ -988,7 +1239,7 @@ absl::StatusOr<ZeroAccumulateChoice> ChooseZeroAccumulate(const TrainSpec& spec,
   double step_us[2];
   const ZeroAccumulate kinds[2] = {ZeroAccumulate::kLocal, ZeroAccumulate::kShard};
   for (int i = 0; i < 2; ++i) {
-    PlanBuilder builder(spec, graph, options, sizes, kinds[i]);
+    PlanBuilder builder(spec, graph, options, sizes, {kinds[i], 0});
     builder.AssignBuckets();
     ASSIGN_OR_RETURN(plans[i], builder.Build());
     ASSIGN_OR_RETURN(const cost::StepPrediction p,
@@ -1002,6 +1253,56 @@ absl::StatusOr<ZeroAccumulateChoice> ChooseZeroAccumulate(const TrainSpec& spec,
       "%.2f ms (%s; shard when its step is within 5%%)",
       EnumName(choice.kind), MiB(plans[1].arena_bytes), step_us[1] / 1000,
       MiB(plans[0].arena_bytes), step_us[0] / 1000,
+      profile.name.empty() ? std::string("?") : profile.name);
+  return choice;
+}
+
+// ZeRO-3 with zero_prefetch = auto: each depth from 0 to kMaxAutoPrefetch
+// buckets, replayed on the machine profile (with the file's bucket sizes).
+// A deeper prefetch hides more of the gathers but keeps more spans alive:
+// the least predicted step wins, the shallowest among steps within 1%.
+struct ZeroPrefetchChoice {
+  int64_t depth = 0;
+  std::string why;
+};
+absl::StatusOr<ZeroPrefetchChoice> ChooseZeroPrefetch(const TrainSpec& spec, const Graph& graph,
+                                                      const PlanOptions& options,
+                                                      ZeroAccumulate accumulate) {
+  const TrainConfig& t = spec.train;
+  ZeroPrefetchChoice choice;
+  if (t.zero < 3 || t.gpus < 2) return choice;
+  if (t.zero_prefetch >= 0) {
+    choice.depth = t.zero_prefetch;
+    return choice;
+  }
+  ASSIGN_OR_RETURN(const cost::MachineProfile profile, PlanningProfile(spec, options));
+  cost::SimulationOptions simulation;
+  simulation.world_size = t.gpus;
+  simulation.overlap = options.overlap;
+  constexpr int64_t kMaxAutoPrefetch = 3;
+  std::vector<double> step_us;
+  std::vector<int64_t> arena;
+  for (int64_t depth = 0; depth <= kMaxAutoPrefetch; ++depth) {
+    PlanBuilder builder(spec, graph, options, {t.bucket_mb, t.first_bucket_mb},
+                        {accumulate, depth});
+    builder.AssignBuckets();
+    ASSIGN_OR_RETURN(const Plan plan, builder.Build());
+    ASSIGN_OR_RETURN(const cost::StepPrediction p,
+                     cost::SimulateStep(plan, profile, simulation));
+    step_us.push_back(p.step_us);
+    arena.push_back(plan.arena_bytes);
+  }
+  const double best = *std::min_element(step_us.begin(), step_us.end());
+  constexpr double kSlack = 1.01;
+  while (step_us[choice.depth] > kSlack * best) ++choice.depth;
+  std::vector<std::string> rows;
+  for (size_t d = 0; d < step_us.size(); ++d) {
+    rows.push_back(absl::StrFormat("%d: %.2f ms, arena %s", d, step_us[d] / 1000,
+                                   MiB(arena[d])));
+  }
+  choice.why = absl::StrFormat(
+      "zero_prefetch = %d buckets ahead (%s; %s; the shallowest within 1%% of the least step)",
+      choice.depth, absl::StrJoin(rows, "; "),
       profile.name.empty() ? std::string("?") : profile.name);
   return choice;
 }
@@ -1025,16 +1326,20 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
   ASSIGN_OR_RETURN(const ZeroAccumulateChoice accumulate,
                    ChooseZeroAccumulate(spec, graph, options));
+  ASSIGN_OR_RETURN(const ZeroPrefetchChoice prefetch,
+                   ChooseZeroPrefetch(spec, graph, options, accumulate.kind));
+  const ZeroChoices zero{accumulate.kind, prefetch.depth};
   Plan plan;
   if (spec.train.bucket_mb_auto) {
-    ASSIGN_OR_RETURN(plan, BuildAutoBucketedPlan(spec, graph, options, accumulate.kind));
+    ASSIGN_OR_RETURN(plan, BuildAutoBucketedPlan(spec, graph, options, zero));
   } else {
     PlanBuilder builder(spec, graph, options,
-                        {spec.train.bucket_mb, spec.train.first_bucket_mb}, accumulate.kind);
+                        {spec.train.bucket_mb, spec.train.first_bucket_mb}, zero);
     builder.AssignBuckets();
     ASSIGN_OR_RETURN(plan, builder.Build());
   }
   plan.zero_accumulate_choice = accumulate.why;
+  plan.zero_prefetch_choice = prefetch.why;
   return plan;
 }
 

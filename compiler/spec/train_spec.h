@@ -197,11 +197,17 @@ struct TrainConfig {
   // its 1/N shard of the parameters (and keeps only that shard's optimizer
   // state), then the shards are all-gathered. 2: ZeRO stage 2, the same
   // with the reduced gradients kept as 1/N shards too (the whole bucket
-  // only lives from its first gradient to its reduce-scatter). 0:
-  // all-reduce, every rank updates everything.
+  // only lives from its first gradient to its reduce-scatter). 3: stage
+  // 3, the parameters kept as 1/N shards too, all-gathered before each
+  // forward and backward use and freed after. 0: all-reduce, every rank
+  // updates everything.
   int64_t zero = 0;
   // ZeRO-2 with accumulate > 1: see ZeroAccumulate.
   ZeroAccumulate zero_accumulate = ZeroAccumulate::kAuto;
+  // ZeRO-3: how many buckets ahead of its first reader each parameter
+  // all-gather is issued (compiler/plan/plan.h); -1: auto, the planner
+  // picks the least predicted step (the smallest depth among equals).
+  int64_t zero_prefetch = -1;
   // ZeRO-1's parameter all-gather: step_end (each bucket's right after its
   // shard's update) or next_forward (at the start of the next step, each
   // bucket's forward waiting only for its own).

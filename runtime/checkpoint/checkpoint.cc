@@ -48,8 +48,12 @@ struct Slot {
   std::vector<int64_t> shape;
   int64_t offset = 0;
   int64_t bytes = 0;
-  int bucket = -1;  // optimizer state only
-  int kind = -1;
+  bool state = false;  // optimizer state (the training state file)
+  // Sharded (ZeRO >= 1 state, ZeRO-3 parameters): the buffer holding this
+  // rank's shard of the tensor's bucket span, its bucket, and the tensor's
+  // byte offset in the whole span. -1: the tensor is whole at `offset`.
+  int shard_buffer = -1;
+  int bucket = -1;
   int64_t within = 0;
 };
 
@@ -71,6 +75,10 @@ absl::StatusOr<std::vector<std::string>> StateNames(const Plan& plan) {
 absl::StatusOr<std::vector<Slot>> Slots(const Plan& plan, bool with_state) {
   std::vector<Slot> slots;
   absl::flat_hash_map<std::string, const Buffer*> params;
+  absl::flat_hash_map<std::string, int> bucket_of;
+  for (const Bucket& bucket : plan.buckets) {
+    for (const std::string& name : bucket.parameters) bucket_of[name] = bucket.id;
+  }
   for (int id : plan.parameter_buffers) {
     const Buffer& b = plan.buffers[id];
     if (b.dtype != DType::kF32) {
@@ -78,7 +86,19 @@ absl::StatusOr<std::vector<Slot>> Slots(const Plan& plan, bool with_state) {
           absl::StrCat("parameter '", b.name, "' is not f32"));
     }
     params[b.name] = &b;
-    slots.push_back({b.name, b.shape, b.offset, b.bytes});
+    Slot slot{b.name, b.shape, b.offset, b.bytes};
+    auto it = bucket_of.find(b.name);
+    if (plan.zero >= 3 && it != bucket_of.end()) {  // kept as its bucket's shard
+      const Bucket& bucket = plan.buckets[it->second];
+      slot.shard_buffer = bucket.param_shard;
+      slot.bucket = bucket.id;
+      slot.within = b.offset - plan.buffers[bucket.param_span].offset;
+      if (slot.within < 0 || slot.within + b.bytes > bucket.bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", b.name, "' is not inside bucket ", bucket.id, "'s span"));
+      }
+    }
+    slots.push_back(std::move(slot));
   }
   if (!with_state) return slots;
 
@@ -112,9 +132,14 @@ absl::StatusOr<std::vector<Slot>> Slots(const Plan& plan, bool with_state) {
               "parameter '", name, "' is not inside bucket ", bucket.id,
               "'s parameter and state spans"));
         }
-        slots.push_back({absl::StrCat(kOptimizerPrefix, name, ".", kinds[k]),
-                         p.shape, state.offset + within, p.bytes, bucket.id,
-                         static_cast<int>(k), within});
+        Slot slot{absl::StrCat(kOptimizerPrefix, name, ".", kinds[k]), p.shape,
+                  state.offset + within, p.bytes, /*state=*/true};
+        if (bucket.shard_elems > 0) {
+          slot.shard_buffer = bucket.state_spans[k];
+          slot.bucket = bucket.id;
+          slot.within = within;
+        }
+        slots.push_back(std::move(slot));
       }
     }
   }
@@ -133,23 +158,54 @@ absl::StatusOr<int64_t> MetadataInt(const SafetensorsFile& file,
   return value;
 }
 
-// ZeRO-1: every rank's shard of every state span, gathered through
-// `sharding` (collective); [bucket][kind] -> the whole span's bytes.
-absl::StatusOr<std::vector<std::vector<std::vector<char>>>> GatherStateSpans(
-    const Plan& plan, Device& device, const Sharding& sharding) {
-  std::vector<std::vector<std::vector<char>>> spans(plan.buckets.size());
-  for (const Bucket& bucket : plan.buckets) {
-    for (int id : bucket.state_spans) {
-      const Buffer& mine = plan.buffers[id];
-      std::vector<float> shard(bucket.shard_elems);
-      RETURN_IF_ERROR(device.Download(mine.offset, shard.data(), mine.bytes));
-      std::vector<char> whole(bucket.bytes);
-      RETURN_IF_ERROR(sharding.all_gather(
-          shard.data(), reinterpret_cast<float*>(whole.data()), bucket.shard_elems));
-      spans[bucket.id].push_back(std::move(whole));
-    }
+// ZeRO: every rank's shard of every sharded span the slots read, gathered
+// through `sharding` (collective, in slot order on every rank); shard
+// buffer id -> the whole span's bytes.
+absl::StatusOr<std::map<int, std::vector<char>>> GatherShards(const Plan& plan, Device& device,
+                                                               const std::vector<Slot>& slots,
+                                                               const Sharding& sharding) {
+  std::map<int, std::vector<char>> spans;
+  for (const Slot& slot : slots) {
+    if (slot.shard_buffer < 0 || spans.count(slot.shard_buffer)) continue;
+    const Bucket& bucket = plan.buckets[slot.bucket];
+    const Buffer& mine = plan.buffers[slot.shard_buffer];
+    std::vector<float> shard(bucket.shard_elems);
+    RETURN_IF_ERROR(device.Download(mine.offset, shard.data(), mine.bytes));
+    std::vector<char>& whole = spans[slot.shard_buffer];
+    whole.resize(bucket.bytes);
+    RETURN_IF_ERROR(sharding.all_gather(
+        shard.data(), reinterpret_cast<float*>(whole.data()), bucket.shard_elems));
   }
   return spans;
+}
+
+// Every slot's bytes, whole: downloaded, or cut from its gathered span.
+absl::StatusOr<std::vector<std::vector<char>>> ReadSlots(const Plan& plan, Device& device,
+                                                         const std::vector<Slot>& slots,
+                                                         const Sharding* sharding) {
+  bool sharded = false;
+  for (const Slot& slot : slots) sharded |= slot.shard_buffer >= 0;
+  if (sharded && (sharding == nullptr || !sharding->all_gather)) {
+    return absl::InvalidArgumentError(
+        "a ZeRO plan's checkpoint needs every rank's shards (a Sharding)");
+  }
+  RETURN_IF_ERROR(device.Synchronize());
+  std::map<int, std::vector<char>> spans;
+  if (sharded) {
+    ASSIGN_OR_RETURN(spans, GatherShards(plan, device, slots, *sharding));
+  }
+  std::vector<std::vector<char>> data(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Slot& slot = slots[i];
+    if (slot.shard_buffer >= 0) {
+      const char* from = spans.at(slot.shard_buffer).data() + slot.within;
+      data[i].assign(from, from + slot.bytes);
+    } else {
+      data[i].resize(slot.bytes);
+      RETURN_IF_ERROR(device.Download(slot.offset, data[i].data(), slot.bytes));
+    }
+  }
+  return data;
 }
 
 // A NaN or Inf would train to a NaN loss: refuse it, naming it.
@@ -167,21 +223,19 @@ absl::Status CheckFinite(absl::Span<const char> data, const std::string& path,
   return absl::OkStatus();
 }
 
-// Uploads one tensor into the arena. Under ZeRO-1 an optimizer state tensor
-// contributes only the part inside this rank's shard of its span.
+// Uploads one tensor into the arena. A sharded one (ZeRO state, ZeRO-3
+// parameters) contributes only the part inside this rank's shard.
 absl::Status UploadSlot(const Plan& plan, Device& device, const Slot& slot,
                         absl::Span<const char> data, int rank) {
-  if (plan.zero == 0 || slot.bucket < 0) {
-    return device.Upload(slot.offset, data.data(), data.size());
-  }
+  if (slot.shard_buffer < 0) return device.Upload(slot.offset, data.data(), data.size());
   const Bucket& bucket = plan.buckets[slot.bucket];
   const int64_t shard_begin = rank * bucket.shard_elems * 4;
   const int64_t shard_end = shard_begin + bucket.shard_elems * 4;
   const int64_t begin = std::max(slot.within, shard_begin);
   const int64_t end = std::min(slot.within + slot.bytes, shard_end);
   if (begin >= end) return absl::OkStatus();
-  const Buffer& span = plan.buffers[bucket.state_spans[slot.kind]];
-  return device.Upload(span.offset + (begin - shard_begin),
+  const Buffer& shard = plan.buffers[slot.shard_buffer];
+  return device.Upload(shard.offset + (begin - shard_begin),
                        data.data() + (begin - slot.within), end - begin);
 }
 
@@ -204,29 +258,13 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, const TrainingState& state,
                             const Sharding* sharding) {
   ASSIGN_OR_RETURN(std::vector<Slot> slots, Slots(plan, /*with_state=*/true));
-  const bool sharded = plan.zero > 0;
-  if (sharded && (sharding == nullptr || !sharding->all_gather)) {
-    return absl::InvalidArgumentError(
-        "a ZeRO-1 plan's checkpoint needs every rank's optimizer state shard");
-  }
-  RETURN_IF_ERROR(device.Synchronize());
-  std::vector<std::vector<std::vector<char>>> spans;
-  if (sharded) {
-    ASSIGN_OR_RETURN(spans, GatherStateSpans(plan, device, *sharding));
-  }
+  ASSIGN_OR_RETURN(const std::vector<std::vector<char>> data,
+                   ReadSlots(plan, device, slots, sharding));
   if (sharding != nullptr && sharding->rank != 0) return absl::OkStatus();
-  std::vector<std::vector<char>> data(slots.size());
   std::vector<TensorRef> weights, optimizer;
   for (size_t i = 0; i < slots.size(); ++i) {
     const Slot& slot = slots[i];
-    if (sharded && slot.bucket >= 0) {
-      const char* from = spans[slot.bucket][slot.kind].data() + slot.within;
-      data[i].assign(from, from + slot.bytes);
-    } else {
-      data[i].resize(slot.bytes);
-      RETURN_IF_ERROR(device.Download(slot.offset, data[i].data(), slot.bytes));
-    }
-    (slot.bucket >= 0 ? optimizer : weights)
+    (slot.state ? optimizer : weights)
         .push_back({slot.name, "F32", slot.shape, absl::Span<const char>(data[i])});
   }
   const std::string state_path = TrainingStatePath(path);
@@ -374,7 +412,7 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
     auto found = sources.file_of.find(slot.name);
     if (found == sources.file_of.end()) {
       return absl::NotFoundError(absl::StrCat(
-          sources.paths[slot.bucket >= 0 ? sources.files.size() - 1 : 0], ": tensor '",
+          sources.paths[slot.state ? sources.files.size() - 1 : 0], ": tensor '",
           slot.name, "' is missing"));
     }
     const SafetensorsFile& file = sources.files[found->second];
@@ -394,6 +432,34 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
   }
   if (!weights_only && state != nullptr) *state = loaded;
   return absl::OkStatus();
+}
+
+absl::Status UploadParameter(const Plan& plan, Device& device, int index,
+                             absl::Span<const float> values, int rank) {
+  ASSIGN_OR_RETURN(const std::vector<Slot> slots, Slots(plan, /*with_state=*/false));
+  if (index < 0 || index >= static_cast<int>(slots.size()) ||
+      static_cast<int64_t>(values.size() * sizeof(float)) != slots[index].bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter ", index, ": no such parameter of ", values.size(), " floats"));
+  }
+  return UploadSlot(plan, device, slots[index],
+                    absl::Span<const char>(reinterpret_cast<const char*>(values.data()),
+                                           values.size() * sizeof(float)),
+                    rank);
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> DownloadParameters(const Plan& plan,
+                                                                   Device& device,
+                                                                   const Sharding* sharding) {
+  ASSIGN_OR_RETURN(const std::vector<Slot> slots, Slots(plan, /*with_state=*/false));
+  ASSIGN_OR_RETURN(const std::vector<std::vector<char>> data,
+                   ReadSlots(plan, device, slots, sharding));
+  std::vector<std::vector<float>> values(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    values[i].resize(data[i].size() / sizeof(float));
+    std::memcpy(values[i].data(), data[i].data(), data[i].size());
+  }
+  return values;
 }
 
 namespace {

@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "compiler/plan/plan.h"
 #include "runtime/device/device.h"
 
@@ -45,10 +46,10 @@ struct TrainingState {
   int64_t step_in_epoch = 0;  // the next step's index within that epoch
 };
 
-// ZeRO-1 (plan.zero): each rank holds one shard of every optimizer state
-// span. The training state still holds whole tensors: SaveCheckpoint gathers them,
-// LoadCheckpoint keeps this rank's shard, so a run resumes on another rank
-// count.
+// ZeRO (plan.zero): each rank holds one shard of every optimizer state
+// span (and under ZeRO-3 of every bucket's parameters). Checkpoints still
+// hold whole tensors: SaveCheckpoint gathers them, LoadCheckpoint keeps
+// this rank's shard, so a run resumes on another rank count and stage.
 struct Sharding {
   int rank = 0;
   // Collective, host memory: whole[r * count + i] = rank r's mine[i].
@@ -58,8 +59,8 @@ struct Sharding {
 
 // Synchronizes `device`, then writes `path` and TrainingStatePath(path),
 // each atomically (see safetensors.h). Call
-// on one rank: every rank holds the same weights after a step. A ZeRO-1
-// plan needs `sharding`, and then every rank calls it (the state is
+// on one rank: every rank holds the same weights after a step. A ZeRO
+// plan needs `sharding`, and then every rank calls it (the shards are
 // gathered) and rank 0 writes.
 absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, const TrainingState& state,
@@ -77,10 +78,23 @@ std::string TrainingStatePath(const std::string& weights_path);
 // Every parameter (and state tensor) must be present with the plan's shape
 // and dtype; a tensor the plan does not have is an error too (the wrong
 // model), except optimizer state when `weights_only`.
-// Under ZeRO-1 `rank` picks the optimizer state shard this rank keeps.
+// Under ZeRO `rank` picks the shards this rank keeps.
 absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, TrainingState* state,
                             bool weights_only, int rank = 0);
+
+// Parameter `index` (of plan.parameter_buffers) set to `values` (its
+// whole tensor): into its buffer, or under ZeRO-3 this rank's part of it
+// into its bucket's parameter shard.
+absl::Status UploadParameter(const Plan& plan, Device& device, int index,
+                             absl::Span<const float> values, int rank);
+
+// Every parameter's whole value, in plan.parameter_buffers order. Under
+// ZeRO-3 the shards are gathered through `sharding` (a collective: every
+// rank calls it).
+absl::StatusOr<std::vector<std::vector<float>>> DownloadParameters(const Plan& plan,
+                                                                   Device& device,
+                                                                   const Sharding* sharding);
 
 // A folder of checkpoints during a run (Plan::checkpoints):
 // <dir>/step-<8-digit step>.safetensors. Each is written atomically

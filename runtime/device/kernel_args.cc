@@ -440,9 +440,21 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       if (why.empty() && instr.inputs.size() < 2) why = "no gradients";
       if (why.empty()) why = ResolveGrads(plan, bucket, instr.inputs[1], k);
       if (!why.empty()) return fail(why);
-      // Deterministic mode leaves the reduced sum in slot 0, which starts
-      // at the bucket's offset: the same pointer either way.
-      k.y[0] = fptr(params);
+      // ZeRO-3 updates the rank's parameter shard, as its gradient shard.
+      if (instr.inputs[0] == bucket.param_shard && bucket.param_shard >= 0) {
+        if (k.shard == 0 || !k.grads_sharded) {
+          return fail("a parameter shard needs attr shard and the gradient shard");
+        }
+        if (in_buf(0).bytes != k.shard * 4) return fail("parameter shard of the wrong size");
+        k.params_sharded = true;
+        k.y[0] = fptr(in_buf(0));
+      } else if (instr.inputs[0] != bucket.param_span) {
+        return fail("the parameters are neither its bucket's span nor its shard");
+      } else {
+        // Deterministic mode leaves the reduced sum in slot 0, which starts
+        // at the bucket's offset: the same pointer either way.
+        k.y[0] = fptr(params);
+      }
       k.x[0] = fptr(in_buf(1));
       size_t want_state;
       switch (plan.optimizer.kind) {

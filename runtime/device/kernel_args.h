@@ -106,6 +106,8 @@ struct KernelArgs {
   int64_t shard = 0;
   // ZeRO-2: x[0] (the gradients) is the rank's shard alone, not advanced.
   bool grads_sharded = false;
+  // ZeRO-3: y[0] (the parameters) is the rank's shard alone, not advanced.
+  bool params_sharded = false;
   WindowGeometry window;     // convolution and pooling
   // Ops with a workspace (ops::OpDef::workspace): the plan's reservation.
   char* workspace = nullptr;
@@ -135,7 +137,7 @@ struct ShardRange {
 inline ShardRange ShardOf(const KernelArgs& k, int rank) {
   if (k.shard == 0) return {0, k.rows, 0};
   const int64_t begin = rank * k.shard;
-  return {begin, k.shard, k.grads_sharded ? 0 : begin};
+  return {k.params_sharded ? 0 : begin, k.shard, k.grads_sharded ? 0 : begin};
 }
 
 // True for the ops a device runs (everything but load_batch and

@@ -172,6 +172,7 @@ absl::Status Executor::Prepare() {
       r.bucket = reinterpret_cast<float*>(device_->arena() + target.offset);
       r.count = bucket.bytes / 4;
       r.shard = bucket.shard_elems;
+      if (r.kind == Resolved::kAllGather) RETURN_IF_ERROR(ResolveGather(instr, bucket, r));
       if (r.kind == Resolved::kReduceScatter) {
         if (written.empty()) written = WrittenBuffers(plan_);
         r.holes = Holes(plan_, grads, written);
@@ -338,13 +339,15 @@ absl::Status Executor::RunForward(BatchSource& batches) {
   tracer_ = nullptr;  // evaluation is not part of the traced steps
   state_.training = false;  // dropout is the identity
   absl::Status status = device_->ResetEvents(plan_.num_events + num_holds_);
+  // Only the events this pass records are waited for.
+  std::vector<bool> recorded(plan_.num_events + num_holds_, false);
   for (const Resolved& r : order_) {
     if (!status.ok()) break;
     if (r.micro != 0) continue;
     const bool forward =
-        r.kind == Resolved::kLoadBatch ||
+        r.kind == Resolved::kLoadBatch || r.forward_gather ||
         (r.kind == Resolved::kCompute && r.instr->phase == Phase::kForward);
-    if (forward) status = Issue(r, batches, /*wait=*/false);
+    if (forward) status = Issue(r, batches, &recorded);
   }
   tracer_ = tracer;
   state_.training = true;
@@ -461,14 +464,17 @@ absl::Status Executor::SubmitTraced(Stream stream, const Resolved& r,
       });
 }
 
-absl::Status Executor::Issue(const Resolved& r, BatchSource& batches, bool wait) {
+absl::Status Executor::Issue(const Resolved& r, BatchSource& batches,
+                             std::vector<bool>* recorded) {
   if (r.kind == Resolved::kHoldForComm) {
     RETURN_IF_ERROR(device_->RecordEvent(Stream::kCompute, hold_event_ + r.hold));
     return device_->WaitEvent(Stream::kComm, hold_event_ + r.hold);
   }
   const Instruction& instr = *r.instr;
   for (int e : instr.wait_events) {
-    if (wait) RETURN_IF_ERROR(device_->WaitEvent(instr.stream, e));
+    if (recorded == nullptr || (*recorded)[e]) {
+      RETURN_IF_ERROR(device_->WaitEvent(instr.stream, e));
+    }
   }
   if (options_.position != nullptr && instr.stream == Stream::kCompute) {
     options_.position->Compute(state_.step, instr.id);
@@ -500,6 +506,7 @@ absl::Status Executor::Issue(const Resolved& r, BatchSource& batches, bool wait)
   }
   for (int e : instr.record_events) {
     RETURN_IF_ERROR(device_->RecordEvent(instr.stream, e));
+    if (recorded != nullptr) (*recorded)[e] = true;
   }
   if (r.writes_loss) {
     RETURN_IF_ERROR(device_->Copy(Stream::kCompute, loss_value_,
@@ -528,6 +535,42 @@ absl::Status Executor::ResolveShardOutput(const Instruction& instr, const Bucket
   return absl::OkStatus();
 }
 
+// An all_gather: the bucket's parameter span in place (ZeRO-1, 2: the
+// rank's shard is inside it), or under ZeRO-3 the bucket's parameter shard
+// into a parameter span of the bucket's size.
+absl::Status Executor::ResolveGather(const Instruction& instr, const Bucket& bucket,
+                                     Resolved& r) const {
+  const int64_t rank = comm_ != nullptr ? comm_->rank() : 0;
+  auto fail = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("instruction ", instr.id, " (", instr.label, "): ", why));
+  };
+  if (instr.inputs.size() != 1 || instr.outputs.size() != 1) {
+    return fail("an all_gather has one input and one output");
+  }
+  if (instr.inputs[0] == instr.outputs[0]) {
+    if (instr.inputs[0] != bucket.param_span) return fail("gathers another bucket's span");
+    r.gather_from = r.bucket + rank * r.shard;
+    return absl::OkStatus();
+  }
+  if (instr.inputs[0] != bucket.param_shard || bucket.param_shard < 0) {
+    return fail("gathers neither its bucket's span nor its parameter shard");
+  }
+  const Buffer& shard = plan_.buffers[instr.inputs[0]];
+  const Buffer& span = plan_.buffers[instr.outputs[0]];
+  if (shard.bytes != bucket.shard_elems * 4 || span.bytes != bucket.bytes ||
+      span.kind != BufferKind::kParameterSpan ||
+      span.offset + span.bytes > plan_.arena_bytes ||
+      shard.offset + shard.bytes > plan_.arena_bytes) {
+    return fail("its parameter shard or span does not match the bucket");
+  }
+  r.gather_from = reinterpret_cast<const float*>(device_->arena() + shard.offset);
+  r.bucket = reinterpret_cast<float*>(device_->arena() + span.offset);
+  auto it = instr.attrs.find("backward");
+  r.forward_gather = it != instr.attrs.end() && it->second == 0;
+  return absl::OkStatus();
+}
+
 // The shard is added as the backward adds a gradient (shard + segment, in
 // that order), through a scratch pair so that OrderedSum sees contiguous
 // operands.
@@ -548,10 +591,8 @@ absl::Status Executor::IssueCollective(const Resolved& r) {
     RETURN_IF_ERROR(device_->Copy(Stream::kComm, zeros_, r.bucket + offset, count * 4));
   }
   if (r.kind == Resolved::kAllGather) {
-    const int64_t rank = comm_ != nullptr ? comm_->rank() : 0;
-    return SubmitTraced(Stream::kComm, r, [this, &r, rank, stream] {
-      return comm_->AllGather(r.bucket + rank * r.shard, r.bucket, r.shard,
-                              stream);
+    return SubmitTraced(Stream::kComm, r, [this, &r, stream] {
+      return comm_->AllGather(r.gather_from, r.bucket, r.shard, stream);
     });
   }
   if (!plan_.deterministic) {

@@ -102,9 +102,10 @@ class Executor {
   absl::StatusOr<double> RunStep(const StepState& state, BatchSource& batches);
 
   // Evaluation: runs micro-step 0's load_batch and forward instructions
-  // only (no backward, no communication, no optimizer), then waits for the
-  // compute stream. The forward values, the loss operands included, are
-  // then in their buffers for the caller to read.
+  // only (no backward, no gradient communication, no optimizer; under
+  // ZeRO-3 the forward's parameter all-gathers, a collective every rank
+  // runs), then waits for the device. The forward values, the loss
+  // operands included, are then in their buffers for the caller to read.
   absl::Status RunForward(BatchSource& batches);
 
   // ZeRO-1 with zero_gather = next_forward: a step ends with each rank's
@@ -127,8 +128,8 @@ class Executor {
       kLoadBatch,
       kCompute,
       kAllReduce,
-      kReduceScatter,  // ZeRO-1
-      kAllGather,      // ZeRO-1
+      kReduceScatter,  // ZeRO
+      kAllGather,      // ZeRO
       kHoldForComm
     } kind;
     const Instruction* instr = nullptr;  // null for kHoldForComm
@@ -140,6 +141,10 @@ class Executor {
     float* bucket = nullptr;
     int64_t count = 0;        // floats in one slot (in the scalar)
     int64_t shard = 0;        // ZeRO-1: floats of one rank's shard
+    // all_gather: this rank's shard (inside `bucket` but for ZeRO-3, whose
+    // shard is a buffer of its own and `bucket` the span it gathers into).
+    const float* gather_from = nullptr;
+    bool forward_gather = false;  // ZeRO-3: an all_gather for a forward pass
     bool per_slot = true;     // deterministic mode: one slot per micro-step
     // ZeRO-2's reduce_scatter: this rank's shard of the sum goes to
     // `shard_out`, copied, or added when `shard_add` (a later micro-step).
@@ -167,12 +172,18 @@ class Executor {
   absl::Status ReplayWatched();
   // `wait`: honour the instruction's wait events (false: forward-only
   // work, which issues no collective to record them).
-  absl::Status Issue(const Resolved& r, BatchSource& batches, bool wait = true);
+  // Waits for the instruction's events (only those marked in `recorded`
+  // when given: evaluation issues part of the step), runs it, records.
+  absl::Status Issue(const Resolved& r, BatchSource& batches,
+                     std::vector<bool>* recorded = nullptr);
   // ZeRO-2: where a reduce_scatter leaves this rank's shard (r.shard_out).
   absl::Status ResolveShardOutput(const Instruction& instr, const Bucket& bucket,
                                   Resolved& r) const;
   // all_reduce, reduce_scatter, all_gather on the comm stream.
   absl::Status IssueCollective(const Resolved& r);
+  // An all_gather's source and destination (r.gather_from, r.bucket).
+  absl::Status ResolveGather(const Instruction& instr, const Bucket& bucket,
+                             Resolved& r) const;
   // ZeRO-2: this rank's segment of the reduced bucket into its shard.
   absl::Status KeepShard(const Resolved& r);
   // Submit, timed into the tracer when one is set.

@@ -62,12 +62,18 @@ uint64_t HashData(const Dataset& data) {
   return h.value();
 }
 
+// ZeRO-3 keeps another shard of the parameters on every rank: 0 then
+// (nothing to compare; the plan's hash still covers how they are made).
 absl::StatusOr<uint64_t> HashParameters(const Plan& plan, Device& device, int64_t* count) {
   Hasher h;
   std::vector<char> bytes;
   *count = 0;
-  for (const Buffer& b : plan.buffers) {
-    if (b.kind != BufferKind::kParameter) continue;
+  for (int id : plan.parameter_buffers) {
+    const Buffer& b = plan.buffers[id];
+    if (plan.zero >= 3) {
+      *count += b.bytes / DTypeBytes(b.dtype);
+      continue;
+    }
     bytes.resize(b.bytes);
     RETURN_IF_ERROR(device.Download(b.offset, bytes.data(), b.bytes));
     h.Bytes(bytes.data(), bytes.size());

@@ -10,7 +10,8 @@
 // A fingerprint is a hash of the compiled plan (its text form), of the
 // training data's identity (sizes, labels, a fixed sample of features or
 // token windows), of the initial parameters (after initialisation,
-// --init-from or --resume) and the training position, plus the plan's
+// --init-from or --resume; not under ZeRO-3, where each rank holds another
+// shard of them) and the training position, plus the plan's
 // headline numbers so that a mismatch can be named ("micro_batch 8, rank
 // 0 has 16") rather than only detected.
 #ifndef TRAINC_RUNTIME_TRAIN_HANDSHAKE_H_

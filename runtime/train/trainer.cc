@@ -253,12 +253,12 @@ namespace {
 // Parameters are initialised like PyTorch's modules (see Buffer::init) from
 // one portable generator seeded by the plan, so every rank and every
 // platform starts from the same weights.
-absl::Status InitializeParameters(const Plan& plan, Device& device) {
+absl::Status InitializeParameters(const Plan& plan, Device& device, int rank) {
   SplitMix64 rng(static_cast<uint64_t>(plan.seed) * 0x9E3779B97F4A7C15ull +
                  0x5EEDull);
   std::vector<float> host;
-  for (int id : plan.parameter_buffers) {
-    const Buffer& b = plan.buffers[id];
+  for (size_t i = 0; i < plan.parameter_buffers.size(); ++i) {
+    const Buffer& b = plan.buffers[plan.parameter_buffers[i]];
     host.assign(b.bytes / sizeof(float), 0.0f);
     switch (b.init) {
       case ParamInit::kNone:  // not expected of a parameter: zeros
@@ -285,7 +285,9 @@ absl::Status InitializeParameters(const Plan& plan, Device& device) {
         }
         break;
     }
-    RETURN_IF_ERROR(device.Upload(b.offset, host.data(), b.bytes));
+    // Every rank draws every value (the generator stays in step); ZeRO-3
+    // keeps its shard.
+    RETURN_IF_ERROR(UploadParameter(plan, device, static_cast<int>(i), host, rank));
   }
   return absl::OkStatus();
 }
@@ -825,10 +827,10 @@ absl::Status Trainer::SetUpWeights() {
                                                &initial_state_, log_));
   } else if (!options_.init_from.empty()) {
     RETURN_IF_ERROR(LoadCheckpoint(options_.init_from, plan_, *device_, &initial_state_,
-                                   /*weights_only=*/true));
+                                   /*weights_only=*/true, rank_.rank));
     initial_state_ = TrainingState();
   } else {
-    RETURN_IF_ERROR(InitializeParameters(plan_, *device_));
+    RETURN_IF_ERROR(InitializeParameters(plan_, *device_, rank_.rank));
   }
   RETURN_IF_ERROR(device_->Synchronize());
   if (initial_state_.step >= total_steps_) {
