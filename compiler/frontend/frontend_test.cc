@@ -435,9 +435,26 @@ TEST(MemoryBudgetTest, SizesAndAutoMicroBatch) {
 }
 
 TEST(MemoryBudgetTest, ZeroStagesAndAccumulation) {
-  FrontendResult r = Compile(kBase, {{"zero", "3"}});
+  FrontendResult r = Compile(kBase, {{"zero", "4"}});
   EXPECT_FALSE(r.spec);
-  EXPECT_THAT(Errors(r), HasSubstr("zero must be 0, 1 or 2, got 3"));
+  EXPECT_THAT(Errors(r), HasSubstr("zero must be 0, 1, 2 or 3, got 4"));
+  r = Compile(kBase, {{"zero", "3"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.zero, 3);
+  EXPECT_EQ(r.spec->train.zero_prefetch, -1);  // auto
+  r = Compile(absl::StrReplaceAll(kBase, {{"epochs = 1", "epochs = 1  zero = 3  zero_prefetch = 2"}}));
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.zero_prefetch, 2);
+  r = Compile(kBase, {{"zero_prefetch", "auto"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_EQ(r.spec->train.zero_prefetch, -1);
+  r = Compile(absl::StrReplaceAll(kBase, {{"epochs = 1", "epochs = 1  zero_prefetch = soon"}}));
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("t.train:"));
+  EXPECT_THAT(Errors(r), HasSubstr("zero_prefetch must be a number or auto, got 'soon'"));
+  r = Compile(kBase, {{"zero_prefetch", "9"}});
+  EXPECT_FALSE(r.spec);
+  EXPECT_THAT(Errors(r), HasSubstr("zero_prefetch must be at most 8, got 9"));
   r = Compile(absl::StrReplaceAll(kBase, {{"epochs = 1", "epochs = 1  zero = 2  "
                                                          "zero_accumulate = shard  "
                                                          "deterministic = true"},

@@ -106,11 +106,21 @@ std::string PlanSummary(const Plan& plan) {
                                      "bucket freed once ",
                                      every_micro ? "each micro-step's is scattered"
                                                  : "scattered")
+                  : plan.zero == 3
+                      ? absl::StrCat("; ZeRO-3: 1/", plan.world_size,
+                                     " of each bucket's parameters, gradient and update per "
+                                     "rank; the parameters all-gathered for each forward and "
+                                     "backward pass, ",
+                                     plan.zero_prefetch, " bucket(s) ahead of their first "
+                                     "reader, and freed after their last")
                       : std::string(),
                   ")\n");
   if (!plan.bucket_choice.empty()) absl::StrAppend(&out, "  ", plan.bucket_choice, "\n");
   if (!plan.zero_accumulate_choice.empty()) {
     absl::StrAppend(&out, "  ", plan.zero_accumulate_choice, "\n");
+  }
+  if (!plan.zero_prefetch_choice.empty()) {
+    absl::StrAppend(&out, "  ", plan.zero_prefetch_choice, "\n");
   }
   for (const Bucket& b : plan.buckets) {
     absl::StrAppend(&out, "  bucket ", b.id, ": ", Bytes(b.bytes),

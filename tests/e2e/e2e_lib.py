@@ -57,6 +57,18 @@ def train(*args, timeout=300, check=True):
     return proc
 
 
+def train_sharded(d, name, gpus, *extra, steps=12, micro_batch=4, bucket_mb=0.05):
+    """fashion_mlp on `gpus` CPU ranks, AdamW, global batch 48 in
+    micro-batches of `micro_batch` (4: accumulate 6, 4 and 3 on 2, 3 and 4
+    ranks), small buckets (several per step), for the ZeRO tests; returns
+    the checkpoint's tensors and the log."""
+    out = f"{d}/{name}.safetensors"
+    proc = train(EXAMPLE, "--device", "cpu", "--gpus", gpus, "--global_batch", 48,
+                 "--micro_batch", micro_batch, "--bucket_mb", bucket_mb, "--steps", steps,
+                 "--no-eval", "--save", out, *extra)
+    return read_checkpoint(out)[0], proc.stdout
+
+
 def write_safetensors(path, tensors, metadata=None):
     """F32 tensors in the published safetensors layout (our own writer),
     with string `metadata` when given."""
