@@ -63,16 +63,18 @@ std::string Describe(const Candidate& c, const TrainConfig& t) {
                          c.recompute ? "on" : "off");
 }
 
-// ZeRO stages to try, each with how its micro-steps add up: zero 2 both
-// ways when there are several micro-steps (deterministic mode adds them
-// locally only).
+// ZeRO stages to try, each with how its micro-steps add up: zero 2 and 3
+// both ways when there are several micro-steps (deterministic mode adds
+// them locally only).
 std::vector<std::pair<int64_t, ZeroAccumulate>> Stages(const TrainConfig& t,
                                                        int64_t micro_batch) {
   if (t.gpus < 2) return {{0, ZeroAccumulate::kAuto}};
   std::vector<std::pair<int64_t, ZeroAccumulate>> stages = {
-      {0, ZeroAccumulate::kAuto}, {1, ZeroAccumulate::kAuto}, {2, ZeroAccumulate::kLocal}};
-  if (t.global_batch / (t.gpus * micro_batch) > 1 && !t.deterministic) {
-    stages.push_back({2, ZeroAccumulate::kShard});
+      {0, ZeroAccumulate::kAuto}, {1, ZeroAccumulate::kAuto}};
+  const bool both = t.global_batch / (t.gpus * micro_batch) > 1 && !t.deterministic;
+  for (int64_t zero : {2, 3}) {
+    stages.push_back({zero, ZeroAccumulate::kLocal});
+    if (both) stages.push_back({zero, ZeroAccumulate::kShard});
   }
   return stages;
 }
@@ -131,7 +133,13 @@ absl::StatusOr<MemoryFit> FitToMemory(const TrainSpec& spec, const PlanOptions& 
     for (const auto& [zero, accumulate] : Stages(t, micro_batch)) {
       for (bool recompute : recomputes) {
         Candidate c{micro_batch, zero, recompute, accumulate};
-        ASSIGN_OR_RETURN(const Plan plan, planner(CandidateSpec(spec, c)));
+        // ZeRO-3 candidates are costed one bucket of prefetch ahead (not
+        // every depth); the kept plan then picks its own (zero_prefetch).
+        TrainSpec costed = CandidateSpec(spec, c);
+        if (costed.train.zero == 3 && costed.train.zero_prefetch < 0) {
+          costed.train.zero_prefetch = 1;
+        }
+        ASSIGN_OR_RETURN(const Plan plan, planner(costed));
         ASSIGN_OR_RETURN(const cost::StepPrediction p,
                          cost::SimulateStep(plan, profile, simulation));
         c.memory = plan.memory;

@@ -245,6 +245,19 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
   for (int i = 0; i < n; ++i) {
     for (int e : instrs[i].record_events) recorders[e].push_back(i);
   }
+  // ZeRO-3: the parameter views inside each gathered span (live within it),
+  // so that a reader's edge comes from the all_gather that filled it.
+  std::map<int, std::vector<int>> views_of_span;
+  for (const Buffer& span : plan.buffers) {
+    if (span.kind != BufferKind::kParameterSpan || span.first_use < 0) continue;
+    for (const Buffer& v : plan.buffers) {
+      if (v.kind == BufferKind::kParameter && v.first_use >= span.first_use &&
+          v.last_use <= span.last_use && v.offset >= span.offset &&
+          v.offset + v.bytes <= span.offset + span.bytes) {
+        views_of_span[span.id].push_back(v.id);
+      }
+    }
+  }
   for (int i = 0; i < n; ++i) {
     const Instruction& in = instrs[i];
     std::string me = node_of(i);
@@ -261,6 +274,10 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
     }
     for (int b : in.outputs) {
       last_writer[b] = i;
+      auto views = views_of_span.find(b);
+      if (views != views_of_span.end()) {
+        for (int v : views->second) last_writer[v] = i;
+      }
       auto gb = bucket_of_grad.find(b);
       if (gb != bucket_of_grad.end()) {
         edges.Add(me, absl::StrCat("b", gb->second), EdgeKind::kData);
