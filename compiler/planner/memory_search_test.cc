@@ -32,12 +32,15 @@ struct Measured {
 };
 
 // A plan's device bytes and predicted step, as the search measures them.
-Measured Measure(TrainSpec spec, int64_t micro_batch, int64_t zero) {
+Measured Measure(TrainSpec spec, int64_t micro_batch, int64_t zero,
+                 ZeroAccumulate accumulate = ZeroAccumulate::kAuto) {
   spec.train.memory_bytes = 0;
   spec.train.micro_batch_auto = false;
   spec.train.micro_batch = micro_batch;
   spec.train.accumulate = spec.train.global_batch / (spec.train.gpus * micro_batch);
   spec.train.zero = zero;
+  spec.train.zero_accumulate = accumulate;
+  if (zero == 3) spec.train.zero_prefetch = 1;  // as the search costs it
   absl::StatusOr<Plan> plan = BuildPlan(spec);
   EXPECT_TRUE(plan.ok()) << plan.status();
   absl::StatusOr<cost::MachineProfile> profile = PlanningProfile(spec, {});
@@ -58,10 +61,12 @@ TEST(MemorySearch, KeepsTheFastestPlanThatFits) {
   }
   int64_t smallest = INT64_MAX, largest = 0;
   for (int64_t m : micro_batches) {
-    for (int64_t zero : {0, 1, 2}) {
-      const Measured x = Measure(spec, m, zero);
-      smallest = std::min(smallest, x.bytes);
-      largest = std::max(largest, x.bytes);
+    for (int64_t zero : {0, 1, 2, 3}) {
+      for (ZeroAccumulate how : {ZeroAccumulate::kLocal, ZeroAccumulate::kShard}) {
+        const Measured x = Measure(spec, m, zero, how);
+        smallest = std::min(smallest, x.bytes);
+        largest = std::max(largest, x.bytes);
+      }
     }
   }
   ASSERT_LT(smallest, largest);
@@ -72,7 +77,7 @@ TEST(MemorySearch, KeepsTheFastestPlanThatFits) {
     EXPECT_EQ(plan->global_batch, 256);
     const Measured kept = Measure(spec, plan->micro_batch, plan->zero);
     for (int64_t m : micro_batches) {
-      for (int64_t zero : {0, 1, 2}) {
+      for (int64_t zero : {0, 1, 2, 3}) {
         const Measured x = Measure(spec, m, zero);
         if (x.bytes <= budget) {
           EXPECT_LE(kept.step_us, x.step_us) << m << " " << zero;
@@ -93,7 +98,7 @@ TEST(MemorySearch, RefusesWithTheSmallestPlansArithmetic) {
   absl::StatusOr<Plan> plan = BuildPlan(AutoSpec(1 << 20));
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(plan.status().message(), HasSubstr("none of the 31 plans tried fits"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("none of the 46 plans tried fits"));
   EXPECT_THAT(plan.status().message(), HasSubstr("memory = 1.0 MiB"));
   EXPECT_THAT(plan.status().message(), HasSubstr("the smallest (micro_batch 1 x accumulate 128"));
   EXPECT_THAT(plan.status().message(), HasSubstr("parameters "));
@@ -108,7 +113,8 @@ TEST(MemorySearch, AGivenMicroBatchIsKept) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->micro_batch, 32);
   EXPECT_EQ(plan->accumulate, 4);
-  EXPECT_THAT(plan->memory_choice, HasSubstr("4 plans tried"));  // zero 0, 1, 2, 2 (shard)
+  // zero 0, 1, 2, 2 (shard), 3, 3 (shard)
+  EXPECT_THAT(plan->memory_choice, HasSubstr("6 plans tried"));
 }
 
 }  // namespace
