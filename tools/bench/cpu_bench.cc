@@ -25,7 +25,7 @@
 //             file's buckets, with overlap (ExecutorOptions::overlap) and,
 //             for the MLP, without; for the MLP and the GPT also with
 //             zero = 1 (all-gathers at the step's end, and at the next
-//             step's start: zero_gather = next_forward), zero = 2,
+//             step's start: zero_gather = next_forward), zero = 2, zero = 3,
 //             grad_comm = bf16 and
 //             zero + bf16, with the bytes each rank
 //             sends per step (measured on the loopback interface, and the
@@ -69,6 +69,7 @@
 #include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan.h"
 #include "compiler/planner/planner.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/mpi/mpi_communicator.h"
 #include "runtime/cpu/cpu_device.h"
@@ -183,8 +184,8 @@ OptionParser MakeParser(Args* args) {
           "  mlp  the default example (fashion_mlp.train: 784-256-128-10 MLP, AdamW),\n"
           "       global batch 256; two ranks with and without overlapping the\n"
           "       all-reduces with the backward pass, and with ZeRO-1 (zero = 1; its\n"
-          "       all-gathers at the step's end or the next step's start), ZeRO-2\n"
-          "       (zero = 2) and bf16 gradients (grad_comm = bf16): ms/step and\n"
+          "       all-gathers at the step's end or the next step's start), ZeRO-2,\n"
+          "       ZeRO-3 and bf16 gradients (grad_comm = bf16): ms/step and\n"
           "       bytes sent per step;\n"
           "  gpt  tiny_gpt.train (4 layers x 128 wide, context 64, AdamW), global\n"
           "       batch 32 sequences x 64 tokens; ZeRO and bf16 rows as the MLP's;\n"
@@ -230,18 +231,17 @@ OptionParser MakeParser(Args* args) {
 
 // A two-rank variant: overlap on or off, ZeRO-1 (its all-gathers at the
 // step's end or the next step's start), bf16 gradients. Workers get it as
-// --worker-mode "overlap[,zero][,bf16][,mpi][,next_forward]" or "no-overlap".
+// --worker-mode "overlap[,zeroN][,bf16][,mpi][,next_forward]" or "no-overlap".
 struct Variant {
   bool overlap = true;
-  bool zero = false;
+  int zero = 0;  // the ZeRO stage
   bool bf16 = false;
   bool mpi = false;  // Open MPI's shared memory (mpirun) instead of Gloo
   bool next_forward = false;  // zero_gather = next_forward
-  bool zero2 = false;  // zero = 2 (with `zero`)
 
   std::string Mode() const {
     return absl::StrCat(overlap ? "overlap" : "no-overlap",
-                        zero ? (zero2 ? ",zero2" : ",zero") : "",
+                        zero > 0 ? absl::StrCat(",zero", zero) : "",
                         bf16 ? ",bf16" : "", mpi ? ",mpi" : "",
                         next_forward ? ",next_forward" : "");
   }
@@ -249,8 +249,7 @@ struct Variant {
     Variant v;
     for (absl::string_view part : absl::StrSplit(mode, ',')) {
       if (part == "no-overlap") v.overlap = false;
-      if (part == "zero") v.zero = true;
-      if (part == "zero2") v.zero = v.zero2 = true;
+      if (absl::ConsumePrefix(&part, "zero")) (void)absl::SimpleAtoi(part, &v.zero);
       if (part == "bf16") v.bf16 = true;
       if (part == "mpi") v.mpi = true;
       if (part == "next_forward") v.next_forward = true;
@@ -267,7 +266,7 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
       {"micro_batch", absl::StrCat(micro_batch)},
       {"accumulate", "1"},
       {"global_batch", absl::StrCat(model.global_batch)}};
-  if (variant.zero) overrides.push_back({"zero", variant.zero2 ? "2" : "1"});
+  if (variant.zero > 0) overrides.push_back({"zero", absl::StrCat(variant.zero)});
   if (variant.next_forward) overrides.push_back({"zero_gather", "next_forward"});
   if (variant.bf16) overrides.push_back({"grad_comm", "bf16"});
   if (model.ctx > 0) overrides.push_back({"ctx", absl::StrCat(model.ctx)});
@@ -346,10 +345,10 @@ class FixedBatch : public BatchSource {
 };
 
 // Same initial parameters on every rank (seeded), as a real run has.
-absl::Status InitParameters(const Plan& plan, Device& device) {
+absl::Status InitParameters(const Plan& plan, Device& device, int rank) {
   std::mt19937 rng(1);
-  for (int id : plan.parameter_buffers) {
-    const Buffer& b = plan.buffers[id];
+  for (size_t i = 0; i < plan.parameter_buffers.size(); ++i) {
+    const Buffer& b = plan.buffers[plan.parameter_buffers[i]];
     std::vector<float> init(b.bytes / 4);
     if (b.init == ParamInit::kNormal) {  // init_bound is the standard deviation
       std::normal_distribution<float> normal(0.0f, b.init_bound);
@@ -360,7 +359,8 @@ absl::Status InitParameters(const Plan& plan, Device& device) {
         v = b.init == ParamInit::kOnes ? 1.0f : b.init == ParamInit::kZeros ? 0.0f : uni(rng);
       }
     }
-    absl::Status s = device.Upload(b.offset, init.data(), b.bytes);
+    // ZeRO-3 keeps this rank's shard.
+    absl::Status s = UploadParameter(plan, device, static_cast<int>(i), init, rank);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -396,7 +396,7 @@ absl::StatusOr<double> TimeSteps(const ModelConfig& model, const Plan& plan,
   CpuDevice device;  // one BLAS thread: the ranks share the cores
   Executor executor(plan, &device, comm, /*tracer=*/nullptr, options);
   if (absl::Status s = executor.Prepare(); !s.ok()) return s;
-  if (absl::Status s = InitParameters(plan, device); !s.ok()) return s;
+  if (absl::Status s = InitParameters(plan, device, rank); !s.ok()) return s;
   FixedBatch batches(plan, model.id_range, /*seed=*/100 + rank);
   std::vector<double> ms;
   ms.reserve(steps);
@@ -663,16 +663,14 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
   }
   std::vector<Variant> variants;
   if (&model == &kMlp || &model == &kGpt) {
-    Variant next_forward{true, true, false};
+    Variant next_forward{true, 1, false};
     next_forward.next_forward = true;
-    Variant zero2{true, true, false};
-    zero2.zero2 = true;
-    variants = {Variant{true, true, false}, zero2, next_forward, Variant{true, false, true},
-                Variant{true, true, true}};
+    variants = {Variant{true, 1, false}, Variant{true, 2, false}, Variant{true, 3, false},
+                next_forward, Variant{true, 0, true}, Variant{true, 1, true}};
   }
   if (&model != &kCnn) {
     if (std::system("command -v mpirun >/dev/null 2>&1") == 0) {
-      variants.push_back(Variant{true, false, false, /*mpi=*/true});
+      variants.push_back(Variant{true, 0, false, /*mpi=*/true});
     } else {
       r.mpi_why = "mpirun not installed (apt-get install openmpi-bin)";
     }
@@ -752,7 +750,7 @@ void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
   variant_row("zero 0, grad_comm fp32", r.overlap);
   for (const auto& [v, t] : r.variants) {
     variant_row(v.mpi ? std::string("Open MPI, shared memory")
-                      : absl::StrCat("zero ", v.zero2 ? 2 : v.zero ? 1 : 0, ", grad_comm ",
+                      : absl::StrCat("zero ", v.zero, ", grad_comm ",
                                      v.bf16 ? "bf16" : "fp32",
                                      v.next_forward ? ", gather next fwd" : ""),
                 t);
