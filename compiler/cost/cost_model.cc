@@ -144,7 +144,10 @@ CollectivePayload PayloadOf(const Plan& plan, const Instruction& instr, int64_t 
   const double bytes = static_cast<double>(plan.buckets[b].bytes);
   if (instr.op == "all_gather") {
     p.kind = Kind::kAllGather;
-    p.bytes = bytes;
+    // ZeRO-3 under bf16 gathers a bf16 span: its own size.
+    const bool own = !instr.outputs.empty() && instr.outputs[0] >= 0 &&
+                     instr.outputs[0] < static_cast<int>(plan.buffers.size());
+    p.bytes = own ? static_cast<double>(plan.buffers[instr.outputs[0]].bytes) : bytes;
     return p;
   }
   p.gradients = true;

@@ -803,6 +803,7 @@ namespace {
 // that may share arena bytes, the member inside its container.
 bool ContainerOf(BufferKind container, BufferKind member) {
   return (container == BufferKind::kParameterSpan && member == BufferKind::kParameter) ||
+         (container == BufferKind::kParameterSpan && member == BufferKind::kParameterCopy) ||
          (container == BufferKind::kBucket && member == BufferKind::kGradient) ||
          (container == BufferKind::kStateSpan && member == BufferKind::kOptimizerState);
 }
@@ -889,17 +890,41 @@ std::set<int> MergeInPlacePairs(const Plan& plan, std::deque<Buffer>* merged) {
   return replaced;
 }
 
+// ZeRO-3: a bucket's parameter span and the parameters' buffers that no
+// instruction touches are its layout (offsets from the span's start), not
+// arena bytes.
+bool IsLayout(const Plan& plan, const Buffer& b) {
+  return plan.zero >= 3 && b.first_use < 0 &&
+         (b.kind == BufferKind::kParameterSpan || b.kind == BufferKind::kParameter);
+}
+
+// ZeRO-3 under bf16: a parameter's bf16 copy gathered inside a span, not
+// cast into a buffer of its own.
+bool InsideLiveSpan(const std::vector<const Buffer*>& spans, const Buffer& b) {
+  for (const Buffer* s : spans) {
+    if (b.offset >= s->offset && b.offset + b.bytes <= s->offset + s->bytes &&
+        b.first_use >= s->first_use && b.last_use <= s->last_use) {
+      return true;
+    }
+  }
+  return false;
+}
+
 absl::Status CheckArenaSharing(const Plan& plan) {
-  std::vector<const Buffer*> whole, live, members;
+  std::vector<const Buffer*> whole, live, members, spans;
   std::deque<Buffer> merged;
   const std::set<int> replaced = MergeInPlacePairs(plan, &merged);
   for (const Buffer& b : merged) live.push_back(&b);
   for (const Buffer& b : plan.buffers) {
-    if (b.bytes <= 0 || replaced.count(b.id)) continue;
+    if (b.kind == BufferKind::kParameterSpan && b.first_use >= 0) spans.push_back(&b);
+  }
+  for (const Buffer& b : plan.buffers) {
+    if (b.bytes <= 0 || replaced.count(b.id) || IsLayout(plan, b)) continue;
     if (b.first_use < 0) {
       whole.push_back(&b);
     } else {
-      const bool member = b.kind == BufferKind::kGradient || b.kind == BufferKind::kParameter;
+      const bool member = b.kind == BufferKind::kGradient || b.kind == BufferKind::kParameter ||
+                          (b.kind == BufferKind::kParameterCopy && InsideLiveSpan(spans, b));
       (member ? members : live).push_back(&b);
     }
   }
@@ -998,10 +1023,12 @@ absl::Status ValidatePlan(const Plan& plan) {
     // Mixed precision keeps the weights, gradients, optimizer state and
     // loss in f32; only forward values, their gradients and the weights'
     // bf16 copies may be bf16.
+    // (ZeRO-3 gathers a bf16 span of the copies.)
+    const bool gathered_copies = b.kind == BufferKind::kParameterSpan && plan.zero >= 3;
     if (b.dtype == DType::kBF16 &&
         (plan.precision != Precision::kBf16 ||
          (b.kind != BufferKind::kActivation && b.kind != BufferKind::kActivationGrad &&
-          b.kind != BufferKind::kParameterCopy))) {
+          b.kind != BufferKind::kParameterCopy && !gathered_copies))) {
       return Invalid(absl::StrCat(where, ": a bf16 ", BufferKindName(b.kind),
                                   plan.precision != Precision::kBf16
                                       ? " in a plan of precision fp32"
@@ -1010,7 +1037,7 @@ absl::Status ValidatePlan(const Plan& plan) {
     if (b.offset < 0 || b.offset % 64 != 0) {
       return Invalid(absl::StrCat(where, ": offset ", b.offset, " not 64-byte aligned"));
     }
-    if (b.offset + b.bytes > plan.arena_bytes) {
+    if (b.offset + b.bytes > plan.arena_bytes && !IsLayout(plan, b)) {
       return Invalid(absl::StrCat(where, ": ends at ", b.offset + b.bytes,
                                   " past the arena of ", plan.arena_bytes));
     }
@@ -1100,7 +1127,8 @@ absl::Status ValidatePlan(const Plan& plan) {
                                   plan.world_size, " ranks is not its ", b.bytes,
                                   " bytes"));
     }
-    if (b.shard_elems > 0 &&
+    // (Under ZeRO-3 a bucket nobody reads is never gathered.)
+    if (b.shard_elems > 0 && !(plan.zero >= 3 && b.all_gather == -1) &&
         (b.all_gather < 0 || b.all_gather >= num_instr ||
          plan.instructions[b.all_gather].op != "all_gather")) {
       return Invalid(absl::StrCat(where, ": all_gather ", b.all_gather));

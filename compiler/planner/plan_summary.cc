@@ -133,7 +133,10 @@ std::string PlanSummary(const Plan& plan) {
     absl::StrAppend(&out, "communication per rank and step: ", Bytes(BytesSentPerStep(plan)),
                     " sent (",
                     EnumName(plan.grad_comm), " gradients",
-                    plan.zero > 0 ? ", fp32 parameter all-gather" : "",
+                    plan.zero == 3 && plan.precision == Precision::kBf16
+                        ? ", bf16 parameter all-gathers where no pass reads the f32 weights"
+                    : plan.zero > 0 ? ", fp32 parameter all-gather"
+                                    : "",
                     plan.deterministic ? ", deterministic: every rank's slots gathered" : "",
                     "; ring algorithms)\n");
   }

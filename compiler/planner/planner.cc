@@ -86,21 +86,24 @@ struct GatherUnit {
   bool backward = false;
   int bucket = -1;
   int first_node = -1;  // the graph node first reading them in that pass
+  // Every read in that pass is of a bf16 copy: the bf16 copies gathered
+  // (each rank's shard cast first), half the bytes.
+  bool bf16 = true;
 };
 
 // ZeRO-3's gathers: the units of every micro-step, and the buffers of the
 // micro-step being emitted.
 struct ZeroThreeState {
   std::vector<GatherUnit> units;    // in the order a micro-step first reads them
-  std::vector<int> unread_buckets;  // parameters nobody reads: gathered once
   std::vector<int> bucket_of;       // parameter value -> its bucket, else -1
   std::vector<int> cast_of;         // bf16 copy value -> its cast (node index), else -1
+  std::vector<int> copy_of;         // parameter value -> its bf16 copy value, else -1
   std::map<int, std::vector<int>> triggered;  // node -> units gathered before it
   std::vector<int> at_start;                  // units gathered before load_batch
-  std::vector<bool> layout_taken;  // bucket -> its param_span used by a gather
-  // This micro-step's: per unit, its span, parameter views (value ->
-  // buffer) and all_gather's event, and whether a reader waited for it;
-  // per pass, the bf16 copies (value -> buffer).
+  // This micro-step's: per unit, its span, parameter views (parameter
+  // value -> its buffer, or its bf16 copy's in a bf16 unit), all_gather
+  // and whether a reader waited for it; per pass, the bf16 copies cast
+  // from f32 gathers (value -> buffer).
   std::vector<int> span, gathered;
   std::vector<std::map<int, int>> views;
   std::vector<bool> waited;
@@ -326,9 +329,12 @@ class PlanBuilder {
     std::vector<int64_t> slot_bytes, shard_elems;
     for (const BucketInfo& b : buckets_) {
       int64_t size = 0;
+      // ZeRO-3 under bf16 gathers bf16 spans at half these offsets, which
+      // must stay 64-byte aligned.
+      const int64_t align = BytesAlignment();
       for (int p : b.params) {
         relative[p] = size;
-        size += AlignUp(graph_.value(p).bytes());
+        size += AlignUp(graph_.value(p).bytes(), align);
       }
       // ZeRO-1: world_size equal shards, each 64-byte aligned; the padding
       // at the end of the bucket is never written.
@@ -347,8 +353,9 @@ class PlanBuilder {
       bucket.bytes = slot_bytes[b];
       bucket.shard_elems = shard_elems[b];
       bucket.weight_decay = buckets_[b].weight_decay;
-      // ZeRO-3: the span and its views are micro-step 0's first gather,
-      // placed by PlanArena; the rank keeps its shard.
+      // ZeRO-3: the span and its views are the layout of every gather
+      // (offsets from the span's start, never live); the rank keeps its
+      // shard.
       const int64_t span_at = ShardedParams() ? 0 : cursor;
       bucket.param_span = NewBuffer(absl::StrCat("bucket", b, "/params"),
                                     BufferKind::kParameterSpan, DType::kF32,
@@ -359,7 +366,6 @@ class PlanBuilder {
         plan_.buffers[shared_[p]].init = v.init;
         plan_.buffers[shared_[p]].init_bound = v.init_bound;
         bucket.parameters.push_back(v.name);
-        if (ShardedParams()) views_.push_back({shared_[p], bucket.param_span, relative[p]});
       }
       if (ShardedParams()) {
         bucket.param_shard =
@@ -610,6 +616,12 @@ class PlanBuilder {
   bool ShardedGrads() const { return plan_.zero >= 2; }
   // ZeRO-3: parameters kept as shards, gathered for each pass.
   bool ShardedParams() const { return plan_.zero >= 3; }
+  // A parameter's alignment in its bucket: twice the arena's when ZeRO-3
+  // gathers bf16 spans (half the offsets).
+  int64_t BytesAlignment() const {
+    const bool bf16_spans = ShardedParams() && plan_.precision == Precision::kBf16;
+    return bf16_spans ? 2 * kArenaAlignment : kArenaAlignment;
+  }
   // ZeRO-2 with zero_accumulate = shard: a reduce-scatter per micro-step.
   bool ShardEachMicroStep() const {
     return ShardedGrads() && plan_.zero_accumulate == ZeroAccumulate::kShard;
@@ -657,28 +669,28 @@ class PlanBuilder {
     const size_t n = graph_.values().size();
     z.bucket_of.assign(n, -1);
     z.cast_of.assign(n, -1);
+    z.copy_of.assign(n, -1);
     for (size_t b = 0; b < buckets_.size(); ++b) {
       for (int p : buckets_[b].params) z.bucket_of[p] = static_cast<int>(b);
     }
     const std::vector<Node>& nodes = graph_.nodes();
     for (size_t i = 0; i < nodes.size(); ++i) {
-      if (IsParameterCast(nodes[i])) z.cast_of[nodes[i].outputs[0]] = static_cast<int>(i);
+      if (!IsParameterCast(nodes[i])) continue;
+      z.cast_of[nodes[i].outputs[0]] = static_cast<int>(i);
+      int& copy = z.copy_of[nodes[i].inputs[0]];
+      if (copy < 0) copy = nodes[i].outputs[0];  // (recomputation may cast again)
     }
-    std::set<std::pair<bool, int>> seen;
-    std::vector<bool> read(buckets_.size(), false);
+    std::map<std::pair<bool, int>, int> unit_of;
     for (const Node& node : graph_.nodes()) {
       if (IsParameterCast(node)) continue;
       const bool backward = node.role != NodeRole::kForward;
       for (int id : node.inputs) {
         const int p = ParameterRead(id);
         if (p < 0) continue;
-        const int b = z.bucket_of[p];
-        read[b] = true;
-        if (seen.insert({backward, b}).second) z.units.push_back({backward, b, node.id});
+        auto [it, fresh] = unit_of.try_emplace({backward, z.bucket_of[p]}, z.units.size());
+        if (fresh) z.units.push_back({backward, z.bucket_of[p], node.id});
+        z.units[it->second].bf16 &= p != id;
       }
-    }
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      if (!read[b]) z.unread_buckets.push_back(static_cast<int>(b));
     }
     const int depth = static_cast<int>(zero_prefetch_);
     for (size_t i = 0; i < z.units.size(); ++i) {
@@ -689,7 +701,6 @@ class PlanBuilder {
         z.triggered[z.units[trigger].first_node].push_back(static_cast<int>(i));
       }
     }
-    z.layout_taken.assign(buckets_.size(), false);
   }
 
   // The parameter value `id` reads (itself, or the parameter a bf16 copy
@@ -701,8 +712,7 @@ class PlanBuilder {
   }
 
   // Micro-step k begins: a fresh set of spans; the gathers due before its
-  // load_batch (and, once, those of the buckets nobody reads, for their
-  // layout).
+  // load_batch.
   void StartGathers(int k) {
     ZeroThreeState& z = zero3_;
     const size_t units = z.units.size();
@@ -712,9 +722,6 @@ class PlanBuilder {
     z.waited.assign(units, false);
     z.copies[0].clear();
     z.copies[1].clear();
-    if (k == 0) {
-      for (int b : z.unread_buckets) EmitGather(b, /*backward=*/false, k, nullptr);
-    }
     for (int i : z.at_start) EmitUnitGather(i, k);
   }
 
@@ -724,67 +731,78 @@ class PlanBuilder {
     for (int i : it->second) EmitUnitGather(i, k);
   }
 
+  // The name suffix of micro-step k's buffers for one pass.
+  std::string PassSuffix(bool backward, int k) const {
+    return absl::StrCat("@", backward ? "bwd" : "fwd", accumulate_ > 1 ? absl::StrCat(k) : "");
+  }
+
+  // Unit i's all_gather into a span of its own, with a view per parameter
+  // (their bf16 copies for a bf16 unit, at half the offsets), after the
+  // last compute instruction, whose bytes the span may reuse. A bf16 unit
+  // first casts the rank's shard, on the compute stream.
   void EmitUnitGather(int i, int k) {
     ZeroThreeState& z = zero3_;
     const GatherUnit& u = z.units[i];
-    z.gathered[i] = EmitGather(u.bucket, u.backward, k, &z.views[i]);
-    z.span[i] = plan_.instructions[z.gathered[i]].outputs[0];
-  }
-
-  // Bucket b's all_gather into a span of its own (micro-step 0's first
-  // one: the bucket's param_span and the parameters' buffers), after the
-  // last compute instruction, whose bytes the span may reuse. Fills
-  // `views` (parameter value -> its buffer); returns the instruction.
-  int EmitGather(int b, bool backward, int k, std::map<int, int>* views) {
-    ZeroThreeState& z = zero3_;
-    Bucket& bucket = plan_.buckets[b];
-    const bool layout = k == 0 && !z.layout_taken[b];
-    z.layout_taken[b] = true;
-    const std::string at = absl::StrCat("@", backward ? "bwd" : "fwd", accumulate_ > 1 ? absl::StrCat(k) : "");
-    const int span = layout ? bucket.param_span
-                            : NewBuffer(absl::StrCat("bucket", b, "/params", at),
-                                        BufferKind::kParameterSpan, DType::kF32,
-                                        {bucket.bytes / 4});
-    for (int p : buckets_[b].params) {
-      const Value& v = graph_.value(p);
-      int view = shared_[p];
-      if (!layout) {
-        view = NewValueBuffer(v, BufferKind::kParameter, absl::StrCat(v.name, at));
-        views_.push_back({view, span, within_[p]});
-      }
-      if (views != nullptr) (*views)[p] = view;
-    }
+    Bucket& bucket = plan_.buckets[u.bucket];
+    const std::string at = PassSuffix(u.backward, k);
+    const DType dtype = u.bf16 ? DType::kBF16 : DType::kF32;
     Instruction g;
-    g.op = "all_gather";
     g.inputs = {bucket.param_shard};
+    if (u.bf16) {
+      Instruction cast;
+      cast.op = "cast";
+      cast.inputs = {bucket.param_shard};
+      cast.outputs = {NewBuffer(absl::StrCat("bucket", u.bucket, "/param_shard", at),
+                                BufferKind::kParameterCopy, dtype, {bucket.shard_elems})};
+      cast.phase = u.backward ? Phase::kBackward : Phase::kForward;
+      cast.micro_step = k;
+      cast.label = absl::StrCat("bucket ", u.bucket, " shard as bf16 for the gather");
+      g.inputs = cast.outputs;
+      Emit(std::move(cast));
+    }
+    const int span = NewBuffer(absl::StrCat("bucket", u.bucket, "/params", at),
+                               BufferKind::kParameterSpan, dtype,
+                               {bucket.bytes / 4});
+    for (int p : buckets_[u.bucket].params) {
+      const int value = u.bf16 ? z.copy_of[p] : p;
+      if (value < 0) continue;  // a parameter never read as bf16
+      const Value& v = graph_.value(value);
+      const int view = NewValueBuffer(
+          v, u.bf16 ? BufferKind::kParameterCopy : BufferKind::kParameter,
+          absl::StrCat(graph_.value(p).name, at));
+      views_.push_back({view, span, within_[p] / (u.bf16 ? 2 : 1)});
+      z.views[i][p] = view;
+    }
+    g.op = "all_gather";
     g.outputs = {span};
-    g.attrs["bucket"] = b;
-    g.attrs["backward"] = backward ? 1 : 0;
+    g.attrs["bucket"] = u.bucket;
+    g.attrs["backward"] = u.backward ? 1 : 0;
     g.stream = Stream::kComm;
     g.phase = Phase::kComm;
     g.micro_step = k;
     if (last_compute_ >= 0) g.wait_events = {EventAfter(last_compute_)};
     g.record_events = {plan_.num_events++};
-    g.label = absl::StrCat("all_gather bucket ", b, " params for the ",
-                           backward ? "backward" : "forward",
+    g.label = absl::StrCat("all_gather bucket ", u.bucket, u.bf16 ? " bf16" : "",
+                           " params for the ", u.backward ? "backward" : "forward",
                            accumulate_ > 1 ? absl::StrCat(" micro ", k) : "");
-    const int id = Emit(std::move(g));
-    if (layout) bucket.all_gather = id;
-    return id;
+    z.gathered[i] = Emit(std::move(g));
+    z.span[i] = span;
+    if (bucket.all_gather < 0) bucket.all_gather = z.gathered[i];
   }
 
   // ZeRO-3: the buffer a node of micro-step k reads for value `id`: a
-  // parameter from its pass's gathered span (the first reader waiting for
-  // the all_gather), a bf16 copy cast from there (CastFor); else BufferFor.
+  // parameter (or a bf16 unit's copy) from its pass's gathered span, the
+  // first reader waiting for the all_gather; another bf16 copy cast from
+  // there (CastFor); else BufferFor.
   int GatheredInput(int id, int k, bool backward, std::vector<int>* waits) {
     const int p = ParameterRead(id);
     if (p < 0) return BufferFor(id, k);
-    if (p != id) return CastFor(id, k, backward);
     ZeroThreeState& z = zero3_;
     int unit = -1;
     for (size_t i = 0; i < z.units.size() && unit < 0; ++i) {
       if (z.units[i].bucket == z.bucket_of[p] && z.units[i].backward == backward) unit = i;
     }
+    if (p != id && !z.units[unit].bf16) return CastFor(id, k, backward);
     if (!z.waited[unit]) {
       z.waited[unit] = true;
       waits->push_back(plan_.instructions[z.gathered[unit]].record_events[0]);
@@ -803,9 +821,8 @@ class PlanBuilder {
     cast.op = node.op;
     cast.attrs = node.attrs;
     cast.inputs = {GatheredInput(node.inputs[0], k, backward, &cast.wait_events)};
-    it->second = NewValueBuffer(
-        v, BufferKind::kParameterCopy,
-        absl::StrCat(v.name, "@", backward ? "bwd" : "fwd", accumulate_ > 1 ? absl::StrCat(k) : ""));
+    it->second = NewValueBuffer(v, BufferKind::kParameterCopy,
+                                absl::StrCat(v.name, PassSuffix(backward, k)));
     cast.outputs = {it->second};
     cast.phase = backward ? Phase::kBackward : Phase::kForward;
     cast.micro_step = k;
@@ -1048,11 +1065,13 @@ class PlanBuilder {
     const std::map<int, int> in_place = InPlaceOutputs();
     std::map<int, int> extended_last;  // input id -> last use of the pair
     for (const auto& [out, in] : in_place) extended_last[in] = plan_.buffers[out].last_use;
+    std::set<int> view_ids;  // placed inside their bucket or span (PlaceViews)
+    for (const View& v : views_) view_ids.insert(v.view);
     std::vector<int> dynamic;
     std::vector<LiveInterval> intervals;
     for (const Buffer& b : plan_.buffers) {
       if (IsPersistent(b.kind) || b.first_use < 0 || b.kind == BufferKind::kGradient ||
-          b.kind == BufferKind::kParameter || in_place.count(b.id)) {
+          view_ids.count(b.id) || in_place.count(b.id)) {
         continue;
       }
       dynamic.push_back(b.id);

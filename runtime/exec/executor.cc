@@ -553,19 +553,25 @@ absl::Status Executor::ResolveGather(const Instruction& instr, const Bucket& buc
     r.gather_from = r.bucket + rank * r.shard;
     return absl::OkStatus();
   }
-  if (instr.inputs[0] != bucket.param_shard || bucket.param_shard < 0) {
-    return fail("gathers neither its bucket's span nor its parameter shard");
-  }
+  // ZeRO-3: the shard, or under bf16 its bf16 cast, into a span of the
+  // same type (bf16 moves as raw 4-byte words: a gather adds nothing).
   const Buffer& shard = plan_.buffers[instr.inputs[0]];
   const Buffer& span = plan_.buffers[instr.outputs[0]];
-  if (shard.bytes != bucket.shard_elems * 4 || span.bytes != bucket.bytes ||
-      span.kind != BufferKind::kParameterSpan ||
+  const bool bf16 = shard.dtype == DType::kBF16;
+  if ((instr.inputs[0] != bucket.param_shard || bucket.param_shard < 0) &&
+      !(bf16 && shard.kind == BufferKind::kParameterCopy)) {
+    return fail("gathers neither its bucket's span nor its parameter shard");
+  }
+  const int64_t width = DTypeBytes(shard.dtype);
+  if (shard.bytes != bucket.shard_elems * width || span.dtype != shard.dtype ||
+      span.bytes != bucket.bytes / 4 * width || span.kind != BufferKind::kParameterSpan ||
       span.offset + span.bytes > plan_.arena_bytes ||
       shard.offset + shard.bytes > plan_.arena_bytes) {
     return fail("its parameter shard or span does not match the bucket");
   }
   r.gather_from = reinterpret_cast<const float*>(device_->arena() + shard.offset);
   r.bucket = reinterpret_cast<float*>(device_->arena() + span.offset);
+  r.shard = bucket.shard_elems * width / 4;
   auto it = instr.attrs.find("backward");
   r.forward_gather = it != instr.attrs.end() && it->second == 0;
   return absl::OkStatus();

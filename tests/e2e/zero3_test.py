@@ -2,7 +2,8 @@
 shards and all-gathered before each forward and backward pass give the
 weights and optimizer state of `zero = 0`, bit for bit in deterministic mode
 (2, 3 and 4 ranks, uneven shards, accumulation 1 to 6, every prefetch
-depth, bf16, clipping, a transformer with recomputation) and within 1e-6
+depth, bf16 with bf16 gathers, clipping, a transformer with
+recomputation) and within 1e-6
 otherwise; evaluation gathers too and agrees; checkpoints hold whole
 tensors that resume under another stage and rank count; the plan keeps
 1/N of the parameters."""
@@ -52,6 +53,15 @@ class Zero3Test(unittest.TestCase):
             runs[name] = e2e.read_checkpoint(out)[0]
         for name in ("z3x2", "z3x1"):
             e2e.assert_same_bits(self, runs["plain"], runs[name], f"tiny_gpt {name}")
+        # The matrices' buckets travel as bf16 (each rank's shard cast
+        # first); the vectors' (layernorm, read in f32) as f32.
+        path = f"{self.dir}/gpt.plan"
+        e2e.train(gpt, "--gpus", 2, "--zero", 3, "--precision", "bf16", "--compile-only",
+                  "-o", path)
+        with open(path) as f:
+            labels = re.findall(r'^instr .* op=all_gather .* label="([^"]*)"', f.read(), re.M)
+        self.assertTrue([x for x in labels if " bf16 params" in x], labels)
+        self.assertTrue([x for x in labels if " bf16 " not in x], labels)
 
     def test_outside_deterministic_mode_within_1e_6(self):
         for gpus, extra in ((2, []), (3, ["--zero_accumulate", "shard"])):
