@@ -146,13 +146,16 @@ std::string PlanSummary(const Plan& plan) {
   const double saved =
       m.unshared_bytes > 0 ? 100.0 * (m.unshared_bytes - m.arena_bytes) / m.unshared_bytes : 0;
   absl::StrAppend(&out, "memory per rank:\n");
-  absl::StrAppend(&out, "  parameters        ", Bytes(m.parameter_bytes), "\n");
+  absl::StrAppend(&out, "  parameters        ", Bytes(m.parameter_bytes),
+                  plan.zero == 3 ? " (this rank's shards; each pass's gathers are activations)"
+                                 : "",
+                  "\n");
   if (m.parameter_copy_bytes > 0) {
     absl::StrAppend(&out, "  bf16 copies       ", Bytes(m.parameter_copy_bytes),
                     " (the parameters in bf16, cast once per step)\n");
   }
   absl::StrAppend(&out, "  gradients         ", Bytes(m.gradient_bytes),
-                  plan.zero == 2 ? " (this rank's shards; the buckets are activations)" : "",
+                  plan.zero >= 2 ? " (this rank's shards; the buckets are activations)" : "",
                   "\n");
   absl::StrAppend(&out, "  optimizer state   ", Bytes(m.optimizer_state_bytes), " (",
                   EnumName(plan.optimizer.kind), ")\n");

@@ -1097,7 +1097,10 @@ class PlanBuilder {
       if (b.kind == BufferKind::kBucket && IsPersistent(b.kind)) report.gradient_bytes += b.bytes;
       if (b.kind == BufferKind::kGradShard) report.gradient_bytes += b.bytes;
       if (b.kind == BufferKind::kStateSpan) report.optimizer_state_bytes += b.bytes;
-      if (b.kind == BufferKind::kParameterCopy) report.parameter_copy_bytes += b.bytes;
+      // (ZeRO-3's copies are made in each pass: activations.)
+      if (b.kind == BufferKind::kParameterCopy && IsPersistent(b.kind)) {
+        report.parameter_copy_bytes += b.bytes;
+      }
     }
     report.peak_activation_bytes = memory.peak_live_bytes;
     for (const Instruction& in : plan_.instructions) {
