@@ -60,6 +60,11 @@ class Communicator {
   // A failure found since the last host call (an asynchronous error, a
   // collective past its bound), which only a call would otherwise report.
   virtual absl::Status Health() { return absl::OkStatus(); }
+
+  // Bytes of host memory its cached collectives hold (Gloo's algorithms
+  // keep buffers per bucket; counted from the library's own sizes), for the
+  // run summary's account of resident memory. 0 where there are none.
+  virtual int64_t HostBytes() const { return 0; }
 };
 
 }  // namespace trainc

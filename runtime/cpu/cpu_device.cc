@@ -51,6 +51,7 @@ struct CpuDevice::State {
   AlignedBytes arena;
   int64_t arena_bytes = 0;
   std::vector<AlignedBytes> scratch;
+  int64_t host_bytes = 0;  // arena, scratch and staging, as allocated
 
   const Plan* prepared_plan = nullptr;
   std::vector<KernelArgs> kernels;  // by instruction id
@@ -171,14 +172,18 @@ absl::Status CpuDevice::AllocateArena(int64_t bytes) {
   }
   ASSIGN_OR_RETURN(state_->arena, AllocateZeroed(bytes));
   state_->arena_bytes = bytes;
+  state_->host_bytes += bytes;
   return absl::OkStatus();
 }
 
 char* CpuDevice::arena() { return state_->arena.get(); }
 
+int64_t CpuDevice::HostBytes() const { return state_->host_bytes; }
+
 absl::StatusOr<char*> CpuDevice::AllocateScratch(int64_t bytes) {
   ASSIGN_OR_RETURN(AlignedBytes block, AllocateZeroed(bytes));
   state_->scratch.push_back(std::move(block));
+  state_->host_bytes += bytes;
   return state_->scratch.back().get();
 }
 
@@ -235,6 +240,7 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
                                   state_->arena_bytes, "cpu"));
   if (const int64_t staging = Bf16StagingBytes(state_->kernels); staging > 0) {
     ASSIGN_OR_RETURN(state_->bf16_staging, AllocateZeroed(staging));
+    state_->host_bytes += staging;
     AssignBf16Staging(state_->kernels, state_->bf16_staging.get());
   }
   RETURN_IF_ERROR(

@@ -61,6 +61,7 @@ class CpuDevice : public Device {
   absl::Status OrderedSum(Stream stream, const float* src, int64_t n,
                           int64_t count, float* dst) override;
   absl::StatusOr<char*> AllocateScratch(int64_t bytes) override;
+  int64_t HostBytes() const override;
 
   absl::Status Submit(Stream stream,
                       std::function<absl::Status()> work) override;

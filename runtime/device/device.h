@@ -134,6 +134,11 @@ class Device {
   // fail. Outside a BeginReplayInputs..Replay window uploads go to the
   // arena as usual, so eager work (evaluation) can run between replays.
   // Synchronize() waits for a replay like for any other work.
+  // Bytes of host memory this device allocated for the plan (the CPU
+  // device: its arena, bf16 staging and scratch); 0 where they live on an
+  // accelerator.
+  virtual int64_t HostBytes() const { return 0; }
+
   virtual bool SupportsCapture() const { return false; }
   virtual absl::Status BeginCapture() {
     return absl::UnimplementedError(name() + ": step capture");

@@ -999,7 +999,11 @@ absl::Status Trainer::RunOptimizerStep(StepInfo& step) {
   step_state.lr = step.lr;
   ASSIGN_OR_RETURN(const double loss_sum, executor_->RunStep(step_state, *step_batches_));
   // After one step every arena page has been written: the arena is in.
-  if (++summary_.steps == 1) summary_.resident_bytes = ResidentBytes();
+  if (++summary_.steps == 1) {
+    summary_.resident_bytes = ResidentBytes();
+    summary_.device_host_bytes = device_->HostBytes();
+    summary_.comm_host_bytes = host_comm_->HostBytes() + (nccl_ ? nccl_->HostBytes() : 0);
+  }
   step_losses_.push_back(static_cast<float>(loss_sum));
   bool skipped = false;
   if (grad_sq_ != nullptr) {
@@ -1325,6 +1329,8 @@ void Trainer::RecordSummaryMetrics() {
             {"final_loss", summary_.final_loss}};
   if (summary_.resident_bytes > 0) {
     r.info.emplace_back("resident_bytes", static_cast<double>(summary_.resident_bytes));
+    r.info.emplace_back("device_host_bytes", static_cast<double>(summary_.device_host_bytes));
+    r.info.emplace_back("comm_host_bytes", static_cast<double>(summary_.comm_host_bytes));
   }
   if (eval_data_) r.info.emplace_back("eval_loss", summary_.eval_loss);
   if (summary_.eval_accuracy >= 0) {
@@ -1377,9 +1383,14 @@ void Trainer::LogSummary() {
                           FormatBytes(plan_.arena_bytes),
                           FormatBytes(plan_.memory.unshared_bytes));
   if (summary_.resident_bytes > 0) {
-    log_ << absl::StrFormat("  resident        %s after the first step (rank %d's process: "
-                            "arena, data, code)\n",
-                            FormatBytes(summary_.resident_bytes), rank_.rank);
+    const TrainSummary& s = summary_;
+    log_ << absl::StrFormat(
+        "  resident        %s after the first step (rank %d's process): %s the device's "
+        "arena, staging and scratch + %s the communicators' buffers + %s the rest (code, "
+        "data, libraries)\n",
+        FormatBytes(s.resident_bytes), rank_.rank, FormatBytes(s.device_host_bytes),
+        FormatBytes(s.comm_host_bytes),
+        FormatBytes(s.resident_bytes - s.device_host_bytes - s.comm_host_bytes));
   }
   if (device_->SupportsCapture()) {
     const CaptureInfo& capture = executor_->capture();

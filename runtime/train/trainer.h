@@ -108,6 +108,12 @@ struct TrainSummary {
   // This rank's resident memory after its first step (Linux: the process's
   // arena, data, code and libraries; 0 where it cannot be read).
   int64_t resident_bytes = 0;
+  // At the same moment: what the device allocated in host memory for the
+  // plan (the CPU device's arena, staging and scratch) and what the
+  // communicators' cached collectives hold; the rest of resident_bytes is
+  // code, data and libraries.
+  int64_t device_host_bytes = 0;
+  int64_t comm_host_bytes = 0;
 };
 
 // What the planner must know of the backend `device` (as --device) that

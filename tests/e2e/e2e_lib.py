@@ -47,10 +47,12 @@ def tmpdir():
     return tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
 
 
-def train(*args, timeout=300, check=True):
-    """Runs tools/train; returns CompletedProcess (stdout+stderr as text)."""
+def train(*args, timeout=300, check=True, env=None):
+    """Runs tools/train (with `env` added to the environment); returns
+    CompletedProcess (stdout+stderr as text)."""
     proc = subprocess.run([TRAIN, *map(str, args)], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
     if check and proc.returncode != 0:
         raise AssertionError(f"train {' '.join(map(str, args))} failed "
                              f"({proc.returncode}):\n{proc.stdout}")

@@ -93,6 +93,27 @@ class Zero3Test(unittest.TestCase):
             self.assertIn("resumed from", log)
             e2e.assert_same_bits(self, whole, resumed, f"zero 3 -> {zero} on {gpus} ranks")
 
+    def test_resident_memory_is_the_plan_the_communicator_and_a_constant_rest(self):
+        # What changes with the stage is the device's arena (the plan's)
+        # and the communicator's cached buffers; the rest (code, data,
+        # libraries) stays, to within allocator noise. glibc's mmap
+        # threshold is fixed so that freed large blocks go back to the
+        # system instead of staying resident in its heap.
+        gpt = e2e.runfile("dsl_examples/tiny_gpt.train")
+        rest = {}
+        for zero in (0, 1, 2, 3):
+            out = e2e.train(gpt, "--device", "cpu", "--gpus", 2, "--micro_batch", 16,
+                            "--global_batch", 32, "--steps", 2, "--no-eval", "--zero", zero,
+                            env={"MALLOC_MMAP_THRESHOLD_": "1048576"}).stdout
+            arena = re.search(r"^  arena +([\d.]+) MiB per rank", out, re.M)
+            m = re.search(r"^  resident +([\d.]+) MiB .*: ([\d.]+) MiB the device's arena, "
+                          r"staging and scratch \+ ([\d.]+) (MiB|KiB) the communicators' "
+                          r"buffers \+ ([\d.]+) MiB the rest", out, re.M)
+            self.assertIsNotNone(m, out)
+            self.assertAlmostEqual(float(m.group(2)), float(arena.group(1)), delta=0.01)
+            rest[zero] = float(m.group(5))
+        self.assertLess(max(rest.values()) - min(rest.values()), 1.0, rest)
+
     def test_memory_report_keeps_1_over_n_of_the_parameters(self):
         def parameter_bytes(zero):
             path = f"{self.dir}/mem{zero}.plan"

@@ -483,6 +483,44 @@ absl::Status GlooCommunicator::AllGather(const float* in, float* out,
   });
 }
 
+namespace {
+
+// What one all-reduce ring of `n` elements of `width` bytes holds: two
+// ranks, Gloo's ring's inbox and outbox; more, the chunked ring's copy of
+// the data and its two inboxes, of which a chunk is used.
+int64_t RingBytes(int64_t n, int64_t width, int world_size) {
+  if (world_size == 2) return 2 * n * width;
+  const int64_t chunk = std::max<int64_t>(256, (n + 2 * world_size - 1) / (2 * world_size));
+  return (n + 2 * chunk) * width;
+}
+
+// Gloo's halving-doubling reduce-scatter of `total` elements: its receive
+// buffer (the count rounded up to 2^steps chunks) and its distribution
+// buffer.
+int64_t ReduceScatterBytes(int64_t total, int64_t width, int world_size) {
+  int steps = 0;
+  while ((2 << steps) <= world_size) ++steps;
+  const int64_t chunks = int64_t{1} << steps;
+  return ((total + chunks - 1) / chunks * chunks + total) * width;
+}
+
+}  // namespace
+
+int64_t GlooCommunicator::HostBytes() const {
+  int64_t bytes = static_cast<int64_t>(bf16_.size()) * 2;
+  for (const auto& [n, ring] : rings_) bytes += RingBytes(n, 4, world_size_);
+  for (const auto& [n, ring] : bf16_rings_) bytes += RingBytes(n, 2, world_size_);
+  for (const auto& [key, algorithm] : reduce_scatters_) {
+    bytes += ReduceScatterBytes(key.second * world_size_, 4, world_size_);
+  }
+  for (const auto& [key, scatter] : bf16_reduce_scatters_) {
+    const int64_t total = key.second * world_size_;
+    bytes += total * 2 + ReduceScatterBytes(total, 2, world_size_);
+  }
+  for (const auto& [key, gather] : all_gathers_) bytes += key.second * 4;
+  return bytes;
+}
+
 absl::Status GlooCommunicator::Broadcast(float* data, int64_t count, int root,
                                          void* /*stream*/) {
   if (root < 0 || root >= world_size_) {

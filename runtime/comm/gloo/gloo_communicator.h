@@ -94,6 +94,7 @@ class GlooCommunicator : public Communicator {
   absl::Status Broadcast(float* data, int64_t count, int root,
                          void* stream) override;
   absl::Status Barrier() override;
+  int64_t HostBytes() const override;
 
  private:
   GlooCommunicator(int rank, int world_size,
