@@ -71,6 +71,18 @@ def train_sharded(d, name, gpus, *extra, steps=12, micro_batch=4, bucket_mb=0.05
     return read_checkpoint(out)[0], proc.stdout
 
 
+def train_gpts(d, common, variants):
+    """tiny_gpt once per (name, extra flags) of `variants`, with `common`
+    flags and --save; returns {name: the checkpoint's tensors}."""
+    gpt = runfile("dsl_examples/tiny_gpt.train")
+    runs = {}
+    for name, extra in variants:
+        out = f"{d}/gpt_{name}.safetensors"
+        train(gpt, *common, *extra, "--save", out, timeout=600)
+        runs[name] = read_checkpoint(out)[0]
+    return runs
+
+
 def write_safetensors(path, tensors, metadata=None):
     """F32 tensors in the published safetensors layout (our own writer),
     with string `metadata` when given."""

@@ -48,15 +48,12 @@ class Zero2Test(unittest.TestCase):
         common = ["--device", "cpu", "--deterministic", "true", "--precision", "bf16",
                   "--clip_grad_norm", 0.5, "--global_batch", 16, "--micro_batch", 4,
                   "--steps", 3, "--no-eval"]
-        runs = {}
-        for name, extra in (("plain", ["--gpus", 2]),
-                            ("z2x2", ["--gpus", 2, "--zero", 2, "--recompute", "true"]),
-                            ("z4x1", ["--gpus", 4, "--zero", 2, "--recompute", "true"])):
-            out = f"{self.dir}/gpt_{name}.safetensors"
-            log = e2e.train(gpt, *common, *extra, "--save", out, timeout=600).stdout
-            runs[name] = e2e.read_checkpoint(out)[0]
-            if name != "plain":
-                self.assertIn("recomputed", e2e.train(gpt, *extra, "--compile-only").stdout)
+        variants = (("plain", ["--gpus", 2]),
+                    ("z2x2", ["--gpus", 2, "--zero", 2, "--recompute", "true"]),
+                    ("z4x1", ["--gpus", 4, "--zero", 2, "--recompute", "true"]))
+        runs = e2e.train_gpts(self.dir, common, variants)
+        for _, extra in variants[1:]:
+            self.assertIn("recomputed", e2e.train(gpt, *extra, "--compile-only").stdout)
         for name in ("z2x2", "z4x1"):
             e2e.assert_same_bits(self, runs["plain"], runs[name], f"tiny_gpt {name}")
 

@@ -44,13 +44,10 @@ class Zero3Test(unittest.TestCase):
         common = ["--device", "cpu", "--deterministic", "true", "--precision", "bf16",
                   "--clip_grad_norm", 0.5, "--global_batch", 16, "--micro_batch", 4,
                   "--steps", 3, "--no-eval"]
-        runs = {}
-        for name, extra in (("plain", ["--gpus", 2]),
-                            ("z3x2", ["--gpus", 2, "--zero", 3, "--recompute", "true"]),
-                            ("z3x1", ["--gpus", 4, "--zero", 3, "--zero_prefetch", 2])):
-            out = f"{self.dir}/gpt_{name}.safetensors"
-            e2e.train(gpt, *common, *extra, "--save", out, timeout=600)
-            runs[name] = e2e.read_checkpoint(out)[0]
+        runs = e2e.train_gpts(self.dir, common, (
+            ("plain", ["--gpus", 2]),
+            ("z3x2", ["--gpus", 2, "--zero", 3, "--recompute", "true"]),
+            ("z3x1", ["--gpus", 4, "--zero", 3, "--zero_prefetch", 2])))
         for name in ("z3x2", "z3x1"):
             e2e.assert_same_bits(self, runs["plain"], runs[name], f"tiny_gpt {name}")
         # The matrices' buckets travel as bf16 (each rank's shard cast
@@ -66,16 +63,12 @@ class Zero3Test(unittest.TestCase):
     def test_fp32_with_recomputation_on_three_ranks_keeps_the_bits(self):
         # fp32 (every pass gathers f32), every block recomputed, uneven
         # shards on 3 ranks, against one rank accumulating 3 micro-batches.
-        gpt = e2e.runfile("dsl_examples/tiny_gpt.train")
         common = ["--device", "cpu", "--deterministic", "true", "--clip_grad_norm", 0.5,
                   "--global_batch", 12, "--micro_batch", 4, "--steps", 3, "--no-eval"]
-        runs = {}
-        for name, extra in (("plain", ["--gpus", 1]),
-                            ("z3", ["--gpus", 3, "--zero", 3, "--recompute", "true"])):
-            out = f"{self.dir}/fp32_{name}.safetensors"
-            e2e.train(gpt, *common, *extra, "--save", out, timeout=600)
-            runs[name] = e2e.read_checkpoint(out)[0]
-        e2e.assert_same_bits(self, runs["plain"], runs["z3"], "tiny_gpt fp32, 3 ranks")
+        runs = e2e.train_gpts(self.dir, common, (
+            ("fp32_plain", ["--gpus", 1]),
+            ("fp32_z3", ["--gpus", 3, "--zero", 3, "--recompute", "true"])))
+        e2e.assert_same_bits(self, runs["fp32_plain"], runs["fp32_z3"], "tiny_gpt fp32, 3 ranks")
 
     def test_outside_deterministic_mode_within_1e_6(self):
         for gpus, extra in ((2, []), (3, ["--zero_accumulate", "shard"])):
