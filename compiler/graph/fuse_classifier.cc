@@ -3,24 +3,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/graph/rewrite.h"
 
 namespace trainc {
-namespace {
-
-// The index of the one node reading value `id`, or -1 (none, or several).
-int SoleReader(const std::vector<Node>& nodes, int id) {
-  int reader = -1;
-  for (const Node& node : nodes) {
-    for (int in : node.inputs) {
-      if (in != id) continue;
-      if (reader >= 0 && reader != node.id) return -1;
-      reader = node.id;
-    }
-  }
-  return reader;
-}
-
-}  // namespace
 
 absl::StatusOr<bool> FuseClassifier::Run(Graph* graph) {
   std::vector<Node>& nodes = graph->mutable_nodes();
@@ -28,8 +13,9 @@ absl::StatusOr<bool> FuseClassifier::Run(Graph* graph) {
   bool changed = false;
   for (Node& loss : nodes) {
     if (loss.op != "cross_entropy" || loss.outputs.size() != 2) continue;
-    const int reader = SoleReader(nodes, loss.outputs[1]);
-    if (reader < 0) continue;
+    const std::vector<int> readers = ReadersOf(nodes, loss.outputs[1]);
+    if (readers.size() != 1) continue;
+    const int reader = readers[0];
     const Node& grad = nodes[reader];
     auto acc = grad.attrs.find("accumulate");
     if (grad.op != "cross_entropy_grad" || grad.inputs.size() != 2 ||
@@ -47,12 +33,7 @@ absl::StatusOr<bool> FuseClassifier::Run(Graph* graph) {
     changed = true;
   }
   if (!changed) return false;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (!drop[i]) kept.push_back(std::move(nodes[i]));
-  }
-  for (size_t i = 0; i < kept.size(); ++i) kept[i].id = static_cast<int>(i);
-  nodes = std::move(kept);
+  DropNodes(drop, graph);
   return true;
 }
 
