@@ -519,6 +519,8 @@ double CheckSourceGradients(const std::string& source, int64_t index_range,
   return worst;
 }
 
+// The linear and its gelu run as one linear_gelu (fusion = true), the
+// backward reading its pre-activation.
 TEST(SourceGradientCheck, GeluTanhAndLinearWithoutBias) {
   CheckSourceGradients(Source(R"(
   input  x: f32[6]
@@ -527,7 +529,7 @@ TEST(SourceGradientCheck, GeluTanhAndLinearWithoutBias) {
   logits = linear(h, 3)
   loss   = cross_entropy(logits, y)
 )", 3),
-                       3, {"gelu_tanh", "gelu_tanh_grad", "linear_grad_params"});
+                       3, {"linear_gelu", "gelu_tanh_grad", "linear_grad_params"});
 }
 
 // A Llama-style pre-norm block: RMSNorm, no biases.
@@ -678,7 +680,7 @@ constexpr char kGpt[] = R"(
 
 const std::vector<std::string> kGptOps = {
     "embedding",      "position_embedding", "layernorm",
-    "attention",      "gelu_tanh",          "add",
+    "attention",      "linear_gelu",        "add",
     "cross_entropy_fused", "embedding_grad",  "position_embedding_grad",
     "attention_grad", "gelu_tanh_grad",     "layernorm_grad_input",
     "layernorm_grad_params", "linear_grad_params", "linear_grad_input",

@@ -237,6 +237,16 @@ absl::Status RefLinear(const std::string& op, const Attrs& attr, const std::vect
   return absl::OkStatus();
 }
 
+// linear into pre (out[0]), then gelu_tanh of pre into y (out[1]).
+absl::Status RefLinearGelu(const std::string& op, const Attrs& attr,
+                           const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                           bool acc) {
+  const absl::Status product = RefLinear(op, attr, in, out, false);
+  if (!product.ok()) return product;
+  Pointwise<pointwise::GeluTanh, 1>({out[0]}, {out[1]}, false);
+  return absl::OkStatus();
+}
+
 absl::Status RefLinearGradInput(const std::string& op, const Attrs& attr,
                                 const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                                 bool acc) {
@@ -746,6 +756,7 @@ absl::Status RefReshape(const std::string& op, const Attrs& attr, const std::vec
 const std::map<std::string, RefOp>& ReferenceOps() {
   static const auto* ops = new std::map<std::string, RefOp>{
       {"linear", &RefLinear},
+      {"linear_gelu", &RefLinearGelu},
       {"linear_grad_input", &RefLinearGradInput},
       {"linear_grad_params", &RefLinearGradParams},
       {"softmax", &RefSoftmax},

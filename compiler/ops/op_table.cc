@@ -47,6 +47,14 @@ Cost MatmulOfWeight(const std::vector<Shape>& in,
 Cost LinearCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
   return MatmulOfWeight(in, out, in[1]);
 }
+// linear_gelu: the linear's flops and the gelu's over its output; bytes
+// are what the one instruction moves (x, w, b read; pre and y written:
+// pre is not read back, which is the fusion's saving).
+Cost LinearGeluCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  const Cost product = MatmulOfWeight(in, out, in[1]);
+  const Cost gelu = Elementwise<20>({out[0]}, {out[1]});
+  return {product.flops + gelu.flops, Bytes(in, out)};
+}
 // The gradients: dy[.., out] against w[out, in], rows = |dy| / out.
 Cost LinearGrad(const std::vector<Shape>& in, const std::vector<Shape>& out,
                 const Shape& w) {
@@ -135,6 +143,12 @@ std::vector<OpDef> MakeOps() {
       {"linear_grad_params", 2, 2, 1, 2, false, kMatmul,
        "dy[.., out], x[.., in] -> dw[out, in], db[out] (optional); acc", {},
        {}, false, LinearGradParamsCost},
+      {"linear_gelu", 2, 3, 2, 2, false, kMatmul,
+       "x[.., in], w[out, in], b[out] (optional) -> pre[.., out], y[.., out]: "
+       "pre = linear(x, w, b), y = gelu_tanh(pre), one instruction; pre is what "
+       "the backward's gelu_tanh_grad reads; made by the linear-gelu fusion "
+       "(compiler/graph/fuse_linear_gelu.h), never differentiated",
+       {}, {}, false, LinearGeluCost, false, {}, /*fused=*/true},
       // --- elementwise ---
       {"relu", 1, 1, 1, 1, false, kElem, "x -> y", {},
        {{"relu_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<1>},

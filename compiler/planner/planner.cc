@@ -17,6 +17,7 @@
 #include "compiler/cost/simulator.h"
 #include "compiler/graph/dce.h"
 #include "compiler/graph/fuse_classifier.h"
+#include "compiler/graph/fuse_linear_gelu.h"
 #include "compiler/graph/graph.h"
 #include "compiler/graph/lower.h"
 #include "compiler/graph/pass.h"
@@ -1342,6 +1343,7 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
     pipeline.Add(std::make_unique<MixedPrecision>());
   }
   if (spec.train.fusion) pipeline.Add(std::make_unique<FuseClassifier>());
+  if (spec.train.fusion) pipeline.Add(std::make_unique<FuseLinearGelu>());
   const std::vector<std::string>& recompute =
       spec.train.recompute ? spec.model.repeat_blocks : spec.model.recompute_blocks;
   if (!recompute.empty()) pipeline.Add(std::make_unique<Recompute>(recompute));

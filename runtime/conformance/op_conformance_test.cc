@@ -65,6 +65,9 @@ Operand W() { return {{}, 0, true}; }
 const std::map<std::string, Example>& Examples() {
   static const auto* examples = new std::map<std::string, Example>{
       {"linear", {{{{4, 3}}, {{5, 3}}, {{5}}}, {{{4, 5}}}, {}}},
+      // 8 outputs: on CUDA the cublasLt GELU_AUX_BIAS epilogue (its aux
+      // leading dimension must be a multiple of 8).
+      {"linear_gelu", {{{{4, 3}}, {{8, 3}}, {{8}}}, {{{4, 8}}, {{4, 8}}}, {}}},
       {"layernorm", {{{{4, 6}}, {{6}}, {{6}}}, {{{4, 6}}, {{4}}, {{4}}}, {{"eps", 1e-5}}}},
       {"rmsnorm", {{{{4, 6}}, {{6}}}, {{{4, 6}}, {{4}}}, {{"eps", 1e-6}}}},
       {"softmax", {{{{4, 6}}}, {{{4, 6}}}, {}}},

@@ -27,6 +27,19 @@ absl::Status Linear(const KernelCall& c) {
     case Op::kLinear:
       LinearForward(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.y[0], k.act, k.y[1]);
       break;
+    case Op::kLinearGelu: {
+      // The unfused plan's two kernels, in order: the linear into pre, then
+      // gelu_tanh of pre as that instruction would read it (under bf16,
+      // rounded to the bf16 tensor), so the fused plan trains on its bits.
+      LinearForward(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.y[0], Activation::kNone,
+                    nullptr);
+      if (const Bf16Operand* pre = StagedOutput(k, 0)) {
+        NarrowToBf16(pre->f32, pre->elems, static_cast<uint16_t*>(pre->bf16));
+        WidenBf16(static_cast<const uint16_t*>(pre->bf16), pre->elems, pre->f32);
+      }
+      PointwiseKernel(Op::kGeluTanh)(k.y[0], nullptr, k.rows * k.out, false, k.y[1]);
+      break;
+    }
     case Op::kLinearGradInput:
       LinearGradInput(k.x[0], k.x[1], k.rows, k.in, k.out, k.accumulate, k.y[0]);
       break;
@@ -238,7 +251,9 @@ KernelTable<CpuKernel> MakeTable() {
     const Op op = static_cast<Op>(i);
     if (PointwiseArity(op) > 0 && PointwiseKernel(op) != nullptr) t[op] = &Pointwise;
   }
-  for (Op op : {Op::kLinear, Op::kLinearGradInput, Op::kLinearGradParams}) t[op] = &Linear;
+  for (Op op : {Op::kLinear, Op::kLinearGelu, Op::kLinearGradInput, Op::kLinearGradParams}) {
+    t[op] = &Linear;
+  }
   for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams}) {
     t[op] = &LayerNormFamily;
   }

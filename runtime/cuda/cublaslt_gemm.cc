@@ -1,5 +1,6 @@
 // CudaDeviceImpl's matrix products through cuBLAS and cublasLt: the linear
-// ops (a cublasLt matmul with fused bias/ReLU, or cublasGemmEx).
+// ops (a cublasLt matmul with fused bias/ReLU, or bias/GELU writing the
+// pre-activation too for linear_gelu; or cublasGemmEx).
 #include "runtime/cuda/cuda_device_impl.h"
 
 #include <cstdint>
@@ -23,11 +24,29 @@ void CudaDeviceImpl::ReleaseLtMatmuls() {
 // With bf16 operands (Kernel::gemm_bf16) A and B are bf16, the product
 // accumulates in f32, and the f32 bias is added to the f32 result before
 // the one rounding to bf16 that follows, as on the CPU.
+//
+// linear_gelu: the GELU_AUX(_BIAS) epilogue writes D = gelu_tanh(x w^T + b)
+// into y (y[1]) and the pre-activation x w^T + b into pre (y[0]) as its
+// aux matrix, [out, B] column-major with leading dimension out, which
+// cublasLt takes only when out is a multiple of 8 (otherwise RunLinear's
+// fallback: the GEMM and bias, then the gelu_tanh kernel). The aux has D's
+// type (f32: under bf16 both are staged and rounded after), so cublasLt's
+// GELU reads the unrounded pre, where the unfused plan's gelu_tanh reads
+// it rounded to bf16; and its GELU is its own tanh form, not
+// compiler/ops/pointwise.h's: the fused instruction is close to, not the
+// bits of, the unfused two on the GPU.
 absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
                                            int* index) {
   const int64_t rows = k.rows, in = k.in, out = k.out;
   const bool bias = k.x[2] != nullptr, relu = k.relu_in_gemm;
+  const bool gelu = k.op == Op::kLinearGelu;
   LtMatmul m;
+  if (gelu && out % 8 != 0) {
+    // No aux layout cublasLt accepts: RunLinear's fallback.
+    lt_matmuls_.push_back(m);
+    *index = static_cast<int>(lt_matmuls_.size()) - 1;
+    return absl::OkStatus();
+  }
   auto fail = [&](absl::Status s) {
     m.Destroy();
     return s;
@@ -52,8 +71,9 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
                                      sizeof(tb)),
       "TRANSB"));
   cublasLtEpilogue_t epilogue =
-      bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-           : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+      gelu   ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+      : bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+             : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   RETURN_IF_ERROR(lt_ok(
       cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                      &epilogue, sizeof(epilogue)),
@@ -72,6 +92,24 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
                                        sizeof(k.x[2])),
         "BIAS_POINTER"));
   }
+  if (gelu) {
+    // pre: [out, B] with leading dimension out, f32 as D (said outright).
+    const void* aux = k.y[0];
+    const int64_t aux_ld = out;
+    const cudaDataType_t aux_type = CUDA_R_32F;
+    RETURN_IF_ERROR(lt_ok(
+        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                       &aux, sizeof(aux)),
+        "EPILOGUE_AUX_POINTER"));
+    RETURN_IF_ERROR(lt_ok(
+        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                       sizeof(aux_ld)),
+        "EPILOGUE_AUX_LD"));
+    RETURN_IF_ERROR(lt_ok(
+        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                       &aux_type, sizeof(aux_type)),
+        "EPILOGUE_AUX_DATA_TYPE"));
+  }
   RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, ab, in, out, in), "layout A"));
   RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.b, ab, in, rows, in), "layout B"));
   RETURN_IF_ERROR(lt_ok(
@@ -85,7 +123,7 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
   // The heuristic assumes 256-byte aligned operands unless told otherwise;
   // plan offsets are only 64-byte aligned, so say what these pointers are.
-  const float* d = relu ? k.y[1] : k.y[0];
+  const float* d = LinearOutput(k);
   const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>
       alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, GemmOperand(k, 1)},
                       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, GemmOperand(k, 0)},
@@ -118,7 +156,8 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
 }
 
 void UseBf16Gemm(Kernel& k) {
-  if (k.op != Op::kLinear && k.op != Op::kLinearGradInput && k.op != Op::kLinearGradParams) {
+  if (k.op != Op::kLinear && k.op != Op::kLinearGelu && k.op != Op::kLinearGradInput &&
+      k.op != Op::kLinearGradParams) {
     return;
   }
   Bf16Operand* operand[2] = {nullptr, nullptr};
@@ -167,7 +206,7 @@ absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
 
 absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
   LtMatmul& m = lt_matmuls_[k.lt];
-  float* d = k.relu_in_gemm ? k.y[1] : k.y[0];
+  float* d = LinearOutput(k);
   // bf16 operands: a bf16 GEMM into the f32 staging of y, the bias added
   // in f32, and the one rounding after both (RunKernel), as on the CPU.
   if (m.usable) {
@@ -201,6 +240,16 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
     }
   }
   const int64_t n = k.rows * k.out;
+  if (k.op == Op::kLinearGelu && !m.usable) {
+    // The fallback is the unfused plan's kernels: gelu_tanh reads pre as
+    // that instruction would, under bf16 rounded to the bf16 tensor.
+    if (const Bf16Operand* pre = StagedOutput(k, 0)) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchToBf16(pre->f32, pre->bf16, pre->elems, compute_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchFromBf16(pre->bf16, pre->f32, pre->elems, compute_));
+    }
+    CUDA_RETURN_IF_ERROR(
+        cuda::LaunchPointwise(KernelOp::kGeluTanh, k.y[0], nullptr, k.y[1], n, false, compute_));
+  }
   switch (k.act) {
     case Activation::kNone:
       break;

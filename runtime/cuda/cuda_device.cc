@@ -144,6 +144,7 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
     const Instruction& instr = plan.instructions[i];
     switch (k.op) {
       case Op::kLinear:
+      case Op::kLinearGelu:
       case Op::kLinearGradInput:
       case Op::kLinearGradParams:
         if (k.rows > INT32_MAX || k.in > INT32_MAX || k.out > INT32_MAX) {
@@ -229,7 +230,7 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
     UseBf16Attention(k);
   }
   for (Kernel& k : kernels) {
-    if (k.op != Op::kLinear) continue;
+    if (k.op != Op::kLinear && k.op != Op::kLinearGelu) continue;
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));
   }
   RETURN_IF_ERROR(EnsureKernelScratch(scratch_floats));

@@ -56,7 +56,8 @@ int64_t SteadyNowNs();
 using Op = KernelOp;
 
 // A forward linear as one cublasLt call: y = x w^T + b (D = op(A) B + bias
-// in cuBLAS's column-major view, see Prepare), optionally with ReLU.
+// in cuBLAS's column-major view, see Prepare), optionally with ReLU; or
+// linear_gelu's GEMM with the GELU epilogue writing pre as its aux.
 struct LtMatmul {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -203,6 +204,11 @@ class CudaDeviceImpl final : public CudaDevice {
                     int64_t n, int64_t k, const void* a, int64_t lda,
                     const void* b, int64_t ldb, float beta, float* c,
                     int64_t ldc, cudaDataType_t ab = CUDA_R_32F);
+  // What a forward linear's GEMM writes as D: y, or the activation when
+  // the epilogue applies it (ReLU's h, linear_gelu's y; the aux then pre).
+  static float* LinearOutput(const Kernel& k) {
+    return k.relu_in_gemm || k.op == Op::kLinearGelu ? k.y[1] : k.y[0];
+  }
   // The two operands of a linear op's GEMM: bf16 when gemm_bf16 is set.
   static const void* GemmOperand(const Kernel& k, int i) {
     return k.gemm_bf16[i] != nullptr ? k.gemm_bf16[i] : k.x[i];

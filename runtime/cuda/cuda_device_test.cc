@@ -276,6 +276,27 @@ TEST(CudaDeviceTest, LinearActivationFusion) {
   }
 }
 
+// linear_gelu (the plan's linear-gelu fusion): pre and y from one cublasLt
+// GEMM with the GELU_AUX(_BIAS) epilogue when out is a multiple of 8 (40),
+// else (37) the GEMM then the gelu_tanh kernel; with and without a bias.
+TEST(CudaDeviceTest, LinearGelu) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t out : {OUT, int64_t{37}}) {
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(absl::StrCat("out ", out, bias ? " bias" : " no bias"));
+      PlanBuilder p;
+      int x = p.Add("x", {B, IN});
+      int w = p.Add("w", {out, IN}, DType::kF32, BufferKind::kParameter);
+      int b = p.Add("b", {out}, DType::kF32, BufferKind::kParameter);
+      int pre = p.Add("pre", {B, out});
+      int y = p.Add("y", {B, out});
+      if (bias) p.Instr("linear_gelu", {x, w, b}, {pre, y});
+      else p.Instr("linear_gelu", {x, w}, {pre, y});
+      ExpectMatchesCpu(p.plan, kFp32Tol);
+    }
+  }
+}
+
 TEST(CudaDeviceTest, LinearGrads) {
   SKIP_WITHOUT_GPU();
   for (double acc : {0.0, 1.0}) {

@@ -36,6 +36,7 @@ struct CudaKernels {
     const Kernel& k = c.k;
     switch (k.op) {
       case Op::kLinear:
+      case Op::kLinearGelu:  // one cublasLt GEMM with the GELU epilogue
         return d.RunLinear(k);
       case Op::kLinearGradInput:
         // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B].
@@ -242,7 +243,9 @@ struct CudaKernels {
     for (int i = 0; i < kNumKernelOps; ++i) {
       if (PointwiseArity(static_cast<Op>(i)) > 0) t[static_cast<Op>(i)] = &Pointwise;
     }
-    for (Op op : {Op::kLinear, Op::kLinearGradInput, Op::kLinearGradParams}) t[op] = &Linear;
+    for (Op op : {Op::kLinear, Op::kLinearGelu, Op::kLinearGradInput, Op::kLinearGradParams}) {
+      t[op] = &Linear;
+    }
     for (Op op : {Op::kDropout, Op::kDropoutGrad}) t[op] = &Dropout;
     for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams}) {
       t[op] = &LayerNorm;

@@ -186,6 +186,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
 
   switch (k.op) {
     case KernelOp::kLinear:
+    case KernelOp::kLinearGelu:
     case KernelOp::kLinearGradInput:
     case KernelOp::kLinearGradParams: {
       // The weight fixes [out, in]; the batch is whatever is left.
@@ -195,13 +196,18 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       k.out = w.shape[0];
       k.in = w.shape[1];
       const Buffer& batch_side = in_buf(0);  // x or dy
-      const int64_t per_row = k.op == KernelOp::kLinear ? k.in : k.out;
+      const bool forward = k.op == KernelOp::kLinear || k.op == KernelOp::kLinearGelu;
+      const int64_t per_row = forward ? k.in : k.out;
       if (per_row == 0 || Elements(batch_side) % per_row != 0) {
         return fail("batch input does not match the weight");
       }
       k.rows = Elements(batch_side) / per_row;
-      if (k.op == KernelOp::kLinear) {
+      if (forward) {
+        // linear_gelu: y[0] is pre (the linear's output), y[1] its gelu.
         if (Elements(out_buf(0)) != k.rows * k.out) return fail("y size");
+        if (k.op == KernelOp::kLinearGelu && Elements(out_buf(1)) != k.rows * k.out) {
+          return fail("gelu output size");
+        }
         if (instr.inputs.size() < 3) k.x[2] = nullptr;  // no bias
         else if (Elements(in_buf(2)) != k.out) return fail("bias size");
       } else if (k.op == KernelOp::kLinearGradInput) {
@@ -647,6 +653,14 @@ void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging) {
       }
     }
   }
+}
+
+const Bf16Operand* StagedOutput(const KernelArgs& k, int j) {
+  for (int i = 0; i < k.num_bf16; ++i) {
+    const Bf16Operand& o = k.bf16[i];
+    if (o.output && o.f32 != nullptr && o.f32 == k.y[j]) return &o;
+  }
+  return nullptr;
 }
 
 absl::Status MissingKernelError(const Instruction& instr, KernelOp op,

@@ -126,6 +126,12 @@ int64_t Bf16StagingBytes(const std::vector<KernelArgs>& kernels);
 // Bf16StagingBytes), before a backend derives anything from the pointers.
 void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging);
 
+// precision = bf16: the operand staged behind output y[j] (its f32 staging
+// is y[j]), or null when that output is not a staged bf16 tensor. A kernel
+// that reads back its own output (linear_gelu's pre) rounds it first, as
+// the bf16 tensor a separate instruction would read.
+const Bf16Operand* StagedOutput(const KernelArgs& k, int j);
+
 // The floats an optimizer or sum_squares kernel covers: the whole bucket,
 // or under ZeRO this rank's shard: `begin` into the parameters,
 // `grad_begin` into the gradients (0 when they are the shard alone).

@@ -21,6 +21,7 @@
   X(Linear, linear)                                     \
   X(LinearGradInput, linear_grad_input)                 \
   X(LinearGradParams, linear_grad_params)               \
+  X(LinearGelu, linear_gelu)                            \
   X(LayerNorm, layernorm)                               \
   X(LayerNormGradInput, layernorm_grad_input)           \
   X(LayerNormGradParams, layernorm_grad_params)         \

@@ -1,9 +1,10 @@
 """The plan's fusion (`fusion = true`, the default): cross_entropy and its
-gradient as one instruction (compiler/graph/fuse_classifier.h). The fused
-plan trains on the same bits as the unfused one (fp32 and bf16, two
-ranks), the plan file shows the fused instruction, and under bf16 the
-memory report drops the f32 probabilities of GPT-2 small's 50,257-wide
-logits, the gradient taking the logits' own bytes."""
+gradient as one instruction (compiler/graph/fuse_classifier.h), and each
+MLP's linear with its tanh GELU (compiler/graph/fuse_linear_gelu.h). The
+fused plan trains on the same bits as the unfused one (fp32 and bf16, two
+ranks, both fusions), the plan file shows the fused instructions, and
+under bf16 the memory report drops the f32 probabilities of GPT-2 small's
+50,257-wide logits, the gradient taking the logits' own bytes."""
 import re
 import unittest
 
@@ -31,15 +32,35 @@ class FusionTest(unittest.TestCase):
             e2e.assert_same_bits(self, runs["false"], runs["true"], precision)
 
     def test_the_plan_shows_the_fused_instruction(self):
-        ops = {}
+        ops, mlp = {}, {}
         for fusion in ("true", "false"):
             path = f"{self.dir}/{fusion}.plan"
             e2e.train(GPT, "--fusion", fusion, "--compile-only", "-o", path)
             with open(path) as f:
-                ops[fusion] = re.findall(r"^instr \d+ op=(cross_entropy\w*) .*micro=0 ",
-                                         f.read(), re.M)
+                text = f.read()
+            ops[fusion] = re.findall(r"^instr \d+ op=(cross_entropy\w*) .*micro=0 ", text, re.M)
+            mlp[fusion] = re.findall(r"^instr \d+ op=(\w+) .*phase=forward micro=0 .*"
+                                     r'label="h\.0\.mlp\.', text, re.M)
         self.assertEqual(ops["true"], ["cross_entropy_fused"])
         self.assertEqual(ops["false"], ["cross_entropy", "cross_entropy_grad"])
+        # Each layer's c_fc and its gelu (tiny_gpt: 4 layers) as one.
+        self.assertEqual(mlp["true"], ["linear_gelu", "linear"])
+        self.assertEqual(mlp["false"], ["linear", "gelu_tanh", "linear"])
+
+    def test_bf16_linear_gelu_reads_and_writes_bf16(self):
+        path = f"{self.dir}/bf16.plan"
+        e2e.train(GPT, "--precision", "bf16", "--compile-only", "-o", path)
+        with open(path) as f:
+            text = f.read()
+        dtype = {m.group(1): m.group(2) for m in
+                 re.finditer(r"^buffer (\d+) .* dtype=(\w+) ", text, re.M)}
+        fused = re.findall(r"^instr \d+ op=linear_gelu .* in=([\d,]+) out=([\d,]+) ",
+                           text, re.M)
+        self.assertEqual(len(fused), 4)  # 4 layers, one micro-step
+        for ins, outs in fused:
+            # x, w, b as the linear's bf16 copies; pre and y bf16.
+            self.assertEqual([dtype[b] for b in ins.split(",")], ["bf16"] * 3)
+            self.assertEqual([dtype[b] for b in outs.split(",")], ["bf16"] * 2)
 
     def test_bf16_gpt2_small_keeps_no_f32_probabilities(self):
         def peak(fusion):
