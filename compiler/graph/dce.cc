@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "compiler/graph/rewrite.h"
+
 namespace trainc {
 
 absl::StatusOr<bool> DeadCodeElimination::Run(Graph* graph) {
@@ -16,14 +18,8 @@ absl::StatusOr<bool> DeadCodeElimination::Run(Graph* graph) {
     if (!keep[i]) continue;
     for (int in : nodes[i].inputs) needed[in] = true;
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (keep[i]) kept.push_back(std::move(nodes[i]));
-  }
-  const bool changed = kept.size() != nodes.size();
-  for (size_t i = 0; i < kept.size(); ++i) kept[i].id = static_cast<int>(i);
-  nodes = std::move(kept);
-  return changed;
+  keep.flip();  // now the nodes to drop
+  return DropNodes(keep, graph);
 }
 
 }  // namespace trainc

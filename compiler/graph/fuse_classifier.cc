@@ -10,7 +10,6 @@ namespace trainc {
 absl::StatusOr<bool> FuseClassifier::Run(Graph* graph) {
   std::vector<Node>& nodes = graph->mutable_nodes();
   std::vector<bool> drop(nodes.size(), false);
-  bool changed = false;
   for (Node& loss : nodes) {
     if (loss.op != "cross_entropy" || loss.outputs.size() != 2) continue;
     const std::vector<int> readers = ReadersOf(nodes, loss.outputs[1]);
@@ -30,11 +29,8 @@ absl::StatusOr<bool> FuseClassifier::Run(Graph* graph) {
     loss.label = absl::StrCat(graph->value(loss.outputs[0]).name, ", ",
                               graph->value(dlogits).name, " = cross_entropy_fused");
     drop[reader] = true;
-    changed = true;
   }
-  if (!changed) return false;
-  DropNodes(drop, graph);
-  return true;
+  return DropNodes(drop, graph);
 }
 
 }  // namespace trainc

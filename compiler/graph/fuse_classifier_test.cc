@@ -1,12 +1,8 @@
 #include "compiler/graph/fuse_classifier.h"
 
-#include <memory>
 #include <string>
 
-#include "compiler/autodiff/autodiff.h"
-#include "compiler/frontend/frontend.h"
-#include "compiler/graph/dce.h"
-#include "compiler/graph/lower.h"
+#include "compiler/graph/graph_test_util.h"
 #include "gtest/gtest.h"
 
 namespace trainc {
@@ -28,21 +24,7 @@ train { gpus = 1  micro_batch = 2  steps = 1 }
 Graph Differentiated(const std::string& loss) {
   std::string source = kModel;
   source.replace(source.find("LOSS"), 4, loss);
-  const FrontendResult r = CompileSource(source, "m.train", {}, {/*read_data=*/false});
-  EXPECT_TRUE(r.spec.has_value()) << FormatDiagnostics(r.diagnostics, r.source);
-  absl::StatusOr<Graph> g = LowerModel(r.spec->model, 2);
-  EXPECT_TRUE(g.ok()) << g.status();
-  PassPipeline pipeline("test");
-  pipeline.Add(std::make_unique<DeadCodeElimination>());
-  pipeline.Add(std::make_unique<Autodiff>(0.25));
-  EXPECT_TRUE(pipeline.Run(&*g).ok());
-  return std::move(*g);
-}
-
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.op == op;
-  return n;
+  return DifferentiatedGraph(CompiledSpec(source), 0.25);
 }
 
 TEST(FuseClassifier, TheLossAndItsGradientBecomeOneForwardInstruction) {
@@ -57,7 +39,7 @@ TEST(FuseClassifier, TheLossAndItsGradientBecomeOneForwardInstruction) {
   ASSERT_TRUE(changed.ok() && *changed);
   ASSERT_TRUE(g.Verify().ok()) << g.Verify();
   EXPECT_EQ(g.nodes().size(), nodes - 1);
-  EXPECT_EQ(Count(g, "cross_entropy") + Count(g, "cross_entropy_grad"), 0);
+  EXPECT_EQ(CountOps(g, "cross_entropy") + CountOps(g, "cross_entropy_grad"), 0);
   for (const Node& node : g.nodes()) {
     if (node.op != "cross_entropy_fused") continue;
     EXPECT_EQ(node.role, NodeRole::kForward);
@@ -89,7 +71,7 @@ TEST(FuseClassifier, LeavesOtherLossesAndSharedProbabilities) {
   reader.label = "probs_copy = reshape";
   g.AddNode(reader);
   EXPECT_FALSE(*FuseClassifier().Run(&g));
-  EXPECT_EQ(Count(g, "cross_entropy_grad"), 1);
+  EXPECT_EQ(CountOps(g, "cross_entropy_grad"), 1);
 }
 
 }  // namespace

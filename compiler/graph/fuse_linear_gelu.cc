@@ -30,7 +30,6 @@ int SoleGelu(const std::vector<Node>& nodes, int pre) {
 absl::StatusOr<bool> FuseLinearGelu::Run(Graph* graph) {
   std::vector<Node>& nodes = graph->mutable_nodes();
   std::vector<bool> drop(nodes.size(), false);
-  bool changed = false;
   for (Node& linear : nodes) {
     if (linear.op != "linear" || linear.role != NodeRole::kForward ||
         linear.outputs.size() != 1) {
@@ -45,11 +44,8 @@ absl::StatusOr<bool> FuseLinearGelu::Run(Graph* graph) {
     linear.label = absl::StrCat(graph->value(pre).name, ", ", graph->value(y).name,
                                 " = linear_gelu");
     drop[gelu] = true;
-    changed = true;
   }
-  if (!changed) return false;
-  DropNodes(drop, graph);
-  return true;
+  return DropNodes(drop, graph);
 }
 
 }  // namespace trainc

@@ -1,13 +1,9 @@
 #include "compiler/graph/fuse_linear_gelu.h"
 
-#include <memory>
 #include <string>
+#include <vector>
 
-#include "compiler/autodiff/autodiff.h"
-#include "compiler/frontend/frontend.h"
-#include "compiler/graph/dce.h"
-#include "compiler/graph/lower.h"
-#include "compiler/graph/precision.h"
+#include "compiler/graph/graph_test_util.h"
 #include "compiler/planner/planner.h"
 #include "gtest/gtest.h"
 
@@ -35,32 +31,18 @@ TrainSpec Spec(const std::string& mlp, const std::string& linear = "linear(wte, 
   std::string source = kModel;
   source.replace(source.find("LINEAR"), 6, linear);
   source.replace(source.find("MLP"), 3, mlp);
-  const FrontendResult r = CompileSource(source, "m.train", {}, {/*read_data=*/false});
-  EXPECT_TRUE(r.spec.has_value()) << FormatDiagnostics(r.diagnostics, r.source);
-  return r.spec.value_or(TrainSpec());
+  return CompiledSpec(source);
 }
 
 // The model lowered and differentiated (bf16: and its casts), not fused.
 Graph Differentiated(const TrainSpec& spec, bool bf16 = false) {
-  absl::StatusOr<Graph> g = LowerModel(spec.model, 2);
-  EXPECT_TRUE(g.ok()) << g.status();
-  PassPipeline pipeline("test");
-  pipeline.Add(std::make_unique<DeadCodeElimination>());
-  pipeline.Add(std::make_unique<Autodiff>(0.125));
-  if (bf16) pipeline.Add(std::make_unique<MixedPrecision>());
-  EXPECT_TRUE(pipeline.Run(&*g).ok());
-  return std::move(*g);
+  return DifferentiatedGraph(spec, 0.125, bf16);
 }
 
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.op == op;
-  return n;
-}
-
-const Node* NodeWithOp(const Graph& g, const std::string& op) {
+// The linear writing c_fc.
+const Node* Product(const Graph& g) {
   for (const Node& node : g.nodes()) {
-    if (node.op == op) return &node;
+    if (node.op == "linear" && g.value(node.outputs[0]).name == "c_fc") return &node;
   }
   return nullptr;
 }
@@ -70,14 +52,11 @@ TEST(FuseLinearGelu, TheLinearAndItsGeluBecomeOneForwardInstruction) {
     SCOPED_TRACE(linear);
     Graph g = Differentiated(Spec(kTanh, linear));
     const size_t nodes = g.nodes().size();
-    const Node* product = nullptr;
-    for (const Node& node : g.nodes()) {
-      if (node.op == "linear" && g.value(node.outputs[0]).name == "c_fc") product = &node;
-    }
+    const Node* product = Product(g);
     ASSERT_NE(product, nullptr) << g.ToText();
     const std::vector<int> inputs = product->inputs;
     const int pre = product->outputs[0];
-    const Node* gelu = NodeWithOp(g, "gelu_tanh");
+    const Node* gelu = FirstNode(g, "gelu_tanh");
     ASSERT_NE(gelu, nullptr);
     const int y = gelu->outputs[0];
 
@@ -85,9 +64,9 @@ TEST(FuseLinearGelu, TheLinearAndItsGeluBecomeOneForwardInstruction) {
     ASSERT_TRUE(changed.ok() && *changed);
     ASSERT_TRUE(g.Verify().ok()) << g.Verify();
     EXPECT_EQ(g.nodes().size(), nodes - 1);
-    EXPECT_EQ(Count(g, "gelu_tanh"), 0);
-    EXPECT_EQ(Count(g, "linear"), 1);  // the classifier's, untouched
-    const Node* fused = NodeWithOp(g, "linear_gelu");
+    EXPECT_EQ(CountOps(g, "gelu_tanh"), 0);
+    EXPECT_EQ(CountOps(g, "linear"), 1);  // the classifier's, untouched
+    const Node* fused = FirstNode(g, "linear_gelu");
     ASSERT_NE(fused, nullptr);
     EXPECT_EQ(fused->role, NodeRole::kForward);
     EXPECT_EQ(fused->inputs, inputs);  // x, w (and b)
@@ -95,7 +74,7 @@ TEST(FuseLinearGelu, TheLinearAndItsGeluBecomeOneForwardInstruction) {
     EXPECT_EQ(fused->label, "c_fc, g = linear_gelu");
     // The backward reads pre and y as before: the gelu's gradient pre, the
     // next linear's weight gradient y.
-    const Node* grad = NodeWithOp(g, "gelu_tanh_grad");
+    const Node* grad = FirstNode(g, "gelu_tanh_grad");
     ASSERT_NE(grad, nullptr);
     EXPECT_EQ(grad->inputs[1], pre);
     EXPECT_LT(fused->id, grad->id);
@@ -107,8 +86,8 @@ TEST(FuseLinearGelu, LeavesALinearWhoseOutputHasAnotherReader) {
   // c_fc read by the add as well: the two stay apart.
   Graph shared = Differentiated(Spec("g = gelu(c_fc, approximate = \"tanh\") + c_fc"));
   EXPECT_FALSE(*FuseLinearGelu().Run(&shared));
-  EXPECT_EQ(Count(shared, "gelu_tanh"), 1);
-  EXPECT_EQ(Count(shared, "linear_gelu"), 0);
+  EXPECT_EQ(CountOps(shared, "gelu_tanh"), 1);
+  EXPECT_EQ(CountOps(shared, "linear_gelu"), 0);
   // GELU's erf form is not the tanh form (cuBLASLt's epilogue).
   Graph erf = Differentiated(Spec("g = gelu(c_fc)"));
   EXPECT_FALSE(*FuseLinearGelu().Run(&erf));
@@ -121,15 +100,12 @@ TEST(FuseLinearGelu, LeavesALinearWhoseOutputHasAnotherReader) {
 // linear's bf16 copies and writes bf16, as the two did.
 TEST(FuseLinearGelu, UnderBf16ReadsTheCastsAndWritesBf16) {
   Graph g = Differentiated(Spec(kTanh), /*bf16=*/true);
-  const Node* product = nullptr;
-  for (const Node& node : g.nodes()) {
-    if (node.op == "linear" && g.value(node.outputs[0]).name == "c_fc") product = &node;
-  }
+  const Node* product = Product(g);
   ASSERT_NE(product, nullptr);
   const std::vector<int> inputs = product->inputs;
   ASSERT_TRUE(*FuseLinearGelu().Run(&g));
   ASSERT_TRUE(g.Verify().ok()) << g.Verify();
-  const Node* fused = NodeWithOp(g, "linear_gelu");
+  const Node* fused = FirstNode(g, "linear_gelu");
   ASSERT_NE(fused, nullptr);
   EXPECT_EQ(fused->inputs, inputs);
   for (int in : fused->inputs) {

@@ -1,5 +1,5 @@
-// Small helpers the rewriting passes share (fusion: fuse_classifier.h,
-// fuse_linear_gelu.h).
+// Small helpers the rewriting passes share (dead code, fusion:
+// fuse_classifier.h, fuse_linear_gelu.h).
 #ifndef TRAINC_COMPILER_GRAPH_REWRITE_H_
 #define TRAINC_COMPILER_GRAPH_REWRITE_H_
 
@@ -12,8 +12,9 @@ namespace trainc {
 // The ids of the nodes reading value `id`, each once, in program order.
 std::vector<int> ReadersOf(const std::vector<Node>& nodes, int id);
 
-// Removes the nodes with drop[id] set and renumbers the rest in order.
-void DropNodes(const std::vector<bool>& drop, Graph* graph);
+// Removes the nodes with drop[id] set and renumbers the rest in order;
+// returns whether it removed any (a fusion pass's "changed").
+bool DropNodes(const std::vector<bool>& drop, Graph* graph);
 
 }  // namespace trainc
 

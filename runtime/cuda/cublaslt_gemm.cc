@@ -41,12 +41,13 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
   const bool bias = k.x[2] != nullptr, relu = k.relu_in_gemm;
   const bool gelu = k.op == Op::kLinearGelu;
   LtMatmul m;
-  if (gelu && out % 8 != 0) {
-    // No aux layout cublasLt accepts: RunLinear's fallback.
+  auto keep = [&] {
     lt_matmuls_.push_back(m);
     *index = static_cast<int>(lt_matmuls_.size()) - 1;
     return absl::OkStatus();
-  }
+  };
+  // No aux layout cublasLt accepts: RunLinear's fallback.
+  if (gelu && out % 8 != 0) return keep();
   auto fail = [&](absl::Status s) {
     m.Destroy();
     return s;
@@ -55,6 +56,9 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
     if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
     return fail(cuda::CublasErrorToStatus(st, what, __FILE__, __LINE__));
   };
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const auto& value, const char* what) {
+    return lt_ok(cublasLtMatmulDescSetAttribute(m.desc, attr, &value, sizeof(value)), what);
+  };
   const cudaDataType_t ab = GemmType(k);
   // bf16 products are exact in f32: TF32 changes nothing there.
   const cublasComputeType_t compute =
@@ -62,53 +66,30 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
   RETURN_IF_ERROR(lt_ok(cublasLtMatmulDescCreate(&m.desc, compute, CUDA_R_32F),
                         "cublasLtMatmulDescCreate"));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  RETURN_IF_ERROR(lt_ok(
-      cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                     sizeof(ta)),
-      "TRANSA"));
-  RETURN_IF_ERROR(lt_ok(
-      cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                     sizeof(tb)),
-      "TRANSB"));
-  cublasLtEpilogue_t epilogue =
+  RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA"));
+  RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB"));
+  const cublasLtEpilogue_t epilogue =
       gelu   ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
       : bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
              : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-  RETURN_IF_ERROR(lt_ok(
-      cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                     &epilogue, sizeof(epilogue)),
-      "EPILOGUE"));
+  RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "EPILOGUE"));
   if (bias) {
     // f32 (D's type, the default, said outright for bf16 A and B). The
     // pointer is fixed by Prepare; set now, the heuristic sees its
     // alignment (64 bytes) rather than assuming a null one's.
     const cudaDataType_t bias_type = CUDA_R_32F;
-    RETURN_IF_ERROR(lt_ok(
-        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                       &bias_type, sizeof(bias_type)),
-        "BIAS_DATA_TYPE"));
-    RETURN_IF_ERROR(lt_ok(
-        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k.x[2],
-                                       sizeof(k.x[2])),
-        "BIAS_POINTER"));
+    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type, "BIAS_DATA_TYPE"));
+    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, k.x[2], "BIAS_POINTER"));
   }
   if (gelu) {
-    // pre: [out, B] with leading dimension out, f32 as D (said outright).
+    // pre: [out, B] with leading dimension out, f32 as D (said outright;
+    // its pointer set now, as the bias's).
     const void* aux = k.y[0];
     const int64_t aux_ld = out;
     const cudaDataType_t aux_type = CUDA_R_32F;
-    RETURN_IF_ERROR(lt_ok(
-        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                       &aux, sizeof(aux)),
-        "EPILOGUE_AUX_POINTER"));
-    RETURN_IF_ERROR(lt_ok(
-        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                       sizeof(aux_ld)),
-        "EPILOGUE_AUX_LD"));
-    RETURN_IF_ERROR(lt_ok(
-        cublasLtMatmulDescSetAttribute(m.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
-                                       &aux_type, sizeof(aux_type)),
-        "EPILOGUE_AUX_DATA_TYPE"));
+    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "AUX_POINTER"));
+    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld, "AUX_LD"));
+    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, aux_type, "AUX_DATA_TYPE"));
   }
   RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, ab, in, out, in), "layout A"));
   RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.b, ab, in, rows, in), "layout B"));
@@ -150,9 +131,7 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
   }
   // No algorithm (or an unsupported epilogue) is not an error: RunLinear
   // falls back to cublasGemmEx plus the bias kernel.
-  lt_matmuls_.push_back(m);
-  *index = static_cast<int>(lt_matmuls_.size()) - 1;
-  return absl::OkStatus();
+  return keep();
 }
 
 void UseBf16Gemm(Kernel& k) {
