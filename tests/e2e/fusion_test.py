@@ -20,16 +20,19 @@ class FusionTest(unittest.TestCase):
         self.dir = e2e.tmpdir()
 
     def test_fused_and_unfused_plans_train_the_same_bits(self):
-        for precision in ("fp32", "bf16"):
+        # With recomputation the backward runs linear_gelu again.
+        for precision, recompute in (("fp32", "false"), ("bf16", "false"), ("fp32", "true")):
             runs = {}
             for fusion in ("true", "false"):
-                out = f"{self.dir}/{precision}_{fusion}.safetensors"
+                out = f"{self.dir}/{precision}_{recompute}_{fusion}.safetensors"
                 e2e.train(GPT, "--device", "cpu", "--gpus", 2, "--micro_batch", 4,
                           "--accumulate", 2, "--steps", 3, "--no-eval",
                           "--deterministic", "true", "--precision", precision,
-                          "--fusion", fusion, "--save", out, timeout=600)
+                          "--recompute", recompute, "--fusion", fusion, "--save", out,
+                          timeout=600)
                 runs[fusion] = e2e.read_checkpoint(out)[0]
-            e2e.assert_same_bits(self, runs["false"], runs["true"], precision)
+            e2e.assert_same_bits(self, runs["false"], runs["true"],
+                                 f"{precision}, recompute {recompute}")
 
     def test_the_plan_shows_the_fused_instruction(self):
         ops, mlp = {}, {}
