@@ -121,10 +121,7 @@ int64_t DeviceBytes(const Plan& plan) {
 absl::StatusOr<MemoryFit> FitToMemory(const TrainSpec& spec, const PlanOptions& options,
                                       const CandidatePlanner& planner) {
   const TrainConfig& t = spec.train;
-  ASSIGN_OR_RETURN(const cost::MachineProfile profile, PlanningProfile(spec, options));
-  cost::SimulationOptions simulation;
-  simulation.world_size = t.gpus;
-  simulation.overlap = options.overlap;
+  ASSIGN_OR_RETURN(const PlanReplay replay, PlanningReplay(spec, options));
   const std::vector<bool> recomputes = spec.model.repeat_blocks.empty()
                                            ? std::vector<bool>{t.recompute}
                                            : std::vector<bool>{false, true};
@@ -140,8 +137,7 @@ absl::StatusOr<MemoryFit> FitToMemory(const TrainSpec& spec, const PlanOptions& 
           costed.train.zero_prefetch = 1;
         }
         ASSIGN_OR_RETURN(const Plan plan, planner(costed));
-        ASSIGN_OR_RETURN(const cost::StepPrediction p,
-                         cost::SimulateStep(plan, profile, simulation));
+        ASSIGN_OR_RETURN(const cost::StepPrediction p, replay.Step(plan));
         c.memory = plan.memory;
         c.bytes = DeviceBytes(plan);
         c.step_us = p.step_us;
@@ -160,7 +156,7 @@ absl::StatusOr<MemoryFit> FitToMemory(const TrainSpec& spec, const PlanOptions& 
   }
   if (best == tried.size()) return NothingFits(tried, t);
   return MemoryFit{CandidateSpec(spec, tried[best]),
-                   Table(tried, best, t, profile.name.empty() ? std::string("?") : profile.name)};
+                   Table(tried, best, t, replay.ProfileName())};
 }
 
 }  // namespace trainc

@@ -99,13 +99,14 @@ struct ZeroThreeState {
   std::vector<int> bucket_of;       // parameter value -> its bucket, else -1
   std::vector<int> cast_of;         // bf16 copy value -> its cast (node index), else -1
   std::vector<int> copy_of;         // parameter value -> its bf16 copy value, else -1
-  std::map<int, std::vector<int>> triggered;  // node -> units gathered before it
-  std::vector<int> at_start;                  // units gathered before load_batch
-  // This micro-step's: per unit, its span, parameter views (parameter
-  // value -> its buffer, or its bf16 copy's in a bf16 unit), all_gather
-  // and whether a reader waited for it; per pass, the bf16 copies cast
-  // from f32 gathers (value -> buffer).
-  std::vector<int> span, gathered;
+  std::map<std::pair<bool, int>, int> unit_of;  // (backward, bucket) -> unit
+  std::map<int, std::vector<int>> triggered;    // node -> units gathered before it
+  std::vector<int> at_start;                    // units gathered before load_batch
+  // This micro-step's: per unit, its parameter views (parameter value ->
+  // its buffer, or its bf16 copy's in a bf16 unit), all_gather and whether
+  // a reader waited for it; per pass, the bf16 copies cast from f32
+  // gathers (value -> buffer).
+  std::vector<int> gathered;
   std::vector<std::map<int, int>> views;
   std::vector<bool> waited;
   std::map<int, int> copies[2];
@@ -681,14 +682,13 @@ class PlanBuilder {
       int& copy = z.copy_of[nodes[i].inputs[0]];
       if (copy < 0) copy = nodes[i].outputs[0];  // (recomputation may cast again)
     }
-    std::map<std::pair<bool, int>, int> unit_of;
     for (const Node& node : graph_.nodes()) {
       if (IsParameterCast(node)) continue;
       const bool backward = node.role != NodeRole::kForward;
       for (int id : node.inputs) {
         const int p = ParameterRead(id);
         if (p < 0) continue;
-        auto [it, fresh] = unit_of.try_emplace({backward, z.bucket_of[p]}, z.units.size());
+        auto [it, fresh] = z.unit_of.try_emplace({backward, z.bucket_of[p]}, z.units.size());
         if (fresh) z.units.push_back({backward, z.bucket_of[p], node.id});
         z.units[it->second].bf16 &= p != id;
       }
@@ -717,7 +717,6 @@ class PlanBuilder {
   void StartGathers(int k) {
     ZeroThreeState& z = zero3_;
     const size_t units = z.units.size();
-    z.span.assign(units, -1);
     z.gathered.assign(units, -1);
     z.views.assign(units, {});
     z.waited.assign(units, false);
@@ -737,43 +736,54 @@ class PlanBuilder {
     return absl::StrCat("@", backward ? "bwd" : "fwd", accumulate_ > 1 ? absl::StrCat(k) : "");
   }
 
-  // Unit i's all_gather into a span of its own, with a view per parameter
-  // (their bf16 copies for a bf16 unit, at half the offsets), after the
-  // last compute instruction, whose bytes the span may reuse. A bf16 unit
-  // first casts the rank's shard, on the compute stream.
-  void EmitUnitGather(int i, int k) {
+  // A bf16 unit's gather source: the rank's shard cast to bf16 on the
+  // compute stream, in the unit's pass of micro-step k.
+  int EmitShardCast(const GatherUnit& u, int k) {
+    const Bucket& bucket = plan_.buckets[u.bucket];
+    Instruction cast;
+    cast.op = "cast";
+    cast.inputs = {bucket.param_shard};
+    cast.outputs = {NewBuffer(absl::StrCat("bucket", u.bucket, "/param_shard",
+                                           PassSuffix(u.backward, k)),
+                              BufferKind::kParameterCopy, DType::kBF16, {bucket.shard_elems})};
+    cast.phase = u.backward ? Phase::kBackward : Phase::kForward;
+    cast.micro_step = k;
+    cast.label = absl::StrCat("bucket ", u.bucket, " shard as bf16 for the gather");
+    const int out = cast.outputs[0];
+    Emit(std::move(cast));
+    return out;
+  }
+
+  // Unit i's span in micro-step k, with a view per parameter (their bf16
+  // copies for a bf16 unit, at half the offsets) into zero3_.views[i].
+  int NewGatheredSpan(int i, int k) {
     ZeroThreeState& z = zero3_;
     const GatherUnit& u = z.units[i];
-    Bucket& bucket = plan_.buckets[u.bucket];
     const std::string at = PassSuffix(u.backward, k);
-    const DType dtype = u.bf16 ? DType::kBF16 : DType::kF32;
-    Instruction g;
-    g.inputs = {bucket.param_shard};
-    if (u.bf16) {
-      Instruction cast;
-      cast.op = "cast";
-      cast.inputs = {bucket.param_shard};
-      cast.outputs = {NewBuffer(absl::StrCat("bucket", u.bucket, "/param_shard", at),
-                                BufferKind::kParameterCopy, dtype, {bucket.shard_elems})};
-      cast.phase = u.backward ? Phase::kBackward : Phase::kForward;
-      cast.micro_step = k;
-      cast.label = absl::StrCat("bucket ", u.bucket, " shard as bf16 for the gather");
-      g.inputs = cast.outputs;
-      Emit(std::move(cast));
-    }
     const int span = NewBuffer(absl::StrCat("bucket", u.bucket, "/params", at),
-                               BufferKind::kParameterSpan, dtype,
-                               {bucket.bytes / 4});
+                               BufferKind::kParameterSpan, u.bf16 ? DType::kBF16 : DType::kF32,
+                               {plan_.buckets[u.bucket].bytes / 4});
     for (int p : buckets_[u.bucket].params) {
       const int value = u.bf16 ? z.copy_of[p] : p;
       if (value < 0) continue;  // a parameter never read as bf16
-      const Value& v = graph_.value(value);
       const int view = NewValueBuffer(
-          v, u.bf16 ? BufferKind::kParameterCopy : BufferKind::kParameter,
+          graph_.value(value), u.bf16 ? BufferKind::kParameterCopy : BufferKind::kParameter,
           absl::StrCat(graph_.value(p).name, at));
       views_.push_back({view, span, within_[p] / (u.bf16 ? 2 : 1)});
       z.views[i][p] = view;
     }
+    return span;
+  }
+
+  // Unit i's all_gather into a span of its own, after the last compute
+  // instruction, whose bytes the span may reuse.
+  void EmitUnitGather(int i, int k) {
+    ZeroThreeState& z = zero3_;
+    const GatherUnit& u = z.units[i];
+    Bucket& bucket = plan_.buckets[u.bucket];
+    Instruction g;
+    g.inputs = {u.bf16 ? EmitShardCast(u, k) : bucket.param_shard};
+    const int span = NewGatheredSpan(i, k);
     g.op = "all_gather";
     g.outputs = {span};
     g.attrs["bucket"] = u.bucket;
@@ -787,7 +797,6 @@ class PlanBuilder {
                            " params for the ", u.backward ? "backward" : "forward",
                            accumulate_ > 1 ? absl::StrCat(" micro ", k) : "");
     z.gathered[i] = Emit(std::move(g));
-    z.span[i] = span;
     if (bucket.all_gather < 0) bucket.all_gather = z.gathered[i];
   }
 
@@ -799,10 +808,7 @@ class PlanBuilder {
     const int p = ParameterRead(id);
     if (p < 0) return BufferFor(id, k);
     ZeroThreeState& z = zero3_;
-    int unit = -1;
-    for (size_t i = 0; i < z.units.size() && unit < 0; ++i) {
-      if (z.units[i].bucket == z.bucket_of[p] && z.units[i].backward == backward) unit = i;
-    }
+    const int unit = z.unit_of.at({backward, z.bucket_of[p]});
     if (p != id && !z.units[unit].bf16) return CastFor(id, k, backward);
     if (!z.waited[unit]) {
       z.waited[unit] = true;
@@ -1176,6 +1182,14 @@ absl::StatusOr<cost::MachineProfile> PlanningProfile(const TrainSpec& spec,
   return profile;
 }
 
+absl::StatusOr<PlanReplay> PlanningReplay(const TrainSpec& spec, const PlanOptions& options) {
+  PlanReplay replay;
+  ASSIGN_OR_RETURN(replay.profile, PlanningProfile(spec, options));
+  replay.simulation.world_size = spec.train.gpus;
+  replay.simulation.overlap = options.overlap;
+  return replay;
+}
+
 namespace {
 
 // bucket_mb = auto: every candidate's plan (one per distinct bucketing),
@@ -1183,15 +1197,12 @@ namespace {
 absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& graph,
                                            const PlanOptions& options,
                                            const ZeroChoices& zero) {
-  ASSIGN_OR_RETURN(const cost::MachineProfile profile, PlanningProfile(spec, options));
+  ASSIGN_OR_RETURN(const PlanReplay replay, PlanningReplay(spec, options));
   int64_t grad_bytes = 0;
   for (int p : graph.parameters()) grad_bytes += graph.value(p).bytes();
   const std::vector<BucketSizes> candidates = BucketCandidates(grad_bytes);
   std::vector<CandidateCost> costs;
   std::map<std::vector<std::vector<int>>, size_t> seen;  // bucketing -> first candidate
-  cost::SimulationOptions simulation;
-  simulation.world_size = spec.train.gpus;
-  simulation.overlap = options.overlap;
   for (const BucketSizes& sizes : candidates) {
     PlanBuilder builder(spec, graph, options, sizes, zero);
     auto [it, fresh] = seen.try_emplace(builder.AssignBuckets(), costs.size());
@@ -1202,8 +1213,7 @@ absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& g
       continue;
     }
     ASSIGN_OR_RETURN(const Plan plan, builder.Build(/*for_costing=*/true));
-    ASSIGN_OR_RETURN(const cost::StepPrediction p,
-                     cost::SimulateStep(plan, profile, simulation));
+    ASSIGN_OR_RETURN(const cost::StepPrediction p, replay.Step(plan));
     CandidateCost c;
     c.sizes = sizes;
     c.buckets = static_cast<int>(plan.buckets.size());
@@ -1219,8 +1229,7 @@ absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& g
   builder.AssignBuckets();
   ASSIGN_OR_RETURN(Plan plan, builder.Build());
   plan.bucket_choice =
-      ExplainBucketChoice(costs, best, static_cast<int>(seen.size()),
-                          profile.name.empty() ? std::string("?") : profile.name,
+      ExplainBucketChoice(costs, best, static_cast<int>(seen.size()), replay.ProfileName(),
                           spec.train.gpus, options.overlap);
   return plan;
 }
@@ -1253,10 +1262,7 @@ absl::StatusOr<ZeroAccumulateChoice> ChooseZeroAccumulate(const TrainSpec& spec,
     choice.kind = t.zero_accumulate;
     return choice;
   }
-  ASSIGN_OR_RETURN(const cost::MachineProfile profile, PlanningProfile(spec, options));
-  cost::SimulationOptions simulation;
-  simulation.world_size = t.gpus;
-  simulation.overlap = options.overlap;
+  ASSIGN_OR_RETURN(const PlanReplay replay, PlanningReplay(spec, options));
   const BucketSizes sizes{t.bucket_mb, t.first_bucket_mb};
   Plan plans[2];
   double step_us[2];
@@ -1265,8 +1271,7 @@ absl::StatusOr<ZeroAccumulateChoice> ChooseZeroAccumulate(const TrainSpec& spec,
     PlanBuilder builder(spec, graph, options, sizes, {kinds[i], 0});
     builder.AssignBuckets();
     ASSIGN_OR_RETURN(plans[i], builder.Build());
-    ASSIGN_OR_RETURN(const cost::StepPrediction p,
-                     cost::SimulateStep(plans[i], profile, simulation));
+    ASSIGN_OR_RETURN(const cost::StepPrediction p, replay.Step(plans[i]));
     step_us[i] = p.step_us;
   }
   constexpr double kSlack = 1.05;
@@ -1275,8 +1280,7 @@ absl::StatusOr<ZeroAccumulateChoice> ChooseZeroAccumulate(const TrainSpec& spec,
       "zero_accumulate = %s: shard's arena %s and step %.2f ms against local's %s and "
       "%.2f ms (%s; shard when its step is within 5%%)",
       EnumName(choice.kind), MiB(plans[1].arena_bytes), step_us[1] / 1000,
-      MiB(plans[0].arena_bytes), step_us[0] / 1000,
-      profile.name.empty() ? std::string("?") : profile.name);
+      MiB(plans[0].arena_bytes), step_us[0] / 1000, replay.ProfileName());
   return choice;
 }
 
@@ -1298,10 +1302,7 @@ absl::StatusOr<ZeroPrefetchChoice> ChooseZeroPrefetch(const TrainSpec& spec, con
     choice.depth = t.zero_prefetch;
     return choice;
   }
-  ASSIGN_OR_RETURN(const cost::MachineProfile profile, PlanningProfile(spec, options));
-  cost::SimulationOptions simulation;
-  simulation.world_size = t.gpus;
-  simulation.overlap = options.overlap;
+  ASSIGN_OR_RETURN(const PlanReplay replay, PlanningReplay(spec, options));
   constexpr int64_t kMaxAutoPrefetch = 3;
   std::vector<double> step_us;
   std::vector<int64_t> arena;
@@ -1310,8 +1311,7 @@ absl::StatusOr<ZeroPrefetchChoice> ChooseZeroPrefetch(const TrainSpec& spec, con
                         {accumulate, depth});
     builder.AssignBuckets();
     ASSIGN_OR_RETURN(const Plan plan, builder.Build());
-    ASSIGN_OR_RETURN(const cost::StepPrediction p,
-                     cost::SimulateStep(plan, profile, simulation));
+    ASSIGN_OR_RETURN(const cost::StepPrediction p, replay.Step(plan));
     step_us.push_back(p.step_us);
     arena.push_back(plan.arena_bytes);
   }
@@ -1325,8 +1325,7 @@ absl::StatusOr<ZeroPrefetchChoice> ChooseZeroPrefetch(const TrainSpec& spec, con
   }
   choice.why = absl::StrFormat(
       "zero_prefetch = %d buckets ahead (%s; %s; the shallowest within 1%% of the least step)",
-      choice.depth, absl::StrJoin(rows, "; "),
-      profile.name.empty() ? std::string("?") : profile.name);
+      choice.depth, absl::StrJoin(rows, "; "), replay.ProfileName());
   return choice;
 }
 

@@ -49,6 +49,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/cost/machine_profile.h"
+#include "compiler/cost/simulator.h"
 #include "compiler/plan/plan.h"
 #include "compiler/spec/train_spec.h"
 
@@ -94,6 +95,20 @@ absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options
 // options.default_machine, else kDefaultMachine.
 absl::StatusOr<cost::MachineProfile> PlanningProfile(const TrainSpec& spec,
                                                      const PlanOptions& options);
+
+// How those searches replay a candidate: on the planning profile, with the
+// spec's ranks and the runtime's overlap.
+struct PlanReplay {
+  cost::MachineProfile profile;
+  cost::SimulationOptions simulation;
+
+  absl::StatusOr<cost::StepPrediction> Step(const Plan& plan) const {
+    return cost::SimulateStep(plan, profile, simulation);
+  }
+  // The profile's name for the searches' explanations ("?" if unnamed).
+  std::string ProfileName() const { return profile.name.empty() ? "?" : profile.name; }
+};
+absl::StatusOr<PlanReplay> PlanningReplay(const TrainSpec& spec, const PlanOptions& options);
 
 // A human summary: ops per micro-step, buckets, memory, batch arithmetic.
 std::string PlanSummary(const Plan& plan);
