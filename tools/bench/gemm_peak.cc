@@ -22,6 +22,22 @@ namespace {
 
 }  // namespace
 
+absl::StatusOr<GpuFacts> QueryGpu() {
+  cudaDeviceProp props;
+  if (cudaGetDeviceProperties(&props, 0) != cudaSuccess) {
+    return absl::UnavailableError("cudaGetDeviceProperties(0) failed");
+  }
+  GpuFacts facts;
+  facts.name = props.name;
+  size_t free = 0, total = 0;
+  if (cudaSetDevice(0) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    return absl::UnavailableError("cudaMemGetInfo failed");
+  }
+  facts.total_bytes = static_cast<int64_t>(total);
+  facts.free_bytes = static_cast<int64_t>(free);
+  return facts;
+}
+
 absl::StatusOr<double> MeasureGemmTflops(int n, bool tf32) {
   absl::Status status;
   float *a = nullptr, *b = nullptr, *c = nullptr;

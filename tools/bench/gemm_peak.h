@@ -3,9 +3,20 @@
 #ifndef TRAINC_TOOLS_BENCH_GEMM_PEAK_H_
 #define TRAINC_TOOLS_BENCH_GEMM_PEAK_H_
 
+#include <cstdint>
+#include <string>
+
 #include "absl/status/statusor.h"
 
 namespace trainc {
+
+// GPU 0's name (cudaGetDeviceProperties) and memory (cudaMemGetInfo).
+struct GpuFacts {
+  std::string name;
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;
+};
+absl::StatusOr<GpuFacts> QueryGpu();
 
 // TFLOP/s of a square n x n x n cublasGemmEx (fp32 in/out; TF32 tensor
 // cores when `tf32`), best of several timed runs.

@@ -2,6 +2,10 @@
 
 namespace trainc {
 
+absl::StatusOr<GpuFacts> QueryGpu() {
+  return absl::UnavailableError("built without the CUDA toolkit");
+}
+
 absl::StatusOr<double> MeasureGemmTflops(int, bool) {
   return absl::UnavailableError("built without the CUDA toolkit");
 }

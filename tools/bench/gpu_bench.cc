@@ -16,6 +16,7 @@
 // with achieved TFLOP/s against a measured cuBLAS GEMM rate (the same
 // precision), and torch_gpu_bench.py's figures beside them. Exits with a
 // message (status 0) on a machine without a GPU.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +40,8 @@
 #include "runtime/exec/batch_source.h"
 #include "runtime/exec/executor.h"
 #include "tools/bench/gemm_peak.h"
+#include "tools/bench/gpu_bench_gpt.h"
+#include "tools/bench/gpu_bench_util.h"
 #include "tools/cli/option_parser.h"
 
 namespace trainc {
@@ -50,6 +53,8 @@ struct Args {
   int iters = 50;
   bool torch = true;
   std::string torch_script = "tools/bench/torch_gpu_bench.py";
+  std::string only;  // "mlp" or "gpt": one table; "": both
+  bench::GptBenchArgs gpt;
 };
 
 // An integer option at least `min`.
@@ -66,12 +71,16 @@ OptionParser::SetValue AtLeast(int min, int* out) {
 // The command line's table, setting `*args`; its Help() is --help.
 OptionParser MakeParser(Args* args) {
   OptionParser parser;
-  parser.Usage({"gpu_bench [--warmup=N] [--iters=N] [--notorch] [--torch_script=PATH]"})
+  parser.Usage({"gpu_bench [--warmup=N] [--iters=N] [--notorch] [--torch_script=PATH]",
+                "gpu_bench --only gpt [--gpt_iters=N] [--gpt_micro_batch=N] [--peak=TFLOPS]"})
       .Description(
           "GPU step time and samples/s of the default model and of a 4x4096 MLP\n"
           "(global batch 4096), against PyTorch eager on the same GPU, with the\n"
-          "large model's TFLOP/s against the measured cuBLAS peak. Without a GPU it\n"
-          "says so and exits with status 0.\n")
+          "large model's TFLOP/s against the measured cuBLAS peak; then tiny_gpt\n"
+          "and GPT-2 small in bf16 (micro-batch 16 and the largest that fits):\n"
+          "ms/step, tokens/s, MFU and memory beside PyTorch eager and torch.compile\n"
+          "(tools/bench/torch_gpt2_bench.py). Without a GPU it says so and exits\n"
+          "with status 0.\n")
       .Value({"--warmup"}, "N", "untimed steps first (default 10)", AtLeast(0, &args->warmup))
       .Value({"--iters"}, "N", "timed steps per model (default 50)", AtLeast(1, &args->iters))
       .Bool({"--torch"}, "also run torch_gpu_bench.py and show its numbers (default true)",
@@ -82,6 +91,31 @@ OptionParser MakeParser(Args* args) {
              "the PyTorch reference script (default tools/bench/torch_gpu_bench.py)",
              [args](const std::string& v) {
                args->torch_script = v;
+               return absl::OkStatus();
+             })
+      .Value({"--only"}, "mlp|gpt", "one table: the MLPs or the GPTs (default both)",
+             [args](const std::string& v) {
+               if (v != "mlp" && v != "gpt") {
+                 return absl::InvalidArgumentError(
+                     absl::StrCat("--only takes mlp or gpt, got '", v, "'"));
+               }
+               args->only = v;
+               return absl::OkStatus();
+             })
+      .Value({"--gpt_iters"}, "N", "timed steps per GPT row (default 20)",
+             AtLeast(1, &args->gpt.iters))
+      .Value({"--gpt_micro_batch"}, "N",
+             "gpt2_small's second micro-batch (default: the largest whose plan fits the "
+             "GPU's free memory less 3 GiB)",
+             AtLeast(1, &args->gpt.large_micro_batch))
+      .Value({"--peak"}, "TFLOPS",
+             "the GPU's dense bf16 peak for MFU (default by its name: H100/H200 SXM 989, "
+             "H100 PCIe 756, A100 312)",
+             [args](const std::string& v) {
+               if (!absl::SimpleAtod(v, &args->gpt.peak_tflops) || args->gpt.peak_tflops <= 0) {
+                 return absl::InvalidArgumentError(
+                     absl::StrCat("--peak takes TFLOP/s > 0, got '", v, "'"));
+               }
                return absl::OkStatus();
              });
   return parser;
@@ -164,40 +198,6 @@ double StepFlops(const Model& m) {
   return f - 2.0 * m.batch * m.widths[0] * m.widths[1];
 }
 
-// The same random batch every step: the benchmark measures compute, not
-// the data pipeline.
-class FixedBatch : public BatchSource {
- public:
-  FixedBatch(const Plan& plan, int classes) {
-    std::mt19937 rng(0);
-    for (int id : plan.input_buffers) {
-      const Buffer& b = plan.buffers[id];
-      std::vector<char> data(b.bytes);
-      for (int64_t i = 0; i < b.bytes / 4; ++i) {
-        if (b.dtype == DType::kI32) {
-          const int32_t v = static_cast<int32_t>(rng() % classes);
-          std::memcpy(data.data() + 4 * i, &v, 4);
-        } else {
-          float v = std::uniform_real_distribution<float>(-1, 1)(rng);
-          std::memcpy(data.data() + 4 * i, &v, 4);
-        }
-      }
-      data_.push_back(std::move(data));
-    }
-  }
-  absl::Status Fill(int, const Plan& plan, Device& device) override {
-    for (size_t i = 0; i < plan.input_buffers.size(); ++i) {
-      const Buffer& b = plan.buffers[plan.input_buffers[i]];
-      absl::Status s = device.Upload(b.offset, data_[i].data(), b.bytes);
-      if (!s.ok()) return s;
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  std::vector<std::vector<char>> data_;
-};
-
 struct Result {
   double ms = 0, samples_per_s = 0, tflops = 0;
   std::string graph_note;  // why steps were not replayed, if they were not
@@ -210,77 +210,34 @@ absl::StatusOr<Result> RunTrainc(const Model& model, const Args& args) {
   if (!device.ok()) return device.status();
   ExecutorOptions options;
   options.capture = model.graph;
-  Executor executor(*plan, device->get(), /*comm=*/nullptr, nullptr, options);
-  absl::Status s = executor.Prepare();
-  if (!s.ok()) return s;
-  std::mt19937 rng(1);
-  for (int id : plan->parameter_buffers) {
-    const Buffer& b = plan->buffers[id];
-    std::vector<float> init(b.bytes / 4);
-    std::uniform_real_distribution<float> uni(-b.init_bound, b.init_bound);
-    for (float& v : init) {
-      v = b.init == ParamInit::kOnes ? 1.0f : b.init == ParamInit::kZeros ? 0.0f : uni(rng);
-    }
-    if (!(s = (*device)->Upload(b.offset, init.data(), b.bytes)).ok()) return s;
-  }
-  FixedBatch batches(*plan, static_cast<int>(model.widths.back()));
-  const int warmup = args.warmup;
-  const int iters = args.iters;
-  absl::Time start;
-  for (int step = 1; step <= warmup + iters; ++step) {
-    if (step == warmup + 1) start = absl::Now();
-    absl::StatusOr<double> loss = executor.RunStep({step, 1e-3}, batches);
-    if (!loss.ok()) return loss.status();
-  }
+  bench::FixedBatch batches(*plan, model.widths.back());
+  absl::StatusOr<bench::Timing> t =
+      bench::TimeSteps(*plan, **device, batches, options, args.warmup, args.iters);
+  if (!t.ok()) return t.status();
   Result r;
-  r.ms = absl::ToDoubleMilliseconds(absl::Now() - start) / iters;
-  const CaptureInfo& capture = executor.capture();
-  if (capture.replayed_steps < iters) {
-    r.graph_note = !capture.failure.empty() ? capture.failure
-                   : !capture.unavailable.empty() ? capture.unavailable
-                                                  : "not every step replayed";
-  }
+  r.ms = t->ms;
+  r.graph_note = t->graph_note;
   r.samples_per_s = model.batch / r.ms * 1e3;
   r.tflops = StepFlops(model) / (r.ms * 1e-3) / 1e12;
   return r;
 }
 
-// Runs the PyTorch script with the first interpreter that has CUDA torch;
-// returns name -> (ms, samples/s), or a reason in *why.
+// torch_gpu_bench.py's rows: name -> (ms, samples/s), or a reason in *why.
 std::vector<std::pair<std::string, Result>> RunTorch(const Args& args, std::string* why) {
   std::vector<std::pair<std::string, Result>> out;
-  for (const char* python : {"python3", "/usr/bin/python3"}) {
-    const std::string cmd = absl::StrCat(
-        python, " ", args.torch_script, " --warmup=", args.warmup, " --iters=", args.iters,
-        " 2>&1");
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (pipe == nullptr) continue;
-    char line[512];
-    while (fgets(line, sizeof(line), pipe) != nullptr) {
-      std::vector<std::string> f = absl::StrSplit(
-          absl::string_view(line), ' ', absl::SkipWhitespace());
-      if (f.size() >= 4 && f[0] == "RESULT") {
-        Result r;
-        r.ms = std::atof(f[2].c_str());
-        r.samples_per_s = std::atof(f[3].c_str());
-        out.push_back({f[1], r});
-      } else if (!f.empty() && f[0] == "SKIP") {
-        *why = absl::StrCat(python, ": ", absl::StripTrailingAsciiWhitespace(line));
-      }
-    }
-    pclose(pipe);
-    if (!out.empty()) return out;
+  for (const bench::ScriptResult& s :
+       bench::RunScript(args.torch_script,
+                        absl::StrCat("--warmup=", args.warmup, " --iters=", args.iters), why)) {
+    if (s.values.size() < 2) continue;
+    Result r;
+    r.ms = s.values[0];
+    r.samples_per_s = s.values[1];
+    out.push_back({s.name, r});
   }
-  if (why->empty()) *why = "torch_gpu_bench.py printed no results";
   return out;
 }
 
-int Main(const Args& args) {
-  if (CudaDeviceCount() == 0) {
-    std::printf("gpu_bench: no CUDA GPU on this machine (CudaDeviceCount() == "
-                "0); nothing to measure.\n");
-    return 0;
-  }
+int MlpTable(const Args& args) {
   const std::vector<Model> models = {
       {"small", "small", {784, 256, 128, 10}, 256, false},
       {"small_eager", "small", {784, 256, 128, 10}, 256, false, false},
@@ -333,6 +290,23 @@ int Main(const Args& args) {
               peak32.ok() ? absl::StrCat(*peak32).c_str() : "n/a",
               peak_tf32.ok() ? absl::StrCat(*peak_tf32).c_str() : "n/a",
               torch_why.empty() ? "" : "; torch: ", torch_why.c_str());
+  return failures;
+}
+
+int Main(const Args& args) {
+  if (CudaDeviceCount() == 0) {
+    std::printf("gpu_bench: no CUDA GPU on this machine (CudaDeviceCount() == "
+                "0); nothing to measure.\n");
+    return 0;
+  }
+  int failures = 0;
+  if (args.only != "gpt") failures += MlpTable(args);
+  if (args.only != "mlp") {
+    bench::GptBenchArgs gpt = args.gpt;
+    gpt.warmup = std::min(args.warmup, 5);
+    gpt.torch = args.torch;
+    failures += bench::PrintGptRows(gpt);
+  }
   return failures == 0 ? 0 : 1;
 }
 

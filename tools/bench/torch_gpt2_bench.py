@@ -130,6 +130,11 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--modes", default="eager,compile",
                         help="comma-separated: eager, compile")
+    # The model's dimensions (default GPT-2 small; gpu_bench passes
+    # tiny_gpt's for its row).
+    for name, default in (("vocab", 50257), ("ctx", 1024), ("width", 768),
+                          ("heads", 12), ("layers", 12)):
+        parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--check", metavar="CKPT",
                         help="instead of timing: load this trainc checkpoint "
                              "(strict) and print the loss over --text")
@@ -146,7 +151,8 @@ def main():
         print(f"SKIP torch {torch.__version__} has no usable CUDA GPU")
         return 0
     dev = torch.device("cuda", 0)
-    vocab, ctx, width, heads, layers = 50257, 1024, 768, 12, 12
+    vocab, ctx, width, heads, layers = (args.vocab, args.ctx, args.width, args.heads,
+                                        args.layers)
     if args.check:
         check(args, torch, nn, F, (vocab, ctx, width, heads, layers))
         return 0

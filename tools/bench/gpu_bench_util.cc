@@ -1,0 +1,119 @@
+#include "tools/bench/gpu_bench_util.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace trainc::bench {
+
+FixedBatch::FixedBatch(const Plan& plan, int64_t classes) {
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> features(-1, 1);
+  for (int id : plan.input_buffers) {
+    const Buffer& b = plan.buffers[id];
+    std::vector<char> data(b.bytes);
+    for (int64_t i = 0; i < b.bytes / 4; ++i) {
+      if (b.dtype == DType::kI32) {
+        const int32_t v = static_cast<int32_t>(rng() % classes);
+        std::memcpy(data.data() + 4 * i, &v, 4);
+      } else {
+        const float v = features(rng);
+        std::memcpy(data.data() + 4 * i, &v, 4);
+      }
+    }
+    data_.push_back(std::move(data));
+  }
+}
+
+absl::Status FixedBatch::Fill(int, const Plan& plan, Device& device) {
+  for (size_t i = 0; i < plan.input_buffers.size(); ++i) {
+    const Buffer& b = plan.buffers[plan.input_buffers[i]];
+    absl::Status s = device.Upload(b.offset, data_[i].data(), b.bytes);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InitParameters(const Plan& plan, Device& device) {
+  std::mt19937 rng(1);
+  for (int id : plan.parameter_buffers) {
+    const Buffer& b = plan.buffers[id];
+    std::vector<float> init(b.bytes / 4);
+    if (b.init == ParamInit::kNormal) {  // init_bound is the standard deviation
+      std::normal_distribution<float> normal(0.0f, static_cast<float>(b.init_bound));
+      for (float& v : init) v = normal(rng);
+    } else {
+      std::uniform_real_distribution<float> uni(-b.init_bound, b.init_bound);
+      for (float& v : init) {
+        v = b.init == ParamInit::kOnes ? 1.0f : b.init == ParamInit::kZeros ? 0.0f : uni(rng);
+      }
+    }
+    absl::Status s = device.Upload(b.offset, init.data(), b.bytes);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Timing> TimeSteps(const Plan& plan, Device& device, BatchSource& batches,
+                                 const ExecutorOptions& options, int warmup, int iters) {
+  Executor executor(plan, &device, /*comm=*/nullptr, /*tracer=*/nullptr, options);
+  absl::Status s = executor.Prepare();
+  if (!s.ok()) return s;
+  if (!(s = InitParameters(plan, device)).ok()) return s;
+  absl::Time start;
+  for (int step = 1; step <= warmup + iters; ++step) {
+    if (step == warmup + 1) start = absl::Now();
+    absl::StatusOr<double> loss = executor.RunStep({step, 1e-3}, batches);
+    if (!loss.ok()) return loss.status();
+    if (!std::isfinite(*loss)) {
+      return absl::InternalError(absl::StrCat("step ", step, ": loss ", *loss));
+    }
+  }
+  Timing t;
+  t.ms = absl::ToDoubleMilliseconds(absl::Now() - start) / iters;
+  const CaptureInfo& capture = executor.capture();
+  if (options.capture && capture.replayed_steps < iters) {
+    t.graph_note = !capture.failure.empty()       ? capture.failure
+                   : !capture.unavailable.empty() ? capture.unavailable
+                                                  : "not every step replayed";
+  }
+  return t;
+}
+
+std::vector<ScriptResult> RunScript(const std::string& script, const std::string& args,
+                                    std::string* why) {
+  std::vector<ScriptResult> out;
+  for (const char* python : {"python3", "/usr/bin/python3"}) {
+    const std::string cmd = absl::StrCat(python, " ", script, " ", args, " 2>&1");
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (pipe == nullptr) continue;
+    char line[1024];
+    while (fgets(line, sizeof(line), pipe) != nullptr) {
+      std::vector<std::string> f =
+          absl::StrSplit(absl::string_view(line), ' ', absl::SkipWhitespace());
+      if (f.size() >= 2 && f[0] == "RESULT") {
+        ScriptResult r;
+        r.name = f[1];
+        for (size_t i = 2; i < f.size(); ++i) r.values.push_back(std::atof(f[i].c_str()));
+        out.push_back(std::move(r));
+      } else if (!f.empty() && f[0] == "SKIP") {
+        *why = absl::StrCat(python, ": ", absl::StripTrailingAsciiWhitespace(line));
+      }
+    }
+    pclose(pipe);
+    if (!out.empty()) return out;
+  }
+  if (why->empty()) *why = absl::StrCat(script, " printed no results");
+  return out;
+}
+
+}  // namespace trainc::bench
