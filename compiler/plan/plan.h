@@ -93,17 +93,20 @@
 // ZeRO-3 (`zero` = 3): ZeRO-2, and the parameters are kept only as this
 // rank's shard too, the bucket's `param_shard` (kParamShard, persistent,
 // shard_elems floats), which the optimizer updates. In every micro-step a
-// bucket's parameters are all-gathered twice on the comm stream, into a
-// parameter span (with a view per parameter) live from its all_gather to
-// its last reader: once for the forward pass and once for the backward
-// pass. The first reader waits for the all_gather; the all_gather waits
-// for the compute instruction before it (its bytes may be reused ones),
-// which is `zero_prefetch` buckets ahead of the first reader, in the order
-// the micro-step first reads them. The bucket's `param_span` and
-// `parameter_buffers` are micro-step 0's forward gather: the layout of
-// every gather and shard (a parameter's offset in its span), live only
-// there. Under precision = bf16 a parameter's bf16 copy is cast from the
-// gathered span before its first reader, in each pass (not persistent).
+// bucket's parameters are all-gathered on the comm stream for each pass
+// that reads them (forward, backward), into a parameter span of its own
+// with a view per parameter, live from its all_gather to its last reader
+// in that pass. The first reader waits for the all_gather; the all_gather
+// waits for the compute instruction before it (its bytes may be reused
+// ones), which is `zero_prefetch` buckets ahead of the first reader, in
+// the order the micro-step first reads them. The bucket's `param_span` and
+// the `parameter_buffers` are only the layout (offsets from the span's
+// start, never live, no arena bytes): a parameter's place in every span
+// and shard. Under precision = bf16 a pass that reads a bucket only
+// through bf16 copies gathers those: the rank's shard cast to bf16 (a
+// kParameterCopy), gathered into a bf16 span whose views are the copies,
+// at half the layout's offsets; a pass that reads an f32 parameter of the
+// bucket gathers f32 and casts its copies before their first reader.
 #ifndef TRAINC_COMPILER_PLAN_PLAN_H_
 #define TRAINC_COMPILER_PLAN_PLAN_H_
 
