@@ -41,9 +41,10 @@
 //                       to (accumulate 1); the bucket is then dead.
 //   all_gather          (zero = 1, 2) params span -> the same buffer: every
 //                       rank's shard of it to every rank; stream comm;
-//                       attrs: bucket. ZeRO-3: the bucket's param_shard ->
-//                       a parameter span of its own (see below); attr
-//                       backward (0: for the forward, 1: for the backward).
+//                       attrs: bucket. ZeRO-3: the bucket's param_shard (or
+//                       its bf16 cast) -> a parameter span of its own (see
+//                       below); attr backward (0: for the forward, 1: for
+//                       the backward).
 //   optimizer           params span, grads (bucket), state spans -> params,
 //                       state; attrs: bucket. Elementwise over the bucket's
 //                       flat span, hyper-parameters from `optimizer` (weight
@@ -196,8 +197,9 @@ struct Bucket {
   bool weight_decay = true;
   int all_reduce = -1;               // its all_reduce (or reduce_scatter)
   // ZeRO-1: the floats of one rank's shard (bytes / 4 = world_size x
-  // shard_elems), and the all_gather of the updated parameters. 0 and -1
-  // without ZeRO.
+  // shard_elems), and the all_gather of the updated parameters (ZeRO-3:
+  // its first gather, -1 for a bucket nobody reads). 0 and -1 without
+  // ZeRO.
   int64_t shard_elems = 0;
   int all_gather = -1;
   // ZeRO-2: this rank's shard of the reduced gradient (kGradShard,
