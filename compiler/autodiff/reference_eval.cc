@@ -478,6 +478,14 @@ absl::Status RefLayernorm(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
+// add into sum (out[0]), then layernorm of sum into y, mean, rstd.
+absl::Status RefAddLayernorm(const std::string& op, const Attrs& attr,
+                             const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                             bool acc) {
+  Pointwise<pointwise::Add, 2>({in[0], in[1]}, {out[0]}, false);
+  return RefLayernorm(op, attr, {out[0], in[2], in[3]}, {out[1], out[2], out[3]}, false);
+}
+
 absl::Status RefLayernormGradInput(const std::string& op, const Attrs& attr,
                                    const std::vector<TensorRef>& in,
                                    const std::vector<TensorRef>& out, bool acc) {
@@ -768,6 +776,7 @@ const std::map<std::string, RefOp>& ReferenceOps() {
       {"attention", &RefAttention},
       {"attention_grad", &RefAttentionGrad},
       {"layernorm", &RefLayernorm},
+      {"add_layernorm", &RefAddLayernorm},
       {"layernorm_grad_input", &RefLayernormGradInput},
       {"layernorm_grad_params", &RefLayernormGradParams},
       {"rmsnorm", &RefRmsnorm},

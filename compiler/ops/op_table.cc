@@ -55,6 +55,15 @@ Cost LinearGeluCost(const std::vector<Shape>& in, const std::vector<Shape>& out)
   const Cost gelu = Elementwise<20>({out[0]}, {out[1]});
   return {product.flops + gelu.flops, Bytes(in, out)};
 }
+// add_layernorm: the add's flops over the sum and the layernorm's over
+// y; bytes are what the one pass moves (a, b, weight, bias read; sum, y,
+// mean, rstd written: the sum is not read back, which is the fusion's
+// saving).
+Cost AddLayerNormCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  const Cost add = Elementwise<1>({in[0], in[1]}, {out[0]});
+  const Cost norm = Elementwise<8>({out[0], in[2], in[3]}, {out[1], out[2], out[3]});
+  return {add.flops + norm.flops, Bytes(in, out)};
+}
 // The gradients: dy[.., out] against w[out, in], rows = |dy| / out.
 Cost LinearGrad(const std::vector<Shape>& in, const std::vector<Shape>& out,
                 const Shape& w) {
@@ -199,6 +208,14 @@ std::vector<OpDef> MakeOps() {
        {{"layernorm_grad_params", {kDy, In(0), Out(1), Out(2)}, {1, 2}},
         {"layernorm_grad_input", {kDy, In(0), In(1), Out(1), Out(2)}, {0}}},
        false, Elementwise<8>},
+      {"add_layernorm", 4, 4, 4, 4, false, kNorm,
+       "a[.., d], b[.., d], weight[d], bias[d] -> sum = a + b, y, mean[..], rstd[..] = "
+       "layernorm(sum): the residual add and the layernorm of its sum in one pass over "
+       "the rows (sum written, and normalized as it is stored: under bf16 its dtype is "
+       "the add's, rounded before it is normalized); the backward reads sum, mean and "
+       "rstd as the layernorm's x, mean and rstd; made by the residual-layernorm fusion "
+       "(compiler/graph/fuse_add_layernorm.h), never differentiated; attrs: eps",
+       {}, {}, false, AddLayerNormCost, false, {}, /*fused=*/true},
       {"layernorm_grad_input", 5, 5, 1, 1, false, kNorm,
        "dy, x, weight, mean, rstd -> dx; acc", {}, {}, false, Elementwise<10>},
       {"layernorm_grad_params", 4, 4, 2, 2, false, kNorm,

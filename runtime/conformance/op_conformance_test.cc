@@ -69,6 +69,11 @@ const std::map<std::string, Example>& Examples() {
       // leading dimension must be a multiple of 8).
       {"linear_gelu", {{{{4, 3}}, {{8, 3}}, {{8}}}, {{{4, 8}}, {{4, 8}}}, {}}},
       {"layernorm", {{{{4, 6}}, {{6}}, {{6}}}, {{{4, 6}}, {{4}}, {{4}}}, {{"eps", 1e-5}}}},
+      // 37 features: more than a warp's 32 lanes, not a multiple of them.
+      {"add_layernorm",
+       {{{{3, 37}}, {{3, 37}}, {{37}}, {{37}}},
+        {{{3, 37}}, {{3, 37}}, {{3}}, {{3}}},
+        {{"eps", 1e-5}}}},
       {"rmsnorm", {{{{4, 6}}, {{6}}}, {{{4, 6}}, {{4}}}, {{"eps", 1e-6}}}},
       {"softmax", {{{{4, 6}}}, {{{4, 6}}}, {}}},
       {"embedding", {{{{2, 3}, 5}, {{5, 4}}}, {{{2, 3, 4}}}, {}}},
@@ -533,6 +538,53 @@ TEST(OpConformance, AttentionShapes) {
                       {"rope", a.rope ? 1 : 0},
                       {"rope_theta", 10000}}};
     CheckOp(*def, ex, backends, /*finite_differences=*/false);
+  }
+}
+
+// add_layernorm (the plan's residual-layernorm fusion) gives the bits of
+// the add and then the layernorm, each run as its own instruction, on
+// every backend: operands f32, the GPT residual (a f32, b bf16, the sum
+// f32) and all bf16 (the sum rounded before it is normalized); rows from
+// narrower than a warp to wider than CUDA's registers hold.
+TEST(OpConformance, AddLayerNormIsTheAddThenTheLayerNormBitForBit) {
+  struct Dtypes {
+    bool a, b, sum;  // bf16?
+  };
+  const std::map<std::string, double> eps = {{"eps", 1e-5}};
+  for (const Backend& backend : Backends()) {
+    for (const int64_t d : {7, 37, 768, 2100}) {
+      for (const Dtypes bf16 : {Dtypes{false, false, false}, Dtypes{false, true, false},
+                                Dtypes{true, true, true}}) {
+        SCOPED_TRACE(absl::StrCat(backend.name, " d ", d, " bf16 a ", bf16.a, " b ", bf16.b,
+                                  " sum ", bf16.sum));
+        std::mt19937 rng(7);
+        const Operand rows{{5, d}}, features{{d}}, per_row{{5}};
+        Call fused{"add_layernorm", eps, {}, {}};
+        fused.inputs = {RandomTensor(rows, rng, bf16.a), RandomTensor(rows, rng, bf16.b),
+                        RandomTensor(features, rng), RandomTensor(features, rng)};
+        for (const Operand& o : {rows, rows, per_row, per_row}) {
+          fused.outputs.push_back({o, std::vector<double>(Count(o.shape))});
+        }
+        Call add{"add", {}, {fused.inputs[0], fused.inputs[1]}, {fused.outputs[0]}};
+        ASSERT_TRUE(RunOn(backend, add, [&](bool output, int j) {
+                      return output ? bf16.sum : j == 0 ? bf16.a : bf16.b;
+                    }).ok());
+        Call norm{"layernorm", eps, {add.outputs[0], fused.inputs[2], fused.inputs[3]},
+                  {fused.outputs[1], fused.outputs[2], fused.outputs[3]}};
+        ASSERT_TRUE(
+            RunOn(backend, norm, [&](bool output, int j) { return !output && j == 0 && bf16.sum; })
+                .ok());
+        const absl::Status run = RunOn(backend, fused, [&](bool output, int j) {
+          return output ? j == 0 && bf16.sum : j == 0 ? bf16.a : j == 1 && bf16.b;
+        });
+        ASSERT_TRUE(run.ok()) << run;
+        const std::vector<const Tensor*> unfused = {&add.outputs[0], &norm.outputs[0],
+                                                    &norm.outputs[1], &norm.outputs[2]};
+        for (size_t j = 0; j < unfused.size(); ++j) {
+          EXPECT_EQ(fused.outputs[j].data, unfused[j]->data) << "output " << j;
+        }
+      }
+    }
   }
 }
 

@@ -21,6 +21,15 @@ absl::Status Pointwise(const KernelCall& c) {
   return Ok();
 }
 
+// precision = bf16: a kernel that reads back its own output (`o`, staged)
+// first rounds elements [begin, begin + n) to the bf16 tensor, as the
+// instruction after it would read them.
+void RoundStagedOutput(const Bf16Operand& o, int64_t begin, int64_t n) {
+  uint16_t* bf16 = static_cast<uint16_t*>(o.bf16) + begin;
+  NarrowToBf16(o.f32 + begin, n, bf16);
+  WidenBf16(bf16, n, o.f32 + begin);
+}
+
 absl::Status Linear(const KernelCall& c) {
   const KernelArgs& k = c.k;
   switch (k.op) {
@@ -33,10 +42,7 @@ absl::Status Linear(const KernelCall& c) {
       // rounded to the bf16 tensor), so the fused plan trains on its bits.
       LinearForward(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.y[0], Activation::kNone,
                     nullptr);
-      if (const Bf16Operand* pre = StagedOutput(k, 0)) {
-        NarrowToBf16(pre->f32, pre->elems, static_cast<uint16_t*>(pre->bf16));
-        WidenBf16(static_cast<const uint16_t*>(pre->bf16), pre->elems, pre->f32);
-      }
+      if (const Bf16Operand* pre = StagedOutput(k, 0)) RoundStagedOutput(*pre, 0, pre->elems);
       PointwiseKernel(Op::kGeluTanh)(k.y[0], nullptr, k.rows * k.out, false, k.y[1]);
       break;
     }
@@ -49,11 +55,31 @@ absl::Status Linear(const KernelCall& c) {
   return Ok();
 }
 
+// add_layernorm(a, b, weight, bias) -> sum, y, mean, rstd: row by row,
+// the unfused plan's two kernels in order, the add's pointwise kernel into
+// the sum and then LayerNorm of the sum as that instruction would read it
+// (under bf16 a bf16 sum rounded first), so the fused plan trains on the
+// unfused plan's bits; each row is normalized while it is in cache.
+void AddLayerNorm(const KernelArgs& k) {
+  const PointwiseFn add = PointwiseKernel(Op::kAdd);
+  const Bf16Operand* staged_sum = StagedOutput(k, 0);
+  for (int64_t r = 0; r < k.rows; ++r) {
+    const int64_t at = r * k.in;
+    add(k.x[0] + at, k.x[1] + at, k.in, false, k.y[0] + at);
+    if (staged_sum != nullptr) RoundStagedOutput(*staged_sum, at, k.in);
+    LayerNorm(k.y[0] + at, k.x[2], k.x[3], 1, k.in, k.eps, k.y[1] + at, k.y[2] + r,
+              k.y[3] + r);
+  }
+}
+
 absl::Status LayerNormFamily(const KernelCall& c) {
   const KernelArgs& k = c.k;
   switch (k.op) {
     case Op::kLayerNorm:
       LayerNorm(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.eps, k.y[0], k.y[1], k.y[2]);
+      break;
+    case Op::kAddLayerNorm:
+      AddLayerNorm(k);
       break;
     case Op::kLayerNormGradInput:
       LayerNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.x[4], k.rows, k.in,
@@ -254,7 +280,8 @@ KernelTable<CpuKernel> MakeTable() {
   for (Op op : {Op::kLinear, Op::kLinearGelu, Op::kLinearGradInput, Op::kLinearGradParams}) {
     t[op] = &Linear;
   }
-  for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams}) {
+  for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams,
+                Op::kAddLayerNorm}) {
     t[op] = &LayerNormFamily;
   }
   for (Op op : {Op::kRmsNorm, Op::kRmsNormGradInput, Op::kRmsNormGradParams}) {

@@ -87,6 +87,13 @@ struct CudaKernels {
       case Op::kLayerNorm:
         return Launched(c, cuda::LaunchLayerNorm(k.x[0], k.x[1], k.x[2], k.y[0], k.y[1], k.y[2],
                                                  k.rows, k.in, k.eps, d.compute_));
+      case Op::kAddLayerNorm:
+        // One kernel: the residual sum written and normalized from
+        // registers; a bf16 sum rounded before it is normalized.
+        return Launched(c, cuda::LaunchAddLayerNorm(k.x[0], k.x[1], k.x[2], k.x[3], k.y[0],
+                                                    k.y[1], k.y[2], k.y[3], k.rows, k.in,
+                                                    k.eps, StagedOutput(k, 0) != nullptr,
+                                                    d.compute_));
       case Op::kLayerNormGradInput:
         return Launched(c, cuda::LaunchLayerNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.x[4],
                                                           k.y[0], k.rows, k.in, k.accumulate,
@@ -247,7 +254,8 @@ struct CudaKernels {
       t[op] = &Linear;
     }
     for (Op op : {Op::kDropout, Op::kDropoutGrad}) t[op] = &Dropout;
-    for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams}) {
+    for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams,
+                  Op::kAddLayerNorm}) {
       t[op] = &LayerNorm;
     }
     for (Op op : {Op::kRmsNorm, Op::kRmsNormGradInput, Op::kRmsNormGradParams}) {

@@ -81,6 +81,14 @@ cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
                             const float* beta, float* y, float* mean,
                             float* rstd, int64_t rows, int64_t d, float eps,
                             cudaStream_t s);
+// add_layernorm: sum = a + b, rounded to bf16 when `round_sum` (a bf16
+// sum's f32 staging: what the layernorm of the unfused plan would read),
+// then LaunchLayerNorm's arithmetic on it into y, mean and rstd, the row
+// held in registers: one warp per row, one pass over a and b.
+cudaError_t LaunchAddLayerNorm(const float* a, const float* b, const float* gamma,
+                               const float* beta, float* sum, float* y, float* mean,
+                               float* rstd, int64_t rows, int64_t d, float eps,
+                               bool round_sum, cudaStream_t s);
 cudaError_t LaunchLayerNormGradInput(const float* dy, const float* x,
                                      const float* gamma, const float* mean,
                                      const float* rstd, float* dx,

@@ -1,6 +1,8 @@
 // LayerNorm and RMSNorm over the last dimension: forward and input gradient with one
 // warp per row (lanes stride the row, so each load is 32 consecutive
-// floats), parameter gradients with the deterministic column reduction.
+// floats), parameter gradients with the deterministic column reduction;
+// add_layernorm, the residual add and the LayerNorm of its sum in one pass.
+#include "compiler/ops/pointwise.h"
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -13,38 +15,106 @@ __device__ __forceinline__ int64_t WarpRow() {
          threadIdx.x / kWarpSize;
 }
 
+// f(t, j) for this lane's elements j = lane + 32 t of a row of d, in
+// order. kPerLane > 0: unrolled over t < kPerLane (d <= 32 kPerLane), so a
+// register array indexed by t stays in registers; 0: any d.
+template <int kPerLane, typename F>
+__device__ __forceinline__ void ForLaneElements(int lane, int64_t d, F f) {
+  if constexpr (kPerLane > 0) {
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      const int64_t j = lane + static_cast<int64_t>(t) * kWarpSize;
+      if (j < d) f(t, j);
+    }
+  } else {
+    int t = 0;
+    for (int64_t j = lane; j < d; j += kWarpSize, ++t) f(t, j);
+  }
+}
+
+// LayerNorm of one row by its warp; x(t, j) is element j (= lane + 32 t).
 // Two passes over the row (mean, then centred variance) rather than
 // E[x^2] - E[x]^2: no cancellation when |mean| >> std. The row statistics
 // are accumulated in double, as the CPU reference does: a float mean of a
 // row with a large offset is off by far more than one rounding, and that
-// error lands in every (x - mean).
+// error lands in every (x - mean). layernorm and add_layernorm both run
+// this code, so they give the same bits.
+template <int kPerLane, typename Row>
+__device__ __forceinline__ void LayerNormRow(const Row& x, int lane, int64_t d,
+                                             const float* gamma, const float* beta, float eps,
+                                             float* yr, float* mean, float* rstd) {
+  double s = 0.0;
+  ForLaneElements<kPerLane>(lane, d, [&](int t, int64_t j) { s += x(t, j); });
+  const double mu = WarpSum(s) / static_cast<double>(d);
+  double ss = 0.0;
+  ForLaneElements<kPerLane>(lane, d, [&](int t, int64_t j) {
+    const double c = x(t, j) - mu;
+    ss += c * c;
+  });
+  const double var = WarpSum(ss) / static_cast<double>(d);
+  const float m = static_cast<float>(mu);
+  const float r = static_cast<float>(1.0 / sqrt(var + eps));
+  ForLaneElements<kPerLane>(lane, d, [&](int t, int64_t j) {
+    yr[j] = (x(t, j) - m) * r * gamma[j] + beta[j];
+  });
+  if (lane == 0) {
+    *mean = m;
+    *rstd = r;
+  }
+}
+
 __global__ void LayerNormKernel(const float* x, const float* gamma,
                                 const float* beta, float* y, float* mean,
                                 float* rstd, int64_t rows, int64_t d,
                                 float eps) {
   const int64_t row = WarpRow();
   if (row >= rows) return;
-  const int lane = threadIdx.x % kWarpSize;
   const float* xr = x + row * d;
-  double s = 0.0;
-  for (int64_t j = lane; j < d; j += kWarpSize) s += xr[j];
-  const double mu = WarpSum(s) / static_cast<double>(d);
-  double ss = 0.0;
-  for (int64_t j = lane; j < d; j += kWarpSize) {
-    const double c = xr[j] - mu;
-    ss += c * c;
-  }
-  const double var = WarpSum(ss) / static_cast<double>(d);
-  const float m = static_cast<float>(mu);
-  const float r = static_cast<float>(1.0 / sqrt(var + eps));
+  LayerNormRow<0>([xr](int, int64_t j) { return xr[j]; }, threadIdx.x % kWarpSize, d, gamma,
+                  beta, eps, y + row * d, mean + row, rstd + row);
+}
+
+// add_layernorm: sum = a + b (pointwise.h's add; rounded to bf16 when
+// `round_sum`, as a bf16 sum is stored and read back), written once and
+// normalized from registers: the layernorm's three passes never read it
+// from memory. kPerLane 0 (rows wider than the registers hold): each lane
+// reads back the elements it wrote.
+template <int kPerLane>
+__global__ void AddLayerNormKernel(const float* a, const float* b, const float* gamma,
+                                   const float* beta, float* sum, float* y, float* mean,
+                                   float* rstd, int64_t rows, int64_t d, float eps,
+                                   bool round_sum) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const float* ar = a + row * d;
+  const float* br = b + row * d;
+  float* sr = sum + row * d;
+  float v[kPerLane > 0 ? kPerLane : 1];
+  ForLaneElements<kPerLane>(lane, d, [&](int t, int64_t j) {
+    float s = pointwise::Add::F(ar[j], br[j]);
+    if (round_sum) s = ToF32(FromF32<__nv_bfloat16>(s));
+    sr[j] = s;
+    if constexpr (kPerLane > 0) v[t] = s;
+  });
   float* yr = y + row * d;
-  for (int64_t j = lane; j < d; j += kWarpSize) {
-    yr[j] = (xr[j] - m) * r * gamma[j] + beta[j];
+  if constexpr (kPerLane > 0) {
+    LayerNormRow<kPerLane>([&v](int t, int64_t) { return v[t]; }, lane, d, gamma, beta, eps,
+                           yr, mean + row, rstd + row);
+  } else {
+    LayerNormRow<0>([sr](int, int64_t j) { return sr[j]; }, lane, d, gamma, beta, eps, yr,
+                    mean + row, rstd + row);
   }
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
+}
+
+template <int kPerLane>
+cudaError_t LaunchAddLayerNormOf(const float* a, const float* b, const float* gamma,
+                                 const float* beta, float* sum, float* y, float* mean,
+                                 float* rstd, int64_t rows, int64_t d, float eps,
+                                 bool round_sum, cudaStream_t s) {
+  AddLayerNormKernel<kPerLane><<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+      a, b, gamma, beta, sum, y, mean, rstd, rows, d, eps, round_sum);
+  return cudaGetLastError();
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma. The
@@ -170,6 +240,29 @@ cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
   LayerNormKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
       x, gamma, beta, y, mean, rstd, rows, d, eps);
   return cudaGetLastError();
+}
+
+cudaError_t LaunchAddLayerNorm(const float* a, const float* b, const float* gamma,
+                               const float* beta, float* sum, float* y, float* mean,
+                               float* rstd, int64_t rows, int64_t d, float eps,
+                               bool round_sum, cudaStream_t s) {
+  // The fewest registers per lane that hold the row (GPT-2 small's 768:
+  // 24; up to 2048 wide), else the sum read back.
+  const int64_t per_lane = (d + kWarpSize - 1) / kWarpSize;
+#define TRAINC_ADD_LAYERNORM_IF_FITS(n)                                                    \
+  if (per_lane <= n) {                                                                     \
+    return LaunchAddLayerNormOf<n>(a, b, gamma, beta, sum, y, mean, rstd, rows, d, eps,    \
+                                   round_sum, s);                                          \
+  }
+  TRAINC_ADD_LAYERNORM_IF_FITS(8)
+  TRAINC_ADD_LAYERNORM_IF_FITS(16)
+  TRAINC_ADD_LAYERNORM_IF_FITS(24)
+  TRAINC_ADD_LAYERNORM_IF_FITS(32)
+  TRAINC_ADD_LAYERNORM_IF_FITS(48)
+  TRAINC_ADD_LAYERNORM_IF_FITS(64)
+#undef TRAINC_ADD_LAYERNORM_IF_FITS
+  return LaunchAddLayerNormOf<0>(a, b, gamma, beta, sum, y, mean, rstd, rows, d, eps,
+                                 round_sum, s);
 }
 
 cudaError_t LaunchLayerNormGradInput(const float* dy, const float* x,

@@ -1,6 +1,7 @@
 #include "runtime/device/kernel_args.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/op_table.h"
@@ -172,10 +173,10 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
   auto fptr = [&](const Buffer& b) {
     return base == nullptr ? nullptr : reinterpret_cast<float*>(base + b.offset);
   };
-  for (size_t j = 0; j < instr.inputs.size() && j < 5; ++j) {
+  for (size_t j = 0; j < instr.inputs.size() && j < std::size(k.x); ++j) {
     k.x[j] = fptr(in_buf(j));
   }
-  for (size_t j = 0; j < instr.outputs.size() && j < 3; ++j) {
+  for (size_t j = 0; j < instr.outputs.size() && j < std::size(k.y); ++j) {
     k.y[j] = fptr(out_buf(j));
   }
   auto attr = [&](const char* name, double fallback) {
@@ -231,14 +232,17 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
     case KernelOp::kLayerNorm:
     case KernelOp::kLayerNormGradInput:
     case KernelOp::kLayerNormGradParams:
+    case KernelOp::kAddLayerNorm:
     case KernelOp::kRmsNorm:
     case KernelOp::kRmsNormGradInput:
     case KernelOp::kRmsNormGradParams: {
-      // The weight (or its gradient) is [d]; rows are the rest of x.
+      // The weight (or its gradient) is [d]; rows are the rest of x (of
+      // add_layernorm: of a).
       const Buffer& per_feature =
           k.op == KernelOp::kLayerNorm || k.op == KernelOp::kRmsNorm ? in_buf(1)
           : k.op == KernelOp::kLayerNormGradInput                   ? in_buf(2)
           : k.op == KernelOp::kRmsNormGradInput                     ? in_buf(2)
+          : k.op == KernelOp::kAddLayerNorm                         ? in_buf(2)
                                                                     : out_buf(0);
       k.in = Elements(per_feature);
       if (k.in == 0 || Elements(in_buf(0)) % k.in != 0) {
@@ -246,6 +250,18 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
       }
       k.rows = Elements(in_buf(0)) / k.in;
       k.eps = static_cast<float>(attr("eps", 1e-5));
+      if (k.op == KernelOp::kAddLayerNorm) {
+        // a, b, weight, bias -> sum, y, mean, rstd.
+        const int64_t n = k.rows * k.in;
+        if (Elements(in_buf(1)) != n) return fail("a and b differ in size");
+        if (Elements(in_buf(3)) != k.in) return fail("bias size");
+        if (Elements(out_buf(0)) != n || Elements(out_buf(1)) != n) {
+          return fail("sum or y is not the size of a");
+        }
+        if (Elements(out_buf(2)) != k.rows || Elements(out_buf(3)) != k.rows) {
+          return fail("mean or rstd is not one per row");
+        }
+      }
       return absl::OkStatus();
     }
     case KernelOp::kCrossEntropy:
@@ -540,7 +556,8 @@ absl::Status RecordBf16Operands(const Plan& plan, const Instruction& instr, char
   for (size_t j = 0; j < instr.inputs.size(); ++j) {
     const Buffer& b = plan.buffers[instr.inputs[j]];
     if (b.dtype != DType::kBF16) continue;
-    if (j >= 5 || (base != nullptr && k.x[j] != reinterpret_cast<float*>(base + b.offset))) {
+    if (j >= std::size(k.x) ||
+        (base != nullptr && k.x[j] != reinterpret_cast<float*>(base + b.offset))) {
       return fail(absl::StrCat("input ", j, " (", b.name, ") is bf16, which this op cannot read"));
     }
     add(b, const_cast<float*>(k.x[j]), false);
@@ -548,7 +565,8 @@ absl::Status RecordBf16Operands(const Plan& plan, const Instruction& instr, char
   for (size_t j = 0; j < instr.outputs.size(); ++j) {
     const Buffer& b = plan.buffers[instr.outputs[j]];
     if (b.dtype != DType::kBF16) continue;
-    if (j >= 3 || (base != nullptr && k.y[j] != reinterpret_cast<float*>(base + b.offset))) {
+    if (j >= std::size(k.y) ||
+        (base != nullptr && k.y[j] != reinterpret_cast<float*>(base + b.offset))) {
       return fail(absl::StrCat("output ", j, " (", b.name, ") is bf16, which this op cannot write"));
     }
     add(b, k.y[j], true);

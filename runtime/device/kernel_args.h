@@ -85,7 +85,7 @@ struct KernelArgs {
   int64_t in = 0;    // linear: in features; layernorm: d; ce: classes
   int64_t out = 0;   // linear: out features
   const float* x[5] = {};
-  float* y[3] = {};
+  float* y[4] = {};  // add_layernorm writes four
 
   Activation act = Activation::kNone;  // linear: activation applied after
   float eps = 0;                       // layernorm
@@ -128,8 +128,8 @@ void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging);
 
 // precision = bf16: the operand staged behind output y[j] (its f32 staging
 // is y[j]), or null when that output is not a staged bf16 tensor. A kernel
-// that reads back its own output (linear_gelu's pre) rounds it first, as
-// the bf16 tensor a separate instruction would read.
+// that reads back its own output (linear_gelu's pre, add_layernorm's sum)
+// rounds it first, as the bf16 tensor a separate instruction would read.
 const Bf16Operand* StagedOutput(const KernelArgs& k, int j);
 
 // The floats an optimizer or sum_squares kernel covers: the whole bucket,

@@ -25,6 +25,7 @@
   X(LayerNorm, layernorm)                               \
   X(LayerNormGradInput, layernorm_grad_input)           \
   X(LayerNormGradParams, layernorm_grad_params)         \
+  X(AddLayerNorm, add_layernorm)                        \
   X(RmsNorm, rmsnorm)                                   \
   X(RmsNormGradInput, rmsnorm_grad_input)               \
   X(RmsNormGradParams, rmsnorm_grad_params)             \
