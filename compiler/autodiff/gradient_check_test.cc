@@ -678,9 +678,11 @@ constexpr char kGpt[] = R"(
   loss   = cross_entropy(logits, next)
 )";
 
+// Every residual sum and its layernorm run as one add_layernorm
+// (fusion = true): h.0's is wte + wpe.
 const std::vector<std::string> kGptOps = {
-    "embedding",      "position_embedding", "layernorm",
-    "attention",      "linear_gelu",        "add",
+    "embedding",      "position_embedding", "add_layernorm",
+    "attention",      "linear_gelu",
     "cross_entropy_fused", "embedding_grad",  "position_embedding_grad",
     "attention_grad", "gelu_tanh_grad",     "layernorm_grad_input",
     "layernorm_grad_params", "linear_grad_params", "linear_grad_input",

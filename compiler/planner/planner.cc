@@ -16,6 +16,7 @@
 #include "compiler/cost/bundled_profiles.h"
 #include "compiler/cost/simulator.h"
 #include "compiler/graph/dce.h"
+#include "compiler/graph/fuse_add_layernorm.h"
 #include "compiler/graph/fuse_classifier.h"
 #include "compiler/graph/fuse_linear_gelu.h"
 #include "compiler/graph/graph.h"
@@ -1346,6 +1347,9 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
   const std::vector<std::string>& recompute =
       spec.train.recompute ? spec.model.repeat_blocks : spec.model.recompute_blocks;
   if (!recompute.empty()) pipeline.Add(std::make_unique<Recompute>(recompute));
+  // After Recompute: a block's output is its checkpoint, and the next
+  // block's layernorm of it is recomputed from it (fuse_add_layernorm.h).
+  if (spec.train.fusion) pipeline.Add(std::make_unique<FuseAddLayerNorm>());
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
   ASSIGN_OR_RETURN(const ZeroAccumulateChoice accumulate,
                    ChooseZeroAccumulate(spec, graph, options));
