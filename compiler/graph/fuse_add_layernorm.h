@@ -14,7 +14,10 @@
 // (compiler/ops/op_table.cc, the kernels' comments). The sum is still
 // written, so its other readers are fine: the next residual add and the
 // layernorm's gradients read it, and every backward node reads the values
-// it read before. Two layernorms of one sum leave the add alone.
+// it read before. Two layernorms of one sum leave the add alone. y may
+// take b's bytes (OpDef::in_place): the sublayer's output that b is has
+// no reader after the add, and the unfused layernorm could have taken
+// them too, so the fused plan's arena is no larger.
 //
 // Runs after MixedPrecision (the values keep their dtypes: the residual
 // sum f32, y, mean and rstd f32; a sum of two bf16 values stays bf16 and

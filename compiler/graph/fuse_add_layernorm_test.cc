@@ -205,15 +205,21 @@ TEST(FuseAddLayerNorm, ThePlannerFusesUnderFusionTrueOnly) {
     spec.train.fusion = fusion;
     absl::StatusOr<Plan> plan = BuildPlan(spec);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    int fused = 0, add = 0, norm = 0;
+    int fused = 0, add = 0, norm = 0, in_place = 0;
     for (const Instruction& in : plan->instructions) {
       fused += in.op == "add_layernorm";
       add += in.op == "add";
       norm += in.op == "layernorm";
+      // y over b (OpDef::in_place) where the fused node is b's last
+      // reader: every sum's b is a linear's output read by nothing else.
+      if (in.op == "add_layernorm") {
+        in_place += plan->buffers[in.outputs[1]].offset == plan->buffers[in.inputs[1]].offset;
+      }
     }
     EXPECT_EQ(fused, fusion ? 4 : 0);
     EXPECT_EQ(add, fusion ? 0 : 4);
     EXPECT_EQ(norm, fusion ? 1 : 5);
+    EXPECT_EQ(in_place, fusion ? 4 : 0);  // (BuildPlan validated the pairs)
   }
 }
 

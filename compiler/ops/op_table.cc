@@ -214,8 +214,9 @@ std::vector<OpDef> MakeOps() {
        "the rows (sum written, and normalized as it is stored: under bf16 its dtype is "
        "the add's, rounded before it is normalized); the backward reads sum, mean and "
        "rstd as the layernorm's x, mean and rstd; made by the residual-layernorm fusion "
-       "(compiler/graph/fuse_add_layernorm.h), never differentiated; attrs: eps",
-       {}, {}, false, AddLayerNormCost, false, {}, /*fused=*/true},
+       "(compiler/graph/fuse_add_layernorm.h), never differentiated; y may take b's "
+       "bytes (each row of b is read before its y is written); attrs: eps",
+       {}, {}, false, AddLayerNormCost, false, {}, /*fused=*/true, /*in_place=*/{1, 1}},
       {"layernorm_grad_input", 5, 5, 1, 1, false, kNorm,
        "dy, x, weight, mean, rstd -> dx; acc", {}, {}, false, Elementwise<10>},
       {"layernorm_grad_params", 4, 4, 2, 2, false, kNorm,

@@ -421,24 +421,28 @@ TEST(CudaDeviceTest, LayerNorm) {
 
 // add_layernorm (the plan's residual-layernorm fusion): one warp per row,
 // the row in registers (7, 37, 768 wide: 8 and 24 per lane) or, wider than
-// 2048, the sum read back (2100); its bits against the add and the
-// layernorm as two instructions: runtime/conformance.
+// 2048, the sum read back (2100); y written over b or not (OpDef::in_place);
+// its bits against the add and the layernorm as two instructions:
+// runtime/conformance.
 TEST(CudaDeviceTest, AddLayerNorm) {
   SKIP_WITHOUT_GPU();
   for (int64_t d : {7, 37, 768, 2100}) {
-    SCOPED_TRACE(absl::StrCat("d=", d));
-    PlanBuilder p;
-    const int64_t rows = 70;  // a partial last block of warps
-    int a = p.Add("a", {rows, d});
-    int b = p.Add("b", {rows, d});
-    int gamma = p.Add("gamma", {d});
-    int beta = p.Add("beta", {d});
-    int sum = p.Add("sum", {rows, d});
-    int y = p.Add("y", {rows, d});
-    int mean = p.Add("mean", {rows});
-    int rstd = p.Add("rstd", {rows});
-    p.Instr("add_layernorm", {a, b, gamma, beta}, {sum, y, mean, rstd}, {{"eps", 1e-5}});
-    ExpectMatchesCpu(p.plan, kFp32Tol);
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("d=", d, in_place ? " y over b" : ""));
+      PlanBuilder p;
+      const int64_t rows = 70;  // a partial last block of warps
+      int a = p.Add("a", {rows, d});
+      int b = p.Add("b", {rows, d});
+      int gamma = p.Add("gamma", {d});
+      int beta = p.Add("beta", {d});
+      int sum = p.Add("sum", {rows, d});
+      int y = p.Add("y", {rows, d});
+      int mean = p.Add("mean", {rows});
+      int rstd = p.Add("rstd", {rows});
+      p.Instr("add_layernorm", {a, b, gamma, beta}, {sum, y, mean, rstd}, {{"eps", 1e-5}});
+      if (in_place) p.plan.buffers[y].offset = p.plan.buffers[b].offset;
+      ExpectMatchesCpu(p.plan, kFp32Tol);
+    }
   }
 }
 
