@@ -46,13 +46,15 @@ std::vector<int64_t> MicroBatches(const TrainConfig& t) {
 TrainSpec CandidateSpec(const TrainSpec& spec, const Candidate& c) {
   TrainSpec s = spec;
   TrainConfig& t = s.train;
-  t.memory_bytes = 0;
-  t.micro_batch_auto = false;
+  t.micro_batch_auto = false;  // (memory_bytes stays: it caps bucket_mb = auto)
   t.micro_batch = c.micro_batch;
   t.accumulate = t.global_batch / (t.gpus * c.micro_batch);
   t.zero = c.zero;
   t.zero_accumulate = c.accumulate;
   t.recompute = c.recompute;
+  // ZeRO-3 candidates are planned one bucket of prefetch ahead (not every
+  // depth), and the plan kept keeps it: the table's figures are its own.
+  if (t.zero == 3 && t.zero_prefetch < 0) t.zero_prefetch = 1;
   return s;
 }
 
@@ -130,13 +132,7 @@ absl::StatusOr<MemoryFit> FitToMemory(const TrainSpec& spec, const PlanOptions& 
     for (const auto& [zero, accumulate] : Stages(t, micro_batch)) {
       for (bool recompute : recomputes) {
         Candidate c{micro_batch, zero, recompute, accumulate};
-        // ZeRO-3 candidates are costed one bucket of prefetch ahead (not
-        // every depth); the kept plan then picks its own (zero_prefetch).
-        TrainSpec costed = CandidateSpec(spec, c);
-        if (costed.train.zero == 3 && costed.train.zero_prefetch < 0) {
-          costed.train.zero_prefetch = 1;
-        }
-        ASSIGN_OR_RETURN(const Plan plan, planner(costed));
+        ASSIGN_OR_RETURN(const Plan plan, planner(CandidateSpec(spec, c)));
         ASSIGN_OR_RETURN(const cost::StepPrediction p, replay.Step(plan));
         c.memory = plan.memory;
         c.bytes = DeviceBytes(plan);

@@ -117,5 +117,35 @@ TEST(MemorySearch, AGivenMicroBatchIsKept) {
   EXPECT_THAT(plan->memory_choice, HasSubstr("6 plans tried"));
 }
 
+// At 512 ranks bucket_mb = auto wants large buckets (rings are latency-
+// bound), which ZeRO-2 and 3 hold in flight: under a budget the search
+// keeps the fastest bucketing whose plan fits.
+TEST(MemorySearch, AutoBucketsFitTheBudget) {
+  TrainSpec spec = testing::MlpSpec(784, {1024, 1024}, 10, /*gpus=*/512, /*micro_batch=*/1,
+                                    /*accumulate=*/1);
+  spec.train.machine = "h100_nvlink_ib";
+  spec.train.zero = 2;
+  spec.train.bucket_mb_auto = true;
+  absl::StatusOr<Plan> fastest = BuildPlan(spec);
+  ASSERT_TRUE(fastest.ok()) << fastest.status();
+  int64_t smallest = INT64_MAX;
+  for (int64_t zero : {0, 1, 2, 3}) {
+    TrainSpec fixed = spec;
+    fixed.train.zero = zero;
+    fixed.train.bucket_mb_auto = false;
+    fixed.train.bucket_mb = 0.0625;
+    if (zero == 3) fixed.train.zero_prefetch = 1;
+    absl::StatusOr<Plan> plan = BuildPlan(fixed);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    smallest = std::min(smallest, DeviceBytes(*plan));
+  }
+  ASSERT_LT(smallest, DeviceBytes(*fastest));
+  spec.train.memory_bytes = (smallest + DeviceBytes(*fastest)) / 2;
+  absl::StatusOr<Plan> capped = BuildPlan(spec);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_LE(DeviceBytes(*capped), spec.train.memory_bytes);
+  EXPECT_THAT(capped->bucket_choice, HasSubstr("kept the fastest that fits"));
+}
+
 }  // namespace
 }  // namespace trainc

@@ -1,6 +1,7 @@
 #include "compiler/planner/planner.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -1193,6 +1194,45 @@ absl::StatusOr<PlanReplay> PlanningReplay(const TrainSpec& spec, const PlanOptio
 
 namespace {
 
+std::string MiB(int64_t bytes) {
+  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+// bucket_mb = auto under memory = ...: the distinct bucketings in order of
+// predicted step, each planned whole until one fits the budget (a bucketing
+// whose largest bucket is not below one that did not fit is skipped: the
+// buckets in flight only grow). Sets *plan to the one kept: the fastest
+// that fits, or the smallest. Returns its index in `costs`.
+absl::StatusOr<size_t> FastestThatFits(
+    const std::vector<CandidateCost>& costs,
+    const std::map<std::vector<std::vector<int>>, size_t>& seen, int64_t budget,
+    const std::function<absl::StatusOr<Plan>(size_t)>& build, Plan* plan) {
+  std::vector<size_t> order;
+  for (const auto& [bucketing, i] : seen) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return costs[a].step_us < costs[b].step_us;
+  });
+  int64_t too_big = INT64_MAX;  // the smallest largest-bucket seen not to fit
+  size_t smallest = order.front();
+  int64_t smallest_bytes = INT64_MAX;
+  for (size_t i : order) {
+    if (costs[i].largest_bucket_bytes >= too_big) continue;
+    ASSIGN_OR_RETURN(Plan candidate, build(i));
+    const int64_t bytes = DeviceBytes(candidate);
+    if (bytes <= budget) {
+      *plan = std::move(candidate);
+      return i;
+    }
+    too_big = costs[i].largest_bucket_bytes;
+    if (bytes < smallest_bytes) {
+      smallest_bytes = bytes;
+      smallest = i;
+    }
+  }
+  ASSIGN_OR_RETURN(*plan, build(smallest));
+  return smallest;
+}
+
 // bucket_mb = auto: every candidate's plan (one per distinct bucketing),
 // replayed on the profile; the least predicted step wins (bucket_search.h).
 absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& graph,
@@ -1225,18 +1265,29 @@ absl::StatusOr<Plan> BuildAutoBucketedPlan(const TrainSpec& spec, const Graph& g
     c.exposed_us = p.exposed_us;
     costs.push_back(c);
   }
-  const size_t best = BestCandidate(costs);
-  PlanBuilder builder(spec, graph, options, costs[best].sizes, zero);
-  builder.AssignBuckets();
-  ASSIGN_OR_RETURN(Plan plan, builder.Build());
+  auto build = [&](size_t i) -> absl::StatusOr<Plan> {
+    PlanBuilder builder(spec, graph, options, costs[i].sizes, zero);
+    builder.AssignBuckets();
+    return builder.Build();
+  };
+  const size_t fastest = BestCandidate(costs);
+  ASSIGN_OR_RETURN(Plan plan, build(fastest));
+  size_t best = fastest;
+  std::string why;
+  const int64_t budget = spec.train.memory_bytes;
+  if (budget > 0 && DeviceBytes(plan) > budget) {
+    const int64_t needs = DeviceBytes(plan);
+    ASSIGN_OR_RETURN(best, FastestThatFits(costs, seen, budget, build, &plan));
+    why = absl::StrFormat("; under memory = %s: the fastest (bucket_mb %g) needs %s, %s",
+                          MiB(budget), costs[fastest].sizes.bucket_mb, MiB(needs),
+                          DeviceBytes(plan) <= budget ? "kept the fastest that fits"
+                                                      : "none fits, kept the smallest");
+  }
   plan.bucket_choice =
       ExplainBucketChoice(costs, best, static_cast<int>(seen.size()), replay.ProfileName(),
-                          spec.train.gpus, options.overlap);
+                          spec.train.gpus, options.overlap) +
+      why;
   return plan;
-}
-
-std::string MiB(int64_t bytes) {
-  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
 }
 
 // ZeRO-2 with accumulate > 1 and zero_accumulate = auto: both plans, each
@@ -1307,6 +1358,9 @@ absl::StatusOr<ZeroPrefetchChoice> ChooseZeroPrefetch(const TrainSpec& spec, con
   constexpr int64_t kMaxAutoPrefetch = 3;
   std::vector<double> step_us;
   std::vector<int64_t> arena;
+  // Under memory = ... only the depths whose plan fits (depth 0, the
+  // least memory, when none does).
+  std::vector<bool> fits;
   for (int64_t depth = 0; depth <= kMaxAutoPrefetch; ++depth) {
     PlanBuilder builder(spec, graph, options, {t.bucket_mb, t.first_bucket_mb},
                         {accumulate, depth});
@@ -1315,18 +1369,26 @@ absl::StatusOr<ZeroPrefetchChoice> ChooseZeroPrefetch(const TrainSpec& spec, con
     ASSIGN_OR_RETURN(const cost::StepPrediction p, replay.Step(plan));
     step_us.push_back(p.step_us);
     arena.push_back(plan.arena_bytes);
+    fits.push_back(t.memory_bytes <= 0 || DeviceBytes(plan) <= t.memory_bytes);
   }
-  const double best = *std::min_element(step_us.begin(), step_us.end());
+  double best = 0;
+  for (size_t d = 0; d < step_us.size(); ++d) {
+    if (fits[d] && (best == 0 || step_us[d] < best)) best = step_us[d];
+  }
   constexpr double kSlack = 1.01;
-  while (step_us[choice.depth] > kSlack * best) ++choice.depth;
+  while (best > 0 && (!fits[choice.depth] || step_us[choice.depth] > kSlack * best)) {
+    ++choice.depth;
+  }
   std::vector<std::string> rows;
   for (size_t d = 0; d < step_us.size(); ++d) {
-    rows.push_back(absl::StrFormat("%d: %.2f ms, arena %s", d, step_us[d] / 1000,
-                                   MiB(arena[d])));
+    rows.push_back(absl::StrFormat("%d: %.2f ms, arena %s%s", d, step_us[d] / 1000,
+                                   MiB(arena[d]), fits[d] ? "" : " (too big)"));
   }
   choice.why = absl::StrFormat(
-      "zero_prefetch = %d buckets ahead (%s; %s; the shallowest within 1%% of the least step)",
-      choice.depth, absl::StrJoin(rows, "; "), replay.ProfileName());
+      "zero_prefetch = %d buckets ahead (%s; %s; the shallowest within 1%% of the least "
+      "step%s)",
+      choice.depth, absl::StrJoin(rows, "; "), replay.ProfileName(),
+      t.memory_bytes > 0 ? " that fits" : "");
   return choice;
 }
 
@@ -1370,6 +1432,22 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
   return plan;
 }
 
+// The plan of `spec` (memory = ... already searched: its budget only caps
+// bucket_mb = auto), with the memory report's bf16 saving.
+absl::StatusOr<Plan> BuildReportedPlan(const TrainSpec& spec, const PlanOptions& options) {
+  ASSIGN_OR_RETURN(Plan plan, BuildPlanOfPrecision(spec, options));
+  if (spec.train.precision == Precision::kBf16) {
+    // The memory report's saving: the same model and batch in f32.
+    TrainSpec fp32 = spec;
+    fp32.train.precision = Precision::kFp32;
+    fp32.train.memory_bytes = 0;
+    ASSIGN_OR_RETURN(const Plan reference, BuildPlanOfPrecision(fp32, options));
+    plan.memory.fp32_peak_activation_bytes = reference.memory.peak_activation_bytes;
+    plan.memory.fp32_arena_bytes = reference.memory.arena_bytes;
+  }
+  return plan;
+}
+
 }  // namespace
 
 absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options) {
@@ -1379,20 +1457,11 @@ absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options
                      FitToMemory(spec, options, [&options](const TrainSpec& candidate) {
                        return BuildPlanOfPrecision(candidate, options);
                      }));
-    ASSIGN_OR_RETURN(Plan plan, BuildPlan(fit.spec, options));
+    ASSIGN_OR_RETURN(Plan plan, BuildReportedPlan(fit.spec, options));
     plan.memory_choice = fit.table;
     return plan;
   }
-  ASSIGN_OR_RETURN(Plan plan, BuildPlanOfPrecision(spec, options));
-  if (spec.train.precision == Precision::kBf16) {
-    // The memory report's saving: the same model, batch and buckets in f32.
-    TrainSpec fp32 = spec;
-    fp32.train.precision = Precision::kFp32;
-    ASSIGN_OR_RETURN(const Plan reference, BuildPlanOfPrecision(fp32, options));
-    plan.memory.fp32_peak_activation_bytes = reference.memory.peak_activation_bytes;
-    plan.memory.fp32_arena_bytes = reference.memory.arena_bytes;
-  }
-  return plan;
+  return BuildReportedPlan(spec, options);
 }
 
 }  // namespace trainc
