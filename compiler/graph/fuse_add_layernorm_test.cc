@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "compiler/graph/graph_test_util.h"
 #include "compiler/graph/recompute.h"
 #include "compiler/planner/planner.h"
@@ -42,32 +43,20 @@ constexpr char kPreNorm[] = R"(
 
 TrainSpec Spec(const std::string& block = kPreNorm,
                const std::string& repeat = "repeat(layer, 2, wte)") {
-  std::string source = kModel;
-  source.replace(source.find("BLOCK"), 5, block);
-  source.replace(source.find("REPEAT"), 6, repeat);
-  return CompiledSpec(source);
+  return CompiledSpec(absl::StrReplaceAll(kModel, {{"BLOCK", block}, {"REPEAT", repeat}}));
 }
 
+// Lowered and differentiated (bf16: and its casts), not fused.
 Graph Differentiated(const TrainSpec& spec, bool bf16 = false) {
   return DifferentiatedGraph(spec, 0.125, bf16);
-}
-
-// The node writing the value named `name`.
-const Node* Writer(const Graph& g, const std::string& name) {
-  for (const Node& node : g.nodes()) {
-    for (int out : node.outputs) {
-      if (g.value(out).name == name) return &node;
-    }
-  }
-  return nullptr;
 }
 
 TEST(FuseAddLayerNorm, EachResidualSumAndItsLayerNormBecomeOneInstruction) {
   Graph g = Differentiated(Spec());
   const size_t nodes = g.nodes().size();
   // h.0.r and ln_2 before: what the fused node must read and write.
-  const Node* add = Writer(g, "h.0.r");
-  const Node* norm = Writer(g, "h.0.ln_2");
+  const Node* add = WriterOf(g, "h.0.r");
+  const Node* norm = WriterOf(g, "h.0.ln_2");
   ASSERT_NE(add, nullptr);
   ASSERT_NE(norm, nullptr);
   const std::vector<int> a_b = add->inputs;
@@ -83,7 +72,7 @@ TEST(FuseAddLayerNorm, EachResidualSumAndItsLayerNormBecomeOneInstruction) {
   EXPECT_EQ(CountOps(g, "add_layernorm"), 4);
   EXPECT_EQ(CountOps(g, "add"), 0);
   EXPECT_EQ(CountOps(g, "layernorm"), 1);
-  const Node* fused = Writer(g, "h.0.r");
+  const Node* fused = WriterOf(g, "h.0.r");
   ASSERT_NE(fused, nullptr);
   EXPECT_EQ(fused->op, "add_layernorm");
   EXPECT_EQ(fused->role, NodeRole::kForward);
@@ -92,8 +81,8 @@ TEST(FuseAddLayerNorm, EachResidualSumAndItsLayerNormBecomeOneInstruction) {
             (std::vector<int>{sum, norm_outputs[0], norm_outputs[1], norm_outputs[2]}));
   EXPECT_EQ(fused->attrs.at("eps"), 1e-5);
   EXPECT_EQ(fused->label, "h.0.r, h.0.ln_2 = add_layernorm");
-  EXPECT_EQ(Writer(g, "h.1.ln_1")->label, "h.0.return.0, h.1.ln_1 = add_layernorm");
-  EXPECT_EQ(Writer(g, "ln_f")->label, "h.1.return.0, ln_f = add_layernorm");
+  EXPECT_EQ(WriterOf(g, "h.1.ln_1")->label, "h.0.return.0, h.1.ln_1 = add_layernorm");
+  EXPECT_EQ(WriterOf(g, "ln_f")->label, "h.1.return.0, ln_f = add_layernorm");
   // The backward reads the sum (the layernorm's x), mean and rstd as
   // before, and the next add reads the sum.
   int grads = 0;
@@ -105,7 +94,7 @@ TEST(FuseAddLayerNorm, EachResidualSumAndItsLayerNormBecomeOneInstruction) {
     EXPECT_LT(fused->id, node.id);
   }
   EXPECT_EQ(grads, 2);
-  EXPECT_EQ(Writer(g, "h.0.return.0")->inputs[0], sum);
+  EXPECT_EQ(WriterOf(g, "h.0.return.0")->inputs[0], sum);
   EXPECT_FALSE(*FuseAddLayerNorm().Run(&g));  // nothing left to fuse
 }
 
@@ -117,8 +106,8 @@ TEST(FuseAddLayerNorm, LeavesASumWithoutOneLayerNorm) {
     n2 = layernorm(r)
     return n1 + n2)", "repeat(layer, 1, wte)"));
   EXPECT_TRUE(*FuseAddLayerNorm().Run(&two));  // only the block output and ln_f
-  ASSERT_NE(Writer(two, "h.0.r"), nullptr);
-  EXPECT_EQ(Writer(two, "h.0.r")->op, "add");
+  ASSERT_NE(WriterOf(two, "h.0.r"), nullptr);
+  EXPECT_EQ(WriterOf(two, "h.0.r")->op, "add");
   EXPECT_EQ(CountOps(two, "layernorm"), 2);
   EXPECT_EQ(CountOps(two, "add_layernorm"), 1);
   // A sum read by no layernorm (relu, then the model's ln_f of another
@@ -134,7 +123,7 @@ TEST(FuseAddLayerNorm, LeavesASumWithoutOneLayerNorm) {
   EXPECT_EQ(CountOps(rms, "rmsnorm"), 1);
   FuseAddLayerNorm().Run(&rms).IgnoreError();
   EXPECT_EQ(CountOps(rms, "rmsnorm"), 1);
-  EXPECT_EQ(Writer(rms, "h.0.r")->op, "add");
+  EXPECT_EQ(WriterOf(rms, "h.0.r")->op, "add");
 }
 
 // Under bf16 the fused node keeps every value's dtype: the residual sum
@@ -150,8 +139,8 @@ TEST(FuseAddLayerNorm, UnderBf16KeepsTheDtypes) {
     return layernorm(r))", "repeat(layer, 1, wte)"), /*bf16=*/true);
   ASSERT_TRUE(*FuseAddLayerNorm().Run(&g));
   ASSERT_TRUE(g.Verify().ok()) << g.Verify();
-  const Node* both_bf16 = Writer(g, "h.0.s");
-  const Node* residual = Writer(g, "h.0.r");
+  const Node* both_bf16 = WriterOf(g, "h.0.s");
+  const Node* residual = WriterOf(g, "h.0.r");
   ASSERT_NE(both_bf16, nullptr);
   ASSERT_NE(residual, nullptr);
   for (const Node* fused : {both_bf16, residual}) {
@@ -174,7 +163,7 @@ TEST(FuseAddLayerNorm, AfterRecomputeFusesTheCopiesInsideABlock) {
   const TrainSpec spec = Spec(kPreNorm, "repeat(layer, 2, wte, recompute = true)");
   Graph g = Differentiated(spec);
   ASSERT_TRUE(*Recompute(spec.model.recompute_blocks).Run(&g));
-  const Node* copy = Writer(g, "h.1.ln_1.recompute");
+  const Node* copy = WriterOf(g, "h.1.ln_1.recompute");
   ASSERT_NE(copy, nullptr);
   const int checkpoint = copy->inputs[0];
   ASSERT_TRUE(*FuseAddLayerNorm().Run(&g));
@@ -188,8 +177,8 @@ TEST(FuseAddLayerNorm, AfterRecomputeFusesTheCopiesInsideABlock) {
   }
   EXPECT_EQ(forward, 4);
   EXPECT_EQ(recomputed, 2);  // h.0 and h.1: r and ln_2
-  EXPECT_EQ(Writer(g, "h.1.r.recompute")->label, "h.1.r, h.1.ln_2 = add_layernorm (recompute)");
-  copy = Writer(g, "h.1.ln_1.recompute");
+  EXPECT_EQ(WriterOf(g, "h.1.r.recompute")->label, "h.1.r, h.1.ln_2 = add_layernorm (recompute)");
+  copy = WriterOf(g, "h.1.ln_1.recompute");
   ASSERT_NE(copy, nullptr);
   EXPECT_EQ(copy->op, "layernorm");
   EXPECT_EQ(copy->inputs[0], checkpoint);

@@ -41,10 +41,8 @@ Graph Differentiated(const TrainSpec& spec, bool bf16 = false) {
 
 // The linear writing c_fc.
 const Node* Product(const Graph& g) {
-  for (const Node& node : g.nodes()) {
-    if (node.op == "linear" && g.value(node.outputs[0]).name == "c_fc") return &node;
-  }
-  return nullptr;
+  const Node* node = WriterOf(g, "c_fc");
+  return node != nullptr && node->op == "linear" ? node : nullptr;
 }
 
 TEST(FuseLinearGelu, TheLinearAndItsGeluBecomeOneForwardInstruction) {

@@ -44,4 +44,13 @@ const Node* FirstNode(const Graph& graph, const std::string& op) {
   return nullptr;
 }
 
+const Node* WriterOf(const Graph& graph, const std::string& value) {
+  for (const Node& node : graph.nodes()) {
+    for (int out : node.outputs) {
+      if (graph.value(out).name == value) return &node;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace trainc

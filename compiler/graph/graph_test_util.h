@@ -22,6 +22,8 @@ Graph DifferentiatedGraph(const TrainSpec& spec, double loss_scale, bool bf16 = 
 // How many nodes run `op`; the first that does (null: none).
 int CountOps(const Graph& graph, const std::string& op);
 const Node* FirstNode(const Graph& graph, const std::string& op);
+// The node writing the value named `value` (null: none).
+const Node* WriterOf(const Graph& graph, const std::string& value);
 
 }  // namespace trainc
 

@@ -1,8 +1,10 @@
 """The plan's fusion (`fusion = true`, the default): cross_entropy and its
-gradient as one instruction (compiler/graph/fuse_classifier.h), and each
-MLP's linear with its tanh GELU (compiler/graph/fuse_linear_gelu.h). The
-fused plan trains on the same bits as the unfused one (fp32 and bf16, two
-ranks, both fusions), the plan file shows the fused instructions, and
+gradient as one instruction (compiler/graph/fuse_classifier.h), each
+MLP's linear with its tanh GELU (compiler/graph/fuse_linear_gelu.h), and
+each residual add with the layernorm of its sum
+(compiler/graph/fuse_add_layernorm.h). The fused plan trains on the same
+bits as the unfused one (fp32, bf16 and fp32 with recomputation, two
+ranks, all three fusions), the plan file shows the fused instructions, and
 under bf16 the memory report drops the f32 probabilities of GPT-2 small's
 50,257-wide logits, the gradient taking the logits' own bytes."""
 import re
@@ -20,7 +22,8 @@ class FusionTest(unittest.TestCase):
         self.dir = e2e.tmpdir()
 
     def test_fused_and_unfused_plans_train_the_same_bits(self):
-        # With recomputation the backward runs linear_gelu again.
+        # With recomputation the backward runs linear_gelu again, and
+        # add_layernorm for each block's r and ln_2.
         for precision, recompute in (("fp32", "false"), ("bf16", "false"), ("fp32", "true")):
             runs = {}
             for fusion in ("true", "false"):
@@ -50,13 +53,47 @@ class FusionTest(unittest.TestCase):
         self.assertEqual(mlp["true"], ["linear_gelu", "linear"])
         self.assertEqual(mlp["false"], ["linear", "gelu_tanh", "linear"])
 
-    def test_bf16_linear_gelu_reads_and_writes_bf16(self):
+    def test_the_plan_shows_each_residual_sum_and_its_layernorm_as_one(self):
+        def norms(*flags):
+            path = f"{self.dir}/norms.plan"
+            e2e.train(GPT, *flags, "--compile-only", "-o", path)
+            with open(path) as f:
+                return re.findall(r'^instr \d+ op=(add|layernorm|add_layernorm) .*'
+                                  r'phase=(\w+) micro=0 .*label="([^"]*)"', f.read(), re.M)
+        # wte + wpe and h.0.ln_1; in each layer r and ln_2, its output and
+        # the next ln_1 (after the last, ln_f).
+        sums = ["h.0, h.0.ln_1"]
+        for i in range(4):
+            after = f"h.{i + 1}.ln_1" if i < 3 else "ln_f"
+            sums += [f"h.{i}.r, h.{i}.ln_2", f"h.{i}.return.0, {after}"]
+        fused = [("add_layernorm", "forward", f"{s} = add_layernorm") for s in sums]
+        self.assertEqual(norms(), fused)
+        unfused = norms("--fusion", "false")
+        self.assertEqual([op for op, _, _ in unfused], ["add", "layernorm"] * 9)
+        # Recomputed, a layer's ln_1 reads the layer before's output (its
+        # checkpoint) and stays a layernorm; r and ln_2 fuse (h.0's sum
+        # wte + wpe is recomputed too).
+        recomputed = [(op, label) for op, phase, label in norms("--recompute", "true")
+                      if phase == "backward"]
+        want = []
+        for i in (3, 2, 1):
+            want += [("layernorm", f"h.{i}.ln_1 = layernorm (recompute)"),
+                     ("add_layernorm", f"h.{i}.r, h.{i}.ln_2 = add_layernorm (recompute)")]
+        want += [("add_layernorm", "h.0, h.0.ln_1 = add_layernorm (recompute)"),
+                 ("add_layernorm", "h.0.r, h.0.ln_2 = add_layernorm (recompute)")]
+        self.assertEqual(recomputed, want)
+
+    def bf16_plan(self):
+        """tiny_gpt's bf16 plan file and each buffer's dtype by id."""
         path = f"{self.dir}/bf16.plan"
         e2e.train(GPT, "--precision", "bf16", "--compile-only", "-o", path)
         with open(path) as f:
             text = f.read()
-        dtype = {m.group(1): m.group(2) for m in
-                 re.finditer(r"^buffer (\d+) .* dtype=(\w+) ", text, re.M)}
+        return text, {m.group(1): m.group(2) for m in
+                      re.finditer(r"^buffer (\d+) .* dtype=(\w+) ", text, re.M)}
+
+    def test_bf16_linear_gelu_reads_and_writes_bf16(self):
+        text, dtype = self.bf16_plan()
         fused = re.findall(r"^instr \d+ op=linear_gelu .* in=([\d,]+) out=([\d,]+) ",
                            text, re.M)
         self.assertEqual(len(fused), 4)  # 4 layers, one micro-step
@@ -64,6 +101,18 @@ class FusionTest(unittest.TestCase):
             # x, w, b as the linear's bf16 copies; pre and y bf16.
             self.assertEqual([dtype[b] for b in ins.split(",")], ["bf16"] * 3)
             self.assertEqual([dtype[b] for b in outs.split(",")], ["bf16"] * 2)
+
+    def test_bf16_add_layernorm_keeps_the_residual_stream_f32(self):
+        text, dtype = self.bf16_plan()
+        fused = re.findall(r"^instr \d+ op=add_layernorm .*phase=forward micro=0 "
+                           r'in=([\d,]+) out=([\d,]+) .*label="([^"]*)"', text, re.M)
+        self.assertEqual(len(fused), 9)
+        for ins, outs, label in fused:
+            # The stream f32 plus a bf16 linear's output (wte + wpe: both
+            # f32); the sum, y, mean and rstd f32, as add and layernorm.
+            b = "f32" if label.startswith("h.0, ") else "bf16"
+            self.assertEqual([dtype[i] for i in ins.split(",")], ["f32", b, "f32", "f32"], label)
+            self.assertEqual([dtype[o] for o in outs.split(",")], ["f32"] * 4, label)
 
     def test_bf16_gpt2_small_keeps_no_f32_probabilities(self):
         def peak(fusion):
