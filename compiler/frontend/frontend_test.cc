@@ -245,6 +245,22 @@ TEST(OverridesTest, ZeroOnOneRankIsANote) {
   EXPECT_THAT(Errors(r), Not(HasSubstr("nothing to shard")));
 }
 
+// Settings of another ZeRO stage than the run's change nothing: a note.
+TEST(OverridesTest, ZeroSettingsOfAnotherStageAreNotes) {
+  FrontendResult r = Compile(
+      absl::StrReplaceAll(kBase, {{"epochs = 1", "epochs = 1  zero = 3  zero_gather = next_forward"}}));
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_THAT(Errors(r), HasSubstr("t.train:"));
+  EXPECT_THAT(Errors(r), HasSubstr("note: zero_gather places ZeRO-1 and 2's all-gathers"));
+  r = Compile(kBase, {{"zero", "1"}, {"zero_prefetch", "2"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_THAT(Errors(r), HasSubstr("note: --zero_prefetch: zero_prefetch applies to zero = 3 "
+                                   "only (this run has zero = 1)"));
+  r = Compile(kBase, {{"zero", "3"}, {"zero_prefetch", "2"}});
+  ASSERT_TRUE(r.spec) << Errors(r);
+  EXPECT_THAT(Errors(r), Not(HasSubstr("note:")));
+}
+
 TEST(OverridesTest, BadValuesNameTheFlag) {
   const FrontendResult r = Compile(kBase, {{"gpus", "0"}, {"micro_bach", "3"}});
   EXPECT_FALSE(r.spec);

@@ -277,6 +277,15 @@ void CheckChoice(const Setting& setting, const std::string& field,
   *choice = *value;
 }
 
+// A note at the setting in the file, or about its flag.
+void NoteSetting(const Setting& setting, const std::string& message, DiagnosticSink& sink) {
+  if (setting.from_flag() || setting.expr == nullptr) {
+    sink.CommandLineNote(absl::StrCat("--", setting.field, ": ", message));
+  } else {
+    sink.Note(setting.expr->span, message);
+  }
+}
+
 // zero_prefetch = auto | 0..kMaxZeroPrefetch buckets.
 void CheckZeroPrefetch(const Setting& setting, int64_t* prefetch, DiagnosticSink& sink) {
   constexpr int64_t kMaxZeroPrefetch = 8;
@@ -483,14 +492,9 @@ class TrainChecker {
         } else {
           config_.zero = *v;
           if (*v > 0 && config_.gpus == 1) {
-            const std::string message = absl::StrCat(
-                "zero = ", *v, " on one rank: there is nothing to shard, the "
-                "optimizer runs whole");
-            if (s->from_flag() || s->expr == nullptr) {
-              sink_.CommandLineNote(absl::StrCat("--zero: ", message));
-            } else {
-              sink_.Note(s->expr->span, message);
-            }
+            NoteSetting(*s, absl::StrCat("zero = ", *v, " on one rank: there is nothing to "
+                                         "shard, the optimizer runs whole"),
+                        sink_);
           }
         }
       }
@@ -510,6 +514,11 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("zero_gather")) {
       CheckChoice(*s, "zero_gather", "all-gather placement", &config_.zero_gather, sink_);
+      if (config_.zero == 3) {
+        NoteSetting(*s, "zero_gather places ZeRO-1 and 2's all-gathers; zero = 3 gathers "
+                        "before each pass instead (zero_prefetch says how early)",
+                    sink_);
+      }
     }
     if (const Setting* s = Effective("zero_accumulate")) {
       CheckChoice(*s, "zero_accumulate", "ZeRO-2 accumulation", &config_.zero_accumulate,
@@ -527,6 +536,11 @@ class TrainChecker {
     }
     if (const Setting* s = Effective("zero_prefetch")) {
       CheckZeroPrefetch(*s, &config_.zero_prefetch, sink_);
+      if (config_.zero != 3) {
+        NoteSetting(*s, absl::StrCat("zero_prefetch applies to zero = 3 only (this run has "
+                                     "zero = ", config_.zero, ")"),
+                    sink_);
+      }
     }
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;
