@@ -78,6 +78,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/rank_env.h"
+#include "tools/bench/plan_file.h"
 #include "tools/cli/option_parser.h"
 
 namespace trainc {
@@ -270,17 +271,10 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
   if (variant.next_forward) overrides.push_back({"zero_gather", "next_forward"});
   if (variant.bf16) overrides.push_back({"grad_comm", "bf16"});
   if (model.ctx > 0) overrides.push_back({"ctx", absl::StrCat(model.ctx)});
-  FrontendResult result = CompileFile(model.train_file, overrides);
-  if (!result.spec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model.train_file, ": compilation failed (run from the "
-                                       "runfiles tree, e.g. with bazel run)\n",
-                     FormatDiagnostics(result.diagnostics, result.source)));
-  }
   PlanOptions options;
   options.workspace = cpu::WorkspaceBytes;  // oneDNN's, for the CNN
   options.writes_next_outputs = cpu::ConvAbsorbsNextRelu;
-  return BuildPlan(*result.spec, options);
+  return bench::PlanFile(model.train_file, overrides, options);
 }
 
 // Untimed and timed steps for `model`.

@@ -11,13 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan.h"
 #include "compiler/planner/memory_search.h"
 #include "compiler/planner/planner.h"
 #include "runtime/cuda/cuda_device.h"
 #include "tools/bench/gemm_peak.h"
 #include "tools/bench/gpu_bench_util.h"
+#include "tools/bench/plan_file.h"
 
 namespace trainc::bench {
 namespace {
@@ -38,17 +38,10 @@ absl::StatusOr<Plan> CompileGpt(const GptModel& m, int64_t micro_batch) {
                                {"accumulate", "1"},
                                {"global_batch", absl::StrCat(micro_batch)},
                                {"precision", "bf16"}};
-  FrontendResult result = CompileFile(m.train_file, overrides);
-  if (!result.spec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(m.train_file, ": compilation failed (run from the workspace root, e.g. "
-                                   "with bazel run)\n",
-                     FormatDiagnostics(result.diagnostics, result.source)));
-  }
   PlanOptions options;
   options.workspace = CudaWorkspaceBytes;
   options.default_machine = "h100_nvlink_ib";
-  return BuildPlan(*result.spec, options);
+  return PlanFile(m.train_file, overrides, options);
 }
 
 }  // namespace
