@@ -514,8 +514,22 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
   return absl::OkStatus();
 }
 
+// Whether h shares arena bytes with any operand of `instr`.
+bool OverlapsOperands(const Plan& plan, const Buffer& h, const Instruction& instr) {
+  for (const std::vector<int>* ids : {&instr.inputs, &instr.outputs}) {
+    for (int id : *ids) {
+      const Buffer& b = plan.buffers[id];
+      if (b.offset < h.offset + h.bytes && h.offset < b.offset + b.bytes) return true;
+    }
+  }
+  return false;
+}
+
 // Fuses "y = linear(...); h = act(y)" when nothing can observe y between
-// the two: they are adjacent and no event separates them.
+// the two: they are adjacent and no event separates them; and h, which the
+// fused kernel writes while the linear still reads its operands, shares no
+// bytes with them (the memory plan may give h the bytes of an operand the
+// linear reads last: ZeRO-3's gathered bias).
 void FuseLinearActivations(const Plan& plan, std::vector<KernelArgs>& kernels) {
   for (size_t i = 0; i + 1 < kernels.size(); ++i) {
     KernelArgs& lin = kernels[i];
@@ -526,7 +540,8 @@ void FuseLinearActivations(const Plan& plan, std::vector<KernelArgs>& kernels) {
     if (lin.num_bf16 > 0 || act.num_bf16 > 0) continue;
     if (lin.op != KernelOp::kLinear || !a.record_events.empty() ||
         !b.wait_events.empty() || b.inputs.empty() ||
-        b.inputs[0] != a.outputs[0] || b.outputs[0] == a.outputs[0]) {
+        b.inputs[0] != a.outputs[0] || b.outputs[0] == a.outputs[0] ||
+        OverlapsOperands(plan, plan.buffers[b.outputs[0]], a)) {
       continue;
     }
     Activation kind;

@@ -79,6 +79,19 @@ class Zero3Test(unittest.TestCase):
                 self.assertLessEqual(e2e.norm_rel(zero[name], plain[name]), 1e-6,
                                      f"{gpus} ranks {extra}: {name}")
 
+    def test_a_bucket_per_parameter_keeps_the_bits_with_overlap_on_and_off(self):
+        # A bucket per parameter and no prefetch: each gathered span dies at
+        # its one reader, so the memory plan hands its bytes to the next
+        # values (a relu's output over the bias its linear reads: a backend
+        # that fuses the two must not). --no-overlap holds the gradient
+        # collectives to the end of each backward; the gathers, which
+        # compute waits for, still run in place.
+        plain, _ = run(self.dir, "pp_plain", 2, *DET, steps=6, bucket_mb=0)
+        for extra in ([], ["--no-overlap"]):
+            zero, _ = run(self.dir, "pp_z3", 2, *DET, "--zero", 3, "--zero_prefetch", 0, *extra,
+                          steps=6, bucket_mb=0)
+            e2e.assert_same_bits(self, plain, zero, f"zero 3, a bucket per parameter {extra}")
+
     def test_evaluation_gathers_the_parameters(self):
         def eval_line(zero):
             out = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 2, "--global_batch", 48,
