@@ -51,7 +51,6 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +77,7 @@
 #include "runtime/exec/executor.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/rank_env.h"
+#include "tools/bench/bench_data.h"
 #include "tools/bench/plan_file.h"
 #include "tools/cli/option_parser.h"
 
@@ -301,65 +301,6 @@ int64_t TokensPerSample(const ModelConfig& model, const Plan& plan) {
   return n;
 }
 
-// The same random batch every micro-step.
-class FixedBatch : public BatchSource {
- public:
-  // i32 buffers (class indices, token ids) get ids in [0, id_range);
-  // f32 buffers (features) pixel-like values in [0, 1).
-  FixedBatch(const Plan& plan, int32_t id_range, int seed) {
-    std::mt19937 rng(seed);
-    for (int id : plan.input_buffers) {
-      const Buffer& b = plan.buffers[id];
-      std::vector<char> data(b.bytes);
-      for (int64_t i = 0; i < b.bytes / 4; ++i) {
-        if (b.dtype == DType::kI32) {
-          const int32_t v = static_cast<int32_t>(rng() % id_range);
-          std::memcpy(data.data() + 4 * i, &v, 4);
-        } else {
-          const float v = std::uniform_real_distribution<float>(0, 1)(rng);
-          std::memcpy(data.data() + 4 * i, &v, 4);
-        }
-      }
-      data_.push_back(std::move(data));
-    }
-  }
-
-  absl::Status Fill(int /*micro_step*/, const Plan& plan,
-                    Device& device) override {
-    for (size_t i = 0; i < plan.input_buffers.size(); ++i) {
-      const Buffer& b = plan.buffers[plan.input_buffers[i]];
-      absl::Status s = device.Upload(b.offset, data_[i].data(), b.bytes);
-      if (!s.ok()) return s;
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  std::vector<std::vector<char>> data_;
-};
-
-// Same initial parameters on every rank (seeded), as a real run has.
-absl::Status InitParameters(const Plan& plan, Device& device, int rank) {
-  std::mt19937 rng(1);
-  for (size_t i = 0; i < plan.parameter_buffers.size(); ++i) {
-    const Buffer& b = plan.buffers[plan.parameter_buffers[i]];
-    std::vector<float> init(b.bytes / 4);
-    if (b.init == ParamInit::kNormal) {  // init_bound is the standard deviation
-      std::normal_distribution<float> normal(0.0f, b.init_bound);
-      for (float& v : init) v = normal(rng);
-    } else {
-      std::uniform_real_distribution<float> uni(-b.init_bound, b.init_bound);
-      for (float& v : init) {
-        v = b.init == ParamInit::kOnes ? 1.0f : b.init == ParamInit::kZeros ? 0.0f : uni(rng);
-      }
-    }
-    // ZeRO-3 keeps this rank's shard.
-    absl::Status s = UploadParameter(plan, device, static_cast<int>(i), init, rank);
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
 // Bytes the loopback interface has sent since boot (/proc/net/dev), or -1:
 // every rank's traffic, measured by the kernel.
 int64_t LoopbackBytesSent() {
@@ -390,8 +331,8 @@ absl::StatusOr<double> TimeSteps(const ModelConfig& model, const Plan& plan,
   CpuDevice device;  // one BLAS thread: the ranks share the cores
   Executor executor(plan, &device, comm, /*tracer=*/nullptr, options);
   if (absl::Status s = executor.Prepare(); !s.ok()) return s;
-  if (absl::Status s = InitParameters(plan, device, rank); !s.ok()) return s;
-  FixedBatch batches(plan, model.id_range, /*seed=*/100 + rank);
+  if (absl::Status s = bench::InitParameters(plan, device, rank); !s.ok()) return s;
+  bench::FixedBatch batches(plan, model.id_range, /*seed=*/100 + rank);
   std::vector<double> ms;
   ms.reserve(steps);
   int64_t loopback_before = -1;

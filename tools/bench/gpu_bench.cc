@@ -40,6 +40,7 @@
 #include "runtime/exec/batch_source.h"
 #include "runtime/exec/executor.h"
 #include "tools/bench/gemm_peak.h"
+#include "tools/bench/bench_data.h"
 #include "tools/bench/gpu_bench_gpt.h"
 #include "tools/bench/gpu_bench_util.h"
 #include "tools/cli/option_parser.h"
@@ -210,7 +211,7 @@ absl::StatusOr<Result> RunTrainc(const Model& model, const Args& args) {
   if (!device.ok()) return device.status();
   ExecutorOptions options;
   options.capture = model.graph;
-  bench::FixedBatch batches(*plan, model.widths.back());
+  bench::FixedBatch batches(*plan, model.widths.back(), /*seed=*/0);
   absl::StatusOr<bench::Timing> t =
       bench::TimeSteps(*plan, **device, batches, options, args.warmup, args.iters);
   if (!t.ok()) return t.status();

@@ -15,6 +15,7 @@
 #include "compiler/planner/memory_search.h"
 #include "compiler/planner/planner.h"
 #include "runtime/cuda/cuda_device.h"
+#include "tools/bench/bench_data.h"
 #include "tools/bench/gemm_peak.h"
 #include "tools/bench/gpu_bench_util.h"
 #include "tools/bench/plan_file.h"
@@ -90,7 +91,7 @@ absl::StatusOr<Row> RunTrainc(const GptModel& m, int64_t micro_batch, double pea
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<Device>> device = CreateCudaDevice(0);
   if (!device.ok()) return device.status();
-  FixedBatch batches(*plan, m.vocab);
+  FixedBatch batches(*plan, m.vocab, /*seed=*/0);
   absl::StatusOr<Timing> t = TimeSteps(*plan, **device, batches, ExecutorOptions(),
                                        args.warmup, args.iters);
   if (!t.ok()) return t.status();

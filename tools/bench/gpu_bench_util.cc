@@ -1,10 +1,10 @@
 #include "tools/bench/gpu_bench_util.h"
 
+#include "tools/bench/bench_data.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <random>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -15,60 +15,12 @@
 
 namespace trainc::bench {
 
-FixedBatch::FixedBatch(const Plan& plan, int64_t classes) {
-  std::mt19937 rng(0);
-  std::uniform_real_distribution<float> features(-1, 1);
-  for (int id : plan.input_buffers) {
-    const Buffer& b = plan.buffers[id];
-    std::vector<char> data(b.bytes);
-    for (int64_t i = 0; i < b.bytes / 4; ++i) {
-      if (b.dtype == DType::kI32) {
-        const int32_t v = static_cast<int32_t>(rng() % classes);
-        std::memcpy(data.data() + 4 * i, &v, 4);
-      } else {
-        const float v = features(rng);
-        std::memcpy(data.data() + 4 * i, &v, 4);
-      }
-    }
-    data_.push_back(std::move(data));
-  }
-}
-
-absl::Status FixedBatch::Fill(int, const Plan& plan, Device& device) {
-  for (size_t i = 0; i < plan.input_buffers.size(); ++i) {
-    const Buffer& b = plan.buffers[plan.input_buffers[i]];
-    absl::Status s = device.Upload(b.offset, data_[i].data(), b.bytes);
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status InitParameters(const Plan& plan, Device& device) {
-  std::mt19937 rng(1);
-  for (int id : plan.parameter_buffers) {
-    const Buffer& b = plan.buffers[id];
-    std::vector<float> init(b.bytes / 4);
-    if (b.init == ParamInit::kNormal) {  // init_bound is the standard deviation
-      std::normal_distribution<float> normal(0.0f, static_cast<float>(b.init_bound));
-      for (float& v : init) v = normal(rng);
-    } else {
-      std::uniform_real_distribution<float> uni(-b.init_bound, b.init_bound);
-      for (float& v : init) {
-        v = b.init == ParamInit::kOnes ? 1.0f : b.init == ParamInit::kZeros ? 0.0f : uni(rng);
-      }
-    }
-    absl::Status s = device.Upload(b.offset, init.data(), b.bytes);
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<Timing> TimeSteps(const Plan& plan, Device& device, BatchSource& batches,
                                  const ExecutorOptions& options, int warmup, int iters) {
   Executor executor(plan, &device, /*comm=*/nullptr, /*tracer=*/nullptr, options);
   absl::Status s = executor.Prepare();
   if (!s.ok()) return s;
-  if (!(s = InitParameters(plan, device)).ok()) return s;
+  if (!(s = InitParameters(plan, device, /*rank=*/0)).ok()) return s;
   absl::Time start;
   for (int step = 1; step <= warmup + iters; ++step) {
     if (step == warmup + 1) start = absl::Now();

@@ -1,6 +1,6 @@
-// What gpu_bench's tables share: a fixed random batch, the initial
-// weights, timing a plan's steps on a device, and reading a PyTorch
-// reference script's RESULT lines.
+// What gpu_bench's tables share: timing a plan's steps on a device (with
+// bench_data.h's weights), and reading a PyTorch reference script's RESULT
+// lines.
 #ifndef TRAINC_TOOLS_BENCH_GPU_BENCH_UTIL_H_
 #define TRAINC_TOOLS_BENCH_GPU_BENCH_UTIL_H_
 
@@ -16,22 +16,6 @@
 #include "runtime/exec/executor.h"
 
 namespace trainc::bench {
-
-// The same random batch every step (the benchmarks measure compute, not
-// the data pipeline): features in [-1, 1), class ids and tokens in
-// [0, classes).
-class FixedBatch : public BatchSource {
- public:
-  FixedBatch(const Plan& plan, int64_t classes);
-  absl::Status Fill(int micro_step, const Plan& plan, Device& device) override;
-
- private:
-  std::vector<std::vector<char>> data_;
-};
-
-// Parameters drawn as their Buffer::init says (uniform, normal, ones,
-// zeros), from a fixed seed.
-absl::Status InitParameters(const Plan& plan, Device& device);
 
 struct Timing {
   double ms = 0;           // per step, the mean over the timed steps
