@@ -440,14 +440,7 @@ int FusedRelu(const Plan& plan, int conv) {
   const int relu = FusibleRelu(plan, conv);
   if (relu < 0) return -1;
   const Buffer& h = plan.buffers[plan.instructions[relu].outputs[0]];
-  const Instruction& c = plan.instructions[conv];
-  for (const std::vector<int>* ids : {&c.inputs, &c.outputs}) {
-    for (int id : *ids) {
-      const Buffer& b = plan.buffers[id];
-      if (b.offset < h.offset + h.bytes && h.offset < b.offset + b.bytes) return -1;
-    }
-  }
-  return relu;
+  return OverlapsOperands(plan, h, plan.instructions[conv]) ? -1 : relu;
 }
 
 // Whether oneDNN runs `instr`: convolution and pooling, and the copies

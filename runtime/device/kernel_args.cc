@@ -514,7 +514,8 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
   return absl::OkStatus();
 }
 
-// Whether h shares arena bytes with any operand of `instr`.
+}  // namespace
+
 bool OverlapsOperands(const Plan& plan, const Buffer& h, const Instruction& instr) {
   for (const std::vector<int>* ids : {&instr.inputs, &instr.outputs}) {
     for (int id : *ids) {
@@ -524,6 +525,8 @@ bool OverlapsOperands(const Plan& plan, const Buffer& h, const Instruction& inst
   }
   return false;
 }
+
+namespace {
 
 // Fuses "y = linear(...); h = act(y)" when nothing can observe y between
 // the two: they are adjacent and no event separates them; and h, which the

@@ -146,6 +146,11 @@ inline ShardRange ShardOf(const KernelArgs& k, int rank) {
   return {k.params_sharded ? 0 : begin, k.shard, k.grads_sharded ? 0 : begin};
 }
 
+// Whether `h` shares arena bytes with any input or output of `instr`: a
+// kernel that writes h while it still reads its operands (a fused
+// activation) needs them apart.
+bool OverlapsOperands(const Plan& plan, const Buffer& h, const Instruction& instr);
+
 // True for the ops a device runs (everything but load_batch and
 // all_reduce, which the executor handles).
 bool IsKernelOp(absl::string_view op);
