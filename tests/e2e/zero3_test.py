@@ -118,7 +118,10 @@ class Zero3Test(unittest.TestCase):
         # and the communicator's cached buffers; the rest (code, data,
         # libraries) stays, to within allocator noise. glibc's mmap
         # threshold is fixed so that freed large blocks go back to the
-        # system instead of staying resident in its heap.
+        # system instead of staying resident in its heap. The rest moves
+        # by about 1 MiB from run to run (page faults in libraries and
+        # thread stacks); leaving out the reduce-scatter buffers moves it
+        # by 5.6 MiB, so the bound sits between the two.
         gpt = e2e.runfile("dsl_examples/tiny_gpt.train")
         rest = {}
         for zero in (0, 1, 2, 3):
@@ -132,7 +135,7 @@ class Zero3Test(unittest.TestCase):
             self.assertIsNotNone(m, out)
             self.assertAlmostEqual(float(m.group(2)), float(arena.group(1)), delta=0.01)
             rest[zero] = float(m.group(5))
-        self.assertLess(max(rest.values()) - min(rest.values()), 1.0, rest)
+        self.assertLess(max(rest.values()) - min(rest.values()), 3.0, rest)
 
     def test_memory_report_keeps_1_over_n_of_the_parameters(self):
         def parameter_bytes(zero):
