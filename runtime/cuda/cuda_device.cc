@@ -30,7 +30,14 @@ CudaDeviceImpl::~CudaDeviceImpl() {
   if (comm_) cudaStreamSynchronize(comm_);
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   if (graph_) cudaGraphDestroy(graph_);
-  for (InputSlot& slot : input_slots_) cudaFree(slot.device);
+  if (copy_) cudaStreamSynchronize(copy_);
+  (void)FreeInputSlots();
+  for (cudaEvent_t e : landed_) {
+    if (e) cudaEventDestroy(e);
+  }
+  for (cudaEvent_t e : consumed_) {
+    if (e) cudaEventDestroy(e);
+  }
   ReleaseLtMatmuls();
   cudnn_.reset();  // its handle is bound to compute_, destroyed below
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -55,6 +62,7 @@ CudaDeviceImpl::~CudaDeviceImpl() {
   if (blas_workspace_) cudaFree(blas_workspace_);
   if (lt_) cublasLtDestroy(lt_);
   if (blas_) cublasDestroy(blas_);
+  if (copy_) cudaStreamDestroy(copy_);
   if (comm_) cudaStreamDestroy(comm_);
   if (compute_) cudaStreamDestroy(compute_);
 }
@@ -70,6 +78,11 @@ absl::Status CudaDeviceImpl::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+  for (int set = 0; set < 2; ++set) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&landed_[set], cudaEventDisableTiming));
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&consumed_[set], cudaEventDisableTiming));
+  }
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas_));
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, compute_));
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_));

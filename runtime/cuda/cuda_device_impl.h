@@ -6,7 +6,8 @@
 // the factory), cuda_kernels.cc (the kernel table: each op's launch),
 // cuda_memory.cc (arena, scratch, staged copies),
 // cuda_streams.cc (streams, events, Synchronize), cuda_timing.cc
-// (SubmitTimed), cuda_graph.cc (step capture and replay), cublaslt_gemm.cc
+// (SubmitTimed), cuda_graph.cc (step capture and replay),
+// cuda_replay_inputs.cc (a replay's double-buffered inputs), cublaslt_gemm.cc
 // (cuBLAS/cublasLt: GEMMs, linear), cuda_attention.cc (causal attention
 // over attention.cu's kernels).
 #ifndef TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
@@ -157,6 +158,7 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status BeginCapture() override;
   absl::Status EndCapture() override;
   absl::Status BeginReplayInputs() override;
+  absl::Status EndReplayInputs() override;
   absl::Status Replay(const StepState& state) override;
   absl::Status DropCapture() override;
 
@@ -170,11 +172,14 @@ class CudaDeviceImpl final : public CudaDevice {
     cudaEvent_t begin, end;
     TimedCallback on_timed;
   };
-  // One Upload of the captured step: the graph copies `device` -> arena.
+  // One Upload of the captured step: the graph's copy node `node` copies
+  // device[s] -> arena, s the set the replay reads (cuda_replay_inputs.cc).
   struct InputSlot {
     int64_t offset = 0;
     int64_t bytes = 0;
-    char* device = nullptr;
+    char* device[2] = {nullptr, nullptr};
+    void* pinned[2] = {nullptr, nullptr};  // host side of each set, on first feed
+    cudaGraphNode_t node = nullptr;
     std::vector<char> pending;  // the capture-time data, uploaded at EndCapture
   };
 
@@ -191,6 +196,15 @@ class CudaDeviceImpl final : public CudaDevice {
   // Host -> device through the pinned ring, ordered on the compute stream.
   absl::Status StagedCopy(void* device_dst, const void* src, int64_t bytes);
   absl::Status UploadStepScalars(const Plan& plan, const StepState& state);
+  // The replay inputs (cuda_replay_inputs.cc): an upload while capturing
+  // (a new slot), one in the input window (into the set being filled), the
+  // slots' copy nodes found after EndCapture, the launch of a replay on
+  // the set filled last, and the slots freed.
+  absl::Status CaptureInput(int64_t offset, const void* src, int64_t bytes);
+  absl::Status FeedInput(int64_t offset, const void* src, int64_t bytes);
+  absl::Status FindInputNodes();
+  absl::Status LaunchWithInputs();
+  absl::Status FreeInputSlots();
   absl::Status EnsureKernelScratch(int64_t floats);
   absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
   absl::Status RunLinear(const Kernel& k);
@@ -229,6 +243,7 @@ class CudaDeviceImpl final : public CudaDevice {
   std::string name_;
   cudaStream_t compute_ = nullptr;
   cudaStream_t comm_ = nullptr;
+  cudaStream_t copy_ = nullptr;  // replay inputs, host -> device
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* blas_workspace_ = nullptr;
@@ -273,7 +288,14 @@ class CudaDeviceImpl final : public CudaDevice {
   // Slots holding the next replay's data: all of them after EndCapture,
   // refilled from 0 after BeginReplayInputs, none after a Replay.
   size_t next_input_slot_ = 0;
-  bool feeding_ = false;  // BeginReplayInputs .. Replay: uploads -> slots
+  bool feeding_ = false;  // BeginReplayInputs .. End/Replay: uploads -> slots
+  // Which set of the slots' buffers: the graph's copy nodes read, the
+  // window fills (the next replay reads), the last replay read. One set
+  // only where a slot's copy node was not found.
+  int graph_set_ = 0, fill_set_ = 0, last_set_ = 0;
+  bool double_buffered_ = false;
+  cudaEvent_t landed_[2] = {nullptr, nullptr};    // copy_: a set's inputs are in
+  cudaEvent_t consumed_[2] = {nullptr, nullptr};  // compute_: a replay read them
 
   absl::Status sticky_;  // first error of submitted work
 };

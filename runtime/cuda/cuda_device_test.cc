@@ -997,7 +997,9 @@ TEST(CudaDeviceTest, EventsOrderStreams) {
 }
 
 // A captured step replayed with new inputs and a new step number matches
-// eager execution of the same steps.
+// eager execution of the same steps; also with each replay's inputs fed
+// while the replay before it still runs (the two sets of input slots, the
+// copy stream), and an eager upload while they are held.
 TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
   SKIP_WITHOUT_GPU();
   PlanBuilder p;
@@ -1023,12 +1025,13 @@ TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
   const Plan& plan = p.plan;
   const Buffer& xb = plan.buffers[x];
   const std::vector<char> init = RandomArena(plan, 0, 11);
-  std::vector<std::vector<float>> batches(4, std::vector<float>(B * IN));
+  constexpr int kSteps = 7;
+  std::vector<std::vector<float>> batches(kSteps, std::vector<float>(B * IN));
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uni(-1, 1);
   for (auto& batch : batches) for (float& v : batch) v = uni(rng);
 
-  auto run = [&](bool graph, std::vector<char>* out) -> absl::Status {
+  auto run = [&](bool graph, bool ahead, std::vector<char>* out) -> absl::Status {
     auto made = CreateCudaDevice(0);
     if (!made.ok()) return made.status();
     Device& d = **made;
@@ -1036,12 +1039,13 @@ TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
     if (!(s = d.AllocateArena(plan.arena_bytes)).ok()) return s;
     if (!(s = d.Upload(0, init.data(), plan.arena_bytes)).ok()) return s;
     if (!(s = d.Prepare(plan)).ok()) return s;
-    for (int step = 1; step <= 4; ++step) {
+    for (int step = 1; step <= kSteps; ++step) {
       StepState st{step, 0.01 / step};
       const bool replay = graph && step >= 3;
       if (graph && step == 2 && !(s = d.BeginCapture()).ok()) return s;
-      if (replay && !(s = d.BeginReplayInputs()).ok()) return s;
-      if (!(s = d.Upload(xb.offset, batches[step - 1].data(), xb.bytes)).ok())
+      if (replay && !ahead && !(s = d.BeginReplayInputs()).ok()) return s;
+      if (!(replay && ahead) &&
+          !(s = d.Upload(xb.offset, batches[step - 1].data(), xb.bytes)).ok())
         return s;
       if (!replay) {
         if (!(s = d.ResetEvents(0)).ok()) return s;
@@ -1051,6 +1055,12 @@ TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
       }
       if (graph && step == 2 && !(s = d.EndCapture()).ok()) return s;
       if (graph && step >= 2 && !(s = d.Replay(st)).ok()) return s;
+      if (graph && ahead && step >= 2 && step < kSteps) {
+        // The next step's batch, while this replay runs.
+        if (!(s = d.BeginReplayInputs()).ok()) return s;
+        if (!(s = d.Upload(xb.offset, batches[step].data(), xb.bytes)).ok()) return s;
+        if (!(s = d.EndReplayInputs()).ok()) return s;
+      }
       if (!(s = d.Synchronize()).ok()) return s;
       if (step == 3) {
         // Eager work between replays (an evaluation): uploads outside a
@@ -1064,15 +1074,17 @@ TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
     out->assign(plan.arena_bytes, 0);
     return d.Download(0, out->data(), plan.arena_bytes);
   };
-  std::vector<char> eager, graph;
-  absl::Status s = run(false, &eager);
-  ASSERT_TRUE(s.ok()) << s;
-  s = run(true, &graph);
+  std::vector<char> eager;
+  absl::Status s = run(false, false, &eager);
   ASSERT_TRUE(s.ok()) << s;
   const Buffer& w = plan.buffers[bucket.param_span];
-  EXPECT_EQ(0, std::memcmp(eager.data() + w.offset, graph.data() + w.offset,
-                           w.bytes))
-      << "replayed parameters differ from eager ones";
+  for (bool ahead : {false, true}) {
+    std::vector<char> graph;
+    s = run(true, ahead, &graph);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(0, std::memcmp(eager.data() + w.offset, graph.data() + w.offset, w.bytes))
+        << "replayed parameters differ from eager ones" << (ahead ? " (fed ahead)" : "");
+  }
 }
 
 

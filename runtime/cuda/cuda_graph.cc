@@ -16,6 +16,7 @@ absl::Status CudaDeviceImpl::BeginCapture() {
     return absl::FailedPreconditionError(name_ + ": a capture is already held");
   }
   RETURN_IF_ERROR(Synchronize());
+  RETURN_IF_ERROR(FreeInputSlots());  // a dropped capture's
   // Relaxed: Upload allocates its input slots while capturing.
   CUDA_RETURN_IF_ERROR(
       cudaStreamBeginCapture(compute_, cudaStreamCaptureModeRelaxed));
@@ -27,9 +28,6 @@ absl::Status CudaDeviceImpl::BeginCapture() {
   // the capture's boundary.
   CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_event_, compute_));
   CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_, fork_event_, 0));
-  input_slots_.clear();
-  next_input_slot_ = 0;
-  feeding_ = false;
   return absl::OkStatus();
 }
 
@@ -54,28 +52,19 @@ absl::Status CudaDeviceImpl::EndCapture() {
   // The captured step has not run: its inputs go into the slots now, and
   // its first Replay consumes them.
   for (InputSlot& slot : input_slots_) {
-    RETURN_IF_ERROR(StagedCopy(slot.device, slot.pending.data(), slot.bytes));
+    RETURN_IF_ERROR(StagedCopy(slot.device[0], slot.pending.data(), slot.bytes));
     slot.pending.clear();
     slot.pending.shrink_to_fit();
   }
   next_input_slot_ = input_slots_.size();
-  return absl::OkStatus();
-}
-
-absl::Status CudaDeviceImpl::BeginReplayInputs() {
-  if (graph_exec_ == nullptr) {
-    return absl::FailedPreconditionError(name_ + ": no captured step");
-  }
-  feeding_ = true;
-  next_input_slot_ = 0;
-  return absl::OkStatus();
+  return FindInputNodes();
 }
 
 absl::Status CudaDeviceImpl::Replay(const StepState& state) {
   const size_t fed = next_input_slot_;
   // Whatever happens, the input window closes: later uploads (evaluation)
   // go to the arena.
-  feeding_ = false;
+  if (feeding_) RETURN_IF_ERROR(EndReplayInputs());
   next_input_slot_ = 0;
   if (graph_exec_ == nullptr) {
     return absl::FailedPreconditionError(name_ + ": no captured step");
@@ -90,8 +79,7 @@ absl::Status CudaDeviceImpl::Replay(const StepState& state) {
   // The scalars are read by the graph's optimizer kernels: stream order puts
   // this copy before them.
   RETURN_IF_ERROR(UploadStepScalars(*prepared_plan_, state));
-  CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_exec_, compute_));
-  return absl::OkStatus();
+  return LaunchWithInputs();
 }
 
 absl::Status CudaDeviceImpl::DropCapture() {
@@ -119,11 +107,7 @@ absl::Status CudaDeviceImpl::DropCapture() {
   if (graph_) CUDA_RETURN_IF_ERROR(cudaGraphDestroy(graph_));
   graph_exec_ = nullptr;
   graph_ = nullptr;
-  for (InputSlot& slot : input_slots_) CUDA_RETURN_IF_ERROR(cudaFree(slot.device));
-  input_slots_.clear();
-  next_input_slot_ = 0;
-  feeding_ = false;
-  return absl::OkStatus();
+  return FreeInputSlots();
 }
 
 }  // namespace trainc::cuda_internal

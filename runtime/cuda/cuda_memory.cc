@@ -94,39 +94,8 @@ absl::Status CudaDeviceImpl::Upload(int64_t offset, const void* src,
                                     int64_t bytes) {
   RETURN_IF_ERROR(CheckRange("upload", offset, bytes));
   CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
-  if (capturing_) {
-    // The graph copies from a device slot of its own; the data of this
-    // (captured, not yet run) step goes into the slot at EndCapture.
-    InputSlot slot;
-    slot.offset = offset;
-    slot.bytes = bytes;
-    CUDA_RETURN_IF_ERROR(
-        cudaMalloc(&slot.device, static_cast<size_t>(bytes > 0 ? bytes : 1)));
-    slot.pending.assign(static_cast<const char*>(src),
-                        static_cast<const char*>(src) + bytes);
-    input_slots_.push_back(std::move(slot));
-    const InputSlot& s = input_slots_.back();
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(arena_ + offset, s.device,
-                                         static_cast<size_t>(bytes),
-                                         cudaMemcpyDeviceToDevice, compute_));
-    return absl::OkStatus();
-  }
-  if (feeding_) {
-    if (next_input_slot_ >= input_slots_.size()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          name_, ": the captured step has ", input_slots_.size(),
-          " uploads and all are filled; call Replay"));
-    }
-    const InputSlot& slot = input_slots_[next_input_slot_];
-    if (slot.offset != offset || slot.bytes != bytes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          name_, ": upload ", next_input_slot_, " of the captured step was [",
-          slot.offset, ", +", slot.bytes, "), now [", offset, ", +", bytes,
-          ")"));
-    }
-    ++next_input_slot_;
-    return StagedCopy(slot.device, src, bytes);
-  }
+  if (capturing_) return CaptureInput(offset, src, bytes);
+  if (feeding_) return FeedInput(offset, src, bytes);
   return StagedCopy(arena_ + offset, src, bytes);
 }
 

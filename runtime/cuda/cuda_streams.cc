@@ -83,6 +83,7 @@ absl::Status CudaDeviceImpl::Synchronize() {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(comm_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_));  // inputs fed ahead
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   int error_bits = 0;
   CUDA_RETURN_IF_ERROR(cudaMemcpy(&error_bits, device_error_, sizeof(int),

@@ -128,12 +128,20 @@ class Device {
   //   and for each later step:
   //   BeginReplayInputs();
   //   ... the same uploads (same order, offsets and sizes), new data ...
+  //   EndReplayInputs();          // optional: the inputs wait for Replay
   //   Replay(state);              // new lr / step are applied
   //
   // While capturing nothing runs, so Download, CopyToHost and Synchronize
-  // fail. Outside a BeginReplayInputs..Replay window uploads go to the
-  // arena as usual, so eager work (evaluation) can run between replays.
+  // fail. Outside a BeginReplayInputs..EndReplayInputs (or Replay) window
+  // uploads go to the arena as usual, so eager work (evaluation) can run
+  // between replays, also while the next replay's inputs are held.
   // Synchronize() waits for a replay like for any other work.
+  //
+  // The next replay's inputs may be fed while the previous replay still
+  // runs (before Synchronize): they never disturb it. The CUDA device keeps
+  // two sets of input slots and copies a window's uploads into the idle
+  // set on a copy stream of its own, so the next step's batch moves during
+  // the running step, off its critical path.
   // Bytes of host memory this device allocated for the plan (the CPU
   // device: its arena, bf16 staging and scratch); 0 where they live on an
   // accelerator.
@@ -147,6 +155,11 @@ class Device {
     return absl::UnimplementedError(name() + ": step capture");
   }
   virtual absl::Status BeginReplayInputs() {
+    return absl::UnimplementedError(name() + ": step capture");
+  }
+  // Closes the input window: the uploads made in it are held for the
+  // next Replay, and later uploads go to the arena.
+  virtual absl::Status EndReplayInputs() {
     return absl::UnimplementedError(name() + ": step capture");
   }
   virtual absl::Status Replay(const StepState& /*state*/) {

@@ -76,6 +76,7 @@ absl::Status Executor::Prepare() {
   // A step captured for an earlier Prepare would replay stale instructions.
   RETURN_IF_ERROR(device_->DropCapture());
   captured_ = false;
+  fed_ahead_ = nullptr;
   eager_steps_ = 0;
   capture_ = CaptureInfo();
   if (device_->arena() == nullptr) {
@@ -287,7 +288,7 @@ absl::Status Executor::Prepare() {
 }
 
 absl::StatusOr<double> Executor::RunStep(const StepState& state,
-                                         BatchSource& batches) {
+                                         BatchSource& batches, BatchSource* next) {
   if (!prepared_) {
     return absl::FailedPreconditionError("Executor::RunStep before Prepare");
   }
@@ -300,6 +301,7 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
   const bool eager = tracer_ != nullptr || !capture_.unavailable.empty() ||
                      !capture_.failure.empty() || eager_steps_ < kWarmupSteps;
   absl::Status status;
+  if (eager || !captured_) fed_ahead_ = nullptr;  // inputs held, if any, unread
   if (eager) {
     status = IssueStep(batches);
     ++eager_steps_;
@@ -315,6 +317,8 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
   } else {
     status = CaptureStep(batches);
   }
+  // The next step will be a replay: its batches move while this one runs.
+  if (status.ok() && captured_ && next != nullptr && tracer_ == nullptr) FeedAhead(*next);
   // Whatever happened, nothing of this step may still be running when we
   // return: queued comm work points into the arena and at `batches`.
   absl::Status sync = device_->Synchronize();
@@ -420,15 +424,32 @@ absl::StatusOr<bool> Executor::AllRanks(bool ok_here) {
 
 absl::Status Executor::ReplayStep(BatchSource& batches) {
   // The captured step's uploads are exactly its load_batch instructions'
-  // Fill calls, in program order.
-  RETURN_IF_ERROR(device_->BeginReplayInputs());
-  for (const Resolved& r : order_) {
-    if (r.kind == Resolved::kLoadBatch) {
-      RETURN_IF_ERROR(batches.Fill(r.micro, plan_, *device_));
+  // Fill calls, in program order: fed during the last step from this very
+  // source, or now.
+  const bool fed = fed_ahead_ == &batches;
+  fed_ahead_ = nullptr;
+  if (!fed) {
+    RETURN_IF_ERROR(device_->BeginReplayInputs());
+    for (const Resolved& r : order_) {
+      if (r.kind == Resolved::kLoadBatch) {
+        RETURN_IF_ERROR(batches.Fill(r.micro, plan_, *device_));
+      }
     }
   }
   ++capture_.replayed_steps;
   return ReplayWatched();
+}
+
+void Executor::FeedAhead(BatchSource& next) {
+  absl::Status status = device_->BeginReplayInputs();
+  for (const Resolved& r : order_) {
+    if (status.ok() && r.kind == Resolved::kLoadBatch) {
+      status = next.Fill(r.micro, plan_, *device_);
+    }
+  }
+  // Closed whatever happened: evaluation's uploads go to the arena.
+  const absl::Status closed = device_->EndReplayInputs();
+  fed_ahead_ = status.ok() && closed.ok() ? &next : nullptr;
 }
 
 absl::Status Executor::ReplayWatched() {

@@ -99,7 +99,15 @@ class Executor {
   // optimizer, then waits for both streams. Returns this rank's sum of the
   // micro-steps' loss_sum (divide the world's sum by global_batch for the
   // mean loss).
-  absl::StatusOr<double> RunStep(const StepState& state, BatchSource& batches);
+  //
+  // `next`, when the caller knows it, is the source the next RunStep will
+  // be given (its data must not change in between). Where this step is a
+  // replay, the next step's batches are fed from it before this step is
+  // waited for: the device moves them while this step runs (device.h), and
+  // the next replay starts at once. A failure to feed them is left for the
+  // next step to meet again, at its own step.
+  absl::StatusOr<double> RunStep(const StepState& state, BatchSource& batches,
+                                 BatchSource* next = nullptr);
 
   // Evaluation: runs micro-step 0's load_batch and forward instructions
   // only (no backward, no gradient communication, no optimizer; under
@@ -168,6 +176,8 @@ class Executor {
   // NCCL (every rank replays, or none does).
   absl::StatusOr<bool> AllRanks(bool ok_here);
   absl::Status ReplayStep(BatchSource& batches);
+  // Feeds the next replay's inputs from `next` while this one runs.
+  void FeedAhead(BatchSource& next);
   // Device::Replay, then the communicator watches the replay.
   absl::Status ReplayWatched();
   // `wait`: honour the instruction's wait events (false: forward-only
@@ -213,6 +223,8 @@ class Executor {
   CaptureInfo capture_;
   bool captured_ = false;     // the device holds a captured step
   int64_t eager_steps_ = 0;   // warm-up before capturing
+  // The device holds the next replay's inputs, fed from this source.
+  const BatchSource* fed_ahead_ = nullptr;
 };
 
 }  // namespace trainc

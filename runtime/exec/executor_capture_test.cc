@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
@@ -151,6 +152,7 @@ class GraphDevice : public Device {
   }
   absl::Status Synchronize() override {
     if (capturing_) return absl::FailedPreconditionError("sync in capture");
+    log.push_back("sync");
     return inner_.Synchronize();
   }
   void* NativeStream(Stream stream) override {
@@ -177,10 +179,17 @@ class GraphDevice : public Device {
     if (graph_.empty()) return absl::FailedPreconditionError("no capture");
     feeding_ = true;
     next_slot_ = 0;
+    log.push_back("feed");
+    return absl::OkStatus();
+  }
+  absl::Status EndReplayInputs() override {
+    if (!feeding_) return absl::FailedPreconditionError("no input window");
+    feeding_ = false;
     return absl::OkStatus();
   }
   absl::Status Replay(const StepState& state) override {
     if (graph_.empty()) return absl::FailedPreconditionError("no capture");
+    log.push_back("replay");
     const bool fed = next_slot_ == slots_.size();
     feeding_ = false;
     next_slot_ = 0;
@@ -204,6 +213,8 @@ class GraphDevice : public Device {
   }
 
   int captures = 0, replays = 0;
+  // "feed" (BeginReplayInputs), "replay", "sync", in call order.
+  std::vector<std::string> log;
 
  private:
   // Records `op` into the graph; fails (as an op the graph cannot hold
@@ -299,9 +310,11 @@ struct Outcome {
 
 // Steps 1..steps with a learning rate that changes every step; an
 // evaluation forward pass (eager, with other data) between steps 3 and 4.
+// feed_ahead: each RunStep is given the next step's source.
 Outcome Train(const MlpPlanOptions& options, Device& device, int steps,
           Communicator* comm = nullptr, int rank = 0,
-          Tracer* trace_step_2 = nullptr, ExecutorOptions exec = {}) {
+          Tracer* trace_step_2 = nullptr, ExecutorOptions exec = {},
+          bool feed_ahead = true) {
   const Plan plan = MakeMlpPlan(options);
   Executor executor(plan, &device, comm, nullptr, exec);
   Outcome run;
@@ -310,14 +323,19 @@ Outcome Train(const MlpPlanOptions& options, Device& device, int steps,
   status = UploadMlpParams(plan, RandomMlpParams(options.dims, 3), device);
   EXPECT_TRUE(status.ok()) << status;
   const int64_t world = options.world_size, acc = options.accumulate;
+  std::vector<VectorBatchSource> sources;
   for (int step = 1; step <= steps; ++step) {
     const std::vector<MlpBatch> global = RandomBatches(
         options.dims, options.micro_batch, world * acc, 200 + step);
-    VectorBatchSource source(std::vector<MlpBatch>(
-        global.begin() + rank * acc, global.begin() + (rank + 1) * acc));
+    sources.emplace_back(std::vector<MlpBatch>(global.begin() + rank * acc,
+                                               global.begin() + (rank + 1) * acc));
+  }
+  for (int step = 1; step <= steps; ++step) {
+    VectorBatchSource& source = sources[step - 1];
+    BatchSource* next = feed_ahead && step < steps ? &sources[step] : nullptr;
     executor.set_tracer(step == 2 ? trace_step_2 : nullptr);
     const StepState state{step, options.optimizer.lr / step};
-    absl::StatusOr<double> loss = executor.RunStep(state, source);
+    absl::StatusOr<double> loss = executor.RunStep(state, source, next);
     EXPECT_TRUE(loss.ok()) << loss.status();
     run.losses.push_back(loss.ok() ? *loss : -1);
     if (step == 3) {
@@ -411,6 +429,70 @@ TEST(ExecutorCaptureTest, ReplayedStepsGiveTheEagerBits) {
     EXPECT_EQ(graph.capture.replayed_steps, 5);
     EXPECT_EQ(graph_device.captures, 1);
     EXPECT_EQ(graph_device.replays, 5);
+  }
+}
+
+// The next step's batches are fed while this replay is still running:
+// between a replay and the Synchronize that ends its step. Evaluation's
+// uploads between steps 3 and 4 go to the arena, not into the held inputs.
+TEST(ExecutorCaptureTest, NextBatchesAreFedWhileTheStepRuns) {
+  CpuDevice eager_device;
+  const Outcome eager = Train(Options(), eager_device, 6);
+  for (bool feed_ahead : {true, false}) {
+    SCOPED_TRACE(feed_ahead ? "fed ahead" : "fed before each replay");
+    GraphDevice device;
+    const Outcome run = Train(Options(), device, 6, nullptr, 0, nullptr, {}, feed_ahead);
+    ExpectSameRun(eager, run);
+    EXPECT_EQ(device.replays, 5);
+    // Every replay but the captured one needs a feed. Fed ahead, each
+    // follows the replay before it at once; otherwise it follows a sync.
+    int feeds = 0;
+    for (size_t i = 0; i < device.log.size(); ++i) {
+      if (device.log[i] != "feed") continue;
+      ++feeds;
+      ASSERT_GT(i, 0u);
+      EXPECT_EQ(device.log[i - 1], feed_ahead ? "replay" : "sync")
+          << "feed " << feeds << ": " << absl::StrJoin(device.log, " ");
+    }
+    EXPECT_EQ(feeds, 4) << absl::StrJoin(device.log, " ");
+  }
+}
+
+// A source other than the one announced is read again; a traced (eager)
+// step between replays reads its own batches and feeds the next.
+TEST(ExecutorCaptureTest, InputsFedAheadAreUsedOnlyByTheirSource) {
+  const Plan plan = MakeMlpPlan(Options());
+  auto batches = [](int seed) {
+    return VectorBatchSource(RandomBatches(Options().dims, Options().micro_batch,
+                                           Options().accumulate, seed));
+  };
+  enum Mode { kNoFeed, kWrongSource, kTracedStep4 };
+  auto run = [&](Device& device, Mode mode) {
+    Executor executor(plan, &device, nullptr);
+    EXPECT_TRUE(executor.Prepare().ok());
+    EXPECT_TRUE(UploadMlpParams(plan, RandomMlpParams(Options().dims, 3), device).ok());
+    Tracer tracer(0);
+    VectorBatchSource wrong = batches(77);
+    std::vector<VectorBatchSource> sources;
+    for (int step = 1; step <= 6; ++step) sources.push_back(batches(400 + step));
+    for (int step = 1; step <= 6; ++step) {
+      BatchSource* next = mode == kWrongSource ? &wrong
+                          : mode == kTracedStep4 && step < 6 ? &sources[step]
+                                                             : nullptr;
+      executor.set_tracer(mode == kTracedStep4 && step == 4 ? &tracer : nullptr);
+      absl::StatusOr<double> loss = executor.RunStep({step, 1e-3}, sources[step - 1], next);
+      EXPECT_TRUE(loss.ok()) << loss.status();
+    }
+    return *DownloadMlpParams(plan, device);
+  };
+  CpuDevice eager_device;
+  const MlpParams eager = run(eager_device, kNoFeed);
+  for (Mode mode : {kWrongSource, kTracedStep4}) {
+    SCOPED_TRACE(mode == kWrongSource ? "another source announced" : "step 4 traced");
+    GraphDevice device;
+    const MlpParams params = run(device, mode);
+    EXPECT_EQ(eager.w, params.w);
+    EXPECT_EQ(eager.b, params.b);
   }
 }
 
