@@ -194,4 +194,10 @@ absl::Status TrainBatchSource::Fill(int micro_step, const Plan& plan,
   return loader_.Fill(indices, plan, device, first_example);
 }
 
+absl::Status StepBatches::Fill(int micro_step, const Plan& plan, Device& device) {
+  const int64_t steps = source_->steps_per_epoch();
+  source_->SetPosition((step_ - 1) / steps, (step_ - 1) % steps);
+  return source_->Fill(micro_step, plan, device);
+}
+
 }  // namespace trainc

@@ -88,6 +88,22 @@ class TrainBatchSource : public BatchSource {
   int64_t step_in_epoch_ = 0;
 };
 
+// One optimizer step's batches of a TrainBatchSource, at a position of its
+// own: the trainer holds two, the running step's and the next step's,
+// which it gives Executor::RunStep as `next` so that the next batch moves
+// while this step runs. `source` must outlive it.
+class StepBatches : public BatchSource {
+ public:
+  explicit StepBatches(TrainBatchSource* source) : source_(source) {}
+  // The run's optimizer step `step` (1-based, epochs one after another).
+  void SetStep(int64_t step) { step_ = step; }
+  absl::Status Fill(int micro_step, const Plan& plan, Device& device) override;
+
+ private:
+  TrainBatchSource* source_;
+  int64_t step_ = 1;
+};
+
 // One-off form of MicroBatchLoader::Fill (allocates its staging buffer).
 absl::Status FillMicroBatch(const Dataset& dataset,
                             absl::Span<const int64_t> indices,

@@ -238,6 +238,21 @@ TEST(TrainBatchSourceTest, FillsThisRanksMicroBatches) {
   EXPECT_EQ(device.At<float>(0)[3], static_cast<float>((*expected)[1]));
   EXPECT_FALSE((*source)->Fill(2, plan, device).ok());
   EXPECT_FALSE(TrainBatchSource::Create(&data, plan, 2).ok());
+
+  // Two steps' views of the one source keep their own positions: run step
+  // 4 (epoch 3 at one step per epoch) after a fill of step 5 through the
+  // other view gives the same rows.
+  StepBatches step4((*source).get()), step5((*source).get());
+  step4.SetStep(4);
+  step5.SetStep(5);
+  ASSERT_TRUE(step5.Fill(1, plan, device).ok());
+  const int32_t fifth = device.At<int32_t>(64)[0];
+  ASSERT_TRUE(step4.Fill(1, plan, device).ok());
+  EXPECT_EQ(device.At<int32_t>(64)[0], (*expected)[0]);
+  EXPECT_EQ(device.At<int32_t>(64)[1], (*expected)[1]);
+  auto in_epoch4 = planner->MicroBatchIndices(4, 0, 1, 1);
+  ASSERT_TRUE(in_epoch4.ok());
+  EXPECT_EQ(fifth, (*in_epoch4)[0]);
 }
 
 }  // namespace

@@ -594,6 +594,9 @@ class Trainer {
   // TRAINC_FAULT=loader_sleep on this rank: batches_ behind a sleep.
   std::unique_ptr<SleepingBatchSource> sleeping_batches_;
   BatchSource* step_batches_ = nullptr;  // what the steps read
+  // Otherwise: the batches of step n are step_views_[n % 2], and the next
+  // step's are fed while step n runs (Executor::RunStep's `next`).
+  std::unique_ptr<StepBatches> step_views_[2];
   EvalHead eval_head_;
   int64_t steps_per_epoch_ = 0;
   int64_t total_steps_ = 0;
@@ -797,6 +800,7 @@ absl::Status Trainer::SetUpData() {
   }
   ASSIGN_OR_RETURN(batches_, TrainBatchSource::Create(&*train_data_, plan_, rank_.rank));
   step_batches_ = batches_.get();
+  for (auto& view : step_views_) view = std::make_unique<StepBatches>(batches_.get());
   ASSIGN_OR_RETURN(const Fault fault, FaultFromEnvironment());
   if (fault.kind == Fault::Kind::kLoaderSleep && fault.rank == rank_.rank) {
     sleeping_batches_ = std::make_unique<SleepingBatchSource>(batches_.get(), fault, std::cerr);
@@ -985,6 +989,8 @@ StepInfo Trainer::BeginStep(int64_t step_number) {
   step.start = std::chrono::steady_clock::now();
   batches_->SetPosition(step.epoch, step.in_epoch);
   if (sleeping_batches_) sleeping_batches_->SetStep(step_number);
+  step_views_[step_number % 2]->SetStep(step_number);
+  step_views_[(step_number + 1) % 2]->SetStep(step_number + 1);
   step.traced = step_number >= trace_begin_ && step_number < trace_end_;
   executor_->set_tracer(step.traced ? &*tracer_ : nullptr);
   step.lr = LearningRateAt(plan_.schedule, plan_.optimizer.lr, step_number,
@@ -997,7 +1003,13 @@ absl::Status Trainer::RunOptimizerStep(StepInfo& step) {
   StepState step_state;
   step_state.step = step.number;
   step_state.lr = step.lr;
-  ASSIGN_OR_RETURN(const double loss_sum, executor_->RunStep(step_state, *step_batches_));
+  // The next step's batches are fed while this one runs; not under an
+  // injected loader fault, whose sleep belongs to its own step.
+  BatchSource& batches =
+      sleeping_batches_ ? *step_batches_ : *step_views_[step.number % 2];
+  BatchSource* next =
+      sleeping_batches_ || step.last ? nullptr : step_views_[(step.number + 1) % 2].get();
+  ASSIGN_OR_RETURN(const double loss_sum, executor_->RunStep(step_state, batches, next));
   // After one step every arena page has been written: the arena is in.
   if (++summary_.steps == 1) {
     summary_.resident_bytes = ResidentBytes();
