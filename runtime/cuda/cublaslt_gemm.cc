@@ -23,18 +23,18 @@ void CudaDeviceImpl::ReleaseLtMatmuls() {
 // epilogue adds bias[m] down each column, i.e. b[out] to every row of y.
 // With bf16 operands (Kernel::gemm_bf16) A and B are bf16, the product
 // accumulates in f32, and the f32 bias is added to the f32 result before
-// the one rounding to bf16 that follows, as on the CPU.
+// the one rounding to bf16, as on the CPU: by cublasLt itself into a bf16
+// D (Kernel::gemm_out_bf16), else into y's f32 staging, rounded after.
 //
 // linear_gelu: the GELU_AUX(_BIAS) epilogue writes D = gelu_tanh(x w^T + b)
 // into y (y[1]) and the pre-activation x w^T + b into pre (y[0]) as its
 // aux matrix, [out, B] column-major with leading dimension out, which
 // cublasLt takes only when out is a multiple of 8 (otherwise RunLinear's
 // fallback: the GEMM and bias, then the gelu_tanh kernel). The aux has D's
-// type (f32: under bf16 both are staged and rounded after), so cublasLt's
-// GELU reads the unrounded pre, where the unfused plan's gelu_tanh reads
-// it rounded to bf16; and its GELU is its own tanh form, not
-// compiler/ops/pointwise.h's: the fused instruction is close to, not the
-// bits of, the unfused two on the GPU.
+// type, and cublasLt's GELU reads the unrounded pre, where the unfused
+// plan's gelu_tanh reads it rounded to bf16; and its GELU is its own tanh
+// form, not compiler/ops/pointwise.h's: the fused instruction is close to,
+// not the bits of, the unfused two on the GPU.
 absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
                                            int* index) {
   const int64_t rows = k.rows, in = k.in, out = k.out;
@@ -81,12 +81,13 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type, "BIAS_DATA_TYPE"));
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, k.x[2], "BIAS_POINTER"));
   }
+  const cudaDataType_t d_type = OutType(k);
   if (gelu) {
-    // pre: [out, B] with leading dimension out, f32 as D (said outright;
-    // its pointer set now, as the bias's).
-    const void* aux = k.y[0];
+    // pre: [out, B] with leading dimension out, of D's type (said
+    // outright; its pointer set now, as the bias's).
+    const void* aux = LinearPre(k);
     const int64_t aux_ld = out;
-    const cudaDataType_t aux_type = CUDA_R_32F;
+    const cudaDataType_t aux_type = d_type;
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "AUX_POINTER"));
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld, "AUX_LD"));
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, aux_type, "AUX_DATA_TYPE"));
@@ -94,7 +95,7 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
   RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, ab, in, out, in), "layout A"));
   RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.b, ab, in, rows, in), "layout B"));
   RETURN_IF_ERROR(lt_ok(
-      cublasLtMatrixLayoutCreate(&m.d, CUDA_R_32F, out, rows, out),
+      cublasLtMatrixLayoutCreate(&m.d, d_type, out, rows, out),
       "layout D"));
   cublasLtMatmulPreference_t pref = nullptr;
   RETURN_IF_ERROR(lt_ok(cublasLtMatmulPreferenceCreate(&pref),
@@ -104,7 +105,7 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
   // The heuristic assumes 256-byte aligned operands unless told otherwise;
   // plan offsets are only 64-byte aligned, so say what these pointers are.
-  const float* d = LinearOutput(k);
+  const void* d = LinearOutput(k);
   const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>
       alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, GemmOperand(k, 1)},
                       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, GemmOperand(k, 0)},
@@ -139,18 +140,31 @@ void UseBf16Gemm(Kernel& k) {
       k.op != Op::kLinearGradParams) {
     return;
   }
+  // Before the staging: a bf16 operand's x / y slot holds its tensor.
   Bf16Operand* operand[2] = {nullptr, nullptr};
+  Bf16Operand* output[2] = {nullptr, nullptr};
   for (int i = 0; i < k.num_bf16; ++i) {
     Bf16Operand& o = k.bf16[i];
     for (int j = 0; j < 2; ++j) {
-      if (!o.output && k.x[j] == o.f32 && operand[j] == nullptr) operand[j] = &o;
+      if (!o.output && k.x[j] == o.bf16 && operand[j] == nullptr) operand[j] = &o;
+      if (o.output && k.y[j] == o.bf16 && output[j] == nullptr) output[j] = &o;
     }
   }
   if (operand[0] == nullptr || operand[1] == nullptr) return;
   for (int j = 0; j < 2; ++j) {
     k.gemm_bf16[j] = operand[j]->bf16;
-    const bool column_sum = k.op == Op::kLinearGradParams && j == 0 && k.y[1] != nullptr;
-    operand[j]->native = !column_sum;
+    operand[j]->native = true;
+  }
+  // The outputs cuBLAS writes: y, pre and y, or dx. A fused activation
+  // (ReLU, GELU, tanh) reads y in f32 after the GEMM: those stay staged.
+  const int outputs = k.op == Op::kLinearGelu ? 2 : 1;
+  if (k.op == Op::kLinearGradParams || k.act != Activation::kNone) return;
+  for (int j = 0; j < outputs; ++j) {
+    if (output[j] == nullptr) return;
+  }
+  for (int j = 0; j < outputs; ++j) {
+    k.gemm_out_bf16[j] = output[j]->bf16;
+    output[j]->native = true;
   }
 }
 
@@ -169,8 +183,8 @@ void UseBf16Pointwise(Kernel& k) {
 absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
                                   int64_t m, int64_t n, int64_t k,
                                   const void* a, int64_t lda, const void* b,
-                                  int64_t ldb, float beta, float* c,
-                                  int64_t ldc, cudaDataType_t ab) {
+                                  int64_t ldb, float beta, void* c,
+                                  int64_t ldc, cudaDataType_t ab, cudaDataType_t c_type) {
   const float alpha = 1.0f;
   // bf16 products are exact in f32: TF32 changes nothing there.
   const cublasComputeType_t compute =
@@ -178,16 +192,14 @@ absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
   CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
       blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
       static_cast<int>(k), &alpha, a, ab, static_cast<int>(lda), b,
-      ab, static_cast<int>(ldb), &beta, c, CUDA_R_32F,
+      ab, static_cast<int>(ldb), &beta, c, c_type,
       static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 
 absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
   LtMatmul& m = lt_matmuls_[k.lt];
-  float* d = LinearOutput(k);
-  // bf16 operands: a bf16 GEMM into the f32 staging of y, the bias added
-  // in f32, and the one rounding after both (RunKernel), as on the CPU.
+  void* d = LinearOutput(k);
   if (m.usable) {
     // The bias pointer is in the descriptor since BuildLtMatmul.
     const float alpha = 1.0f, beta = 0.0f;
@@ -205,21 +217,19 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
                                        __LINE__);
     }
   }
-  if (!m.usable) {
-    RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1),
-                         k.in, GemmOperand(k, 0), k.in, 0.0f, k.y[0], k.out, GemmType(k)));
-    if (k.x[2] != nullptr) {
-      CUDA_RETURN_IF_ERROR(
-          cuda::LaunchBiasAdd(k.y[0], k.x[2], k.rows, k.out, compute_));
-    }
-    if (k.relu_in_gemm) {
-      CUDA_RETURN_IF_ERROR(
-          cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, k.y[1], k.rows * k.out,
-                                false, compute_));
-    }
+  if (m.usable) return RunFusedActivation(k);
+  if (k.gemm_out_bf16[0] != nullptr) return RunLinearBf16Fallback(k);
+  RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1), k.in,
+                       GemmOperand(k, 0), k.in, 0.0f, k.y[0], k.out, GemmType(k)));
+  if (k.x[2] != nullptr) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchBiasAdd(k.y[0], k.x[2], k.rows, k.out, compute_));
   }
   const int64_t n = k.rows * k.out;
-  if (k.op == Op::kLinearGelu && !m.usable) {
+  if (k.relu_in_gemm) {
+    CUDA_RETURN_IF_ERROR(
+        cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, k.y[1], n, false, compute_));
+  }
+  if (k.op == Op::kLinearGelu) {
     // The fallback is the unfused plan's kernels: gelu_tanh reads pre as
     // that instruction would, under bf16 rounded to the bf16 tensor.
     if (const Bf16Operand* pre = StagedOutput(k, 0)) {
@@ -229,6 +239,33 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
     CUDA_RETURN_IF_ERROR(
         cuda::LaunchPointwise(KernelOp::kGeluTanh, k.y[0], nullptr, k.y[1], n, false, compute_));
   }
+  return RunFusedActivation(k);
+}
+
+// Without a cublasLt algorithm, bf16 outputs: the bias rounded to bf16
+// (exact: under bf16 it is a bf16 tensor) into every row of y (pre), then
+// a bf16 GEMM adding its product to it (beta 1) with one rounding; then
+// linear_gelu's gelu_tanh on the bf16 pre, as the unfused plan runs it.
+absl::Status CudaDeviceImpl::RunLinearBf16Fallback(const Kernel& k) {
+  void* pre = k.gemm_out_bf16[0];
+  const bool bias = k.x[2] != nullptr;
+  if (bias) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchBiasRowsBf16(pre, k.x[2], k.rows, k.out, compute_));
+  }
+  RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1), k.in,
+                       GemmOperand(k, 0), k.in, bias ? 1.0f : 0.0f, pre, k.out, GemmType(k),
+                       CUDA_R_16BF));
+  if (k.op == Op::kLinearGelu) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchPointwiseBf16(KernelOp::kGeluTanh, pre, nullptr,
+                                                   k.gemm_out_bf16[1], k.rows * k.out, false,
+                                                   compute_));
+  }
+  return absl::OkStatus();
+}
+
+// An activation fused into the linear by kernel_args (not an epilogue's).
+absl::Status CudaDeviceImpl::RunFusedActivation(const Kernel& k) {
+  const int64_t n = k.rows * k.out;
   switch (k.act) {
     case Activation::kNone:
       break;

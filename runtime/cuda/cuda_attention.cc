@@ -15,10 +15,10 @@ void UseBf16Attention(Kernel& k) {
   const int inputs = k.op == Op::kAttention ? 1 : 3;
   if (k.num_bf16 != inputs + 1) return;
   for (int i = 0; i < inputs; ++i) {
-    if (k.bf16[i].output || k.bf16[i].f32 != k.x[i]) return;
+    if (k.bf16[i].output || k.bf16[i].bf16 != k.x[i]) return;
   }
   const Bf16Operand& out = k.bf16[inputs];
-  if (!out.output || out.f32 != k.y[0]) return;
+  if (!out.output || out.bf16 != k.y[0]) return;
   for (int i = 0; i < inputs; ++i) k.attention_bf16_in[i] = k.bf16[i].bf16;
   k.attention_bf16_out = out.bf16;
   for (int i = 0; i < k.num_bf16; ++i) k.bf16[i].native = true;

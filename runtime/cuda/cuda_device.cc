@@ -129,9 +129,15 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
                    ResolveKernels(plan, arena_, arena_bytes_, name_));
   // Old matmul descriptors may still be referenced by queued work.
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
-  // precision = bf16: f32 staging for the bf16 operands (kernel_args.h),
-  // grown here only, so no step allocates.
-  const int64_t staging = Bf16StagingBytes(resolved);
+  // precision = bf16: the operands the kernels read and write as bf16
+  // themselves, then f32 staging for the rest (kernel_args.h), grown here
+  // only, so no step allocates.
+  std::vector<Kernel> kernels(resolved.begin(), resolved.end());
+  int64_t staging = 0;
+  for (Kernel& k : kernels) {
+    UseBf16(k);
+    staging = std::max(staging, Bf16StagingBytes(k));
+  }
   if (staging > bf16_staging_bytes_) {
     prepared_plan_ = nullptr;  // its kernels may point at the old staging
     if (bf16_staging_ != nullptr) CUDA_RETURN_IF_ERROR(cudaFree(bf16_staging_));
@@ -140,7 +146,10 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
     CUDA_RETURN_IF_ERROR(cudaMalloc(&bf16_staging_, static_cast<size_t>(staging)));
     bf16_staging_bytes_ = staging;
   }
-  AssignBf16Staging(resolved, bf16_staging_);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    AssignBf16Staging(kernels[i], bf16_staging_);
+    resolved[i] = kernels[i];
+  }
   // A plan cuDNN refuses (too little workspace: compiled for another
   // device) leaves the previous preparation as it was.
   RETURN_IF_ERROR(cudnn_->Prepare(plan, resolved, name_));
@@ -149,7 +158,6 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   prepared_plan_ = nullptr;
   ReleaseLtMatmuls();
   tf32_ = plan.tf32;
-  std::vector<Kernel> kernels(resolved.begin(), resolved.end());
   int64_t scratch_floats = 1;
   bool attention = false;  // the plan runs attention.cu's kernels
   for (size_t i = 0; i < kernels.size(); ++i) {
@@ -237,11 +245,6 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
     }
   }
   RETURN_IF_ERROR(CheckKernelTable(plan, kernels, name_));
-  for (Kernel& k : kernels) {
-    UseBf16Gemm(k);
-    UseBf16Pointwise(k);
-    UseBf16Attention(k);
-  }
   for (Kernel& k : kernels) {
     if (k.op != Op::kLinear && k.op != Op::kLinearGelu) continue;
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));

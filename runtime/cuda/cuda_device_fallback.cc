@@ -30,5 +30,9 @@ bool KernelTableBuilt() { return false; }
 
 bool HasKernel(KernelOp /*op*/) { return false; }
 
+std::vector<bool> NativeBf16Operands(const KernelArgs& args) {
+  return std::vector<bool>(args.num_bf16, false);
+}
+
 }  // namespace cuda
 }  // namespace trainc

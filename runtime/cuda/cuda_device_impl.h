@@ -84,6 +84,15 @@ struct Kernel : KernelArgs {
   // they are staged from, multiplied by a bf16 GEMM with f32 accumulation
   // and an f32 result (null: an f32 GEMM on x).
   const void* gemm_bf16[2] = {nullptr, nullptr};
+  // precision = bf16, linear, linear_gelu and linear_grad_input with bf16
+  // GEMM operands: their bf16 outputs (y[0]; linear_gelu's y[1] too),
+  // which cuBLAS writes itself, rounding its f32 result (plus the bias)
+  // once (UseBf16Gemm); null: f32 outputs (staged or not).
+  void* gemm_out_bf16[2] = {nullptr, nullptr};
+  // precision = bf16, cross_entropy_fused whose logits and dlogits are
+  // bf16: both as the bf16 tensors (UseBf16Classifier).
+  const void* logits_bf16 = nullptr;
+  void* dlogits_bf16 = nullptr;
   // precision = bf16, a pointwise op whose every operand is bf16: a, b (or
   // null) and y as the bf16 tensors, which the kernel reads and writes
   // itself (UseBf16Pointwise); null: f32 operands (staged or not).
@@ -96,11 +105,23 @@ struct Kernel : KernelArgs {
   void* attention_bf16_out = nullptr;
 };
 
+// The rules below run before the staging is assigned (kernel_args.h): an
+// operand they mark native gets none, and its x / y slot keeps the bf16
+// tensor's address.
+//
 // precision = bf16: a linear op whose two GEMM operands are both bf16
-// reads them as they are (Kernel::gemm_bf16). An operand staged only for
-// the GEMM is then not widened; the bias gradient's column sum still reads
-// dy's f32 staging. (cublaslt_gemm.cc)
+// reads them as they are (Kernel::gemm_bf16), the bias gradient's column
+// sum reading dy as bf16 too; its bf16 outputs are cuBLAS's D (and
+// linear_gelu's aux), unless an activation fused into the linear reads y.
+// (cublaslt_gemm.cc)
 void UseBf16Gemm(Kernel& k);
+
+// precision = bf16: cross_entropy_fused with bf16 logits and dlogits
+// reads and writes them itself. (cuda_kernels.cc)
+void UseBf16Classifier(Kernel& k);
+
+// All of the rules above. (cuda_kernels.cc)
+void UseBf16(Kernel& k);
 
 // precision = bf16: a pointwise op whose operands are all bf16 reads and
 // writes them in one pass (widened on load, rounded to nearest even on
@@ -208,20 +229,33 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status EnsureKernelScratch(int64_t floats);
   absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
   absl::Status RunLinear(const Kernel& k);
+  absl::Status RunLinearBf16Fallback(const Kernel& k);
+  absl::Status RunFusedActivation(const Kernel& k);
   // RunKernel's kernel proper, on f32 operands (bf16 ones staged): the
   // kernel table's entry (cuda_kernels.cc).
   absl::Status RunF32Kernel(const Plan& plan, const Instruction& instr,
                             const StepState& step);
   friend struct CudaKernels;
-  // C (f32) = A B (+ beta C); A and B f32, or bf16 when `ab` says so.
+  // C = A B (+ beta C), accumulated in f32; A and B f32, or bf16 when
+  // `ab` says so; C f32, or bf16 (rounded once) when `c_type` says so.
   absl::Status Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m,
                     int64_t n, int64_t k, const void* a, int64_t lda,
-                    const void* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc, cudaDataType_t ab = CUDA_R_32F);
+                    const void* b, int64_t ldb, float beta, void* c,
+                    int64_t ldc, cudaDataType_t ab = CUDA_R_32F,
+                    cudaDataType_t c_type = CUDA_R_32F);
   // What a forward linear's GEMM writes as D: y, or the activation when
-  // the epilogue applies it (ReLU's h, linear_gelu's y; the aux then pre).
-  static float* LinearOutput(const Kernel& k) {
-    return k.relu_in_gemm || k.op == Op::kLinearGelu ? k.y[1] : k.y[0];
+  // the epilogue applies it (ReLU's h, linear_gelu's y; the aux then pre);
+  // bf16 where gemm_out_bf16 says so.
+  static void* LinearOutput(const Kernel& k) {
+    const int j = k.relu_in_gemm || k.op == Op::kLinearGelu ? 1 : 0;
+    return k.gemm_out_bf16[0] != nullptr ? k.gemm_out_bf16[j] : static_cast<void*>(k.y[j]);
+  }
+  // linear_gelu's pre-activation (the epilogue's aux).
+  static void* LinearPre(const Kernel& k) {
+    return k.gemm_out_bf16[0] != nullptr ? k.gemm_out_bf16[0] : static_cast<void*>(k.y[0]);
+  }
+  static cudaDataType_t OutType(const Kernel& k) {
+    return k.gemm_out_bf16[0] != nullptr ? CUDA_R_16BF : CUDA_R_32F;
   }
   // The two operands of a linear op's GEMM: bf16 when gemm_bf16 is set.
   static const void* GemmOperand(const Kernel& k, int i) {

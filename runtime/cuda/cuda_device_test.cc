@@ -1437,7 +1437,10 @@ TEST(CudaCnnTest, Bf16MatchesCpu) {
 // output) in bf16: the transformer ops' staging, bf16 GEMMs and attention
 // on bf16 tensors. `grouped`: one kv head for the two query heads, with
 // rotary positions (q|k|v is then 2 * width wide).
-absl::StatusOr<Plan> CompileBf16Gpt(bool grouped = false) {
+struct GptSizes {
+  int vocab = 16, ctx = 8, width = 16, heads = 2, layers = 2, micro_batch = 2;
+};
+absl::StatusOr<Plan> CompileBf16Gpt(bool grouped = false, GptSizes n = {}) {
   // The data only has to exist: the plan never reads it.
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string text = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/bf16_gpt.txt");
@@ -1449,7 +1452,7 @@ absl::StatusOr<Plan> CompileBf16Gpt(bool grouped = false) {
   const char* attention_args = grouped ? "heads, kv_heads = 1, rope = true" : "heads";
   const std::string source = absl::StrCat(R"(
 model gpt {
-  const vocab = 16, ctx = 8, width = 16, heads = 2
+  const vocab = )", n.vocab, ", ctx = ", n.ctx, ", width = ", n.width, ", heads = ", n.heads, R"(
   input  tokens: i32[ctx]
   label  next:   i32[ctx]
   block layer(x) {
@@ -1465,14 +1468,14 @@ model gpt {
   }
   wte    = embedding(tokens, vocab, width)
   wpe    = position_embedding(ctx, width)
-  h      = repeat(layer, 2, wte + wpe)
+  h      = repeat(layer, )", n.layers, R"(, wte + wpe)
   ln_f   = layernorm(h)
   logits = linear(ln_f, vocab, weight = wte.weight, bias = false)
   loss   = cross_entropy(logits, next)
 }
 data { train = text(")", text, R"(") }
 train {
-  gpus = 1  micro_batch = 2  accumulate = 2  steps = 1  precision = bf16
+  gpus = 1  micro_batch = )", n.micro_batch, R"(  accumulate = 2  steps = 1  precision = bf16
   optimizer = adamw(lr = 1e-3)
 }
 )");
@@ -1494,6 +1497,57 @@ TEST(CudaBf16Test, ModelsCompileWithBf16Buffers) {
     for (const Instruction& in : plan->instructions) casts += in.op == "cast";
     EXPECT_GT(bf16, 10) << plan->model;
     EXPECT_GT(casts, 4) << plan->model;
+  }
+}
+
+// The bf16 operands the CUDA kernels read and write themselves get no f32
+// staging: every operand of the matrix products (but a bias), attention,
+// the fused classifier and the all-bf16 pointwise ops. On GPT-2 small's
+// shapes (micro-batch 16) the staging beside the arena falls from the
+// 50257-wide logits' to a residual stream's. Host-side rules: no GPU.
+TEST(CudaBf16Test, NativeKernelsNeedNoStaging) {
+  if (!cuda::KernelTableBuilt()) GTEST_SKIP() << "built without the CUDA toolkit";
+  GptSizes gpt2;
+  gpt2.vocab = 50257, gpt2.ctx = 1024, gpt2.width = 768, gpt2.heads = 12, gpt2.layers = 12;
+  gpt2.micro_batch = 16;
+  for (const GptSizes& sizes : {GptSizes{}, gpt2}) {
+    absl::StatusOr<Plan> plan = CompileBf16Gpt(false, sizes);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // Pointers only: nothing reads the arena (a GPT-2 one is 9 GiB).
+    char* const fake_arena = reinterpret_cast<char*>(uintptr_t{1} << 40);
+    absl::StatusOr<std::vector<KernelArgs>> kernels =
+        ResolveKernels(*plan, fake_arena, plan->arena_bytes, "cuda");
+    ASSERT_TRUE(kernels.ok()) << kernels.status();
+    const std::set<std::string> native_ops = {
+        "linear", "linear_gelu", "linear_grad_input", "linear_grad_params", "attention",
+        "attention_grad", "cross_entropy_fused", "gelu_tanh_grad", "add"};
+    int64_t all_staged = 0, cuda_staged = 0, checked = 0;
+    for (KernelArgs& k : *kernels) {
+      const Instruction& instr = plan->instructions[&k - kernels->data()];
+      all_staged = std::max(all_staged, Bf16StagingBytes(k));
+      const std::vector<bool> native = cuda::NativeBf16Operands(k);
+      ASSERT_EQ(static_cast<int>(native.size()), k.num_bf16);
+      for (int i = 0; i < k.num_bf16; ++i) {
+        k.bf16[i].native = native[i];
+        const bool bias = !k.bf16[i].output && k.x[2] == k.bf16[i].bf16 &&
+                          (instr.op == "linear" || instr.op == "linear_gelu");
+        if (native_ops.count(instr.op) && !bias) {
+          ++checked;
+          EXPECT_TRUE(native[i]) << instr.op << " \"" << instr.label << "\": bf16 operand " << i
+                                 << " is staged";
+        }
+      }
+      cuda_staged = std::max(cuda_staged, Bf16StagingBytes(k));
+    }
+    EXPECT_GT(checked, 20);
+    std::printf("width %d, vocab %d: bf16 staging %.1f MiB when every operand is staged, "
+                "%.1f MiB on CUDA\n",
+                sizes.width, sizes.vocab, all_staged / 1048576.0, cuda_staged / 1048576.0);
+    if (sizes.vocab == gpt2.vocab) {
+      // One residual-stream tensor as f32 (16 x 1024 x 768 x 4 = 48 MiB).
+      EXPECT_LE(cuda_staged, int64_t{16} * 1024 * 768 * 4 + 64) << "all staged: " << all_staged;
+      EXPECT_GT(all_staged, int64_t{3} << 30);
+    }
   }
 }
 

@@ -13,6 +13,26 @@
 namespace trainc {
 namespace cuda_internal {
 
+void UseBf16(Kernel& k) {
+  UseBf16Gemm(k);
+  UseBf16Pointwise(k);
+  UseBf16Attention(k);
+  UseBf16Classifier(k);
+}
+
+void UseBf16Classifier(Kernel& k) {
+  // logits (x[0]) in, dlogits (y[1]) out, the loss f32: both or neither.
+  if (k.op != Op::kCrossEntropyFused || k.num_bf16 != 2) return;
+  Bf16Operand& logits = k.bf16[0];
+  Bf16Operand& dlogits = k.bf16[1];
+  if (logits.output || logits.bf16 != k.x[0] || !dlogits.output || dlogits.bf16 != k.y[1]) {
+    return;
+  }
+  k.logits_bf16 = logits.bf16;
+  k.dlogits_bf16 = dlogits.bf16;
+  logits.native = dlogits.native = true;
+}
+
 // One instruction to enqueue.
 struct KernelCall {
   const Plan& plan;
@@ -39,16 +59,23 @@ struct CudaKernels {
       case Op::kLinearGelu:  // one cublasLt GEMM with the GELU epilogue
         return d.RunLinear(k);
       case Op::kLinearGradInput:
-        // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B].
-        return d.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.in, k.rows, k.out, CudaDeviceImpl::GemmOperand(k, 1), k.in,
-                      CudaDeviceImpl::GemmOperand(k, 0), k.out, k.accumulate ? 1.0f : 0.0f, k.y[0], k.in,
-                      CudaDeviceImpl::GemmType(k));
+        // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B]
+        // (a bf16 dx: accumulated in f32 onto the widened old dx, rounded once).
+        return d.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.in, k.rows, k.out,
+                      CudaDeviceImpl::GemmOperand(k, 1), k.in, CudaDeviceImpl::GemmOperand(k, 0),
+                      k.out, k.accumulate ? 1.0f : 0.0f, CudaDeviceImpl::LinearOutput(k), k.in,
+                      CudaDeviceImpl::GemmType(k), CudaDeviceImpl::OutType(k));
       default: {
         // dw[out,in] = dy^T x: DW'[in,out] = X'[in,B] DY'[out,B]^T.
         RETURN_IF_ERROR(d.Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k.in, k.out, k.rows,
                                CudaDeviceImpl::GemmOperand(k, 1), k.in, CudaDeviceImpl::GemmOperand(k, 0), k.out,
                                k.accumulate ? 1.0f : 0.0f, k.y[0], k.in, CudaDeviceImpl::GemmType(k)));
         if (k.y[1] == nullptr) return absl::OkStatus();
+        if (k.gemm_bf16[0] != nullptr) {
+          return Launched(c, cuda::LaunchColumnSumBf16(k.gemm_bf16[0], k.rows, k.out, k.y[1],
+                                                       k.accumulate, d.kernel_scratch_,
+                                                       d.compute_));
+        }
         return Launched(c, cuda::LaunchColumnSum(k.x[0], k.rows, k.out, k.y[1], k.accumulate,
                                                  d.kernel_scratch_, d.compute_));
       }
@@ -135,26 +162,24 @@ struct CudaKernels {
         return Launched(c, cuda::LaunchCrossEntropyGrad(k.x[0], k.labels, k.rows, k.in,
                                                         k.loss_scale, k.y[0], k.accumulate,
                                                         d.device_error_, s));
-      case Op::kCrossEntropyFused:
-        // The plan's fusion; on the GPU still two kernels (the second in
-        // place over the first's probabilities), without the buffer.
-        // Evaluation: the loss alone, and the logits left as they were
-        // (dlogits may occupy their bytes, or their bf16 staging's).
-        if (!c.step.training) {
-          RETURN_IF_ERROR(Launched(
-              c, cuda::LaunchCrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0], nullptr,
-                                          d.kernel_scratch_, d.device_error_, s)));
-          if (k.y[1] == k.x[0]) return absl::OkStatus();
-          return Launched(c, cudaMemcpyAsync(k.y[1], k.x[0],
-                                             static_cast<size_t>(k.rows * k.in) * 4,
-                                             cudaMemcpyDeviceToDevice, s));
-        }
+      case Op::kCrossEntropyFused: {
+        // The plan's fusion: one kernel, the gradient written over the
+        // logits row by row, no probability tensor; bf16 logits read and
+        // written as bf16 (UseBf16Classifier). Evaluation: the loss alone,
+        // and the logits left as they were (dlogits may occupy their
+        // bytes, or their staging's).
+        const bool bf16 = k.logits_bf16 != nullptr;
+        const void* logits = bf16 ? k.logits_bf16 : k.x[0];
+        void* dlogits = bf16 ? k.dlogits_bf16 : k.y[1];
         RETURN_IF_ERROR(Launched(
-            c, cuda::LaunchCrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0], k.y[1],
-                                        d.kernel_scratch_, d.device_error_, s)));
-        return Launched(c, cuda::LaunchCrossEntropyGrad(k.y[1], k.labels, k.rows, k.in,
-                                                        k.loss_scale, k.y[1], false,
-                                                        d.device_error_, s));
+            c, cuda::LaunchFusedClassifier(logits, k.labels, k.rows, k.in, k.loss_scale, k.y[0],
+                                           c.step.training ? dlogits : nullptr, bf16,
+                                           d.kernel_scratch_, d.device_error_, s)));
+        if (c.step.training || dlogits == logits) return absl::OkStatus();
+        return Launched(c, cudaMemcpyAsync(dlogits, logits,
+                                           static_cast<size_t>(k.rows * k.in) * (bf16 ? 2 : 4),
+                                           cudaMemcpyDeviceToDevice, s));
+      }
       case Op::kMse:
         return Launched(
             c, cuda::LaunchMse(k.x[0], k.x[1], k.rows, k.in, k.y[0], d.kernel_scratch_, s));
@@ -314,6 +339,14 @@ namespace cuda {
 bool KernelTableBuilt() { return true; }
 
 bool HasKernel(KernelOp op) { return cuda_internal::CudaKernels::Table()[op] != nullptr; }
+
+std::vector<bool> NativeBf16Operands(const KernelArgs& args) {
+  cuda_internal::Kernel k(args);
+  cuda_internal::UseBf16(k);
+  std::vector<bool> native(k.num_bf16);
+  for (int i = 0; i < k.num_bf16; ++i) native[i] = k.bf16[i].native;
+  return native;
+}
 
 }  // namespace cuda
 }  // namespace trainc

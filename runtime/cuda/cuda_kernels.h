@@ -4,6 +4,9 @@
 #ifndef TRAINC_RUNTIME_CUDA_CUDA_KERNELS_H_
 #define TRAINC_RUNTIME_CUDA_CUDA_KERNELS_H_
 
+#include <vector>
+
+#include "runtime/device/kernel_args.h"
 #include "runtime/device/kernel_ops.h"
 
 namespace trainc::cuda {
@@ -13,6 +16,12 @@ bool KernelTableBuilt();
 
 // Whether the CUDA backend has a kernel for `op`.
 bool HasKernel(KernelOp op);
+
+// precision = bf16: which of a resolved instruction's bf16 operands
+// (KernelArgs::bf16, in order; `args` as ResolveKernels gives it) the
+// CUDA kernels read and write as bf16 themselves, the rest being widened
+// into f32 staging around the kernel. Host-side rules: no GPU needed.
+std::vector<bool> NativeBf16Operands(const KernelArgs& args);
 
 }  // namespace trainc::cuda
 

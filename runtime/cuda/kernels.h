@@ -34,10 +34,17 @@ int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols);
 // y[r, c] += bias[c]: the epilogue when cublasLt has no bias algorithm.
 cudaError_t LaunchBiasAdd(float* y, const float* bias, int64_t rows,
                           int64_t cols, cudaStream_t stream);
+// y[r, c] = bias[c] rounded to bf16 (y bf16): the addend of a bf16 GEMM
+// with beta 1, when cublasLt has no bias algorithm for a bf16 output.
+cudaError_t LaunchBiasRowsBf16(void* y, const float* bias, int64_t rows, int64_t cols,
+                               cudaStream_t stream);
 // out[c] (+)= sum_r x[r, c]; `scratch` holds ColumnSumScratchFloats floats.
 cudaError_t LaunchColumnSum(const float* x, int64_t rows, int64_t cols,
                             float* out, bool accumulate, float* scratch,
                             cudaStream_t stream);
+// The same over bf16 x (widened exactly): the bias gradient of a bf16 dy.
+cudaError_t LaunchColumnSumBf16(const void* x, int64_t rows, int64_t cols, float* out,
+                                bool accumulate, float* scratch, cudaStream_t stream);
 
 // ---- pointwise.cu --------------------------------------------------------
 // y[i] (+)= F(a[i]) or F(a[i], b[i]) for a pointwise op
@@ -114,6 +121,13 @@ cudaError_t LaunchCrossEntropyGrad(const float* probs, const int32_t* labels,
                                    int64_t rows, int64_t classes, float scale,
                                    float* dlogits, bool accumulate, int* error,
                                    cudaStream_t s);
+// cross_entropy_fused: LaunchCrossEntropy's loss_sum, and (non-null
+// dlogits: training) dlogits = scale * (softmax(logits) - onehot(label))
+// without a probability tensor (dlogits may be logits). Both f32, or both
+// bf16 when `bf16` (widened on load, the gradient rounded to nearest even).
+cudaError_t LaunchFusedClassifier(const void* logits, const int32_t* labels, int64_t rows,
+                                  int64_t classes, float scale, float* loss_sum, void* dlogits,
+                                  bool bf16, float* scratch, int* error, cudaStream_t s);
 // loss_sum[0] = sum_r mean_j (pred - target)^2; `scratch` holds `rows`.
 cudaError_t LaunchMse(const float* pred, const float* target, int64_t rows,
                       int64_t cols, float* loss_sum, float* scratch,

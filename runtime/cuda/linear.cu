@@ -1,5 +1,6 @@
 // Linear layer kernels that cuBLAS does not cover: the bias epilogue
-// fallback and the bias gradient (a deterministic column sum of dy).
+// fallbacks and the bias gradient (a deterministic column sum of dy, f32
+// or bf16).
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -12,11 +13,19 @@ __global__ void BiasAddKernel(float* y, const float* bias, int64_t rows,
   TRAINC_GRID_STRIDE(i, rows * cols) { y[i] += bias[i % cols]; }
 }
 
+// y[r, c] = bias[c] rounded to bf16: the C that a bf16 GEMM with beta 1
+// adds its product to (exact for a bias that was bf16).
+__global__ void BiasRowsBf16Kernel(__nv_bfloat16* y, const float* bias, int64_t rows,
+                                   int64_t cols) {
+  TRAINC_GRID_STRIDE(i, rows * cols) { y[i] = __float2bfloat16_rn(bias[i % cols]); }
+}
+
+template <typename T>
 struct ColumnValue {
-  const float* x;
+  const T* x;
   int64_t cols;
   __device__ void operator()(int64_t r, int64_t c, float (&acc)[1]) const {
-    acc[0] += x[r * cols + c];
+    acc[0] += ToF32(x[r * cols + c]);
   }
 };
 
@@ -33,12 +42,27 @@ cudaError_t LaunchBiasAdd(float* y, const float* bias, int64_t rows,
   return cudaGetLastError();
 }
 
+cudaError_t LaunchBiasRowsBf16(void* y, const float* bias, int64_t rows, int64_t cols,
+                               cudaStream_t stream) {
+  BiasRowsBf16Kernel<<<ElementwiseBlocks(rows * cols), kBlockSize, 0, stream>>>(
+      static_cast<__nv_bfloat16*>(y), bias, rows, cols);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchColumnSum(const float* x, int64_t rows, int64_t cols,
                             float* out, bool accumulate, float* scratch,
                             cudaStream_t stream) {
   float* const outs[1] = {out};
-  return LaunchColumnReduce<1>(ColumnValue{x, cols}, rows, cols, outs,
+  return LaunchColumnReduce<1>(ColumnValue<float>{x, cols}, rows, cols, outs,
                                accumulate, scratch, stream);
+}
+
+cudaError_t LaunchColumnSumBf16(const void* x, int64_t rows, int64_t cols, float* out,
+                                bool accumulate, float* scratch, cudaStream_t stream) {
+  float* const outs[1] = {out};
+  return LaunchColumnReduce<1>(
+      ColumnValue<__nv_bfloat16>{static_cast<const __nv_bfloat16*>(x), cols}, rows, cols, outs,
+      accumulate, scratch, stream);
 }
 
 }  // namespace cuda

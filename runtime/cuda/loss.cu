@@ -65,6 +65,42 @@ __global__ void CrossEntropyGradKernel(const float* probs,
   }
 }
 
+// cross_entropy_fused in training: the loss of each row and its gradient
+// scale * (softmax(z) - onehot(label)) written as T (f32, or bf16 rounded
+// to nearest even), possibly over the logits themselves, in one pass more
+// over the row instead of a probability tensor. p is rounded to f32 before
+// the subtraction (no FMA), as when CrossEntropyKernel stored it.
+template <typename T>
+__global__ void FusedClassifierKernel(const T* logits, const int32_t* labels, int64_t rows,
+                                      int64_t classes, float scale, float* row_loss,
+                                      T* dlogits, int* error) {
+  const int64_t row = WarpRow();
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const T* z = logits + row * classes;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < classes; j += kWarpSize) mx = fmaxf(mx, ToF32(z[j]));
+  mx = WarpMax(mx);
+  float sum = 0.0f;
+  for (int64_t j = lane; j < classes; j += kWarpSize) sum += expf(ToF32(z[j]) - mx);
+  sum = WarpSum(sum);
+  const float inv = 1.0f / sum;
+  const int32_t label = labels[row];
+  const bool valid = label >= 0 && label < classes;
+  if (lane == 0) {
+    if (!valid) atomicOr(error, kErrorLabelOutOfRange);
+    row_loss[row] = valid ? logf(sum) - (ToF32(z[label]) - mx) : 0.0f;
+  }
+  if (dlogits == nullptr) return;  // evaluation: the loss alone
+  __syncwarp();  // z[label] is read before any lane writes over it
+  T* d = dlogits + row * classes;
+  for (int64_t j = lane; j < classes; j += kWarpSize) {
+    const float p = __fmul_rn(expf(ToF32(z[j]) - mx), inv);
+    const float onehot = j == label ? 1.0f : 0.0f;
+    d[j] = FromF32<T>(scale * (p - onehot));
+  }
+}
+
 __global__ void MseRowKernel(const float* pred, const float* target,
                              int64_t rows, int64_t cols, float* row_loss) {
   const int64_t row = WarpRow();
@@ -107,6 +143,22 @@ cudaError_t LaunchCrossEntropyGrad(const float* probs, const int32_t* labels,
   CrossEntropyGradKernel<<<ElementwiseBlocks(rows * classes), kBlockSize, 0,
                            s>>>(probs, labels, rows, classes, scale, dlogits,
                                 accumulate, error);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFusedClassifier(const void* logits, const int32_t* labels, int64_t rows,
+                                  int64_t classes, float scale, float* loss_sum, void* dlogits,
+                                  bool bf16, float* scratch, int* error, cudaStream_t s) {
+  if (bf16) {
+    FusedClassifierKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+        static_cast<const __nv_bfloat16*>(logits), labels, rows, classes, scale, scratch,
+        static_cast<__nv_bfloat16*>(dlogits), error);
+  } else {
+    FusedClassifierKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+        static_cast<const float*>(logits), labels, rows, classes, scale, scratch,
+        static_cast<float*>(dlogits), error);
+  }
+  SumToScalarKernel<><<<1, kBlockSize, 0, s>>>(scratch, rows, loss_sum);
   return cudaGetLastError();
 }
 

@@ -648,45 +648,55 @@ namespace {
 // the earlier operand, or -1.
 int SharedStaging(const KernelArgs& k, int i) {
   for (int j = 0; j < i; ++j) {
-    if (k.bf16[j].bf16 == k.bf16[i].bf16 && k.bf16[j].elems == k.bf16[i].elems) return j;
+    if (!k.bf16[j].native && k.bf16[j].bf16 == k.bf16[i].bf16 &&
+        k.bf16[j].elems == k.bf16[i].elems) {
+      return j;
+    }
   }
   return -1;
 }
 
 }  // namespace
 
+int64_t Bf16StagingBytes(const KernelArgs& k) {
+  int64_t bytes = 0;
+  for (int i = 0; i < k.num_bf16; ++i) {
+    if (!k.bf16[i].native && SharedStaging(k, i) < 0) {
+      bytes += (k.bf16[i].elems * 4 + 63) / 64 * 64;
+    }
+  }
+  return bytes;
+}
+
 int64_t Bf16StagingBytes(const std::vector<KernelArgs>& kernels) {
   int64_t most = 0;
-  for (const KernelArgs& k : kernels) {
-    int64_t bytes = 0;
-    for (int i = 0; i < k.num_bf16; ++i) {
-      if (SharedStaging(k, i) < 0) bytes += (k.bf16[i].elems * 4 + 63) / 64 * 64;
-    }
-    most = std::max(most, bytes);
-  }
+  for (const KernelArgs& k : kernels) most = std::max(most, Bf16StagingBytes(k));
   return most;
 }
 
 void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging) {
-  for (KernelArgs& k : kernels) {
-    int64_t at = 0;
-    for (int i = 0; i < k.num_bf16; ++i) {
-      Bf16Operand& o = k.bf16[i];
-      const int shared = SharedStaging(k, i);
-      if (shared >= 0) {
-        o.f32 = k.bf16[shared].f32;
-      } else {
-        o.f32 = reinterpret_cast<float*>(staging + at);
-        at += (o.elems * 4 + 63) / 64 * 64;
-      }
-      // Point the kernel's own operand slot (the one that held the bf16
-      // address) at the staging.
-      for (auto& x : k.x) {
-        if (x == o.bf16 && !o.output) x = o.f32;
-      }
-      for (auto& y : k.y) {
-        if (y == o.bf16 && o.output) y = o.f32;
-      }
+  for (KernelArgs& k : kernels) AssignBf16Staging(k, staging);
+}
+
+void AssignBf16Staging(KernelArgs& k, char* staging) {
+  int64_t at = 0;
+  for (int i = 0; i < k.num_bf16; ++i) {
+    Bf16Operand& o = k.bf16[i];
+    if (o.native) continue;  // read and written as bf16 by the kernel
+    const int shared = SharedStaging(k, i);
+    if (shared >= 0) {
+      o.f32 = k.bf16[shared].f32;
+    } else {
+      o.f32 = reinterpret_cast<float*>(staging + at);
+      at += (o.elems * 4 + 63) / 64 * 64;
+    }
+    // Point the kernel's own operand slot (the one that held the bf16
+    // address) at the staging.
+    for (auto& x : k.x) {
+      if (x == o.bf16 && !o.output) x = o.f32;
+    }
+    for (auto& y : k.y) {
+      if (y == o.bf16 && o.output) y = o.f32;
     }
   }
 }

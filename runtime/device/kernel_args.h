@@ -119,12 +119,15 @@ struct KernelArgs {
 
 // Bytes of f32 staging the kernels' bf16 operands need: the largest
 // instruction's, each operand 64-byte aligned (kernels run one at a time,
-// so they share it). 0 for an all-f32 plan.
+// so they share it). 0 for an all-f32 plan. A native operand needs none.
 int64_t Bf16StagingBytes(const std::vector<KernelArgs>& kernels);
+int64_t Bf16StagingBytes(const KernelArgs& k);  // one instruction's
 
 // Points every bf16 operand's x / y at its staging inside `staging` (of
 // Bf16StagingBytes), before a backend derives anything from the pointers.
+// A native operand keeps its tensor's address there.
 void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging);
+void AssignBf16Staging(KernelArgs& k, char* staging);  // one instruction's
 
 // precision = bf16: the operand staged behind output y[j] (its f32 staging
 // is y[j]), or null when that output is not a staged bf16 tensor. A kernel
