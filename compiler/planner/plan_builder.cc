@@ -116,6 +116,9 @@ class PlanBuilder::Impl {
     RETURN_IF_ERROR(SizeWorkspaces());
     PlanArena();
     RETURN_IF_ERROR(ValidatePlan(plan_));
+    if (options_.bf16_staging && plan_.memory.bf16_staging_bytes > 0) {
+      ASSIGN_OR_RETURN(plan_.memory.bf16_staging_bytes, options_.bf16_staging(plan_));
+    }
     return std::move(plan_);
   }
 

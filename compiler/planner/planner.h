@@ -70,6 +70,11 @@ struct PlanOptions {
   // instruction's outputs are then written during `instr`, and the memory
   // plan keeps them apart from everything `instr` touches.
   std::function<bool(const Plan& plan, const Instruction& instr)> writes_next_outputs;
+  // precision = bf16: the bytes of f32 staging the backend keeps beside the
+  // arena for the bf16 operands its kernels widen (MemoryReport's
+  // bf16_staging_bytes), asked once the plan is complete. Unset: every
+  // bf16 operand is staged, as by the CPU's kernels.
+  std::function<absl::StatusOr<int64_t>(const Plan& plan)> bf16_staging;
 
   // bucket_mb = auto (bucket_search.h) costs its candidates on a machine
   // profile (compiler/cost): `machine` when set (a tool's own, as

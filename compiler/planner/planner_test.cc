@@ -15,6 +15,7 @@ namespace trainc {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 bool WritesKind(const Plan& plan, const Instruction& in, BufferKind kind) {
   for (int id : in.outputs) {
@@ -259,6 +260,40 @@ TEST(BuildPlan, Bf16CastsParametersOncePerStepAndKeepsStateF32) {
   bad = *plan;
   bad.precision = Precision::kFp32;
   EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("in a plan of precision fp32"));
+}
+
+// The backend says how much bf16 staging it keeps (the CUDA device: only
+// for operands its kernels do not read as bf16); the memory report, the
+// summary and the memory search then count that, asked once per plan.
+TEST(BuildPlan, Bf16StagingIsTheBackendsWhenItSays) {
+  TrainSpec spec = testing::ResidualSpec(5, 4, 3, 1, 2, /*accumulate=*/2);
+  spec.train.precision = Precision::kBf16;
+  absl::StatusOr<Plan> all_staged = BuildPlan(spec);
+  ASSERT_TRUE(all_staged.ok()) << all_staged.status();
+  EXPECT_GT(all_staged->memory.bf16_staging_bytes, 0);
+  EXPECT_THAT(PlanSummary(*all_staged), HasSubstr("bf16 staging"));
+  PlanOptions options;
+  int asked = 0;
+  options.bf16_staging = [&asked](const Plan& plan) -> absl::StatusOr<int64_t> {
+    ++asked;
+    EXPECT_TRUE(ValidatePlan(plan).ok());  // complete when asked
+    return 0;
+  };
+  absl::StatusOr<Plan> native = BuildPlan(spec, options);
+  ASSERT_TRUE(native.ok()) << native.status();
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(native->memory.bf16_staging_bytes, 0);
+  EXPECT_THAT(PlanSummary(*native), Not(HasSubstr("bf16 staging")));
+  // fp32 plans have nothing to stage: the backend is not asked.
+  spec.train.precision = Precision::kFp32;
+  ASSERT_TRUE(BuildPlan(spec, options).ok());
+  EXPECT_EQ(asked, 1);
+  // Its error is the plan's.
+  spec.train.precision = Precision::kBf16;
+  options.bf16_staging = [](const Plan&) -> absl::StatusOr<int64_t> {
+    return absl::UnavailableError("no such backend");
+  };
+  EXPECT_THAT(BuildPlan(spec, options).status().message(), HasSubstr("no such backend"));
 }
 
 TEST(BuildPlan, ZeroGatherInNextForwardGathersFirstAndWaitsAtTheFirstReader) {

@@ -74,10 +74,10 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
              : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "EPILOGUE"));
   if (bias) {
-    // f32 (D's type, the default, said outright for bf16 A and B). The
+    // f32, or bf16 beside a bf16 D (Kernel::bias_bf16); said outright. The
     // pointer is fixed by Prepare; set now, the heuristic sees its
     // alignment (64 bytes) rather than assuming a null one's.
-    const cudaDataType_t bias_type = CUDA_R_32F;
+    const cudaDataType_t bias_type = k.bias_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type, "BIAS_DATA_TYPE"));
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, k.x[2], "BIAS_POINTER"));
   }
@@ -166,17 +166,33 @@ void UseBf16Gemm(Kernel& k) {
     k.gemm_out_bf16[j] = output[j]->bf16;
     output[j]->native = true;
   }
+  // A bf16 bias beside bf16 outputs: cublasLt reads it as bf16 (widened
+  // exactly, added in f32).
+  for (int i = 0; i < k.num_bf16; ++i) {
+    Bf16Operand& o = k.bf16[i];
+    if (!o.output && k.x[2] != nullptr && k.x[2] == o.bf16) {
+      k.bias_bf16 = true;
+      o.native = true;
+    }
+  }
 }
 
 void UseBf16Pointwise(Kernel& k) {
   const int arity = PointwiseArity(k.op);
-  // Inputs are recorded first, in x order, then the output.
-  if (arity == 0 || k.num_bf16 != arity + 1 || !k.bf16[arity].output) return;
-  for (int i = 0; i < arity; ++i) {
-    if (k.bf16[i].output) return;
-    k.pointwise_bf16[i] = k.bf16[i].bf16;
+  if (arity == 0) return;
+  // Before the staging: a bf16 operand's x / y slot holds its tensor.
+  unsigned mask = 0;
+  for (int i = 0; i < k.num_bf16; ++i) {
+    const Bf16Operand& o = k.bf16[i];
+    if (o.output) {
+      if (k.y[0] == o.bf16) mask |= 4u;
+      continue;
+    }
+    for (int j = 0; j < arity; ++j) {
+      if (k.x[j] == o.bf16) mask |= 1u << j;
+    }
   }
-  k.pointwise_bf16[2] = k.bf16[arity].bf16;
+  k.pointwise_bf16 = mask;
   for (int i = 0; i < k.num_bf16; ++i) k.bf16[i].native = true;
 }
 
@@ -250,7 +266,8 @@ absl::Status CudaDeviceImpl::RunLinearBf16Fallback(const Kernel& k) {
   void* pre = k.gemm_out_bf16[0];
   const bool bias = k.x[2] != nullptr;
   if (bias) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchBiasRowsBf16(pre, k.x[2], k.rows, k.out, compute_));
+    CUDA_RETURN_IF_ERROR(
+        cuda::LaunchBiasRowsBf16(pre, k.x[2], k.bias_bf16, k.rows, k.out, compute_));
   }
   RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1), k.in,
                        GemmOperand(k, 0), k.in, bias ? 1.0f : 0.0f, pre, k.out, GemmType(k),

@@ -323,6 +323,20 @@ absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& plan, const Instruction& 
   return cuda::CudnnWorkspaceBytes(plan, instr);
 }
 
+absl::StatusOr<int64_t> CudaBf16StagingBytes(const Plan& plan) {
+  // Pointers only, as Prepare derives them: nothing reads the arena.
+  char* const unread_arena = reinterpret_cast<char*>(uintptr_t{1} << 40);
+  ASSIGN_OR_RETURN(std::vector<KernelArgs> resolved,
+                   ResolveKernels(plan, unread_arena, plan.arena_bytes, "cuda"));
+  int64_t most = 0;
+  for (const KernelArgs& args : resolved) {
+    cuda_internal::Kernel k(args);
+    cuda_internal::UseBf16(k);
+    most = std::max(most, Bf16StagingBytes(k));
+  }
+  return most;
+}
+
 int CudaDeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

@@ -61,6 +61,12 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int local_rank);
 // Asks the current GPU; Unavailable without one.
 absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& plan, const Instruction& instr);
 
+// precision = bf16: the f32 staging a CudaDevice keeps beside the arena
+// for `plan`'s bf16 operands its kernels do not read and write as bf16
+// themselves (0 for GPT-style models): PlanOptions::bf16_staging for
+// plans that will run on GPUs. Needs no GPU.
+absl::StatusOr<int64_t> CudaBf16StagingBytes(const Plan& plan);
+
 // The CUDA-specific part of the interface.
 class CudaDevice : public Device {
  public:

@@ -24,6 +24,11 @@ absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& /*plan*/,
       "cuda: trainc was built without the CUDA toolkit; compile for --device cpu");
 }
 
+absl::StatusOr<int64_t> CudaBf16StagingBytes(const Plan& /*plan*/) {
+  return absl::UnavailableError(
+      "cuda: trainc was built without the CUDA toolkit; compile for --device cpu");
+}
+
 namespace cuda {
 
 bool KernelTableBuilt() { return false; }

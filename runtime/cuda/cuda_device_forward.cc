@@ -24,7 +24,7 @@ const Probe& GetProbe() {
       p->reason = std::string(driver.message());
       return p;
     }
-    absl::StatusOr<const CudaPluginV1*> plugin = CudaPlugin();
+    absl::StatusOr<const CudaPluginV2*> plugin = CudaPlugin();
     if (!plugin.ok()) {
       p->reason = std::string(plugin.status().message());
       return p;
@@ -43,13 +43,18 @@ int CudaDeviceCount() { return GetProbe().count; }
 std::string CudaUnavailableReason() { return GetProbe().reason; }
 
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int local_rank) {
-  ASSIGN_OR_RETURN(const CudaPluginV1* plugin, CudaPlugin());
+  ASSIGN_OR_RETURN(const CudaPluginV2* plugin, CudaPlugin());
   return plugin->create_device(local_rank);
 }
 
 absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& plan, const Instruction& instr) {
-  ASSIGN_OR_RETURN(const CudaPluginV1* plugin, CudaPlugin());
+  ASSIGN_OR_RETURN(const CudaPluginV2* plugin, CudaPlugin());
   return plugin->workspace_bytes(plan, instr);
+}
+
+absl::StatusOr<int64_t> CudaBf16StagingBytes(const Plan& plan) {
+  ASSIGN_OR_RETURN(const CudaPluginV2* plugin, CudaPlugin());
+  return plugin->bf16_staging_bytes(plan);
 }
 
 }  // namespace trainc

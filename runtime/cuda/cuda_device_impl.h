@@ -89,14 +89,19 @@ struct Kernel : KernelArgs {
   // which cuBLAS writes itself, rounding its f32 result (plus the bias)
   // once (UseBf16Gemm); null: f32 outputs (staged or not).
   void* gemm_out_bf16[2] = {nullptr, nullptr};
+  // ... and then a bf16 bias read as it is (x[2] holds the tensor).
+  bool bias_bf16 = false;
   // precision = bf16, cross_entropy_fused whose logits and dlogits are
   // bf16: both as the bf16 tensors (UseBf16Classifier).
   const void* logits_bf16 = nullptr;
   void* dlogits_bf16 = nullptr;
-  // precision = bf16, a pointwise op whose every operand is bf16: a, b (or
-  // null) and y as the bf16 tensors, which the kernel reads and writes
-  // itself (UseBf16Pointwise); null: f32 operands (staged or not).
-  void* pointwise_bf16[3] = {nullptr, nullptr, nullptr};
+  // precision = bf16, add_layernorm: b (x[1], holding the tensor) is bf16,
+  // the rest f32 (UseBf16AddLayerNorm).
+  bool add_b_bf16 = false;
+  // precision = bf16, a pointwise op: bit 0, 1, 2 set where a, b, y is a
+  // bf16 tensor (its x / y slot then holds it), which the kernel reads or
+  // writes itself (UseBf16Pointwise); 0: f32 operands.
+  unsigned pointwise_bf16 = 0;
   // precision = bf16, attention(_grad) whose qkv, y, dy and dqkv are all
   // bf16: its inputs x[0..2] (forward: x[0]) and output y[0] as the bf16
   // tensors, read and written by the kernels themselves
@@ -120,12 +125,16 @@ void UseBf16Gemm(Kernel& k);
 // reads and writes them itself. (cuda_kernels.cc)
 void UseBf16Classifier(Kernel& k);
 
+// precision = bf16: add_layernorm whose b alone is bf16 reads it as
+// such. (cuda_kernels.cc)
+void UseBf16AddLayerNorm(Kernel& k);
+
 // All of the rules above. (cuda_kernels.cc)
 void UseBf16(Kernel& k);
 
-// precision = bf16: a pointwise op whose operands are all bf16 reads and
-// writes them in one pass (widened on load, rounded to nearest even on
-// store, as the staging would: the same bits) instead of three.
+// precision = bf16: a pointwise op reads and writes its bf16 operands
+// itself, all or some of them (widened on load, rounded to nearest even on
+// store, as the staging would: the same bits) in one pass instead of three.
 void UseBf16Pointwise(Kernel& k);
 
 // precision = bf16: attention and its gradient read and write their bf16

@@ -18,6 +18,16 @@ void UseBf16(Kernel& k) {
   UseBf16Pointwise(k);
   UseBf16Attention(k);
   UseBf16Classifier(k);
+  UseBf16AddLayerNorm(k);
+}
+
+void UseBf16AddLayerNorm(Kernel& k) {
+  // b (x[1]) the only bf16 operand: a bf16 branch into the f32 residual.
+  if (k.op != Op::kAddLayerNorm || k.num_bf16 != 1) return;
+  Bf16Operand& b = k.bf16[0];
+  if (b.output || b.bf16 != k.x[1]) return;
+  k.add_b_bf16 = true;
+  b.native = true;
 }
 
 void UseBf16Classifier(Kernel& k) {
@@ -84,10 +94,16 @@ struct CudaKernels {
 
   static absl::Status Pointwise(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
-    if (k.pointwise_bf16[2] != nullptr) {  // every operand bf16 (UseBf16Pointwise)
-      return Launched(c, cuda::LaunchPointwiseBf16(k.op, k.pointwise_bf16[0],
-                                                   k.pointwise_bf16[1], k.pointwise_bf16[2],
-                                                   k.rows, k.accumulate, d.compute_));
+    // bf16 operands as they are (UseBf16Pointwise): all, some or none.
+    const unsigned all = PointwiseArity(k.op) == 1 ? 5u : 7u;
+    if (k.pointwise_bf16 == all) {
+      return Launched(c, cuda::LaunchPointwiseBf16(k.op, k.x[0], k.x[1], k.y[0], k.rows,
+                                                   k.accumulate, d.compute_));
+    }
+    if (k.pointwise_bf16 != 0) {
+      return Launched(c, cuda::LaunchPointwiseMixed(k.op, k.x[0], k.x[1], k.y[0], k.rows,
+                                                    k.accumulate, k.pointwise_bf16,
+                                                    d.compute_));
     }
     return Launched(c, cuda::LaunchPointwise(k.op, k.x[0], k.x[1], k.y[0], k.rows,
                                              k.accumulate, d.compute_));
@@ -117,7 +133,8 @@ struct CudaKernels {
       case Op::kAddLayerNorm:
         // One kernel: the residual sum written and normalized from
         // registers; a bf16 sum rounded before it is normalized.
-        return Launched(c, cuda::LaunchAddLayerNorm(k.x[0], k.x[1], k.x[2], k.x[3], k.y[0],
+        return Launched(c, cuda::LaunchAddLayerNorm(k.x[0], k.x[1], k.add_b_bf16, k.x[2],
+                                                    k.x[3], k.y[0],
                                                     k.y[1], k.y[2], k.y[3], k.rows, k.in,
                                                     k.eps, StagedOutput(k, 0) != nullptr,
                                                     d.compute_));

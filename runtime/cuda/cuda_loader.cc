@@ -67,7 +67,7 @@ std::vector<std::string> CudaPluginSearchPath() {
   return paths;
 }
 
-absl::StatusOr<const CudaPluginV1*> LoadCudaPluginFrom(const std::string& path) {
+absl::StatusOr<const CudaPluginV2*> LoadCudaPluginFrom(const std::string& path) {
   dlerror();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -83,8 +83,8 @@ absl::StatusOr<const CudaPluginV1*> LoadCudaPluginFrom(const std::string& path) 
         "cuda: ", path, " is not a trainc CUDA plugin: no symbol ",
         TRAINC_CUDA_PLUGIN_SYMBOL, " (", why, ")"));
   }
-  using EntryFn = const CudaPluginV1* (*)();
-  const CudaPluginV1* plugin = reinterpret_cast<EntryFn>(entry)();
+  using EntryFn = const CudaPluginV2* (*)();
+  const CudaPluginV2* plugin = reinterpret_cast<EntryFn>(entry)();
   if (plugin == nullptr || plugin->abi_version != TRAINC_CUDA_PLUGIN_ABI_VERSION) {
     const int version = plugin == nullptr ? 0 : plugin->abi_version;
     dlclose(handle);
@@ -106,7 +106,7 @@ absl::StatusOr<const CudaPluginV1*> LoadCudaPluginFrom(const std::string& path) 
   return plugin;
 }
 
-absl::StatusOr<const CudaPluginV1*> LoadCudaPlugin() {
+absl::StatusOr<const CudaPluginV2*> LoadCudaPlugin() {
   const char* override_path = std::getenv(kEnvOverride);
   if (override_path != nullptr && *override_path != '\0') {
     if (!IsFile(override_path)) {
@@ -125,9 +125,9 @@ absl::StatusOr<const CudaPluginV1*> LoadCudaPlugin() {
       "//runtime/cuda:", kPluginName, ") or set ", kEnvOverride, " to its path"));
 }
 
-absl::StatusOr<const CudaPluginV1*> CudaPlugin() {
+absl::StatusOr<const CudaPluginV2*> CudaPlugin() {
   static const auto* const loaded =
-      new absl::StatusOr<const CudaPluginV1*>(LoadCudaPlugin());
+      new absl::StatusOr<const CudaPluginV2*>(LoadCudaPlugin());
   return *loaded;
 }
 

@@ -26,14 +26,14 @@ namespace trainc {
 
 // The plugin, loaded by the first call (thread-safe); later calls return
 // the same table, or the same error.
-absl::StatusOr<const CudaPluginV1*> CudaPlugin();
+absl::StatusOr<const CudaPluginV2*> CudaPlugin();
 
 // Searches and loads afresh (honours $TRAINC_CUDA_PLUGIN as it is now).
 // The shared object stays loaded. For tests and diagnostics.
-absl::StatusOr<const CudaPluginV1*> LoadCudaPlugin();
+absl::StatusOr<const CudaPluginV2*> LoadCudaPlugin();
 
 // dlopen()s the plugin at `path` and checks its entry point and ABI.
-absl::StatusOr<const CudaPluginV1*> LoadCudaPluginFrom(const std::string& path);
+absl::StatusOr<const CudaPluginV2*> LoadCudaPluginFrom(const std::string& path);
 
 // The paths LoadCudaPlugin() tries, in order (steps 2-4 above).
 std::vector<std::string> CudaPluginSearchPath();

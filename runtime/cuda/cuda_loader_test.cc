@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/cuda/cuda_device.h"
@@ -28,7 +29,7 @@ class CudaLoaderTest : public ::testing::Test {
 
 TEST_F(CudaLoaderTest, FindsThePluginInTheRunfilesAndReadsItsVersion) {
   unsetenv("TRAINC_CUDA_PLUGIN");
-  absl::StatusOr<const CudaPluginV1*> plugin = LoadCudaPlugin();
+  absl::StatusOr<const CudaPluginV2*> plugin = LoadCudaPlugin();
   ASSERT_TRUE(plugin.ok()) << plugin.status();
   EXPECT_EQ((*plugin)->abi_version, TRAINC_CUDA_PLUGIN_ABI_VERSION);
   EXPECT_STREQ((*plugin)->toolchain, TRAINC_CUDA_PLUGIN_TOOLCHAIN);
@@ -42,14 +43,14 @@ TEST_F(CudaLoaderTest, FindsThePluginInTheRunfilesAndReadsItsVersion) {
 
 TEST_F(CudaLoaderTest, EnvOverrideLoadsThatFile) {
   setenv("TRAINC_CUDA_PLUGIN", TestFile("libtrainc_cuda.so").c_str(), 1);
-  absl::StatusOr<const CudaPluginV1*> plugin = LoadCudaPlugin();
+  absl::StatusOr<const CudaPluginV2*> plugin = LoadCudaPlugin();
   ASSERT_TRUE(plugin.ok()) << plugin.status();
   EXPECT_EQ((*plugin)->abi_version, TRAINC_CUDA_PLUGIN_ABI_VERSION);
 }
 
 TEST_F(CudaLoaderTest, MissingEnvOverrideNamesThePath) {
   setenv("TRAINC_CUDA_PLUGIN", "/nonexistent/dir/libtrainc_cuda.so", 1);
-  absl::StatusOr<const CudaPluginV1*> plugin = LoadCudaPlugin();
+  absl::StatusOr<const CudaPluginV2*> plugin = LoadCudaPlugin();
   ASSERT_FALSE(plugin.ok());
   EXPECT_EQ(plugin.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(plugin.status().message(),
@@ -61,7 +62,7 @@ TEST_F(CudaLoaderTest, NotASharedObjectGivesDlopensMessage) {
   const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") +
                            "/libtrainc_cuda_not_elf.so";
   std::ofstream(path) << "not an ELF file\n";
-  absl::StatusOr<const CudaPluginV1*> plugin = LoadCudaPluginFrom(path);
+  absl::StatusOr<const CudaPluginV2*> plugin = LoadCudaPluginFrom(path);
   ASSERT_FALSE(plugin.ok());
   EXPECT_THAT(plugin.status().message(), HasSubstr("cannot load the CUDA plugin"));
   EXPECT_THAT(plugin.status().message(), HasSubstr(path));
@@ -70,18 +71,20 @@ TEST_F(CudaLoaderTest, NotASharedObjectGivesDlopensMessage) {
 TEST_F(CudaLoaderTest, SharedObjectWithoutEntryPointNamesTheSymbol) {
   const std::string path = TestFile("libtrainc_cuda_test_no_entry.so");
   setenv("TRAINC_CUDA_PLUGIN", path.c_str(), 1);
-  absl::StatusOr<const CudaPluginV1*> plugin = LoadCudaPlugin();
+  absl::StatusOr<const CudaPluginV2*> plugin = LoadCudaPlugin();
   ASSERT_FALSE(plugin.ok());
-  EXPECT_THAT(plugin.status().message(), HasSubstr("trainc_cuda_plugin_v1"));
+  EXPECT_THAT(plugin.status().message(), HasSubstr("trainc_cuda_plugin_v2"));
   EXPECT_THAT(plugin.status().message(), HasSubstr(path));
 }
 
 TEST_F(CudaLoaderTest, OtherAbiVersionIsRefused) {
   const std::string path = TestFile("libtrainc_cuda_test_bad_abi.so");
-  absl::StatusOr<const CudaPluginV1*> plugin = LoadCudaPluginFrom(path);
+  absl::StatusOr<const CudaPluginV2*> plugin = LoadCudaPluginFrom(path);
   ASSERT_FALSE(plugin.ok());
-  EXPECT_THAT(plugin.status().message(), HasSubstr("ABI version 999"));
-  EXPECT_THAT(plugin.status().message(), HasSubstr("expects 1"));
+  EXPECT_THAT(plugin.status().message(),
+              HasSubstr(absl::StrCat("ABI version ", TRAINC_CUDA_PLUGIN_ABI_VERSION + 998)));
+  EXPECT_THAT(plugin.status().message(),
+              HasSubstr(absl::StrCat("expects ", TRAINC_CUDA_PLUGIN_ABI_VERSION)));
 }
 
 TEST_F(CudaLoaderTest, SearchPathStartsInTheRunfiles) {

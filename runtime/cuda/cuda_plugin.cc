@@ -24,7 +24,7 @@ constexpr bool kBuiltWithCuda = true;
 constexpr bool kBuiltWithCuda = false;
 #endif
 
-const CudaPluginV1 kPlugin = {
+const CudaPluginV2 kPlugin = {
     TRAINC_CUDA_PLUGIN_ABI_VERSION,
     TRAINC_CUDA_PLUGIN_TOOLCHAIN,
     kBuiltWithCuda,
@@ -32,6 +32,7 @@ const CudaPluginV1 kPlugin = {
     &CudaUnavailableReason,
     &CreateCudaDevice,
     &CudaWorkspaceBytes,
+    &CudaBf16StagingBytes,
     &NewNcclUniqueId,
     &CreateNccl,
     &CreateNcclBootstrap,
@@ -40,7 +41,7 @@ const CudaPluginV1 kPlugin = {
 }  // namespace
 }  // namespace trainc
 
-extern "C" __attribute__((visibility("default"))) const trainc::CudaPluginV1*
-trainc_cuda_plugin_v1() {
+extern "C" __attribute__((visibility("default"))) const trainc::CudaPluginV2*
+trainc_cuda_plugin_v2() {
   return &trainc::kPlugin;
 }

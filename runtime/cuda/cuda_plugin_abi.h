@@ -23,8 +23,8 @@
 #include "runtime/device/device.h"
 
 // Bump when the table below changes in any way (and rename the symbol).
-#define TRAINC_CUDA_PLUGIN_ABI_VERSION 1
-#define TRAINC_CUDA_PLUGIN_SYMBOL "trainc_cuda_plugin_v1"
+#define TRAINC_CUDA_PLUGIN_ABI_VERSION 2
+#define TRAINC_CUDA_PLUGIN_SYMBOL "trainc_cuda_plugin_v2"
 
 #define TRAINC_CUDA_PLUGIN_STR2(x) #x
 #define TRAINC_CUDA_PLUGIN_STR(x) TRAINC_CUDA_PLUGIN_STR2(x)
@@ -34,7 +34,7 @@
 
 namespace trainc {
 
-struct CudaPluginV1 {
+struct CudaPluginV2 {
   int abi_version;        // TRAINC_CUDA_PLUGIN_ABI_VERSION
   const char* toolchain;  // TRAINC_CUDA_PLUGIN_TOOLCHAIN as the plugin saw it
   bool built_with_cuda;   // false: the no-toolkit stand-ins (cuda.bzl)
@@ -45,6 +45,7 @@ struct CudaPluginV1 {
   absl::StatusOr<std::unique_ptr<Device>> (*create_device)(int local_rank);
   absl::StatusOr<int64_t> (*workspace_bytes)(const Plan& plan,
                                              const Instruction& instr);
+  absl::StatusOr<int64_t> (*bf16_staging_bytes)(const Plan& plan);
 
   // runtime/comm/nccl/nccl_communicator.h.
   absl::StatusOr<std::string> (*new_nccl_unique_id)();
@@ -57,6 +58,6 @@ struct CudaPluginV1 {
 }  // namespace trainc
 
 // Exported by libtrainc_cuda.so (its only exported symbol); never null.
-extern "C" const trainc::CudaPluginV1* trainc_cuda_plugin_v1();
+extern "C" const trainc::CudaPluginV2* trainc_cuda_plugin_v2();
 
 #endif  // TRAINC_RUNTIME_CUDA_CUDA_PLUGIN_ABI_H_

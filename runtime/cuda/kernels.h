@@ -34,10 +34,11 @@ int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols);
 // y[r, c] += bias[c]: the epilogue when cublasLt has no bias algorithm.
 cudaError_t LaunchBiasAdd(float* y, const float* bias, int64_t rows,
                           int64_t cols, cudaStream_t stream);
-// y[r, c] = bias[c] rounded to bf16 (y bf16): the addend of a bf16 GEMM
-// with beta 1, when cublasLt has no bias algorithm for a bf16 output.
-cudaError_t LaunchBiasRowsBf16(void* y, const float* bias, int64_t rows, int64_t cols,
-                               cudaStream_t stream);
+// y[r, c] = bias[c] rounded to bf16 (y bf16; bias f32, or bf16 when
+// `bias_bf16`): the addend of a bf16 GEMM with beta 1, when cublasLt has no
+// bias algorithm for a bf16 output.
+cudaError_t LaunchBiasRowsBf16(void* y, const void* bias, bool bias_bf16, int64_t rows,
+                               int64_t cols, cudaStream_t stream);
 // out[c] (+)= sum_r x[r, c]; `scratch` holds ColumnSumScratchFloats floats.
 cudaError_t LaunchColumnSum(const float* x, int64_t rows, int64_t cols,
                             float* out, bool accumulate, float* scratch,
@@ -57,6 +58,10 @@ cudaError_t LaunchPointwise(KernelOp op, const float* a, const float* b, float* 
 // to nearest even; the bits of the f32 launcher on staged operands.
 cudaError_t LaunchPointwiseBf16(KernelOp op, const void* a, const void* b, void* y, int64_t n,
                                 bool accumulate, cudaStream_t s);
+// The same with some operands f32 and some bf16: bit 0, 1, 2 of `bf16`
+// for a, b, y (copy_grad of an f32 gradient into a bf16 one).
+cudaError_t LaunchPointwiseMixed(KernelOp op, const void* a, const void* b, void* y, int64_t n,
+                                 bool accumulate, unsigned bf16, cudaStream_t s);
 
 // ---- elementwise.cu ------------------------------------------------------
 // dst[i] = src[i] + src[count + i] + ... (slots 0..n-1 in order); dst may
@@ -91,8 +96,9 @@ cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
 // add_layernorm: sum = a + b, rounded to bf16 when `round_sum` (a bf16
 // sum's f32 staging: what the layernorm of the unfused plan would read),
 // then LaunchLayerNorm's arithmetic on it into y, mean and rstd, the row
-// held in registers: one warp per row, one pass over a and b.
-cudaError_t LaunchAddLayerNorm(const float* a, const float* b, const float* gamma,
+// held in registers: one warp per row, one pass over a and b. b is f32,
+// or bf16 when `b_bf16` (a bf16 branch added to an f32 residual stream).
+cudaError_t LaunchAddLayerNorm(const float* a, const void* b, bool b_bf16, const float* gamma,
                                const float* beta, float* sum, float* y, float* mean,
                                float* rstd, int64_t rows, int64_t d, float eps,
                                bool round_sum, cudaStream_t s);

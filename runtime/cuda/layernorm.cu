@@ -78,9 +78,9 @@ __global__ void LayerNormKernel(const float* x, const float* gamma,
 // `round_sum`, as a bf16 sum is stored and read back), written once and
 // normalized from registers: the layernorm's three passes never read it
 // from memory. kPerLane 0 (rows wider than the registers hold): each lane
-// reads back the elements it wrote.
-template <int kPerLane>
-__global__ void AddLayerNormKernel(const float* a, const float* b, const float* gamma,
+// reads back the elements it wrote. b is f32 or bf16 (TB), widened exactly.
+template <int kPerLane, typename TB>
+__global__ void AddLayerNormKernel(const float* a, const TB* b, const float* gamma,
                                    const float* beta, float* sum, float* y, float* mean,
                                    float* rstd, int64_t rows, int64_t d, float eps,
                                    bool round_sum) {
@@ -88,11 +88,11 @@ __global__ void AddLayerNormKernel(const float* a, const float* b, const float* 
   if (row >= rows) return;
   const int lane = threadIdx.x % kWarpSize;
   const float* ar = a + row * d;
-  const float* br = b + row * d;
+  const TB* br = b + row * d;
   float* sr = sum + row * d;
   float v[kPerLane > 0 ? kPerLane : 1];
   ForLaneElements<kPerLane>(lane, d, [&](int t, int64_t j) {
-    float s = pointwise::Add::F(ar[j], br[j]);
+    float s = pointwise::Add::F(ar[j], ToF32(br[j]));
     if (round_sum) s = ToF32(FromF32<__nv_bfloat16>(s));
     sr[j] = s;
     if constexpr (kPerLane > 0) v[t] = s;
@@ -108,12 +108,19 @@ __global__ void AddLayerNormKernel(const float* a, const float* b, const float* 
 }
 
 template <int kPerLane>
-cudaError_t LaunchAddLayerNormOf(const float* a, const float* b, const float* gamma,
+cudaError_t LaunchAddLayerNormOf(const float* a, const void* b, bool b_bf16, const float* gamma,
                                  const float* beta, float* sum, float* y, float* mean,
                                  float* rstd, int64_t rows, int64_t d, float eps,
                                  bool round_sum, cudaStream_t s) {
-  AddLayerNormKernel<kPerLane><<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
-      a, b, gamma, beta, sum, y, mean, rstd, rows, d, eps, round_sum);
+  if (b_bf16) {
+    AddLayerNormKernel<kPerLane><<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+        a, static_cast<const __nv_bfloat16*>(b), gamma, beta, sum, y, mean, rstd, rows, d, eps,
+        round_sum);
+  } else {
+    AddLayerNormKernel<kPerLane><<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
+        a, static_cast<const float*>(b), gamma, beta, sum, y, mean, rstd, rows, d, eps,
+        round_sum);
+  }
   return cudaGetLastError();
 }
 
@@ -242,7 +249,7 @@ cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchAddLayerNorm(const float* a, const float* b, const float* gamma,
+cudaError_t LaunchAddLayerNorm(const float* a, const void* b, bool b_bf16, const float* gamma,
                                const float* beta, float* sum, float* y, float* mean,
                                float* rstd, int64_t rows, int64_t d, float eps,
                                bool round_sum, cudaStream_t s) {
@@ -251,8 +258,8 @@ cudaError_t LaunchAddLayerNorm(const float* a, const float* b, const float* gamm
   const int64_t per_lane = (d + kWarpSize - 1) / kWarpSize;
 #define TRAINC_ADD_LAYERNORM_IF_FITS(n)                                                    \
   if (per_lane <= n) {                                                                     \
-    return LaunchAddLayerNormOf<n>(a, b, gamma, beta, sum, y, mean, rstd, rows, d, eps,    \
-                                   round_sum, s);                                          \
+    return LaunchAddLayerNormOf<n>(a, b, b_bf16, gamma, beta, sum, y, mean, rstd, rows, d, \
+                                   eps, round_sum, s);                                     \
   }
   TRAINC_ADD_LAYERNORM_IF_FITS(8)
   TRAINC_ADD_LAYERNORM_IF_FITS(16)
@@ -261,7 +268,7 @@ cudaError_t LaunchAddLayerNorm(const float* a, const float* b, const float* gamm
   TRAINC_ADD_LAYERNORM_IF_FITS(48)
   TRAINC_ADD_LAYERNORM_IF_FITS(64)
 #undef TRAINC_ADD_LAYERNORM_IF_FITS
-  return LaunchAddLayerNormOf<0>(a, b, gamma, beta, sum, y, mean, rstd, rows, d, eps,
+  return LaunchAddLayerNormOf<0>(a, b, b_bf16, gamma, beta, sum, y, mean, rstd, rows, d, eps,
                                  round_sum, s);
 }
 

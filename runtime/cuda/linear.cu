@@ -13,11 +13,12 @@ __global__ void BiasAddKernel(float* y, const float* bias, int64_t rows,
   TRAINC_GRID_STRIDE(i, rows * cols) { y[i] += bias[i % cols]; }
 }
 
-// y[r, c] = bias[c] rounded to bf16: the C that a bf16 GEMM with beta 1
-// adds its product to (exact for a bias that was bf16).
-__global__ void BiasRowsBf16Kernel(__nv_bfloat16* y, const float* bias, int64_t rows,
+// y[r, c] = bias[c] as bf16: the C that a bf16 GEMM with beta 1 adds its
+// product to (exact for a bias that is or was bf16).
+template <typename T>
+__global__ void BiasRowsBf16Kernel(__nv_bfloat16* y, const T* bias, int64_t rows,
                                    int64_t cols) {
-  TRAINC_GRID_STRIDE(i, rows * cols) { y[i] = __float2bfloat16_rn(bias[i % cols]); }
+  TRAINC_GRID_STRIDE(i, rows * cols) { y[i] = FromF32<__nv_bfloat16>(ToF32(bias[i % cols])); }
 }
 
 template <typename T>
@@ -42,10 +43,16 @@ cudaError_t LaunchBiasAdd(float* y, const float* bias, int64_t rows,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchBiasRowsBf16(void* y, const float* bias, int64_t rows, int64_t cols,
-                               cudaStream_t stream) {
-  BiasRowsBf16Kernel<<<ElementwiseBlocks(rows * cols), kBlockSize, 0, stream>>>(
-      static_cast<__nv_bfloat16*>(y), bias, rows, cols);
+cudaError_t LaunchBiasRowsBf16(void* y, const void* bias, bool bias_bf16, int64_t rows,
+                               int64_t cols, cudaStream_t stream) {
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(y);
+  if (bias_bf16) {
+    BiasRowsBf16Kernel<<<ElementwiseBlocks(rows * cols), kBlockSize, 0, stream>>>(
+        out, static_cast<const __nv_bfloat16*>(bias), rows, cols);
+  } else {
+    BiasRowsBf16Kernel<<<ElementwiseBlocks(rows * cols), kBlockSize, 0, stream>>>(
+        out, static_cast<const float*>(bias), rows, cols);
+  }
   return cudaGetLastError();
 }
 

@@ -241,6 +241,7 @@ absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device) {
   options.default_machine = kind == DeviceKind::kCuda ? "h100_nvlink_ib" : "cpu_loopback";
   if (kind == DeviceKind::kCuda) {
     options.workspace = CudaWorkspaceBytes;
+    options.bf16_staging = CudaBf16StagingBytes;
   } else {
     options.workspace = cpu::WorkspaceBytes;
     options.writes_next_outputs = cpu::ConvAbsorbsNextRelu;

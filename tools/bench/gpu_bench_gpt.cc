@@ -41,6 +41,7 @@ absl::StatusOr<Plan> CompileGpt(const GptModel& m, int64_t micro_batch) {
                                {"precision", "bf16"}};
   PlanOptions options;
   options.workspace = CudaWorkspaceBytes;
+  options.bf16_staging = CudaBf16StagingBytes;
   options.default_machine = "h100_nvlink_ib";
   return PlanFile(m.train_file, overrides, options);
 }

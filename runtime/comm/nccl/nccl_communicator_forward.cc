@@ -8,19 +8,19 @@
 namespace trainc {
 
 absl::StatusOr<std::string> NewNcclUniqueId() {
-  ASSIGN_OR_RETURN(const CudaPluginV1* plugin, CudaPlugin());
+  ASSIGN_OR_RETURN(const CudaPluginV2* plugin, CudaPlugin());
   return plugin->new_nccl_unique_id();
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     int rank, int world_size, int local_rank, const std::string& unique_id) {
-  ASSIGN_OR_RETURN(const CudaPluginV1* plugin, CudaPlugin());
+  ASSIGN_OR_RETURN(const CudaPluginV2* plugin, CudaPlugin());
   return plugin->create_nccl(rank, world_size, local_rank, unique_id);
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     int rank, int world_size, int local_rank, Communicator& bootstrap) {
-  ASSIGN_OR_RETURN(const CudaPluginV1* plugin, CudaPlugin());
+  ASSIGN_OR_RETURN(const CudaPluginV2* plugin, CudaPlugin());
   return plugin->create_nccl_bootstrap(rank, world_size, local_rank, bootstrap);
 }
 
