@@ -16,7 +16,8 @@
 namespace trainc::bench {
 
 absl::StatusOr<Timing> TimeSteps(const Plan& plan, Device& device, BatchSource& batches,
-                                 const ExecutorOptions& options, int warmup, int iters) {
+                                 const ExecutorOptions& options, int warmup, int iters,
+                                 bool feed_ahead) {
   Executor executor(plan, &device, /*comm=*/nullptr, /*tracer=*/nullptr, options);
   absl::Status s = executor.Prepare();
   if (!s.ok()) return s;
@@ -24,7 +25,8 @@ absl::StatusOr<Timing> TimeSteps(const Plan& plan, Device& device, BatchSource& 
   absl::Time start;
   for (int step = 1; step <= warmup + iters; ++step) {
     if (step == warmup + 1) start = absl::Now();
-    absl::StatusOr<double> loss = executor.RunStep({step, 1e-3}, batches);
+    BatchSource* next = feed_ahead && step < warmup + iters ? &batches : nullptr;
+    absl::StatusOr<double> loss = executor.RunStep({step, 1e-3}, batches, next);
     if (!loss.ok()) return loss.status();
     if (!std::isfinite(*loss)) {
       return absl::InternalError(absl::StrCat("step ", step, ": loss ", *loss));

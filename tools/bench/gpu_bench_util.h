@@ -23,9 +23,13 @@ struct Timing {
 };
 
 // `warmup` untimed then `iters` timed optimizer steps of `plan` on
-// `device` (Prepare, weights and batch included).
+// `device` (Prepare, weights and batch included). `feed_ahead`: each step
+// is given the next one's batches (the same source), which a replay feeds
+// while it runs, as the trainer does; false: each replay's batch is
+// uploaded before it.
 absl::StatusOr<Timing> TimeSteps(const Plan& plan, Device& device, BatchSource& batches,
-                                 const ExecutorOptions& options, int warmup, int iters);
+                                 const ExecutorOptions& options, int warmup, int iters,
+                                 bool feed_ahead = true);
 
 // A reference script's output: each "RESULT name v1 v2 ..." line as its
 // name and numbers; a "SKIP why" line (or no result) gives *why.
