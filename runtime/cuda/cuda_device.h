@@ -18,8 +18,9 @@
 // at the next Synchronize(), the only point the host waits anyway.
 //
 // CUDA graphs: the Device's step-capture hooks (device.h) are real here.
-// Uploads inside the graph read fixed device-side input slots that
-// BeginReplayInputs' uploads refill; the learning rate and step live in
+// Uploads inside the graph read device-side input slots, two sets of them:
+// BeginReplayInputs' uploads fill the set the running replay does not
+// read, on a copy stream of their own; the learning rate and step live in
 // device memory, written by Replay. NCCL calls on the comm stream are
 // captured with the step (NCCL >= 2.9.6). SubmitTimed does not time inside
 // a capture (a graph is one unit on the timeline).

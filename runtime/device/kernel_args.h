@@ -48,8 +48,10 @@ struct Bf16Operand {
   float* f32 = nullptr;   // its staging
   int64_t elems = 0;
   bool output = false;
-  // A backend that reads this input as bf16 itself (CUDA's bf16 GEMMs)
-  // sets it: no widening, the staging is left unused.
+  // A backend whose kernel reads or writes this operand as bf16 itself
+  // (CUDA's) sets it before AssignBf16Staging: the operand gets no staging,
+  // no widening or rounding around the kernel, and its x / y slot keeps the
+  // tensor's address.
   bool native = false;
 };
 
