@@ -189,6 +189,7 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status EndCapture() override;
   absl::Status BeginReplayInputs() override;
   absl::Status EndReplayInputs() override;
+  void* UploadBuffer(int64_t bytes) override;
   absl::Status Replay(const StepState& state) override;
   absl::Status DropCapture() override;
 

@@ -87,6 +87,21 @@ absl::Status CudaDeviceImpl::BeginReplayInputs() {
   return absl::OkStatus();
 }
 
+// The pinned buffer the next FeedInput copies from, for the loader to
+// gather into (its first use allocates it).
+void* CudaDeviceImpl::UploadBuffer(int64_t bytes) {
+  if (!feeding_ || next_input_slot_ >= input_slots_.size()) return nullptr;
+  InputSlot& slot = input_slots_[next_input_slot_];
+  if (slot.bytes != bytes) return nullptr;  // FeedInput will say so
+  void*& pinned = slot.pinned[fill_set_];
+  if (pinned == nullptr &&
+      cudaMallocHost(&pinned, static_cast<size_t>(bytes > 0 ? bytes : 1)) != cudaSuccess) {
+    cudaGetLastError();
+    pinned = nullptr;  // FeedInput tries again and reports it
+  }
+  return pinned;
+}
+
 absl::Status CudaDeviceImpl::FeedInput(int64_t offset, const void* src, int64_t bytes) {
   if (next_input_slot_ >= input_slots_.size()) {
     return absl::FailedPreconditionError(
@@ -103,7 +118,7 @@ absl::Status CudaDeviceImpl::FeedInput(int64_t offset, const void* src, int64_t 
   if (pinned == nullptr) {
     CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned, static_cast<size_t>(bytes > 0 ? bytes : 1)));
   }
-  std::memcpy(pinned, src, static_cast<size_t>(bytes));
+  if (src != pinned) std::memcpy(pinned, src, static_cast<size_t>(bytes));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.device[fill_set_], pinned,
                                        static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
                                        copy_));

@@ -86,8 +86,17 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
           absl::StrCat("a batch of ", indices.size(), " examples does not fit "
                        "input buffer '", b.name, "' of ", rows, " rows"));
     }
-    // Zero the padding rows too: the previous batch must not leak into them.
-    staging_.assign(rows * width * 4, 0);
+    // Gathered where the device copies from (pinned memory), or into our
+    // own. Zero the padding rows too: the previous batch must not leak
+    // into them.
+    const int64_t bytes = rows * width * 4;
+    char* data = static_cast<char*>(device.UploadBuffer(bytes));
+    if (data != nullptr) {
+      std::memset(data, 0, static_cast<size_t>(bytes));
+    } else {
+      staging_.assign(bytes, 0);
+      data = staging_.data();
+    }
     const bool augment = first_example >= 0 && field == Field::kFeatures &&
                          b.kind == BufferKind::kInput && b.shape.size() == 4 &&
                          (plan.data.random_crop > 0 || plan.data.random_flip);
@@ -97,7 +106,7 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
         return absl::OutOfRangeError(absl::StrCat(
             "example ", i, " is outside the data set of ", dataset_->size()));
       }
-      char* row = staging_.data() + r * width * 4;
+      char* row = data + r * width * 4;
       switch (field) {
         case Field::kFeatures:
           if (augment) {
@@ -131,7 +140,7 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
           break;
       }
     }
-    RETURN_IF_ERROR(device.Upload(b.offset, staging_.data(), staging_.size()));
+    RETURN_IF_ERROR(device.Upload(b.offset, data, bytes));
   }
   return absl::OkStatus();
 }

@@ -200,6 +200,40 @@ TEST(TrainBatchSourceTest, ServesTokenWindows) {
   }
 }
 
+// A device that hands out a buffer of its own to gather into (as the CUDA
+// device does with its pinned input slots), still holding the last batch.
+class BufferingDevice : public HostTestDevice {
+ public:
+  void* UploadBuffer(int64_t bytes) override {
+    buffer.assign(bytes, 0x5a);  // dirty: padding rows must be zeroed
+    return buffer.data();
+  }
+  absl::Status Upload(int64_t offset, const void* src, int64_t bytes) override {
+    in_place += src == buffer.data();
+    return HostTestDevice::Upload(offset, src, bytes);
+  }
+  std::vector<char> buffer;
+  int in_place = 0;
+};
+
+// The loader gathers straight into the device's buffer (no copy of its
+// own) and uploads from there: the same rows, padding zeroed.
+TEST(LoaderTest, GathersIntoTheDevicesUploadBuffer) {
+  Dataset data = Tiny();
+  Plan plan = PlanWith({MakeBuffer(0, "x", BufferKind::kInput, DType::kF32, {3, 3}, 0),
+                        MakeBuffer(1, "y", BufferKind::kLabel, DType::kI32, {3}, 64)});
+  HostTestDevice plain;
+  BufferingDevice buffering;
+  for (Device* device : {static_cast<Device*>(&plain), static_cast<Device*>(&buffering)}) {
+    ASSERT_TRUE(device->AllocateArena(plan.arena_bytes).ok());
+    ASSERT_TRUE(FillMicroBatch(data, {1, 0}, plan, *device).ok());  // 2 of 3 rows
+  }
+  EXPECT_EQ(buffering.in_place, 2);
+  EXPECT_EQ(std::vector<char>(plain.arena(), plain.arena() + plan.arena_bytes),
+            std::vector<char>(buffering.arena(), buffering.arena() + plan.arena_bytes));
+  EXPECT_EQ(buffering.At<float>(0)[8], 0.0f);  // the padding row
+}
+
 TEST(TrainBatchSourceTest, FillsThisRanksMicroBatches) {
   // 10 examples of 3 features, example i has label i % 10.
   std::vector<float> features;

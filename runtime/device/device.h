@@ -157,6 +157,12 @@ class Device {
   virtual absl::Status BeginReplayInputs() {
     return absl::UnimplementedError(name() + ": step capture");
   }
+  // Where the data of the next Upload, of `bytes`, may be gathered in
+  // place: host memory the device copies from itself (the CUDA device's
+  // pinned buffer of the input slot being fed, inside an input window), or
+  // null (gather into your own memory). Upload(offset, that pointer,
+  // bytes) then makes no host copy. Valid until that Upload.
+  virtual void* UploadBuffer(int64_t /*bytes*/) { return nullptr; }
   // Closes the input window: the uploads made in it are held for the
   // next Replay, and later uploads go to the arena.
   virtual absl::Status EndReplayInputs() {
