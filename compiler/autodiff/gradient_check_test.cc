@@ -520,7 +520,8 @@ double CheckSourceGradients(const std::string& source, int64_t index_range,
 }
 
 // The linear and its gelu run as one linear_gelu (fusion = true), the
-// backward reading its pre-activation.
+// backward reading its pre-activation; the classifier's input gradient and
+// the gelu's gradient as one linear_grad_input_gelu.
 TEST(SourceGradientCheck, GeluTanhAndLinearWithoutBias) {
   CheckSourceGradients(Source(R"(
   input  x: f32[6]
@@ -529,7 +530,7 @@ TEST(SourceGradientCheck, GeluTanhAndLinearWithoutBias) {
   logits = linear(h, 3)
   loss   = cross_entropy(logits, y)
 )", 3),
-                       3, {"linear_gelu", "gelu_tanh_grad", "linear_grad_params"});
+                       3, {"linear_gelu", "linear_grad_input_gelu", "linear_grad_params"});
 }
 
 // A Llama-style pre-norm block: RMSNorm, no biases.
@@ -679,12 +680,13 @@ constexpr char kGpt[] = R"(
 )";
 
 // Every residual sum and its layernorm run as one add_layernorm
-// (fusion = true): h.0's is wte + wpe.
+// (fusion = true): h.0's is wte + wpe; c_proj's input gradient and the
+// gelu's gradient as one linear_grad_input_gelu.
 const std::vector<std::string> kGptOps = {
     "embedding",      "position_embedding", "add_layernorm",
     "attention",      "linear_gelu",
     "cross_entropy_fused", "embedding_grad",  "position_embedding_grad",
-    "attention_grad", "gelu_tanh_grad",     "layernorm_grad_input",
+    "attention_grad", "linear_grad_input_gelu", "layernorm_grad_input",
     "layernorm_grad_params", "linear_grad_params", "linear_grad_input",
     "copy_grad"};
 

@@ -262,6 +262,19 @@ absl::Status RefLinearGradInput(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
+// linear_grad_input into dh, then gelu_tanh_grad(dh, pre) into dpre
+// (out[0]; out[1] is the backend's workspace).
+absl::Status RefLinearGradInputGelu(const std::string& op, const Attrs& attr,
+                                    const std::vector<TensorRef>& in,
+                                    const std::vector<TensorRef>& out, bool acc) {
+  std::vector<double> dh(out[0].size());
+  const TensorRef product{dh.data(), out[0].shape};
+  const absl::Status linear = RefLinearGradInput(op, attr, {in[0], in[1]}, {product}, false);
+  if (!linear.ok()) return linear;
+  Pointwise<pointwise::GeluTanhGrad, 2>({product, in[2]}, {out[0]}, acc);
+  return absl::OkStatus();
+}
+
 absl::Status RefLinearGradParams(const std::string& op, const Attrs& attr,
                                  const std::vector<TensorRef>& in,
                                  const std::vector<TensorRef>& out, bool acc) {
@@ -766,6 +779,7 @@ const std::map<std::string, RefOp>& ReferenceOps() {
       {"linear", &RefLinear},
       {"linear_gelu", &RefLinearGelu},
       {"linear_grad_input", &RefLinearGradInput},
+      {"linear_grad_input_gelu", &RefLinearGradInputGelu},
       {"linear_grad_params", &RefLinearGradParams},
       {"softmax", &RefSoftmax},
       {"softmax_grad", &RefSoftmaxGrad},

@@ -1,5 +1,6 @@
 // Small helpers the rewriting passes share (dead code, fusion:
-// fuse_classifier.h, fuse_linear_gelu.h, fuse_add_layernorm.h).
+// fuse_classifier.h, fuse_linear_gelu.h, fuse_linear_gelu_grad.h,
+// fuse_add_layernorm.h).
 #ifndef TRAINC_COMPILER_GRAPH_REWRITE_H_
 #define TRAINC_COMPILER_GRAPH_REWRITE_H_
 

@@ -78,6 +78,16 @@ Cost LinearGradParamsCost(const std::vector<Shape>& in,
                           const std::vector<Shape>& out) {
   return LinearGrad(in, out, out[0]);
 }
+// linear_grad_input_gelu: linear_grad_input's flops and gelu_tanh_grad's
+// over dpre; bytes are what the one instruction moves (dy, w, pre read;
+// dpre written: dh, the product, is neither written nor read back, which
+// is the fusion's saving; the workspace, empty unless dpre accumulates, is
+// not counted).
+Cost LinearGradInputGeluCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  const Cost product = LinearGrad(in, {out[0]}, in[1]);
+  const Cost gelu = Elementwise<25>({out[0], in[2]}, {out[0]});
+  return {product.flops + gelu.flops, Bytes(in, {out[0]})};
+}
 // attention: qkv[B, T, (H + 2 KV) d] -> y[B, T, H d], lse[B, H, T]. The
 // products skip the tiles above the diagonal on both backends: Q K^T and
 // P V over the causal triangle, 2 B H d T (T + 1) / 2 flops each. The
@@ -158,6 +168,15 @@ std::vector<OpDef> MakeOps() {
        "the backward's gelu_tanh_grad reads; made by the linear-gelu fusion "
        "(compiler/graph/fuse_linear_gelu.h), never differentiated",
        {}, {}, false, LinearGeluCost, false, {}, /*fused=*/true},
+      {"linear_grad_input_gelu", 3, 3, 2, 2, false, kMatmul,
+       "dy[.., out], w[out, in], pre[.., in] -> dpre[.., in], workspace: dh = "
+       "linear_grad_input(dy, w), dpre = gelu_tanh_grad(dh, pre), one instruction; dh "
+       "has dpre's dtype (under bf16 the product is rounded to bf16 before the gelu's "
+       "gradient reads it) and is not stored; the workspace holds dh where dpre "
+       "accumulates (sized by the backend, empty otherwise); made by the backward "
+       "linear-gelu fusion (compiler/graph/fuse_linear_gelu_grad.h), never "
+       "differentiated; acc",
+       {}, {}, false, LinearGradInputGeluCost, /*workspace=*/true, {}, /*fused=*/true},
       // --- elementwise ---
       {"relu", 1, 1, 1, 1, false, kElem, "x -> y", {},
        {{"relu_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<1>},

@@ -120,7 +120,8 @@ struct OpDef {
   std::vector<int> f32_outputs = {};
   // Made by a fusion pass after autodiff from ops that are differentiated
   // (compiler/graph/fuse_classifier.h, fuse_linear_gelu.h,
-  // fuse_add_layernorm.h): has no gradient rule of its own.
+  // fuse_linear_gelu_grad.h, fuse_add_layernorm.h): has no gradient rule
+  // of its own.
   bool fused = false;
   // {output, input}: the kernel may write that output over that input
   // (same size and dtype; each element read before it is written). The

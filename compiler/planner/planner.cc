@@ -18,6 +18,7 @@
 #include "compiler/graph/fuse_add_layernorm.h"
 #include "compiler/graph/fuse_classifier.h"
 #include "compiler/graph/fuse_linear_gelu.h"
+#include "compiler/graph/fuse_linear_gelu_grad.h"
 #include "compiler/graph/graph.h"
 #include "compiler/graph/lower.h"
 #include "compiler/graph/pass.h"
@@ -284,6 +285,12 @@ absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptio
   }
   if (spec.train.fusion) pipeline.Add(std::make_unique<FuseClassifier>());
   if (spec.train.fusion) pipeline.Add(std::make_unique<FuseLinearGelu>());
+  // After MixedPrecision (the bf16 casts it reads, dh's dtype) and after
+  // FuseLinearGelu (its test of pre's readers takes gelu_tanh_grad, not
+  // the fused node); before Recompute, which copies forward nodes only and
+  // gives the fused backward node the copies the two would read
+  // (fuse_linear_gelu_grad.h).
+  if (spec.train.fusion) pipeline.Add(std::make_unique<FuseLinearGeluGrad>());
   const std::vector<std::string>& recompute =
       spec.train.recompute ? spec.model.repeat_blocks : spec.model.recompute_blocks;
   if (!recompute.empty()) pipeline.Add(std::make_unique<Recompute>(recompute));

@@ -68,6 +68,9 @@ const std::map<std::string, Example>& Examples() {
       // 8 outputs: on CUDA the cublasLt GELU_AUX_BIAS epilogue (its aux
       // leading dimension must be a multiple of 8).
       {"linear_gelu", {{{{4, 3}}, {{8, 3}}, {{8}}}, {{{4, 8}}, {{4, 8}}}, {}}},
+      // 16 inputs: on CUDA the cublasLt DGELU epilogue (its aux leading
+      // dimension, in, must be a multiple of 8).
+      {"linear_grad_input_gelu", {{{{4, 8}}, {{8, 16}}, {{4, 16}}}, {{{4, 16}}, W()}, {}}},
       {"layernorm", {{{{4, 6}}, {{6}}, {{6}}}, {{{4, 6}}, {{4}}, {{4}}}, {{"eps", 1e-5}}}},
       // 37 features: more than a warp's 32 lanes, not a multiple of them.
       {"add_layernorm",
@@ -582,6 +585,49 @@ TEST(OpConformance, AddLayerNormIsTheAddThenTheLayerNormBitForBit) {
                                                     &norm.outputs[1], &norm.outputs[2]};
         for (size_t j = 0; j < unfused.size(); ++j) {
           EXPECT_EQ(fused.outputs[j].data, unfused[j]->data) << "output " << j;
+        }
+      }
+    }
+  }
+}
+
+// linear_grad_input_gelu (the plan's backward linear-gelu fusion) gives the
+// bits of linear_grad_input into dh and then gelu_tanh_grad(dh, pre), each
+// run as its own instruction, on the CPU: operands f32, or all bf16 (dh
+// then a bf16 tensor in the unfused plan, rounded before the gelu's
+// gradient reads it); writing dpre or accumulating into it (dh in the
+// workspace); in a multiple of 8 or not, dpre over one or several of the
+// kernel's blocks. On CUDA (the DGELU epilogue: the product not rounded,
+// cuBLASLt's GELU) as close as the bf16 policy asks.
+TEST(OpConformance, LinearGradInputGeluIsTheTwoBitForBit) {
+  for (const Backend& backend : Backends()) {
+    for (const int64_t in : {16, 37}) {
+      for (const bool bf16 : {false, true}) {
+        for (const bool accumulate : {false, true}) {
+          SCOPED_TRACE(absl::StrCat(backend.name, " in ", in, " bf16 ", bf16, " accumulate ",
+                                    accumulate));
+          std::mt19937 rng(11);
+          const int64_t rows = 40, out = 24;
+          const Operand batch_in{{rows, in}};
+          const std::map<std::string, double> acc = {{"accumulate", accumulate ? 1 : 0}};
+          const Tensor dy = RandomTensor(Operand{{rows, out}}, rng, bf16);
+          const Tensor w = RandomTensor(Operand{{out, in}}, rng, bf16);
+          const Tensor pre = RandomTensor(batch_in, rng, bf16);
+          const Tensor prior = RandomTensor(batch_in, rng, bf16);
+          auto all = [bf16](bool, int) { return bf16; };
+          Call product{"linear_grad_input", {{"accumulate", 0}}, {dy, w},
+                       {{batch_in, std::vector<double>(rows * in)}}};
+          ASSERT_TRUE(RunOn(backend, product, all).ok());
+          Call grad{"gelu_tanh_grad", acc, {product.outputs[0], pre}, {prior}};
+          ASSERT_TRUE(RunOn(backend, grad, all).ok());
+          Call fused{"linear_grad_input_gelu", acc, {dy, w, pre}, {prior, Tensor{W(), {}}}};
+          const absl::Status run = RunOn(backend, fused, all);
+          ASSERT_TRUE(run.ok()) << run;
+          if (backend.name == "cpu") {
+            EXPECT_EQ(fused.outputs[0].data, grad.outputs[0].data);
+          } else {
+            ExpectClose(fused, grad, bf16 ? 1.0 / 64 : 1e-3, backend.name);
+          }
         }
       }
     }

@@ -1,5 +1,6 @@
 #include "runtime/cpu/cpu_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -30,6 +31,45 @@ void RoundStagedOutput(const Bf16Operand& o, int64_t begin, int64_t n) {
   WidenBf16(bf16, n, o.f32 + begin);
 }
 
+// linear_grad_input_gelu(dy, w, pre) -> dpre: the unfused plan's two
+// kernels in order, linear_grad_input into dh and then gelu_tanh_grad(dh,
+// pre) as that instruction would read dh (under bf16, dpre staged, dh was
+// a bf16 tensor: rounded first), so the fused plan trains on the unfused
+// plan's bits. dh is the workspace where dpre accumulates; otherwise it is
+// dpre itself, each block of it copied aside (the pointwise kernel's
+// operands do not alias) before the gradient overwrites it.
+absl::Status LinearGradInputGelu(const KernelArgs& k) {
+  const PointwiseFn gelu_grad = PointwiseKernel(Op::kGeluTanhGrad);
+  const bool round = StagedOutput(k, 0) != nullptr;
+  const int64_t n = k.rows * k.in;
+  auto read_dh = [round](const float* dh, int64_t count, float* to) {
+    for (int64_t i = 0; i < count; ++i) to[i] = round ? Bf16ToFloat(FloatToBf16(dh[i])) : dh[i];
+  };
+  if (k.accumulate) {
+    if (k.workspace_bytes < LinearGradInputGeluWorkspaceBytes(k)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cpu: linear_grad_input_gelu accumulating needs a workspace of ",
+          LinearGradInputGeluWorkspaceBytes(k),
+          " bytes, the plan has ", k.workspace_bytes,
+          ": compile the plan with the CPU's workspace sizes (PlanOptions::workspace)"));
+    }
+    float* dh = reinterpret_cast<float*>(k.workspace);
+    LinearGradInput(k.x[0], k.x[1], k.rows, k.in, k.out, false, dh);
+    read_dh(dh, n, dh);
+    gelu_grad(dh, k.x[2], n, true, k.y[0]);
+    return Ok();
+  }
+  LinearGradInput(k.x[0], k.x[1], k.rows, k.in, k.out, false, k.y[0]);
+  constexpr int64_t kBlock = 1024;
+  float dh[kBlock];
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t count = std::min(kBlock, n - at);
+    read_dh(k.y[0] + at, count, dh);
+    gelu_grad(dh, k.x[2] + at, count, false, k.y[0] + at);
+  }
+  return Ok();
+}
+
 absl::Status Linear(const KernelCall& c) {
   const KernelArgs& k = c.k;
   switch (k.op) {
@@ -49,6 +89,8 @@ absl::Status Linear(const KernelCall& c) {
     case Op::kLinearGradInput:
       LinearGradInput(k.x[0], k.x[1], k.rows, k.in, k.out, k.accumulate, k.y[0]);
       break;
+    case Op::kLinearGradInputGelu:
+      return LinearGradInputGelu(k);
     default:
       LinearGradParams(k.x[0], k.x[1], k.rows, k.in, k.out, k.accumulate, k.y[0], k.y[1]);
   }
@@ -277,7 +319,8 @@ KernelTable<CpuKernel> MakeTable() {
     const Op op = static_cast<Op>(i);
     if (PointwiseArity(op) > 0 && PointwiseKernel(op) != nullptr) t[op] = &Pointwise;
   }
-  for (Op op : {Op::kLinear, Op::kLinearGelu, Op::kLinearGradInput, Op::kLinearGradParams}) {
+  for (Op op : {Op::kLinear, Op::kLinearGelu, Op::kLinearGradInput, Op::kLinearGradInputGelu,
+                Op::kLinearGradParams}) {
     t[op] = &Linear;
   }
   for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams,

@@ -508,6 +508,7 @@ std::vector<bool> BlockedBuffers(const Plan& plan) {
 absl::StatusOr<int64_t> WorkspaceBytes(const Plan& plan, const Instruction& instr) {
   absl::StatusOr<KernelArgs> k = DescribeKernel(plan, instr, "cpu");
   if (!k.ok()) return k.status();
+  if (k->op == KernelOp::kLinearGradInputGelu) return LinearGradInputGeluWorkspaceBytes(*k);
   if (!IsDnnlOp(k->op)) return 0;
   // With and without a fused relu (CpuDeviceOptions::fuse_conv_relu).
   const std::vector<bool> blocked = BlockedBuffers(plan);

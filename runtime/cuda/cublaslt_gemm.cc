@@ -1,11 +1,13 @@
 // CudaDeviceImpl's matrix products through cuBLAS and cublasLt: the linear
 // ops (a cublasLt matmul with fused bias/ReLU, or bias/GELU writing the
-// pre-activation too for linear_gelu; or cublasGemmEx).
+// pre-activation too for linear_gelu, or the GELU gradient reading it for
+// linear_grad_input_gelu; or cublasGemmEx).
 #include "runtime/cuda/cuda_device_impl.h"
 
 #include <cstdint>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/kernels.h"
@@ -35,10 +37,23 @@ void CudaDeviceImpl::ReleaseLtMatmuls() {
 // plan's gelu_tanh reads it rounded to bf16; and its GELU is its own tanh
 // form, not compiler/ops/pointwise.h's: the fused instruction is close to,
 // not the bits of, the unfused two on the GPU.
+//
+// linear_grad_input_gelu: dx[B,in] = dy[B,out] w[out,in] is DX'[in,B] =
+// W'[in,out] DY'[out,B] (transa = N, transb = N, m = in, n = B, k = out),
+// and the DGELU epilogue multiplies it by gelu_tanh'(pre) into dpre: pre
+// is the aux input, [in, B] with leading dimension in (the forward's
+// layout: in is the forward's out), of D's type, which cublasLt takes only
+// when in is a multiple of 8. The product is not rounded to bf16 before
+// the gradient, where the unfused plan's dh is a bf16 tensor, and the GELU
+// is cublasLt's: close to, not the bits of, the unfused two. It cannot
+// accumulate (the epilogue would apply to the sum): an accumulating one,
+// in not a multiple of 8 or no algorithm is RunLinearGradInputGelu's
+// fallback.
 absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
                                            int* index) {
   const int64_t rows = k.rows, in = k.in, out = k.out;
-  const bool bias = k.x[2] != nullptr, relu = k.relu_in_gemm;
+  const bool dgelu = k.op == Op::kLinearGradInputGelu;
+  const bool bias = !dgelu && k.x[2] != nullptr, relu = k.relu_in_gemm;
   const bool gelu = k.op == Op::kLinearGelu;
   LtMatmul m;
   auto keep = [&] {
@@ -48,6 +63,7 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
   };
   // No aux layout cublasLt accepts: RunLinear's fallback.
   if (gelu && out % 8 != 0) return keep();
+  if (dgelu && (in % 8 != 0 || k.accumulate)) return keep();
   auto fail = [&](absl::Status s) {
     m.Destroy();
     return s;
@@ -65,11 +81,12 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
       tf32 && ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   RETURN_IF_ERROR(lt_ok(cublasLtMatmulDescCreate(&m.desc, compute, CUDA_R_32F),
                         "cublasLtMatmulDescCreate"));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const cublasOperation_t ta = dgelu ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
   RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA"));
   RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB"));
   const cublasLtEpilogue_t epilogue =
-      gelu   ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+      dgelu  ? CUBLASLT_EPILOGUE_DGELU
+      : gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
       : bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
              : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "EPILOGUE"));
@@ -82,20 +99,25 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, k.x[2], "BIAS_POINTER"));
   }
   const cudaDataType_t d_type = OutType(k);
-  if (gelu) {
-    // pre: [out, B] with leading dimension out, of D's type (said
-    // outright; its pointer set now, as the bias's).
-    const void* aux = LinearPre(k);
-    const int64_t aux_ld = out;
+  if (gelu || dgelu) {
+    // pre: [out, B] with leading dimension out (linear_grad_input_gelu's:
+    // [in, B], ld in), of D's type (said outright; its pointer set now, as
+    // the bias's).
+    const void* aux = dgelu ? static_cast<const void*>(k.x[2]) : LinearPre(k);
+    const int64_t aux_ld = dgelu ? in : out;
     const cudaDataType_t aux_type = d_type;
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "AUX_POINTER"));
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld, "AUX_LD"));
     RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, aux_type, "AUX_DATA_TYPE"));
   }
   RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, ab, in, out, in), "layout A"));
-  RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.b, ab, in, rows, in), "layout B"));
+  // B and D: X'[in, B] and Y'[out, B]; for the input gradient DY'[out, B]
+  // and DX'[in, B].
+  const int64_t b_rows = dgelu ? out : in, d_rows = dgelu ? in : out;
+  RETURN_IF_ERROR(
+      lt_ok(cublasLtMatrixLayoutCreate(&m.b, ab, b_rows, rows, b_rows), "layout B"));
   RETURN_IF_ERROR(lt_ok(
-      cublasLtMatrixLayoutCreate(&m.d, d_type, out, rows, out),
+      cublasLtMatrixLayoutCreate(&m.d, d_type, d_rows, rows, d_rows),
       "layout D"));
   cublasLtMatmulPreference_t pref = nullptr;
   RETURN_IF_ERROR(lt_ok(cublasLtMatmulPreferenceCreate(&pref),
@@ -137,7 +159,7 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
 
 void UseBf16Gemm(Kernel& k) {
   if (k.op != Op::kLinear && k.op != Op::kLinearGelu && k.op != Op::kLinearGradInput &&
-      k.op != Op::kLinearGradParams) {
+      k.op != Op::kLinearGradInputGelu && k.op != Op::kLinearGradParams) {
     return;
   }
   // Before the staging: a bf16 operand's x / y slot holds its tensor.
@@ -162,13 +184,25 @@ void UseBf16Gemm(Kernel& k) {
   for (int j = 0; j < outputs; ++j) {
     if (output[j] == nullptr) return;
   }
+  if (k.op == Op::kLinearGradInputGelu) {
+    // pre, the epilogue's aux (and the fallback's gelu_tanh_grad operand),
+    // has dpre's type: bf16 with dpre, or both staged.
+    for (int i = 0; i < k.num_bf16; ++i) {
+      Bf16Operand& o = k.bf16[i];
+      if (!o.output && k.x[2] == o.bf16) {
+        k.pre_bf16 = true;
+        o.native = true;
+      }
+    }
+    if (!k.pre_bf16) return;
+  }
   for (int j = 0; j < outputs; ++j) {
     k.gemm_out_bf16[j] = output[j]->bf16;
     output[j]->native = true;
   }
   // A bf16 bias beside bf16 outputs: cublasLt reads it as bf16 (widened
   // exactly, added in f32).
-  for (int i = 0; i < k.num_bf16; ++i) {
+  for (int i = 0; i < k.num_bf16 && k.op != Op::kLinearGradInputGelu; ++i) {
     Bf16Operand& o = k.bf16[i];
     if (!o.output && k.x[2] != nullptr && k.x[2] == o.bf16) {
       k.bias_bf16 = true;
@@ -213,27 +247,31 @@ absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
   return absl::OkStatus();
 }
 
-absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
+absl::StatusOr<bool> CudaDeviceImpl::RunLtMatmul(const Kernel& k) {
   LtMatmul& m = lt_matmuls_[k.lt];
+  if (!m.usable) return false;
   void* d = LinearOutput(k);
-  if (m.usable) {
-    // The bias pointer is in the descriptor since BuildLtMatmul.
-    const float alpha = 1.0f, beta = 0.0f;
-    const cublasStatus_t st =
-        cublasLtMatmul(lt_, m.desc, &alpha, GemmOperand(k, 1), m.a, GemmOperand(k, 0), m.b,
-                       &beta, d, m.d, d, m.d, &m.algo, blas_workspace_,
-                       kBlasWorkspaceBytes, compute_);
-    // An algorithm the heuristic offered but the call rejects (nothing was
-    // enqueued) is not fatal: this linear uses cublasGemmEx from now on.
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
-        st == CUBLAS_STATUS_INVALID_VALUE) {
-      m.usable = false;
-    } else if (st != CUBLAS_STATUS_SUCCESS) {
-      return cuda::CublasErrorToStatus(st, "cublasLtMatmul", __FILE__,
-                                       __LINE__);
-    }
+  // The bias and aux pointers are in the descriptor since BuildLtMatmul.
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t st =
+      cublasLtMatmul(lt_, m.desc, &alpha, GemmOperand(k, 1), m.a, GemmOperand(k, 0), m.b,
+                     &beta, d, m.d, d, m.d, &m.algo, blas_workspace_,
+                     kBlasWorkspaceBytes, compute_);
+  // An algorithm the heuristic offered but the call rejects (nothing was
+  // enqueued) is not fatal: this instruction uses cublasGemmEx from now on.
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+    m.usable = false;
+    return false;
   }
-  if (m.usable) return RunFusedActivation(k);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    return cuda::CublasErrorToStatus(st, "cublasLtMatmul", __FILE__, __LINE__);
+  }
+  return true;
+}
+
+absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
+  ASSIGN_OR_RETURN(const bool ran, RunLtMatmul(k));
+  if (ran) return RunFusedActivation(k);
   if (k.gemm_out_bf16[0] != nullptr) return RunLinearBf16Fallback(k);
   RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1), k.in,
                        GemmOperand(k, 0), k.in, 0.0f, k.y[0], k.out, GemmType(k)));
@@ -256,6 +294,45 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
         cuda::LaunchPointwise(KernelOp::kGeluTanh, k.y[0], nullptr, k.y[1], n, false, compute_));
   }
   return RunFusedActivation(k);
+}
+
+// linear_grad_input_gelu: one cublasLt GEMM with the DGELU epilogue, or
+// the unfused plan's kernels: the GEMM into dh (dpre itself, or where dpre
+// accumulates the instruction's workspace), of dpre's type, then
+// gelu_tanh_grad(dh, pre) into dpre (each element read before it is
+// written). Staged (bf16 dpre not native): dh rounded to bf16 first, as
+// the unfused plan's bf16 dh, through dpre's bf16 tensor (overwritten by
+// the staging after the kernel).
+absl::Status CudaDeviceImpl::RunLinearGradInputGelu(const Kernel& k) {
+  ASSIGN_OR_RETURN(const bool ran, RunLtMatmul(k));
+  if (ran) return absl::OkStatus();
+  const int64_t n = k.rows * k.in;
+  void* dh = LinearOutput(k);
+  if (k.accumulate) {
+    if (k.workspace_bytes < LinearGradInputGeluWorkspaceBytes(k)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cuda: linear_grad_input_gelu accumulating needs a workspace of ",
+          LinearGradInputGeluWorkspaceBytes(k), " bytes, the plan has ", k.workspace_bytes,
+          ": compile the plan with the GPU's workspace sizes (PlanOptions::workspace)"));
+    }
+    dh = k.workspace;
+  }
+  RETURN_IF_ERROR(Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.in, k.rows, k.out, GemmOperand(k, 1), k.in,
+                       GemmOperand(k, 0), k.out, 0.0f, dh, k.in, GemmType(k), OutType(k)));
+  if (k.gemm_out_bf16[0] != nullptr) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchPointwiseBf16(KernelOp::kGeluTanhGrad, dh, k.x[2],
+                                                   k.gemm_out_bf16[0], n, k.accumulate,
+                                                   compute_));
+    return absl::OkStatus();
+  }
+  float* dh_f32 = static_cast<float*>(dh);
+  if (const Bf16Operand* dpre = StagedOutput(k, 0)) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchToBf16(dh_f32, dpre->bf16, n, compute_));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchFromBf16(dpre->bf16, dh_f32, n, compute_));
+  }
+  CUDA_RETURN_IF_ERROR(cuda::LaunchPointwise(KernelOp::kGeluTanhGrad, dh_f32, k.x[2], k.y[0], n,
+                                             k.accumulate, compute_));
+  return absl::OkStatus();
 }
 
 // Without a cublasLt algorithm, bf16 outputs: the bias rounded to bf16

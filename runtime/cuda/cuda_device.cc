@@ -167,6 +167,7 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
       case Op::kLinear:
       case Op::kLinearGelu:
       case Op::kLinearGradInput:
+      case Op::kLinearGradInputGelu:
       case Op::kLinearGradParams:
         if (k.rows > INT32_MAX || k.in > INT32_MAX || k.out > INT32_MAX) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -246,7 +247,9 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   }
   RETURN_IF_ERROR(CheckKernelTable(plan, kernels, name_));
   for (Kernel& k : kernels) {
-    if (k.op != Op::kLinear && k.op != Op::kLinearGelu) continue;
+    if (k.op != Op::kLinear && k.op != Op::kLinearGelu && k.op != Op::kLinearGradInputGelu) {
+      continue;
+    }
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));
   }
   RETURN_IF_ERROR(EnsureKernelScratch(scratch_floats));
@@ -320,6 +323,10 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
 }  // namespace cuda_internal
 
 absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& plan, const Instruction& instr) {
+  if (instr.op == "linear_grad_input_gelu") {
+    ASSIGN_OR_RETURN(const KernelArgs k, DescribeKernel(plan, instr, "cuda"));
+    return LinearGradInputGeluWorkspaceBytes(k);
+  }
   return cuda::CudnnWorkspaceBytes(plan, instr);
 }
 

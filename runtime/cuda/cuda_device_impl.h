@@ -58,7 +58,8 @@ using Op = KernelOp;
 
 // A forward linear as one cublasLt call: y = x w^T + b (D = op(A) B + bias
 // in cuBLAS's column-major view, see Prepare), optionally with ReLU; or
-// linear_gelu's GEMM with the GELU epilogue writing pre as its aux.
+// linear_gelu's GEMM with the GELU epilogue writing pre as its aux; or
+// linear_grad_input_gelu's dy w with the DGELU epilogue reading pre.
 struct LtMatmul {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -91,6 +92,9 @@ struct Kernel : KernelArgs {
   void* gemm_out_bf16[2] = {nullptr, nullptr};
   // ... and then a bf16 bias read as it is (x[2] holds the tensor).
   bool bias_bf16 = false;
+  // ... linear_grad_input_gelu with bf16 dpre: its bf16 pre read as it is
+  // (x[2] holds the tensor), the DGELU epilogue's aux of D's type.
+  bool pre_bf16 = false;
   // precision = bf16, cross_entropy_fused whose logits and dlogits are
   // bf16: both as the bf16 tensors (UseBf16Classifier).
   const void* logits_bf16 = nullptr;
@@ -117,7 +121,9 @@ struct Kernel : KernelArgs {
 // precision = bf16: a linear op whose two GEMM operands are both bf16
 // reads them as they are (Kernel::gemm_bf16), the bias gradient's column
 // sum reading dy as bf16 too; its bf16 outputs are cuBLAS's D (and
-// linear_gelu's aux), unless an activation fused into the linear reads y.
+// linear_gelu's aux), unless an activation fused into the linear reads y;
+// linear_grad_input_gelu's bf16 dpre with its bf16 pre (the DGELU aux),
+// both or neither.
 // (cublaslt_gemm.cc)
 void UseBf16Gemm(Kernel& k);
 
@@ -239,6 +245,11 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status EnsureKernelScratch(int64_t floats);
   absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
   absl::Status RunLinear(const Kernel& k);
+  absl::Status RunLinearGradInputGelu(const Kernel& k);
+  // Runs lt_matmuls_[k.lt] when usable (alpha 1, beta 0): false when it
+  // has no algorithm, or cublasLt rejects the call (nothing enqueued; the
+  // kernel falls back from then on).
+  absl::StatusOr<bool> RunLtMatmul(const Kernel& k);
   absl::Status RunLinearBf16Fallback(const Kernel& k);
   absl::Status RunFusedActivation(const Kernel& k);
   // RunKernel's kernel proper, on f32 operands (bf16 ones staged): the

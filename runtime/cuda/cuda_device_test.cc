@@ -1518,7 +1518,8 @@ TEST(CudaBf16Test, NativeKernelsNeedNoStaging) {
         ResolveKernels(*plan, fake_arena, plan->arena_bytes, "cuda");
     ASSERT_TRUE(kernels.ok()) << kernels.status();
     const std::set<std::string> native_ops = {
-        "linear", "linear_gelu", "linear_grad_input", "linear_grad_params", "attention",
+        "linear", "linear_gelu", "linear_grad_input", "linear_grad_input_gelu",
+        "linear_grad_params", "attention",
         "attention_grad", "cross_entropy_fused", "gelu_tanh_grad", "add", "copy_grad",
         "add_layernorm"};
     int64_t all_staged = 0, cuda_staged = 0, checked = 0;

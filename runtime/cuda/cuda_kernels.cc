@@ -68,6 +68,8 @@ struct CudaKernels {
       case Op::kLinear:
       case Op::kLinearGelu:  // one cublasLt GEMM with the GELU epilogue
         return d.RunLinear(k);
+      case Op::kLinearGradInputGelu:  // ... with the DGELU epilogue
+        return d.RunLinearGradInputGelu(k);
       case Op::kLinearGradInput:
         // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B]
         // (a bf16 dx: accumulated in f32 onto the widened old dx, rounded once).
@@ -292,7 +294,8 @@ struct CudaKernels {
     for (int i = 0; i < kNumKernelOps; ++i) {
       if (PointwiseArity(static_cast<Op>(i)) > 0) t[static_cast<Op>(i)] = &Pointwise;
     }
-    for (Op op : {Op::kLinear, Op::kLinearGelu, Op::kLinearGradInput, Op::kLinearGradParams}) {
+    for (Op op : {Op::kLinear, Op::kLinearGelu, Op::kLinearGradInput, Op::kLinearGradInputGelu,
+                  Op::kLinearGradParams}) {
       t[op] = &Linear;
     }
     for (Op op : {Op::kDropout, Op::kDropoutGrad}) t[op] = &Dropout;

@@ -65,6 +65,22 @@ std::string ResolveGrads(const Plan& plan, const Bucket& bucket, int id, KernelA
   return "";
 }
 
+// An op with a workspace (ops::OpDef::workspace): its last output, the
+// plan's reservation, as KernelArgs::workspace rather than a y slot.
+template <typename Fail>
+absl::Status TakeWorkspace(const Plan& plan, const Instruction& instr, const Fail& fail,
+                           KernelArgs& k) {
+  const size_t last = instr.outputs.size() - 1;
+  const Buffer& workspace = plan.buffers[instr.outputs[last]];
+  if (workspace.kind != BufferKind::kWorkspace) {
+    return fail("the last output is not a workspace buffer");
+  }
+  k.workspace = reinterpret_cast<char*>(k.y[last]);
+  k.y[last] = nullptr;  // at most 4 outputs
+  k.workspace_bytes = workspace.bytes;
+  return absl::OkStatus();
+}
+
 // Convolution and pooling: the geometry from the image-side buffer, the
 // weight and the attributes, checked against the other side.
 template <typename Fail>
@@ -76,13 +92,7 @@ absl::Status ResolveWindow(const Plan& plan, const Instruction& instr,
     auto it = instr.attrs.find(name);
     return it == instr.attrs.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
   };
-  const Buffer& workspace = out_buf(static_cast<int>(instr.outputs.size()) - 1);
-  if (workspace.kind != BufferKind::kWorkspace) {
-    return fail("the last output is not a workspace buffer");
-  }
-  k.workspace = reinterpret_cast<char*>(k.y[instr.outputs.size() - 1]);
-  k.y[instr.outputs.size() - 1] = nullptr;  // at most 3 outputs
-  k.workspace_bytes = workspace.bytes;
+  RETURN_IF_ERROR(TakeWorkspace(plan, instr, fail, k));
 
   WindowGeometry& g = k.window;
   const bool conv = k.op == KernelOp::kConv2d || k.op == KernelOp::kConv2dGradInput ||
@@ -189,6 +199,7 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
     case KernelOp::kLinear:
     case KernelOp::kLinearGelu:
     case KernelOp::kLinearGradInput:
+    case KernelOp::kLinearGradInputGelu:
     case KernelOp::kLinearGradParams: {
       // The weight fixes [out, in]; the batch is whatever is left.
       const Buffer& w =
@@ -213,6 +224,11 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr,
         else if (Elements(in_buf(2)) != k.out) return fail("bias size");
       } else if (k.op == KernelOp::kLinearGradInput) {
         if (Elements(out_buf(0)) != k.rows * k.in) return fail("dx size");
+      } else if (k.op == KernelOp::kLinearGradInputGelu) {
+        // dy, w, pre -> dpre, workspace (dh where dpre accumulates).
+        if (Elements(in_buf(2)) != k.rows * k.in) return fail("pre size");
+        if (Elements(out_buf(0)) != k.rows * k.in) return fail("dpre size");
+        RETURN_IF_ERROR(TakeWorkspace(plan, instr, fail, k));
       } else {
         if (Elements(in_buf(1)) != k.rows * k.in) return fail("x size");
         if (instr.outputs.size() < 2) k.y[1] = nullptr;  // no bias
@@ -699,6 +715,10 @@ void AssignBf16Staging(KernelArgs& k, char* staging) {
       if (y == o.bf16 && o.output) y = o.f32;
     }
   }
+}
+
+int64_t LinearGradInputGeluWorkspaceBytes(const KernelArgs& k) {
+  return k.accumulate ? k.rows * k.in * static_cast<int64_t>(sizeof(float)) : 0;
 }
 
 const Bf16Operand* StagedOutput(const KernelArgs& k, int j) {

@@ -131,6 +131,11 @@ int64_t Bf16StagingBytes(const KernelArgs& k);  // one instruction's
 void AssignBf16Staging(std::vector<KernelArgs>& kernels, char* staging);
 void AssignBf16Staging(KernelArgs& k, char* staging);  // one instruction's
 
+// linear_grad_input_gelu: the workspace its kernels need on either
+// backend, room for dh in f32 where dpre accumulates (the product cannot be
+// formed in dpre then); 0 otherwise, dh being formed in dpre.
+int64_t LinearGradInputGeluWorkspaceBytes(const KernelArgs& k);
+
 // precision = bf16: the operand staged behind output y[j] (its f32 staging
 // is y[j]), or null when that output is not a staged bf16 tensor. A kernel
 // that reads back its own output (linear_gelu's pre, add_layernorm's sum)

@@ -22,6 +22,7 @@
   X(LinearGradInput, linear_grad_input)                 \
   X(LinearGradParams, linear_grad_params)               \
   X(LinearGelu, linear_gelu)                            \
+  X(LinearGradInputGelu, linear_grad_input_gelu)        \
   X(LayerNorm, layernorm)                               \
   X(LayerNormGradInput, layernorm_grad_input)           \
   X(LayerNormGradParams, layernorm_grad_params)         \

@@ -1,10 +1,12 @@
 """The plan's fusion (`fusion = true`, the default): cross_entropy and its
 gradient as one instruction (compiler/graph/fuse_classifier.h), each
-MLP's linear with its tanh GELU (compiler/graph/fuse_linear_gelu.h), and
-each residual add with the layernorm of its sum
-(compiler/graph/fuse_add_layernorm.h). The fused plan trains on the same
-bits as the unfused one (fp32, bf16 and fp32 with recomputation, two
-ranks, all three fusions), the plan file shows the fused instructions, and
+MLP's linear with its tanh GELU (compiler/graph/fuse_linear_gelu.h), in
+the backward each MLP's projection input gradient with the GELU's gradient
+(compiler/graph/fuse_linear_gelu_grad.h), and each residual add with the
+layernorm of its sum (compiler/graph/fuse_add_layernorm.h). The fused plan
+trains on the same bits as the unfused one (fp32, bf16 and fp32 with
+recomputation, two ranks, all four fusions), the plan file shows the
+fused instructions, and
 under bf16 the memory report drops the f32 probabilities of GPT-2 small's
 50,257-wide logits, the gradient taking the logits' own bytes."""
 import re
@@ -52,6 +54,38 @@ class FusionTest(unittest.TestCase):
         # Each layer's c_fc and its gelu (tiny_gpt: 4 layers) as one.
         self.assertEqual(mlp["true"], ["linear_gelu", "linear"])
         self.assertEqual(mlp["false"], ["linear", "gelu_tanh", "linear"])
+
+    def test_the_plan_shows_the_backward_fused_instruction(self):
+        def plan(*flags):
+            path = f"{self.dir}/backward.plan"
+            e2e.train(GPT, *flags, "--accumulate", 2, "--compile-only", "-o", path)
+            with open(path) as f:
+                return f.read()
+
+        def mlp_backward(text):
+            return re.findall(r"^instr \d+ op=(\w+) .*phase=backward micro=(\d) .*"
+                              r'label="grad/h\.0\.mlp\.', text, re.M)
+        # h.0's c_proj input gradient and its gelu's gradient (dh, the
+        # gradient of c_proj's input, read by the gelu's gradient alone) as
+        # one, in each micro-step; recomputed too.
+        unfused = ["copy_grad", "linear_grad_params", "linear_grad_input", "gelu_tanh_grad",
+                   "linear_grad_params"]
+        fused = ["copy_grad", "linear_grad_params", "linear_grad_input_gelu",
+                 "linear_grad_params"]
+        self.assertEqual(mlp_backward(plan("--fusion", "false")),
+                         [(op, m) for m in "01" for op in unfused])
+        self.assertEqual(mlp_backward(plan()), [(op, m) for m in "01" for op in fused])
+        text = plan("--recompute", "true")
+        self.assertEqual(mlp_backward(text), [(op, m) for m in "01" for op in fused])
+        # Recomputed, it reads the micro-step's recomputed pre-activation.
+        names = {m.group(1): m.group(2) for m in
+                 re.finditer(r"^buffer (\d+) name=(\S+) ", text, re.M)}
+        ins = re.findall(r"^instr \d+ op=linear_grad_input_gelu .*micro=(\d) "
+                         r"in=(\d+),(\d+),(\d+) ", text, re.M)
+        self.assertEqual([(m, names[dy], names[w], names[pre]) for m, dy, w, pre in ins],
+                         [(m, f"grad/h.{i}.mlp.c_proj@{m}", f"h.{i}.mlp.c_proj.weight",
+                           f"h.{i}.mlp.c_fc.recompute@{m}")
+                          for m in "01" for i in (3, 2, 1, 0)])
 
     def test_the_plan_shows_each_residual_sum_and_its_layernorm_as_one(self):
         def norms(*flags):
@@ -101,6 +135,20 @@ class FusionTest(unittest.TestCase):
             # x, w, b as the linear's bf16 copies; pre and y bf16.
             self.assertEqual([dtype[b] for b in ins.split(",")], ["bf16"] * 3)
             self.assertEqual([dtype[b] for b in outs.split(",")], ["bf16"] * 2)
+
+    def test_bf16_linear_grad_input_gelu_reads_and_writes_bf16(self):
+        text, dtype = self.bf16_plan()
+        fused = re.findall(r"^instr \d+ op=linear_grad_input_gelu .* in=([\d,]+) "
+                           r"out=([\d,]+) ", text, re.M)
+        self.assertEqual(len(fused), 4)  # 4 layers, one micro-step
+        for ins, outs in fused:
+            # dy, the projection's weight as its bf16 copy, pre: bf16; dpre
+            # bf16 as the gelu's gradient wrote it (dh was bf16 too), and the
+            # f32 workspace, empty (dpre is written, not accumulated).
+            self.assertEqual([dtype[b] for b in ins.split(",")], ["bf16"] * 3)
+            self.assertEqual([dtype[b] for b in outs.split(",")], ["bf16", "f32"])
+        self.assertEqual(len(re.findall(r"^buffer \d+ .*kind=workspace .*bytes=0 ", text, re.M)),
+                         4)
 
     def test_bf16_add_layernorm_keeps_the_residual_stream_f32(self):
         text, dtype = self.bf16_plan()
