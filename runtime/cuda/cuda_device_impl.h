@@ -102,6 +102,8 @@ struct Kernel : KernelArgs {
   // precision = bf16, add_layernorm: b (x[1], holding the tensor) is bf16,
   // the rest f32 (UseBf16AddLayerNorm).
   bool add_b_bf16 = false;
+  // precision = bf16, reshape of a bf16 tensor into one (UseBf16Reshape).
+  bool reshape_bf16 = false;
   // precision = bf16, a pointwise op: bit 0, 1, 2 set where a, b, y is a
   // bf16 tensor (its x / y slot then holds it), which the kernel reads or
   // writes itself (UseBf16Pointwise); 0: f32 operands.
@@ -134,6 +136,10 @@ void UseBf16Classifier(Kernel& k);
 // precision = bf16: add_layernorm whose b alone is bf16 reads it as
 // such. (cuda_kernels.cc)
 void UseBf16AddLayerNorm(Kernel& k);
+
+// precision = bf16: reshape copies a bf16 tensor as it is.
+// (cuda_kernels.cc)
+void UseBf16Reshape(Kernel& k);
 
 // All of the rules above. (cuda_kernels.cc)
 void UseBf16(Kernel& k);

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan.h"
 #include "compiler/planner/planner.h"
@@ -1551,6 +1553,32 @@ TEST(CudaBf16Test, NativeKernelsNeedNoStaging) {
       EXPECT_GT(all_staged, int64_t{3} << 30);
     }
   }
+}
+
+// In a bf16 CNN only cuDNN's convolution and pooling and dropout keep f32
+// staging; the rest (reshape, linear, the pointwise ops, the classifier)
+// read and write bf16. Host-side rules: no GPU.
+TEST(CudaBf16Test, CnnStagesOnlyWindowOpsAndDropout) {
+  if (!cuda::KernelTableBuilt()) GTEST_SKIP() << "built without the CUDA toolkit";
+  absl::StatusOr<Plan> plan = CompileCnn(2, false, CpuWorkspace(), "bf16");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  char* const fake_arena = reinterpret_cast<char*>(uintptr_t{1} << 40);
+  absl::StatusOr<std::vector<KernelArgs>> kernels =
+      ResolveKernels(*plan, fake_arena, plan->arena_bytes, "cuda");
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  std::set<std::string> staged_ops, native_ops;
+  for (const KernelArgs& k : *kernels) {
+    const std::string& op = plan->instructions[&k - kernels->data()].op;
+    const std::vector<bool> native = cuda::NativeBf16Operands(k);
+    for (int i = 0; i < k.num_bf16; ++i) (native[i] ? native_ops : staged_ops).insert(op);
+  }
+  for (const std::string& op : staged_ops) {
+    EXPECT_TRUE(absl::StrContains(op, "conv2d") || absl::StrContains(op, "pool2d") ||
+                absl::StrContains(op, "dropout"))
+        << op << " keeps f32 staging";
+  }
+  EXPECT_TRUE(native_ops.count("reshape")) << absl::StrJoin(native_ops, " ");
+  EXPECT_TRUE(native_ops.count("linear")) << absl::StrJoin(native_ops, " ");
 }
 
 TEST(CudaBf16Test, GptMatchesCpu) {

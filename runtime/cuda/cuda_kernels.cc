@@ -19,6 +19,14 @@ void UseBf16(Kernel& k) {
   UseBf16Attention(k);
   UseBf16Classifier(k);
   UseBf16AddLayerNorm(k);
+  UseBf16Reshape(k);
+}
+
+void UseBf16Reshape(Kernel& k) {
+  // A copy: bf16 in and out move as 2-byte values, nothing widened.
+  if (k.op != Op::kReshape || k.num_bf16 != 2 || k.bf16[0].output || !k.bf16[1].output) return;
+  k.reshape_bf16 = true;
+  k.bf16[0].native = k.bf16[1].native = true;
 }
 
 void UseBf16AddLayerNorm(Kernel& k) {
@@ -278,7 +286,9 @@ struct CudaKernels {
   static absl::Status Reshape(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
     if (k.y[0] == k.x[0]) return absl::OkStatus();
-    return Launched(c, cudaMemcpyAsync(k.y[0], k.x[0], static_cast<size_t>(k.rows) * 4,
+    // bf16 in and out: the 2-byte values as they are (UseBf16Reshape).
+    const size_t width = k.reshape_bf16 ? 2 : 4;
+    return Launched(c, cudaMemcpyAsync(k.y[0], k.x[0], static_cast<size_t>(k.rows) * width,
                                        cudaMemcpyDeviceToDevice, d.compute_));
   }
 
