@@ -344,7 +344,8 @@ absl::StatusOr<Plan> LoadPlan(const Args& args, bool print_spec) {
         absl::StrCat(args.file, ": compilation failed"));
   }
   if (print_spec) std::cout << DescribeSpec(*result.spec) << "\n";
-  ASSIGN_OR_RETURN(PlanOptions options, PlanOptionsForDevice(args.train.device));
+  ASSIGN_OR_RETURN(PlanOptions options,
+                   PlanOptionsForDevice(args.train.device, args.compile_only));
   options.overlap = args.train.overlap;  // bucket_mb = auto costs what will run
   return BuildPlan(*result.spec, options);
 }

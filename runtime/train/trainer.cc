@@ -234,8 +234,10 @@ int ReceivedStopSignal() {
   return g_agreed_stop_signal != 0 ? g_agreed_stop_signal : g_stop_signal;
 }
 
-absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device) {
-  ASSIGN_OR_RETURN(const DeviceKind kind, ResolveDevice(device, 1));
+absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device, bool compile_only) {
+  const bool for_cuda = compile_only && device == DeviceKind::kCuda;
+  ASSIGN_OR_RETURN(const DeviceKind kind,
+                   for_cuda ? DeviceKind::kCuda : ResolveDevice(device, 1));
   PlanOptions options;
   // bucket_mb = auto without a train { machine }: the device's profile.
   options.default_machine = kind == DeviceKind::kCuda ? "h100_nvlink_ib" : "cpu_loopback";

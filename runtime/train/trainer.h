@@ -118,10 +118,12 @@ struct TrainSummary {
 
 // What the planner must know of the backend `device` (as --device) that
 // will run the plan: the workspace its
-// convolution and pooling libraries need (oneDNN, cuDNN), and the machine
-// profile bucket_mb = auto costs on when the file names none (cuda:
-// h100_nvlink_ib, cpu: cpu_loopback).
-absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device);
+// convolution and pooling libraries need (oneDNN, cuDNN), the bf16
+// staging it keeps, and the machine profile bucket_mb = auto costs on when
+// the file names none (cuda: h100_nvlink_ib, cpu: cpu_loopback).
+// `compile_only` (--compile-only): --device cuda needs no visible GPU; what
+// only a GPU can tell (cuDNN's workspace sizes) then fails, saying so.
+absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device, bool compile_only = false);
 
 // The signal (SIGTERM, SIGINT, SIGHUP) that stopped the last TrainRank, or
 // 0. Such a run stops on every rank at one step boundary, writes one

@@ -175,6 +175,27 @@ class PrecisionTest(unittest.TestCase):
         self.assertNotIn("fp32:", plain)
         self.assertNotIn("precision:", plain)
 
+    def test_a_plan_for_cuda_keeps_no_bf16_staging(self):
+        # The CUDA kernels read and write a GPT's bf16 operands themselves:
+        # a plan compiled for --device cuda (no GPU needed to compile it)
+        # counts no f32 staging beside the arena, one for the CPU does.
+        gpt = e2e.runfile("dsl_examples/tiny_gpt.train")
+        cpu = e2e.train(gpt, "--compile-only", "--precision", "bf16", "--device", "cpu").stdout
+        self.assertRegex(cpu, r"bf16 staging +[\d.]+ \w+")
+        cuda = e2e.train(gpt, "--compile-only", "--precision", "bf16", "--device", "cuda",
+                         check=False)
+        if "without the CUDA toolkit" in cuda.stdout:
+            self.skipTest("built without the CUDA toolkit")
+        self.assertEqual(cuda.returncode, 0, cuda.stdout)
+        self.assertIn("peak activations", cuda.stdout)
+        self.assertNotIn("bf16 staging", cuda.stdout)
+        # What only a GPU can say fails clearly without one: cuDNN's
+        # workspaces for a convolution.
+        cnn = e2e.train(e2e.runfile("dsl_examples/fashion_cnn.train"), "--compile-only",
+                        "--device", "cuda", check=False)
+        if cnn.returncode != 0:
+            self.assertIn("no CUDA GPU visible to size cuDNN's workspaces", cnn.stdout)
+
     def test_regression_on_a_computed_target_evaluates_in_bf16(self):
         # mse against a target the model computes: under bf16 that target
         # is a bf16 activation, and evaluation must widen it as it widens
