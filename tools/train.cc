@@ -177,7 +177,8 @@ OptionParser MakeParser(Args* args) {
       .TrainOverrides(&args->overrides)
       .Group("Run:")
       .Value({"--device"}, "cpu|cuda|auto",
-             "where to run (default auto: CUDA if a GPU is seen)",
+             "where to run (default auto: CUDA if a GPU is seen); with "
+             "--compile-only, what to compile for (cuda needs no GPU then)",
              [train](const std::string& v) -> absl::Status {
                const std::optional<DeviceKind> device = ParseEnum<DeviceKind>(v);
                if (!device) {
