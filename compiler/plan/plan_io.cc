@@ -844,15 +844,55 @@ absl::Status CheckPair(const Buffer& a, const Buffer& b) {
 // A live gradient (ZeRO-2) or parameter (ZeRO-3) must lie inside a live
 // bucket or parameter span, live no longer than it; it is then checked
 // through that container.
+// Live buffers that may hold others (spans, buckets), looked up by bytes:
+// a member's container starts at most the largest container's size before
+// the member ends, so only those are tried (a ZeRO-3 plan with accumulate
+// 64 has thousands of spans and of parameters gathered into them).
+class LiveContainers {
+ public:
+  explicit LiveContainers(std::vector<const Buffer*> containers)
+      : by_offset_(std::move(containers)) {
+    std::sort(by_offset_.begin(), by_offset_.end(), [](const Buffer* x, const Buffer* y) {
+      return x->offset != y->offset ? x->offset < y->offset : x->id < y->id;
+    });
+    for (const Buffer* c : by_offset_) largest_ = std::max(largest_, c->bytes);
+  }
+
+  // Whether a container that `fits` holds b's bytes and is live whenever b is.
+  template <typename Fits>
+  bool Hold(const Buffer& b, const Fits& fits) const {
+    const int64_t end = b.offset + b.bytes;
+    auto it = std::upper_bound(by_offset_.begin(), by_offset_.end(), b.offset,
+                               [](int64_t offset, const Buffer* c) { return offset < c->offset; });
+    while (it != by_offset_.begin()) {
+      const Buffer* c = *--it;
+      if (c->offset + largest_ < end) break;  // none further down reaches b's end
+      if (end <= c->offset + c->bytes && c->first_use <= b.first_use &&
+          b.last_use <= c->last_use && fits(*c)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  std::vector<const Buffer*> by_offset_;
+  int64_t largest_ = 0;
+};
+
 absl::Status CheckLiveMembers(const std::vector<const Buffer*>& members,
                               const std::vector<const Buffer*>& live) {
-  for (const Buffer* m : members) {
-    bool held = false;
-    for (const Buffer* c : live) {
-      held |= ContainerOf(c->kind, m->kind) && m->offset >= c->offset &&
-              m->offset + m->bytes <= c->offset + c->bytes && c->first_use <= m->first_use &&
-              m->last_use <= c->last_use;
+  std::vector<const Buffer*> candidates;
+  for (const Buffer* c : live) {
+    if (c->kind == BufferKind::kParameterSpan || c->kind == BufferKind::kBucket ||
+        c->kind == BufferKind::kStateSpan) {
+      candidates.push_back(c);
     }
+  }
+  const LiveContainers containers(std::move(candidates));
+  for (const Buffer* m : members) {
+    const bool held =
+        containers.Hold(*m, [m](const Buffer& c) { return ContainerOf(c.kind, m->kind); });
     if (!held) {
       return Invalid(absl::StrCat("buffer ", m->id, " (", m->name, ", ", BufferKindName(m->kind),
                                   ") is live but inside no live bucket or span that outlives it"));
@@ -898,33 +938,25 @@ bool IsLayout(const Plan& plan, const Buffer& b) {
          (b.kind == BufferKind::kParameterSpan || b.kind == BufferKind::kParameter);
 }
 
-// ZeRO-3 under bf16: a parameter's bf16 copy gathered inside a span, not
-// cast into a buffer of its own.
-bool InsideLiveSpan(const std::vector<const Buffer*>& spans, const Buffer& b) {
-  for (const Buffer* s : spans) {
-    if (b.offset >= s->offset && b.offset + b.bytes <= s->offset + s->bytes &&
-        b.first_use >= s->first_use && b.last_use <= s->last_use) {
-      return true;
-    }
-  }
-  return false;
-}
-
 absl::Status CheckArenaSharing(const Plan& plan) {
-  std::vector<const Buffer*> whole, live, members, spans;
+  std::vector<const Buffer*> whole, live, members, gathered;
   std::deque<Buffer> merged;
   const std::set<int> replaced = MergeInPlacePairs(plan, &merged);
   for (const Buffer& b : merged) live.push_back(&b);
   for (const Buffer& b : plan.buffers) {
-    if (b.kind == BufferKind::kParameterSpan && b.first_use >= 0) spans.push_back(&b);
+    if (b.kind == BufferKind::kParameterSpan && b.first_use >= 0) gathered.push_back(&b);
   }
+  // ZeRO-3 under bf16: a parameter's bf16 copy gathered inside a span, not
+  // cast into a buffer of its own.
+  const LiveContainers spans(std::move(gathered));
+  auto any = [](const Buffer&) { return true; };
   for (const Buffer& b : plan.buffers) {
     if (b.bytes <= 0 || replaced.count(b.id) || IsLayout(plan, b)) continue;
     if (b.first_use < 0) {
       whole.push_back(&b);
     } else {
       const bool member = b.kind == BufferKind::kGradient || b.kind == BufferKind::kParameter ||
-                          (b.kind == BufferKind::kParameterCopy && InsideLiveSpan(spans, b));
+                          (b.kind == BufferKind::kParameterCopy && spans.Hold(b, any));
       (member ? members : live).push_back(&b);
     }
   }

@@ -164,6 +164,25 @@ TEST(Zero2Plan, ValidationWantsEveryLiveGradientInsideALiveBucket) {
     break;
   }
   EXPECT_THAT(ValidatePlan(plan).message(), HasSubstr("inside no live bucket"));
+  // ... and inside its bytes: one moved to straddle its bucket's end is
+  // held by none.
+  plan = Build(Zero2Spec(ZeroAccumulate::kShard));
+  bool moved = false;
+  for (Buffer& g : plan.buffers) {
+    if (g.kind != BufferKind::kGradient || g.first_use < 0) continue;
+    for (const Buffer& c : plan.buffers) {
+      if (c.kind == BufferKind::kBucket && c.first_use >= 0 && c.first_use <= g.first_use &&
+          g.last_use <= c.last_use && c.offset <= g.offset &&
+          g.offset + g.bytes <= c.offset + c.bytes) {
+        g.offset = c.offset + c.bytes - g.bytes / 2;
+        moved = true;
+        break;
+      }
+    }
+    if (moved) break;
+  }
+  ASSERT_TRUE(moved);
+  EXPECT_THAT(ValidatePlan(plan).message(), HasSubstr("inside no live bucket"));
   plan = Build(Zero2Spec(ZeroAccumulate::kShard));
   plan.buckets[0].grad_shard = -1;
   EXPECT_THAT(ValidatePlan(plan).message(), HasSubstr("grad shard"));
