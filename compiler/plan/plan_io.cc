@@ -858,9 +858,10 @@ class LiveContainers {
     for (const Buffer* c : by_offset_) largest_ = std::max(largest_, c->bytes);
   }
 
-  // Whether a container that `fits` holds b's bytes and is live whenever b is.
+  // A container that `fits`, holds b's bytes and is live whenever b is;
+  // null if none.
   template <typename Fits>
-  bool Hold(const Buffer& b, const Fits& fits) const {
+  const Buffer* Holder(const Buffer& b, const Fits& fits) const {
     const int64_t end = b.offset + b.bytes;
     auto it = std::upper_bound(by_offset_.begin(), by_offset_.end(), b.offset,
                                [](int64_t offset, const Buffer* c) { return offset < c->offset; });
@@ -869,10 +870,10 @@ class LiveContainers {
       if (c->offset + largest_ < end) break;  // none further down reaches b's end
       if (end <= c->offset + c->bytes && c->first_use <= b.first_use &&
           b.last_use <= c->last_use && fits(*c)) {
-        return true;
+        return c;
       }
     }
-    return false;
+    return nullptr;
   }
 
  private:
@@ -891,8 +892,9 @@ absl::Status CheckLiveMembers(const std::vector<const Buffer*>& members,
   }
   const LiveContainers containers(std::move(candidates));
   for (const Buffer* m : members) {
-    const bool held =
-        containers.Hold(*m, [m](const Buffer& c) { return ContainerOf(c.kind, m->kind); });
+    const bool held = containers.Holder(*m, [m](const Buffer& c) {
+      return ContainerOf(c.kind, m->kind);
+    }) != nullptr;
     if (!held) {
       return Invalid(absl::StrCat("buffer ", m->id, " (", m->name, ", ", BufferKindName(m->kind),
                                   ") is live but inside no live bucket or span that outlives it"));
@@ -956,7 +958,7 @@ absl::Status CheckArenaSharing(const Plan& plan) {
       whole.push_back(&b);
     } else {
       const bool member = b.kind == BufferKind::kGradient || b.kind == BufferKind::kParameter ||
-                          (b.kind == BufferKind::kParameterCopy && spans.Hold(b, any));
+                          (b.kind == BufferKind::kParameterCopy && spans.Holder(b, any) != nullptr);
       (member ? members : live).push_back(&b);
     }
   }
@@ -1010,6 +1012,22 @@ absl::Status CheckArenaSharing(const Plan& plan) {
 }
 
 }  // namespace
+
+std::map<int, std::vector<int>> GatheredSpanViews(const Plan& plan) {
+  std::vector<const Buffer*> gathered;
+  for (const Buffer& b : plan.buffers) {
+    if (b.kind == BufferKind::kParameterSpan && b.first_use >= 0) gathered.push_back(&b);
+  }
+  const LiveContainers spans(std::move(gathered));
+  std::map<int, std::vector<int>> views;
+  for (const Buffer& v : plan.buffers) {
+    if (v.kind != BufferKind::kParameter || v.first_use < 0) continue;
+    if (const Buffer* span = spans.Holder(v, [](const Buffer&) { return true; })) {
+      views[span->id].push_back(v.id);
+    }
+  }
+  return views;
+}
 
 std::optional<std::pair<int, int>> InPlaceOperands(const Instruction& in) {
   const ops::OpDef* def = ops::FindOp(in.op);

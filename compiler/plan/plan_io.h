@@ -16,9 +16,11 @@
 #ifndef TRAINC_COMPILER_PLAN_PLAN_IO_H_
 #define TRAINC_COMPILER_PLAN_PLAN_IO_H_
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
@@ -41,6 +43,11 @@ absl::Status ValidatePlan(const Plan& plan);
 // {input buffer id, output buffer id}, or nullopt. Whether they do share
 // them is the planner's decision, which ValidatePlan checks.
 std::optional<std::pair<int, int>> InPlaceOperands(const Instruction& in);
+
+// ZeRO-3: each gathered parameter span's views (the parameter buffers
+// inside its bytes and live within it), by span id, found as ValidatePlan
+// finds them (O(n log n) in the plan's buffers).
+std::map<int, std::vector<int>> GatheredSpanViews(const Plan& plan);
 
 }  // namespace trainc
 

@@ -104,6 +104,26 @@ TEST(Zero3Plan, ParametersPersistOnlyAsShards) {
   }
 }
 
+// GatheredSpanViews (what viz draws a reader's edge from) pairs each
+// gathered span with the parameters inside it, as the scan above does.
+TEST(Zero3Plan, GatheredSpanViewsAreTheParametersInsideEachLiveSpan) {
+  const Plan plan = Build(Zero3Spec(1));
+  const std::map<int, std::vector<int>> views = GatheredSpanViews(plan);
+  size_t gathers = 0;
+  for (const Instruction& in : plan.instructions) {
+    if (in.op != "all_gather") continue;
+    ++gathers;
+    std::set<int> want = SpanAndViews(plan, in);
+    want.erase(in.outputs[0]);
+    EXPECT_FALSE(want.empty()) << in.label;
+    auto got = views.find(in.outputs[0]);
+    ASSERT_NE(got, views.end()) << in.label;
+    EXPECT_EQ(std::set<int>(got->second.begin(), got->second.end()), want) << in.label;
+  }
+  EXPECT_GT(gathers, 0u);
+  EXPECT_EQ(views.size(), gathers);
+}
+
 TEST(Zero3Plan, EachPassGathersBeforeItsReadersAndFreesTheSpanAfter) {
   const Plan plan = Build(Zero3Spec(1));
   std::map<int, int> first_backward;  // micro-step -> its first backward instruction

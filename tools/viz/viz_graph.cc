@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/plan/plan_io.h"
 #include "tools/viz/repeat_finder.h"
 
 namespace trainc::viz {
@@ -247,17 +248,7 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
   }
   // ZeRO-3: the parameter views inside each gathered span (live within it),
   // so that a reader's edge comes from the all_gather that filled it.
-  std::map<int, std::vector<int>> views_of_span;
-  for (const Buffer& span : plan.buffers) {
-    if (span.kind != BufferKind::kParameterSpan || span.first_use < 0) continue;
-    for (const Buffer& v : plan.buffers) {
-      if (v.kind == BufferKind::kParameter && v.first_use >= span.first_use &&
-          v.last_use <= span.last_use && v.offset >= span.offset &&
-          v.offset + v.bytes <= span.offset + span.bytes) {
-        views_of_span[span.id].push_back(v.id);
-      }
-    }
-  }
+  const std::map<int, std::vector<int>> views_of_span = GatheredSpanViews(plan);
   for (int i = 0; i < n; ++i) {
     const Instruction& in = instrs[i];
     std::string me = node_of(i);
