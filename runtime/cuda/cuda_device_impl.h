@@ -104,6 +104,9 @@ struct Kernel : KernelArgs {
   bool add_b_bf16 = false;
   // precision = bf16, reshape of a bf16 tensor into one (UseBf16Reshape).
   bool reshape_bf16 = false;
+  // precision = bf16, dropout(_grad) of a bf16 tensor into one
+  // (UseBf16Dropout).
+  bool dropout_bf16 = false;
   // precision = bf16, a pointwise op: bit 0, 1, 2 set where a, b, y is a
   // bf16 tensor (its x / y slot then holds it), which the kernel reads or
   // writes itself (UseBf16Pointwise); 0: f32 operands.
@@ -140,6 +143,10 @@ void UseBf16AddLayerNorm(Kernel& k);
 // precision = bf16: reshape copies a bf16 tensor as it is.
 // (cuda_kernels.cc)
 void UseBf16Reshape(Kernel& k);
+
+// precision = bf16: dropout and its gradient read and write bf16 x and y.
+// (cuda_kernels.cc)
+void UseBf16Dropout(Kernel& k);
 
 // All of the rules above. (cuda_kernels.cc)
 void UseBf16(Kernel& k);

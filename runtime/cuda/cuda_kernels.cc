@@ -20,6 +20,18 @@ void UseBf16(Kernel& k) {
   UseBf16Classifier(k);
   UseBf16AddLayerNorm(k);
   UseBf16Reshape(k);
+  UseBf16Dropout(k);
+}
+
+void UseBf16Dropout(Kernel& k) {
+  // x and y both bf16 (in x, y order), read and written as they are.
+  if ((k.op != Op::kDropout && k.op != Op::kDropoutGrad) || k.num_bf16 != 2 ||
+      k.bf16[0].output || k.bf16[0].bf16 != k.x[0] || !k.bf16[1].output ||
+      k.bf16[1].bf16 != k.y[0]) {
+    return;
+  }
+  k.dropout_bf16 = true;
+  k.bf16[0].native = k.bf16[1].native = true;
 }
 
 void UseBf16Reshape(Kernel& k) {
@@ -127,7 +139,7 @@ struct CudaKernels {
     const int64_t position =
         (static_cast<int64_t>(c.step.rank) * c.plan.accumulate + k.dropout.micro) *
         c.plan.micro_batch;
-    return Launched(c, cuda::LaunchDropout(k.x[0], k.y[0], k.rows, k.in,
+    return Launched(c, cuda::LaunchDropout(k.x[0], k.y[0], k.dropout_bf16, k.rows, k.in,
                                            c.step.training ? k.dropout.p : 0.0f,
                                            static_cast<uint64_t>(c.plan.seed), k.dropout.key,
                                            d.device_scalars_, c.plan.global_batch, position,

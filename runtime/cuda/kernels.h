@@ -180,8 +180,9 @@ struct OptimizerStepScalars;  // optimizer.cu, below
 // y (+)= x * DropoutFactor(seed, key, example, j, p) for x[batch,
 // per_example], example = (scalars->step - 1) * global_batch + position + b
 // (the step read from device memory, so a replayed CUDA graph draws each
-// step's own mask).
-cudaError_t LaunchDropout(const float* x, float* y, int64_t batch,
+// step's own mask). x and y f32, or both bf16 when `bf16` (widened on
+// load, rounded once on store).
+cudaError_t LaunchDropout(const void* x, void* y, bool bf16, int64_t batch,
                           int64_t per_example, float p, uint64_t seed,
                           uint32_t key, const OptimizerStepScalars* scalars,
                           int64_t global_batch, int64_t position,

@@ -172,7 +172,10 @@ EmbeddingGradScratch SplitEmbeddingGradScratch(void* scratch, size_t bytes,
   return s;
 }
 
-__global__ void DropoutKernel(const float* x, float* y, int64_t batch,
+// T: f32, or bf16 widened on load and rounded once on store (the staged
+// path's bits).
+template <typename T>
+__global__ void DropoutKernel(const T* x, T* y, int64_t batch,
                               int64_t per_example, float p, uint64_t seed,
                               uint32_t key,
                               const OptimizerStepScalars* scalars,
@@ -185,8 +188,8 @@ __global__ void DropoutKernel(const float* x, float* y, int64_t batch,
     // __fmul_rn: the product is rounded before the accumulating add, as on
     // the CPU; nvcc would otherwise fuse the two into one FMA (one rounding)
     // and the masks' bit-for-bit agreement with the CPU would be lost.
-    const float v = __fmul_rn(x[i], DropoutFactor(seed, key, base + b, j, p));
-    y[i] = accumulate ? y[i] + v : v;
+    const float v = __fmul_rn(ToF32(x[i]), DropoutFactor(seed, key, base + b, j, p));
+    y[i] = FromF32<T>(accumulate ? ToF32(y[i]) + v : v);
   }
 }
 
@@ -196,14 +199,21 @@ __global__ void DropoutKernel(const float* x, float* y, int64_t batch,
   kernel<<<ElementwiseBlocks(n), kBlockSize, 0, stream>>>(__VA_ARGS__); \
   return cudaGetLastError()
 
-cudaError_t LaunchDropout(const float* x, float* y, int64_t batch,
+cudaError_t LaunchDropout(const void* x, void* y, bool bf16, int64_t batch,
                           int64_t per_example, float p, uint64_t seed,
                           uint32_t key, const OptimizerStepScalars* scalars,
                           int64_t global_batch, int64_t position,
                           bool accumulate, cudaStream_t s) {
-  TRAINC_LAUNCH_ELEMENTWISE(DropoutKernel, batch * per_example, s, x, y,
-                            batch, per_example, p, seed, key, scalars,
-                            global_batch, position, accumulate);
+  if (bf16) {
+    TRAINC_LAUNCH_ELEMENTWISE(DropoutKernel<__nv_bfloat16>, batch * per_example, s,
+                              static_cast<const __nv_bfloat16*>(x),
+                              static_cast<__nv_bfloat16*>(y), batch, per_example, p, seed, key,
+                              scalars, global_batch, position, accumulate);
+  }
+  TRAINC_LAUNCH_ELEMENTWISE(DropoutKernel<float>, batch * per_example, s,
+                            static_cast<const float*>(x), static_cast<float*>(y), batch,
+                            per_example, p, seed, key, scalars, global_batch, position,
+                            accumulate);
 }
 
 cudaError_t LaunchSoftmax(const float* x, float* y, int64_t rows, int64_t n,
