@@ -46,11 +46,6 @@ TrainSpec Spec(const std::string& block = kPreNorm,
   return CompiledSpec(absl::StrReplaceAll(kModel, {{"BLOCK", block}, {"REPEAT", repeat}}));
 }
 
-// Lowered and differentiated (bf16: and its casts), not fused.
-Graph Differentiated(const TrainSpec& spec, bool bf16 = false) {
-  return DifferentiatedGraph(spec, 0.125, bf16);
-}
-
 TEST(FuseAddLayerNorm, EachResidualSumAndItsLayerNormBecomeOneInstruction) {
   Graph g = Differentiated(Spec());
   const size_t nodes = g.nodes().size();

@@ -36,11 +36,6 @@ TrainSpec Spec(const std::string& proj = kProj) {
   return CompiledSpec(source);
 }
 
-// The model lowered and differentiated (bf16: and its casts), not fused.
-Graph Differentiated(const TrainSpec& spec, bool bf16 = false) {
-  return DifferentiatedGraph(spec, 0.125, bf16);
-}
-
 // The two the pass fuses, as autodiff wrote them.
 struct Pair {
   int dy = -1, w = -1, dh = -1, pre = -1, dpre = -1;

@@ -34,11 +34,6 @@ TrainSpec Spec(const std::string& mlp, const std::string& linear = "linear(wte, 
   return CompiledSpec(source);
 }
 
-// The model lowered and differentiated (bf16: and its casts), not fused.
-Graph Differentiated(const TrainSpec& spec, bool bf16 = false) {
-  return DifferentiatedGraph(spec, 0.125, bf16);
-}
-
 // The linear writing c_fc.
 const Node* Product(const Graph& g) {
   const Node* node = WriterOf(g, "c_fc");

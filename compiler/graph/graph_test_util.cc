@@ -18,6 +18,10 @@ TrainSpec CompiledSpec(const std::string& source) {
   return r.spec.value_or(TrainSpec());
 }
 
+Graph Differentiated(const TrainSpec& spec, bool bf16) {
+  return DifferentiatedGraph(spec, 0.125, bf16);
+}
+
 Graph DifferentiatedGraph(const TrainSpec& spec, double loss_scale, bool bf16) {
   absl::StatusOr<Graph> g = LowerModel(spec.model, 2);
   EXPECT_TRUE(g.ok()) << g.status();

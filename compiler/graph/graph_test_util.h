@@ -18,6 +18,9 @@ TrainSpec CompiledSpec(const std::string& source);
 // The spec's model at micro-batch 2: lowered, dead code removed,
 // differentiated with `loss_scale`, and under `bf16` MixedPrecision after.
 Graph DifferentiatedGraph(const TrainSpec& spec, double loss_scale, bool bf16 = false);
+// The same at loss scale 1/8: the fusion passes' tests, whose checks do
+// not depend on the scale.
+Graph Differentiated(const TrainSpec& spec, bool bf16 = false);
 
 // How many nodes run `op`; the first that does (null: none).
 int CountOps(const Graph& graph, const std::string& op);
