@@ -132,12 +132,8 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   // precision = bf16: the operands the kernels read and write as bf16
   // themselves, then f32 staging for the rest (kernel_args.h), grown here
   // only, so no step allocates.
-  std::vector<Kernel> kernels(resolved.begin(), resolved.end());
   int64_t staging = 0;
-  for (Kernel& k : kernels) {
-    UseBf16(k);
-    staging = std::max(staging, Bf16StagingBytes(k));
-  }
+  std::vector<Kernel> kernels = WithNativeBf16(resolved, &staging);
   if (staging > bf16_staging_bytes_) {
     prepared_plan_ = nullptr;  // its kernels may point at the old staging
     if (bf16_staging_ != nullptr) CUDA_RETURN_IF_ERROR(cudaFree(bf16_staging_));
@@ -335,13 +331,9 @@ absl::StatusOr<int64_t> CudaBf16StagingBytes(const Plan& plan) {
   char* const unread_arena = reinterpret_cast<char*>(uintptr_t{1} << 40);
   ASSIGN_OR_RETURN(std::vector<KernelArgs> resolved,
                    ResolveKernels(plan, unread_arena, plan.arena_bytes, "cuda"));
-  int64_t most = 0;
-  for (const KernelArgs& args : resolved) {
-    cuda_internal::Kernel k(args);
-    cuda_internal::UseBf16(k);
-    most = std::max(most, Bf16StagingBytes(k));
-  }
-  return most;
+  int64_t staging = 0;
+  cuda_internal::WithNativeBf16(resolved, &staging);
+  return staging;
 }
 
 int CudaDeviceCount() {

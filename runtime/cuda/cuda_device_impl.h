@@ -95,10 +95,10 @@ struct Kernel : KernelArgs {
   // ... linear_grad_input_gelu with bf16 dpre: its bf16 pre read as it is
   // (x[2] holds the tensor), the DGELU epilogue's aux of D's type.
   bool pre_bf16 = false;
-  // precision = bf16, cross_entropy_fused whose logits and dlogits are
-  // bf16: both as the bf16 tensors (UseBf16Classifier).
-  const void* logits_bf16 = nullptr;
-  void* dlogits_bf16 = nullptr;
+  // precision = bf16, cross_entropy_fused whose logits (x[0]) and
+  // dlogits (y[1]) are bf16, their slots holding the tensors
+  // (UseBf16Classifier).
+  bool classifier_bf16 = false;
   // precision = bf16, add_layernorm: b (x[1], holding the tensor) is bf16,
   // the rest f32 (UseBf16AddLayerNorm).
   bool add_b_bf16 = false;
@@ -150,6 +150,12 @@ void UseBf16Dropout(Kernel& k);
 
 // All of the rules above. (cuda_kernels.cc)
 void UseBf16(Kernel& k);
+
+// Every resolved instruction as a Kernel with the rules applied, and in
+// *staging the f32 staging its other bf16 operands then need (the largest
+// instruction's): what Prepare allocates and CudaBf16StagingBytes reports.
+// (cuda_kernels.cc)
+std::vector<Kernel> WithNativeBf16(const std::vector<KernelArgs>& resolved, int64_t* staging);
 
 // precision = bf16: a pointwise op reads and writes its bf16 operands
 // itself, all or some of them (widened on load, rounded to nearest even on

@@ -4,6 +4,9 @@
 // cuBLAS(Lt) (cublaslt_gemm.cc) and cuDNN (cudnn_ops.h).
 #include "runtime/cuda/cuda_kernels.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/cuda/cuda_device_impl.h"
@@ -23,22 +26,39 @@ void UseBf16(Kernel& k) {
   UseBf16Dropout(k);
 }
 
-void UseBf16Dropout(Kernel& k) {
-  // x and y both bf16 (in x, y order), read and written as they are.
-  if ((k.op != Op::kDropout && k.op != Op::kDropoutGrad) || k.num_bf16 != 2 ||
-      k.bf16[0].output || k.bf16[0].bf16 != k.x[0] || !k.bf16[1].output ||
-      k.bf16[1].bf16 != k.y[0]) {
-    return;
+std::vector<Kernel> WithNativeBf16(const std::vector<KernelArgs>& resolved, int64_t* staging) {
+  std::vector<Kernel> kernels(resolved.begin(), resolved.end());
+  *staging = 0;
+  for (Kernel& k : kernels) {
+    UseBf16(k);
+    *staging = std::max(*staging, Bf16StagingBytes(k));
   }
-  k.dropout_bf16 = true;
+  return kernels;
+}
+
+namespace {
+
+// Whether x[0] and y[out] are the instruction's bf16 operands, its only
+// ones; if so both are marked native (their slots keep the tensors).
+bool NativeInAndOut(Kernel& k, int out) {
+  if (k.num_bf16 != 2 || k.bf16[0].output || k.bf16[0].bf16 != k.x[0] ||
+      !k.bf16[1].output || k.bf16[1].bf16 != k.y[out]) {
+    return false;
+  }
   k.bf16[0].native = k.bf16[1].native = true;
+  return true;
+}
+
+}  // namespace
+
+void UseBf16Dropout(Kernel& k) {
+  // x and y both bf16, read and written as they are.
+  if (k.op == Op::kDropout || k.op == Op::kDropoutGrad) k.dropout_bf16 = NativeInAndOut(k, 0);
 }
 
 void UseBf16Reshape(Kernel& k) {
   // A copy: bf16 in and out move as 2-byte values, nothing widened.
-  if (k.op != Op::kReshape || k.num_bf16 != 2 || k.bf16[0].output || !k.bf16[1].output) return;
-  k.reshape_bf16 = true;
-  k.bf16[0].native = k.bf16[1].native = true;
+  if (k.op == Op::kReshape) k.reshape_bf16 = NativeInAndOut(k, 0);
 }
 
 void UseBf16AddLayerNorm(Kernel& k) {
@@ -52,15 +72,7 @@ void UseBf16AddLayerNorm(Kernel& k) {
 
 void UseBf16Classifier(Kernel& k) {
   // logits (x[0]) in, dlogits (y[1]) out, the loss f32: both or neither.
-  if (k.op != Op::kCrossEntropyFused || k.num_bf16 != 2) return;
-  Bf16Operand& logits = k.bf16[0];
-  Bf16Operand& dlogits = k.bf16[1];
-  if (logits.output || logits.bf16 != k.x[0] || !dlogits.output || dlogits.bf16 != k.y[1]) {
-    return;
-  }
-  k.logits_bf16 = logits.bf16;
-  k.dlogits_bf16 = dlogits.bf16;
-  logits.native = dlogits.native = true;
+  if (k.op == Op::kCrossEntropyFused) k.classifier_bf16 = NativeInAndOut(k, 1);
 }
 
 // One instruction to enqueue.
@@ -207,9 +219,9 @@ struct CudaKernels {
         // written as bf16 (UseBf16Classifier). Evaluation: the loss alone,
         // and the logits left as they were (dlogits may occupy their
         // bytes, or their staging's).
-        const bool bf16 = k.logits_bf16 != nullptr;
-        const void* logits = bf16 ? k.logits_bf16 : k.x[0];
-        void* dlogits = bf16 ? k.dlogits_bf16 : k.y[1];
+        const bool bf16 = k.classifier_bf16;
+        const void* logits = k.x[0];
+        void* dlogits = k.y[1];
         RETURN_IF_ERROR(Launched(
             c, cuda::LaunchFusedClassifier(logits, k.labels, k.rows, k.in, k.loss_scale, k.y[0],
                                            c.step.training ? dlogits : nullptr, bf16,
