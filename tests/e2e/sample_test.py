@@ -1,5 +1,12 @@
 """tools/sample on a language model trained by the real binary: text
-comes out, the same for the same seed, and mistakes are clear errors."""
+comes out, the same for the same seed, and mistakes are clear errors.
+
+The model is trained until greedy decoding of the memorised sentence holds
+with margin: 600 steps (cosine) end near the loss floor of the data (about
+0.05: a window's first bytes are ambiguous) for seeds 0 to 3, under
+OpenBLAS's Prescott, Haswell and SkylakeX kernels alike. Exact text is only
+asserted for greedy decoding (--top-k 1); a sample at a temperature is
+checked for what matters, the sentence's period, not for every byte."""
 import os
 import subprocess
 import unittest
@@ -27,9 +34,14 @@ model lm {
   loss   = cross_entropy(logits, next)
 }
 data { train = text("%(text)s")  shuffle = false }
-train { gpus = 1  micro_batch = 4  steps = 150
-        optimizer = adamw(lr = 1e-2) }
+train { gpus = 1  micro_batch = 4  steps = 600
+        optimizer = adamw(lr = 1e-2)  schedule = cosine(warmup = 20) }
 """
+
+
+# Greedy decoding: the memorised text, whatever the sampler's seed.
+GREEDY = ("--top-k", 1)
+WANT = (SENTENCE * 6)[:8 + 60]  # "the cat " and 60 tokens more
 
 
 def sample(*args, check=True):
@@ -59,8 +71,8 @@ class SampleTest(unittest.TestCase):
         with open(cls.train_file, "w") as f:
             f.write(MODEL.replace("%(text)s", text))
         cls.ckpt = os.path.join(d, "lm.safetensors")
-        e2e.train(cls.train_file, "--device", "cpu", "--no-eval", "--save",
-                  cls.ckpt)
+        e2e.train(cls.train_file, "--device", "cpu", "--no-eval", "--seed", e2e.SEED,
+                  "--save", cls.ckpt)
 
     def test_help(self):
         self.assertIn("usage: sample", sample("--help").stdout)
@@ -69,9 +81,21 @@ class SampleTest(unittest.TestCase):
         # 60 tokens: past the 16-token context, so the window slides. A
         # wrong logits row or position would break the period at once.
         out = sample(self.train_file, self.ckpt, "--prompt", "the cat ",
-                     "--tokens", 60, "--temperature", 0.3, "--seed", 3).stdout
-        want = (SENTENCE * 6)[:8 + 60]
-        self.assertEqual(out.rstrip("\n"), want)
+                     "--tokens", 60, *GREEDY).stdout
+        self.assertEqual(out.rstrip("\n"), WANT)
+
+    def test_a_temperature_keeps_the_period(self):
+        # Sampling at T = 0.3 may slip on a byte the model is least sure of
+        # (another seed, another BLAS kernel); the sentence must still
+        # repeat: nearly every byte in place, no byte outside the corpus'.
+        out = sample(self.train_file, self.ckpt, "--prompt", "the cat ",
+                     "--tokens", 60, "--temperature", 0.3, "--seed", e2e.SEED).stdout
+        out = out.rstrip("\n")
+        self.assertEqual(len(out), len(WANT), out)
+        self.assertTrue(out.startswith("the cat "), out)
+        in_place = sum(a == b for a, b in zip(out, WANT))
+        self.assertGreaterEqual(in_place, 0.9 * len(WANT), out)
+        self.assertLessEqual(set(out), set(SENTENCE), out)
 
     def test_bf16_model_continues_the_text_too(self):
         # A file with precision = bf16 has bf16 logits: sample must read them
@@ -80,8 +104,8 @@ class SampleTest(unittest.TestCase):
         with open(self.train_file) as f, open(bf16_file, "w") as g:
             g.write(f.read().replace("gpus = 1", "gpus = 1  precision = bf16"))
         out = sample(bf16_file, self.ckpt, "--prompt", "the cat ",
-                     "--tokens", 60, "--temperature", 0.3, "--seed", 3).stdout
-        self.assertEqual(out.rstrip("\n"), (SENTENCE * 6)[:8 + 60])
+                     "--tokens", 60, *GREEDY).stdout
+        self.assertEqual(out.rstrip("\n"), WANT)
 
     def test_samples_on_a_machine_without_the_training_data(self):
         # The checkpoint moved to another machine, its corpus did not.
@@ -89,8 +113,8 @@ class SampleTest(unittest.TestCase):
         with open(self.train_file) as f, open(moved, "w") as g:
             g.write(f.read().replace("corpus.txt", "not_here/*.txt"))
         out = sample(moved, self.ckpt, "--prompt", "the cat ", "--tokens", 60,
-                     "--temperature", 0.3, "--seed", 3).stdout
-        self.assertEqual(out.rstrip("\n"), (SENTENCE * 6)[:8 + 60])
+                     *GREEDY).stdout
+        self.assertEqual(out.rstrip("\n"), WANT)
 
     def test_same_seed_same_text(self):
         args = (self.train_file, self.ckpt, "--prompt", "the ", "--tokens", 30,
@@ -114,8 +138,8 @@ class SampleTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 2)
         # The tools' one parser: --x=v works, a typo gets a did-you-mean.
         out = sample(self.train_file, self.ckpt, "--prompt=the cat ", "--tokens=60",
-                     "--temperature=0.3", "--seed=3").stdout
-        self.assertEqual(out.rstrip("\n"), (SENTENCE * 6)[:8 + 60])
+                     "--top-k=1", "--seed=3").stdout
+        self.assertEqual(out.rstrip("\n"), WANT)
         proc = sample(self.train_file, self.ckpt, "--tokns", 5, check=False)
         self.assertIn("unknown option --tokns: did you mean --tokens?", proc.stderr)
 
