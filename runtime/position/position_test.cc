@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -113,6 +114,42 @@ TEST(JudgePositions, EachRanksStepInstructionStateAndWhoIsBehind) {
   // The caller's verdict wins.
   EXPECT_TRUE(JudgePositions({(*zero)->Sample(0), (*one)->Sample(1)}, 0)[0].behind);
   EXPECT_EQ(FormatPositionTable({}), "");
+}
+
+// A rank a whole step behind is behind even when its instruction index is
+// later than the others': progress is ordered by step first, then by
+// instruction. (Ordered by instruction first, rank 1 at instruction 50
+// would look ahead of ranks 0 and 2 at instruction 10, and the tie between
+// those two would name no one.)
+TEST(JudgePositions, AWholeStepBehindAtALaterInstructionIsBehind) {
+  std::vector<std::string> labels;
+  for (int i = 0; i < 60; ++i) labels.push_back("forward \"h" + std::to_string(i) + " = linear\"");
+  auto sample = [&](int rank, int64_t step, int64_t instruction) {
+    PositionSample s;
+    s.rank = rank;
+    s.stage = static_cast<int64_t>(RankStage::kStep);
+    s.step = step;
+    s.compute_instr = instruction;
+    s.labels = labels;
+    return s;
+  };
+  const std::vector<RankPosition> three =
+      JudgePositions({sample(0, 4, 10), sample(1, 3, 50), sample(2, 4, 10)});
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_FALSE(three[0].behind);
+  EXPECT_TRUE(three[1].behind);
+  EXPECT_FALSE(three[2].behind);
+  EXPECT_THAT(FormatPositionTable(three),
+              HasSubstr("rank 1: step 3, forward \"h50 = linear\" (instruction 50 of 60) for "
+                        "0.0 s  <- behind"))
+      << FormatPositionTable(three);
+  // Two ranks: the same verdict, whichever rank is listed first.
+  const std::vector<RankPosition> two = JudgePositions({sample(0, 4, 10), sample(1, 3, 50)});
+  EXPECT_FALSE(two[0].behind);
+  EXPECT_TRUE(two[1].behind);
+  const std::vector<RankPosition> first = JudgePositions({sample(0, 3, 50), sample(1, 4, 10)});
+  EXPECT_TRUE(first[0].behind);
+  EXPECT_FALSE(first[1].behind);
 }
 
 TEST(StopNote, RoundTripsThroughTheFolder) {
