@@ -77,6 +77,41 @@ class HandshakeTest(unittest.TestCase):
             self.assertIn("other training data", text)
             self.assertNotIn("step 1/", text)
 
+    def weight_files(self):
+        """Two --init-from files of the default MLP with other weights (the
+        same names and shapes, so each loads alone)."""
+        d = e2e.tmpdir()
+        paths = [os.path.join(d, f"init_{seed}.safetensors") for seed in (1, 2)]
+        for seed, path in zip((1, 2), paths):
+            e2e.write_safetensors(path, e2e.initial_mlp_weights(seed))
+        return paths
+
+    def test_other_weight_files_are_refused_under_zero_1_and_2(self):
+        # Under ZeRO 1 and 2 every rank still holds all the weights, so the
+        # handshake compares them as at ZeRO 0: two ranks started from
+        # different --init-from files (same seed, same plan) are refused,
+        # naming the weights and nothing else.
+        first, second = self.weight_files()
+        for zero in ("1", "2"):
+            with self.subTest(zero=zero):
+                results = self.run_by_hand(
+                    f"init{zero}", [["--zero", zero, "--init-from", first],
+                                    ["--zero", zero, "--init-from", second]])
+                for code, text in results:
+                    self.assertNotEqual(code, 0, text)
+                    self.assertIn("the ranks disagree before the first step", text)
+                    self.assertIn("rank 1: other initial weights (--init-from, --resume or the "
+                                  "seed)\n", text + "\n")
+                    self.assertNotIn("step 1/", text)  # nothing trained
+
+    def test_the_same_weight_file_trains_under_zero_2(self):
+        # The case above's control: the same file on both ranks agrees.
+        first, _ = self.weight_files()
+        results = self.run_by_hand("init_same", [["--zero", "2", "--init-from", first]] * 2)
+        for code, text in results:
+            self.assertEqual(code, 0, text)
+        self.assertIn("step 3/3", results[0][1])
+
     def test_ranks_that_agree_train(self):
         results = self.run_by_hand("same", [[], []])
         for code, text in results:
