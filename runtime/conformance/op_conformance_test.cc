@@ -52,6 +52,7 @@ struct Operand {
   int64_t ids = 0;         // > 0: i32 values in [0, ids)
   bool workspace = false;  // the backend's workspace (sized by it)
   bool scratch = false;    // a temporary the op may leave anything in
+  double scale = 1;        // float values uniform in +-1.5 * scale
 };
 
 struct Example {
@@ -155,7 +156,7 @@ double Representable(double v, bool bf16) {
 
 Tensor RandomTensor(const Operand& spec, std::mt19937& rng, bool bf16 = false) {
   Tensor t{spec, std::vector<double>(Count(spec.shape))};
-  std::uniform_real_distribution<double> u(-1.5, 1.5);
+  std::uniform_real_distribution<double> u(-1.5 * spec.scale, 1.5 * spec.scale);
   std::uniform_int_distribution<int64_t> id(0, std::max<int64_t>(spec.ids - 1, 0));
   for (double& v : t.data) v = spec.ids > 0 ? double(id(rng)) : Representable(u(rng), bf16);
   return t;
@@ -541,6 +542,120 @@ TEST(OpConformance, AttentionShapes) {
                       {"rope", a.rope ? 1 : 0},
                       {"rope_theta", 10000}}};
     CheckOp(*def, ex, backends, /*finite_differences=*/false);
+  }
+}
+
+// The norms on small activations, as a Llama's residual stream is at its
+// start (embeddings of std 0.02): x at RMS ~0.02, eps 1e-5, so that
+// mean(x^2) = 4e-4 is only 40 times eps and where eps goes shows (moving it
+// outside the square root, x / (sqrt(mean(x^2)) + eps), changes the output
+// by ~1.2 %; on the unit-scale examples above, by ~1e-6, within f32's
+// rounding). Each backend against the float64 reference, forward and
+// backward, and the reference's gradient rules against finite differences.
+constexpr double kSmall = 0.023;  // uniform in +-1.5 * kSmall: RMS 0.02
+
+TEST(OpConformance, NormsOnSmallActivations) {
+  const std::map<std::string, double> eps = {{"eps", 1e-5}};
+  const Operand x{{8, 64}, 0, false, false, kSmall}, features{{64}}, rows{{8, 64}},
+      per_row{{8}};
+  const std::map<std::string, Example> small = {
+      {"rmsnorm", {{x, features}, {rows, per_row}, eps}},
+      {"layernorm", {{x, features, features}, {rows, per_row, per_row}, eps}},
+      {"add_layernorm",
+       {{x, x, features, features}, {rows, rows, per_row, per_row}, eps}},
+  };
+  const std::vector<Backend> backends = Backends();
+  for (const auto& [name, ex] : small) {
+    const ops::OpDef* def = ops::FindOp(name);
+    ASSERT_NE(def, nullptr) << name;
+    CheckOp(*def, ex, backends);
+  }
+}
+
+// RMSNorm from its definition (Llama's; transformers' LlamaRMSNorm), in
+// float64 and written here, not taken from the reference interpreter: with
+// s = sqrt(mean(x^2) + eps) per row, y = w x / s, and for L = sum(dy y)
+// dL/dx_j = w_j dy_j / s - x_j sum_k(dy_k w_k x_k) / (d s^3),
+// dL/dw_j = sum over rows of dy_j x_j / s.
+struct RmsNormByDefinition {
+  std::vector<double> y, dx, dw;
+};
+
+RmsNormByDefinition RmsNormDefinition(const std::vector<double>& x, const std::vector<double>& w,
+                                      const std::vector<double>& dy, int64_t d, double eps) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / d;
+  RmsNormByDefinition out{std::vector<double>(x.size()), std::vector<double>(x.size()),
+                          std::vector<double>(d, 0.0)};
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* xr = x.data() + r * d;
+    const double* dyr = dy.data() + r * d;
+    double squares = 0, dot = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      squares += xr[j] * xr[j];
+      dot += dyr[j] * w[j] * xr[j];
+    }
+    const double s = std::sqrt(squares / d + eps);
+    for (int64_t j = 0; j < d; ++j) {
+      out.y[r * d + j] = w[j] * xr[j] / s;
+      out.dx[r * d + j] = w[j] * dyr[j] / s - xr[j] * dot / (d * s * s * s);
+      out.dw[j] += dyr[j] * xr[j] / s;
+    }
+  }
+  return out;
+}
+
+// max |got - want| / max |want|.
+double RelativeError(const std::vector<double>& got, const std::vector<double>& want) {
+  double diff = 0, size = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(got[i] - want[i]));
+    size = std::max(size, std::abs(want[i]));
+  }
+  return diff / size;
+}
+
+// The CPU backend's rmsnorm and the backward instructions its gradient
+// rules emit, and the float64 reference interpreter's, against the
+// definition above on small activations (the reference is ours too: a
+// mistake made in both the kernel and the reference is seen here only).
+TEST(OpConformance, RmsNormOnSmallActivationsMatchesItsDefinition) {
+  const ops::OpDef* def = ops::FindOp("rmsnorm");
+  ASSERT_NE(def, nullptr);
+  const int64_t rows = 8, d = 64;
+  const double eps = 1e-5;
+  std::mt19937 rng(21);
+  Call fwd{"rmsnorm", {{"eps", eps}}, {}, {}};
+  fwd.inputs = {RandomTensor(Operand{{rows, d}, 0, false, false, kSmall}, rng),
+                RandomTensor(Operand{{d}}, rng)};
+  fwd.outputs = {{Operand{{rows, d}}, std::vector<double>(rows * d)},
+                 {Operand{{rows}}, std::vector<double>(rows)}};
+  double squares = 0;
+  for (double v : fwd.inputs[0].data) squares += v * v;
+  const double rms = std::sqrt(squares / (rows * d));
+  ASSERT_GT(rms, 0.015);
+  ASSERT_LT(rms, 0.025);
+  const Tensor dy = RandomTensor(Operand{{rows, d}}, rng);
+  const RmsNormByDefinition want =
+      RmsNormDefinition(fwd.inputs[0].data, fwd.inputs[1].data, dy.data, d, eps);
+
+  for (const bool on_cpu : {true, false}) {
+    SCOPED_TRACE(on_cpu ? "cpu" : "float64 reference");
+    Call got = fwd;
+    const absl::Status run = on_cpu ? RunOn(Cpu(), got, AllF32) : RunReference(got);
+    ASSERT_TRUE(run.ok()) << run;
+    EXPECT_LE(RelativeError(got.outputs[0].data, want.y), 1e-5) << "y";
+    int checked = 0;
+    for (const ops::GradRule& rule : def->grads) {
+      Call b = BackwardCall(rule, got, dy, 1.0, nullptr);
+      const absl::Status back = on_cpu ? RunOn(Cpu(), b, AllF32) : RunReference(b);
+      ASSERT_TRUE(back.ok()) << rule.op << ": " << back;
+      ASSERT_EQ(rule.targets.size(), 1u) << rule.op;
+      const bool input = rule.targets[0] == 0;
+      EXPECT_LE(RelativeError(b.outputs[0].data, input ? want.dx : want.dw), 1e-5)
+          << rule.op << (input ? ": dx" : ": dweight");
+      ++checked;
+    }
+    EXPECT_EQ(checked, 2);
   }
 }
 
