@@ -1,13 +1,14 @@
 // The executor's step-capture protocol (device.h), checked on the CPU, and
 // on a GPU where there is one.
 //
-// GraphDevice wraps a CpuDevice and implements capture the way a CUDA graph
-// behaves: between BeginCapture and EndCapture nothing runs, every call is
-// recorded (an upload records a copy from an input slot of its own), reads
-// and Synchronize fail; Replay(state) re-issues the recording, with the
-// replay's StepState standing in for the device-side step scalars. A
-// captured run must then give exactly the bits of an eager run, and the
-// executor must fall back, with the same bits, where capturing fails.
+// GraphDevice (graph_test_device.h) wraps a CpuDevice and implements
+// capture the way a CUDA graph behaves: between BeginCapture and EndCapture
+// nothing runs, every call is recorded (an upload records a copy from an
+// input slot of its own), reads and Synchronize fail; Replay(state)
+// re-issues the recording, with the replay's StepState standing in for the
+// device-side step scalars. A captured run must then give exactly the bits
+// of an eager run, and the executor must fall back, with the same bits,
+// where capturing fails.
 #include <cstring>
 #include <functional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/exec/executor.h"
+#include "runtime/exec/graph_test_device.h"
 #include "runtime/exec/planned_plans.h"
 #include "runtime/exec/test_plans.h"
 #include "runtime/trace/tracer.h"
@@ -32,6 +34,7 @@ namespace trainc {
 namespace {
 
 using testing::DownloadMlpParams;
+using testing::GraphDevice;
 using testing::MakeMlpPlan;
 using testing::MlpBatch;
 using testing::MlpParams;
@@ -40,206 +43,6 @@ using testing::RandomBatches;
 using testing::RandomMlpParams;
 using testing::UploadMlpParams;
 using testing::VectorBatchSource;
-
-class GraphDevice : public Device {
- public:
-  // fail_after: while capturing, the call after this many recorded ones
-  // fails (an op the graph cannot hold); -1 never.
-  explicit GraphDevice(int fail_after = -1) : fail_after_(fail_after) {}
-
-  std::string name() const override { return "cpu-graph"; }
-  absl::Status AllocateArena(int64_t bytes) override {
-    return inner_.AllocateArena(bytes);
-  }
-  char* arena() override { return inner_.arena(); }
-  absl::Status Prepare(const Plan& plan) override {
-    if (capturing_ || !graph_.empty()) {
-      return absl::FailedPreconditionError("Prepare with a capture held");
-    }
-    return inner_.Prepare(plan);
-  }
-  absl::StatusOr<char*> AllocateScratch(int64_t bytes) override {
-    if (capturing_) return absl::FailedPreconditionError("alloc in capture");
-    return inner_.AllocateScratch(bytes);
-  }
-
-  absl::Status Upload(int64_t offset, const void* src,
-                      int64_t bytes) override {
-    const char* data = static_cast<const char*>(src);
-    if (capturing_) {
-      slots_.push_back({offset, std::vector<char>(data, data + bytes)});
-      const size_t i = slots_.size() - 1;
-      return Record([this, i] {
-        return inner_.Upload(slots_[i].offset, slots_[i].data.data(),
-                             static_cast<int64_t>(slots_[i].data.size()));
-      });
-    }
-    if (feeding_) {
-      if (next_slot_ >= slots_.size() || slots_[next_slot_].offset != offset ||
-          static_cast<int64_t>(slots_[next_slot_].data.size()) != bytes) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("replay upload ", next_slot_, " does not match"));
-      }
-      slots_[next_slot_++].data.assign(data, data + bytes);
-      return absl::OkStatus();
-    }
-    return inner_.Upload(offset, src, bytes);
-  }
-  absl::Status Download(int64_t offset, void* dst, int64_t bytes) override {
-    if (capturing_) return absl::FailedPreconditionError("read in capture");
-    return inner_.Download(offset, dst, bytes);
-  }
-  absl::Status CopyToHost(const void* src, void* dst, int64_t bytes) override {
-    if (capturing_) return absl::FailedPreconditionError("read in capture");
-    return inner_.CopyToHost(src, dst, bytes);
-  }
-  absl::Status CopyFromHost(const void* src, void* dst,
-                            int64_t bytes) override {
-    if (capturing_) return absl::FailedPreconditionError("write in capture");
-    return inner_.CopyFromHost(src, dst, bytes);
-  }
-  absl::Status Copy(Stream stream, const void* src, void* dst,
-                    int64_t bytes) override {
-    if (capturing_) {
-      return Record([=] { return inner_.Copy(stream, src, dst, bytes); });
-    }
-    return inner_.Copy(stream, src, dst, bytes);
-  }
-
-  absl::Status RunKernel(const Plan& plan, const Instruction& instr,
-                         const StepState& state) override {
-    if (capturing_) {
-      return absl::FailedPreconditionError("RunKernel outside Submit");
-    }
-    // A replayed graph reads the step scalars Replay() wrote, never the
-    // host's state of the moment.
-    return inner_.RunKernel(plan, instr, replaying_ ? replay_state_ : state);
-  }
-  absl::Status OrderedSum(Stream stream, const float* src, int64_t n,
-                          int64_t count, float* dst) override {
-    if (capturing_) {
-      return Record(
-          [=] { return inner_.OrderedSum(stream, src, n, count, dst); });
-    }
-    return inner_.OrderedSum(stream, src, n, count, dst);
-  }
-  absl::Status Submit(Stream stream,
-                      std::function<absl::Status()> work) override {
-    if (capturing_) {
-      return Record([this, stream, work = std::move(work)] {
-        return inner_.Submit(stream, work);
-      });
-    }
-    return inner_.Submit(stream, std::move(work));
-  }
-  absl::Status RecordEvent(Stream stream, int event) override {
-    if (capturing_) {
-      return Record([=] { return inner_.RecordEvent(stream, event); });
-    }
-    return inner_.RecordEvent(stream, event);
-  }
-  absl::Status WaitEvent(Stream stream, int event) override {
-    if (capturing_) {
-      return Record([=] { return inner_.WaitEvent(stream, event); });
-    }
-    return inner_.WaitEvent(stream, event);
-  }
-  absl::Status ResetEvents(int num_events) override {
-    if (capturing_) {
-      return Record([=] { return inner_.ResetEvents(num_events); });
-    }
-    return inner_.ResetEvents(num_events);
-  }
-  absl::Status Synchronize() override {
-    if (capturing_) return absl::FailedPreconditionError("sync in capture");
-    log.push_back("sync");
-    return inner_.Synchronize();
-  }
-  void* NativeStream(Stream stream) override {
-    return inner_.NativeStream(stream);
-  }
-
-  bool SupportsCapture() const override { return true; }
-  absl::Status BeginCapture() override {
-    if (capturing_ || !graph_.empty()) {
-      return absl::FailedPreconditionError("a capture is held");
-    }
-    capturing_ = true;
-    next_slot_ = 0;
-    ++captures;
-    return absl::OkStatus();
-  }
-  absl::Status EndCapture() override {
-    if (!capturing_) return absl::FailedPreconditionError("not capturing");
-    capturing_ = false;
-    next_slot_ = slots_.size();  // the captured uploads are the first inputs
-    return absl::OkStatus();
-  }
-  absl::Status BeginReplayInputs() override {
-    if (graph_.empty()) return absl::FailedPreconditionError("no capture");
-    feeding_ = true;
-    next_slot_ = 0;
-    log.push_back("feed");
-    return absl::OkStatus();
-  }
-  absl::Status EndReplayInputs() override {
-    if (!feeding_) return absl::FailedPreconditionError("no input window");
-    feeding_ = false;
-    return absl::OkStatus();
-  }
-  absl::Status Replay(const StepState& state) override {
-    if (graph_.empty()) return absl::FailedPreconditionError("no capture");
-    log.push_back("replay");
-    const bool fed = next_slot_ == slots_.size();
-    feeding_ = false;
-    next_slot_ = 0;
-    if (!fed) return absl::FailedPreconditionError("replay inputs incomplete");
-    replaying_ = true;
-    replay_state_ = state;
-    ++replays;
-    absl::Status status;
-    for (const auto& op : graph_) {
-      if (!(status = op()).ok()) break;
-    }
-    replaying_ = false;
-    return status;
-  }
-  absl::Status DropCapture() override {
-    capturing_ = feeding_ = false;
-    next_slot_ = 0;
-    graph_.clear();
-    slots_.clear();
-    return absl::OkStatus();
-  }
-
-  int captures = 0, replays = 0;
-  // "feed" (BeginReplayInputs), "replay", "sync", in call order.
-  std::vector<std::string> log;
-
- private:
-  // Records `op` into the graph; fails (as an op the graph cannot hold
-  // would) once it holds fail_after_ calls.
-  absl::Status Record(std::function<absl::Status()> op) {
-    if (fail_after_ >= 0 && static_cast<int>(graph_.size()) >= fail_after_) {
-      return absl::UnimplementedError("this op cannot be captured");
-    }
-    graph_.push_back(std::move(op));
-    return absl::OkStatus();
-  }
-
-  struct Slot {
-    int64_t offset;
-    std::vector<char> data;
-  };
-  CpuDevice inner_;
-  const int fail_after_;
-  bool capturing_ = false, feeding_ = false;
-  bool replaying_ = false;
-  StepState replay_state_;
-  std::vector<std::function<absl::Status()>> graph_;
-  std::vector<Slot> slots_;
-  size_t next_slot_ = 0;
-};
 
 // Gloo's collectives are host calls, so a GraphDevice's recording replays
 // them faithfully: this lets the multi-rank protocol run on the CPU.

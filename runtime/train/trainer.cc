@@ -747,6 +747,7 @@ absl::Status Trainer::SetUpDevice() {
   } else {
     device_ = CreateCpuDevice(options_, log_);
   }
+  if (options_.wrap_device) device_ = options_.wrap_device(std::move(device_));
   Communicator& grad_comm = nccl_ ? *nccl_ : *host_comm_;
   zero_sharding_.rank = rank_.rank;
   zero_sharding_.all_gather = [this](const float* mine, float* whole, int64_t count) {

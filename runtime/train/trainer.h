@@ -20,11 +20,13 @@
 #include <cstdint>
 #include <ostream>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
 #include "compiler/planner/planner.h"
+#include "runtime/device/device.h"
 
 namespace trainc {
 
@@ -89,6 +91,10 @@ struct TrainOptions {
   // step (or evaluation, or checkpoint) has finished for this many seconds.
   int64_t watchdog_seconds = 0;
   std::function<void(const std::string& message)> on_stall;
+  // Tests: given the device the run would use, returns the one it runs on
+  // (a wrapper that records what each step read, or that captures steps on
+  // the CPU as a CUDA graph would). Empty: the device as it is.
+  std::function<std::unique_ptr<Device>(std::unique_ptr<Device>)> wrap_device;
 };
 
 struct TrainSummary {
