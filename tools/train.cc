@@ -303,6 +303,9 @@ absl::StatusOr<std::optional<Args>> ParseArgs(int argc, char** argv) {
                                           positional.size()));
   }
   args.file = positional[0];
+  // Recorded in the trace and metrics log: tools/viz draws the plan that ran.
+  args.train.input_path = args.file;
+  args.train.overrides = args.overrides;
   if (!args.train.resume.empty() && !args.train.init_from.empty()) {
     return absl::InvalidArgumentError(
         "--init-from and --resume: give one (--resume already restores the "

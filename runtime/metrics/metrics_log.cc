@@ -49,6 +49,8 @@ std::string MetricsRecordJson(const MetricsRecord& r) {
       absl::StrAppend(&out, *i);
     } else if (const double* d = std::get_if<double>(&value)) {
       absl::StrAppend(&out, JsonNumber(*d));
+    } else if (const JsonText* j = std::get_if<JsonText>(&value)) {
+      absl::StrAppend(&out, j->text);
     } else {
       absl::StrAppend(&out, JsonQuote(std::get<std::string>(value)));
     }

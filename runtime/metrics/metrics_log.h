@@ -34,12 +34,18 @@ namespace trainc {
 // Seconds since the Unix epoch, with microseconds.
 double UnixSeconds();
 
+// A descriptive member written as is: already JSON (an object, an array).
+struct JsonText {
+  std::string text;
+};
+
 struct MetricsRecord {
   std::string kind;  // "run", "train", "eval", "summary"
   int64_t step = 0;  // global optimizer step
   double time = 0;   // UnixSeconds() when the values were known
-  // Descriptive members, JSON only (a count, a model name, ...).
-  std::vector<std::pair<std::string, std::variant<int64_t, double, std::string>>>
+  // Descriptive members, JSON only (a count, a model name, the run's plan
+  // as a JSON object, ...).
+  std::vector<std::pair<std::string, std::variant<int64_t, double, std::string, JsonText>>>
       info;
   // Measured values: in JSON, and in TensorBoard as "<kind>/<name>". A
   // non-finite value is JSON null (TensorBoard gets NaN or inf).

@@ -42,6 +42,19 @@ TEST(MetricsLogTest, RecordIsOneJsonObject) {
   EXPECT_TRUE(v->Find("bad")->is_null());
 }
 
+TEST(MetricsLogTest, JsonTextIsWrittenAsIs) {
+  // The run record's "plan" (runtime/trace/plan_identity.h): an object.
+  MetricsRecord r{"run", 0, 0};
+  r.info = {{"plan", JsonText{"{\"hash\": \"ab\", \"overrides\": [[\"steps\", \"6\"]]}"}}};
+  const std::string line = MetricsRecordJson(r);
+  EXPECT_EQ(line,
+            "{\"kind\":\"run\",\"step\":0,\"time\":0,"
+            "\"plan\":{\"hash\": \"ab\", \"overrides\": [[\"steps\", \"6\"]]}}");
+  auto v = ParseJson(line);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->Find("plan")->is_object());
+}
+
 TEST(MetricsLogTest, NumbersKeepTheirPrecision) {
   // Scalars: 10 significant digits, which give back every float32 exactly
   // (what TensorBoard keeps); descriptive numbers and times: exact.

@@ -153,7 +153,8 @@ absl::Status MergeTraceParts(const Plan& plan,
                              const std::vector<std::string>& parts,
                              int64_t steps_traced,
                              const std::string& out_path,
-                             const TraceStop* stop) {
+                             const TraceStop* stop,
+                             const PlanIdentity* identity) {
   std::vector<std::string> bodies;
   for (size_t i = 0; i < parts.size(); ++i) {
     absl::string_view body = absl::StripAsciiWhitespace(parts[i]);
@@ -173,7 +174,10 @@ absl::Status MergeTraceParts(const Plan& plan,
                    "\n ],\n \"metadata\": {\"plan_model\": ", JsonQuote(plan.model),
                    ", \"plan_instructions\": ", plan.instructions.size(),
                    ", \"world_size\": ", plan.world_size, ", \"steps_traced\": ", steps_traced,
-                   stop != nullptr ? StopJson(*stop) : "", "}}\n"));
+                   stop != nullptr ? StopJson(*stop) : "",
+                   identity != nullptr ? absl::StrCat(",\n \"plan\": ", PlanIdentityJson(*identity))
+                                       : "",
+                   "}}\n"));
 }
 
 }  // namespace trainc

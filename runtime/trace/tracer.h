@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "compiler/plan/plan.h"
+#include "runtime/trace/plan_identity.h"
 
 namespace trainc {
 
@@ -94,12 +95,14 @@ std::string TraceEventsJson(const Plan& plan, int rank, int64_t job_start_ns,
 // Joins the parts (EventsJson of each rank, any order) into one trace file
 // with the format's metadata; `steps_traced` goes into it as is. With
 // `stop`, the file also says why the job stopped and holds one instant
-// event per rank where it was. Written whole, then renamed over
-// `out_path`, so ranks that write the same path leave one whole file.
+// event per rank where it was. With `identity`, the metadata records the
+// plan that ran ("plan": PlanIdentityJson). Written whole, then renamed
+// over `out_path`, so ranks that write the same path leave one whole file.
 absl::Status MergeTraceParts(const Plan& plan,
                              const std::vector<std::string>& parts,
                              int64_t steps_traced, const std::string& out_path,
-                             const TraceStop* stop = nullptr);
+                             const TraceStop* stop = nullptr,
+                             const PlanIdentity* identity = nullptr);
 
 }  // namespace trainc
 

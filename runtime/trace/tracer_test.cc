@@ -85,6 +85,25 @@ TEST(TracerTest, MergeWritesOneFileWithMetadata) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The plan that ran, for tools/viz to draw it (plan_identity.h).
+TEST(TracerTest, MergeRecordsThePlanThatRan) {
+  const Plan plan = TwoInstructionPlan();
+  PlanIdentity id = IdentifyPlan(plan, "m.train", {{"steps", "6"}});
+  const std::string path = ::testing::TempDir() + "/identified.json";
+  ASSERT_TRUE(MergeTraceParts(plan, {"[]"}, 0, path, nullptr, &id).ok());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto doc = ParseJson(text.str());
+  ASSERT_TRUE(doc.ok()) << doc.status() << "\n" << text.str();
+  const JsonValue* recorded = doc->Find("metadata")->Find("plan");
+  ASSERT_NE(recorded, nullptr) << text.str();
+  absl::StatusOr<PlanIdentity> back = PlanIdentityFromJson(*recorded);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->hash, PlanHash(plan));
+  EXPECT_EQ(back->overrides, id.overrides);
+}
+
 // A stopped job's file: one instant event per rank where it was, and why
 // in the metadata; still strict JSON.
 TEST(TracerTest, AStoppedJobRecordsWhereEachRankWas) {

@@ -64,10 +64,11 @@ absl::StatusOr<std::vector<std::string>> ReadTraceParts(const RankContext& rank,
 
 absl::Status WriteTrace(const Plan& plan, const RankContext& rank,
                         const Tracer& tracer, Communicator& comm,
-                        const std::string& path) {
+                        const std::string& path, const PlanIdentity& identity) {
   const std::string part = tracer.EventsJson(plan);
   if (rank.world_size == 1 || rank.rendezvous_dir.empty()) {
-    return MergeTraceParts(plan, {part}, tracer.steps_traced(), TracePath(rank, path));
+    return MergeTraceParts(plan, {part}, tracer.steps_traced(), TracePath(rank, path),
+                           nullptr, &identity);
   }
   // Ranks meet in the rendezvous folder: each writes its part, rank 0
   // merges once every part is there.
@@ -76,7 +77,7 @@ absl::Status WriteTrace(const Plan& plan, const RankContext& rank,
   if (rank.rank != 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(const std::vector<std::string> parts,
                    ReadTraceParts(rank, /*required=*/true));
-  return MergeTraceParts(plan, parts, tracer.steps_traced(), path);
+  return MergeTraceParts(plan, parts, tracer.steps_traced(), path, nullptr, &identity);
 }
 
 // A line of the position table as the trace records it; `now_ns` is the

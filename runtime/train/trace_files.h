@@ -13,6 +13,7 @@
 #include "compiler/plan/plan.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/position/position.h"
+#include "runtime/trace/plan_identity.h"
 #include "runtime/trace/tracer.h"
 #include "runtime/train/trainer.h"
 
@@ -33,8 +34,10 @@ absl::StatusOr<std::vector<std::string>> ReadTraceParts(const RankContext& rank,
 
 // The end of a traced run: every rank's part, merged by rank 0 into PATH
 // (a barrier on `comm` between), or this rank's own file.
+// `identity` is the plan that ran, recorded in the metadata.
 absl::Status WriteTrace(const Plan& plan, const RankContext& rank, const Tracer& tracer,
-                        Communicator& comm, const std::string& path);
+                        Communicator& comm, const std::string& path,
+                        const PlanIdentity& identity);
 
 // A line of the position table as the trace records it; `now_ns` is the
 // time since the job start when the positions were read.

@@ -47,6 +47,7 @@
 #include "runtime/metrics/metrics_log.h"
 #include "runtime/position/position.h"
 #include "runtime/position/redis_positions.h"
+#include "runtime/trace/plan_identity.h"
 #include "runtime/trace/tracer.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/handshake.h"
@@ -306,7 +307,7 @@ absl::Status SumOverRanks(Communicator& comm, std::vector<float>* values) {
 // compare runs by.
 MetricsRecord RunRecord(const Plan& plan, DeviceKind device,
                         int64_t total_steps, int64_t steps_per_epoch,
-                        int64_t first_step) {
+                        int64_t first_step, const PlanIdentity& identity) {
   MetricsRecord r{"run", first_step - 1, UnixSeconds()};
   r.info = {{"model", plan.model},
             {"source", plan.source},
@@ -320,7 +321,8 @@ MetricsRecord RunRecord(const Plan& plan, DeviceKind device,
             {"steps_per_epoch", steps_per_epoch},
             {"optimizer", std::string(EnumName(plan.optimizer.kind))},
             {"lr", double{plan.optimizer.lr}},
-            {"seed", int64_t{plan.seed}}};
+            {"seed", int64_t{plan.seed}},
+            {"plan", JsonText{PlanIdentityJson(identity)}}};
   return r;
 }
 
@@ -622,6 +624,9 @@ class Trainer {
   absl::Mutex stop_trace_mu_;
   bool stop_trace_written_ ABSL_GUARDED_BY(stop_trace_mu_) = false;
   std::optional<Tracer> tracer_;
+  // The plan that ran, as the trace and the metrics log record it; set
+  // before either is written.
+  PlanIdentity identity_;
   int64_t first_step_ = 1;
   int64_t trace_begin_ = 1;  // the traced steps: [trace_begin_, trace_end_)
   int64_t trace_end_ = 1;
@@ -708,7 +713,7 @@ void Trainer::WriteStopTrace(const std::string& why) {
   }
   const std::string path = TracePath(rank_, options_.trace_path);
   const absl::Status written =
-      MergeTraceParts(plan_, parts, tracer_->steps_traced(), path, &stop);
+      MergeTraceParts(plan_, parts, tracer_->steps_traced(), path, &stop, &identity_);
   std::cerr << (written.ok() ? absl::StrCat("train: the stopped job's trace: ", path)
                              : absl::StrCat("train: warning: ", written.message()))
             << std::endl;
@@ -864,6 +869,9 @@ absl::Status Trainer::Handshake() {
 
 absl::Status Trainer::StartRun() {
   LogRunHeader();
+  identity_ = IdentifyPlan(plan_, options_.input_path, options_.overrides);
+  identity_.device = EnumName(device_kind_);
+  identity_.overlap = options_.overlap;
   RETURN_IF_ERROR(OpenMetricsLog());
   tracer_.emplace(rank_.rank, rank_.job_start_ns ? rank_.job_start_ns : TraceClockNs());
   first_step_ = initial_state_.step + 1;
@@ -933,7 +941,7 @@ absl::Status Trainer::OpenMetricsLog() {
   ASSIGN_OR_RETURN(metrics_, MetricsLog::Open(metrics_options));
   WriteMetrics(*metrics_, log_,
                RunRecord(plan_, device_kind_, total_steps_, steps_per_epoch_,
-                         initial_state_.step + 1));
+                         initial_state_.step + 1, identity_));
   return absl::OkStatus();
 }
 
@@ -1307,7 +1315,8 @@ absl::StatusOr<TrainSummary> Trainer::Finish() {
   FillSummary();
   if (metrics_) RecordSummaryMetrics();
   if (!options_.trace_path.empty()) {
-    RETURN_IF_ERROR(WriteTrace(plan_, rank_, *tracer_, *host_comm_, options_.trace_path));
+    RETURN_IF_ERROR(
+        WriteTrace(plan_, rank_, *tracer_, *host_comm_, options_.trace_path, identity_));
     log_ << "trace: " << options_.trace_path << " (" << tracer_->steps_traced()
          << " steps; open in https://ui.perfetto.dev or tools/viz)\n";
   }

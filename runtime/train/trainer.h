@@ -22,6 +22,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
@@ -95,6 +97,12 @@ struct TrainOptions {
   // (a wrapper that records what each step read, or that captures steps on
   // the CPU as a CUDA graph would). Empty: the device as it is.
   std::function<std::unique_ptr<Device>(std::unique_ptr<Device>)> wrap_device;
+  // What the run was started from, recorded with the plan's hash in the
+  // trace and the metrics log (runtime/trace/plan_identity.h) so that
+  // tools/viz draws the plan that ran: the .train or plan file as typed
+  // (empty: the plan's source) and its --FIELD VALUE overrides.
+  std::string input_path;
+  std::vector<std::pair<std::string, std::string>> overrides;
 };
 
 struct TrainSummary {

@@ -112,6 +112,14 @@ absl::StatusOr<RunMetrics> ParseMetricsLog(const std::string& text,
                                 num("micro_batch"), " accumulate=",
                                 num("accumulate"));
       if (num("loss_terms") > 0) run.loss_terms = num("loss_terms");
+      if (const JsonValue* plan = v->Find("plan")) {
+        absl::StatusOr<PlanIdentity> id = PlanIdentityFromJson(*plan);
+        if (!id.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(path, ":", i + 1, ": ", id.status().message()));
+        }
+        run.plans.push_back(*std::move(id));
+      }
     } else if (k == "train" || k == "eval") {
       std::map<std::string, Series>& into = k == "train" ? run.train : run.eval;
       for (const auto& [name, value] : v->object_items()) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/trace/plan_identity.h"
 
 namespace trainc::viz {
 
@@ -35,6 +36,9 @@ struct RunMetrics {
   // "gpus=2 micro_batch=64 accumulate=2" from the run record.
   std::string config;
   int64_t loss_terms = 1;
+  // The plan each run record names (its "plan"), in file order: a resumed
+  // run adds one. Empty for a log written before train recorded it.
+  std::vector<PlanIdentity> plans;
   std::map<std::string, Series> train;  // "loss", "lr", "samples_per_s", ...
   std::map<std::string, Series> eval;   // "loss", "accuracy", "bits_per_byte"
   int64_t records = 0;

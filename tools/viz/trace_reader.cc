@@ -167,6 +167,14 @@ absl::StatusOr<Trace> ParseTrace(const std::string& json_text,
         stopped != nullptr && stopped->is_object()) {
       RETURN_IF_ERROR(GetString(*stopped, "reason", &trace.stop_reason));
     }
+    if (const JsonValue* plan = meta->Find("plan")) {
+      absl::StatusOr<PlanIdentity> id = PlanIdentityFromJson(*plan);
+      if (!id.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source_name, ": metadata ", id.status().message()));
+      }
+      trace.plan = *std::move(id);
+    }
   }
   return trace;
 }

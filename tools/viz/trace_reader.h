@@ -11,11 +11,13 @@
 #define TRAINC_TOOLS_VIZ_TRACE_READER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
+#include "runtime/trace/plan_identity.h"
 
 namespace trainc::viz {
 
@@ -58,6 +60,9 @@ struct Trace {
   int64_t plan_instructions = -1;  // metadata; -1 when absent
   int64_t world_size = -1;
   int64_t steps_traced = -1;
+  // metadata "plan": the plan that ran; none in a trace written before
+  // train recorded it.
+  std::optional<PlanIdentity> plan;
 };
 
 // Parses trace JSON text. `source_name` prefixes error messages.

@@ -1,5 +1,6 @@
 #include "tools/viz/viz_cli.h"
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "compiler/cost/bundled_profiles.h"
 #include "compiler/cost/machine_profile.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/trace/plan_identity.h"
 #include "tools/cli/option_parser.h"
 #include "tools/viz/curves.h"
 #include "tools/viz/dot_writer.h"
@@ -315,6 +317,79 @@ std::string ScalingSummary(const Scaling& s) {
   return out;
 }
 
+// What a run recorded of the plan it trained, and where.
+struct RanPlan {
+  PlanIdentity id;
+  std::string where;  // the trace or metrics log, as typed
+};
+
+std::string DescribeRun(const PlanIdentity& id) {
+  return absl::StrCat(id.source.empty() ? "?" : id.source,
+                      id.overrides.empty() ? "" : " ", OverridesText(id.overrides));
+}
+
+// A trace and a metrics log of two different plans: two runs' numbers.
+absl::Status TwoRuns(const std::string& trace_path, const PlanIdentity& traced,
+                     const RunMetrics& run) {
+  const PlanIdentity& logged = run.plans.back();
+  std::string message = absl::StrCat(
+      trace_path, " and ", run.path, " are of two different runs: the trace's plan hash ",
+      traced.hash, " (", DescribeRun(traced), "), the metrics log's ", logged.hash, " (",
+      DescribeRun(logged), ")");
+  for (const std::string& d :
+       SettingDifferences(traced.settings, "the trace's run", logged.settings, run.path)) {
+    absl::StrAppend(&message, "\n  ", d);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(message, "\n  (give the trace and the metrics log of one run)"));
+}
+
+// The plan the run recorded: the trace's, else the metrics logs' when they
+// name one plan. A metrics log of another plan than the trace's is refused
+// (with several logs, overlaid runs, one of them must be the traced run);
+// what cannot be checked is a warning on `err`.
+absl::StatusOr<std::optional<RanPlan>> FindRanPlan(const VizArgs& args, const Trace* trace,
+                                                   const std::vector<RunMetrics>& runs,
+                                                   std::ostream& err) {
+  auto unchecked = [&](const std::string& path) {
+    err << "viz: warning: " << path << " records no plan (written by an older train): "
+        << "the plan drawn could not be checked against the run\n";
+  };
+  if (trace != nullptr && trace->plan) {
+    const PlanIdentity& traced = *trace->plan;
+    const RunMetrics* other = nullptr;
+    bool matched = false;
+    for (const RunMetrics& run : runs) {
+      if (run.plans.empty()) {
+        unchecked(run.path);
+        continue;
+      }
+      bool same = false;
+      for (const PlanIdentity& id : run.plans) same = same || id.hash == traced.hash;
+      matched = matched || same;
+      if (!same && other == nullptr) other = &run;
+    }
+    if (other != nullptr && (runs.size() == 1 || !matched)) {
+      return TwoRuns(args.trace, traced, *other);
+    }
+    return std::optional<RanPlan>(RanPlan{traced, args.trace});
+  }
+  if (trace != nullptr) unchecked(args.trace);
+  std::optional<RanPlan> found;
+  for (const RunMetrics& run : runs) {
+    if (run.plans.empty()) {
+      unchecked(run.path);
+    } else if (!found) {
+      found = RanPlan{run.plans.back(), run.path};
+    } else if (found->id.hash != run.plans.back().hash) {
+      err << "viz: warning: " << found->where << " and " << run.path
+          << " are runs of different plans: drawing " << args.input << " as written\n";
+      return std::optional<RanPlan>();
+    }
+  }
+  return found;
+}
+
 // Curves alone: no plan.
 absl::Status RunCurvesOnly(const VizArgs& args, const std::vector<RunMetrics>& runs,
                            const std::string& curves_svg, std::ostream& out) {
@@ -344,7 +419,25 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
   if (args.input.empty()) return RunCurvesOnly(args, runs, curves_svg, out);
 
   const std::string input = ResolveUserPath(args.input);
-  ASSIGN_OR_RETURN(Plan plan, LoadPlanForViz(input));
+  Trace trace;
+  bool have_trace = !args.trace.empty();
+  if (have_trace) {
+    ASSIGN_OR_RETURN(trace, ReadTraceFile(ResolveUserPath(args.trace)));
+  }
+  ASSIGN_OR_RETURN(const std::optional<RanPlan> ran,
+                   FindRanPlan(args, have_trace ? &trace : nullptr, runs, err));
+  ASSIGN_OR_RETURN(Plan plan, LoadPlanForViz(input, ran ? &ran->id : nullptr));
+  if (ran) {
+    ASSIGN_OR_RETURN(const std::vector<std::string> differences,
+                     CheckPlanRan(input, args.input, plan, ran->id, ran->where));
+    out << "drawing the plan that ran: " << args.input
+        << (ran->id.overrides.empty() ? "" : " ") << OverridesText(ran->id.overrides)
+        << " (as recorded in " << ran->where << ")\n";
+    for (const std::string& d : differences) {
+      err << "viz: warning: " << args.input << " compiles here to another plan than the run's ("
+          << ran->id.device << ") one: " << d << "\n";
+    }
+  }
   VizOptions options;
   options.collapse_repeats = args.collapse;
   options.min_repeats = args.min_repeats;
@@ -356,12 +449,9 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
     }
   }
 
-  Trace trace;
-  bool have_trace = !args.trace.empty();
   std::vector<RankOverlap> overlap;
   std::string timeline_svg;
   if (have_trace) {
-    ASSIGN_OR_RETURN(trace, ReadTraceFile(ResolveUserPath(args.trace)));
     RETURN_IF_ERROR(CheckTraceMatchesPlan(trace, plan));
     overlap = ComputeOverlap(trace);
     timeline_svg = RenderTimelineSvg(trace);
@@ -387,6 +477,11 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
     report.plan = &plan;
     report.graph = &graph;
     report.input_path = args.input;
+    if (ran) {
+      absl::StrAppend(&report.input_path, ran->id.overrides.empty() ? "" : " ",
+                      OverridesText(ran->id.overrides), " (the plan that ran, as recorded in ",
+                      ran->where, ")");
+    }
     absl::StatusOr<std::string> svg = RenderDot(dot, "svg");
     if (svg.ok()) {
       report.graph_svg = *std::move(svg);

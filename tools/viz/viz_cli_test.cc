@@ -9,7 +9,10 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan_io.h"
+#include "compiler/planner/planner.h"
+#include "runtime/trace/plan_identity.h"
 #include "runtime/trace/tracer.h"
 #include "tools/viz/file_util.h"
 #include "tools/viz/synthetic.h"
@@ -440,6 +443,132 @@ TEST_F(RunVizTest, SvgWithoutDotIsAClearError) {
   auto html = ReadFileToString(h.output);
   ASSERT_TRUE(html.ok());
   EXPECT_THAT(*html, HasSubstr("Graph not rendered"));
+}
+
+// A run recorded its plan (runtime/trace/plan_identity.h) in its trace and
+// metrics log: viz draws that plan (the .train with the run's overrides),
+// and refuses a file edited since, or a trace and a log of two runs.
+class RanPlanVizTest : public RunVizTest {
+ protected:
+  void SetUp() override {
+    RunVizTest::SetUp();
+    train_ = dir_ + "/mlp.train";
+    auto text = ReadFileToString("dsl_examples/fashion_mlp.train");
+    ASSERT_TRUE(text.ok()) << text.status();
+    text_ = *text;
+    ASSERT_TRUE(WriteStringToFile(train_, text_).ok());
+    trace_ = Record({{"micro_batch", "4"}, {"steps", "6"}}, "ran", &ran_);
+  }
+  // What `train mlp.train OVERRIDES --trace NAME.json --metrics NAME.jsonl`
+  // records of its plan (no steps traced); returns the trace's path.
+  std::string Record(const NamedValues& overrides, const std::string& name,
+                     Plan* plan = nullptr) {
+    FrontendResult compiled = CompileFile(train_, overrides);
+    EXPECT_TRUE(compiled.spec) << FormatDiagnostics(compiled.diagnostics, compiled.source);
+    PlanOptions options;
+    options.default_machine = "cpu_loopback";
+    absl::StatusOr<Plan> built = BuildPlan(*compiled.spec, options);
+    EXPECT_TRUE(built.ok()) << built.status();
+    PlanIdentity id = IdentifyPlan(*built, train_, overrides);
+    id.device = "cpu";
+    const std::string trace = absl::StrCat(dir_, "/", name, ".json");
+    EXPECT_TRUE(MergeTraceParts(*built, {"[]"}, 0, trace, nullptr, &id).ok());
+    EXPECT_TRUE(WriteStringToFile(absl::StrCat(dir_, "/", name, ".jsonl"),
+                                  absl::StrCat("{\"kind\":\"run\",\"step\":0,\"time\":1,"
+                                               "\"model\":\"fashion_mlp\",\"plan\":",
+                                               PlanIdentityJson(id), "}\n",
+                                               "{\"kind\":\"train\",\"step\":1,\"time\":2,"
+                                               "\"epoch\":1,\"loss\":2.0}\n"))
+                    .ok());
+    if (plan != nullptr) *plan = *built;
+    return trace;
+  }
+  VizArgs Args(const std::string& input, const std::string& trace,
+               std::vector<std::string> metrics = {}) {
+    VizArgs a;
+    a.input = input;
+    a.trace = trace;
+    a.metrics = std::move(metrics);
+    a.output = dir_ + "/ran.html";
+    return a;
+  }
+  std::string train_, text_, trace_;
+  Plan ran_;
+};
+
+TEST_F(RanPlanVizTest, DrawsThePlanThatRanNotTheFilesOwn) {
+  ASSERT_TRUE(Run(Args(train_, trace_, {dir_ + "/ran.jsonl"})).ok()) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("drawing the plan that ran: " + train_ +
+                                    " --micro_batch 4 --steps 6 (as recorded in " + trace_));
+  EXPECT_THAT(out_.str(), HasSubstr("global batch 16 = 2 rank(s) x micro-batch 4 x 2"));
+  EXPECT_EQ(err_.str(), "");
+  auto html = ReadFileToString(dir_ + "/ran.html");
+  ASSERT_TRUE(html.ok());
+  EXPECT_THAT(*html, HasSubstr("0 epoch(s), 6 step(s)"));
+  EXPECT_THAT(*html, HasSubstr("--micro_batch 4 --steps 6 (the plan that ran"));
+  // The metrics log alone says as much.
+  ASSERT_TRUE(Run(Args(train_, "", {dir_ + "/ran.jsonl"})).ok()) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("micro-batch 4 x 2"));
+}
+
+TEST_F(RanPlanVizTest, AFileEditedSinceTheRunIsRefused) {
+  std::string edited = text_;
+  const std::string from = "accumulate  = 2";
+  ASSERT_NE(edited.find(from), std::string::npos);
+  edited.replace(edited.find(from), from.size(), "accumulate  = 4");
+  ASSERT_TRUE(WriteStringToFile(train_, edited).ok());
+  absl::Status s = Run(Args(train_, trace_));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  const std::string m(s.message());
+  EXPECT_THAT(m, HasSubstr(train_ + " is not the plan that ran (recorded in " + trace_));
+  EXPECT_THAT(m, HasSubstr("the file changed since the run"));
+  EXPECT_THAT(m, HasSubstr(absl::StrCat("plan hash: ", PlanHash(ran_), " in the run")));
+  EXPECT_THAT(m, HasSubstr(absl::StrCat("text hash of ", train_, ": ", TextHash(text_))));
+  EXPECT_THAT(m, HasSubstr("accumulate: 2 in the run, 4 in " + train_));
+  // A comment changes the text, not the plan: drawn.
+  ASSERT_TRUE(WriteStringToFile(train_, "# edited\n" + text_).ok());
+  EXPECT_TRUE(Run(Args(train_, trace_)).ok());
+}
+
+TEST_F(RanPlanVizTest, ATraceAndAMetricsLogOfTwoRunsAreRefused) {
+  Record({{"micro_batch", "4"}, {"steps", "5"}}, "other");
+  absl::Status s = Run(Args(train_, trace_, {dir_ + "/other.jsonl"}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("are of two different runs"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("steps: 6 in the trace's run, 5 in"));
+  // Overlaid with the traced run's own log: drawn.
+  EXPECT_TRUE(Run(Args(train_, trace_, {dir_ + "/other.jsonl", dir_ + "/ran.jsonl"})).ok())
+      << err_.str();
+}
+
+TEST_F(RanPlanVizTest, AnOlderTraceIsDrawnAsWrittenWithAWarning) {
+  ASSERT_TRUE(MergeTraceParts(ran_, {"[]"}, 0, dir_ + "/old.json").ok());
+  VizArgs a = Args(train_, dir_ + "/old.json");
+  // The file's own plan does not match the run's trace (micro-batch 64):
+  // drawn as the file says, structurally checked only.
+  ASSERT_TRUE(Run(a).ok()) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("old.json records no plan"));
+  EXPECT_THAT(err_.str(), HasSubstr("could not be checked"));
+  EXPECT_THAT(out_.str(), HasSubstr("micro-batch 64"));
+  EXPECT_THAT(out_.str(), ::testing::Not(HasSubstr("drawing the plan that ran")));
+}
+
+TEST_F(RanPlanVizTest, APlanFileIsComparedByItsHash) {
+  const std::string same = dir_ + "/ran.plan";
+  ASSERT_TRUE(WritePlanFile(ran_, same).ok());
+  ASSERT_TRUE(Run(Args(same, trace_)).ok()) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("micro-batch 4"));
+  // The file's own plan, compiled without the run's overrides.
+  FrontendResult compiled = CompileFile(train_);
+  ASSERT_TRUE(compiled.spec);
+  absl::StatusOr<Plan> own = BuildPlan(*compiled.spec);
+  ASSERT_TRUE(own.ok());
+  const std::string other = dir_ + "/own.plan";
+  ASSERT_TRUE(WritePlanFile(*own, other).ok());
+  absl::Status s = Run(Args(other, trace_));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(other + " is not the plan that ran"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("micro_batch: 4 in the run, 64 in " + other));
 }
 
 }  // namespace
