@@ -42,6 +42,28 @@ TEST(MetricsReaderTest, ReadsEveryKind) {
   EXPECT_EQ(run->summary_samples_per_s, 512.0);
 }
 
+TEST(MetricsReaderTest, EachRunRecordNamesItsPlan) {
+  auto old = ParseMetricsLog(kLog, "a.jsonl");
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->plans.empty());  // a log from before the record
+  const std::string log =
+      R"({"kind":"run","step":0,"time":1,"plan":{"hash":"aa","overrides":[["steps","6"]]}})"
+      "\n"
+      R"({"kind":"run","step":6,"time":2,"plan":{"hash":"bb","overrides":[]}})"
+      "\n";
+  auto run = ParseMetricsLog(log, "a.jsonl");
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->plans.size(), 2u);  // resumed once
+  EXPECT_EQ(run->plans[0].hash, "aa");
+  EXPECT_EQ(run->plans[1].hash, "bb");
+  auto bad = ParseMetricsLog(R"({"kind":"run","step":0,"time":1,"plan":{"hash":7}})"
+                             "\n",
+                             "a.jsonl");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("a.jsonl:1: \"plan\" member \"hash\""));
+}
+
 TEST(MetricsReaderTest, AResumedRunKeepsTheLastValueOfAStep) {
   const std::string log =
       R"({"kind":"train","step":1,"time":0,"loss":3.0})" "\n"

@@ -47,6 +47,27 @@ TEST_F(TraceReaderTest, ReadsEventsAndMetadata) {
   EXPECT_TRUE(CheckTraceMatchesPlan(*trace, plan_).ok());
 }
 
+TEST_F(TraceReaderTest, ReadsThePlanThatRan) {
+  auto none = ParseTrace(json_, "t.json");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->plan.has_value());  // a trace from before the record
+  const std::string meta = "\"metadata\": {";
+  std::string with = json_;
+  ASSERT_NE(with.find(meta), std::string::npos);
+  with.insert(with.find(meta) + meta.size(),
+              "\"plan\": {\"hash\": \"0123456789abcdef\", \"overrides\": [[\"steps\", \"6\"]]}, ");
+  auto trace = ParseTrace(with, "t.json");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_TRUE(trace->plan.has_value());
+  EXPECT_EQ(trace->plan->hash, "0123456789abcdef");
+  EXPECT_EQ(trace->plan->overrides, (NamedValues{{"steps", "6"}}));
+  with.replace(with.find("\"6\"]]"), 3, "6");
+  auto bad = ParseTrace(with, "t.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("t.json: metadata \"plan\" member \"overrides\""));
+}
+
 TEST_F(TraceReaderTest, MalformedJsonNamesFileLineAndColumn) {
   auto trace = ParseTrace("{\"traceEvents\": [\n  {\"ph\": \"X\",}\n]}", "t.json");
   ASSERT_FALSE(trace.ok());

@@ -62,7 +62,9 @@ OptionParser MakeParser(VizArgs* args) {
              "a Chrome trace written by `train --trace` for the same plan: draws per-rank "
              "compute/comm timelines and prints backward time, all-reduce time, hidden "
              "(overlapped) and exposed communication, and the last bucket to finish, per "
-             "rank, mean over steps",
+             "rank, mean over steps. The trace (and a metrics log) records the plan that ran: "
+             "INPUT is compiled with the run's --FIELD VALUE overrides, and refused when "
+             "edited since (or when the trace and the metrics log are of two runs)",
              into(&args->trace))
       .Value({"-o", "--output"}, "OUT",
              "output, format by extension:\n"
