@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/frontend/frontend.h"
+#include "compiler/spec/model_signature.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/checkpoint/hf_folder.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -122,6 +123,23 @@ absl::StatusOr<HfModel> LayoutOf(const ModelSpec& spec) {
       absl::StrCat(gpt2.status().message(), "; and ", llama.status().message()));
 }
 
+// The checkpoint's model signature (saved by train since plans carry one;
+// older checkpoints have none and are taken on trust) against the .train's:
+// weights of other heads, rope_theta or eps would be exported under this
+// model's config.json.
+absl::Status CheckSameModel(const SafetensorsFile& checkpoint, const Args& args,
+                            const ModelSpec& model) {
+  auto saved = checkpoint.metadata().find("model_signature");
+  if (saved == checkpoint.metadata().end()) return absl::OkStatus();
+  const std::string why = ModelSignatureDifference(
+      saved->second, "the checkpoint's model", ModelSignature(model),
+      absl::StrCat(args.file, "'s (with the options given here)"));
+  if (why.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      args.checkpoint, " was trained as another model than ", args.file, ": ", why,
+      ". Export with the .train file and the model options (--heads ...) its run used"));
+}
+
 absl::Status Export(const Args& args) {
   CompileOptions model_only;
   model_only.read_data = false;
@@ -132,6 +150,7 @@ absl::Status Export(const Args& args) {
   }
   ASSIGN_OR_RETURN(const HfModel model, LayoutOf(compiled.spec->model));
   ASSIGN_OR_RETURN(const SafetensorsFile checkpoint, SafetensorsFile::Read(args.checkpoint));
+  RETURN_IF_ERROR(CheckSameModel(checkpoint, args, compiled.spec->model));
   std::vector<std::vector<float>> data;
   std::vector<TensorRef> tensors;
   data.reserve(model.tensors.size());

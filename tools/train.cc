@@ -33,6 +33,7 @@
 #include "compiler/planner/planner.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/hf_folder.h"
 #include "runtime/comm/mpi/mpi_communicator.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/launch/launcher.h"
@@ -40,6 +41,7 @@
 #include "runtime/metrics/metrics_log.h"
 #include "runtime/trace/tracer.h"
 #include "tools/cli/option_parser.h"
+#include "tools/hf/config_check.h"
 #include "runtime/train/trainer.h"
 
 namespace trainc {
@@ -337,6 +339,12 @@ absl::StatusOr<Plan> LoadPlan(const Args& args, bool print_spec) {
       ASSIGN_OR_RETURN(plan.steps, ParseInt("--steps", value));
       plan.epochs = 0;
     }
+    if (IsHfFolder(args.train.init_from)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--init-from ", args.train.init_from, ": a Hugging Face folder's config.json is "
+          "checked against the .train model, which a plan file does not carry; give the "
+          ".train file (and its options) instead of ", args.file));
+    }
     return plan;
   }
   FrontendResult result = CompileFile(args.file, args.overrides);
@@ -348,6 +356,13 @@ absl::StatusOr<Plan> LoadPlan(const Args& args, bool print_spec) {
         absl::StrCat(args.file, ": compilation failed"));
   }
   if (print_spec) std::cout << DescribeSpec(*result.spec) << "\n";
+  if (IsHfFolder(args.train.init_from)) {  // before any rank starts
+    if (absl::Status s = hf::CheckHfConfig(args.train.init_from, result.spec->model, args.file);
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--init-from ", args.train.init_from, ": ", s.message()));
+    }
+  }
   ASSIGN_OR_RETURN(PlanOptions options,
                    PlanOptionsForDevice(args.train.device, args.compile_only));
   options.overlap = args.train.overlap;  // bucket_mb = auto costs what will run

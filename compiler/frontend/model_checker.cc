@@ -1111,6 +1111,7 @@ class ModelChecker {
       return std::nullopt;
     }
     const std::string path = NewValueName(flattening, top);
+    model_.repeat_locations[path] = Location(call.name_span);
     for (int64_t i = 0; i < *times; ++i) {
       x = Instantiate(call, block, {*x}, absl::StrCat(path, ".", i),
                       scope.depth + 1);

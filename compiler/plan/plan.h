@@ -292,6 +292,10 @@ struct Plan {
   int version = kPlanFormatVersion;
   std::string model;
   std::string source;  // the .train file it was compiled from
+  // What the model computes (compiler/spec/model_signature.h), saved in
+  // checkpoints so that tools/hf_export can tell another model of the same
+  // shapes; empty in plans written before it existed.
+  std::string model_signature;
 
   int64_t world_size = 1;
   int64_t micro_batch = 0;

@@ -335,6 +335,9 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
   }
   if (kw == "model") {
     ASSIGN_OR_RETURN(plan.model, f.Str("name"));
+    if (r.fields.count("signature")) {  // absent in older plans
+      ASSIGN_OR_RETURN(plan.model_signature, f.Str("signature"));
+    }
   } else if (kw == "source") {
     ASSIGN_OR_RETURN(plan.source, f.Str("path"));
   } else if (kw == "config") {
@@ -574,7 +577,11 @@ absl::Status Invalid(absl::string_view what) {
 std::string PlanToText(const Plan& plan) {
   std::string out;
   absl::StrAppend(&out, "trainc-plan ", plan.version, "\n");
-  absl::StrAppend(&out, "model name=", Quote(plan.model), "\n");
+  absl::StrAppend(&out, "model name=", Quote(plan.model),
+                  plan.model_signature.empty()
+                      ? std::string()
+                      : absl::StrCat(" signature=", Quote(plan.model_signature)),
+                  "\n");
   absl::StrAppend(&out, "source path=", Quote(plan.source), "\n");
   absl::StrAppend(&out, "config world_size=", plan.world_size,
                   " micro_batch=", plan.micro_batch, " accumulate=", plan.accumulate,

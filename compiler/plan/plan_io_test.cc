@@ -215,6 +215,20 @@ TEST(PlanIo, PlansWithoutTokenFieldsStillRead) {
   EXPECT_EQ(parsed->data.token_vocab, 0);
 }
 
+TEST(PlanIo, TheModelSignatureRoundTripsAndMayBeAbsent) {
+  Plan plan = TinyPlan();
+  plan.model_signature = "2 x linear(bias=true, out_features=2)\ninput x: f32[3]";
+  const std::string text = PlanToText(plan);
+  EXPECT_THAT(text, HasSubstr("model name=\"tiny model\" signature=\"2 x linear("));
+  absl::StatusOr<Plan> parsed = PlanFromText(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << text;
+  EXPECT_EQ(parsed->model_signature, plan.model_signature);
+  // A plan written before signatures existed reads with none.
+  absl::StatusOr<Plan> old = PlanFromText(PlanToText(TinyPlan()));
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->model_signature, "");
+}
+
 TEST(PlanIo, BadTokenFieldsNameTheLine) {
   const std::string good = PlanToText(TinyPlan());
   const std::string data_line = "data format=idx scale=0.00392156862745098 shuffle=1";

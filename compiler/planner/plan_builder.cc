@@ -134,6 +134,7 @@ class PlanBuilder::Impl {
   void FillConfig() {
     const TrainConfig& t = spec_.train;
     plan_.model = spec_.model.name;
+    plan_.model_signature = ModelSignature(spec_.model);
     plan_.source = spec_.source_path;
     plan_.world_size = t.gpus;
     plan_.micro_batch = t.micro_batch;

@@ -15,6 +15,7 @@
 #include "compiler/plan/plan.h"
 #include "compiler/planner/bucket_search.h"
 #include "compiler/planner/planner.h"
+#include "compiler/spec/model_signature.h"
 #include "compiler/spec/train_spec.h"
 
 namespace trainc {

@@ -98,6 +98,9 @@ struct ModelSpec {
   std::vector<std::string> recompute_blocks;
   // Every repeat(...) instance, for train { recompute = true }.
   std::vector<std::string> repeat_blocks;
+  // Where each repeat(...) is written, by the path of its statement ("h"
+  // for `h = repeat(layer, layers, x)`): what sets the number of layers.
+  std::map<std::string, SourceLocation> repeat_locations;
 };
 
 // One data source: `idx(images, labels)`, `text(paths...)` or

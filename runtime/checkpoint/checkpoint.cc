@@ -281,6 +281,8 @@ absl::Status SaveCheckpoint(const std::string& path, const Plan& plan,
       {"optimizer", EnumName(plan.optimizer.kind)},
       {"checkpoint_id", NewCheckpointId()},
   };
+  // What the model computes, for tools/hf_export (plans older than it have none).
+  if (!plan.model_signature.empty()) metadata["model_signature"] = plan.model_signature;
   // Both are written whole before either is renamed into place (a full
   // disk leaves the previous pair as it was); the weights are renamed last,
   // so a new weights file always has its state beside it.

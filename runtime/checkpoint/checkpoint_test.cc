@@ -138,6 +138,21 @@ TEST(CheckpointTest, WeightsFileHoldsOnlyParametersNamedAsPyTorch) {
   std::memcpy(&first, state->Data(*state->Find("optimizer.h1.bias.exp_avg")).data(), 4);
   EXPECT_EQ(first, *device.At<float>(128 + 64));
   EXPECT_EQ(state->metadata().at("checkpoint_id"), file->metadata().at("checkpoint_id"));
+  // A plan without a model signature (an older plan file) saves none.
+  EXPECT_EQ(file->metadata().count("model_signature"), 0u);
+}
+
+TEST(CheckpointTest, WeightsRecordWhatTheModelComputes) {
+  // tools/hf_export compares it with the .train file it is given.
+  Plan plan = TinyPlan();
+  plan.model_signature = "1 x linear(bias=true, out_features=2)\ninput x: f32[3]";
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string path = TempPath("signed.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, device, {}).ok());
+  auto file = SafetensorsFile::Read(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata().at("model_signature"), plan.model_signature);
 }
 
 TEST(CheckpointTest, SgdMomentumBuffer) {

@@ -5,7 +5,10 @@ small: 2 layers x 64 wide, 4 heads over 2 key/value heads, SwiGLU, RMSNorm,
 rotary positions): exported, LlamaForCausalLM scores the eval text as trainc
 does; a random LlamaForCausalLM with grouped-query heads, imported, is scored
 by trainc as transformers scores it; one of another width is refused naming
-the tensor.
+its config.json key, and folders of the same shapes but another model (heads over
+key/value heads, rope_theta, rms_norm_eps, rope_scaling, fewer positions,
+another activation) are refused naming the config.json key; a checkpoint
+trained with other heads is not exported under the .train's.
 
 A small GPT-2 (2 layers x 32 wide, 4 heads, context 16, bytes) trains a few
 steps; hf_export writes its checkpoint as a GPT2LMHeadModel folder; the
@@ -14,12 +17,13 @@ torch) loads it with from_pretrained and scores the eval text in float64:
 the loss must be trainc's own eval loss within 1e-4 relative. The other
 way, a randomly initialised GPT2LMHeadModel saved by save_pretrained is
 trainc's --init-from: trainc then scores the text as transformers does, and
-a model of another width is refused naming the tensor. Without that
+a model of another width is refused naming the config.json key. Without that
 environment (no PyPI) the test skips, saying so.
 """
 import json
 import os
 import random
+import re
 import subprocess
 import unittest
 
@@ -67,34 +71,61 @@ print(f"LOSS {total / windows:.12f}")
 """
 
 
-# A randomly initialised GPT2LMHeadModel saved as transformers saves it.
+# Randomly initialised GPT2LMHeadModels saved as transformers saves them:
+# argv positions, width, then pairs FOLDER, JSON of GPT2Config keys to change.
 MAKE = """
-import sys, torch
+import json, sys, torch
 from transformers import GPT2Config, GPT2LMHeadModel
-torch.manual_seed(0)
-config = GPT2Config(vocab_size=256, n_positions=int(sys.argv[2]), n_embd=int(sys.argv[3]),
-                    n_layer=2, n_head=4, activation_function="gelu_new", resid_pdrop=0.0,
-                    embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)
-GPT2LMHeadModel(config).save_pretrained(sys.argv[1], safe_serialization=True)
+for folder, extra in zip(sys.argv[3::2], sys.argv[4::2]):
+    torch.manual_seed(0)
+    config = GPT2Config(**{**dict(vocab_size=256, n_positions=int(sys.argv[1]),
+                                  n_embd=int(sys.argv[2]), n_layer=2, n_head=4,
+                                  activation_function="gelu_new", resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5),
+                           **json.loads(extra)})
+    GPT2LMHeadModel(config).save_pretrained(folder, safe_serialization=True)
 """
 
 
-# A randomly initialised LlamaForCausalLM (grouped-query heads, untied head).
+# The same for LlamaForCausalLM (grouped-query heads, untied head).
 MAKE_LLAMA = """
-import sys, torch
+import json, sys, torch
 from transformers import LlamaConfig, LlamaForCausalLM
-torch.manual_seed(0)
-config = LlamaConfig(vocab_size=256, hidden_size=int(sys.argv[3]), intermediate_size=96,
-                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                     max_position_embeddings=int(sys.argv[2]), rms_norm_eps=1e-6,
-                     rope_theta=10000.0, tie_word_embeddings=False)
-model = LlamaForCausalLM(config)
-with torch.no_grad():  # transformers initialises the norms at one: move them
-    for name, p in model.named_parameters():
-        if name.endswith("norm.weight"):
-            p.uniform_(0.5, 1.5)
-model.save_pretrained(sys.argv[1], safe_serialization=True)
+for folder, extra in zip(sys.argv[3::2], sys.argv[4::2]):
+    torch.manual_seed(0)
+    config = LlamaConfig(**{**dict(vocab_size=256, hidden_size=int(sys.argv[2]),
+                                   intermediate_size=96, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   max_position_embeddings=int(sys.argv[1]), rms_norm_eps=1e-6,
+                                   rope_theta=10000.0, tie_word_embeddings=False),
+                            **json.loads(extra)})
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # transformers initialises the norms at one: move them
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    model.save_pretrained(folder, safe_serialization=True)
 """
+
+# Folders whose tensors have the small models' shapes (GPT-2: 4 heads of 8,
+# Llama: 4 heads of 16 over 2 key/value heads, rope_theta 10000, eps 1e-6,
+# context 16) but whose config.json makes them other models: each is
+# refused naming the key.
+GPT2_OTHERS = {
+    "n_head": {"n_head": 2},
+    "layer_norm_epsilon": {"layer_norm_epsilon": 1e-6},
+    "activation_function": {"activation_function": "gelu"},
+    "scale_attn_by_inverse_layer_idx": {"scale_attn_by_inverse_layer_idx": True},
+}
+LLAMA_OTHERS = {
+    # 2 heads of 32 over 1: q, k and v of 64, 32 and 32 rows, as 64, 32, 32.
+    "num_attention_heads": {"num_attention_heads": 2, "num_key_value_heads": 1},
+    "rope_theta": {"rope_theta": 500000.0},
+    "rms_norm_eps": {"rms_norm_eps": 1e-5},
+    "rope_scaling": {"rope_scaling": {"type": "linear", "factor": 2.0}},
+    "max_position_embeddings": {"max_position_embeddings": 8},
+    "hidden_act": {"hidden_act": "gelu"},
+}
 
 LLAMA_SMALL = ("const vocab = 256, ctx = 64, width = 256, heads = 8, kv_heads = 2, head = 32",
                "const vocab = 256, ctx = {T}, width = 64, heads = 4, kv_heads = 2, head = 16")
@@ -157,11 +188,32 @@ class HfExportTest(unittest.TestCase):
         with open(os.path.join(out, "config.json")) as f:
             return json.load(f), proc.stdout
 
-    def make(self, script, folder, width):
-        """A random transformers model of `width` saved by save_pretrained."""
-        made = subprocess.run([HF_PYTHON, "-c", script, folder, str(T), str(width)],
+    def make(self, script, folder, width, others=None):
+        """A random transformers model of `width` saved by save_pretrained
+        into `folder`; with `others` ({name: config keys}), one into
+        `folder`_name for each instead."""
+        pairs = ([f"{folder}_{name}", json.dumps(keys)] for name, keys in others.items()) \
+            if others else [[folder, "{}"]]
+        made = subprocess.run([HF_PYTHON, "-c", script, str(T), str(width)] +
+                              [x for pair in pairs for x in pair],
                               capture_output=True, text=True, timeout=300)
         self.assertEqual(made.returncode, 0, made.stderr)
+
+    def assert_other_models_refused(self, model, script, width, others):
+        """Each folder of `others` (the .train's shapes, another config.json)
+        is refused before training, naming config.json, the key, both values
+        and the .train's line."""
+        base = os.path.join(self.dir, "other")
+        self.make(script, base, width, others)
+        for key in others:
+            folder = f"{base}_{key}"
+            proc = e2e.train(model, "--device", "cpu", "--init-from", folder, "--steps", 1,
+                             "--no-eval", check=False)
+            self.assertNotEqual(proc.returncode, 0, proc.stdout)
+            self.assertRegex(proc.stdout, re.escape(f"{folder}/config.json: {key} is ") +
+                             r"[^\n]*(, but|, fewer than [^\n]* of) " + re.escape(model) +
+                             r":[0-9]+:[0-9]+ ")
+            self.assertNotIn("step 1", proc.stdout)
 
     def import_and_score(self, model, eval_text, script, width, name):
         """A transformers model made with `script` as --init-from: trainc's eval
@@ -176,15 +228,16 @@ class HfExportTest(unittest.TestCase):
         self.assertLess(abs(got - want) / want, 1e-4)
         return folder, got
 
-    def assert_other_width_refused(self, model, script, width, tensor, shapes):
-        """Another width is refused, naming the tensor and both shapes."""
+    def assert_other_width_refused(self, model, script, width, key, values):
+        """Another width is refused before its tensors are read, naming the
+        config.json key and both values."""
         wide = os.path.join(self.dir, f"wide_{width}")
         self.make(script, wide, width)
         proc = e2e.train(model, "--device", "cpu", "--init-from", wide, "--steps", 1,
                          check=False)
         self.assertNotEqual(proc.returncode, 0, proc.stdout)
-        self.assertIn(tensor, proc.stdout)
-        self.assertIn(shapes, proc.stdout)
+        self.assertIn(f"{wide}/config.json: {key} is {values[0]}, but {model}:", proc.stdout)
+        self.assertIn(f" has {values[1]}", proc.stdout)
 
     def test_exported_model_scores_as_trainc_does(self):
         model, eval_text = self.write_model()
@@ -208,8 +261,8 @@ class HfExportTest(unittest.TestCase):
     def test_a_transformers_model_is_a_starting_point(self):
         model, eval_text = self.write_model()
         folder, _ = self.import_and_score(model, eval_text, MAKE, 32, "imported")
-        self.assert_other_width_refused(model, MAKE, 48, "wte.weight",
-                                        "is F32[256,48], the plan has F32[256,32]")
+        self.assert_other_width_refused(model, MAKE, 48, "n_embd", (48, 32))
+        self.assert_other_models_refused(model, MAKE, 32, GPT2_OTHERS)
         # A folder has no optimizer state to resume.
         proc = e2e.train(model, "--device", "cpu", "--resume", folder, check=False)
         self.assertNotEqual(proc.returncode, 0, proc.stdout)
@@ -242,8 +295,31 @@ class HfExportTest(unittest.TestCase):
         print(f"fine-tuned llama eval loss: trainc {tuned_loss:.9f}, transformers {again:.9f}")
         self.assertLess(abs(again - tuned_loss) / tuned_loss, 1e-4)
         self.assertGreater(abs(tuned_loss - got) / got, 1e-3)  # training moved it
-        self.assert_other_width_refused(model, MAKE_LLAMA, 128, "embed_tokens.weight",
-                                        "is F32[256,128], the plan has F32[256,64]")
+        self.assert_other_width_refused(model, MAKE_LLAMA, 128, "hidden_size", (128, 64))
+        self.assert_other_models_refused(model, MAKE_LLAMA, 64, LLAMA_OTHERS)
+
+    def test_a_checkpoint_of_another_model_is_not_exported_as_this_one(self):
+        # Trained as 2 heads of 32 over 1 key/value head: the same tensor
+        # shapes as tiny.train's 4 heads of 16 over 2.
+        model, _ = self.write_model("llama_tiny")
+        ckpt = os.path.join(self.dir, "other.safetensors")
+        heads = ("--heads", "2", "--kv_heads", "1", "--head", "32")
+        e2e.train(model, "--device", "cpu", "--steps", 1, "--no-eval", "--save", ckpt, *heads)
+        proc = subprocess.run([EXPORT, model, ckpt, os.path.join(self.dir, "wrong")],
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertIn(f"{ckpt} was trained as another model than {model}", proc.stderr)
+        self.assertIn("the checkpoint's model has 2 x causal_attention(heads=2, kv_heads=1,",
+                      proc.stderr)
+        self.assertIn("has 2 x causal_attention(heads=4, kv_heads=2,", proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "wrong")))
+        # With the run's own options it exports as that model.
+        out = os.path.join(self.dir, "right")
+        proc = subprocess.run([EXPORT, model, ckpt, out, *heads], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        with open(os.path.join(out, "config.json")) as f:
+            config = json.load(f)
+        self.assertEqual((config["num_attention_heads"], config["num_key_value_heads"]), (2, 1))
 
     def test_a_model_without_gpt2s_layout_is_refused(self):
         proc = subprocess.run([EXPORT, e2e.EXAMPLE, "nothing.safetensors",

@@ -37,22 +37,36 @@ absl::Status NotGpt2(const ModelSpec& model, const std::string& why) {
       "model ", model.name, " does not have GPT-2's layout (GPT2LMHeadModel): ", why));
 }
 
-// The ops' constants GPT2Config needs, each the same in every layer.
+// The ops' constants GPT2Config needs, each the same in every layer, and
+// the statements that set them (the first of each).
 absl::Status ReadOps(const ModelSpec& model, Gpt2Layout& l) {
   std::set<int64_t> heads;
   std::set<double> eps, dropout;
   std::set<std::string> activation;
   bool tied = false;
+  auto source = [&](const std::vector<std::string>& keys, const OpSpec& op) {
+    for (const std::string& key : keys) l.sources.emplace(key, SourceOfOp(op));
+  };
   for (const OpSpec& op : model.ops) {
-    if (op.op == "causal_attention") heads.insert(op.args.at("heads").i);
-    if (op.op == "layernorm") eps.insert(op.args.at("eps").AsDouble());
+    if (op.op == "causal_attention") {
+      heads.insert(op.args.at("heads").i);
+      source({"n_head", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+              "add_cross_attention"},
+             op);
+    }
+    if (op.op == "layernorm") {
+      eps.insert(op.args.at("eps").AsDouble());
+      source({"layer_norm_epsilon"}, op);
+    }
     if (op.op == "dropout") dropout.insert(op.args.at("p").AsDouble());
     if (op.op == "gelu") {
       activation.insert(op.args.at("approximate").s == "tanh" ? "gelu_new" : "gelu");
+      source({"activation_function"}, op);
     }
     if (op.op == "linear" && op.shared_parameters.count("weight") &&
         op.shared_parameters.at("weight") == "wte.weight") {
       tied = true;
+      source({"tie_word_embeddings"}, op);
     }
   }
   if (heads.size() != 1) return NotGpt2(model, "expected one causal_attention head count");
@@ -102,7 +116,32 @@ absl::StatusOr<Gpt2Layout> Gpt2LayoutOf(const ModelSpec& model) {
   }
   if (auto s = ReadOps(model, l); !s.ok()) return s;
   if (l.width % l.heads != 0) return NotGpt2(model, "heads do not divide the width");
+  l.sources["vocab_size"] = l.sources["n_embd"] = SourceOfParameter(model, "wte.weight");
+  l.sources["n_positions"] = SourceOfParameter(model, "wpe.weight");
+  l.sources["n_layer"] = SourceOfLayers(model);
+  l.sources["n_inner"] = SourceOfParameter(model, "h.0.mlp.c_fc.weight");
   return l;
+}
+
+KeySource SourceOfOp(const OpSpec& op) {
+  return {op.location, absl::StrCat(op.name, " = ", op.op)};
+}
+
+KeySource SourceOfParameter(const ModelSpec& model, const std::string& name) {
+  for (const OpSpec& op : model.ops) {
+    for (const std::string& p : op.parameters) {
+      bool shared = false;
+      for (const auto& [arg, param] : op.shared_parameters) shared |= param == p;
+      if (p == name && !shared) return SourceOfOp(op);
+    }
+  }
+  return {};
+}
+
+KeySource SourceOfLayers(const ModelSpec& model) {
+  auto it = model.repeat_locations.find("h");
+  if (it != model.repeat_locations.end()) return {it->second, "h = repeat"};
+  return {};
 }
 
 std::string ParameterMismatch(const ModelSpec& model, const std::vector<HfTensor>& tensors,

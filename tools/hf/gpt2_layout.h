@@ -12,6 +12,7 @@
 #define TRAINC_TOOLS_HF_GPT2_LAYOUT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,12 +32,21 @@ struct HfTensor {
   int64_t rows = 0;
 };
 
+// The .train statement a config.json key's value comes from (an op, the
+// repeat of the layers, the input declaration), for messages.
+struct KeySource {
+  SourceLocation location;  // line and column (the file is the caller's)
+  std::string statement;    // "h.0.attn.y = causal_attention"
+};
+
 struct Gpt2Layout {
   int64_t vocab = 0, positions = 0, width = 0, layers = 0, heads = 0;
   std::string activation;  // "gelu_new" (tanh form) or "gelu" (erf)
   double layer_norm_eps = 1e-5;
   double dropout = 0;      // the model's dropout p (0: none)
   std::vector<HfTensor> tensors;
+  // By GPT2Config key (n_head, ...): the statement that sets its value.
+  std::map<std::string, KeySource> sources;
 };
 
 absl::StatusOr<Gpt2Layout> Gpt2LayoutOf(const ModelSpec& model);
@@ -46,6 +56,13 @@ absl::StatusOr<Gpt2Layout> Gpt2LayoutOf(const ModelSpec& model);
 // [b]"), or "" when they are. For every layout of tools/hf.
 std::string ParameterMismatch(const ModelSpec& model, const std::vector<HfTensor>& tensors,
                               const std::string& whose);
+
+// The statement an op is (its location, "name = op"); the one that creates
+// parameter `name`; the repeat(...) that makes the layers h.N ({} when
+// none). For every layout of tools/hf.
+KeySource SourceOfOp(const OpSpec& op);
+KeySource SourceOfParameter(const ModelSpec& model, const std::string& name);
+KeySource SourceOfLayers(const ModelSpec& model);
 
 // config.json for transformers' GPT2Config.
 std::string Gpt2ConfigJson(const Gpt2Layout& layout);

@@ -76,6 +76,7 @@ TEST(LlamaLayout, LlamaTinyMapsOntoLlamaForCausalLM) {
   EXPECT_EQ(l->intermediate, 688);
   EXPECT_EQ(l->rms_norm_eps, 1e-6);
   EXPECT_EQ(l->rope_theta, 10000);
+  EXPECT_EQ(l->hidden_act, "silu");  // SwiGLU's gate
   // embed_tokens, 9 per layer (q, k, v from one fused weight), norm, lm_head.
   ASSERT_EQ(l->tensors.size(), 1 + 9 * 6 + 2u);
   EXPECT_EQ(l->tensors[0].hf_name, "model.embed_tokens.weight");

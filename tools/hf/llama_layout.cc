@@ -15,11 +15,23 @@ absl::Status NotLlama(const ModelSpec& model, const std::string& why) {
       "model ", model.name, " does not have Llama's layout (LlamaForCausalLM): ", why));
 }
 
-// The attention's and the norms' constants, each the same in every layer.
+// ACT2FN's name of an activation op ("" for another op).
+std::string ActivationOf(const OpSpec& op) {
+  if (op.op == "silu" || op.op == "relu") return op.op;
+  if (op.op == "gelu") return op.args.at("approximate").s == "tanh" ? "gelu_pytorch_tanh" : "gelu";
+  return "";
+}
+
+// The attention's, the norms' and the MLP's constants, each the same in
+// every layer, and the statements that set them (the first of each).
 absl::Status ReadOps(const ModelSpec& model, LlamaLayout& l) {
   std::set<int64_t> heads, kv_heads;
   std::set<double> eps, theta;
+  std::set<std::string> act;
   bool no_rope = false;
+  auto source = [&](const std::vector<std::string>& keys, const OpSpec& op) {
+    for (const std::string& key : keys) l.sources.emplace(key, SourceOfOp(op));
+  };
   for (const OpSpec& op : model.ops) {
     if (op.op == "causal_attention") {
       heads.insert(op.args.at("heads").i);
@@ -27,8 +39,16 @@ absl::Status ReadOps(const ModelSpec& model, LlamaLayout& l) {
       kv_heads.insert(kv == 0 ? op.args.at("heads").i : kv);
       theta.insert(op.args.at("rope_theta").AsDouble());
       no_rope |= !op.args.at("rope").b;
+      source({"num_attention_heads", "num_key_value_heads", "rope_theta", "rope_scaling"}, op);
     }
-    if (op.op == "rmsnorm") eps.insert(op.args.at("eps").AsDouble());
+    if (op.op == "rmsnorm") {
+      eps.insert(op.args.at("eps").AsDouble());
+      source({"rms_norm_eps"}, op);
+    }
+    if (const std::string a = ActivationOf(op); !a.empty()) {
+      act.insert(a);
+      source({"hidden_act"}, op);
+    }
     if (op.op == "layernorm" || op.op == "dropout") {
       return NotLlama(model, "it has a " + op.op + " (" + op.name + ")");
     }
@@ -38,11 +58,27 @@ absl::Status ReadOps(const ModelSpec& model, LlamaLayout& l) {
   }
   if (no_rope) return NotLlama(model, "its attention has no rotary positions (rope = true)");
   if (eps.size() != 1) return NotLlama(model, "expected one rmsnorm eps");
+  if (act.size() != 1) return NotLlama(model, "expected one activation (silu) in every MLP");
   l.heads = *heads.begin();
   l.kv_heads = *kv_heads.begin();
   l.rope_theta = *theta.begin();
   l.rms_norm_eps = *eps.begin();
+  l.hidden_act = *act.begin();
   return absl::OkStatus();
+}
+
+// The statements that set the keys read from parameters' shapes.
+void AddParameterSources(const ModelSpec& model, LlamaLayout& l) {
+  l.sources["vocab_size"] = l.sources["hidden_size"] =
+      SourceOfParameter(model, "embed_tokens.weight");
+  l.sources["intermediate_size"] = l.sources["mlp_bias"] =
+      SourceOfParameter(model, "h.0.mlp.gate_proj.weight");
+  l.sources["head_dim"] = l.sources["attention_bias"] =
+      SourceOfParameter(model, "h.0.self_attn.qkv.weight");
+  l.sources["tie_word_embeddings"] = SourceOfParameter(model, "lm_head.weight");
+  l.sources["num_hidden_layers"] = SourceOfLayers(model);
+  const ValueSpec& input = model.inputs[0];
+  l.sources["max_position_embeddings"] = {input.location, "input " + input.name};
 }
 
 // Every tensor LlamaForCausalLM has, in trainc's terms.
@@ -107,6 +143,7 @@ absl::StatusOr<LlamaLayout> LlamaLayoutOf(const ModelSpec& model) {
   if (const std::string why = ParameterMismatch(model, l.tensors, "Llama's"); !why.empty()) {
     return NotLlama(model, why);
   }
+  AddParameterSources(model, l);
   return l;
 }
 
@@ -123,7 +160,7 @@ std::string LlamaConfigJson(const LlamaLayout& l) {
       "  \"num_key_value_heads\": %d,\n"
       "  \"head_dim\": %d,\n"
       "  \"max_position_embeddings\": %d,\n"
-      "  \"hidden_act\": \"silu\",\n"
+      "  \"hidden_act\": \"%s\",\n"
       "  \"rms_norm_eps\": %.17g,\n"
       "  \"rope_theta\": %.17g,\n"
       "  \"rope_scaling\": null,\n"
@@ -135,7 +172,7 @@ std::string LlamaConfigJson(const LlamaLayout& l) {
       "  \"torch_dtype\": \"float32\"\n"
       "}\n",
       l.vocab, l.width, l.intermediate, l.layers, l.heads, l.kv_heads, l.head_dim, l.positions,
-      l.rms_norm_eps, l.rope_theta);
+      l.hidden_act, l.rms_norm_eps, l.rope_theta);
 }
 
 }  // namespace trainc::hf
