@@ -103,7 +103,7 @@ class CliTest(unittest.TestCase):
     def test_short_run_trains_and_summarises(self):
         e2e.need_fashion_mnist(self)
         d = e2e.tmpdir()
-        out = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--steps", 60,
+        out = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--seed", e2e.SEED, "--steps", 60,
                         "--trace", f"{d}/t.json").stdout
         self.assertIn("eval epoch", out)
         self.assertIn("summary", out)

@@ -72,7 +72,7 @@ def train_sharded(d, name, gpus, *extra, steps=12, micro_batch=4, bucket_mb=0.05
     ranks), small buckets (several per step), for the ZeRO tests; returns
     the checkpoint's tensors and the log."""
     out = f"{d}/{name}.safetensors"
-    proc = train(EXAMPLE, "--device", "cpu", "--gpus", gpus, "--global_batch", 48,
+    proc = train(EXAMPLE, "--device", "cpu", "--seed", SEED, "--gpus", gpus, "--global_batch", 48,
                  "--micro_batch", micro_batch, "--bucket_mb", bucket_mb, "--steps", steps,
                  "--no-eval", "--save", out, *extra)
     return read_checkpoint(out)[0], proc.stdout
@@ -85,7 +85,7 @@ def train_gpts(d, common, variants):
     runs = {}
     for name, extra in variants:
         out = f"{d}/gpt_{name}.safetensors"
-        train(gpt, *common, *extra, "--save", out, timeout=600)
+        train(gpt, "--seed", SEED, *common, *extra, "--save", out, timeout=600)
         runs[name] = read_checkpoint(out)[0]
     return runs
 

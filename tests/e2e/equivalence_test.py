@@ -138,7 +138,7 @@ class PyTorchReferenceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         e2e.need_torch_reference(torch)
-        e2e.set_up_reference(cls, REF_STEPS * REF_GLOBAL_BATCH, e2e.initial_mlp_weights(seed=3))
+        e2e.set_up_reference(cls, REF_STEPS * REF_GLOBAL_BATCH, e2e.initial_mlp_weights(seed=3 + e2e.SEED))
         cls.refs = {}
 
     @classmethod

@@ -30,7 +30,7 @@ class FusionTest(unittest.TestCase):
             runs = {}
             for fusion in ("true", "false"):
                 out = f"{self.dir}/{precision}_{recompute}_{fusion}.safetensors"
-                e2e.train(GPT, "--device", "cpu", "--gpus", 2, "--micro_batch", 4,
+                e2e.train(GPT, "--device", "cpu", "--seed", e2e.SEED, "--gpus", 2, "--micro_batch", 4,
                           "--accumulate", 2, "--steps", 3, "--no-eval",
                           "--deterministic", "true", "--precision", precision,
                           "--recompute", recompute, "--fusion", fusion, "--save", out,

@@ -12,7 +12,7 @@ import e2e_lib as e2e
 
 def run(d, name, *extra):
     out = f"{d}/{name}.safetensors"
-    proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 2,
+    proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--seed", e2e.SEED, "--gpus", 2,
                      "--steps", 20, "--no-eval", "--save", out, *extra)
     return e2e.parameters_of(e2e.read_safetensors(out)[0]), proc.stdout
 

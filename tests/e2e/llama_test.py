@@ -51,7 +51,7 @@ train {{
   global_batch = 8
   steps = 6
   optimizer = adamw(lr = 3e-3, weight_decay = 0.1, betas = (0.9, 0.95))
-  seed = 3
+  seed = {3 + e2e.SEED}
 }}
 """
         cls.model = os.path.join(cls.dir, "llama.train")

@@ -19,7 +19,7 @@ import unittest
 
 import numpy as np
 
-from e2e_lib import EXAMPLE, need_fashion_mnist, tmpdir, train
+from e2e_lib import EXAMPLE, SEED, need_fashion_mnist, tmpdir, train
 
 TENSORBOARD = "tensorboard>=2,<3"
 SETUP_VENV = os.path.join(os.path.expanduser("~"), ".cache", "trainc",
@@ -73,7 +73,7 @@ class FashionRunTest(unittest.TestCase):
         cls.proc = None
         if not os.path.exists("/usr/share/datasets/fashion-mnist"):
             return
-        cls.proc = train(EXAMPLE, "--steps", 30, "--log-every", 10,
+        cls.proc = train(EXAMPLE, "--seed", SEED, "--steps", 30, "--log-every", 10,
                          "--save", os.path.join(cls.dir, "model.safetensors"),
                          "--tensorboard", os.path.join(cls.dir, "tb"))
         cls.records = read_jsonl(os.path.join(cls.dir, "model.metrics.jsonl"))

@@ -118,7 +118,7 @@ class PrecisionTest(unittest.TestCase):
 
     def run_trainc(self, path, name, *extra):
         out = os.path.join(self.dir, name + ".safetensors")
-        proc = e2e.train(path, "--device", "cpu", "--save", out, *extra)
+        proc = e2e.train(path, "--device", "cpu", "--seed", e2e.SEED, "--save", out, *extra)
         return e2e.parameters_of(e2e.read_safetensors(out)[0]), proc.stdout
 
     def test_matches_a_pytorch_bf16_reference(self):
@@ -126,7 +126,7 @@ class PrecisionTest(unittest.TestCase):
         n = STEPS * MICRO * ACCUMULATE
         images = e2e.read_idx(e2e.TRAIN_IMAGES, n)
         labels = e2e.read_idx(e2e.TRAIN_LABELS, n)
-        init = e2e.initial_mlp_weights(seed=5)
+        init = e2e.initial_mlp_weights(seed=5 + e2e.SEED)
         init_path = os.path.join(self.dir, "init.safetensors")
         e2e.write_safetensors(init_path, init)
         path = write(self.dir, "sgd.train", example_text(sgd=True, shuffle=False))
@@ -241,7 +241,11 @@ train {{ gpus = 1  micro_batch = 64  steps = 2  seed = 0
         _, log16 = self.run_trainc(e2e.EXAMPLE, "bf16", "--precision", "bf16")
         a32, a16 = accuracy(log32), accuracy(log16)
         print(f"\ndefault example: fp32 {a32:.2f}%, bf16 {a16:.2f}%")
-        self.assertGreater(a16, a32 - 0.3)
+        # Within the noise of one run: for seeds 0-4 bf16 minus fp32 was
+        # -0.01, -0.33, +0.06, -0.16 and +0.37 points (fp32 87.93-88.52%), so
+        # 1 point is 4 standard deviations of that difference. The bf16
+        # arithmetic itself is held to PyTorch's bf16 reference above.
+        self.assertGreater(a16, a32 - 1.0)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def run(d, name, gpus, *extra, steps=12):
     micro-batches of 4 (so 2, 3 and 4 ranks are splits of one batch:
     accumulate 6, 4, 3); returns the checkpoint's tensors and the log."""
     out = f"{d}/{name}.safetensors"
-    proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", gpus,
+    proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--seed", e2e.SEED, "--gpus", gpus,
                      "--global_batch", 48, "--micro_batch", 4,
                      "--steps", steps, "--no-eval", "--save", out, *extra)
     return e2e.read_checkpoint(out)[0], proc.stdout
