@@ -1,6 +1,11 @@
 #include "compiler/cost/machine_profile.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -239,10 +244,29 @@ absl::StatusOr<MachineProfile> ParseMachineProfile(const std::string& text,
   return profile;
 }
 
+absl::Status CheckProfileFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError("it is a directory");
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError("it is not a regular file (a pipe or a device?)");
+  }
+  if (::access(path.c_str(), R_OK) != 0) {
+    return absl::PermissionDeniedError(std::strerror(errno));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MachineProfile> ReadMachineProfile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot read the profile"));
+  absl::Status readable = CheckProfileFile(path);
+  std::ifstream in;
+  if (readable.ok()) in.open(path);
+  if (readable.ok() && !in) readable = absl::NotFoundError(std::strerror(errno));
+  if (!readable.ok()) {
+    return absl::Status(readable.code(), absl::StrCat("cannot read the machine profile '", path,
+                                                      "': ", readable.message()));
   }
   std::stringstream text;
   text << in.rdbuf();

@@ -94,7 +94,16 @@ struct MachineProfile {
 absl::StatusOr<MachineProfile> ParseMachineProfile(const std::string& text,
                                                    const std::string& source_name);
 
-// Reads and parses a profile file; errors name the file.
+// OK when `path` is a readable regular file; else an error whose message
+// is the reason alone ("it is a directory", "it is not a regular file (a
+// pipe or a device?)", or the system's "No such file or directory"), for
+// the caller to name the path as it was given. `train`'s checker of
+// `machine =` and `--machine` and ReadMachineProfile share it, so every
+// tool refuses a folder rather than reading it as an empty profile.
+absl::Status CheckProfileFile(const std::string& path);
+
+// Reads and parses a profile file; errors name the file ("cannot read the
+// machine profile 'PATH': REASON", REASON from CheckProfileFile).
 absl::StatusOr<MachineProfile> ReadMachineProfile(const std::string& path);
 
 // The profile as text that ParseMachineProfile reads back to the same

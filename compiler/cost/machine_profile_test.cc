@@ -124,7 +124,20 @@ TEST(MachineProfileTest, MissingKeysAreListed) {
 TEST(MachineProfileTest, UnreadableFileIsNamed) {
   absl::StatusOr<MachineProfile> p = ReadMachineProfile("/no/such/dir/h100.profile");
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().message(), "/no/such/dir/h100.profile: cannot read the profile");
+  EXPECT_EQ(p.status().message(),
+            "cannot read the machine profile '/no/such/dir/h100.profile': No such file or "
+            "directory");
+}
+
+// A folder opens as an empty stream: it must be refused as a folder, not
+// read as a profile with every key missing.
+TEST(MachineProfileTest, FolderIsRefusedAsAFolder) {
+  const std::string dir = ::testing::TempDir();
+  EXPECT_EQ(CheckProfileFile(dir).message(), "it is a directory");
+  absl::StatusOr<MachineProfile> p = ReadMachineProfile(dir);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            absl::StrCat("cannot read the machine profile '", dir, "': it is a directory"));
 }
 
 }  // namespace

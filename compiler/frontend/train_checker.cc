@@ -1,9 +1,5 @@
 #include "compiler/frontend/train_checker.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "compiler/cost/bundled_profiles.h"
+#include "compiler/cost/machine_profile.h"
 #include "compiler/frontend/batch_arithmetic.h"
 #include "compiler/frontend/did_you_mean.h"
 #include "compiler/frontend/setting.h"
@@ -407,18 +404,10 @@ void CheckMachine(const Setting& setting, const std::string& base_dir, std::stri
   // A flag's path is the shell's: relative to the working directory.
   const std::string path =
       setting.from_flag() ? *value : ResolvePath(base_dir, *value);
-  struct stat st;
-  std::string reason;
-  if (::stat(path.c_str(), &st) != 0) {
-    reason = std::strerror(errno);
-  } else if (S_ISDIR(st.st_mode)) {
-    reason = "it is a directory";
-  } else if (!S_ISREG(st.st_mode)) {
-    reason = "it is not a regular file (a pipe or a device?)";
-  }
-  if (!reason.empty()) {
+  const absl::Status readable = cost::CheckProfileFile(path);
+  if (!readable.ok()) {
     ReportSetting(setting, sink, absl::StrCat("cannot read the machine profile '", *value,
-                                              "': ", reason),
+                                              "': ", readable.message()),
                   path != *value ? absl::StrCat("looked for ", path, " (next to the .train file)")
                                  : "");
     return;

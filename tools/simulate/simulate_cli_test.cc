@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "compiler/frontend/frontend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -67,6 +69,21 @@ TEST(SimulateCliTest, AutoBucketsAreChosenPerWorldSizeAndExplained) {
 TEST(SimulateCliTest, BadBucketMbIsTheFrontEndsError) {
   EXPECT_THAT(RunCli({"dsl_examples/fashion_mlp.train", "--bucket-mb", "aut", "--gpus", "2"}),
               HasSubstr("did you mean 'auto'?"));
+}
+
+// A folder given as --machine is refused as train refuses it (one check,
+// cost::CheckProfileFile), not read as a profile with every key missing.
+TEST(SimulateCliTest, MachineFolderIsRefusedAsTrainRefusesIt) {
+  const std::string dir = ::testing::TempDir();
+  const std::string refusal =
+      absl::StrCat("cannot read the machine profile '", dir, "': it is a directory");
+  const std::string out = RunCli({"dsl_examples/fashion_mlp.train", "--machine", dir.c_str()});
+  EXPECT_THAT(out, HasSubstr(refusal));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("missing")));
+  const FrontendResult train =
+      CompileFile("dsl_examples/fashion_mlp.train", {{"machine", dir}});
+  EXPECT_FALSE(train.spec);
+  EXPECT_THAT(FormatDiagnostics(train.diagnostics, train.source), HasSubstr(refusal));
 }
 
 }  // namespace
