@@ -6,7 +6,8 @@
 // after that, a silence longer than LaunchOptions::heartbeat_timeout stops
 // the job. A worker that never beats is not watched (the communicator's
 // own timeout still bounds a collective that never completes), so startup
-// may take as long as it needs.
+// may take as long as it needs; when a peer gives up on it, the launcher
+// names it (stopped, or absent from the rendezvous) rather than the peer.
 //
 //   Heartbeat heartbeat = Heartbeat::FromEnvironment();
 //   for (...) { RunStep(); heartbeat.Beat(); }

@@ -11,17 +11,22 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "runtime/launch/heartbeat.h"
 #include "runtime/position/position.h"
 #include "runtime/launch/rank_env.h"
@@ -67,6 +72,34 @@ std::string ExitDescription(int status) {
   return absl::StrCat("exited with status ", WEXITSTATUS(status));
 }
 
+// Whether the process is stopped (SIGSTOP, SIGTSTP: state T in
+// /proc/PID/stat), not running or asleep.
+bool IsStopped(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::ifstream in(path);
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');  // the name may hold spaces and ')'
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+}
+
+// The rank a peer's rendezvous error names as absent, "rank 1 of 2 did not
+// join job ..." or "ranks 1, 3 of 4 did not join job ..." (runtime/comm/gloo),
+// the first of them; -1 when the error says no such thing.
+int RankThatDidNotJoin(absl::string_view error) {
+  const size_t at = error.find(" did not join job ");
+  const size_t word = at == absl::string_view::npos ? at : error.rfind("rank", at);
+  if (word == absl::string_view::npos) return -1;
+  absl::string_view rest = error.substr(word + 4);
+  absl::ConsumePrefix(&rest, "s");
+  if (!absl::ConsumePrefix(&rest, " ")) return -1;
+  size_t digits = 0;
+  while (digits < rest.size() && absl::ascii_isdigit(rest[digits])) ++digits;
+  int rank = -1;
+  return absl::SimpleAtoi(rest.substr(0, digits), &rank) ? rank : -1;
+}
+
 // One worker output stream, forwarded line by line.
 struct OutputStream {
   int fd = -1;  // read end; -1 once closed
@@ -110,6 +143,7 @@ struct Worker {
   std::string how_it_failed;  // "exited with signal 9 (Killed)...", or empty
   int exit_signal = 0;    // the signal that ended it, if one did
   bool killed_by_us = false;  // we sent it SIGKILL
+  bool stopped_at_failure = false;  // stopped (IsStopped) when the job failed
   absl::Time last_beat;
 };
 
@@ -456,7 +490,7 @@ class Job {
   static bool IsPeerCasualty(const Worker& w) {
     if (w.exit_signal == SIGPIPE) return true;
     for (const char* s : {"gloo", "nccl", "Connection", "connection", "peer",
-                          "Timed out", "timed out", "Broken pipe"}) {
+                          "Timed out", "timed out", "Broken pipe", "did not join"}) {
       if (absl::StrContains(w.err.last_error, s)) return true;
     }
     return false;
@@ -501,37 +535,9 @@ class Job {
       }
     }
     if (IsPeerCasualty(*named)) {
-      // A rank killed outright (SIGKILL) may be reaped after the peer that
-      // died of SIGPIPE writing to it a millisecond later.
-      for (const Worker& w : workers_) {
-        if (KilledFromOutside(w)) {
-          failure_ = absl::AbortedError(absl::StrCat(
-              "rank ", w.rank, " ", w.how_it_failed, "; stopped the other ", others, " rank(s)"));
-          return;
-        }
-      }
-      // A frozen rank (SIGSTOP, a stuck read) may make a peer's collective
-      // time out before the heartbeat watchdog fires (a loaded machine): a
-      // rank already silent when the first failure came is the cause.
-      for (const Worker& w : workers_) {
-        const absl::Duration silent = first_failure_ - w.last_beat;
-        if (&w != named && w.armed && silent > kSilentBeforeFailure) {
-          failure_ = absl::AbortedError(absl::StrCat(
-              "rank ", w.rank, " sent no heartbeat for ", absl::FormatDuration(silent),
-              " (hung?) when rank ", named->rank, " failed: ",
-              named->err.last_error.empty() ? named->how_it_failed : named->err.last_error,
-              "; stopped the other ", others, " rank(s)"));
-          return;
-        }
-      }
-      // A rank alive but stuck (a data loader asleep, a stuck read) beats
-      // on: the positions say which one the others waited for.
-      if (const RankPosition* behind = BehindPosition(); behind && behind->rank != named->rank) {
-        failure_ = absl::AbortedError(absl::StrCat(
-            "rank ", behind->rank, " is behind (", behind->where, ") and rank ", named->rank,
-            " gave up waiting: ",
-            named->err.last_error.empty() ? named->how_it_failed : named->err.last_error,
-            "; stopped the other ", others, " rank(s)"));
+      if (std::optional<std::string> cause = CauseOfPeerFailure(*named)) {
+        failure_ = absl::AbortedError(
+            absl::StrCat(*cause, "; stopped the other ", others, " rank(s)"));
         return;
       }
     }
@@ -539,6 +545,49 @@ class Job {
     failure_ = absl::AbortedError(absl::StrCat("rank ", named->rank, " failed: ",
                                                named->err.last_error, "; stopped the other ",
                                                others, " rank(s)"));
+  }
+
+  // The rank that `named`, a casualty (IsPeerCasualty), waited for and why,
+  // when the job shows one; else nullopt.
+  std::optional<std::string> CauseOfPeerFailure(const Worker& named) const {
+    const std::string& why =
+        named.err.last_error.empty() ? named.how_it_failed : named.err.last_error;
+    const std::string gave_up = absl::StrCat(" and rank ", named.rank, " gave up waiting: ", why);
+    // A rank killed outright (SIGKILL) may be reaped after the peer that
+    // died of SIGPIPE writing to it a millisecond later.
+    for (const Worker& w : workers_) {
+      if (KilledFromOutside(w)) return absl::StrCat("rank ", w.rank, " ", w.how_it_failed);
+    }
+    // A frozen rank (SIGSTOP, a stuck read) may make a peer's collective
+    // time out before the heartbeat watchdog fires (a loaded machine): a
+    // rank already silent when the first failure came is the cause.
+    for (const Worker& w : workers_) {
+      const absl::Duration silent = first_failure_ - w.last_beat;
+      if (&w != &named && w.armed && silent > kSilentBeforeFailure) {
+        return absl::StrCat("rank ", w.rank, " sent no heartbeat for ",
+                            absl::FormatDuration(silent), " (hung?) when rank ", named.rank,
+                            " failed: ", why);
+      }
+    }
+    // A rank stopped before its pulse started (before or during the
+    // rendezvous) was never watched: the kernel says it is stopped.
+    for (const Worker& w : workers_) {
+      if (&w != &named && w.stopped_at_failure) {
+        return absl::StrCat("rank ", w.rank, " is stopped (SIGSTOP?)", gave_up);
+      }
+    }
+    // A rank alive that never reached the rendezvous (a slow start, a
+    // stuck file system): the peer's error names it.
+    const int absent = RankThatDidNotJoin(named.err.last_error);
+    if (absent >= 0 && absent < static_cast<int>(workers_.size()) && absent != named.rank) {
+      return absl::StrCat("rank ", absent, " did not join the job", gave_up);
+    }
+    // A rank alive but stuck (a data loader asleep, a stuck read) beats
+    // on: the positions say which one the others waited for.
+    if (const RankPosition* behind = BehindPosition(); behind && behind->rank != named.rank) {
+      return absl::StrCat("rank ", behind->rank, " is behind (", behind->where, ")", gave_up);
+    }
+    return std::nullopt;
   }
 
   // The first failure stops the job and is the one reported; the ranks
@@ -556,6 +605,9 @@ class Job {
     failure_ = absl::AbortedError(absl::StrCat(
         "rank ", w.rank, " ", what, "; stopping the other ", others,
         " rank(s)"));
+    for (Worker& other : workers_) {
+      other.stopped_at_failure = other.running && IsStopped(other.pid);
+    }
     // Before the SIGTERM: the ranks' traces (--trace) say why, and who.
     WriteStopNote(positions_dir_, {Behind(), std::string(failure_.message())});
     stopping_ = true;

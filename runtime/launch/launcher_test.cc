@@ -259,6 +259,40 @@ TEST(LauncherTest, BlamesTheFrozenRankWhenAPeerTimesOutFirst) {
   ExpectAllGone(r.pids);
 }
 
+// A rank stopped before its first heartbeat (before the rendezvous) is
+// not watched by the heartbeat: a peer gives up on it first, with an error
+// that may not say who (Gloo's, when the stop came between its contexts).
+// The rank the kernel has stopped is named, not the peer.
+TEST(LauncherTest, BlamesTheRankStoppedBeforeItsFirstBeat) {
+  LaunchOptions options;
+  options.grace_period = absl::Milliseconds(500);  // the stopped rank goes at SIGKILL
+  JobResult r = RunJob("stopped_early", 2,
+                       {"--run_ms=-1", "--stop_rank=1", "--error_rank=0",
+                        "--error=a rank of 2 did not join job trainc within 20s"},
+                       options);
+  ASSERT_TRUE(r.returned_in_time) << r.status;
+  EXPECT_EQ(r.status.message(),
+            "rank 1 is stopped (SIGSTOP?) and rank 0 gave up waiting: a rank of 2 did not "
+            "join job trainc within 20s; stopped the other 1 rank(s)");
+  ExpectAllGone(r.pids);
+}
+
+// A rank alive but not at the rendezvous (stuck on its way there) never
+// beats either: the peer's error names it, and so does the summary.
+TEST(LauncherTest, BlamesTheRankAPeerSaysDidNotJoin) {
+  LaunchOptions options;
+  options.grace_period = absl::Hours(1);  // every rank goes at SIGTERM
+  JobResult r = RunJob("not_joined", 3,
+                       {"--run_ms=-1", "--silent_rank=2", "--error_rank=0",
+                        "--error=rank 2 of 3 did not join job trainc within 20s (gloo)"},
+                       options);
+  ASSERT_TRUE(r.returned_in_time) << r.status;
+  EXPECT_EQ(r.status.message(),
+            "rank 2 did not join the job and rank 0 gave up waiting: rank 2 of 3 did not join "
+            "job trainc within 20s (gloo); stopped the other 2 rank(s)");
+  ExpectAllGone(r.pids);
+}
+
 TEST(LauncherTest, RanksIgnoringSigtermAreKilled) {
   LaunchOptions options;
   options.grace_period = absl::Milliseconds(500);

@@ -11,7 +11,11 @@
 // --sigpipe_rank=R (dies of SIGPIPE, as a rank writing to a peer that has
 // just been killed; with --crash_rank and --pid_dir, the crashing rank
 // waits for it to be dead before it dies, deaf to the launcher's SIGTERM,
-// so that the casualty is reaped first).
+// so that the casualty is reaped first), --stop_rank=R (stops itself with
+// SIGSTOP before its first beat, as a rank stopped before the rendezvous;
+// with --pid_dir the error rank prints its error only once it is stopped),
+// --silent_rank=R (never beats: sleeps before its first beat, as a rank
+// stuck on its way to the rendezvous).
 #include <signal.h>
 #include <unistd.h>
 
@@ -64,6 +68,20 @@ void WaitUntilDead(const std::string& pid_dir, int rank) {
   }
 }
 
+// Waits (at most 10 s) until rank `rank`, whose pid is in DIR/rank<k>.pid,
+// is stopped (state T).
+void WaitUntilStopped(const std::string& pid_dir, int rank) {
+  for (int i = 0; i < 10000; ++i) {
+    int pid = 0;
+    std::ifstream(pid_dir + "/rank" + std::to_string(rank) + ".pid") >> pid;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    const size_t paren = std::getline(stat, line) ? line.rfind(')') : std::string::npos;
+    if (pid > 0 && paren != std::string::npos && line.compare(paren + 2, 1, "T") == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +105,10 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::fprintf(stderr, "partial line without newline from %d", rank);
 
+  if (rank == IntFlag(argc, argv, "stop_rank", -1)) raise(SIGSTOP);
+  if (rank == IntFlag(argc, argv, "silent_rank", -1)) {
+    for (;;) pause();
+  }
   trainc::Heartbeat heartbeat = trainc::Heartbeat::FromEnvironment();
   heartbeat.Beat();
   const int run_ms = IntFlag(argc, argv, "run_ms", 200);
@@ -101,6 +123,8 @@ int main(int argc, char** argv) {
         return IntFlag(argc, argv, "exit_code", 1);
       }
       if (rank == IntFlag(argc, argv, "error_rank", -1)) {
+        const int stopped = IntFlag(argc, argv, "stop_rank", -1);
+        if (stopped >= 0 && !pid_dir.empty()) WaitUntilStopped(pid_dir, stopped);
         std::string text = "failed";
         for (int i = 1; i < argc; ++i) {
           if (absl::StartsWith(argv[i], "--error=")) text = argv[i] + 8;

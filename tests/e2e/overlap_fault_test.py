@@ -6,12 +6,15 @@
   30 seconds, with a message naming the rank, and leaves no process behind.
 - With --trace, the trace of a job stopped by a hung rank holds where each
   rank was, the hung one marked behind.
+- A rank stopped before it joins the job (before its heartbeat starts) is
+  the rank named, in every run, not the peer that gave up waiting for it.
 """
 import json
 import os
 import re
 import signal
 import subprocess
+import time
 import unittest
 
 import e2e_lib as e2e
@@ -172,6 +175,50 @@ class FaultTest(unittest.TestCase):
         self.assertFalse(positions[0]["args"]["behind"], positions)
         self.assertEqual(stopped["metadata"]["stopped"]["behind"], 1)
         self.assertIn("rank 0: no step finished for", stopped["metadata"]["stopped"]["reason"])
+
+    def stop_rank_1_at_start(self, proc):
+        """SIGSTOPs rank 1 of the launcher `proc` as soon as it runs train
+        (its environment says RANK=1); returns its pid."""
+        while proc.poll() is None:
+            for pid in children(proc.pid):
+                try:
+                    rank = rank_of(pid)
+                except (OSError, KeyError, ValueError):
+                    continue  # gone, or not yet exec'ed
+                if rank == 1:
+                    os.kill(pid, signal.SIGSTOP)
+                    return pid
+            time.sleep(0.001)
+        self.fail("the job ended before rank 1 started")
+
+    def test_rank_stopped_before_it_joins_is_named_every_time(self):
+        # Rank 1 is stopped as soon as it starts, so before it joins the
+        # rendezvous, and before its heartbeat pulse starts (the launcher's
+        # watchdog does not watch it). Rank 0 gives up waiting after Gloo's
+        # timeout; the summary names rank 1 in every run, wherever the stop
+        # caught it (before Gloo's first context, between two, in the
+        # handshake). Three jobs at once: the test takes one timeout.
+        jobs = [subprocess.Popen(
+            [e2e.TRAIN, e2e.EXAMPLE, "--device", "cpu", "--gpus", "2", "--steps", "100000",
+             "--no-eval", "--log-every", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+        stopped = []
+        try:
+            stopped = [self.stop_rank_1_at_start(proc) for proc in jobs]
+            outs = [proc.communicate(timeout=120)[0] for proc in jobs]
+        finally:
+            for proc in jobs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+        for out in outs:
+            # Stopped before the run began: no rank printed its first line.
+            self.assertNotIn("training fashion_mlp", out)
+            self.assertRegex(out, r"(?m)^train: error: rank 1 is stopped \(SIGSTOP\?\) and "
+                                  r"rank 0 gave up waiting: ")
+            self.assertNotRegex(out, r"(?m)^train: error: rank 0 failed")
+        for pid in stopped:
+            self.assertFalse(alive(pid), f"rank 1 ({pid}) outlived its job")
 
     def test_dead_rank_stops_the_job(self):
         self.run_and_break(signal.SIGKILL)

@@ -7,11 +7,11 @@
 #include <exception>
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <system_error>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -205,6 +205,159 @@ std::chrono::milliseconds ToMillis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+// Gloo's FileStore, with its check for keys open to MissingRanks.
+class CheckedFileStore : public gloo::rendezvous::FileStore {
+ public:
+  using FileStore::FileStore;
+  bool Has(const std::string& key) { return check({key}); }
+};
+
+// The ranks that never reached the rendezvous under `prefix`: in the store
+// neither the key Gloo writes first (`<prefix>/rank_<r>`, its host name)
+// nor its address (`<prefix>/<r>`). Gloo's own error names only the first
+// key it waited for. Empty if the store cannot tell.
+std::vector<int> MissingRanks(const std::function<bool(const std::string&)>& has_key,
+                              const std::string& prefix, int world_size) {
+  std::vector<int> missing;
+  if (!has_key || prefix.empty()) return missing;
+  absl::Status asked = GlooCall("rendezvous", [&] {
+    for (int rank = 0; rank < world_size; ++rank) {
+      if (!has_key(absl::StrCat(prefix, "/rank_", rank)) &&
+          !has_key(absl::StrCat(prefix, "/", rank))) {
+        missing.push_back(rank);
+      }
+    }
+  });
+  if (!asked.ok()) missing.clear();
+  return missing;
+}
+
+// "rank 1 of 2 did not join job trainc within 20s (...)": the launcher
+// (runtime/launch) reads the rank from it to name the cause.
+absl::Status NotJoinedError(const GlooOptions& options, const std::vector<int>& missing,
+                            absl::string_view gloo_message) {
+  const bool redis = !options.redis_host.empty();
+  return absl::DeadlineExceededError(absl::StrCat(
+      missing.empty()       ? std::string("a rank")
+      : missing.size() == 1 ? absl::StrCat("rank ", missing[0])
+                            : absl::StrCat("ranks ", absl::StrJoin(missing, ", ")),
+      " of ", options.world_size, " did not join job ", options.store_prefix, " within ",
+      absl::FormatDuration(options.timeout), " (",
+      redis ? absl::StrCat("Redis at ", options.redis_host, ":", options.redis_port)
+            : absl::StrCat("rendezvous folder ", options.file_store_dir),
+      "): did it start, with the same job name and rendezvous? (", gloo_message, ")"));
+}
+
+// A failed rendezvous said plainly: which ranks did not join (asking
+// `missing` only then), a Redis job name used before, an earlier job's
+// keys in the folder.
+absl::Status RendezvousError(const GlooOptions& options, const absl::Status& status,
+                             const std::function<std::vector<int>()>& missing) {
+  const bool redis = !options.redis_host.empty();
+  if (absl::StrContains(status.message(), "Wait timeout for key")) {
+    // Gloo names only the first key it gave up on, and under the prefix of
+    // whichever of the contexts was connecting: the store says which ranks
+    // never wrote their key for that one.
+    return NotJoinedError(options, missing(), status.message());
+  }
+  if (redis && absl::StrContains(status.message(), "already set")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gloo: the job name in ", options.store_prefix, " was used before on the Redis "
+        "server at ", options.redis_host, ":", options.redis_port,
+        ": give each job a new one (", status.message(), ")"));
+  }
+  if (redis) {
+    return absl::UnavailableError(absl::StrCat(
+        "gloo: rendezvous through Redis at ", options.redis_host, ":", options.redis_port,
+        " (key prefix ", options.store_prefix, "): ", status.message(),
+        " (is redis-server running there, and is the job name new?)"));
+  }
+  if (absl::StrContains(status.message(), "already exists")) {
+    // Gloo's file store keeps every key as a file: an earlier job's left in
+    // the folder collide with this one's.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gloo: the rendezvous folder ", options.file_store_dir,
+        " holds keys of an earlier job (", status.message(),
+        "); give each job its own folder, or set TRAINC_JOB_ID to a string "
+        "the job's ranks share (Slurm, torchrun and Open MPI jobs get one "
+        "subfolder per job by themselves)"));
+  }
+  return status;
+}
+
+// The store every rank meets in, and a way to ask it for one key.
+struct RendezvousStore {
+  std::unique_ptr<gloo::rendezvous::Store> store;
+  std::function<bool(const std::string&)> has_key;
+};
+
+absl::StatusOr<RendezvousStore> OpenStore(const GlooOptions& options) {
+  RendezvousStore out;
+  absl::Status status = GlooCall("rendezvous", [&] {
+    if (!options.redis_host.empty()) {
+      auto store = std::make_unique<gloo::rendezvous::RedisStore>(options.redis_host,
+                                                                 options.redis_port);
+      out.has_key = [s = store.get()](const std::string& key) { return s->check({key}); };
+      out.store = std::move(store);
+    } else {
+      auto store = std::make_unique<CheckedFileStore>(options.file_store_dir);
+      out.has_key = [s = store.get()](const std::string& key) { return s->Has(key); };
+      out.store = std::move(store);
+    }
+  });
+  if (!status.ok()) return RendezvousError(options, status, [] { return std::vector<int>(); });
+  return out;
+}
+
+struct Contexts {
+  std::shared_ptr<gloo::rendezvous::Context> main, ring, chunked;
+};
+
+// Connects the communicator's contexts, each a full mesh through `base`
+// under a prefix of its own (`*joining`: the one being connected). Throws
+// Gloo's exceptions.
+Contexts ConnectContexts(const GlooOptions& options, gloo::rendezvous::Store& base,
+                         std::string* joining) {
+  Contexts contexts;
+  gloo::transport::tcp::attr attr;
+  attr.hostname = options.hostname;
+  std::shared_ptr<gloo::transport::Device> device =
+      gloo::transport::tcp::CreateDevice(attr);
+  auto connect = [&](const std::string& prefix) {
+    *joining = prefix;
+    gloo::rendezvous::PrefixStore store(prefix, base);
+    auto c = std::make_shared<gloo::rendezvous::Context>(options.rank,
+                                                         options.world_size);
+    // Before connecting: the timeout also bounds the wait for peers' keys.
+    c->setTimeout(ToMillis(options.timeout));
+    c->connectFullMesh(store, device);
+    return c;
+  };
+  contexts.main = connect(options.store_prefix);
+  // The all-reduce gets pairs of its own in sync mode: the calling thread
+  // reads and writes the sockets itself instead of handing each message
+  // to the device's event-loop thread and waiting on a condition
+  // variable. Two wake-ups fewer per message, and no 2-4 ms stalls when
+  // the loop thread is not scheduled (both cores busy with compute):
+  // 0.9 MiB measured p99 4.9 ms -> 1.1 ms, mean 0.95 -> 0.63 ms. Sync
+  // pairs cannot carry new-style (unbound buffer) collectives, hence two
+  // contexts. The socket timeouts are the context timeout, so a silent
+  // peer still fails after `timeout`.
+  contexts.ring = connect(options.store_prefix + "_ring");
+  // Three or more ranks: the all-reduce is Gloo's chunked ring (see
+  // PieceRing), on async pairs of its own. Measured here: on the sync
+  // pairs its double-buffered sends of large pieces stalled until the
+  // timeout, and sharing the main context's pairs with the all-gathers
+  // stalled deterministic steps for seconds.
+  if (options.world_size > 2) contexts.chunked = connect(options.store_prefix + "_chunked");
+  for (int peer = 0; peer < options.world_size; ++peer) {
+    if (peer != options.rank) {
+      contexts.ring->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
+    }
+  }
+  return contexts;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
@@ -232,106 +385,22 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
         "gloo: cannot create rendezvous folder ", options.file_store_dir, ": ",
         error.message()));
   }
-  std::shared_ptr<gloo::rendezvous::Context> context;
-  std::shared_ptr<gloo::rendezvous::Context> ring_context;
-  std::shared_ptr<gloo::rendezvous::Context> chunked_context;
+  absl::StatusOr<RendezvousStore> store = OpenStore(options);
+  if (!store.ok()) return store.status();
+  Contexts contexts;
+  std::string joining;  // the prefix of the context being connected
   absl::Status status = GlooCall("rendezvous", [&] {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = options.hostname;
-    std::shared_ptr<gloo::transport::Device> device =
-        gloo::transport::tcp::CreateDevice(attr);
-    std::unique_ptr<gloo::rendezvous::Store> base;
-    if (redis) {
-      base = std::make_unique<gloo::rendezvous::RedisStore>(options.redis_host,
-                                                           options.redis_port);
-    } else {
-      base = std::make_unique<gloo::rendezvous::FileStore>(options.file_store_dir);
-    }
-    auto connect = [&](const std::string& prefix) {
-      gloo::rendezvous::PrefixStore store(prefix, *base);
-      auto c = std::make_shared<gloo::rendezvous::Context>(options.rank,
-                                                           options.world_size);
-      // Before connecting: the timeout also bounds the wait for peers' keys.
-      c->setTimeout(ToMillis(options.timeout));
-      c->connectFullMesh(store, device);
-      return c;
-    };
-    context = connect(options.store_prefix);
-    // The all-reduce gets pairs of its own in sync mode: the calling thread
-    // reads and writes the sockets itself instead of handing each message
-    // to the device's event-loop thread and waiting on a condition
-    // variable. Two wake-ups fewer per message, and no 2-4 ms stalls when
-    // the loop thread is not scheduled (both cores busy with compute):
-    // 0.9 MiB measured p99 4.9 ms -> 1.1 ms, mean 0.95 -> 0.63 ms. Sync
-    // pairs cannot carry new-style (unbound buffer) collectives, hence two
-    // contexts. The socket timeouts are the context timeout, so a silent
-    // peer still fails after `timeout`.
-    ring_context = connect(options.store_prefix + "_ring");
-    // Three or more ranks: the all-reduce is Gloo's chunked ring (see
-    // PieceRing), on async pairs of its own. Measured here: on the sync
-    // pairs its double-buffered sends of large pieces stalled until the
-    // timeout, and sharing the main context's pairs with the all-gathers
-    // stalled deterministic steps for seconds.
-    if (options.world_size > 2) chunked_context = connect(options.store_prefix + "_chunked");
-    for (int peer = 0; peer < options.world_size; ++peer) {
-      if (peer != options.rank) {
-        ring_context->getPair(peer)->setSync(/*sync=*/true,
-                                             /*busyPoll=*/false);
-      }
-    }
+    contexts = ConnectContexts(options, *store->store, &joining);
   });
-  if (!status.ok() && absl::StrContains(status.message(), "Wait timeout for key")) {
-    // Gloo names the keys of the ranks that never wrote theirs:
-    // "<prefix>/<rank>". Say which ranks those are.
-    std::vector<std::string> missing;
-    const std::string message(status.message());
-    const std::string key = options.store_prefix + "/";
-    for (size_t at = message.find(key); at != std::string::npos;
-         at = message.find(key, at + key.size())) {
-      size_t end = at + key.size();
-      while (end < message.size() && absl::ascii_isdigit(message[end])) ++end;
-      if (end > at + key.size()) {
-        missing.push_back(message.substr(at + key.size(), end - at - key.size()));
-      }
-    }
-    std::sort(missing.begin(), missing.end());
-    missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
-    return absl::DeadlineExceededError(absl::StrCat(
-        missing.empty() ? std::string("a rank")
-                        : absl::StrCat("rank ", absl::StrJoin(missing, ", ")),
-        " of ", options.world_size, " did not join job ", options.store_prefix, " within ",
-        absl::FormatDuration(options.timeout), " (",
-        redis ? absl::StrCat("Redis at ", options.redis_host, ":", options.redis_port)
-              : absl::StrCat("rendezvous folder ", options.file_store_dir),
-        "): did it start, with the same job name and rendezvous? (", message, ")"));
+  if (!status.ok()) {
+    return RendezvousError(options, status, [&] {
+      return MissingRanks(store->has_key, joining, options.world_size);
+    });
   }
-  if (!status.ok() && redis && absl::StrContains(status.message(), "already set")) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gloo: the job name in ", options.store_prefix, " was used before on the Redis "
-        "server at ", options.redis_host, ":", options.redis_port,
-        ": give each job a new one (", status.message(), ")"));
-  }
-  if (!status.ok() && redis) {
-    return absl::UnavailableError(absl::StrCat(
-        "gloo: rendezvous through Redis at ", options.redis_host, ":", options.redis_port,
-        " (key prefix ", options.store_prefix, "): ", status.message(),
-        " (is redis-server running there, and is the job name new?)"));
-  }
-  if (!status.ok() && absl::StrContains(status.message(), "already exists")) {
-    // Gloo's file store keeps every key as a file: an earlier job's left in
-    // the folder collide with this one's.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gloo: the rendezvous folder ", options.file_store_dir,
-        " holds keys of an earlier job (", status.message(),
-        "); give each job its own folder, or set TRAINC_JOB_ID to a string "
-        "the job's ranks share (Slurm, torchrun and Open MPI jobs get one "
-        "subfolder per job by themselves)"));
-  }
-  if (!status.ok()) return status;
   return std::unique_ptr<GlooCommunicator>(
       new GlooCommunicator(options.rank, options.world_size,
-                           std::move(context), std::move(ring_context),
-                           std::move(chunked_context)));
+                           std::move(contexts.main), std::move(contexts.ring),
+                           std::move(contexts.chunked)));
 }
 
 GlooCommunicator::GlooCommunicator(int rank, int world_size,

@@ -7,13 +7,20 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/transport/tcp/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/testing/collective_checks.h"
@@ -193,6 +200,53 @@ TEST(GlooCommunicatorTest, MissingPeerIsAnErrorNotAHang) {
   EXPECT_THAT(std::string(comm.status().message()),
               ::testing::HasSubstr(absl::StrCat("rank 1 of 2 did not join job ",
                                                 options.store_prefix, " within 1s")));
+}
+
+// A rank stopped part way through the rendezvous: it joined the first of
+// the communicator's contexts (here by hand, through Gloo itself) and never
+// the second. Gloo's error names the key "trainc_ring/1"; the message must
+// still name rank 1, which the launcher reads to blame it.
+TEST(GlooCommunicatorTest, PeerMissingFromALaterContextIsNamed) {
+  GlooOptions options;
+  options.rank = 0;
+  options.world_size = 2;
+  options.file_store_dir = FreshDir("half");
+  options.timeout = absl::Seconds(1);
+  std::filesystem::create_directories(options.file_store_dir);
+  absl::Notification rank0_returned;  // until then rank 1 keeps its pairs open
+  std::thread half_joined([&] {
+    gloo::rendezvous::FileStore base(options.file_store_dir);
+    gloo::rendezvous::PrefixStore store(options.store_prefix, base);
+    auto context = std::make_shared<gloo::rendezvous::Context>(1, 2);
+    context->setTimeout(std::chrono::seconds(20));
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    context->connectFullMesh(store, device);
+    rank0_returned.WaitForNotification();
+  });
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm = GlooCommunicator::Create(options);
+  rank0_returned.Notify();
+  half_joined.join();
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+  EXPECT_THAT(std::string(comm.status().message()),
+              ::testing::HasSubstr("trainc_ring/1"));  // what Gloo gave up on
+  EXPECT_THAT(std::string(comm.status().message()),
+              ::testing::StartsWith("rank 1 of 2 did not join job trainc within 1s"));
+}
+
+// Every rank missing is named, not only the first key Gloo waited for.
+TEST(GlooCommunicatorTest, EveryMissingPeerIsNamed) {
+  GlooOptions options;
+  options.rank = 0;
+  options.world_size = 4;  // ranks 1, 2 and 3 never come
+  options.file_store_dir = FreshDir("three_missing");
+  options.timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm = GlooCommunicator::Create(options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_THAT(std::string(comm.status().message()),
+              ::testing::StartsWith("ranks 1, 2, 3 of 4 did not join job trainc within 1s"));
 }
 
 // A peer that dies between collectives (a killed rank) makes the next
