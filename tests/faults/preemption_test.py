@@ -10,7 +10,10 @@ The default MLP example on 1 and 2 ranks:
   - SIGTERM to the launcher (Slurm preemption) stops every rank at one step
     boundary: exit code 143, a message naming the step and the checkpoint,
     no rendezvous folder left; resuming from that checkpoint again ends bit
-    for bit where the uninterrupted run does.
+    for bit where the uninterrupted run does;
+  - after the launcher has relayed a stop, a second stop signal from outside
+    (kill to the rank, or killpg) ends the rank at once, by that signal,
+    without waiting for a step boundary.
 """
 import glob
 import os
@@ -64,22 +67,22 @@ def step_files(folder, killed=False):
     return weights
 
 
-def start(args, tmp):
+def start(args, tmp, **extra_env):
     """tools/train in its own process group, output to a file."""
     log = open(os.path.join(tmp, "log.txt"), "w")
-    env = dict(os.environ, TMPDIR=tmp)  # where the launcher's rendezvous goes
+    env = dict(os.environ, TMPDIR=tmp, **extra_env)  # TMPDIR: the launcher's rendezvous
     return subprocess.Popen([e2e.TRAIN, *map(str, args)], stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True,
                             env=env), log
 
 
-def wait_for(predicate, proc, timeout=60):
+def wait_for(predicate, proc, timeout=60, what=""):
     give_up = time.time() + timeout
     while not predicate():
         if proc.poll() is not None:
             raise AssertionError(f"the run ended ({proc.returncode}) first")
         if time.time() > give_up:
-            raise AssertionError("timed out")
+            raise AssertionError(f"timed out{' waiting until ' if what else ''}{what}")
         time.sleep(0.005)
 
 
@@ -232,6 +235,101 @@ class StopSignalsTest(unittest.TestCase):
         state, _ = e2e.read_checkpoint(os.path.join(folder, f"step-{step:08d}.safetensors"))
         self.assertTrue(all(np.any(state[n] != 0) for n in state if n.endswith("exp_avg_sq")))
         self.resume_matches_reference(folder, step, "--zero", 1)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def proc_stat(pid):
+    """/proc/PID/stat from its third field (the state) on."""
+    with open(f"/proc/{pid}/stat") as f:
+        text = f.read()
+    return text[text.rindex(")") + 2:].split()
+
+
+def pending(pid):
+    """The signals sent to process `pid` and not yet delivered (a stopped
+    process keeps them), as a set of numbers."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = int(next(l for l in f if l.startswith("ShdPnd:")).split()[1], 16)
+    return {sig for sig in range(1, 65) if mask & (1 << (sig - 1))}
+
+
+class SecondSignalTest(unittest.TestCase):
+    """A second stop signal ends a rank at once (README: "A second signal
+    stops at once"). The launcher relays the first; one from elsewhere
+    after it is still a first for the rank (the kernel's copy of a group
+    signal may arrive after the relay); the next one ends the rank."""
+
+    def setUp(self):
+        e2e.need_fashion_mnist(self)
+
+    def second_signal_ends_rank_1(self, send_two):
+        """Runs two ranks with rank 1 asleep in its loader (TRAINC_FAULT),
+        where no step boundary comes for 600 s; SIGTERMs the launcher,
+        freezes it once it has relayed the stop, and calls
+        send_two(launcher, rank 1). Returns rank 1's wait status."""
+        tmp = e2e.tmpdir()
+        proc, log = start(common(2), tmp, TRAINC_FAULT="loader_sleep:rank=1:step=3:seconds=600")
+        frozen = []
+        try:
+            wait_for(lambda: "rank 1 sleeps 600 s in load_batch" in read(log.name), proc)
+            ranks = {e2e.rank_of(pid): pid for pid in e2e.children(proc.pid)}
+            # Rank 0 frozen keeps the relayed SIGTERM pending, where the
+            # test sees it, and cannot time out waiting for rank 1.
+            os.kill(ranks[0], signal.SIGSTOP)
+            frozen.append(ranks[0])
+            # Stopped before the relay comes: a SIGTERM pending beside the
+            # SIGSTOP would be delivered first (lower number).
+            wait_for(lambda: proc_stat(ranks[0])[0] == "T", proc)
+            os.kill(proc.pid, signal.SIGTERM)  # the first: relayed to every rank
+            wait_for(lambda: signal.SIGTERM in pending(ranks[0]), proc)
+            # The launcher frozen too: it can neither escalate (a second
+            # signal of its own) nor reap rank 1, whose status stays readable.
+            os.kill(proc.pid, signal.SIGSTOP)
+            frozen.append(proc.pid)
+            wait_for(lambda: proc_stat(proc.pid)[0] == "T", proc)
+            send_two(proc.pid, ranks[1])
+            # Nothing else can end rank 1 now: its loader sleeps 600 s, its
+            # peer and its launcher are frozen. A hang fails here.
+            wait_for(lambda: proc_stat(ranks[1])[0] == "Z", proc,
+                     what="rank 1 ended (after its second stop signal)")
+            status = int(proc_stat(ranks[1])[-1])  # field 52: the wait status
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+            try:
+                proc.wait(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                log.close()
+        text = read(log.name)
+        self.assertNotEqual(proc.returncode, 0, text)
+        self.assertNotIn("stopped at step", text)  # no step boundary, no checkpoint
+        self.assertEqual(glob.glob(os.path.join(tmp, "**", "*.safetensors"), recursive=True), [])
+        return status
+
+    def test_a_second_kill_to_the_rank_ends_it_at_once(self):
+        def kill_rank(launcher, rank):
+            os.kill(rank, signal.SIGTERM)
+            os.kill(rank, signal.SIGINT)
+        status = self.second_signal_ends_rank_1(kill_rank)
+        # Killed by whichever of the two it handled second (the kernel
+        # delivers pending signals lowest first), not an exit of its own.
+        self.assertTrue(os.WIFSIGNALED(status), status)
+        self.assertIn(os.WTERMSIG(status), (signal.SIGTERM, signal.SIGINT))
+
+    def test_a_second_killpg_ends_the_rank_at_once(self):
+        def killpg(launcher, rank):
+            os.killpg(launcher, signal.SIGTERM)
+            os.killpg(launcher, signal.SIGINT)
+        status = self.second_signal_ends_rank_1(killpg)
+        self.assertTrue(os.WIFSIGNALED(status), status)
+        self.assertIn(os.WTERMSIG(status), (signal.SIGTERM, signal.SIGINT))
 
 
 if __name__ == "__main__":
