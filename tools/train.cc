@@ -136,6 +136,15 @@ absl::Status CheckRunFolders(const Plan& plan, const TrainOptions& options) {
   return absl::OkStatus();
 }
 
+// --watchdog's default under mpirun, whose collectives never time out.
+constexpr int64_t kMpiWatchdogSeconds = 600;
+
+// "--zero 0|1|2|3": a train { } field with the values the front end's
+// checker accepts (FieldChoices), so that --help cannot offer others.
+std::string Choices(const std::string& field) {
+  return absl::StrCat("--", field, " ", absl::StrJoin(FieldChoices(field), "|"));
+}
+
 // The command line's table, setting `*args`; its Help() is --help.
 OptionParser MakeParser(Args* args) {
   auto into = [](std::string* out) {
@@ -166,19 +175,24 @@ OptionParser MakeParser(Args* args) {
       .Value({"-o", "--output"}, "PATH", "write the plan file (with --compile-only)",
              into(&args->output))
       .Group("Override train { } fields (checked by the same rules as the file):",
-             "--gpus N  --micro_batch N  --accumulate N  --global_batch N\n"
-             "--epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine PROFILE\n"
-             "--deterministic true|false  --tf32 true|false  --precision fp32|bf16\n"
-             "--recompute true|false (every repeat block's activations recomputed)\n"
-             "--zero 0|1|2  --zero_accumulate auto|local|shard  --zero_gather step_end|next_forward\n"
+             absl::StrCat(
+                 "--gpus N  --micro_batch N  --accumulate N  --global_batch N\n"
+                 "--epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine "
+                 "PROFILE\n",
+                 Choices("deterministic"), "  ", Choices("tf32"), "  ", Choices("precision"),
+                 "\n", Choices("recompute"),
+                 " (every repeat block's activations recomputed)\n", Choices("zero"), "  ",
+                 Choices("zero_accumulate"), "\n", Choices("zero_gather"), "  ",
+                 Choices("grad_comm"), "\n", Choices("fusion"), "  ", Choices("skip_nonfinite"),
+                 "\n"
              "--memory 80GiB (fit each device: ZeRO stage, recompute, and with\n"
              "  --micro_batch auto the micro-batch, for the least predicted step)\n"
              "--checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR\n"
              "(any train { } field but optimizer and schedule works as --FIELD VALUE,\n"
-             "and so does a model constant: --width 256 for `const width = 128`)\n")
+             "and so does a model constant: --width 256 for `const width = 128`)\n"))
       .TrainOverrides(&args->overrides)
       .Group("Run:")
-      .Value({"--device"}, "cpu|cuda|auto",
+      .Value({"--device"}, absl::StrJoin(EnumNames<DeviceKind>(), "|"),
              "where to run (default auto: CUDA if a GPU is seen); with "
              "--compile-only, what to compile for (cuda needs no GPU then)",
              [train](const std::string& v) -> absl::Status {
@@ -193,8 +207,8 @@ OptionParser MakeParser(Args* args) {
       .Value({"--save"}, "PATH", "write a safetensors checkpoint at the end",
              into(&train->save_path))
       .Value({"--init-from"}, "PATH",
-             "start from a checkpoint's weights, or a Hugging Face GPT2LMHeadModel "
-             "folder (config.json + model.safetensors)",
+             "start from a checkpoint's weights, or a Hugging Face GPT2LMHeadModel or "
+             "LlamaForCausalLM folder (config.json + model.safetensors)",
              into(&train->init_from))
       .Value({"--resume"}, "PATH|DIR",
              "continue a checkpoint: weights, optimizer, step, data position; given a "
@@ -203,7 +217,8 @@ OptionParser MakeParser(Args* args) {
       .Value({"--trace"}, "PATH",
              "write a Chrome trace (Perfetto, tools/viz) of a few steps",
              into(&train->trace_path))
-      .Value({"--trace-steps"}, "N", "steps to trace (default 3)",
+      .Value({"--trace-steps"}, "N",
+             absl::StrCat("steps to trace (default ", train->trace_steps, ")"),
              at_least_one(&train->trace_steps))
       .Value({"--metrics"}, "PATH",
              "write metrics as JSON lines as the run goes: one per step (loss, lr, step "
@@ -236,22 +251,25 @@ OptionParser MakeParser(Args* args) {
       .Value({"--log-every"}, "N", "steps between progress lines (default: ~5 per epoch)",
              at_least_one(&train->log_every))
       .Value({"--watchdog"}, "SECONDS",
-             "stop the job when no step (evaluation, checkpoint) has finished for "
-             "SECONDS on some rank: a peer is stopped or a collective hangs (default "
-             "600 under mpirun, whose collectives never time out; 0: off)",
+             absl::StrCat("stop the job when no step (evaluation, checkpoint) has finished "
+                          "for SECONDS on some rank: a peer is stopped or a collective hangs "
+                          "(default ", kMpiWatchdogSeconds, " under mpirun, whose collectives "
+                          "never time out; 0: off)"),
              [args](const std::string& v) -> absl::Status {
                ASSIGN_OR_RETURN(args->watchdog, ParseInt("", v));
                if (args->watchdog < 0) return absl::InvalidArgumentError("must be >= 0");
                return absl::OkStatus();
              })
-      .Value({"--blas-threads"}, "N", "OpenBLAS and oneDNN threads per rank (default 1)",
+      .Value({"--blas-threads"}, "N",
+             absl::StrCat("OpenBLAS and oneDNN threads per rank (default ", train->blas_threads,
+                          ")"),
              [train](const std::string& v) -> absl::Status {
                ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
                if (n < 1 || n > 1024) return absl::InvalidArgumentError("must be in [1, 1024]");
                train->blas_threads = static_cast<int>(n);
                return absl::OkStatus();
              })
-      .Value({"--comm"}, "gloo|mpi|auto",
+      .Value({"--comm"}, absl::StrJoin(EnumNames<CommKind>(), "|"),
              "the ranks' communicator (default auto: mpi when started by mpirun, else "
              "gloo). mpi: Open MPI's shared-memory collectives, for jobs started as "
              "mpirun -np N train FILE (no rendezvous needed); gloo: TCP, the local "
@@ -471,7 +489,7 @@ absl::Status Run(const Args& args) {
     // would hold the job forever. This rank leaving ends it (mpirun stops
     // the others); MPI is left unfinalised, as for any failure.
     options.watchdog_seconds =
-        args.watchdog >= 0 ? args.watchdog : (comm == CommKind::kMpi ? 600 : 0);
+        args.watchdog >= 0 ? args.watchdog : (comm == CommKind::kMpi ? kMpiWatchdogSeconds : 0);
     options.on_stall = [](const std::string& message) {
       std::cerr << "train: error: " << message << std::flush;
       std::cout << std::flush;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
@@ -448,6 +449,36 @@ TEST(MemoryBudgetTest, SizesAndAutoMicroBatch) {
               {{"micro_batch", "auto"}, {"memory", "1GiB"}});
   EXPECT_FALSE(r.spec);
   EXPECT_THAT(Errors(r), HasSubstr("micro_batch = auto keeps the global batch"));
+}
+
+// FieldChoices (what --help offers) is what the checker accepts: each
+// choice compiles, as a flag and in the file, and a value next to them is
+// refused, naming the field.
+TEST(FieldChoicesTest, EveryChoiceIsAcceptedAndNoOther) {
+  int closed = 0;
+  for (const std::string& field : OverridableFields()) {
+    const std::vector<std::string> choices = FieldChoices(field);
+    if (choices.empty()) continue;
+    ++closed;
+    for (const std::string& choice : choices) {
+      FrontendResult r = Compile(kBase, {{field, choice}});
+      EXPECT_TRUE(r.spec) << "--" << field << " " << choice << ": " << Errors(r);
+      r = Compile(absl::StrReplaceAll(
+          kBase, {{"epochs = 1", absl::StrCat("epochs = 1  ", field, " = ", choice)}}));
+      EXPECT_TRUE(r.spec) << field << " = " << choice << ": " << Errors(r);
+    }
+    // The stage after the last, or a name no table holds.
+    int64_t last = 0;
+    const std::string other = absl::SimpleAtoi(choices.back(), &last)
+                                  ? absl::StrCat(last + 1)
+                                  : std::string("other");
+    const FrontendResult r = Compile(kBase, {{field, other}});
+    EXPECT_FALSE(r.spec) << "--" << field << " " << other << " was accepted";
+    EXPECT_THAT(Errors(r), HasSubstr("--" + field)) << other;
+  }
+  EXPECT_EQ(closed, 10);  // 5 switches, zero, precision, grad_comm, zero_gather/accumulate
+  EXPECT_THAT(FieldChoices("zero"), ElementsAre("0", "1", "2", "3"));
+  EXPECT_THAT(FieldChoices("gpus"), ::testing::IsEmpty());
 }
 
 TEST(MemoryBudgetTest, ZeroStagesAndAccumulation) {

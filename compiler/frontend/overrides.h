@@ -27,6 +27,14 @@ using Overrides = std::vector<std::pair<std::string, std::string>>;
 // The fields a flag may override, for registering command-line flags.
 const std::vector<std::string>& OverridableFields();
 
+// The values a train { } field takes when they are a closed set, in the
+// order a user is offered them, from the tables the checker itself checks
+// with: {"true", "false"} for a switch, the ZeRO stages {"0", ..., "3"},
+// the names of compiler/plan/settings.h ({"fp32", "bf16"} for precision).
+// Empty for an open field (a count, a size, a path, a number or auto).
+// `train --help` writes its "--zero 0|1|2|3" from it.
+std::vector<std::string> FieldChoices(const std::string& field);
+
 }  // namespace trainc
 
 #endif  // TRAINC_COMPILER_FRONTEND_OVERRIDES_H_

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -27,6 +28,41 @@ const std::vector<std::string>& OverridableFields() {
       "checkpoint_dir", "zero", "zero_gather", "zero_accumulate", "zero_prefetch",
       "grad_comm", "precision", "machine", "recompute", "memory", "fusion"};
   return *fields;
+}
+
+namespace frontend {
+namespace {
+
+// The highest ZeRO stage: 3 shards the parameters too.
+constexpr int64_t kMaxZeroStage = 3;
+
+// The true/false fields, each with the member it sets.
+constexpr std::pair<const char*, bool TrainConfig::*> kSwitches[] = {
+    {"deterministic", &TrainConfig::deterministic},
+    {"tf32", &TrainConfig::tf32},
+    {"recompute", &TrainConfig::recompute},
+    {"fusion", &TrainConfig::fusion},
+    {"skip_nonfinite", &TrainConfig::skip_nonfinite}};
+
+}  // namespace
+}  // namespace frontend
+
+std::vector<std::string> FieldChoices(const std::string& field) {
+  for (const auto& [name, member] : frontend::kSwitches) {
+    if (field == name) return {"true", "false"};
+  }
+  if (field == "zero") {
+    std::vector<std::string> stages;
+    for (int64_t stage = 0; stage <= frontend::kMaxZeroStage; ++stage) {
+      stages.push_back(absl::StrCat(stage));
+    }
+    return stages;
+  }
+  if (field == "precision") return EnumNames<Precision>();
+  if (field == "grad_comm") return EnumNames<GradComm>();
+  if (field == "zero_gather") return EnumNames<ZeroGather>();
+  if (field == "zero_accumulate") return EnumNames<ZeroAccumulate>();
+  return {};
 }
 
 namespace frontend {
@@ -453,29 +489,22 @@ class TrainChecker {
     if (const Setting* s = Effective("seed")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.seed = *v;
     }
-    if (const Setting* s = Effective("deterministic")) {
-      if (auto v = Bool(*s, sink_)) config_.deterministic = *v;
-    }
-    if (const Setting* s = Effective("tf32")) {
-      if (auto v = Bool(*s, sink_)) config_.tf32 = *v;
-    }
-    if (const Setting* s = Effective("recompute")) {
-      if (auto v = Bool(*s, sink_)) config_.recompute = *v;
-    }
-    if (const Setting* s = Effective("fusion")) {
-      if (auto v = Bool(*s, sink_)) config_.fusion = *v;
+    for (const auto& [field, member] : kSwitches) {
+      if (const Setting* s = Effective(field)) {
+        if (auto v = Bool(*s, sink_)) config_.*member = *v;
+      }
     }
     if (const Setting* s = Effective("clip_grad_norm")) {
       if (auto v = NumberAtLeast(*s, 0, true, sink_)) config_.clip_grad_norm = *v;
     }
-    if (const Setting* s = Effective("skip_nonfinite")) {
-      if (auto v = Bool(*s, sink_)) config_.skip_nonfinite = *v;
-    }
     if (const Setting* s = Effective("zero")) {
       if (auto v = NonNegativeInt(*s, sink_)) {
-        if (*v > 3) {
+        if (*v > kMaxZeroStage) {
+          const std::vector<std::string> stages = FieldChoices("zero");
           ReportSetting(*s, sink_,
-                        absl::StrCat("zero must be 0, 1, 2 or 3, got ", *v),
+                        absl::StrCat("zero must be ",
+                                     absl::StrJoin(stages.begin(), stages.end() - 1, ", "),
+                                     " or ", stages.back(), ", got ", *v),
                         "ZeRO stage 1 shards the optimizer state, stage 2 "
                         "the gradients too, stage 3 the parameters too");
         } else {

@@ -2,9 +2,26 @@
 a short real training run with evaluation and a summary."""
 import json
 import os
+import re
 import unittest
 
 import e2e_lib as e2e
+
+# An MLP whose data is never read: --compile-only plans it all the same.
+NO_DATA_MLP = """
+model mlp {
+  input  image: f32[784]
+  label  class: i32[10]
+  h1     = relu(linear(image, 128))
+  logits = linear(h1, 10)
+  loss   = cross_entropy(logits, class)
+}
+data { train = idx("/dev/null", "/dev/null")  scale = 1/255 }
+train {
+  gpus = 2  micro_batch = 64  global_batch = 256  steps = 10
+  optimizer = adamw(lr = 1e-3, weight_decay = 0.01)
+}
+"""
 
 
 class CliTest(unittest.TestCase):
@@ -13,6 +30,57 @@ class CliTest(unittest.TestCase):
         out = e2e.train("--help").stdout
         self.assertIn("usage: train", out)
         self.assertIn("--compile-only", out)
+
+    def test_help_offers_what_each_option_accepts(self):
+        # Every "--OPTION a|b|c" of --help (written from the front end's and
+        # the parser's tables): each value listed compiles with
+        # --compile-only, and a closed list holds every value accepted: the
+        # ZeRO stage after the last one, or a made-up name, is refused,
+        # naming the option. A placeholder (X in "X|auto") opens a list.
+        text = e2e.train("--help").stdout
+        offered = dict(re.findall(r"(--[a-z][a-z0-9_-]*) ((?:[A-Za-z0-9_]+\|)+[A-Za-z0-9_]+)",
+                                  text))
+        self.assertEqual(offered.get("--zero"), "0|1|2|3", text)
+        for option in ("--precision", "--grad_comm", "--zero_accumulate", "--zero_gather",
+                       "--deterministic", "--tf32", "--recompute", "--fusion",
+                       "--skip_nonfinite", "--device", "--comm", "--bucket_mb"):
+            self.assertIn(option, offered, text)
+        source = os.path.join(e2e.tmpdir(), "mlp.train")
+        with open(source, "w") as f:  # no data to read: compiled only
+            f.write(NO_DATA_MLP)
+        for option, listed in offered.items():
+            values = listed.split("|")
+            for value in values:
+                if value.isupper():
+                    continue
+                proc = e2e.train("--compile-only", source, option, value, check=False)
+                if (option, value) == ("--comm", "mpi"):  # a value, but only under mpirun
+                    self.assertIn("not started by mpirun", proc.stdout)
+                    continue
+                self.assertEqual(proc.returncode, 0, f"{option} {value}:\n{proc.stdout}")
+            if any(v.isupper() for v in values):
+                continue
+            other = str(int(values[-1]) + 1) if values[-1].isdigit() else "other"
+            proc = e2e.train("--compile-only", source, option, other, check=False)
+            self.assertNotEqual(proc.returncode, 0, f"{option} {other} was accepted")
+            self.assertIn(option, proc.stdout)
+
+    def test_help_names_every_model_init_from_reads(self):
+        # A Hugging Face folder of another architecture is refused with the
+        # ones --init-from reads; --help's --init-from names each of them.
+        e2e.need_fashion_mnist(self)
+        folder = e2e.tmpdir()
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump({"model_type": "bert", "architectures": ["BertModel"]}, f)
+        proc = e2e.train(e2e.EXAMPLE, "--device", "cpu", "--gpus", 1, "--no-eval",
+                         "--init-from", folder, check=False)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        read = set(re.findall(r"\b[A-Z]\w*(?:LMHeadModel|ForCausalLM)\b", proc.stdout))
+        self.assertGreaterEqual(len(read), 2, proc.stdout)  # GPT-2 and Llama
+        text = e2e.train("--help").stdout
+        row = text[text.index("--init-from"):text.index("--resume")]
+        for architecture in read:
+            self.assertIn(architecture, " ".join(row.split()))
 
     def test_compile_only_writes_a_plan(self):
         for example in ("fashion_mlp", "residual_mlp", "autoencoder_mse"):

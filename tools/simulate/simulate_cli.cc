@@ -135,13 +135,14 @@ OptionParser MakeParser(SimulateArgs* args) {
           "compiled once per world size with --gpus N, so the per-rank batch stays and\n"
           "the global batch grows (unless the file pins global_batch).\n")
       .Group("Options:")
-      .Value({"--gpus"}, "N[,N...]", "world sizes (default 1,2,4,...,1024)",
+      .Value({"--gpus"}, "N[,N...]",
+             absl::StrCat("world sizes (default 1,2,4,...,", DefaultWorldSizes().back(), ")"),
              [args](const std::string& v) -> absl::Status {
                ASSIGN_OR_RETURN(args->gpus, ParseWorldSizes(v));
                return absl::OkStatus();
              })
       .Value({"--machine"}, "NAME|FILE",
-             absl::StrCat("machine profile (default h100_nvlink_ib); bundled: ",
+             absl::StrCat("machine profile (default ", args->machine, "); bundled: ",
                           absl::StrJoin(cost::BundledProfileNames(), ", "),
                           "\nor a `key = value` file (tools/simulate/README.md)"),
              into(&args->machine))

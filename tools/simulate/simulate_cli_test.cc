@@ -8,6 +8,7 @@
 #include "compiler/frontend/frontend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/simulate/scaling.h"
 
 namespace trainc::simulate {
 namespace {
@@ -51,6 +52,9 @@ TEST(SimulateCliTest, HelpListsTheOptions) {
     EXPECT_THAT(help, HasSubstr(row));
   }
   EXPECT_THAT(help, ::testing::Not(HasSubstr("--bucket_mb")));
+  // The defaults it states are the ones a run takes.
+  EXPECT_THAT(help, HasSubstr(absl::StrCat("(default ", SimulateArgs().machine, ")")));
+  EXPECT_THAT(help, HasSubstr(absl::StrCat("(default 1,2,4,...,", DefaultWorldSizes().back())));
 }
 
 TEST(SimulateCliTest, Bf16GradientsAreNamed) {
