@@ -12,6 +12,10 @@
 // other rank gets SIGTERM, then SIGKILL after `grace_period`, and the
 // returned error names it:
 //   "rank 1 exited with signal 9 (Killed); stopping the other 1 rank(s)"
+// A rank that failed only because a peer went away (a lost connection, a
+// rendezvous or collective timeout) is not the one named: the peer killed
+// from outside, silent, stopped (SIGSTOP, also before its first beat),
+// absent from the rendezvous or behind is.
 // Workers die with the launcher too (PR_SET_PDEATHSIG), so that no rank
 // outlives it, whatever kills it.
 //
