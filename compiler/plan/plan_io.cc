@@ -24,6 +24,7 @@
 #include "compiler/ops/op_table.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "compiler/util/fnv.h"
 #include "compiler/util/status_macros.h"
 
 namespace trainc {
@@ -774,6 +775,12 @@ absl::StatusOr<Plan> PlanFromText(const std::string& text,
     return absl::Status(valid.code(), absl::StrCat(source_name, ": ", valid.message()));
   }
   return plan;
+}
+
+uint64_t PlanHash(const Plan& plan) {
+  Plan copy = plan;
+  copy.source.clear();
+  return Fnv1a().Bytes(PlanToText(copy)).value();
 }
 
 absl::Status WritePlanFile(const Plan& plan, const std::string& path) {

@@ -16,6 +16,7 @@
 #ifndef TRAINC_COMPILER_PLAN_PLAN_IO_H_
 #define TRAINC_COMPILER_PLAN_PLAN_IO_H_
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -30,6 +31,13 @@ namespace trainc {
 std::string PlanToText(const Plan& plan);
 absl::StatusOr<Plan> PlanFromText(const std::string& text,
                                   const std::string& source_name = "plan");
+
+// The plan's identity: FNV-1a (compiler/util/fnv.h) of its text without
+// its `source`, so the same plan compiled from a file named otherwise has
+// the same hash; the same on every machine and in every process. The plan
+// handshake compares it between ranks; traces and metrics logs record it
+// (as HashHex, runtime/trace/plan_identity.h).
+uint64_t PlanHash(const Plan& plan);
 
 absl::Status WritePlanFile(const Plan& plan, const std::string& path);
 absl::StatusOr<Plan> ReadPlanFile(const std::string& path);

@@ -229,6 +229,19 @@ TEST(PlanIo, TheModelSignatureRoundTripsAndMayBeAbsent) {
   EXPECT_EQ(old->model_signature, "");
 }
 
+TEST(PlanIo, TheHashIsOfThePlanNotOfItsFileName) {
+  // Ranks compare it (the handshake) and traces record it (viz).
+  Plan a = TinyPlan();
+  Plan b = a;
+  b.source = "elsewhere/m.train";
+  EXPECT_EQ(PlanHash(a), PlanHash(b));
+  b.micro_batch += 1;
+  EXPECT_NE(PlanHash(a), PlanHash(b));
+  b = a;
+  b.optimizer.lr *= 2;
+  EXPECT_NE(PlanHash(a), PlanHash(b));
+}
+
 TEST(PlanIo, BadTokenFieldsNameTheLine) {
   const std::string good = PlanToText(TinyPlan());
   const std::string data_line = "data format=idx scale=0.00392156862745098 shuffle=1";

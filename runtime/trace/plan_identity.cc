@@ -6,10 +6,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/plan/settings.h"
+#include "compiler/util/fnv.h"
 
 namespace trainc {
 namespace {
@@ -55,17 +55,7 @@ absl::StatusOr<NamedValues> SettingsFromJson(const JsonValue& v) {
 
 }  // namespace
 
-std::string TextHash(absl::string_view text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const char c : text) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  return absl::StrFormat("%016x", h);
-}
-
-std::string PlanHash(const Plan& plan) {
-  Plan copy = plan;
-  copy.source.clear();
-  return TextHash(PlanToText(copy));
-}
+std::string TextHash(absl::string_view text) { return HashHex(Fnv1a().Bytes(text).value()); }
 
 NamedValues PlanSettings(const Plan& plan) {
   int64_t parameters = 0;
@@ -99,7 +89,7 @@ NamedValues PlanSettings(const Plan& plan) {
 PlanIdentity IdentifyPlan(const Plan& plan, const std::string& input,
                           const NamedValues& overrides) {
   PlanIdentity id;
-  id.hash = PlanHash(plan);
+  id.hash = HashHex(PlanHash(plan));
   id.source = input.empty() ? plan.source : input;
   id.overrides = overrides;
   id.settings = PlanSettings(plan);

@@ -28,7 +28,7 @@ namespace trainc {
 using NamedValues = std::vector<std::pair<std::string, std::string>>;
 
 struct PlanIdentity {
-  std::string hash;         // PlanHash of the plan that ran
+  std::string hash;         // HashHex(PlanHash) of the plan that ran (plan_io.h)
   std::string source;       // the input as typed: a .train file or a plan file
   std::string source_hash;  // TextHash of the .train's text; empty for a plan file
   NamedValues overrides;    // --FIELD VALUE, in command-line order
@@ -37,13 +37,9 @@ struct PlanIdentity {
   NamedValues settings;     // PlanSettings of the plan that ran
 };
 
-// 16 hex digits of a 64-bit FNV-1a hash of `text`: the same on every
-// machine and in every process.
+// 16 hex digits of a 64-bit FNV-1a hash of `text` (compiler/util/fnv.h):
+// the same on every machine and in every process.
 std::string TextHash(absl::string_view text);
-
-// TextHash of the plan's text (plan_io) without its `source`: the same plan
-// compiled from a file named otherwise has the same hash.
-std::string PlanHash(const Plan& plan);
 
 // The plan's headline settings by name: model, gpus, micro_batch,
 // accumulate, global_batch, epochs, steps, seed, optimizer, lr, schedule,

@@ -3,6 +3,8 @@
 #include <fstream>
 #include <string>
 
+#include "compiler/plan/plan_io.h"
+#include "compiler/util/fnv.h"
 #include "gtest/gtest.h"
 #include "runtime/json/json.h"
 
@@ -34,14 +36,14 @@ std::string Setting(const NamedValues& settings, const std::string& name) {
   return "(none)";
 }
 
-TEST(PlanIdentityTest, TheHashIsOfThePlanNotOfItsFileName) {
+TEST(PlanIdentityTest, TheHashIsThePlansAsHexAndTheTextHashIsFnv1a) {
   Plan a = SmallPlan();
   Plan b = a;
   b.source = "elsewhere/m.train";
-  EXPECT_EQ(PlanHash(a), PlanHash(b));
-  EXPECT_EQ(PlanHash(a).size(), 16u);
+  EXPECT_EQ(IdentifyPlan(a, "", {}).hash, HashHex(PlanHash(b)));  // compiler/plan/plan_io.h
+  EXPECT_EQ(IdentifyPlan(a, "", {}).hash.size(), 16u);
   b.micro_batch = 4;
-  EXPECT_NE(PlanHash(a), PlanHash(b));
+  EXPECT_NE(IdentifyPlan(a, "", {}).hash, IdentifyPlan(b, "", {}).hash);
   // FNV-1a's published value: the same on every machine.
   EXPECT_EQ(TextHash(""), "cbf29ce484222325");
   EXPECT_EQ(TextHash("a"), "af63dc4c8601ec8c");

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "compiler/plan/plan_io.h"
+#include "compiler/util/fnv.h"
 #include "gtest/gtest.h"
 #include "runtime/json/json.h"
 
@@ -100,7 +102,7 @@ TEST(TracerTest, MergeRecordsThePlanThatRan) {
   ASSERT_NE(recorded, nullptr) << text.str();
   absl::StatusOr<PlanIdentity> back = PlanIdentityFromJson(*recorded);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->hash, PlanHash(plan));
+  EXPECT_EQ(back->hash, HashHex(PlanHash(plan)));
   EXPECT_EQ(back->overrides, id.overrides);
 }
 

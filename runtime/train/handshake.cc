@@ -1,37 +1,15 @@
 #include "runtime/train/handshake.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/plan/plan_io.h"
+#include "compiler/util/fnv.h"
 #include "compiler/util/status_macros.h"
 
 namespace trainc {
 namespace {
-
-// FNV-1a, eight bytes at a time: the same value on every machine and in
-// every process (absl::Hash is seeded per process).
-class Hasher {
- public:
-  void Bytes(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t word;
-      std::memcpy(&word, p + i, 8);
-      Mix(word);
-    }
-    for (; i < n; ++i) Mix(p[i]);
-  }
-  void Int(uint64_t v) { Mix(v); }
-  uint64_t value() const { return h_ ^ (h_ >> 29); }
-
- private:
-  void Mix(uint64_t v) { h_ = (h_ ^ v) * 0x100000001b3ull; }
-  uint64_t h_ = 0xcbf29ce484222325ull;
-};
 
 // Up to this many examples or windows, evenly spaced, stand for the data's
 // contents (hashing a corpus of many GiB whole at every start would not be
@@ -39,7 +17,7 @@ class Hasher {
 constexpr int64_t kDataSamples = 256;
 
 uint64_t HashData(const Dataset& data) {
-  Hasher h;
+  Fnv1a h;
   const int64_t n = data.size();
   h.Int(static_cast<uint64_t>(n));
   h.Int(data.is_token_windows() ? static_cast<uint64_t>(data.context())
@@ -50,10 +28,10 @@ uint64_t HashData(const Dataset& data) {
     const int64_t i = samples == 1 ? 0 : s * (n - 1) / (samples - 1);
     if (data.is_token_windows()) {
       const absl::Span<const int32_t> w = data.window(i);
-      h.Bytes(w.data(), w.size() * sizeof(int32_t));
+      h.Words(w.data(), w.size() * sizeof(int32_t));
     } else {
       data.CopyFeatures(i, row.data());
-      h.Bytes(row.data(), row.size() * sizeof(float));
+      h.Words(row.data(), row.size() * sizeof(float));
     }
   }
   if (!data.is_token_windows()) {
@@ -65,7 +43,7 @@ uint64_t HashData(const Dataset& data) {
 // ZeRO-3 keeps another shard of the parameters on every rank: 0 then
 // (nothing to compare; the plan's hash still covers how they are made).
 absl::StatusOr<uint64_t> HashParameters(const Plan& plan, Device& device, int64_t* count) {
-  Hasher h;
+  Fnv1a h;
   std::vector<char> bytes;
   *count = 0;
   for (int id : plan.parameter_buffers) {
@@ -76,7 +54,7 @@ absl::StatusOr<uint64_t> HashParameters(const Plan& plan, Device& device, int64_
     }
     bytes.resize(b.bytes);
     RETURN_IF_ERROR(device.Download(b.offset, bytes.data(), b.bytes));
-    h.Bytes(bytes.data(), bytes.size());
+    h.Words(bytes.data(), bytes.size());
     *count += b.bytes / DTypeBytes(b.dtype);
   }
   return h.value();
@@ -115,9 +93,6 @@ absl::StatusOr<RankFingerprint> FingerprintRank(const Plan& plan, const Dataset&
                                                 Device& device, const TrainingState& state) {
   int64_t parameters = 0;
   ASSIGN_OR_RETURN(const uint64_t weights, HashParameters(plan, device, &parameters));
-  Hasher text;
-  const std::string plan_text = PlanToText(plan);
-  text.Bytes(plan_text.data(), plan_text.size());
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   RankFingerprint f;
   f.fields = {{"world_size", u(plan.world_size)},
@@ -132,7 +107,7 @@ absl::StatusOr<RankFingerprint> FingerprintRank(const Plan& plan, const Dataset&
               {"parameters", u(parameters)},
               {"instructions", u(static_cast<int64_t>(plan.instructions.size()))},
               {"arena_bytes", u(plan.arena_bytes)},
-              {"plan", text.value()},
+              {"plan", PlanHash(plan)},  // as traces record it
               {"samples", u(data.size())},
               {"data", HashData(data)},
               {"weights", weights},

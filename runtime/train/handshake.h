@@ -7,13 +7,15 @@
 //   ASSIGN_OR_RETURN(RankFingerprint mine, FingerprintRank(plan, data, device, state));
 //   RETURN_IF_ERROR(AgreeBeforeFirstStep(comm, mine));
 //
-// A fingerprint is a hash of the compiled plan (its text form), of the
-// training data's identity (sizes, labels, a fixed sample of features or
-// token windows), of the initial parameters (after initialisation,
-// --init-from or --resume; not under ZeRO-3, where each rank holds another
-// shard of them) and the training position, plus the plan's
-// headline numbers so that a mismatch can be named ("micro_batch 8, rank
-// 0 has 16") rather than only detected.
+// A fingerprint is the compiled plan's hash (PlanHash, plan_io.h: of its
+// text form, not of the file name it was compiled from; the hash traces
+// record), FNV-1a hashes (compiler/util/fnv.h) of the training data's
+// identity (sizes, labels, a fixed sample of features or token windows)
+// and of the initial parameters (after initialisation, --init-from or
+// --resume; not under ZeRO-3, where each rank holds another shard of
+// them), the training position, and the plan's headline numbers so that a
+// mismatch can be named ("micro_batch 8, rank 0 has 16") rather than only
+// detected.
 #ifndef TRAINC_RUNTIME_TRAIN_HANDSHAKE_H_
 #define TRAINC_RUNTIME_TRAIN_HANDSHAKE_H_
 

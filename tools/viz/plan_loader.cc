@@ -9,6 +9,7 @@
 #include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/planner.h"
+#include "compiler/util/fnv.h"
 #include "compiler/util/status_macros.h"
 #include "tools/viz/file_util.h"
 
@@ -66,7 +67,7 @@ absl::StatusOr<std::vector<std::string>> CheckPlanRan(const std::string& path,
                                                       const Plan& plan,
                                                       const PlanIdentity& ran,
                                                       const std::string& recorded_in) {
-  const std::string hash = PlanHash(plan);
+  const std::string hash = HashHex(PlanHash(plan));
   const std::vector<std::string> differences =
       SettingDifferences(ran.settings, "the run", PlanSettings(plan), shown);
   if (hash == ran.hash) return std::vector<std::string>();

@@ -12,6 +12,7 @@
 #include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/planner.h"
+#include "compiler/util/fnv.h"
 #include "runtime/trace/plan_identity.h"
 #include "runtime/trace/tracer.h"
 #include "tools/viz/file_util.h"
@@ -522,7 +523,7 @@ TEST_F(RanPlanVizTest, AFileEditedSinceTheRunIsRefused) {
   const std::string m(s.message());
   EXPECT_THAT(m, HasSubstr(train_ + " is not the plan that ran (recorded in " + trace_));
   EXPECT_THAT(m, HasSubstr("the file changed since the run"));
-  EXPECT_THAT(m, HasSubstr(absl::StrCat("plan hash: ", PlanHash(ran_), " in the run")));
+  EXPECT_THAT(m, HasSubstr(absl::StrCat("plan hash: ", HashHex(PlanHash(ran_)), " in the run")));
   EXPECT_THAT(m, HasSubstr(absl::StrCat("text hash of ", train_, ": ", TextHash(text_))));
   EXPECT_THAT(m, HasSubstr("accumulate: 2 in the run, 4 in " + train_));
   // A comment changes the text, not the plan: drawn.
