@@ -49,6 +49,10 @@ absl::Status CheckConfig(const TrainConfig& t) {
 
 }  // namespace
 
+const char* DefaultMachineOfDevice(absl::string_view device) {
+  return device == "cuda" ? "h100_nvlink_ib" : kDefaultMachine;
+}
+
 absl::StatusOr<cost::MachineProfile> PlanningProfile(const TrainSpec& spec,
                                                      const PlanOptions& options) {
   if (options.machine != nullptr) return *options.machine;

@@ -48,6 +48,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "compiler/cost/machine_profile.h"
 #include "compiler/cost/simulator.h"
 #include "compiler/plan/plan.h"
@@ -79,8 +80,8 @@ struct PlanOptions {
   // bucket_mb = auto (bucket_search.h) costs its candidates on a machine
   // profile (compiler/cost): `machine` when set (a tool's own, as
   // simulate --machine); else the file's train { machine }; else
-  // `default_machine` (the device's: train gives cpu_loopback for cpu and
-  // h100_nvlink_ib for cuda); else kDefaultMachine.
+  // `default_machine` (the device's, DefaultMachineOfDevice); else
+  // kDefaultMachine.
   const cost::MachineProfile* machine = nullptr;
   std::string default_machine;
   // Whether the runtime overlaps the collectives with the backward pass
@@ -91,6 +92,12 @@ struct PlanOptions {
 // bucket_mb = auto's profile when nothing names one: the machine the tests
 // and CPU runs of this repository use.
 inline constexpr char kDefaultMachine[] = "cpu_loopback";
+
+// PlanOptions::default_machine for plans run on `device` (--device's names):
+// "h100_nvlink_ib" for "cuda", kDefaultMachine for "cpu" and anything else.
+// train sets it from the backend it runs on, viz from the device a trace
+// records, so both price bucket_mb = auto and memory = ... alike.
+const char* DefaultMachineOfDevice(absl::string_view device);
 
 absl::StatusOr<Plan> BuildPlan(const TrainSpec& spec, const PlanOptions& options = {});
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "compiler/cost/bundled_profiles.h"
 #include "compiler/frontend/frontend.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/testing/specs.h"
@@ -156,6 +157,16 @@ TEST(BuildPlan, SgdWithMomentumHasOneStateSpan) {
   plan = BuildPlan(spec);
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->buckets[0].state_spans.empty());
+}
+
+TEST(PlanningProfile, EachDevicesDefaultIsABundledProfile) {
+  // train (--device) and viz (the device a trace records) both ask this.
+  EXPECT_STREQ(DefaultMachineOfDevice("cuda"), "h100_nvlink_ib");
+  EXPECT_STREQ(DefaultMachineOfDevice("cpu"), kDefaultMachine);
+  EXPECT_STREQ(DefaultMachineOfDevice(""), kDefaultMachine);  // a trace without a device
+  for (const char* device : {"cpu", "cuda"}) {
+    EXPECT_TRUE(cost::LoadMachineProfile(DefaultMachineOfDevice(device)).ok()) << device;
+  }
 }
 
 TEST(PlanSummary, SaysWhatMatters) {

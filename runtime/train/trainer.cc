@@ -241,7 +241,7 @@ absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device, bool compile
                    for_cuda ? DeviceKind::kCuda : ResolveDevice(device, 1));
   PlanOptions options;
   // bucket_mb = auto without a train { machine }: the device's profile.
-  options.default_machine = kind == DeviceKind::kCuda ? "h100_nvlink_ib" : "cpu_loopback";
+  options.default_machine = DefaultMachineOfDevice(EnumName(kind));
   if (kind == DeviceKind::kCuda) {
     options.workspace = CudaWorkspaceBytes;
     options.bf16_staging = CudaBf16StagingBytes;

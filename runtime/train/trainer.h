@@ -134,7 +134,7 @@ struct TrainSummary {
 // will run the plan: the workspace its
 // convolution and pooling libraries need (oneDNN, cuDNN), the bf16
 // staging it keeps, and the machine profile bucket_mb = auto costs on when
-// the file names none (cuda: h100_nvlink_ib, cpu: cpu_loopback).
+// the file names none (DefaultMachineOfDevice, compiler/planner/planner.h).
 // `compile_only` (--compile-only): --device cuda needs no visible GPU; what
 // only a GPU can tell (cuDNN's workspace sizes) then fails, saying so.
 absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device, bool compile_only = false);

@@ -18,10 +18,11 @@ namespace {
 
 // What train's PlanOptionsForDevice gives the planner that a tool can know
 // without the backend: the machine profile bucket_mb = auto and memory =
-// ... price on when the file names none, and whether comm overlaps.
+// ... price on when the file names none (the same function's), and whether
+// comm overlaps.
 PlanOptions OptionsOfRun(const PlanIdentity& ran) {
   PlanOptions options;
-  options.default_machine = ran.device == "cuda" ? "h100_nvlink_ib" : "cpu_loopback";
+  options.default_machine = DefaultMachineOfDevice(ran.device);
   options.overlap = ran.overlap;
   return options;
 }
