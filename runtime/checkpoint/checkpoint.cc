@@ -17,11 +17,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/spec/model_signature.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/checkpoint/hf_folder.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -316,6 +318,36 @@ bool IsSingleFileCheckpoint(const SafetensorsFile& file) {
   return it != file.metadata().end() && it->second == kSingleFileFormat;
 }
 
+// Marks an error as IsCheckpointOfAnotherModel's.
+constexpr char kOtherModelPayload[] = "trainc/checkpoint-of-another-model";
+
+absl::Status OtherModel(absl::Status status) {
+  status.SetPayload(kOtherModelPayload, absl::Cord(kOtherModelPayload));
+  return status;
+}
+
+// The model signature the checkpoint was saved with (compiler/spec/
+// model_signature.h) against the plan's: weights of other heads over
+// key/value heads, rope_theta or eps have the plan's shapes and would load
+// as this model. A checkpoint (or plan) without one, from before it was
+// recorded, is taken on trust.
+absl::Status CheckSameModel(const SafetensorsFile& weights, const std::string& path,
+                            const Plan& plan) {
+  auto saved = weights.metadata().find("model_signature");
+  if (saved == weights.metadata().end() || plan.model_signature.empty()) {
+    return absl::OkStatus();
+  }
+  const std::string train =
+      plan.source.empty() ? absl::StrCat("model '", plan.model, "'") : plan.source;
+  const std::string why =
+      ModelSignatureDifference(saved->second, "the checkpoint's model", plan.model_signature,
+                               absl::StrCat(train, "'s (with the options given here)"));
+  if (why.empty()) return absl::OkStatus();
+  return OtherModel(absl::FailedPreconditionError(absl::StrCat(
+      path, " was trained as another model than ", train, ": ", why,
+      ". Load it with the .train file and the model options (--heads ...) its run used")));
+}
+
 // Reads a checkpoint's training state (optimizer tensors and where training
 // stands) beside the weights file at `path`, checking that the two were
 // written together.
@@ -361,6 +393,7 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
   }
   ASSIGN_OR_RETURN(SafetensorsFile weights,
                    IsHfFolder(path) ? ReadHfFolder(path) : SafetensorsFile::Read(path));
+  RETURN_IF_ERROR(CheckSameModel(weights, path, plan));
   const bool single_file = IsSingleFileCheckpoint(weights);
   if (!weights_only && !single_file && !IsOurWeightsFile(weights)) {
     // Still usable as weights (e.g. a file exported from PyTorch).
@@ -403,9 +436,10 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
         continue;
       }
       if (weights_only && absl::StartsWith(name, kOptimizerPrefix)) continue;
-      return absl::InvalidArgumentError(absl::StrCat(
+      absl::Status unknown = absl::InvalidArgumentError(absl::StrCat(
           sources.paths[f], ": tensor '", name, "' is not in the plan of model '",
           plan.model, "' (a checkpoint of another model?)"));
+      return f == 0 ? OtherModel(unknown) : unknown;  // a parameter, or optimizer state
     }
   }
   // Check everything before uploading anything, so that a bad file leaves
@@ -413,18 +447,20 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
   for (const Slot& slot : slots) {
     auto found = sources.file_of.find(slot.name);
     if (found == sources.file_of.end()) {
-      return absl::NotFoundError(absl::StrCat(
+      absl::Status missing = absl::NotFoundError(absl::StrCat(
           sources.paths[slot.state ? sources.files.size() - 1 : 0], ": tensor '",
           slot.name, "' is missing"));
+      return slot.state ? missing : OtherModel(missing);
     }
     const SafetensorsFile& file = sources.files[found->second];
     const std::string& file_path = sources.paths[found->second];
     const SafetensorsFile::Tensor* t = file.Find(slot.name);
     if (t->dtype != "F32" || t->shape != slot.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      absl::Status other = absl::InvalidArgumentError(absl::StrCat(
           file_path, ": tensor '", slot.name, "' is ", t->dtype, "[",
           absl::StrJoin(t->shape, ","), "], the plan has F32[",
           absl::StrJoin(slot.shape, ","), "]"));
+      return slot.state ? other : OtherModel(other);
     }
     RETURN_IF_ERROR(CheckFinite(file.Data(*t), file_path, slot.name));
   }
@@ -434,6 +470,10 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
   }
   if (!weights_only && state != nullptr) *state = loaded;
   return absl::OkStatus();
+}
+
+bool IsCheckpointOfAnotherModel(const absl::Status& status) {
+  return status.GetPayload(kOtherModelPayload).has_value();
 }
 
 absl::Status UploadParameter(const Plan& plan, Device& device, int index,

@@ -77,11 +77,24 @@ std::string TrainingStatePath(const std::string& weights_path);
 // checkpoint), and sets *state.
 // Every parameter (and state tensor) must be present with the plan's shape
 // and dtype; a tensor the plan does not have is an error too (the wrong
-// model), except optimizer state when `weights_only`.
+// model), except optimizer state when `weights_only`. A checkpoint that
+// records its model (metadata model_signature, compiler/spec/
+// model_signature.h; saved since plans carry one) must have been trained
+// as the plan's model: weights of other heads over key/value heads, or
+// another rope_theta or eps, have the same shapes but are another model,
+// and the error names both files and the calls that differ. Checkpoints
+// without it load as before.
 // Under ZeRO `rank` picks the shards this rank keeps.
 absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
                             Device& device, TrainingState* state,
                             bool weights_only, int rank = 0);
+
+// Whether LoadCheckpoint's `status` says the file is a whole checkpoint of
+// another model (its signature, or its parameters' names or shapes, differ
+// from the plan's), rather than one that cannot be used (no training
+// state beside it, another seed, non-finite values, unreadable).
+// --resume DIR stops there instead of trying an older checkpoint.
+bool IsCheckpointOfAnotherModel(const absl::Status& status);
 
 // Parameter `index` (of plan.parameter_buffers) set to `values` (its
 // whole tensor): into its buffer, or under ZeRO-3 this rank's part of it

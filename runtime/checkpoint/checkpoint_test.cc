@@ -22,6 +22,7 @@ namespace trainc {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -153,6 +154,56 @@ TEST(CheckpointTest, WeightsRecordWhatTheModelComputes) {
   auto file = SafetensorsFile::Read(path);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(file->metadata().at("model_signature"), plan.model_signature);
+}
+
+// The same shapes under other heads: refused by --resume and --init-from
+// alike, naming both sides and the calls that differ, and marked so that
+// --resume DIR does not fall back to an older checkpoint.
+TEST(CheckpointTest, ACheckpointOfAnotherModelOfTheSameShapesIsRefused) {
+  Plan trained = TinyPlan();
+  trained.source = "runs/tiny.train";
+  trained.model_signature = "2 x causal_attention(heads=2, kv_heads=1)\ninput x: f32[3]";
+  HostTestDevice device;
+  FillArena(&device, trained.arena_bytes);
+  const std::string path = TempPath("other_heads.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, trained, device, {4, 0, 4}).ok());
+
+  Plan plan = trained;
+  plan.source = "tiny.train";
+  plan.model_signature = "2 x causal_attention(heads=4, kv_heads=2)\ninput x: f32[3]";
+  HostTestDevice restored;
+  ASSERT_TRUE(restored.AllocateArena(plan.arena_bytes).ok());
+  TrainingState state;
+  for (const bool weights_only : {false, true}) {
+    const absl::Status s = LoadCheckpoint(path, plan, restored, &state, weights_only);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    const std::string m(s.message());
+    EXPECT_THAT(m, HasSubstr(path + " was trained as another model than tiny.train: "));
+    EXPECT_THAT(m, HasSubstr("the checkpoint's model has 2 x causal_attention(heads=2, "
+                             "kv_heads=1) where tiny.train's (with the options given here) "
+                             "has 2 x causal_attention(heads=4, kv_heads=2)"));
+    EXPECT_THAT(m, Not(HasSubstr("input x")));  // the same in both
+    EXPECT_TRUE(IsCheckpointOfAnotherModel(s));
+  }
+  EXPECT_EQ(*restored.At<float>(0), 0.0f);  // nothing was uploaded
+  // Its own model loads; a plan without a signature (an older plan file)
+  // takes it on trust.
+  EXPECT_TRUE(LoadCheckpoint(path, trained, restored, &state, false).ok());
+  plan.model_signature.clear();
+  EXPECT_TRUE(LoadCheckpoint(path, plan, restored, &state, false).ok());
+}
+
+TEST(CheckpointTest, ACheckpointWithoutASignatureLoadsAsBefore) {
+  Plan plan = TinyPlan();
+  HostTestDevice device;
+  FillArena(&device, plan.arena_bytes);
+  const std::string path = TempPath("unsigned.safetensors");
+  ASSERT_TRUE(SaveCheckpoint(path, plan, device, {4, 0, 4}).ok());  // no signature
+  plan.model_signature = "1 x linear(bias=true, out_features=2)";
+  TrainingState state;
+  const absl::Status s = LoadCheckpoint(path, plan, device, &state, false);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(state.step, 4);
 }
 
 TEST(CheckpointTest, SgdMomentumBuffer) {
@@ -302,18 +353,22 @@ TEST(CheckpointTest, MismatchesAreClearErrors) {
   absl::Status shape = LoadCheckpoint(path, wider, device, &state, false);
   EXPECT_THAT(shape.message(),
               HasSubstr("tensor 'h1.weight' is F32[2,3], the plan has F32[3,2]"));
+  EXPECT_TRUE(IsCheckpointOfAnotherModel(shape));
 
   Plan renamed = TinyPlan();
   renamed.buffers[renamed.parameter_buffers[1]].name = "h2.bias";
   renamed.buckets[0].parameters[0] = "h2.bias";
   absl::Status missing = LoadCheckpoint(path, renamed, device, &state, true);
   EXPECT_THAT(missing.message(), HasSubstr("tensor 'h1.bias' is not in the plan"));
+  EXPECT_TRUE(IsCheckpointOfAnotherModel(missing));
 
   Plan sgd = TinyPlan(OptimizerKind::kSgd);
   sgd.optimizer.momentum = 0.9;
   EXPECT_TRUE(LoadCheckpoint(path, sgd, device, &state, true).ok());
   absl::Status no_momentum = LoadCheckpoint(path, sgd, device, &state, false);
   EXPECT_FALSE(no_momentum.ok());
+  // Another optimizer's state is not another model.
+  EXPECT_FALSE(IsCheckpointOfAnotherModel(no_momentum));
 }
 
 // While alive, files this process writes cannot grow past `bytes`: a

@@ -206,7 +206,12 @@ std::string StopCheckpointPath(const Plan& plan, const TrainOptions& options, in
   return CheckpointPath(absl::StrCat("checkpoints/", plan.model), step);
 }
 
-// --resume: a checkpoint file, or a folder of them (the newest that loads).
+// --resume: a checkpoint file, or a folder of them: the newest that loads.
+// One that cannot be used (no training state, another seed, non-finite
+// values) is skipped with a warning; one of another model stops the search:
+// the folder holds another run's checkpoints (or this run's options are not
+// its own), and resuming from an older one would silently drop that run's
+// newer steps and then overwrite its checkpoints.
 absl::StatusOr<std::string> ResumeFrom(const std::string& path, const Plan& plan,
                                        Device& device, int rank, TrainingState* state,
                                        std::ostream& log) {
@@ -222,6 +227,14 @@ absl::StatusOr<std::string> ResumeFrom(const std::string& path, const Plan& plan
     absl::Status loaded =
         LoadCheckpoint(candidate, plan, device, state, /*weights_only=*/false, rank);
     if (loaded.ok()) return candidate;
+    if (IsCheckpointOfAnotherModel(loaded)) {
+      return absl::Status(
+          loaded.code(),
+          absl::StrCat("--resume ", path, ": ", loaded.message(),
+                       "; the older checkpoints in ", path,
+                       " are not tried in its place (resume with that run's .train file and "
+                       "options, or name an older checkpoint file)"));
+    }
     log << "warning: skipping " << candidate << ": " << loaded.message() << "\n";
   }
   return absl::NotFoundError(absl::StrCat(
