@@ -65,7 +65,12 @@ std::string ValueText(const char* kind, const ValueSpec& v) {
 
 std::vector<std::string> ModelSignatureLines(const ModelSpec& model) {
   std::map<std::string, int> calls;
-  for (const OpSpec& op : model.ops) ++calls[CallText(op)];
+  for (const OpSpec& op : model.ops) {
+    // Regularisation, the identity outside training: weights trained with
+    // one dropout rate are fine-tuned with another (or none).
+    if (op.op == "dropout") continue;
+    ++calls[CallText(op)];
+  }
   std::vector<std::string> lines;
   for (const auto& [call, count] : calls) lines.push_back(absl::StrCat(count, " x ", call));
   for (const ValueSpec& v : model.inputs) lines.push_back(ValueText("input", v));

@@ -10,7 +10,8 @@
 //   "input tokens: i32[16]"
 // The arguments are the op's constants with defaults filled in, and the
 // parameters it shares ("weight=wte.weight"); initialisations are left
-// out (a checkpoint's weights are past them), and so are statement names.
+// out (a checkpoint's weights are past them), and so are statement names
+// and dropout (the identity outside training: a fine-tune may change it).
 // The lines are sorted, so the signature depends on the model only.
 #ifndef TRAINC_COMPILER_SPEC_MODEL_SIGNATURE_H_
 #define TRAINC_COMPILER_SPEC_MODEL_SIGNATURE_H_

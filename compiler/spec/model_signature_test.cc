@@ -1,6 +1,9 @@
 // A model's signature: what it computes, not how it is trained or named.
 #include "compiler/spec/model_signature.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "compiler/frontend/frontend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -39,6 +42,20 @@ TEST(ModelSignature, TheTrainingSettingsDoNotChangeIt) {
       ModelSignature(Compile(kLlama)),
       ModelSignature(Compile(
           kLlama, {{"micro_batch", "4"}, {"gpus", "1"}, {"seed", "3"}, {"recompute", "true"}})));
+}
+
+TEST(ModelSignature, ADropoutRateIsNotTheModel) {
+  // A fine-tune changes the rate (or drops dropout); the weights fit either.
+  constexpr char kCnn[] = "dsl_examples/fashion_cnn.train";
+  std::ifstream in(kCnn);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string source = text.str();
+  ASSERT_NE(source.find("p = 0.3"), std::string::npos);
+  const std::string other = ::testing::TempDir() + "/cnn_dropout.train";
+  std::ofstream(other) << std::string(source).replace(source.find("p = 0.3"), 7, "p = 0.1");
+  EXPECT_EQ(ModelSignature(Compile(kCnn)), ModelSignature(Compile(other)));
+  EXPECT_THAT(ModelSignature(Compile(kCnn)), Not(HasSubstr("dropout")));
 }
 
 TEST(ModelSignature, TheDifferenceNamesWhatDiffers) {
