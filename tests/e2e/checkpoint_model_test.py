@@ -22,18 +22,6 @@ import e2e_lib as e2e
 T = 16
 SMALL = ("const vocab = 256, ctx = 64, width = 256, heads = 8, kv_heads = 2, head = 32",
          f"const vocab = 256, ctx = {T}, width = 64, heads = 4, kv_heads = 2, head = 16")
-DATA_AND_TRAIN = """
-data {
-  train = text("TRAIN")
-  eval  = text("EVAL")
-}
-train {
-  gpus = 1
-  micro_batch = 4
-  steps = 4
-  optimizer = adamw(lr = 3e-3)
-}
-"""
 # The same shapes: q|k|v of (2 + 2 x 1) x 32 = (4 + 2 x 2) x 16 rows.
 OTHER_HEADS = ("--heads", "2", "--kv_heads", "1", "--head", "32")
 COMMON = ("--device", "cpu", "--no-eval", "--no-metrics")
@@ -54,14 +42,9 @@ class CheckpointOfAnotherModelTest(unittest.TestCase):
             source = f.read()
         assert SMALL[0] in source and "const hidden = 688, layers = 6" in source, \
             "llama_tiny.train changed"
-        source = source[:source.index("data {")] + DATA_AND_TRAIN
-        source = source.replace(SMALL[0], SMALL[1])
-        source = source.replace("const hidden = 688, layers = 6", "const hidden = 96, layers = 2")
-        for key, path in paths.items():
-            source = source.replace(f'"{key}"', f'"{path}"')
-        cls.model = os.path.join(cls.dir, "tiny.train")
-        with open(cls.model, "w") as f:
-            f.write(source)
+        cls.model = e2e.small_language_model(
+            "llama_tiny", os.path.join(cls.dir, "tiny.train"), paths["TRAIN"], paths["EVAL"],
+            [SMALL, ("const hidden = 688, layers = 6", "const hidden = 96, layers = 2")])
         # Two steps as the other model, saved.
         cls.other = os.path.join(cls.dir, "other.safetensors")
         e2e.train(cls.model, *COMMON, "--steps", 2, "--save", cls.other, *OTHER_HEADS)

@@ -54,6 +54,35 @@ def tmpdir():
     return tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
 
 
+SMALL_LM_DATA_AND_TRAIN = """
+data {{
+  train = text("{train}")
+  eval  = text("{eval}")
+}}
+train {{
+  gpus = 1
+  micro_batch = 4
+  steps = 4
+  optimizer = adamw(lr = 3e-3)
+}}
+"""
+
+
+def small_language_model(example, path, train_text, eval_text, replacements):
+    """Writes to `path` dsl_examples/`example`.train's model with each (old,
+    new) of `replacements` applied (constants made small), on the text
+    files given, for 4 AdamW steps of micro-batch 4; returns `path`."""
+    with open(runfile(f"dsl_examples/{example}.train")) as f:
+        source = f.read()
+    source = source[:source.index("data {")] + SMALL_LM_DATA_AND_TRAIN.format(
+        train=train_text, eval=eval_text)
+    for old, new in replacements:
+        source = source.replace(old, new)
+    with open(path, "w") as f:
+        f.write(source)
+    return path
+
+
 def train(*args, timeout=300, check=True, env=None):
     """Runs tools/train (with `env` added to the environment); returns
     CompletedProcess (stdout+stderr as text)."""

@@ -35,18 +35,6 @@ T = 16
 
 # dsl_examples/tiny_gpt.train (GPT-2's parameter names), made small, on
 # this test's own text.
-DATA_AND_TRAIN = """
-data {
-  train = text("TRAIN")
-  eval  = text("EVAL")
-}
-train {
-  gpus = 1
-  micro_batch = 4
-  steps = 4
-  optimizer = adamw(lr = 3e-3)
-}
-"""
 
 # Scores every window of the eval text ([i T, i T + T], trainc's eval
 # windows) with the exported model, as trainc does: the mean over windows
@@ -160,18 +148,12 @@ class HfExportTest(unittest.TestCase):
             f.write(text(20 * T + 1))
         with open(paths["EVAL"], "wb") as f:
             f.write(text(8 * T + 1))
-        with open(e2e.runfile(f"dsl_examples/{example}.train")) as f:
-            source = f.read()
-        source = source[:source.index("data {")] + DATA_AND_TRAIN
-        source = source.replace("ctx = 64, width = 128, heads = 4, layers = 4",
-                                f"ctx = {T}, width = 32, heads = 4, layers = 2")
-        source = source.replace(LLAMA_SMALL[0], LLAMA_SMALL[1].format(T=T))
-        source = source.replace("const hidden = 688, layers = 6", "const hidden = 96, layers = 2")
-        for key, path in paths.items():
-            source = source.replace(f'"{key}"', f'"{path}"')
-        model = os.path.join(self.dir, "tiny.train")
-        with open(model, "w") as f:
-            f.write(source)
+        model = e2e.small_language_model(
+            example, os.path.join(self.dir, "tiny.train"), paths["TRAIN"], paths["EVAL"],
+            [("ctx = 64, width = 128, heads = 4, layers = 4",
+              f"ctx = {T}, width = 32, heads = 4, layers = 2"),
+             (LLAMA_SMALL[0], LLAMA_SMALL[1].format(T=T)),
+             ("const hidden = 688, layers = 6", "const hidden = 96, layers = 2")])
         return model, paths["EVAL"]
 
     def trainc_eval_loss(self, model, name, *args):

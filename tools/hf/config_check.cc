@@ -137,13 +137,19 @@ std::vector<std::string> Mismatches(const std::vector<Check>& checks, const char
   return out;
 }
 
-std::vector<Check> Gpt2Checks(const JsonValue& c, const Gpt2Layout& l) {
-  std::vector<Check> out;
-  auto add = [&](Check check, JsonValue model, std::string note = "") {
+// add(check, model value, note): `check` completed with the model's value
+// and why it cannot be another, appended to `out`.
+auto AppendTo(std::vector<Check>& out) {
+  return [&out](Check check, JsonValue model, std::string note = "") {
     check.model = std::move(model);
     check.note = std::move(note);
     out.push_back(std::move(check));
   };
+}
+
+std::vector<Check> Gpt2Checks(const JsonValue& c, const Gpt2Layout& l) {
+  std::vector<Check> out;
+  auto add = AppendTo(out);
   add(Read(c, {"vocab_size"}, Int(50257)), Int(l.vocab));
   add(Read(c, {"n_positions", "max_position_embeddings"}, Int(1024)), Int(l.positions),
       "wpe has a row per position of the context");
@@ -166,11 +172,7 @@ std::vector<Check> Gpt2Checks(const JsonValue& c, const Gpt2Layout& l) {
 
 std::vector<Check> LlamaChecks(const JsonValue& c, const LlamaLayout& l) {
   std::vector<Check> out;
-  auto add = [&](Check check, JsonValue model, std::string note = "") {
-    check.model = std::move(model);
-    check.note = std::move(note);
-    out.push_back(std::move(check));
-  };
+  auto add = AppendTo(out);
   add(Read(c, {"vocab_size"}, Int(32000)), Int(l.vocab));
   const Check width = Read(c, {"hidden_size"}, Int(4096));
   add(width, Int(l.width));
