@@ -472,7 +472,7 @@ absl::Status Run(const Args& args) {
           ": Gloo's TCP store is not in Debian's Gloo 0.5; use a Redis server "
           "(--rendezvous redis://HOST:PORT/JOB or ", kRendezvousEnv, ") or set ",
           kRendezvousDirEnv, " to a folder on a file system every machine "
-          "shares (see README, 'Two machines')"));
+          "shares (see docs/ranks.md)"));
     }
     if (worker->rendezvous_kind == RendezvousKind::kRedis) {
       rank.redis = worker->rendezvous;

@@ -19,7 +19,7 @@
 //
 // Adding an op: one ModelOpDef (if users call it), one OpDef per
 // instruction it lowers to (forward and backward), and one kernel per
-// backend (runtime/cpu, runtime/cuda). See README.md, "Adding an op".
+// backend (runtime/cpu, runtime/cuda). See docs/adding-an-op.md.
 //
 // Shapes in model rules are per sample (no batch dimension); instruction
 // shapes are full buffer shapes (batch first).

@@ -27,7 +27,7 @@ TEST(Schedule, CosineWarmsUpThenDecaysToZero) {
 // Hugging Face's get_cosine_schedule_with_warmup, written from its
 // documented formula: the optimizer's k-th step (1-based) runs at
 // lambda(k - 1). Ours is the same curve one step earlier: step k at
-// lambda(k), so the last step is at 0 (the README says so).
+// lambda(k), so the last step is at 0 (docs/language.md says so).
 TEST(Schedule, CosineIsHuggingFacesOneStepEarlier) {
   const int64_t warmup = 10, total = 110;
   auto hf_lambda = [&](int64_t s) {

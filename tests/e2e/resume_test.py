@@ -80,7 +80,7 @@ class ResumeTest(unittest.TestCase):
             self.assertIn("resumed from", out.stdout)
         full = lrs("full")
         self.assertEqual(sorted(full), list(range(1, steps + 1)))
-        # The schedule itself (README: step k at lr k / N in the warm-up,
+        # The schedule itself (docs/language.md: step k at lr k / N in the warm-up,
         # then cosine to 0 reached on the last step).
         for k, lr in full.items():
             want = (base_lr * k / warmup if k <= warmup else

@@ -258,7 +258,7 @@ def pending(pid):
 
 
 class SecondSignalTest(unittest.TestCase):
-    """A second stop signal ends a rank at once (README: "A second signal
+    """A second stop signal ends a rank at once (docs/faults.md: "A second signal
     stops at once"). The launcher relays the first; one from elsewhere
     after it is still a first for the rank (the kernel's copy of a group
     signal may arrive after the relay); the next one ends the rank."""
