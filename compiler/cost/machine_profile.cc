@@ -21,8 +21,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "compiler/frontend/did_you_mean.h"
 #include "compiler/ops/op_table.h"
+#include "compiler/util/did_you_mean.h"
 
 namespace trainc::cost {
 namespace {
@@ -157,7 +157,7 @@ absl::Status SetPerOp(MachineProfile& p, const std::string& key,
     for (ops::OpCategory c : kCategories) names.push_back(ops::OpCategoryName(c));
   }
   if (ops::FindOp(kind) == nullptr && !(efficiency && IsCategory(kind))) {
-    const std::string close = frontend::ClosestMatch(kind, names);
+    const std::string close = ClosestMatch(kind, names);
     return absl::InvalidArgumentError(absl::StrCat(
         "'", kind, "' is not an op", efficiency ? " or an op category" : "",
         close.empty() ? "" : absl::StrCat(" (did you mean '", close, "'?)")));
@@ -221,7 +221,7 @@ absl::StatusOr<MachineProfile> ParseMachineProfile(const std::string& text,
         if (key == k.key) found = &k;
       }
       if (found == nullptr) {
-        const std::string close = frontend::ClosestMatch(key, known);
+        const std::string close = ClosestMatch(key, known);
         return fail(absl::StrCat(
             "unknown key '", key, "'",
             close.empty() ? absl::StrCat(" (keys: ", absl::StrJoin(known, ", "), ")")

@@ -19,8 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "compiler/frontend/did_you_mean.h"
 #include "compiler/frontend/setting.h"
+#include "compiler/util/did_you_mean.h"
 
 namespace trainc::frontend {
 namespace {

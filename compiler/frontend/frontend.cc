@@ -12,10 +12,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/frontend/data_checker.h"
-#include "compiler/frontend/did_you_mean.h"
 #include "compiler/frontend/model_checker.h"
 #include "compiler/frontend/parser.h"
 #include "compiler/frontend/train_checker.h"
+#include "compiler/util/did_you_mean.h"
 
 namespace trainc {
 namespace {
@@ -54,7 +54,7 @@ Blocks FindBlocks(const frontend::ast::File& file, DiagnosticSink& sink) {
     if (slot == nullptr) {
       sink.Error(block.kind_span,
                  absl::StrCat("unknown block '", block.kind, "'"),
-                 frontend::SuggestionHint(block.kind, kinds, "blocks"));
+                 SuggestionHint(block.kind, kinds, "blocks"));
       continue;
     }
     if (*slot != nullptr) {

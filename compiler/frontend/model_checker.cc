@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/frontend/const_eval.h"
-#include "compiler/frontend/did_you_mean.h"
 #include "compiler/frontend/setting.h"
 #include "compiler/ops/op_table.h"
+#include "compiler/util/did_you_mean.h"
 
 namespace trainc::frontend {
 namespace {

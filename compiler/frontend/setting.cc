@@ -7,7 +7,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/frontend/did_you_mean.h"
+#include "compiler/util/did_you_mean.h"
 
 namespace trainc::frontend {
 

@@ -14,8 +14,8 @@
 #include "compiler/cost/bundled_profiles.h"
 #include "compiler/cost/machine_profile.h"
 #include "compiler/frontend/batch_arithmetic.h"
-#include "compiler/frontend/did_you_mean.h"
 #include "compiler/frontend/setting.h"
+#include "compiler/util/did_you_mean.h"
 
 namespace trainc {
 

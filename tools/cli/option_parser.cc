@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "compiler/frontend/did_you_mean.h"
+#include "compiler/util/did_you_mean.h"
 #include "tools/cli/options.h"
 
 namespace trainc {
@@ -172,7 +172,7 @@ absl::Status OptionParser::Unknown(const std::string& name) const {
   std::vector<std::string> names = candidates_;
   names.push_back("--help");
   for (const Option& option : options_) names.insert(names.end(), option.names.begin(), option.names.end());
-  const std::string match = frontend::ClosestMatch(name, names);
+  const std::string match = ClosestMatch(name, names);
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown option ", name, match.empty() ? "" : absl::StrCat(": did you mean ", match, "?"),
       " (see --help)"));

@@ -1,8 +1,8 @@
-#include "compiler/frontend/did_you_mean.h"
+#include "compiler/util/did_you_mean.h"
 
 #include "gtest/gtest.h"
 
-namespace trainc::frontend {
+namespace trainc {
 namespace {
 
 TEST(DidYouMeanTest, EditDistance) {
@@ -22,4 +22,4 @@ TEST(DidYouMeanTest, Suggestions) {
 }
 
 }  // namespace
-}  // namespace trainc::frontend
+}  // namespace trainc

@@ -1,12 +1,12 @@
 // "Did you mean" suggestions for misspelt names (ops, fields, flags).
-#ifndef TRAINC_COMPILER_FRONTEND_DID_YOU_MEAN_H_
-#define TRAINC_COMPILER_FRONTEND_DID_YOU_MEAN_H_
+#ifndef TRAINC_COMPILER_UTIL_DID_YOU_MEAN_H_
+#define TRAINC_COMPILER_UTIL_DID_YOU_MEAN_H_
 
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace trainc::frontend {
+namespace trainc {
 
 // Optimal-string-alignment distance: insertions, deletions, substitutions
 // and adjacent transpositions ("rleu" -> "relu" is 1) each cost 1.
@@ -23,6 +23,6 @@ std::string SuggestionHint(std::string_view word,
                            const std::vector<std::string>& candidates,
                            std::string_view what);
 
-}  // namespace trainc::frontend
+}  // namespace trainc
 
-#endif  // TRAINC_COMPILER_FRONTEND_DID_YOU_MEAN_H_
+#endif  // TRAINC_COMPILER_UTIL_DID_YOU_MEAN_H_

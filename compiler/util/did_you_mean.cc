@@ -1,11 +1,11 @@
-#include "compiler/frontend/did_you_mean.h"
+#include "compiler/util/did_you_mean.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace trainc::frontend {
+namespace trainc {
 
 int EditDistance(std::string_view a, std::string_view b) {
   const size_t n = a.size(), m = b.size();
@@ -54,4 +54,4 @@ std::string SuggestionHint(std::string_view word,
   return absl::StrCat(std::string(what), ": ", absl::StrJoin(candidates, ", "));
 }
 
-}  // namespace trainc::frontend
+}  // namespace trainc
