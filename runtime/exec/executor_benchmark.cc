@@ -10,7 +10,7 @@
 
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/exec/executor.h"
-#include "runtime/exec/test_plans.h"
+#include "runtime/exec/testing/test_plans.h"
 #include "runtime/trace/tracer.h"
 
 namespace trainc {

@@ -24,9 +24,9 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/exec/executor.h"
-#include "runtime/exec/graph_test_device.h"
-#include "runtime/exec/planned_plans.h"
-#include "runtime/exec/test_plans.h"
+#include "runtime/exec/testing/graph_test_device.h"
+#include "runtime/exec/testing/planned_plans.h"
+#include "runtime/exec/testing/test_plans.h"
 #include "runtime/trace/tracer.h"
 #include "compiler/ops/op_table.h"
 

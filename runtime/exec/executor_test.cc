@@ -1,5 +1,5 @@
 // The executor against a double-precision reference of the same MLP step
-// (runtime/exec/test_plans.h), on the CPU device and on AsyncTestDevice,
+// (runtime/exec/testing/test_plans.h), on the CPU device and on AsyncTestDevice,
 // whose streams run asynchronously with real events: there a missing event
 // wait gives wrong numbers or a span out of stream order, as it would on a
 // GPU. A rank of a larger world is played with MirrorCommunicator (every
@@ -20,8 +20,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/cpu_device.h"
-#include "runtime/exec/async_test_device.h"
-#include "runtime/exec/test_plans.h"
+#include "runtime/exec/testing/async_test_device.h"
+#include "runtime/exec/testing/test_plans.h"
 #include "runtime/trace/tracer.h"
 
 namespace trainc {

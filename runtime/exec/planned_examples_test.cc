@@ -17,7 +17,7 @@
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/exec/executor.h"
-#include "runtime/exec/planned_plans.h"
+#include "runtime/exec/testing/planned_plans.h"
 
 namespace trainc {
 namespace {

@@ -1,6 +1,6 @@
 // The trainer's half of feed-ahead, without a GPU: the real training loop
 // (TrainRank) on a device that captures and replays steps on the CPU as a
-// CUDA graph would (runtime/exec/graph_test_device.h), so that from the
+// CUDA graph would (runtime/exec/testing/graph_test_device.h), so that from the
 // captured step on every step is one replay whose batch was fed while the
 // step before it ran (Executor::RunStep's `next`).
 //
@@ -30,7 +30,7 @@
 #include "gtest/gtest.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/sampler.h"
-#include "runtime/exec/graph_test_device.h"
+#include "runtime/exec/testing/graph_test_device.h"
 #include "runtime/train/trainer.h"
 
 namespace trainc {

@@ -1,4 +1,4 @@
-#include "runtime/exec/async_test_device.h"
+#include "runtime/exec/testing/async_test_device.h"
 
 #include <algorithm>
 #include <cstring>

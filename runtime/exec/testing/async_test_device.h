@@ -28,8 +28,8 @@
 // The kernels themselves are the CpuDevice's (an inner CpuDevice holds the
 // arena). MirrorCommunicator (below) lets one device play a rank of a
 // larger world whose other ranks hold the same data.
-#ifndef TRAINC_RUNTIME_EXEC_ASYNC_TEST_DEVICE_H_
-#define TRAINC_RUNTIME_EXEC_ASYNC_TEST_DEVICE_H_
+#ifndef TRAINC_RUNTIME_EXEC_TESTING_ASYNC_TEST_DEVICE_H_
+#define TRAINC_RUNTIME_EXEC_TESTING_ASYNC_TEST_DEVICE_H_
 
 #include <cstdint>
 #include <deque>
@@ -175,4 +175,4 @@ class MirrorCommunicator : public Communicator {
 }  // namespace testing
 }  // namespace trainc
 
-#endif  // TRAINC_RUNTIME_EXEC_ASYNC_TEST_DEVICE_H_
+#endif  // TRAINC_RUNTIME_EXEC_TESTING_ASYNC_TEST_DEVICE_H_

@@ -1,4 +1,4 @@
-#include "runtime/exec/graph_test_device.h"
+#include "runtime/exec/testing/graph_test_device.h"
 
 #include <utility>
 

@@ -10,8 +10,8 @@
 // fed in a BeginReplayInputs..EndReplayInputs window must match the
 // captured uploads one for one and are held for the next Replay; uploads
 // outside a window go to the arena (evaluation between replays).
-#ifndef TRAINC_RUNTIME_EXEC_GRAPH_TEST_DEVICE_H_
-#define TRAINC_RUNTIME_EXEC_GRAPH_TEST_DEVICE_H_
+#ifndef TRAINC_RUNTIME_EXEC_TESTING_GRAPH_TEST_DEVICE_H_
+#define TRAINC_RUNTIME_EXEC_TESTING_GRAPH_TEST_DEVICE_H_
 
 #include <cstdint>
 #include <functional>
@@ -96,4 +96,4 @@ class GraphDevice : public Device {
 }  // namespace testing
 }  // namespace trainc
 
-#endif  // TRAINC_RUNTIME_EXEC_GRAPH_TEST_DEVICE_H_
+#endif  // TRAINC_RUNTIME_EXEC_TESTING_GRAPH_TEST_DEVICE_H_

@@ -1,4 +1,4 @@
-#include "runtime/exec/planned_plans.h"
+#include "runtime/exec/testing/planned_plans.h"
 
 #include <algorithm>
 #include <cstring>

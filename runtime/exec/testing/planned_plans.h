@@ -1,8 +1,8 @@
 // Test helpers for running plans the real front end and planner make from
 // dsl_examples/*.train: compile one with overrides, give its parameters
 // their initial values, and feed deterministic synthetic batches.
-#ifndef TRAINC_RUNTIME_EXEC_PLANNED_PLANS_H_
-#define TRAINC_RUNTIME_EXEC_PLANNED_PLANS_H_
+#ifndef TRAINC_RUNTIME_EXEC_TESTING_PLANNED_PLANS_H_
+#define TRAINC_RUNTIME_EXEC_TESTING_PLANNED_PLANS_H_
 
 #include <cstdint>
 #include <string>
@@ -46,4 +46,4 @@ class SyntheticBatches : public BatchSource {
 }  // namespace testing
 }  // namespace trainc
 
-#endif  // TRAINC_RUNTIME_EXEC_PLANNED_PLANS_H_
+#endif  // TRAINC_RUNTIME_EXEC_TESTING_PLANNED_PLANS_H_

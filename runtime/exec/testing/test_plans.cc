@@ -1,4 +1,4 @@
-#include "runtime/exec/test_plans.h"
+#include "runtime/exec/testing/test_plans.h"
 
 #include <algorithm>
 #include <cmath>

@@ -7,8 +7,8 @@
 // their last gradient, then one optimizer instruction per bucket. Buckets
 // take `layers_per_bucket` layers each, from the last layer back (the order
 // gradients become ready).
-#ifndef TRAINC_RUNTIME_EXEC_TEST_PLANS_H_
-#define TRAINC_RUNTIME_EXEC_TEST_PLANS_H_
+#ifndef TRAINC_RUNTIME_EXEC_TESTING_TEST_PLANS_H_
+#define TRAINC_RUNTIME_EXEC_TESTING_TEST_PLANS_H_
 
 #include <cstdint>
 #include <vector>
@@ -93,4 +93,4 @@ class MlpReference {
 }  // namespace testing
 }  // namespace trainc
 
-#endif  // TRAINC_RUNTIME_EXEC_TEST_PLANS_H_
+#endif  // TRAINC_RUNTIME_EXEC_TESTING_TEST_PLANS_H_
