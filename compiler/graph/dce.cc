@@ -2,12 +2,10 @@
 
 #include <vector>
 
-#include "compiler/graph/rewrite.h"
-
 namespace trainc {
 
 absl::StatusOr<bool> DeadCodeElimination::Run(Graph* graph) {
-  std::vector<Node>& nodes = graph->mutable_nodes();
+  const std::vector<Node>& nodes = graph->nodes();
   std::vector<bool> needed(graph->values().size(), false);
   if (graph->loss() >= 0) needed[graph->loss()] = true;
   std::vector<bool> keep(nodes.size(), false);
@@ -19,7 +17,7 @@ absl::StatusOr<bool> DeadCodeElimination::Run(Graph* graph) {
     for (int in : nodes[i].inputs) needed[in] = true;
   }
   keep.flip();  // now the nodes to drop
-  return DropNodes(keep, graph);
+  return graph->RemoveNodes(keep);
 }
 
 }  // namespace trainc

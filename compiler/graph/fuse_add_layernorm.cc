@@ -5,18 +5,17 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/graph/rewrite.h"
 
 namespace trainc {
 namespace {
 
 // The layernorm that reads `add`'s sum as its x, of the add's role, when
 // it is the only one; -1 otherwise.
-int SoleLayerNorm(const std::vector<Node>& nodes, const Node& add) {
+int SoleLayerNorm(const Graph& graph, const Node& add) {
   const int sum = add.outputs[0];
   int norm = -1;
-  for (int id : ReadersOf(nodes, sum)) {
-    const Node& reader = nodes[id];
+  for (int id : graph.readers(sum)) {
+    const Node& reader = graph.node(id);
     if (reader.op != "layernorm" || reader.role != add.role) continue;
     if (norm >= 0 || reader.inputs.size() != 3 || reader.outputs.size() != 3 ||
         reader.inputs[0] != sum || reader.inputs[1] == sum || reader.inputs[2] == sum) {
@@ -37,31 +36,35 @@ std::string Target(const Graph& graph, const Node& node) {
 }  // namespace
 
 absl::StatusOr<bool> FuseAddLayerNorm::Run(Graph* graph) {
-  std::vector<Node>& nodes = graph->mutable_nodes();
-  // The node writing each value (-1: a parameter or input).
+  // The last node writing each value before this pass (-1: a parameter or
+  // input).
   std::vector<int> producer(graph->values().size(), -1);
-  for (const Node& node : nodes) {
-    for (int out : node.outputs) producer[out] = node.id;
+  for (size_t v = 0; v < producer.size(); ++v) {
+    if (!graph->writers(v).empty()) producer[v] = graph->writers(v).back();
   }
-  std::vector<bool> drop(nodes.size(), false);
-  for (Node& add : nodes) {
+  const int num_nodes = static_cast<int>(graph->nodes().size());
+  std::vector<bool> drop(num_nodes, false);
+  for (int id = 0; id < num_nodes; ++id) {
+    const Node& add = graph->node(id);
     if (add.op != "add" || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
-    const int id = SoleLayerNorm(nodes, add);
-    if (id < 0) continue;
-    const Node& norm = nodes[id];
+    const int norm_id = SoleLayerNorm(*graph, add);
+    if (norm_id < 0) continue;
+    const Node& norm = graph->node(norm_id);
     // The fused node runs at the add's place: weight and bias must exist.
-    if (producer[norm.inputs[1]] > add.id || producer[norm.inputs[2]] > add.id) continue;
+    if (producer[norm.inputs[1]] > id || producer[norm.inputs[2]] > id) continue;
     const std::string recompute =
         absl::EndsWith(add.label, " (recompute)") ? " (recompute)" : "";
-    add.label = absl::StrCat(Target(*graph, add), ", ", Target(*graph, norm),
-                             " = add_layernorm", recompute);
-    add.op = "add_layernorm";
-    add.inputs.insert(add.inputs.end(), norm.inputs.begin() + 1, norm.inputs.end());
-    add.outputs.insert(add.outputs.end(), norm.outputs.begin(), norm.outputs.end());
-    add.attrs = norm.attrs;  // eps
-    drop[id] = true;
+    Node fused = add;
+    fused.label = absl::StrCat(Target(*graph, add), ", ", Target(*graph, norm),
+                               " = add_layernorm", recompute);
+    fused.op = "add_layernorm";
+    fused.inputs.insert(fused.inputs.end(), norm.inputs.begin() + 1, norm.inputs.end());
+    fused.outputs.insert(fused.outputs.end(), norm.outputs.begin(), norm.outputs.end());
+    fused.attrs = norm.attrs;  // eps
+    graph->ReplaceNode(id, std::move(fused));
+    drop[norm_id] = true;
   }
-  return DropNodes(drop, graph);
+  return graph->RemoveNodes(drop);
 }
 
 }  // namespace trainc

@@ -3,17 +3,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/graph/rewrite.h"
 
 namespace trainc {
 namespace {
 
 // The forward gelu_tanh of `pre` when it and the gelu's gradients are
 // pre's only readers; -1 otherwise.
-int SoleGelu(const std::vector<Node>& nodes, int pre) {
+int SoleGelu(const Graph& graph, int pre) {
   int gelu = -1;
-  for (int id : ReadersOf(nodes, pre)) {
-    const Node& reader = nodes[id];
+  for (int id : graph.readers(pre)) {
+    const Node& reader = graph.node(id);
     if (reader.op == "gelu_tanh" && reader.role == NodeRole::kForward && gelu < 0 &&
         reader.inputs.size() == 1 && reader.outputs.size() == 1) {
       gelu = id;
@@ -28,24 +27,27 @@ int SoleGelu(const std::vector<Node>& nodes, int pre) {
 }  // namespace
 
 absl::StatusOr<bool> FuseLinearGelu::Run(Graph* graph) {
-  std::vector<Node>& nodes = graph->mutable_nodes();
-  std::vector<bool> drop(nodes.size(), false);
-  for (Node& linear : nodes) {
+  const int num_nodes = static_cast<int>(graph->nodes().size());
+  std::vector<bool> drop(num_nodes, false);
+  for (int id = 0; id < num_nodes; ++id) {
+    const Node& linear = graph->node(id);
     if (linear.op != "linear" || linear.role != NodeRole::kForward ||
         linear.outputs.size() != 1) {
       continue;
     }
     const int pre = linear.outputs[0];
-    const int gelu = SoleGelu(nodes, pre);
+    const int gelu = SoleGelu(*graph, pre);
     if (gelu < 0) continue;
-    const int y = nodes[gelu].outputs[0];
-    linear.op = "linear_gelu";
-    linear.outputs = {pre, y};
-    linear.label = absl::StrCat(graph->value(pre).name, ", ", graph->value(y).name,
-                                " = linear_gelu");
+    const int y = graph->node(gelu).outputs[0];
+    Node fused = linear;
+    fused.op = "linear_gelu";
+    fused.outputs = {pre, y};
+    fused.label = absl::StrCat(graph->value(pre).name, ", ", graph->value(y).name,
+                               " = linear_gelu");
+    graph->ReplaceNode(id, std::move(fused));
     drop[gelu] = true;
   }
-  return DropNodes(drop, graph);
+  return graph->RemoveNodes(drop);
 }
 
 }  // namespace trainc

@@ -3,31 +3,24 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/graph/rewrite.h"
 
 namespace trainc {
 namespace {
 
 // The linear_grad_input writing `dh` when it is dh's only writer, writes
 // it whole (accumulate 0) and `grad` is dh's only reader; -1 otherwise.
-int SoleProduct(const std::vector<Node>& nodes, int dh, const Node& grad) {
-  int product = -1;
-  for (const Node& node : nodes) {
-    for (int out : node.outputs) {
-      if (out != dh) continue;
-      if (product >= 0) return -1;  // a second writer
-      product = node.id;
-    }
-  }
-  if (product < 0) return -1;
-  const Node& linear = nodes[product];
+int SoleProduct(const Graph& graph, int dh, const Node& grad) {
+  const std::vector<int>& writers = graph.writers(dh);
+  if (writers.size() != 1) return -1;  // none, or a second writer
+  const int product = writers[0];
+  const Node& linear = graph.node(product);
   const auto acc = linear.attrs.find("accumulate");
   if (linear.op != "linear_grad_input" || linear.role != grad.role ||
       linear.inputs.size() != 2 || linear.outputs.size() != 1 ||
       (acc != linear.attrs.end() && acc->second != 0)) {
     return -1;
   }
-  const std::vector<int> readers = ReadersOf(nodes, dh);
+  const std::vector<int>& readers = graph.readers(dh);
   if (readers.size() != 1 || readers[0] != grad.id) return -1;  // another reader
   return product;
 }
@@ -35,28 +28,31 @@ int SoleProduct(const std::vector<Node>& nodes, int dh, const Node& grad) {
 }  // namespace
 
 absl::StatusOr<bool> FuseLinearGeluGrad::Run(Graph* graph) {
-  std::vector<Node>& nodes = graph->mutable_nodes();
-  std::vector<bool> drop(nodes.size(), false);
-  for (Node& grad : nodes) {
+  const int num_nodes = static_cast<int>(graph->nodes().size());
+  std::vector<bool> drop(num_nodes, false);
+  for (int id = 0; id < num_nodes; ++id) {
+    const Node& grad = graph->node(id);
     if (grad.op != "gelu_tanh_grad" || grad.inputs.size() != 2 || grad.outputs.size() != 1) {
       continue;
     }
     const int dh = grad.inputs[0], pre = grad.inputs[1], dpre = grad.outputs[0];
     if (dh == pre || graph->value(dh).dtype != graph->value(dpre).dtype) continue;
-    const int product = SoleProduct(nodes, dh, grad);
+    const int product = SoleProduct(*graph, dh, grad);
     if (product < 0) continue;
     // At the gelu's gradient's place: dy and w exist since the product's.
     Value workspace;
-    workspace.name = absl::StrCat(graph->value(dpre).name, "/workspace.", grad.id);
+    workspace.name = absl::StrCat(graph->value(dpre).name, "/workspace.", id);
     workspace.kind = ValueKind::kActivation;
     workspace.shape = {0};  // sized by the planner for the backend
-    grad.op = "linear_grad_input_gelu";
-    grad.inputs = {nodes[product].inputs[0], nodes[product].inputs[1], pre};
-    grad.outputs = {dpre, graph->AddValue(workspace)};
-    grad.label = absl::StrCat(graph->value(dpre).name, " = linear_grad_input_gelu");
-    drop[product] = true;  // grad keeps its accumulate
+    Node fused = grad;
+    fused.op = "linear_grad_input_gelu";
+    fused.inputs = {graph->node(product).inputs[0], graph->node(product).inputs[1], pre};
+    fused.outputs = {dpre, graph->AddValue(workspace)};
+    fused.label = absl::StrCat(graph->value(dpre).name, " = linear_grad_input_gelu");
+    graph->ReplaceNode(id, std::move(fused));
+    drop[product] = true;  // the fused node keeps grad's accumulate
   }
-  return DropNodes(drop, graph);
+  return graph->RemoveNodes(drop);
 }
 
 }  // namespace trainc

@@ -65,6 +65,12 @@ struct Node {
   std::string label;  // "h1 = relu", "grad/h1.0 = relu_grad"
 };
 
+// The graph keeps, for every value, the nodes reading it and the nodes
+// writing it (each node once, in program order), the way every HLO
+// instruction knows its users: a pass asks for a value's readers in
+// O(readers), not O(graph). Nodes are edited only through the graph's own
+// operations (AddNode, ReplaceNode, RemoveNodes, SetNodes), which keep the
+// index up to date; Verify recomputes it and compares.
 class Graph {
  public:
   explicit Graph(std::string name = "") : name_(std::move(name)) {}
@@ -73,13 +79,29 @@ class Graph {
 
   // Appends and returns the new id (ids are indices).
   int AddValue(Value value);
+  // Appends `node` at the end of the program; returns its id.
   int AddNode(Node node);
+  // Replaces node `id` by `node` (its op, operands, attributes, label);
+  // the id and the place in the program stay. O(the operands' readers).
+  void ReplaceNode(int id, Node node);
+  // Removes the nodes with drop[id] set and renumbers the rest in order;
+  // returns whether it removed any. O(graph).
+  bool RemoveNodes(const std::vector<bool>& drop);
+  // Replaces the whole program by `nodes` (renumbered in order): for a pass
+  // that inserts nodes inside the program, rebuilding it once. O(graph).
+  void SetNodes(std::vector<Node> nodes);
 
   const Value& value(int id) const { return values_[id]; }
+  // A value's kind, dtype, shape or name; not its readers or writers.
   Value& mutable_value(int id) { return values_[id]; }
   const std::vector<Value>& values() const { return values_; }
+  const Node& node(int id) const { return nodes_[id]; }
   const std::vector<Node>& nodes() const { return nodes_; }
-  std::vector<Node>& mutable_nodes() { return nodes_; }
+
+  // The ids of the nodes reading (writing) value `id`, each once, in
+  // program order.
+  const std::vector<int>& readers(int id) const { return readers_[id]; }
+  const std::vector<int>& writers(int id) const { return writers_[id]; }
 
   // Inputs then labels, in declaration order: what load_batch writes.
   const std::vector<int>& batch_values() const { return batch_values_; }
@@ -91,13 +113,23 @@ class Graph {
   int loss() const { return loss_; }
   void set_loss(int id) { loss_ = id; }
 
+  // The invariants above, and the readers/writers index against a
+  // recomputation from the nodes (linear: the pipeline runs it after every
+  // pass, tests after every rewrite).
   absl::Status Verify() const;
   std::string ToText() const;
 
  private:
+  // Adds (removes) node `id` to (from) the index lists of its operands.
+  void Link(const Node& node);
+  void Unlink(const Node& node);
+  absl::Status VerifyIndex() const;
+
   std::string name_;
   std::vector<Value> values_;
   std::vector<Node> nodes_;
+  std::vector<std::vector<int>> readers_;  // value -> reading nodes, sorted
+  std::vector<std::vector<int>> writers_;  // value -> writing nodes, sorted
   std::vector<int> batch_values_;
   std::vector<int> parameters_;
   int loss_ = -1;

@@ -116,8 +116,7 @@ absl::StatusOr<bool> MixedPrecision::Run(Graph* graph) {
     }
     rewritten.push_back(std::move(node));
   }
-  for (size_t i = 0; i < rewritten.size(); ++i) rewritten[i].id = static_cast<int>(i);
-  graph->mutable_nodes() = std::move(rewritten);
+  graph->SetNodes(std::move(rewritten));  // renumbered, the index rebuilt
   for (const Value& v : graph->values()) changed |= v.dtype == DType::kBF16;
   return changed;
 }
