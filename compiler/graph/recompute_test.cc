@@ -8,6 +8,7 @@
 #include "compiler/autodiff/autodiff.h"
 #include "compiler/frontend/frontend.h"
 #include "compiler/graph/dce.h"
+#include "compiler/graph/fuse_linear_gelu.h"
 #include "compiler/graph/lower.h"
 #include "gtest/gtest.h"
 
@@ -117,6 +118,35 @@ TEST(Recompute, ACopiedDropoutKeepsItsKey) {
     (absl::EndsWith(n.label, "(recompute)") ? copy : original) = n.attrs.at("key");
   }
   EXPECT_EQ(original, copy);
+}
+
+// A block ending in a tanh GELU ends, after FuseLinearGelu, in one
+// linear_gelu writing pre (which the backward reads) and y (the block's
+// output, read by `out`: a checkpoint). The linear_gelu is copied for pre;
+// the backward nodes before the block's first reader (out's layernorm's
+// gradients) still read the original y, which is kept.
+TEST(Recompute, ABackwardReaderBeforeTheCopiesKeepsTheCheckpoint) {
+  std::string source = kModel;
+  source.replace(source.find("RECOMPUTE"), 9, "true");
+  const std::string ret = "return x + o";
+  source.replace(source.find(ret), ret.size(),
+                 "return gelu(linear(x + o, 8), approximate = \"tanh\")");
+  const FrontendResult r = CompileSource(source, "m.train", {}, {/*read_data=*/false});
+  ASSERT_TRUE(r.spec.has_value()) << FormatDiagnostics(r.diagnostics, r.source);
+  absl::StatusOr<Graph> g = LowerModel(r.spec->model, 2);
+  ASSERT_TRUE(g.ok()) << g.status();
+  PassPipeline pipeline("test");
+  pipeline.Add(std::make_unique<DeadCodeElimination>());
+  pipeline.Add(std::make_unique<Autodiff>(1.0));
+  pipeline.Add(std::make_unique<FuseLinearGelu>());
+  pipeline.Add(std::make_unique<Recompute>(r.spec->model.recompute_blocks));
+  const absl::StatusOr<bool> ran = pipeline.Run(&*g);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  int fused_copies = 0;
+  for (const Node& n : g->nodes()) {
+    fused_copies += n.op == "linear_gelu" && absl::EndsWith(n.label, "(recompute)");
+  }
+  EXPECT_EQ(fused_copies, 2);  // h.0's and h.1's
 }
 
 }  // namespace
