@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libgloo-dev              # CPU collectives
   libhiredis-dev           # Gloo's RedisStore (--rendezvous redis://)
+  libssl-dev               # HMAC-SHA256: the job store's token (MASTER_ADDR rendezvous)
   libopenmpi-dev openmpi-bin  # MPI collectives over shared memory (mpirun -np 2 train ...)
   redis-server             # the Redis rendezvous test
   libopenblas-dev          # CPU matrix products
