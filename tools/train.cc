@@ -466,17 +466,15 @@ absl::Status Run(const Args& args) {
     rank.world_size = worker->world_size;
     rank.local_rank = worker->local_rank;
     rank.comm = comm;
-    if (worker->rendezvous_kind == RendezvousKind::kTcpStore && comm == CommKind::kGloo) {
-      return absl::UnimplementedError(absl::StrCat(
-          "rendezvous at ", worker->rendezvous,
-          ": Gloo's TCP store is not in Debian's Gloo 0.5; use a Redis server "
-          "(--rendezvous redis://HOST:PORT/JOB or ", kRendezvousEnv, ") or set ",
-          kRendezvousDirEnv, " to a folder on a file system every machine "
-          "shares (see docs/ranks.md)"));
-    }
     if (worker->rendezvous_kind == RendezvousKind::kRedis) {
       rank.redis = worker->rendezvous;
       rank.job = worker->job;
+    } else if (worker->rendezvous_kind == RendezvousKind::kTcpStore) {
+      // MASTER_ADDR: rank 0 serves the job's store (runtime/store).
+      rank.store = worker->rendezvous;
+      rank.store_origin = worker->rendezvous_origin;
+      rank.job = worker->job;
+      if (const char* secret = std::getenv(kJobSecretEnv)) rank.job_secret = secret;
     } else {
       rank.rendezvous_dir = worker->rendezvous;
     }

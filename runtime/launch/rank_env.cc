@@ -99,6 +99,33 @@ absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url, const std::st
 
 namespace {
 
+struct StorePort {
+  int port = 0;
+  std::string origin;
+};
+
+// The job store's port: TRAINC_STORE_PORT, else MASTER_PORT, or the port
+// after it when torchrun's agent store holds MASTER_PORT.
+absl::StatusOr<StorePort> ReadStorePort(const EnvLookup& getenv) {
+  if (getenv(kStorePortEnv)) {
+    ASSIGN_OR_RETURN(int port, ReadInt(getenv, kStorePortEnv, 1));
+    if (port > 65535) return absl::InvalidArgumentError(absl::StrCat(kStorePortEnv, "=", port, " is not a port"));
+    return StorePort{port, absl::StrCat("MASTER_ADDR:", kStorePortEnv)};
+  }
+  ASSIGN_OR_RETURN(int master_port, ReadInt(getenv, "MASTER_PORT", 1));
+  std::optional<std::string> agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
+  const int port = agent_store ? master_port + 1 : master_port;
+  if (port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MASTER_PORT=", master_port, agent_store ? " + 1 (torchrun's agent store holds MASTER_PORT)" : "",
+        " is not a port; set ", kStorePortEnv, " to a free one"));
+  }
+  if (!agent_store) return StorePort{port, "MASTER_ADDR:MASTER_PORT"};
+  return StorePort{port, absl::StrCat("MASTER_ADDR:MASTER_PORT+1; torchrun's agent store holds "
+                                      "MASTER_PORT=", master_port)};
+}
+
 absl::StatusOr<RankInfo> Read(const EnvLookup& getenv, const Convention& c) {
   RankInfo info;
   info.source = c.source;
@@ -143,17 +170,19 @@ absl::StatusOr<RankInfo> Read(const EnvLookup& getenv, const Convention& c) {
       info.from_cluster = false;
     }
   } else if (addr && port) {
-    ASSIGN_OR_RETURN(int port_number, ReadInt(getenv, "MASTER_PORT", 1));
     info.rendezvous_kind = RendezvousKind::kTcpStore;
-    info.rendezvous = absl::StrCat(*addr, ":", port_number);
+    ASSIGN_OR_RETURN(const StorePort store, ReadStorePort(getenv));
+    info.rendezvous = absl::StrCat(*addr, ":", store.port);
+    info.rendezvous_origin = store.origin;
+    info.job = job.value_or("");
   } else if (info.world_size > 1 && std::string(c.source) != "mpirun") {
     // (mpirun's ranks can meet through MPI itself: kNone, --comm mpi.)
     return absl::InvalidArgumentError(absl::StrCat(
         c.source, " set ", c.rank, " and ", c.world_size,
-        " but the ranks have nowhere to meet: give them a Redis server "
+        " but the ranks have nowhere to meet: set MASTER_ADDR and MASTER_PORT (rank 0 "
+        "serves the job's store there), give them a Redis server "
         "(--rendezvous redis://HOST:PORT/JOB, or ", kRendezvousEnv, ") or set ",
-        kRendezvousDirEnv, " to a folder every rank shares (Gloo's TCP store, which "
-        "MASTER_ADDR/MASTER_PORT would need, is not in Debian's Gloo)"));
+        kRendezvousDirEnv, " to a folder every rank shares"));
   }
   return info;
 }

@@ -9,11 +9,13 @@
 //   3. Open MPI's mpirun: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK.
 //   4. Slurm's srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID.
 // (torchrun inside a Slurm allocation sets both; its RANK is the one that
-// counts, hence the order.) Under mpirun and srun the rendezvous comes
-// from MASTER_ADDR/MASTER_PORT or, on a shared file system,
-// TRAINC_RENDEZVOUS_DIR; one of them is required when world_size > 1,
-// except under mpirun, whose ranks can meet through MPI itself (kNone:
-// the MPI communicator, train --comm mpi).
+// counts, hence the order.) Where the ranks meet, first match wins:
+// TRAINC_RENDEZVOUS (Redis), TRAINC_RENDEZVOUS_DIR (a shared folder), else
+// MASTER_ADDR/MASTER_PORT: the job's store that rank 0 serves there
+// (runtime/store; on MASTER_PORT + 1 under torchrun's agent store, see
+// kStorePortEnv). One of them is required when world_size > 1, except
+// under mpirun, whose ranks can meet through MPI itself (kNone: the MPI
+// communicator, train --comm mpi).
 //
 //   ASSIGN_OR_RETURN(std::optional<RankInfo> rank, RankFromEnvironment());
 //   if (!rank) { /* not a worker: single process, or launch gpus workers */ }
@@ -44,10 +46,19 @@ inline constexpr char kJobIdEnv[] = "TRAINC_JOB_ID";
 // TRAINC_RENDEZVOUS_DIR and MASTER_ADDR.
 inline constexpr char kRendezvousEnv[] = "TRAINC_RENDEZVOUS";
 
+// The port of the job's store on MASTER_ADDR, the same on every rank. By
+// default MASTER_PORT, or MASTER_PORT + 1 when torchrun says its agent's
+// own store holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True: torchrun's
+// static rendezvous, the default with --master_addr/--master_port).
+inline constexpr char kStorePortEnv[] = "TRAINC_STORE_PORT";
+// A secret the job's ranks share: with the job id it makes the token a
+// rank proves to the job's store. Unset: the plan's hash stands in for it.
+inline constexpr char kJobSecretEnv[] = "TRAINC_JOB_SECRET";
+
 enum class RendezvousKind {
   kNone,       // world_size 1: nobody to meet
   kFileStore,  // `rendezvous` is a folder every rank can read and write
-  kTcpStore,   // `rendezvous` is "host:port" of rank 0's store
+  kTcpStore,   // `rendezvous` is "host:port" of rank 0's store (runtime/store)
   kRedis,      // `rendezvous` is "host:port" of a Redis server, `job` the prefix
 };
 
@@ -57,7 +68,10 @@ struct RankInfo {
   int local_rank = 0;  // index on this machine: picks the GPU
   RendezvousKind rendezvous_kind = RendezvousKind::kNone;
   std::string rendezvous;
-  std::string job;            // kRedis: the job's key prefix
+  std::string job;            // kRedis: the job's key prefix; kTcpStore: its id (or "")
+  // kTcpStore: where the port came from ("MASTER_ADDR:MASTER_PORT",
+  // "MASTER_ADDR:MASTER_PORT+1 (...)"), for errors.
+  std::string rendezvous_origin;
   bool from_cluster = false;  // false: started by LaunchLocalWorkers
   std::string source;         // "trainc", "torchrun", "mpirun", "slurm"
 };

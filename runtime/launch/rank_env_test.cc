@@ -140,10 +140,39 @@ TEST(RankEnvTest, ErrorsNameTheVariable) {
   EXPECT_THAT(
       From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).status().message(),
       HasSubstr("give them a Redis server (--rendezvous redis://HOST:PORT/JOB"));
-  // Advice that works here: not MASTER_ADDR, whose TCP store Debian's Gloo lacks.
+  // MASTER_ADDR is advice that works: rank 0 serves the job's store there.
   EXPECT_THAT(
       From({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}).status().message(),
-      Not(HasSubstr("set MASTER_ADDR")));
+      HasSubstr("set MASTER_ADDR and MASTER_PORT (rank 0 serves the job's store there)"));
+}
+
+// Under torchrun's static rendezvous its agent's own store holds
+// MASTER_PORT on the master node: trainc's store takes the next port, on
+// every rank alike; TRAINC_STORE_PORT overrides both.
+TEST(RankEnvTest, TheJobStoreSidestepsTorchrunsAgentStore) {
+  std::map<std::string, std::string> torchrun = {
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"},
+      {"TORCHELASTIC_RUN_ID", "run-9"}};
+  auto plain = From(torchrun);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ((*plain)->rendezvous, "node0:29500");
+  EXPECT_EQ((*plain)->rendezvous_origin, "MASTER_ADDR:MASTER_PORT");
+  EXPECT_EQ((*plain)->job, "run-9");
+  torchrun["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  auto agent = From(torchrun);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  EXPECT_EQ((*agent)->rendezvous, "node0:29501");
+  EXPECT_THAT((*agent)->rendezvous_origin, HasSubstr("torchrun's agent store holds MASTER_PORT"));
+  torchrun["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // c10d: MASTER_PORT is free
+  EXPECT_EQ((*From(torchrun))->rendezvous, "node0:29500");
+  torchrun["TRAINC_STORE_PORT"] = "40000";
+  EXPECT_EQ((*From(torchrun))->rendezvous, "node0:40000");
+  torchrun["TRAINC_STORE_PORT"] = "70000";
+  EXPECT_THAT(From(torchrun).status().message(), HasSubstr("TRAINC_STORE_PORT=70000"));
+  torchrun.erase("TRAINC_STORE_PORT");
+  torchrun["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  torchrun["MASTER_PORT"] = "65535";
+  EXPECT_THAT(From(torchrun).status().message(), HasSubstr("set TRAINC_STORE_PORT"));
 }
 
 TEST(RankEnvTest, ABadRedisAddressNamesWhereItWasGiven) {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -167,12 +168,12 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(
           return answer.status();  // the connection failed mid-way
         }
         if (!answer.ok()) {
+          absl::string_view why = answer.status().message();
+          absl::ConsumePrefix(&why, "refused: ");
           return absl::PermissionDeniedError(absl::StrCat(
-              "the job's store at ", address, " refused rank ", options.rank, ": ",
-              answer.status().message(),
-              " (its token, from the job id and TRAINC_JOB_SECRET or else the plan, is "
-              "not that of the job rank 0 serves: another job, or this rank was started "
-              "with another secret or plan)"));
+              "the job's store at ", address, " refused rank ", options.rank, " (", why,
+              "): the token comes from the job id and TRAINC_JOB_SECRET (else the plan); "
+              "this rank is of another job, or was started with another secret or plan"));
         }
         const std::string expected =
             store::Proof(options.key, "server", server_nonce, client_nonce, rank);

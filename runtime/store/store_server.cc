@@ -123,6 +123,12 @@ class StoreServer::Loop {
     absl::MutexLock lock(&mu_);
     return stats_;
   }
+  bool WaitForClientsToLeave(absl::Duration timeout) const {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(
+                                    +[](const int* clients) { return *clients == 0; }, &clients_),
+                                timeout);
+  }
 
  private:
   void Count(int64_t StoreServerStats::*counter) {
@@ -152,6 +158,7 @@ class StoreServer::Loop {
   absl::Time accept_again_ = absl::InfinitePast();  // out of descriptors until then
   mutable absl::Mutex mu_;
   StoreServerStats stats_ ABSL_GUARDED_BY(mu_);
+  int clients_ ABSL_GUARDED_BY(mu_) = 0;  // authenticated, connected
 };
 
 void StoreServer::Loop::Run() {
@@ -183,14 +190,18 @@ void StoreServer::Loop::Run() {
       if (!c.dead && !c.out.empty()) Write(c, now);
     }
     Expire(now);
+    int clients = 0;
     for (auto it = conns_.begin(); it != conns_.end();) {
       if (it->dead) {
         ::close(it->fd);
         it = conns_.erase(it);
       } else {
+        clients += it->authed && !it->closing ? 1 : 0;
         ++it;
       }
     }
+    absl::MutexLock lock(&mu_);
+    clients_ = clients;
   }
 }
 
@@ -495,5 +506,9 @@ StoreServer::~StoreServer() {
 }
 
 StoreServerStats StoreServer::stats() const { return loop_->stats(); }
+
+bool StoreServer::WaitForClientsToLeave(absl::Duration timeout) const {
+  return loop_->WaitForClientsToLeave(timeout);
+}
 
 }  // namespace trainc

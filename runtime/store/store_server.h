@@ -65,6 +65,10 @@ class StoreServer {
 
   int port() const { return port_; }
   StoreServerStats stats() const;
+  // Until no client is connected, or `timeout` passed (false then): rank 0
+  // whose rendezvous failed lets the other ranks ask the store who is
+  // missing before it exits.
+  bool WaitForClientsToLeave(absl::Duration timeout) const;
 
  private:
   class Loop;  // store_server.cc

@@ -191,8 +191,8 @@ TEST(StoreTest, AWrongTokenIsRefusedAndLearnsNothing) {
   absl::StatusOr<std::unique_ptr<StoreClient>> refused = StoreClient::Connect(stranger);
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(absl::IsPermissionDenied(refused.status())) << refused.status();
-  EXPECT_THAT(refused.status().message(), HasSubstr("refused rank 1"));
-  EXPECT_THAT(refused.status().message(), HasSubstr("not this job's"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("refused rank 1 (a token that is not this job's)"));
   stranger.key = store::JobKey("secret", "job-2");  // the same secret, another job
   EXPECT_TRUE(absl::IsPermissionDenied(StoreClient::Connect(stranger).status()));
   // Requests before (or instead of) the token are not served.

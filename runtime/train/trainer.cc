@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
+#include "compiler/plan/plan_io.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/hf_folder.h"
@@ -47,6 +48,7 @@
 #include "runtime/metrics/metrics_log.h"
 #include "runtime/position/position.h"
 #include "runtime/position/redis_positions.h"
+#include "runtime/store/store_protocol.h"
 #include "runtime/trace/plan_identity.h"
 #include "runtime/trace/tracer.h"
 #include "runtime/train/evaluate.h"
@@ -342,7 +344,8 @@ MetricsRecord RunRecord(const Plan& plan, DeviceKind device,
 // The host communicator of one rank (host-side sums, barriers, NCCL's
 // bootstrap): Gloo, or MPI with rank.comm kMpi (mpirun jobs). On the
 // CPU it carries the gradients too; on CUDA NCCL does.
-absl::StatusOr<std::unique_ptr<Communicator>> CreateHostCommunicator(const RankContext& rank) {
+absl::StatusOr<std::unique_ptr<Communicator>> CreateHostCommunicator(const RankContext& rank,
+                                                                    const Plan& plan) {
   std::unique_ptr<Communicator> host_comm;
   if (rank.comm == CommKind::kMpi) {
     if (!StartedByMpirun()) {
@@ -356,10 +359,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateHostCommunicator(const RankC
           " but the environment says ", rank.rank, " of ", rank.world_size));
     }
   } else if (rank.comm == CommKind::kGloo) {
-    if (rank.world_size > 1 && rank.rendezvous_dir.empty() && rank.redis.empty()) {
+    if (rank.world_size > 1 && rank.rendezvous_dir.empty() && rank.redis.empty() &&
+        rank.store.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "Gloo needs a rendezvous for ", rank.world_size, " ranks: set ",
-          "TRAINC_RENDEZVOUS_DIR (a shared folder) or --rendezvous "
+          "Gloo needs a rendezvous for ", rank.world_size, " ranks: set MASTER_ADDR and "
+          "MASTER_PORT, TRAINC_RENDEZVOUS_DIR (a shared folder) or --rendezvous "
           "redis://HOST:PORT/JOB, or under mpirun use --comm mpi"));
     }
     GlooOptions gloo;
@@ -371,6 +375,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateHostCommunicator(const RankC
       gloo.redis_host = rank.redis.substr(0, colon);
       gloo.redis_port = std::atoi(rank.redis.c_str() + colon + 1);
       gloo.store_prefix = absl::StrCat("trainc/", rank.job);
+    }
+    if (!rank.store.empty()) {
+      const size_t colon = rank.store.rfind(':');
+      gloo.store_host = rank.store.substr(0, colon);
+      gloo.store_port = std::atoi(rank.store.c_str() + colon + 1);
+      gloo.store_origin = rank.store_origin;
+      // Without a secret the plan stands in: a process that did not
+      // compile this job's plan cannot make the token.
+      gloo.store_key = store::JobKey(
+          rank.job_secret.empty() ? absl::StrCat("plan ", PlanHash(plan)) : rank.job_secret,
+          rank.job);
     }
     gloo.hostname = rank.hostname;
     // A peer silent this long fails the collective: with the launcher's 5 s
@@ -757,7 +772,7 @@ absl::Status Trainer::SetUpDevice() {
         "rank ", rank_.rank, " needs GPU ", rank_.local_rank, " but this machine has ",
         CudaDeviceCount()));
   }
-  ASSIGN_OR_RETURN(host_comm_, CreateHostCommunicator(rank_));
+  ASSIGN_OR_RETURN(host_comm_, CreateHostCommunicator(rank_, plan_));
   if (device_kind_ == DeviceKind::kCuda) {
     ASSIGN_OR_RETURN(device_, CreateCudaDevice(rank_.local_rank));
     ASSIGN_OR_RETURN(nccl_, CreateNcclCommunicator(rank_.rank, rank_.world_size,

@@ -62,6 +62,12 @@ struct RankContext {
   // rendezvous, TRAINC_RENDEZVOUS).
   std::string redis;
   std::string job;
+  // Or the job's store "host:port" (MASTER_ADDR): rank 0 serves it
+  // (runtime/store), where the port came from, and the secret (with `job`)
+  // of the token the ranks prove to it; empty: the plan's hash.
+  std::string store;
+  std::string store_origin;
+  std::string job_secret;
   // Address this rank's Gloo transport listens on (other machines' ranks
   // must reach it); loopback suits one machine.
   std::string hostname = "127.0.0.1";

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -35,6 +36,8 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "runtime/device/bf16.h"
+#include "runtime/store/store_client.h"
+#include "runtime/store/store_server.h"
 
 namespace trainc {
 namespace {
@@ -212,6 +215,46 @@ class CheckedFileStore : public gloo::rendezvous::FileStore {
   bool Has(const std::string& key) { return check({key}); }
 };
 
+// Gloo's Store over the job's store (runtime/store). Failures are thrown as
+// Gloo's own; a wait that timed out in Gloo's words ("Wait timeout for
+// key"), which RendezvousError reads.
+class JobStore : public gloo::rendezvous::Store {
+ public:
+  JobStore(std::unique_ptr<StoreClient> client, absl::Duration timeout)
+      : client_(std::move(client)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Throw(client_->Set(key, std::string(data.begin(), data.end())));
+  }
+  std::vector<char> get(const std::string& key) override {
+    wait({key});
+    absl::StatusOr<std::optional<std::string>> value = client_->Get(key);
+    Throw(value.status());
+    if (!value->has_value()) {
+      throw gloo::IoException(absl::StrCat("the job's store lost key ", key));
+    }
+    return std::vector<char>((*value)->begin(), (*value)->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, ToMillis(timeout_)); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    Throw(client_->Wait(keys, absl::Milliseconds(timeout.count())));
+  }
+  bool Has(const std::string& key) {
+    absl::StatusOr<bool> has = client_->Check({key});
+    Throw(has.status());
+    return *has;
+  }
+
+ private:
+  static void Throw(const absl::Status& status) {
+    if (!status.ok()) throw gloo::IoException(std::string(status.message()));
+  }
+
+  std::unique_ptr<StoreClient> client_;
+  const absl::Duration timeout_;
+};
+
 // The ranks that never reached the rendezvous under `prefix`: in the store
 // neither the key Gloo writes first (`<prefix>/rank_<r>`, its host name)
 // nor its address (`<prefix>/<r>`). Gloo's own error names only the first
@@ -237,14 +280,17 @@ std::vector<int> MissingRanks(const std::function<bool(const std::string&)>& has
 absl::Status NotJoinedError(const GlooOptions& options, const std::vector<int>& missing,
                             absl::string_view gloo_message) {
   const bool redis = !options.redis_host.empty();
+  const bool job_store = !options.store_host.empty();
   return absl::DeadlineExceededError(absl::StrCat(
       missing.empty()       ? std::string("a rank")
       : missing.size() == 1 ? absl::StrCat("rank ", missing[0])
                             : absl::StrCat("ranks ", absl::StrJoin(missing, ", ")),
       " of ", options.world_size, " did not join job ", options.store_prefix, " within ",
       absl::FormatDuration(options.timeout), " (",
-      redis ? absl::StrCat("Redis at ", options.redis_host, ":", options.redis_port)
-            : absl::StrCat("rendezvous folder ", options.file_store_dir),
+      job_store ? absl::StrCat("the job's store at ", options.store_host, ":",
+                               options.store_port, ", ", options.store_origin)
+      : redis   ? absl::StrCat("Redis at ", options.redis_host, ":", options.redis_port)
+                : absl::StrCat("rendezvous folder ", options.file_store_dir),
       "): did it start, with the same job name and rendezvous? (", gloo_message, ")"));
 }
 
@@ -285,13 +331,55 @@ absl::Status RendezvousError(const GlooOptions& options, const absl::Status& sta
   return status;
 }
 
-// The store every rank meets in, and a way to ask it for one key.
+// The store every rank meets in, and a way to ask it for one key; rank 0
+// of a job store also serves it.
 struct RendezvousStore {
+  std::unique_ptr<StoreServer> server;
   std::unique_ptr<gloo::rendezvous::Store> store;
   std::function<bool(const std::string&)> has_key;
 };
 
+// The job's store: rank 0 serves it, then every rank connects.
+absl::StatusOr<RendezvousStore> OpenJobStore(const GlooOptions& options) {
+  RendezvousStore out;
+  if (options.rank == 0) {
+    StoreServerOptions server;
+    server.host = options.store_host;
+    server.port = options.store_port;
+    server.key = options.store_key;
+    server.max_clients = 2 * options.world_size + 16;
+    absl::StatusOr<std::unique_ptr<StoreServer>> started = StoreServer::Start(server);
+    if (!started.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "gloo: rank 0 ", started.status().message(), " (", options.store_origin,
+          "): rank 0 serves the job's store on that address of its machine; if another "
+          "program holds the port, set TRAINC_STORE_PORT to a free one, the same for "
+          "every rank"));
+    }
+    out.server = *std::move(started);
+  }
+  StoreClientOptions client;
+  client.host = options.store_host;
+  client.port = options.store_port;
+  client.key = options.store_key;
+  client.rank = options.rank;
+  client.connect_timeout = options.timeout;
+  client.io_timeout = options.timeout;
+  absl::StatusOr<std::unique_ptr<StoreClient>> connected = StoreClient::Connect(client);
+  if (!connected.ok()) {
+    return absl::Status(connected.status().code(),
+                        absl::StrCat("gloo: rank ", options.rank, ": ",
+                                     connected.status().message(), " (",
+                                     options.store_origin, ")"));
+  }
+  auto store = std::make_unique<JobStore>(*std::move(connected), options.timeout);
+  out.has_key = [s = store.get()](const std::string& key) { return s->Has(key); };
+  out.store = std::move(store);
+  return out;
+}
+
 absl::StatusOr<RendezvousStore> OpenStore(const GlooOptions& options) {
+  if (!options.store_host.empty()) return OpenJobStore(options);
   RendezvousStore out;
   absl::Status status = GlooCall("rendezvous", [&] {
     if (!options.redis_host.empty()) {
@@ -375,11 +463,12 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   // A dead peer is an error from the collective, not our death (see header).
   ::signal(SIGPIPE, SIG_IGN);
   const bool redis = !options.redis_host.empty();
-  if (!redis && options.file_store_dir.empty()) {
-    return absl::InvalidArgumentError("gloo: no rendezvous folder or Redis server");
+  const bool job_store = !options.store_host.empty();
+  if (!redis && !job_store && options.file_store_dir.empty()) {
+    return absl::InvalidArgumentError("gloo: no rendezvous folder, Redis server or job store");
   }
   std::error_code error;
-  if (!redis) std::filesystem::create_directories(options.file_store_dir, error);
+  if (!redis && !job_store) std::filesystem::create_directories(options.file_store_dir, error);
   if (error) {
     return absl::UnavailableError(absl::StrCat(
         "gloo: cannot create rendezvous folder ", options.file_store_dir, ": ",
@@ -393,14 +482,26 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     contexts = ConnectContexts(options, *store->store, &joining);
   });
   if (!status.ok()) {
-    return RendezvousError(options, status, [&] {
+    absl::Status failed = RendezvousError(options, status, [&] {
       return MissingRanks(store->has_key, joining, options.world_size);
     });
+    if (store->server == nullptr) return failed;
+    // Rank 0 serves on until the other ranks gave up too (at most another
+    // timeout): each can then ask the store which ranks are missing.
+    store->store.reset();
+    store->server->WaitForClientsToLeave(options.timeout);
+    const int64_t strangers = store->server->stats().wrong_tokens;
+    if (strangers == 0) return failed;
+    return absl::Status(failed.code(), absl::StrCat(
+        failed.message(), "; the job's store refused ", strangers, " connection(s) whose token "
+        "was not this job's: a rank started with another TRAINC_JOB_SECRET, job id or plan?"));
   }
-  return std::unique_ptr<GlooCommunicator>(
+  std::unique_ptr<GlooCommunicator> comm(
       new GlooCommunicator(options.rank, options.world_size,
                            std::move(contexts.main), std::move(contexts.ring),
                            std::move(contexts.chunked)));
+  comm->store_server_ = std::move(store->server);
+  return comm;
 }
 
 GlooCommunicator::GlooCommunicator(int rank, int world_size,

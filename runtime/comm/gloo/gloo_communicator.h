@@ -12,7 +12,10 @@
 // timeout passes. Rendezvous is through Gloo's FileStore in a folder every
 // rank can see: right for the ranks of one machine. The folder must be fresh
 // per job (or `store_prefix` unique per job): stale keys of an earlier run
-// would be read as this run's addresses.
+// would be read as this run's addresses. Or through a Redis server, or the
+// job's own store (runtime/store) on `store_host`:`store_port`: rank 0
+// serves it for the communicator's lifetime, every rank connects with the
+// job's key.
 //
 // Collectives block the calling thread (the CPU device's comm stream) until
 // done; `stream` is ignored. Every Gloo failure, a dead peer included, comes
@@ -49,6 +52,8 @@ class ReduceScatterHalvingDoubling;
 
 namespace trainc {
 
+class StoreServer;
+
 namespace gloo_internal {
 template <typename T>
 class PieceRing;             // gloo_communicator.cc
@@ -64,6 +69,13 @@ struct GlooOptions {
   // Or a Redis server (Gloo's RedisStore): used when redis_host is set.
   std::string redis_host;
   int redis_port = 6379;
+  // Or the job's store: rank 0 serves it on store_host:store_port (used
+  // when store_host is set); every rank proves store_key (store::JobKey).
+  std::string store_host;
+  int store_port = 0;
+  std::string store_key;
+  // Where the address came from, for errors ("MASTER_ADDR:MASTER_PORT").
+  std::string store_origin;
   // Namespace inside the store, so that several groups can share a folder.
   std::string store_prefix = "trainc";
   // Address this rank's transport listens on; peers must reach it.
@@ -109,6 +121,9 @@ class GlooCommunicator : public Communicator {
 
   const int rank_;
   const int world_size_;
+  // Rank 0 with the job's store: served until the communicator goes (a
+  // peer may still be reading the last addresses when this rank is done).
+  std::unique_ptr<StoreServer> store_server_;
   // AllGather, Broadcast, Barrier; null when world_size == 1.
   std::shared_ptr<gloo::Context> context_;
   // AllReduceSum (two ranks) and the small ZeRO-1 collectives: its pairs

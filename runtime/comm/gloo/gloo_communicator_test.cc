@@ -2,7 +2,9 @@
 // own Gloo context, meeting through a FileStore in the test's temp folder.
 #include "runtime/comm/gloo/gloo_communicator.h"
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +26,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/comm/testing/collective_checks.h"
+#include "runtime/store/store_protocol.h"
+#include "runtime/store/store_server.h"
 
 namespace trainc {
 namespace {
@@ -247,6 +251,124 @@ TEST(GlooCommunicatorTest, EveryMissingPeerIsNamed) {
   ASSERT_FALSE(comm.ok());
   EXPECT_THAT(std::string(comm.status().message()),
               ::testing::StartsWith("ranks 1, 2, 3 of 4 did not join job trainc within 1s"));
+}
+
+// A loopback port nothing listens on (for a moment).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t length = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+GlooOptions JobStoreOptions(int rank, int world, int port, absl::Duration timeout) {
+  GlooOptions options;
+  options.rank = rank;
+  options.world_size = world;
+  options.store_host = "127.0.0.1";
+  options.store_port = port;
+  options.store_key = store::JobKey("secret", "job");
+  options.store_origin = "MASTER_ADDR:MASTER_PORT";
+  options.timeout = timeout;
+  return options;
+}
+
+// The ranks meet through the job's store that rank 0 serves, and reduce.
+TEST(GlooCommunicatorTest, RanksMeetThroughTheJobStore) {
+  const int world = 3, port = FreePort();
+  std::vector<std::thread> threads;
+  for (int rank = world - 1; rank >= 0; --rank) {  // rank 0 last: the others retry
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
+          GlooCommunicator::Create(JobStoreOptions(rank, world, port, absl::Seconds(20)));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      std::vector<float> data = {static_cast<float>(rank + 1)};
+      ASSERT_TRUE((*comm)->AllReduceSum(data.data(), 1, nullptr).ok());
+      EXPECT_EQ(data[0], 6.0f);
+      EXPECT_TRUE((*comm)->Barrier().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(GlooCommunicatorTest, RanksMissingFromTheJobStoreAreNamed) {
+  const int port = FreePort();
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
+      GlooCommunicator::Create(JobStoreOptions(0, 3, port, absl::Seconds(1)));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+  EXPECT_THAT(std::string(comm.status().message()),
+              ::testing::StartsWith(absl::StrCat(
+                  "ranks 1, 2 of 3 did not join job trainc within 1s (the job's store at "
+                  "127.0.0.1:", port, ", MASTER_ADDR:MASTER_PORT)")));
+}
+
+// Rank 0 gives up first (the shorter timeout); rank 1, still waiting, asks
+// rank 0's store who is missing when its own timeout passes: rank 0 serves
+// on until its peers leave (at most another timeout of its own).
+TEST(GlooCommunicatorTest, RankZeroServesUntilThePeersHaveNamedTheMissingRank) {
+  const int port = FreePort();
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> rank1 = absl::UnknownError("not run");
+  std::thread second([&] {  // first: it waits for rank 0's store to come up
+    rank1 = GlooCommunicator::Create(JobStoreOptions(1, 3, port, absl::Milliseconds(2500)));
+  });
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> rank0 =
+      GlooCommunicator::Create(JobStoreOptions(0, 3, port, absl::Seconds(2)));
+  second.join();
+  for (const auto* comm : {&rank0, &rank1}) {
+    ASSERT_FALSE(comm->ok());
+    EXPECT_THAT(std::string(comm->status().message()),
+                ::testing::HasSubstr("rank 2 of 3 did not join job trainc"));
+  }
+}
+
+// A rank of another secret is refused at the store; rank 0 says so when
+// the rank it waited for never came.
+TEST(GlooCommunicatorTest, AStrangerIsRefusedAndRankZeroSaysSo) {
+  const int port = FreePort();
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> rank0 = absl::UnknownError("not run");
+  std::thread first([&] {
+    rank0 = GlooCommunicator::Create(JobStoreOptions(0, 2, port, absl::Seconds(3)));
+  });
+  GlooOptions stranger = JobStoreOptions(1, 2, port, absl::Seconds(3));
+  stranger.store_key = store::JobKey("another secret", "job");
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> rank1 = GlooCommunicator::Create(stranger);
+  first.join();
+  ASSERT_FALSE(rank1.ok());
+  EXPECT_EQ(rank1.status().code(), absl::StatusCode::kPermissionDenied) << rank1.status();
+  EXPECT_THAT(std::string(rank1.status().message()),
+              ::testing::HasSubstr(absl::StrCat("the job's store at 127.0.0.1:", port,
+                                                " refused rank 1")));
+  ASSERT_FALSE(rank0.ok());
+  EXPECT_THAT(std::string(rank0.status().message()),
+              ::testing::HasSubstr("rank 1 of 2 did not join"));
+  EXPECT_THAT(std::string(rank0.status().message()),
+              ::testing::HasSubstr("the job's store refused 1 connection(s) whose token"));
+}
+
+TEST(GlooCommunicatorTest, APortInUseIsNamedByRankZero) {
+  // Another job's store holds the port.
+  StoreServerOptions held;
+  held.key = store::JobKey("other", "job");
+  absl::StatusOr<std::unique_ptr<StoreServer>> other = StoreServer::Start(held);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const int port = (*other)->port();
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
+      GlooCommunicator::Create(JobStoreOptions(0, 2, port, absl::Seconds(1)));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_THAT(std::string(comm.status().message()),
+              ::testing::HasSubstr(absl::StrCat("gloo: rank 0 cannot serve the job's store on "
+                                                "127.0.0.1:", port, ": Address already in use")));
+  EXPECT_THAT(std::string(comm.status().message()), ::testing::HasSubstr("TRAINC_STORE_PORT"));
+  // Rank 1 of this job finds the other job's store, and tells it nothing.
+  comm = GlooCommunicator::Create(JobStoreOptions(1, 2, port, absl::Seconds(1)));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kPermissionDenied) << comm.status();
 }
 
 // A peer that dies between collectives (a killed rank) makes the next
