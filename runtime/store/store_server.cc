@@ -186,7 +186,13 @@ void StoreServer::Loop::Run() {
     for (size_t i = 0; i < polled.size(); ++i) {
       Conn& c = *polled[i];
       const short revents = fds[i + 2].revents;
-      if (revents & (POLLIN | POLLHUP | POLLERR)) Read(c, now);
+      if (revents & (POLLERR | POLLNVAL)) {
+        c.dead = true;
+      } else if (revents & POLLIN) {
+        Read(c, now);
+      } else if (revents & POLLHUP) {
+        c.dead = true;  // gone, with nothing (or nothing we read) left
+      }
       if (!c.dead && !c.out.empty()) Write(c, now);
     }
     Expire(now);
