@@ -12,6 +12,8 @@
 # logs.tar.gz; the GPT-2 trace, its report and the calibrated profile).
 #
 #   GPU_CHECK_ONLY="losses gpt2_bench" bash tools/gpu_check/run.sh   some items
+#   GPU_CHECK_GPT_ITERS (default 10): timed steps per GPT row of gpu_bench
+#   GPU_CHECK_ARCHIVE, GPU_CHECK_PACK: another archive, or an unpacked pack
 #   bash tools/gpu_check/run.sh --list              the items
 #   bash tools/gpu_check/run.sh --check-pack DIR    (no GPU) the items' files
 #       are all in the collected pack DIR, and each program and file it
