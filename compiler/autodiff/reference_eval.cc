@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/attention.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/ops/pointwise.h"
 
 namespace trainc {
@@ -470,7 +471,7 @@ absl::Status RefAttentionGrad(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefLayernorm(const std::string& op, const Attrs& attr,
+absl::Status RefLayerNorm(const std::string& op, const Attrs& attr,
                           const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                           bool acc) {
   const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
@@ -492,14 +493,14 @@ absl::Status RefLayernorm(const std::string& op, const Attrs& attr,
 }
 
 // add into sum (out[0]), then layernorm of sum into y, mean, rstd.
-absl::Status RefAddLayernorm(const std::string& op, const Attrs& attr,
+absl::Status RefAddLayerNorm(const std::string& op, const Attrs& attr,
                              const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                              bool acc) {
   Pointwise<pointwise::Add, 2>({in[0], in[1]}, {out[0]}, false);
-  return RefLayernorm(op, attr, {out[0], in[2], in[3]}, {out[1], out[2], out[3]}, false);
+  return RefLayerNorm(op, attr, {out[0], in[2], in[3]}, {out[1], out[2], out[3]}, false);
 }
 
-absl::Status RefLayernormGradInput(const std::string& op, const Attrs& attr,
+absl::Status RefLayerNormGradInput(const std::string& op, const Attrs& attr,
                                    const std::vector<TensorRef>& in,
                                    const std::vector<TensorRef>& out, bool acc) {
   const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
@@ -522,7 +523,7 @@ absl::Status RefLayernormGradInput(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefLayernormGradParams(const std::string& op, const Attrs& attr,
+absl::Status RefLayerNormGradParams(const std::string& op, const Attrs& attr,
                                     const std::vector<TensorRef>& in,
                                     const std::vector<TensorRef>& out, bool acc) {
   const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
@@ -541,7 +542,7 @@ absl::Status RefLayernormGradParams(const std::string& op, const Attrs& attr,
 }
 
 // RMSNorm over the last axis: y = x w / sqrt(mean(x^2) + eps), rstd saved.
-absl::Status RefRmsnorm(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefRmsNorm(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
                         const std::vector<TensorRef>& out, bool acc) {
   const int64_t R = LeadingRows(in[0]), D = Last(in[0]);
   for (int64_t r = 0; r < R; ++r) {
@@ -556,7 +557,7 @@ absl::Status RefRmsnorm(const std::string& op, const Attrs& attr, const std::vec
 }
 
 // dy, x, weight, rstd -> dx = rstd (g - xhat mean(g xhat)), g = dy w.
-absl::Status RefRmsnormGradInput(const std::string& op, const Attrs& attr,
+absl::Status RefRmsNormGradInput(const std::string& op, const Attrs& attr,
                                  const std::vector<TensorRef>& in,
                                  const std::vector<TensorRef>& out, bool acc) {
   const int64_t R = LeadingRows(in[1]), D = Last(in[1]);
@@ -576,7 +577,7 @@ absl::Status RefRmsnormGradInput(const std::string& op, const Attrs& attr,
 }
 
 // dy, x, rstd -> dweight = sum over rows of dy x rstd.
-absl::Status RefRmsnormGradParams(const std::string& op, const Attrs& attr,
+absl::Status RefRmsNormGradParams(const std::string& op, const Attrs& attr,
                                   const std::vector<TensorRef>& in,
                                   const std::vector<TensorRef>& out, bool acc) {
   const int64_t R = LeadingRows(in[1]), D = Last(in[1]);
@@ -774,42 +775,49 @@ absl::Status RefReshape(const std::string& op, const Attrs& attr, const std::vec
   return absl::OkStatus();
 }
 
+// Kernel ops with no float64 reference here: each is checked by a test
+// of its own (runtime/conformance's CheckedElsewhere).
+constexpr RefOp RefDropout = nullptr, RefDropoutGrad = nullptr, RefCastToBf16 = nullptr,
+                RefCastToF32 = nullptr, RefSumSquares = nullptr, RefAdamW = nullptr,
+                RefSgd = nullptr;
+// Families sharing one body.
+constexpr RefOp RefConv2dGradInput = &RefConv2d, RefConv2dGradParams = &RefConv2d,
+                RefMaxPool2d = &RefPool2d, RefMaxPool2dGrad = &RefPool2d,
+                RefAvgPool2d = &RefPool2d, RefAvgPool2dGrad = &RefPool2d;
+
+// A unit family's reference: its Resolve and its loops in float64
+// (compiler/ops/kernel_families.h).
+template <typename Family>
+absl::Status RefUnit(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+                     const std::vector<TensorRef>& out, bool acc) {
+  std::vector<std::vector<int64_t>> in_shapes, out_shapes;
+  std::vector<const double*> x;
+  std::vector<double*> y;
+  for (const TensorRef& t : in) in_shapes.push_back(t.shape), x.push_back(t.data);
+  for (const TensorRef& t : out) out_shapes.push_back(t.shape), y.push_back(t.data);
+  const KernelOp kernel = KernelOpOfInstruction(op.c_str());
+  typename Family::Args args;
+  const std::string why = Family::Resolve(kernel, in_shapes, out_shapes, attr.map(), &args);
+  if (!why.empty()) return absl::InvalidArgumentError(absl::StrCat("reference_eval: ", op, ": ", why));
+  Family::template Run<double>(kernel, args, x.data(), y.data(), acc);
+  return absl::OkStatus();
+}
+#define TRAINC_REFERENCE_UNIT(Family, Name, op) \
+  constexpr RefOp Ref##Name = &RefUnit<ops::Family##Family>;
+TRAINC_UNIT_OPS(TRAINC_REFERENCE_UNIT)
+#undef TRAINC_REFERENCE_UNIT
+
+// Ref<Name> of every kernel op (compiler/ops/kernel_families.h), by its
+// instruction op; one missing fails to compile.
 const std::map<std::string, RefOp>& ReferenceOps() {
-  static const auto* ops = new std::map<std::string, RefOp>{
-      {"linear", &RefLinear},
-      {"linear_gelu", &RefLinearGelu},
-      {"linear_grad_input", &RefLinearGradInput},
-      {"linear_grad_input_gelu", &RefLinearGradInputGelu},
-      {"linear_grad_params", &RefLinearGradParams},
-      {"softmax", &RefSoftmax},
-      {"softmax_grad", &RefSoftmaxGrad},
-      {"embedding", &RefEmbedding},
-      {"embedding_grad", &RefEmbeddingGrad},
-      {"position_embedding", &RefPositionEmbedding},
-      {"position_embedding_grad", &RefPositionEmbeddingGrad},
-      {"attention", &RefAttention},
-      {"attention_grad", &RefAttentionGrad},
-      {"layernorm", &RefLayernorm},
-      {"add_layernorm", &RefAddLayernorm},
-      {"layernorm_grad_input", &RefLayernormGradInput},
-      {"layernorm_grad_params", &RefLayernormGradParams},
-      {"rmsnorm", &RefRmsnorm},
-      {"rmsnorm_grad_input", &RefRmsnormGradInput},
-      {"rmsnorm_grad_params", &RefRmsnormGradParams},
-      {"cross_entropy", &RefCrossEntropy},
-      {"cross_entropy_grad", &RefCrossEntropyGrad},
-      {"cross_entropy_fused", &RefCrossEntropyFused},
-      {"mse", &RefMse},
-      {"mse_grad", &RefMseGrad},
-      {"conv2d", &RefConv2d},
-      {"conv2d_grad_input", &RefConv2d},
-      {"conv2d_grad_params", &RefConv2d},
-      {"max_pool2d", &RefPool2d},
-      {"avg_pool2d", &RefPool2d},
-      {"max_pool2d_grad", &RefPool2d},
-      {"avg_pool2d_grad", &RefPool2d},
-      {"reshape", &RefReshape},
-  };
+  static const auto* ops = [] {
+    auto* m = new std::map<std::string, RefOp>;
+#define TRAINC_REFERENCE_ENTRY(Family, Name, op) \
+  if (Ref##Name != nullptr) (*m)[#op] = Ref##Name;
+    TRAINC_KERNEL_OPS(TRAINC_REFERENCE_ENTRY)
+#undef TRAINC_REFERENCE_ENTRY
+    return m;
+  }();
   return *ops;
 }
 

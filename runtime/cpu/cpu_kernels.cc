@@ -295,6 +295,12 @@ absl::Status AdamWKernel(const KernelCall& c) {
   return Ok();
 }
 
+absl::Status SgdKernel(const KernelCall& c);
+
+absl::Status OptimizerKernel(const KernelCall& c) {
+  return c.k.op == Op::kAdamW ? AdamWKernel(c) : SgdKernel(c);
+}
+
 absl::Status SgdKernel(const KernelCall& c) {
   const KernelArgs& k = c.k;
   if (SkipStep(k.optimizer)) return Ok();
@@ -313,44 +319,40 @@ absl::Status SgdKernel(const KernelCall& c) {
   return Ok();
 }
 
+// A unit family's CPU kernel: its loops in f32
+// (compiler/ops/kernel_families.h).
+#define TRAINC_CPU_UNIT(Family, snake)                                            \
+  absl::Status Family##Unit(const KernelCall& c) {                                \
+    ops::Family##Family::Run<float>(c.k.op, c.k.snake, c.k.x, c.k.y, c.k.accumulate); \
+    return Ok();                                                                  \
+  }
+TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT)
+#undef TRAINC_CPU_UNIT
+
+// One kernel per family (compiler/ops/kernel_families.h); a family left
+// out has no CPU kernel.
 KernelTable<CpuKernel> MakeTable() {
-  KernelTable<CpuKernel> t;
-  for (int i = 0; i < kNumKernelOps; ++i) {
-    const Op op = static_cast<Op>(i);
-    if (PointwiseArity(op) > 0 && PointwiseKernel(op) != nullptr) t[op] = &Pointwise;
-  }
-  for (Op op : {Op::kLinear, Op::kLinearGelu, Op::kLinearGradInput, Op::kLinearGradInputGelu,
-                Op::kLinearGradParams}) {
-    t[op] = &Linear;
-  }
-  for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams,
-                Op::kAddLayerNorm}) {
-    t[op] = &LayerNormFamily;
-  }
-  for (Op op : {Op::kRmsNorm, Op::kRmsNormGradInput, Op::kRmsNormGradParams}) {
-    t[op] = &RmsNormFamily;
-  }
-  for (Op op : {Op::kSoftmax, Op::kSoftmaxGrad}) t[op] = &SoftmaxFamily;
-  for (Op op : {Op::kDropout, Op::kDropoutGrad}) t[op] = &DropoutFamily;
-  for (Op op : {Op::kEmbedding, Op::kEmbeddingGrad, Op::kPositionEmbedding,
-                Op::kPositionEmbeddingGrad}) {
-    t[op] = &EmbeddingFamily;
-  }
-  for (Op op : {Op::kAttention, Op::kAttentionGrad}) t[op] = &AttentionFamily;
-  for (Op op : {Op::kCrossEntropy, Op::kCrossEntropyGrad, Op::kCrossEntropyFused, Op::kMse,
-                Op::kMseGrad}) {
-    t[op] = &LossFamily;
-  }
-  for (Op op : {Op::kConv2d, Op::kConv2dGradInput, Op::kConv2dGradParams, Op::kMaxPool2d,
-                Op::kMaxPool2dGrad, Op::kAvgPool2d, Op::kAvgPool2dGrad}) {
-    t[op] = &Window;
-  }
-  t[Op::kReshape] = &Reshape;
-  for (Op op : {Op::kCastToBf16, Op::kCastToF32}) t[op] = &Cast;
-  t[Op::kSumSquares] = &SumSquaresKernel;
-  t[Op::kAdamW] = &AdamWKernel;
-  t[Op::kSgd] = &SgdKernel;
-  return t;
+  using F = KernelFamily;
+#define TRAINC_CPU_UNIT_ENTRY(Family, snake) {F::k##Family, &Family##Unit},
+  return KernelTable<CpuKernel>::OfFamilies({
+      {F::kPointwise, &Pointwise},
+      {F::kLinear, &Linear},
+      {F::kLayerNorm, &LayerNormFamily},
+      {F::kRmsNorm, &RmsNormFamily},
+      {F::kSoftmax, &SoftmaxFamily},
+      {F::kDropout, &DropoutFamily},
+      {F::kEmbedding, &EmbeddingFamily},
+      {F::kAttention, &AttentionFamily},
+      {F::kCrossEntropy, &LossFamily},
+      {F::kMse, &LossFamily},
+      {F::kWindow, &Window},
+      {F::kReshape, &Reshape},
+      {F::kCast, &Cast},
+      {F::kSumSquares, &SumSquaresKernel},
+      {F::kOptimizer, &OptimizerKernel},
+      TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_ENTRY)
+  });
+#undef TRAINC_CPU_UNIT_ENTRY
 }
 
 }  // namespace

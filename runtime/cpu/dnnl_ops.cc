@@ -32,19 +32,11 @@ enum class LayoutUse {
 };
 
 LayoutUse UseOf(const Plan& plan, const Instruction& in) {
-  static const char* const kDnnlOps[] = {"conv2d",     "conv2d_grad_input", "conv2d_grad_params",
-                                         "max_pool2d", "max_pool2d_grad",   "avg_pool2d",
-                                         "avg_pool2d_grad"};
-  static const char* const kElementwiseOps[] = {
-      "relu", "relu_grad", "gelu", "gelu_grad", "gelu_tanh", "gelu_tanh_grad", "tanh",
-      "tanh_grad", "silu", "silu_grad", "add"};
-  for (const char* op : kDnnlOps) {
-    if (in.op == op) return LayoutUse::kDnnl;
-  }
-  for (const char* op : kElementwiseOps) {
-    if (in.op == op) return LayoutUse::kElementwise;
-  }
-  if ((in.op == "reshape" || in.op == "copy_grad") && in.inputs.size() == 1 &&
+  // From the kernel families (compiler/ops/kernel_families.h): the window
+  // family runs on oneDNN; a pointwise op reads and writes one layout.
+  const KernelOp op = KernelOpOfInstruction(in.op.c_str());
+  if (IsDnnlOp(op)) return LayoutUse::kDnnl;
+  if ((op == KernelOp::kReshape || op == KernelOp::kCopyGrad) && in.inputs.size() == 1 &&
       in.outputs.size() == 1) {
     const Buffer& x = plan.buffers[in.inputs[0]];
     const Buffer& y = plan.buffers[in.outputs[0]];
@@ -52,7 +44,9 @@ LayoutUse UseOf(const Plan& plan, const Instruction& in) {
     if (x.bytes == y.bytes && (x.shape.size() == 4) != (y.shape.size() == 4)) {
       return LayoutUse::kConvert;
     }
+    return LayoutUse::kPlain;
   }
+  if (PointwiseArity(op) > 0) return LayoutUse::kElementwise;
   return LayoutUse::kPlain;
 }
 

@@ -323,42 +323,40 @@ struct CudaKernels {
                            : cuda::LaunchFromBf16(k.x[0], k.y[0], k.rows, d.compute_));
   }
 
+  // A unit family's CUDA kernels: its launcher
+  // (compiler/ops/kernel_families.h, runtime/cuda/kernels.h).
+#define TRAINC_CUDA_UNIT(Family, snake)                                               \
+  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) {          \
+    return Launched(c, cuda::Launch##Family(c.k.op, c.k.snake, c.k.x, c.k.y, c.k.accumulate, \
+                                            d.compute_));                             \
+  }
+  TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT)
+#undef TRAINC_CUDA_UNIT
+
+  // One kernel per family (compiler/ops/kernel_families.h); a family left
+  // out has no CUDA kernel.
   static KernelTable<CudaKernel> Make() {
-    KernelTable<CudaKernel> t;
-    for (int i = 0; i < kNumKernelOps; ++i) {
-      if (PointwiseArity(static_cast<Op>(i)) > 0) t[static_cast<Op>(i)] = &Pointwise;
-    }
-    for (Op op : {Op::kLinear, Op::kLinearGelu, Op::kLinearGradInput, Op::kLinearGradInputGelu,
-                  Op::kLinearGradParams}) {
-      t[op] = &Linear;
-    }
-    for (Op op : {Op::kDropout, Op::kDropoutGrad}) t[op] = &Dropout;
-    for (Op op : {Op::kLayerNorm, Op::kLayerNormGradInput, Op::kLayerNormGradParams,
-                  Op::kAddLayerNorm}) {
-      t[op] = &LayerNorm;
-    }
-    for (Op op : {Op::kRmsNorm, Op::kRmsNormGradInput, Op::kRmsNormGradParams}) {
-      t[op] = &RmsNorm;
-    }
-    for (Op op : {Op::kCrossEntropy, Op::kCrossEntropyGrad, Op::kCrossEntropyFused, Op::kMse,
-                  Op::kMseGrad}) {
-      t[op] = &Loss;
-    }
-    for (Op op : {Op::kSoftmax, Op::kSoftmaxGrad}) t[op] = &Softmax;
-    for (Op op : {Op::kEmbedding, Op::kEmbeddingGrad, Op::kPositionEmbedding,
-                  Op::kPositionEmbeddingGrad}) {
-      t[op] = &Embedding;
-    }
-    for (Op op : {Op::kAttention, Op::kAttentionGrad}) t[op] = &Attention;
-    for (Op op : {Op::kAdamW, Op::kSgd}) t[op] = &Optimizer;
-    t[Op::kSumSquares] = &SumSquares;
-    for (Op op : {Op::kConv2d, Op::kConv2dGradInput, Op::kConv2dGradParams, Op::kMaxPool2d,
-                  Op::kMaxPool2dGrad, Op::kAvgPool2d, Op::kAvgPool2dGrad}) {
-      t[op] = &Window;
-    }
-    t[Op::kReshape] = &Reshape;
-    for (Op op : {Op::kCastToBf16, Op::kCastToF32}) t[op] = &Cast;
-    return t;
+    using F = KernelFamily;
+#define TRAINC_CUDA_UNIT_ENTRY(Family, snake) {F::k##Family, &Family##Unit},
+    return KernelTable<CudaKernel>::OfFamilies({
+        {F::kPointwise, &Pointwise},
+        {F::kLinear, &Linear},
+        {F::kLayerNorm, &LayerNorm},
+        {F::kRmsNorm, &RmsNorm},
+        {F::kSoftmax, &Softmax},
+        {F::kDropout, &Dropout},
+        {F::kEmbedding, &Embedding},
+        {F::kAttention, &Attention},
+        {F::kCrossEntropy, &Loss},
+        {F::kMse, &Loss},
+        {F::kWindow, &Window},
+        {F::kReshape, &Reshape},
+        {F::kCast, &Cast},
+        {F::kSumSquares, &SumSquares},
+        {F::kOptimizer, &Optimizer},
+        TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_ENTRY)
+    });
+#undef TRAINC_CUDA_UNIT_ENTRY
   }
 
   static const KernelTable<CudaKernel>& Table() {

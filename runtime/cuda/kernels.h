@@ -27,6 +27,16 @@ namespace cuda {
 inline constexpr int kErrorLabelOutOfRange = 1;
 inline constexpr int kErrorTokenOutOfRange = 2;  // an embedding id
 
+// ---- a unit family's <snake>.cu (compiler/ops/kernel_families.h) ----------
+// Enqueues kernel `op` of the family on `x` (its inputs) and `y` (its
+// outputs), sized by `a`.
+#define TRAINC_CUDA_UNIT_LAUNCHER(Family, snake)                                         \
+  cudaError_t Launch##Family(KernelOp op, const ops::Family##Family::Args& a,            \
+                             const float* const* x, float* const* y, bool accumulate,    \
+                             cudaStream_t stream);
+TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_LAUNCHER)
+#undef TRAINC_CUDA_UNIT_LAUNCHER
+
 // Scratch floats the column reductions need (bias, layernorm parameters).
 int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols);
 

@@ -111,6 +111,11 @@ struct KernelArgs {
   // ZeRO-3: y[0] (the parameters) is the rank's shard alone, not advanced.
   bool params_sharded = false;
   WindowGeometry window;     // convolution and pooling
+  // Each unit family's sizes (compiler/ops/kernel_families.h):
+  // ops::<Family>Family::Args <snake>.
+#define TRAINC_UNIT_ARGS_FIELD(Family, snake) ops::Family##Family::Args snake;
+  TRAINC_UNIT_FAMILIES(TRAINC_UNIT_ARGS_FIELD)
+#undef TRAINC_UNIT_ARGS_FIELD
   // Ops with a workspace (ops::OpDef::workspace): the plan's reservation.
   char* workspace = nullptr;
   int64_t workspace_bytes = 0;
@@ -191,8 +196,8 @@ absl::Status CheckKernels(const Plan& plan, const std::vector<K>& kernels,
   return absl::OkStatus();
 }
 
-// Convolution and pooling: the geometry is in KernelArgs::window and the
-// last output is the instruction's workspace.
+// Convolution and pooling (KernelFamily::kWindow): the geometry is in
+// KernelArgs::window and the last output is the instruction's workspace.
 bool IsWindowOp(KernelOp op);
 
 // One instruction resolved without an arena (pointers left null): what a

@@ -1,0 +1,209 @@
+// The kernel families: every kernel op, declared once, with the family it
+// belongs to. Everything that lists kernels derives from this header:
+//
+//   - KernelOp and KernelFamily (below), and the kernel op <-> instruction
+//     op names;
+//   - the resolver (runtime/device/resolve.h): one Resolve<Family> per
+//     family, a missing one fails to link;
+//   - each backend's table (runtime/cpu/cpu_kernels.cc,
+//     runtime/cuda/cuda_kernels.cc): one binding per family, expanded to
+//     the family's ops; a missing binding fails the conformance test by
+//     name, and Prepare refuses a plan that needs it;
+//   - the float64 reference's table (compiler/autodiff/reference_eval.cc):
+//     one Ref<Name> per kernel op, a missing one fails to compile;
+//   - oneDNN's lists (runtime/cpu/dnnl_ops.cc) from the pointwise and
+//     window families.
+//
+// A *unit* family keeps everything but its op table entry
+// (compiler/ops/op_table.cc) in two files: compiler/ops/<snake>.h, a struct
+// ops::<Family>Family with its typed sizes (Args), their resolution from
+// the operands' shapes (Resolve), and its loops templated on the element
+// type (Run<float> is the CPU kernel, Run<double> the float64 reference);
+// and runtime/cuda/<snake>.cu, its CUDA kernels behind one launcher
+// (cuda::Launch<Family>, declared in runtime/cuda/kernels.h from this
+// list). The resolver, both backends' tables, KernelArgs' field for its
+// Args and the reference pick it up from TRAINC_UNIT_FAMILIES. group_norm
+// is one (compiler/ops/group_norm.h).
+#ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
+#define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
+
+#include <cstdint>
+
+#include "compiler/ops/pointwise.h"
+
+// F(Family): every family. Pointwise is TRAINC_POINTWISE_OPS
+// (compiler/ops/pointwise.h).
+#define TRAINC_KERNEL_FAMILIES(F) \
+  F(Pointwise)                    \
+  F(Linear)                       \
+  F(LayerNorm)                    \
+  F(RmsNorm)                      \
+  F(Softmax)                      \
+  F(Dropout)                      \
+  F(Embedding)                    \
+  F(Attention)                    \
+  F(CrossEntropy)                 \
+  F(Mse)                          \
+  F(Window)                       \
+  F(Reshape)                      \
+  F(Cast)                         \
+  F(SumSquares)                   \
+  F(Optimizer)
+
+// U(Family, snake): the unit families (above), each also in
+// TRAINC_KERNEL_FAMILIES: ops::<Family>Family in compiler/ops/<snake>.h,
+// KernelArgs::<snake> its Args.
+#define TRAINC_UNIT_FAMILIES(U)
+
+// X(Family, Name, instruction op): the kernels that are not pointwise. The
+// operands of each are in its OpDef::doc (compiler/ops/op_table.cc).
+#define TRAINC_KERNEL_OPS(X)                                   \
+  X(Linear, Linear, linear)                                    \
+  X(Linear, LinearGradInput, linear_grad_input)                \
+  X(Linear, LinearGradParams, linear_grad_params)              \
+  X(Linear, LinearGelu, linear_gelu)                           \
+  X(Linear, LinearGradInputGelu, linear_grad_input_gelu)       \
+  X(LayerNorm, LayerNorm, layernorm)                           \
+  X(LayerNorm, LayerNormGradInput, layernorm_grad_input)       \
+  X(LayerNorm, LayerNormGradParams, layernorm_grad_params)     \
+  X(LayerNorm, AddLayerNorm, add_layernorm)                    \
+  X(RmsNorm, RmsNorm, rmsnorm)                                 \
+  X(RmsNorm, RmsNormGradInput, rmsnorm_grad_input)             \
+  X(RmsNorm, RmsNormGradParams, rmsnorm_grad_params)           \
+  X(Softmax, Softmax, softmax)                                 \
+  X(Softmax, SoftmaxGrad, softmax_grad)                        \
+  X(Dropout, Dropout, dropout)                                 \
+  X(Dropout, DropoutGrad, dropout_grad)                        \
+  X(Embedding, Embedding, embedding)                           \
+  X(Embedding, EmbeddingGrad, embedding_grad)                  \
+  X(Embedding, PositionEmbedding, position_embedding)          \
+  X(Embedding, PositionEmbeddingGrad, position_embedding_grad) \
+  X(Attention, Attention, attention)                           \
+  X(Attention, AttentionGrad, attention_grad)                  \
+  X(CrossEntropy, CrossEntropy, cross_entropy)                 \
+  X(CrossEntropy, CrossEntropyGrad, cross_entropy_grad)        \
+  X(CrossEntropy, CrossEntropyFused, cross_entropy_fused)      \
+  X(Mse, Mse, mse)                                             \
+  X(Mse, MseGrad, mse_grad)                                    \
+  X(Window, Conv2d, conv2d)                                    \
+  X(Window, Conv2dGradInput, conv2d_grad_input)                \
+  X(Window, Conv2dGradParams, conv2d_grad_params)              \
+  X(Window, MaxPool2d, max_pool2d)                             \
+  X(Window, MaxPool2dGrad, max_pool2d_grad)                    \
+  X(Window, AvgPool2d, avg_pool2d)                             \
+  X(Window, AvgPool2dGrad, avg_pool2d_grad)                    \
+  X(Reshape, Reshape, reshape)                                 \
+  X(Cast, CastToBf16, cast)                                    \
+  X(Cast, CastToF32, cast)                                     \
+  X(SumSquares, SumSquares, sum_squares)                       \
+  X(Optimizer, AdamW, optimizer)                               \
+  X(Optimizer, Sgd, optimizer)                                 \
+  TRAINC_UNIT_OPS(X)
+
+// X(Family, Name, instruction op): the unit families' kernels.
+#define TRAINC_UNIT_OPS(X)
+
+namespace trainc {
+
+#define TRAINC_POINTWISE_ENUM(op, Name, arity) k##Name,
+#define TRAINC_KERNEL_ENUM(Family, Name, op) k##Name,
+enum class KernelOp : uint8_t {
+  kNotCompute,  // load_batch and the collectives: the executor's, not a kernel
+  kFused,       // an activation already computed by the linear before it
+  TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_ENUM)
+  TRAINC_KERNEL_OPS(TRAINC_KERNEL_ENUM)
+};
+#undef TRAINC_POINTWISE_ENUM
+#undef TRAINC_KERNEL_ENUM
+
+#define TRAINC_FAMILY_ENUM(Family) k##Family,
+enum class KernelFamily : uint8_t {
+  kNone,  // kNotCompute, kFused
+  TRAINC_KERNEL_FAMILIES(TRAINC_FAMILY_ENUM)
+};
+#undef TRAINC_FAMILY_ENUM
+
+namespace kernel_ops_internal {
+#define TRAINC_POINTWISE_NAME(op, Name, arity) #op,
+#define TRAINC_KERNEL_NAME(Family, Name, op) #op,
+inline constexpr const char* kInstructionOps[] = {
+    "", "", TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_NAME)
+                TRAINC_KERNEL_OPS(TRAINC_KERNEL_NAME)};
+#define TRAINC_POINTWISE_KERNEL(op, Name, arity) #Name,
+#define TRAINC_KERNEL_KERNEL(Family, Name, op) #Name,
+inline constexpr const char* kKernelNames[] = {
+    "NotCompute", "Fused", TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_KERNEL)
+                               TRAINC_KERNEL_OPS(TRAINC_KERNEL_KERNEL)};
+#define TRAINC_POINTWISE_ARITY(op, Name, arity) arity,
+inline constexpr int kPointwiseArity[] = {
+    0, 0, TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_ARITY)};
+#define TRAINC_POINTWISE_FAMILY(op, Name, arity) KernelFamily::kPointwise,
+#define TRAINC_KERNEL_FAMILY(Family, Name, op) KernelFamily::k##Family,
+inline constexpr KernelFamily kFamilies[] = {
+    KernelFamily::kNone, KernelFamily::kNone, TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_FAMILY)
+                                                  TRAINC_KERNEL_OPS(TRAINC_KERNEL_FAMILY)};
+#define TRAINC_FAMILY_NAME(Family) #Family,
+inline constexpr const char* kFamilyNames[] = {
+    "None", TRAINC_KERNEL_FAMILIES(TRAINC_FAMILY_NAME)};
+#undef TRAINC_POINTWISE_NAME
+#undef TRAINC_KERNEL_NAME
+#undef TRAINC_POINTWISE_ARITY
+#undef TRAINC_POINTWISE_KERNEL
+#undef TRAINC_KERNEL_KERNEL
+#undef TRAINC_POINTWISE_FAMILY
+#undef TRAINC_KERNEL_FAMILY
+#undef TRAINC_FAMILY_NAME
+}  // namespace kernel_ops_internal
+
+// Every KernelOp, kNotCompute and kFused included.
+inline constexpr int kNumKernelOps =
+    sizeof(kernel_ops_internal::kInstructionOps) / sizeof(const char*);
+// Every KernelFamily, kNone included.
+inline constexpr int kNumKernelFamilies =
+    sizeof(kernel_ops_internal::kFamilyNames) / sizeof(const char*);
+
+// The instruction op a kernel runs ("linear"; "cast" for both casts);
+// "" for kNotCompute and kFused.
+inline const char* InstructionOpOf(KernelOp op) {
+  return kernel_ops_internal::kInstructionOps[static_cast<int>(op)];
+}
+
+// The (first) kernel of instruction op `name`; kNotCompute when none.
+inline KernelOp KernelOpOfInstruction(const char* name) {
+  for (int i = 2; i < kNumKernelOps; ++i) {
+    const char* a = kernel_ops_internal::kInstructionOps[i];
+    const char* b = name;
+    while (*a != 0 && *a == *b) ++a, ++b;
+    if (*a == 0 && *b == 0) return static_cast<KernelOp>(i);
+  }
+  return KernelOp::kNotCompute;
+}
+
+// The kernel's own name, the enumerator without its k: "CastToBf16".
+inline const char* KernelOpName(KernelOp op) {
+  return kernel_ops_internal::kKernelNames[static_cast<int>(op)];
+}
+
+// The family of a kernel; kNone for kNotCompute and kFused.
+inline constexpr KernelFamily FamilyOf(KernelOp op) {
+  return kernel_ops_internal::kFamilies[static_cast<int>(op)];
+}
+
+// The family's name, the enumerator without its k: "LayerNorm".
+inline const char* KernelFamilyName(KernelFamily family) {
+  return kernel_ops_internal::kFamilyNames[static_cast<int>(family)];
+}
+
+// 1 or 2 for a pointwise op (y = F(a) or F(a, b)), else 0.
+inline int PointwiseArity(KernelOp op) {
+  const int i = static_cast<int>(op);
+  return i < static_cast<int>(sizeof(kernel_ops_internal::kPointwiseArity) / sizeof(int))
+             ? kernel_ops_internal::kPointwiseArity[i]
+             : 0;
+}
+
+}  // namespace trainc
+
+// The unit families' own headers (each includes this one).
+
+#endif  // TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_

@@ -1,0 +1,505 @@
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/util/status_macros.h"
+#include "runtime/device/resolve.h"
+
+namespace trainc::resolve {
+
+absl::Status Resolving::Fail(const std::string& why) const {
+  return absl::InvalidArgumentError(absl::StrCat(device_name, ": instruction ", instr.id, " (",
+                                                 instr.op, " \"", instr.label, "\"): ", why));
+}
+
+namespace {
+
+// ZeRO-1 (attr shard = 1): the kernel covers one rank's shard of the
+// bucket (k.shard floats at rank * k.shard). Returns why not, or "".
+std::string ResolveShard(const Bucket& bucket, bool shard, KernelArgs& k) {
+  if (!shard) return "";
+  if (bucket.shard_elems <= 0) return "attr shard on a bucket without shards";
+  if (bucket.shard_elems > k.rows) return "shard larger than its bucket";
+  k.shard = bucket.shard_elems;
+  return "";
+}
+
+// The gradients an optimizer or sum_squares reads: the bucket (slot 0),
+// or under ZeRO-2 its gradient shard, which holds this rank's shard alone
+// (k.grads_sharded). Returns why not, or "".
+std::string ResolveGrads(const Plan& plan, const Bucket& bucket, int id, KernelArgs& k) {
+  if (id == bucket.grad_buffer) {
+    if (k.rows > plan.buffers[id].bytes / 4) return "bucket larger than its buffer";
+    return "";
+  }
+  if (id != bucket.grad_shard || bucket.grad_shard < 0) {
+    return "the gradients are neither its bucket nor its gradient shard";
+  }
+  if (k.shard == 0) return "a gradient shard needs attr shard";
+  if (plan.buffers[id].bytes != k.shard * 4) return "gradient shard of the wrong size";
+  k.grads_sharded = true;
+  return "";
+}
+
+// An op with a workspace (ops::OpDef::workspace): its last output, the
+// plan's reservation, as KernelArgs::workspace rather than a y slot.
+absl::Status TakeWorkspace(const Resolving& r, KernelArgs& k) {
+  const size_t last = r.instr.outputs.size() - 1;
+  const Buffer& workspace = r.out(static_cast<int>(last));
+  if (workspace.kind != BufferKind::kWorkspace) {
+    return r.Fail("the last output is not a workspace buffer");
+  }
+  k.workspace = reinterpret_cast<char*>(k.y[last]);
+  k.y[last] = nullptr;  // at most 4 outputs
+  k.workspace_bytes = workspace.bytes;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Convolution and pooling: the geometry from the image-side buffer, the
+// weight and the attributes, checked against the other side.
+absl::Status ResolveWindow(const Resolving& r, KernelArgs& k) {
+  auto attr = [&](const char* name) { return static_cast<int64_t>(r.attr(name, -1)); };
+  RETURN_IF_ERROR(TakeWorkspace(r, k));
+
+  WindowGeometry& g = k.window;
+  const bool conv = k.op == KernelOp::kConv2d || k.op == KernelOp::kConv2dGradInput ||
+                    k.op == KernelOp::kConv2dGradParams;
+  // The image side: x for the forward ops and grad_params, dx otherwise.
+  const bool image_is_output = k.op == KernelOp::kConv2dGradInput ||
+                               k.op == KernelOp::kMaxPool2dGrad ||
+                               k.op == KernelOp::kAvgPool2dGrad;
+  const Buffer& image = image_is_output ? r.out(0)
+                        : k.op == KernelOp::kConv2dGradParams ? r.in(1)
+                                                              : r.in(0);
+  const Buffer& other = k.op == KernelOp::kConv2d || k.op == KernelOp::kMaxPool2d ||
+                                k.op == KernelOp::kAvgPool2d
+                            ? r.out(0)
+                            : r.in(0);
+  if (image.shape.size() != 4) return r.Fail("the image is not [N, C, H, W]");
+  g.n = image.shape[0];
+  g.c = image.shape[1];
+  g.h = image.shape[2];
+  g.w = image.shape[3];
+  g.stride = attr("stride");
+  g.padding = attr("padding");
+  if (conv) {
+    const Buffer& weight = k.op == KernelOp::kConv2dGradParams ? r.out(0) : r.in(1);
+    if (weight.shape.size() != 4 || weight.shape[1] != g.c) {
+      return r.Fail("the weight is not [O, C, kh, kw] for the image's C");
+    }
+    g.o = weight.shape[0];
+    g.kh = weight.shape[2];
+    g.kw = weight.shape[3];
+    if (k.op == KernelOp::kConv2d) {
+      g.has_bias = r.instr.inputs.size() == 3;
+      if (g.has_bias && Elements(r.in(2)) != g.o) return r.Fail("bias size");
+      if (!g.has_bias) k.x[2] = nullptr;
+    } else if (k.op == KernelOp::kConv2dGradParams) {
+      g.has_bias = r.instr.outputs.size() == 3;
+      if (g.has_bias && Elements(r.out(1)) != g.o) return r.Fail("db size");
+    }
+  } else {
+    g.o = g.c;
+    g.kh = attr("kernel_h");
+    g.kw = attr("kernel_w");
+  }
+  if (g.stride < 1 || g.padding < 0 || g.kh < 1 || g.kw < 1) {
+    return r.Fail("attrs stride, padding and the kernel size are missing or out of range");
+  }
+  const int64_t span_h = g.h + 2 * g.padding - g.kh, span_w = g.w + 2 * g.padding - g.kw;
+  if (span_h < 0 || span_w < 0 || span_h % g.stride || span_w % g.stride) {
+    return r.Fail("the windows do not tile the padded image");
+  }
+  g.oh = span_h / g.stride + 1;
+  g.ow = span_w / g.stride + 1;
+  if (Elements(other) != g.n * g.o * g.oh * g.ow) {
+    return r.Fail(absl::StrCat("the output side holds ", Elements(other),
+                             " elements, the geometry gives ", g.n, "x", g.o, "x", g.oh,
+                             "x", g.ow));
+  }
+  if (k.op == KernelOp::kMaxPool2d || k.op == KernelOp::kMaxPool2dGrad) {
+    const Buffer& argmax = k.op == KernelOp::kMaxPool2d ? r.out(1) : r.in(3);
+    if (argmax.dtype != DType::kI32 || Elements(argmax) != Elements(other)) {
+      return r.Fail("argmax is not i32 shaped like y");
+    }
+  }
+  if (k.op == KernelOp::kMaxPool2dGrad &&
+      (Elements(r.in(1)) != g.n * g.c * g.h * g.w || Elements(r.in(2)) != Elements(other))) {
+    return r.Fail("x or y does not match the geometry");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveLinear(const Resolving& r, KernelArgs& k) {
+  // The weight fixes [out, in]; the batch is whatever is left.
+  const Buffer& w =
+      k.op == KernelOp::kLinearGradParams ? r.out(0) : r.in(1);
+  if (w.shape.size() != 2) return r.Fail("weight is not [out, in]");
+  k.out = w.shape[0];
+  k.in = w.shape[1];
+  const Buffer& batch_side = r.in(0);  // x or dy
+  const bool forward = k.op == KernelOp::kLinear || k.op == KernelOp::kLinearGelu;
+  const int64_t per_row = forward ? k.in : k.out;
+  if (per_row == 0 || Elements(batch_side) % per_row != 0) {
+    return r.Fail("batch input does not match the weight");
+  }
+  k.rows = Elements(batch_side) / per_row;
+  if (forward) {
+    // linear_gelu: y[0] is pre (the linear's output), y[1] its gelu.
+    if (Elements(r.out(0)) != k.rows * k.out) return r.Fail("y size");
+    if (k.op == KernelOp::kLinearGelu && Elements(r.out(1)) != k.rows * k.out) {
+      return r.Fail("gelu output size");
+    }
+    if (r.instr.inputs.size() < 3) k.x[2] = nullptr;  // no bias
+    else if (Elements(r.in(2)) != k.out) return r.Fail("bias size");
+  } else if (k.op == KernelOp::kLinearGradInput) {
+    if (Elements(r.out(0)) != k.rows * k.in) return r.Fail("dx size");
+  } else if (k.op == KernelOp::kLinearGradInputGelu) {
+    // dy, w, pre -> dpre, workspace (dh where dpre accumulates).
+    if (Elements(r.in(2)) != k.rows * k.in) return r.Fail("pre size");
+    if (Elements(r.out(0)) != k.rows * k.in) return r.Fail("dpre size");
+    RETURN_IF_ERROR(TakeWorkspace(r, k));
+  } else {
+    if (Elements(r.in(1)) != k.rows * k.in) return r.Fail("x size");
+    if (r.instr.outputs.size() < 2) k.y[1] = nullptr;  // no bias
+    else if (Elements(r.out(1)) != k.out) return r.Fail("db size");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolvePointwise(const Resolving& r, KernelArgs& k) {
+  k.rows = Elements(r.in(0));
+  for (int id : r.instr.inputs) {
+    if (Elements(r.plan.buffers[id]) != k.rows) return r.Fail("sizes differ");
+  }
+  if (Elements(r.out(0)) != k.rows) return r.Fail("output size");
+  return absl::OkStatus();
+}
+
+namespace {
+
+// layernorm, add_layernorm, rmsnorm and their gradients.
+absl::Status ResolveNorm(const Resolving& r, KernelArgs& k) {
+  // The weight (or its gradient) is [d]; rows are the rest of x (of
+  // add_layernorm: of a).
+  const Buffer& per_feature =
+      k.op == KernelOp::kLayerNorm || k.op == KernelOp::kRmsNorm ? r.in(1)
+      : k.op == KernelOp::kLayerNormGradInput                   ? r.in(2)
+      : k.op == KernelOp::kRmsNormGradInput                     ? r.in(2)
+      : k.op == KernelOp::kAddLayerNorm                         ? r.in(2)
+                                                                : r.out(0);
+  k.in = Elements(per_feature);
+  if (k.in == 0 || Elements(r.in(0)) % k.in != 0) {
+    return r.Fail("x is not [B, d]");
+  }
+  k.rows = Elements(r.in(0)) / k.in;
+  k.eps = static_cast<float>(r.attr("eps", 1e-5));
+  if (k.op == KernelOp::kAddLayerNorm) {
+    // a, b, weight, bias -> sum, y, mean, rstd.
+    const int64_t n = k.rows * k.in;
+    if (Elements(r.in(1)) != n) return r.Fail("a and b differ in size");
+    if (Elements(r.in(3)) != k.in) return r.Fail("bias size");
+    if (Elements(r.out(0)) != n || Elements(r.out(1)) != n) {
+      return r.Fail("sum or y is not the size of a");
+    }
+    if (Elements(r.out(2)) != k.rows || Elements(r.out(3)) != k.rows) {
+      return r.Fail("mean or rstd is not one per row");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ResolveCrossEntropy(const Resolving& r, KernelArgs& k) {
+  const Buffer& label = r.in(1);
+  if (label.dtype != DType::kI32) return r.Fail("label is not i32");
+  k.labels = reinterpret_cast<const int32_t*>(r.ptr(label));
+  k.rows = Elements(label);
+  if (k.rows == 0 || Elements(r.in(0)) % k.rows != 0) {
+    return r.Fail("logits are not [B, C]");
+  }
+  k.in = Elements(r.in(0)) / k.rows;
+  if (k.op != KernelOp::kCrossEntropyGrad) {
+    if (Elements(r.out(0)) != 1) return r.Fail("loss_sum is not [1]");
+    if (Elements(r.out(1)) != k.rows * k.in) return r.Fail("probs size");
+  }
+  if (k.op != KernelOp::kCrossEntropy) {
+    if (!r.instr.attrs.count("scale")) return r.Fail("missing attr scale");
+    k.loss_scale = static_cast<float>(r.attr("scale", 0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveMse(const Resolving& r, KernelArgs& k) {
+  const Buffer& pred = r.in(0);
+  if (pred.shape.empty() || pred.shape[0] == 0) return r.Fail("pred shape");
+  k.rows = pred.shape[0];
+  k.in = Elements(pred) / k.rows;
+  if (Elements(r.in(1)) != Elements(pred)) return r.Fail("target size");
+  if (k.op == KernelOp::kMseGrad) {
+    if (!r.instr.attrs.count("scale")) return r.Fail("missing attr scale");
+    k.loss_scale = static_cast<float>(r.attr("scale", 0));
+  } else if (Elements(r.out(0)) != 1) {
+    return r.Fail("loss_sum is not [1]");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveDropout(const Resolving& r, KernelArgs& k) {
+  const Buffer& x = r.in(0);
+  if (x.shape.empty() || x.shape[0] == 0) return r.Fail("x has no batch axis");
+  if (Elements(r.out(0)) != Elements(x)) return r.Fail("output size");
+  k.rows = x.shape[0];
+  k.in = Elements(x) / k.rows;
+  k.dropout.p = static_cast<float>(r.attr("p", -1));
+  if (!(k.dropout.p >= 0 && k.dropout.p < 1)) return r.Fail("attr p outside [0, 1)");
+  k.dropout.key = static_cast<uint32_t>(r.attr("key", 0));
+  k.dropout.micro = std::max(r.instr.micro_step, 0);
+  return absl::OkStatus();
+}
+
+absl::Status ResolveSoftmax(const Resolving& r, KernelArgs& k) {
+  const Buffer& x = r.in(0);
+  if (x.shape.empty() || x.shape.back() == 0) return r.Fail("x has no axis");
+  k.in = x.shape.back();
+  k.rows = Elements(x) / k.in;
+  for (int id : r.instr.inputs) {
+    if (Elements(r.plan.buffers[id]) != Elements(x)) return r.Fail("sizes differ");
+  }
+  if (Elements(r.out(0)) != Elements(x)) return r.Fail("output size");
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status ResolveTokenEmbedding(const Resolving& r, KernelArgs& k) {
+  const bool forward = k.op == KernelOp::kEmbedding;
+  const Buffer& ids = forward ? r.in(0) : r.in(1);
+  const Buffer& table = forward ? r.in(1) : r.out(0);
+  if (ids.dtype != DType::kI32) return r.Fail("ids are not i32");
+  if (table.shape.size() != 2) return r.Fail("table is not [V, C]");
+  k.ids = reinterpret_cast<const int32_t*>(r.ptr(ids));
+  k.rows = Elements(ids);
+  k.in = table.shape[0];
+  k.out = table.shape[1];
+  const Buffer& rows = forward ? r.out(0) : r.in(0);
+  if (Elements(rows) != k.rows * k.out) return r.Fail("y is not [ids, C]");
+  if (!forward) k.x[1] = nullptr;  // ids are k.ids
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace {
+
+absl::Status ResolvePositionEmbedding(const Resolving& r, KernelArgs& k) {
+  const bool forward = k.op == KernelOp::kPositionEmbedding;
+  const Buffer& table = forward ? r.in(0) : r.out(0);
+  const Buffer& batched = forward ? r.out(0) : r.in(0);
+  if (table.shape.size() != 2) return r.Fail("table is not [T, C]");
+  k.in = table.shape[0];
+  k.out = table.shape[1];
+  if (Elements(table) == 0 || Elements(batched) % Elements(table) != 0) {
+    return r.Fail("y is not [B, T, C]");
+  }
+  k.rows = Elements(batched) / Elements(table);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ResolveAttention(const Resolving& r, KernelArgs& k) {
+  // forward: qkv -> y, lse; backward: dy, qkv, y, lse -> dqkv, delta.
+  const bool forward = k.op == KernelOp::kAttention;
+  const Buffer& qkv = forward ? r.in(0) : r.in(1);
+  const Buffer& y = forward ? r.out(0) : r.in(2);
+  const Buffer& lse = forward ? r.out(1) : r.in(3);
+  attention::Geometry& g = k.attention;
+  g = attention::FromAttrs(r.instr.attrs);
+  if (g.heads <= 0 || g.kv_heads <= 0 || g.heads % g.kv_heads != 0) {
+    return r.Fail("attrs heads / kv_heads are not positive with kv_heads | heads");
+  }
+  if (qkv.shape.size() != 3 || qkv.shape[2] % (g.heads + 2 * g.kv_heads) != 0) {
+    return r.Fail("qkv is not [B, T, (heads + 2 kv_heads) d]");
+  }
+  g.batch = qkv.shape[0];
+  g.seq = qkv.shape[1];
+  g.head_dim = qkv.shape[2] / (g.heads + 2 * g.kv_heads);
+  if (g.rope && g.head_dim % 2 != 0) return r.Fail("rope needs an even head size");
+  k.rows = g.batch;
+  k.in = g.seq;
+  k.out = g.OutWidth();
+  const int64_t rows = g.batch * g.heads * g.seq;
+  if (Elements(y) != g.batch * g.seq * g.OutWidth()) return r.Fail("y is not [B, T, H d]");
+  if (Elements(lse) != rows || lse.dtype != DType::kF32) {
+    return r.Fail("lse is not f32 [B, H, T]");
+  }
+  if (!forward) {
+    if (Elements(r.in(0)) != Elements(y)) return r.Fail("dy size");
+    if (Elements(r.out(0)) != Elements(qkv)) return r.Fail("dqkv size");
+    if (Elements(r.out(1)) != rows || r.out(1).dtype != DType::kF32) {
+      return r.Fail("delta is not f32 [B, H, T]");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveReshape(const Resolving& r, KernelArgs& k) {
+  k.rows = Elements(r.in(0));
+  if (Elements(r.out(0)) != k.rows) return r.Fail("sizes differ");
+  return absl::OkStatus();
+}
+
+absl::Status ResolveCast(const Resolving& r, KernelArgs& k) {
+  const DType from = r.in(0).dtype, to = r.out(0).dtype;
+  if (from == DType::kF32 && to == DType::kBF16) {
+    k.op = KernelOp::kCastToBf16;
+  } else if (from == DType::kBF16 && to == DType::kF32) {
+    k.op = KernelOp::kCastToF32;
+  } else {
+    return r.Fail(absl::StrCat("no cast from ", DTypeName(from), " to ", DTypeName(to)));
+  }
+  k.rows = Elements(r.in(0));
+  if (Elements(r.out(0)) != k.rows) return r.Fail("sizes differ");
+  return absl::OkStatus();
+}
+
+absl::Status ResolveSumSquares(const Resolving& r, KernelArgs& k) {
+  const int b = static_cast<int>(r.attr("bucket", -1));
+  if (b < 0 || b >= static_cast<int>(r.plan.buckets.size())) {
+    return r.Fail("attr bucket out of range");
+  }
+  // Slot 0 only: deterministic mode leaves the reduced sum there.
+  k.rows = r.plan.buckets[b].bytes / 4;
+  if (Elements(r.out(0)) != 1) return r.Fail("grad_sq is not [1]");
+  std::string why = ResolveShard(r.plan.buckets[b], r.attr("shard", 0) != 0, k);
+  if (why.empty()) why = ResolveGrads(r.plan, r.plan.buckets[b], r.instr.inputs[0], k);
+  return why.empty() ? absl::OkStatus() : r.Fail(why);
+}
+
+namespace {
+
+// The optimizer's bucket, step scalar, gradients and parameters.
+absl::Status ResolveOptimizerOperands(const Resolving& r, const Bucket& bucket, KernelArgs& k) {
+  if (bucket.param_span < 0 || bucket.param_span >= r.num_buffers() ||
+      bucket.grad_buffer < 0 || bucket.grad_buffer >= r.num_buffers()) {
+    return r.Fail("bucket has no parameter span or gradient buffer");
+  }
+  k.optimizer.weight_decay = bucket.weight_decay;
+  // With clipping or skip_nonfinite the step's squared gradient norm is
+  // the last operand (a step scalar).
+  const double clip = r.attr("clip", -1);
+  const Buffer& last = r.in(static_cast<int>(r.instr.inputs.size()) - 1);
+  if (clip > 0 && last.kind != BufferKind::kStepScalar) {
+    return r.Fail("clipping needs the grad_sq step scalar as last input");
+  }
+  if (last.kind == BufferKind::kStepScalar) {
+    if (Elements(last) != 1) return r.Fail("grad_sq is not [1]");
+    k.optimizer.grad_sq = r.ptr(last);
+    k.optimizer.clip_norm = static_cast<float>(std::max(clip, 0.0));
+  }
+  const Buffer& params = r.plan.buffers[bucket.param_span];
+  k.rows = Elements(params);
+  if (bucket.bytes < params.bytes) {
+    return r.Fail("bucket gradient slot smaller than its parameters");
+  }
+  std::string why = ResolveShard(bucket, r.attr("shard", 0) != 0, k);
+  if (why.empty() && r.instr.inputs.size() < 2) why = "no gradients";
+  if (why.empty()) why = ResolveGrads(r.plan, bucket, r.instr.inputs[1], k);
+  if (!why.empty()) return r.Fail(why);
+  // ZeRO-3 updates the rank's parameter shard, as its gradient shard.
+  if (r.instr.inputs[0] == bucket.param_shard && bucket.param_shard >= 0) {
+    if (k.shard == 0 || !k.grads_sharded) {
+      return r.Fail("a parameter shard needs attr shard and the gradient shard");
+    }
+    if (r.in(0).bytes != k.shard * 4) return r.Fail("parameter shard of the wrong size");
+    k.params_sharded = true;
+    k.y[0] = r.ptr(r.in(0));
+  } else if (r.instr.inputs[0] != bucket.param_span) {
+    return r.Fail("the parameters are neither its bucket's span nor its shard");
+  } else {
+    // Deterministic mode leaves the reduced sum in slot 0, which starts
+    // at the bucket's offset: the same pointer either way.
+    k.y[0] = r.ptr(params);
+  }
+  k.x[0] = r.ptr(r.in(1));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ResolveOptimizer(const Resolving& r, KernelArgs& k) {
+  const int b = static_cast<int>(r.attr("bucket", -1));
+  if (b < 0 || b >= static_cast<int>(r.plan.buckets.size())) {
+    return r.Fail("attr bucket out of range");
+  }
+  const Bucket& bucket = r.plan.buckets[b];
+  RETURN_IF_ERROR(ResolveOptimizerOperands(r, bucket, k));
+  size_t want_state;
+  switch (r.plan.optimizer.kind) {
+    case OptimizerKind::kAdamW:
+      k.op = KernelOp::kAdamW;
+      want_state = 2;
+      break;
+    case OptimizerKind::kSgd:
+      k.op = KernelOp::kSgd;
+      want_state = r.plan.optimizer.momentum != 0 ? 1 : 0;
+      break;
+    default:
+      return r.Fail(absl::StrCat("unknown optimizer kind ",
+                               static_cast<int>(r.plan.optimizer.kind)));
+  }
+  if (bucket.state_spans.size() != want_state) {
+    return r.Fail(absl::StrCat("bucket has ", bucket.state_spans.size(),
+                             " state spans, ", EnumName(r.plan.optimizer.kind),
+                             " needs ", want_state));
+  }
+  for (size_t s = 0; s < want_state; ++s) {
+    const int id = bucket.state_spans[s];
+    if (id < 0 || id >= r.num_buffers() ||
+        Elements(r.plan.buffers[id]) != (k.shard > 0 ? k.shard : k.rows)) {
+      return r.Fail("state span does not match the parameter span");
+    }
+    k.optimizer.state[s] = r.ptr(r.plan.buffers[id]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveLayerNorm(const Resolving& r, KernelArgs& k) { return ResolveNorm(r, k); }
+absl::Status ResolveRmsNorm(const Resolving& r, KernelArgs& k) { return ResolveNorm(r, k); }
+
+absl::Status ResolveEmbedding(const Resolving& r, KernelArgs& k) {
+  return k.op == KernelOp::kEmbedding || k.op == KernelOp::kEmbeddingGrad
+             ? ResolveTokenEmbedding(r, k)
+             : ResolvePositionEmbedding(r, k);
+}
+
+// A unit family's sizes: its Resolve (compiler/ops/kernel_families.h) over
+// the operands' shapes, into KernelArgs::<snake>.
+template <typename Family>
+absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Args& args) {
+  std::vector<std::vector<int64_t>> in, out;
+  for (int id : r.instr.inputs) in.push_back(r.plan.buffers[id].shape);
+  for (int id : r.instr.outputs) out.push_back(r.plan.buffers[id].shape);
+  const std::string why = Family::Resolve(k.op, in, out, r.instr.attrs, &args);
+  return why.empty() ? absl::OkStatus() : r.Fail(why);
+}
+#define TRAINC_UNIT_RESOLVER(Family, snake)                             \
+  absl::Status Resolve##Family(const Resolving& r, KernelArgs& k) {      \
+    return ResolveUnit<ops::Family##Family>(r, k, k.snake);              \
+  }
+TRAINC_UNIT_FAMILIES(TRAINC_UNIT_RESOLVER)
+#undef TRAINC_UNIT_RESOLVER
+
+Resolver ResolverOf(KernelOp op) {
+#define TRAINC_RESOLVER_ENTRY(Family) &Resolve##Family,
+  static constexpr Resolver kResolvers[] = {nullptr,
+                                            TRAINC_KERNEL_FAMILIES(TRAINC_RESOLVER_ENTRY)};
+#undef TRAINC_RESOLVER_ENTRY
+  return kResolvers[static_cast<int>(FamilyOf(op))];
+}
+
+}  // namespace trainc::resolve
