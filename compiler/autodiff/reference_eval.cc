@@ -802,8 +802,8 @@ absl::Status RefUnit(const std::string& op, const Attrs& attr, const std::vector
   Family::template Run<double>(kernel, args, x.data(), y.data(), acc);
   return absl::OkStatus();
 }
-#define TRAINC_REFERENCE_UNIT(Family, Name, op) \
-  constexpr RefOp Ref##Name = &RefUnit<ops::Family##Family>;
+#define TRAINC_REFERENCE_UNIT(Fam, Name, op) \
+  constexpr RefOp Ref##Name = &RefUnit<ops::Fam##Family>;
 TRAINC_UNIT_OPS(TRAINC_REFERENCE_UNIT)
 #undef TRAINC_REFERENCE_UNIT
 

@@ -321,9 +321,9 @@ absl::Status SgdKernel(const KernelCall& c) {
 
 // A unit family's CPU kernel: its loops in f32
 // (compiler/ops/kernel_families.h).
-#define TRAINC_CPU_UNIT(Family, snake)                                            \
-  absl::Status Family##Unit(const KernelCall& c) {                                \
-    ops::Family##Family::Run<float>(c.k.op, c.k.snake, c.k.x, c.k.y, c.k.accumulate); \
+#define TRAINC_CPU_UNIT(Fam, snake)                                            \
+  absl::Status Fam##Unit(const KernelCall& c) {                                \
+    ops::Fam##Family::Run<float>(c.k.op, c.k.snake, c.k.x, c.k.y, c.k.accumulate); \
     return Ok();                                                                  \
   }
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT)

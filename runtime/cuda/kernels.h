@@ -30,8 +30,8 @@ inline constexpr int kErrorTokenOutOfRange = 2;  // an embedding id
 // ---- a unit family's <snake>.cu (compiler/ops/kernel_families.h) ----------
 // Enqueues kernel `op` of the family on `x` (its inputs) and `y` (its
 // outputs), sized by `a`.
-#define TRAINC_CUDA_UNIT_LAUNCHER(Family, snake)                                         \
-  cudaError_t Launch##Family(KernelOp op, const ops::Family##Family::Args& a,            \
+#define TRAINC_CUDA_UNIT_LAUNCHER(Fam, snake)                                         \
+  cudaError_t Launch##Fam(KernelOp op, const ops::Fam##Family::Args& a,            \
                              const float* const* x, float* const* y, bool accumulate,    \
                              cudaStream_t stream);
 TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_LAUNCHER)

@@ -113,7 +113,7 @@ struct KernelArgs {
   WindowGeometry window;     // convolution and pooling
   // Each unit family's sizes (compiler/ops/kernel_families.h):
   // ops::<Family>Family::Args <snake>.
-#define TRAINC_UNIT_ARGS_FIELD(Family, snake) ops::Family##Family::Args snake;
+#define TRAINC_UNIT_ARGS_FIELD(Fam, snake) ops::Fam##Family::Args snake;
   TRAINC_UNIT_FAMILIES(TRAINC_UNIT_ARGS_FIELD)
 #undef TRAINC_UNIT_ARGS_FIELD
   // Ops with a workspace (ops::OpDef::workspace): the plan's reservation.

@@ -487,9 +487,9 @@ absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Arg
   const std::string why = Family::Resolve(k.op, in, out, r.instr.attrs, &args);
   return why.empty() ? absl::OkStatus() : r.Fail(why);
 }
-#define TRAINC_UNIT_RESOLVER(Family, snake)                             \
-  absl::Status Resolve##Family(const Resolving& r, KernelArgs& k) {      \
-    return ResolveUnit<ops::Family##Family>(r, k, k.snake);              \
+#define TRAINC_UNIT_RESOLVER(Fam, snake)                             \
+  absl::Status Resolve##Fam(const Resolving& r, KernelArgs& k) {         \
+    return ResolveUnit<ops::Fam##Family>(r, k, k.snake);              \
   }
 TRAINC_UNIT_FAMILIES(TRAINC_UNIT_RESOLVER)
 #undef TRAINC_UNIT_RESOLVER
