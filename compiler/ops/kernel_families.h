@@ -14,16 +14,20 @@
 //   - oneDNN's lists (runtime/cpu/dnnl_ops.cc) from the pointwise and
 //     window families.
 //
-// A *unit* family keeps everything but its op table entry
-// (compiler/ops/op_table.cc) in two files: compiler/ops/<snake>.h, a struct
-// ops::<Family>Family with its typed sizes (Args), their resolution from
-// the operands' shapes (Resolve), and its loops templated on the element
-// type (Run<float> is the CPU kernel, Run<double> the float64 reference);
-// and runtime/cuda/<snake>.cu, its CUDA kernels behind one launcher
-// (cuda::Launch<Family>, declared in runtime/cuda/kernels.h from this
-// list). The resolver, both backends' tables, KernelArgs' field for its
-// Args and the reference pick it up from TRAINC_UNIT_FAMILIES. group_norm
-// is one (compiler/ops/group_norm.h).
+// A *unit* family keeps everything but its op table entries
+// (compiler/ops/op_table.cc: model op, instruction ops, gradient rules) in
+// two files:
+//   - compiler/ops/<snake>_family.h, a struct ops::<Family>Family with its
+//     typed sizes (Args), their resolution from the operands' shapes
+//     (Resolve), and its loops templated on the element type: Run<float>
+//     is the CPU kernel, Run<double> the float64 reference;
+//   - runtime/cuda/<snake>.cu, its CUDA kernels behind one launcher,
+//     cuda::Launch<Family> (declared from TRAINC_UNIT_FAMILIES in
+//     runtime/cuda/kernels.h; the .cu files are a glob).
+// The resolver, both backends' tables, KernelArgs' field for its Args and
+// the reference's table pick it up from the lists below; adding one is
+// lines here plus those three files. group_norm is one
+// (compiler/ops/group_norm_family.h).
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 
