@@ -52,12 +52,13 @@
   F(Reshape)                      \
   F(Cast)                         \
   F(SumSquares)                   \
-  F(Optimizer)
+  F(Optimizer)                    \
+  F(GroupNorm)
 
 // U(Family, snake): the unit families (above), each also in
-// TRAINC_KERNEL_FAMILIES: ops::<Family>Family in compiler/ops/<snake>.h,
+// TRAINC_KERNEL_FAMILIES: ops::<Family>Family in compiler/ops/<snake>_family.h,
 // KernelArgs::<snake> its Args.
-#define TRAINC_UNIT_FAMILIES(U)
+#define TRAINC_UNIT_FAMILIES(U) U(GroupNorm, group_norm)
 
 // X(Family, Name, instruction op): the kernels that are not pointwise. The
 // operands of each are in its OpDef::doc (compiler/ops/op_table.cc).
@@ -105,7 +106,10 @@
   TRAINC_UNIT_OPS(X)
 
 // X(Family, Name, instruction op): the unit families' kernels.
-#define TRAINC_UNIT_OPS(X)
+#define TRAINC_UNIT_OPS(X)                                \
+  X(GroupNorm, GroupNorm, group_norm)                     \
+  X(GroupNorm, GroupNormGradInput, group_norm_grad_input) \
+  X(GroupNorm, GroupNormGradParams, group_norm_grad_params)
 
 namespace trainc {
 
@@ -209,5 +213,6 @@ inline int PointwiseArity(KernelOp op) {
 }  // namespace trainc
 
 // The unit families' own headers (each includes this one).
+#include "compiler/ops/group_norm_family.h"
 
 #endif  // TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_

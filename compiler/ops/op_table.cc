@@ -252,6 +252,19 @@ std::vector<OpDef> MakeOps() {
        {}, false, Elementwise<7>},
       {"rmsnorm_grad_params", 3, 3, 1, 1, false, kNorm, "dy, x, rstd -> dweight; acc", {}, {},
        false, Elementwise<3>},
+      {"group_norm", 3, 3, 3, 3, false, kNorm,
+       "x[N, C, H, W] or [N, T, C], weight[C], bias[C] -> y, mean[N, G], rstd[N, G]: "
+       "each sample's group of C / G channels normalized over its elements "
+       "(compiler/ops/group_norm_family.h); attrs: groups, eps",
+       {},
+       {{"group_norm_grad_params", {kDy, In(0), Out(1), Out(2)}, {1, 2}},
+        {"group_norm_grad_input", {kDy, In(0), In(1), Out(1), Out(2)}, {0}}},
+       false, Elementwise<8>},
+      {"group_norm_grad_input", 5, 5, 1, 1, false, kNorm,
+       "dy, x, weight, mean, rstd -> dx; acc; attrs: groups", {}, {}, false, Elementwise<10>},
+      {"group_norm_grad_params", 4, 4, 2, 2, false, kNorm,
+       "dy, x, mean, rstd -> dweight, dbias; acc; attrs: groups", {}, {}, false,
+       Elementwise<5>},
       // --- embeddings ---
       {"embedding", 2, 2, 1, 1, false, kEmbed,
        "ids i32[..], table[V, C] -> y[.., C]", {0},
@@ -505,6 +518,34 @@ std::variant<Lowering, ShapeError> RmsNormRule(const OpCall& call) {
   l.attrs["eps"] = eps;
   l.params.push_back({"weight", {x.back()}, Init::kOnes, 0, ""});
   l.saved = {{"rstd", Leading(x)}};
+  return l;
+}
+
+// GroupNorm of an image [C, H, W] (channels first) or a sequence [T, C]
+// (channels last), as torch.nn.GroupNorm.
+std::variant<Lowering, ShapeError> GroupNormRule(const OpCall& call) {
+  const Shape& x = call.values[0];
+  if (x.size() != 2 && x.size() != 3) {
+    return Error(0, "group_norm needs an image [C, H, W] or a sequence [T, C], got " +
+                        ShapeText(x));
+  }
+  const int64_t channels = x.size() == 3 ? x[0] : x[1];
+  const int64_t groups = call.Int("groups");
+  if (channels % groups != 0) {
+    return Error(Def("group_norm").ArgIndex("groups"),
+                 "groups (" + std::to_string(groups) + ") must divide the " +
+                     std::to_string(channels) + " channels");
+  }
+  const double eps = call.Float("eps");
+  if (!(eps > 0)) return Error(Def("group_norm").ArgIndex("eps"), "eps must be > 0");
+  Lowering l;
+  l.instruction = "group_norm";
+  l.shape = x;
+  l.attrs["groups"] = static_cast<double>(groups);
+  l.attrs["eps"] = eps;
+  l.params.push_back({"weight", {channels}, Init::kOnes, 0, ""});
+  l.params.push_back({"bias", {channels}, Init::kZeros, 0, ""});
+  l.saved = {{"mean", {groups}}, {"rstd", {groups}}};
   return l;
 }
 
@@ -822,6 +863,13 @@ std::vector<ModelOpDef> MakeModelOps() {
        "RMSNorm over the last axis (Llama's): x / sqrt(mean(x^2) + eps) * weight; "
        "<name>.weight (ones)",
        RmsNormRule},
+      {"group_norm",
+       {{"x", Kind::kValue}, {"groups", Kind::kInt}, {"eps", Kind::kFloat, "1e-5"}},
+       false,
+       "GroupNorm of an image [C, H, W] or a sequence [T, C] (channels last): each "
+       "group of C / groups channels normalized over its elements, as nn.GroupNorm; "
+       "<name>.weight (ones), <name>.bias (zeros)",
+       GroupNormRule},
       {"add", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
        "a + b (same shapes); also written a + b", AddRule, "+"},
       {"mul", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,

@@ -79,6 +79,11 @@ const std::map<std::string, Example>& Examples() {
         {{{3, 37}}, {{3, 37}}, {{3}}, {{3}}},
         {{"eps", 1e-5}}}},
       {"rmsnorm", {{{{4, 6}}, {{6}}}, {{{4, 6}}, {{4}}}, {{"eps", 1e-6}}}},
+      // Two samples of 6 channels in 3 groups over a 3 x 2 image.
+      {"group_norm",
+       {{{{2, 6, 3, 2}}, {{6}}, {{6}}},
+        {{{2, 6, 3, 2}}, {{2, 3}}, {{2, 3}}},
+        {{"groups", 3}, {"eps", 1e-5}}}},
       {"softmax", {{{{4, 6}}}, {{{4, 6}}}, {}}},
       {"embedding", {{{{2, 3}, 5}, {{5, 4}}}, {{{2, 3, 4}}}, {}}},
       {"position_embedding", {{{{3, 4}}}, {{{2, 3, 4}}}, {}}},
