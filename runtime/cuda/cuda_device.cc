@@ -154,76 +154,11 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   prepared_plan_ = nullptr;
   ReleaseLtMatmuls();
   tf32_ = plan.tf32;
-  int64_t scratch_floats = 1;
-  bool attention = false;  // the plan runs attention.cu's kernels
+  KernelNeeds needs;
   for (size_t i = 0; i < kernels.size(); ++i) {
     Kernel& k = kernels[i];
     const Instruction& instr = plan.instructions[i];
-    switch (k.op) {
-      case Op::kLinear:
-      case Op::kLinearGelu:
-      case Op::kLinearGradInput:
-      case Op::kLinearGradInputGelu:
-      case Op::kLinearGradParams:
-        if (k.rows > INT32_MAX || k.in > INT32_MAX || k.out > INT32_MAX) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              name_, ": instruction ", i, " (", instr.op, " \"", instr.label,
-              "\"): matrix dimension beyond cuBLAS's int range"));
-        }
-        if (k.op == Op::kLinearGradParams) {
-          scratch_floats = std::max(
-              scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.out));
-        }
-        break;
-      case Op::kLayerNormGradParams:
-        scratch_floats = std::max(
-            scratch_floats, 2 * cuda::ColumnSumScratchFloats(k.rows, k.in));
-        break;
-      case Op::kRmsNormGradParams:
-        scratch_floats = std::max(scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.in));
-        break;
-      case Op::kCrossEntropy:
-      case Op::kMse:
-        scratch_floats = std::max(scratch_floats, k.rows);
-        break;
-      case Op::kEmbeddingGrad: {
-        // cub's radix sort counts items (and the sort keys hold ids) in int.
-        if (k.rows > INT32_MAX || k.in > INT32_MAX - 1) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              name_, ": instruction ", i, " (", instr.op, " \"", instr.label,
-              "\"): more ids or a larger vocabulary than int32 holds"));
-        }
-        size_t bytes = 0;
-        CUDA_RETURN_IF_ERROR(
-            cuda::EmbeddingGradScratchBytes(k.rows, k.in, &bytes));
-        scratch_floats = std::max(
-            scratch_floats, static_cast<int64_t>((bytes + 3) / 4));
-        break;
-      }
-      case Op::kAttention:
-      case Op::kAttentionGrad: {
-        // The tiles hold heads of up to 128 features; positions, and the
-        // blocks of one launch (tiles x B x H, H >= KV), are int32.
-        const attention::Geometry& g = k.attention;
-        const std::string where =
-            absl::StrCat(name_, ": instruction ", i, " (", instr.op, " \"", instr.label, "\"): ");
-        if (g.head_dim < 1 || g.head_dim > cuda::kMaxAttentionHeadDim) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, "head size ", g.head_dim, " is outside 1..", cuda::kMaxAttentionHeadDim,
-              ", what the CUDA attention kernels hold"));
-        }
-        if (g.seq > INT32_MAX ||
-            cuda::AttentionBlocks(g.seq, g.batch, g.heads) > INT32_MAX) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, "sequence of ", g.seq, " tokens with batch ", g.batch, " and ", g.heads,
-              " heads is beyond the CUDA attention kernels' int32 positions and grid"));
-        }
-        attention = true;
-        break;
-      }
-      default:
-        break;
-    }
+    RETURN_IF_ERROR(PrepareKernel(k, instr, name_, &needs));
     // ReLU fused into a linear (kernel_args.h): if no other instruction ever
     // reads y, cublasLt's RELU_BIAS epilogue writes h directly and y is
     // never materialised; otherwise the activation kernel follows the GEMM
@@ -248,8 +183,8 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
     }
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));
   }
-  RETURN_IF_ERROR(EnsureKernelScratch(scratch_floats));
-  if (attention) CUDA_RETURN_IF_ERROR(cuda::PrepareAttentionKernels());
+  RETURN_IF_ERROR(EnsureKernelScratch(needs.scratch_floats));
+  if (needs.attention) CUDA_RETURN_IF_ERROR(cuda::PrepareAttentionKernels());
   kernels_ = std::move(kernels);
   prepared_plan_ = &plan;
   scalars_valid_ = false;

@@ -167,6 +167,18 @@ void UseBf16Pointwise(Kernel& k);
 // staged path's bits), lse and delta staying f32. (cuda_attention.cc)
 void UseBf16Attention(Kernel& k);
 
+// What a plan's kernels need from Prepare besides their arguments.
+struct KernelNeeds {
+  int64_t scratch_floats = 1;  // kernel_scratch_, the largest kernel's
+  bool attention = false;      // the plan runs attention.cu's kernels
+};
+
+// Checks `k` (of `instr`) against the limits of its family's CUDA kernels
+// and adds what they need to *needs: the family's preparation in the
+// kernel table (cuda_kernels.cc); nothing for a family without one.
+absl::Status PrepareKernel(const Kernel& k, const Instruction& instr,
+                           const std::string& device_name, KernelNeeds* needs);
+
 // Fails for the first instruction whose op the kernel table
 // (cuda_kernels.cc) lacks.
 absl::Status CheckKernelTable(const Plan& plan, const std::vector<Kernel>& kernels,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/cuda/cuda_device_impl.h"
 #include "runtime/cuda/cuda_status.h"
@@ -75,6 +76,90 @@ void UseBf16Classifier(Kernel& k) {
   if (k.op == Op::kCrossEntropyFused) k.classifier_bf16 = NativeInAndOut(k, 1);
 }
 
+// Each family's preparation: the limits of its CUDA kernels and the
+// scratch they need (KernelNeeds), checked once in Prepare.
+using CudaPrepare = absl::Status (*)(const Kernel& k, const Instruction& instr,
+                                     const std::string& device_name, KernelNeeds* needs);
+
+absl::Status Refuse(const Instruction& instr, const std::string& device_name,
+                    const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(device_name, ": instruction ", instr.id, " (",
+                                                 instr.op, " \"", instr.label, "\"): ", why));
+}
+
+absl::Status PrepareLinear(const Kernel& k, const Instruction& instr,
+                           const std::string& device_name, KernelNeeds* needs) {
+  if (k.rows > INT32_MAX || k.in > INT32_MAX || k.out > INT32_MAX) {
+    return Refuse(instr, device_name, "matrix dimension beyond cuBLAS's int range");
+  }
+  if (k.op == Op::kLinearGradParams) {
+    needs->scratch_floats =
+        std::max(needs->scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrepareLayerNorm(const Kernel& k, const Instruction&, const std::string&,
+                              KernelNeeds* needs) {
+  if (k.op == Op::kLayerNormGradParams) {
+    needs->scratch_floats =
+        std::max(needs->scratch_floats, 2 * cuda::ColumnSumScratchFloats(k.rows, k.in));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrepareRmsNorm(const Kernel& k, const Instruction&, const std::string&,
+                            KernelNeeds* needs) {
+  if (k.op == Op::kRmsNormGradParams) {
+    needs->scratch_floats =
+        std::max(needs->scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.in));
+  }
+  return absl::OkStatus();
+}
+
+// cross_entropy and mse (not their gradients): one partial sum per row.
+absl::Status PrepareLoss(const Kernel& k, const Instruction&, const std::string&,
+                         KernelNeeds* needs) {
+  if (k.op == Op::kCrossEntropy || k.op == Op::kMse) {
+    needs->scratch_floats = std::max(needs->scratch_floats, k.rows);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrepareEmbedding(const Kernel& k, const Instruction& instr,
+                              const std::string& device_name, KernelNeeds* needs) {
+  if (k.op != Op::kEmbeddingGrad) return absl::OkStatus();
+  // cub's radix sort counts items (and the sort keys hold ids) in int.
+  if (k.rows > INT32_MAX || k.in > INT32_MAX - 1) {
+    return Refuse(instr, device_name, "more ids or a larger vocabulary than int32 holds");
+  }
+  size_t bytes = 0;
+  CUDA_RETURN_IF_ERROR(cuda::EmbeddingGradScratchBytes(k.rows, k.in, &bytes));
+  needs->scratch_floats = std::max(needs->scratch_floats, static_cast<int64_t>((bytes + 3) / 4));
+  return absl::OkStatus();
+}
+
+absl::Status PrepareAttention(const Kernel& k, const Instruction& instr,
+                              const std::string& device_name, KernelNeeds* needs) {
+  // The tiles hold heads of up to 128 features; positions, and the
+  // blocks of one launch (tiles x B x H, H >= KV), are int32.
+  const attention::Geometry& g = k.attention;
+  if (g.head_dim < 1 || g.head_dim > cuda::kMaxAttentionHeadDim) {
+    return Refuse(instr, device_name,
+                  absl::StrCat("head size ", g.head_dim, " is outside 1..",
+                               cuda::kMaxAttentionHeadDim, ", what the CUDA attention kernels hold"));
+  }
+  if (g.seq > INT32_MAX || cuda::AttentionBlocks(g.seq, g.batch, g.heads) > INT32_MAX) {
+    return Refuse(instr, device_name,
+                  absl::StrCat("sequence of ", g.seq, " tokens with batch ", g.batch, " and ",
+                               g.heads,
+                               " heads is beyond the CUDA attention kernels' int32 positions "
+                               "and grid"));
+  }
+  needs->attention = true;
+  return absl::OkStatus();
+}
+
 // One instruction to enqueue.
 struct KernelCall {
   const Plan& plan;
@@ -84,6 +169,13 @@ struct KernelCall {
 };
 
 using CudaKernel = absl::Status (*)(CudaDeviceImpl& d, const KernelCall& c);
+
+// A family's CUDA kernel and, where its kernels have limits or need
+// scratch, its preparation.
+struct CudaBinding {
+  CudaKernel run = nullptr;
+  CudaPrepare prepare = nullptr;
+};
 
 // The table's entries: friends of CudaDeviceImpl, so they reach its
 // streams, scratch and library handles.
@@ -335,32 +427,32 @@ struct CudaKernels {
 
   // One kernel per family (compiler/ops/kernel_families.h); a family left
   // out has no CUDA kernel.
-  static KernelTable<CudaKernel> Make() {
+  static KernelTable<CudaBinding> Make() {
     using F = KernelFamily;
-#define TRAINC_CUDA_UNIT_ENTRY(Family, snake) {F::k##Family, &Family##Unit},
-    return KernelTable<CudaKernel>::OfFamilies({
-        {F::kPointwise, &Pointwise},
-        {F::kLinear, &Linear},
-        {F::kLayerNorm, &LayerNorm},
-        {F::kRmsNorm, &RmsNorm},
-        {F::kSoftmax, &Softmax},
-        {F::kDropout, &Dropout},
-        {F::kEmbedding, &Embedding},
-        {F::kAttention, &Attention},
-        {F::kCrossEntropy, &Loss},
-        {F::kMse, &Loss},
-        {F::kWindow, &Window},
-        {F::kReshape, &Reshape},
-        {F::kCast, &Cast},
-        {F::kSumSquares, &SumSquares},
-        {F::kOptimizer, &Optimizer},
+#define TRAINC_CUDA_UNIT_ENTRY(Family, snake) {F::k##Family, {&Family##Unit}},
+    return KernelTable<CudaBinding>::OfFamilies({
+        {F::kPointwise, {&Pointwise}},
+        {F::kLinear, {&Linear, &PrepareLinear}},
+        {F::kLayerNorm, {&LayerNorm, &PrepareLayerNorm}},
+        {F::kRmsNorm, {&RmsNorm, &PrepareRmsNorm}},
+        {F::kSoftmax, {&Softmax}},
+        {F::kDropout, {&Dropout}},
+        {F::kEmbedding, {&Embedding, &PrepareEmbedding}},
+        {F::kAttention, {&Attention, &PrepareAttention}},
+        {F::kCrossEntropy, {&Loss, &PrepareLoss}},
+        {F::kMse, {&Loss, &PrepareLoss}},
+        {F::kWindow, {&Window}},
+        {F::kReshape, {&Reshape}},
+        {F::kCast, {&Cast}},
+        {F::kSumSquares, {&SumSquares}},
+        {F::kOptimizer, {&Optimizer}},
         TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_ENTRY)
     });
 #undef TRAINC_CUDA_UNIT_ENTRY
   }
 
-  static const KernelTable<CudaKernel>& Table() {
-    static const KernelTable<CudaKernel> table = Make();
+  static const KernelTable<CudaBinding>& Table() {
+    static const KernelTable<CudaBinding> table = Make();
     return table;
   }
 };
@@ -369,7 +461,7 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
                                           const StepState& step) {
   const Kernel& k = kernels_[instr.id];
   if (k.op == Op::kFused) return absl::OkStatus();
-  const CudaKernel kernel = CudaKernels::Table()[k.op];
+  const CudaKernel kernel = CudaKernels::Table()[k.op].run;
   if (kernel == nullptr) {
     return absl::InvalidArgumentError(name_ + ": " + instr.op + " is not a compute kernel");
   }
@@ -380,8 +472,15 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
 absl::Status CheckKernelTable(const Plan& plan, const std::vector<Kernel>& kernels,
                               const std::string& device_name) {
   return CheckKernels(plan, kernels, device_name, [](KernelOp op, int) {
-    return CudaKernels::Table()[op] != nullptr;
+    return CudaKernels::Table()[op].run != nullptr;
   });
+}
+
+absl::Status PrepareKernel(const Kernel& k, const Instruction& instr,
+                           const std::string& device_name, KernelNeeds* needs) {
+  if (k.op == Op::kNotCompute || k.op == Op::kFused) return absl::OkStatus();
+  const CudaPrepare prepare = CudaKernels::Table()[k.op].prepare;
+  return prepare == nullptr ? absl::OkStatus() : prepare(k, instr, device_name, needs);
 }
 
 }  // namespace cuda_internal
@@ -390,7 +489,7 @@ namespace cuda {
 
 bool KernelTableBuilt() { return true; }
 
-bool HasKernel(KernelOp op) { return cuda_internal::CudaKernels::Table()[op] != nullptr; }
+bool HasKernel(KernelOp op) { return cuda_internal::CudaKernels::Table()[op].run != nullptr; }
 
 std::vector<bool> NativeBf16Operands(const KernelArgs& args) {
   cuda_internal::Kernel k(args);
