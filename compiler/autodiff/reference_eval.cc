@@ -48,16 +48,18 @@ void Pointwise(const std::vector<TensorRef>& in, const std::vector<TensorRef>& o
 }
 
 // Runs `op` if it is pointwise; false otherwise.
-bool RunPointwise(const std::string& op, const std::vector<TensorRef>& in,
+bool RunPointwise(KernelOp op, const std::vector<TensorRef>& in,
                   const std::vector<TensorRef>& out, bool acc) {
-#define TRAINC_REFERENCE_POINTWISE(name, Name, arity)     \
-  if (op == #name) {                                      \
-    Pointwise<pointwise::Name, arity>(in, out, acc);      \
-    return true;                                          \
-  }
-  TRAINC_POINTWISE_OPS(TRAINC_REFERENCE_POINTWISE)
+  switch (op) {
+#define TRAINC_REFERENCE_POINTWISE(name, Name, arity) \
+  case KernelOp::k##Name:                             \
+    Pointwise<pointwise::Name, arity>(in, out, acc);  \
+    return true;
+    TRAINC_POINTWISE_OPS(TRAINC_REFERENCE_POINTWISE)
 #undef TRAINC_REFERENCE_POINTWISE
-  return false;
+    default:
+      return false;
+  }
 }
 
 // An instruction's attributes.
@@ -216,14 +218,13 @@ void ForEachWindowElement(const Window& g, F f) {
 }
 
 // The float64 semantics of each op that is not pointwise, one function
-// per op (or per family sharing one body), found by name in
-// ReferenceOps().
+// per kernel op (or per family sharing one body), found by ReferenceOf.
 
-using RefOp = absl::Status (*)(const std::string& op, const Attrs& attr,
+using RefOp = absl::Status (*)(KernelOp op, const Attrs& attr,
                                const std::vector<TensorRef>& in,
                                const std::vector<TensorRef>& out, bool acc);
 
-absl::Status RefLinear(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefLinear(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                        const std::vector<TensorRef>& out, bool acc) {
   // x[.., in], w[out, in], b[out] (optional) -> y[.., out].
   const int64_t I = in[1].shape[1], O = in[1].shape[0], B = in[0].size() / I;
@@ -239,7 +240,7 @@ absl::Status RefLinear(const std::string& op, const Attrs& attr, const std::vect
 }
 
 // linear into pre (out[0]), then gelu_tanh of pre into y (out[1]).
-absl::Status RefLinearGelu(const std::string& op, const Attrs& attr,
+absl::Status RefLinearGelu(KernelOp op, const Attrs& attr,
                            const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                            bool acc) {
   const absl::Status product = RefLinear(op, attr, in, out, false);
@@ -248,7 +249,7 @@ absl::Status RefLinearGelu(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefLinearGradInput(const std::string& op, const Attrs& attr,
+absl::Status RefLinearGradInput(KernelOp op, const Attrs& attr,
                                 const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                                 bool acc) {
   const int64_t O = in[1].shape[0], I = in[1].shape[1], B = in[0].size() / O;
@@ -265,7 +266,7 @@ absl::Status RefLinearGradInput(const std::string& op, const Attrs& attr,
 
 // linear_grad_input into dh, then gelu_tanh_grad(dh, pre) into dpre
 // (out[0]; out[1] is the backend's workspace).
-absl::Status RefLinearGradInputGelu(const std::string& op, const Attrs& attr,
+absl::Status RefLinearGradInputGelu(KernelOp op, const Attrs& attr,
                                     const std::vector<TensorRef>& in,
                                     const std::vector<TensorRef>& out, bool acc) {
   std::vector<double> dh(out[0].size());
@@ -276,7 +277,7 @@ absl::Status RefLinearGradInputGelu(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefLinearGradParams(const std::string& op, const Attrs& attr,
+absl::Status RefLinearGradParams(KernelOp op, const Attrs& attr,
                                  const std::vector<TensorRef>& in,
                                  const std::vector<TensorRef>& out, bool acc) {
   // dy[.., out], x[.., in] -> dw[out, in], db[out] (optional).
@@ -298,7 +299,7 @@ absl::Status RefLinearGradParams(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefSoftmax(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefSoftmax(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                         const std::vector<TensorRef>& out, bool acc) {
   const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
   for (int64_t r = 0; r < R; ++r) {
@@ -311,7 +312,7 @@ absl::Status RefSoftmax(const std::string& op, const Attrs& attr, const std::vec
   return absl::OkStatus();
 }
 
-absl::Status RefSoftmaxGrad(const std::string& op, const Attrs& attr,
+absl::Status RefSoftmaxGrad(KernelOp op, const Attrs& attr,
                             const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                             bool acc) {
   // dx = y (dy - sum_j dy_j y_j), per row.
@@ -326,7 +327,7 @@ absl::Status RefSoftmaxGrad(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefEmbedding(const std::string& op, const Attrs& attr,
+absl::Status RefEmbedding(KernelOp op, const Attrs& attr,
                           const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                           bool acc) {
   // ids[..], table[V, C] -> y[.., C].
@@ -341,7 +342,7 @@ absl::Status RefEmbedding(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefEmbeddingGrad(const std::string& op, const Attrs& attr,
+absl::Status RefEmbeddingGrad(KernelOp op, const Attrs& attr,
                               const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                               bool acc) {
   // dy[.., C], ids[..] -> dtable[V, C]: scatter-add of the rows of dy.
@@ -357,7 +358,7 @@ absl::Status RefEmbeddingGrad(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefPositionEmbedding(const std::string& op, const Attrs& attr,
+absl::Status RefPositionEmbedding(KernelOp op, const Attrs& attr,
                                   const std::vector<TensorRef>& in,
                                   const std::vector<TensorRef>& out, bool acc) {
   // table[T, C] -> y[B, T, C].
@@ -368,7 +369,7 @@ absl::Status RefPositionEmbedding(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefPositionEmbeddingGrad(const std::string& op, const Attrs& attr,
+absl::Status RefPositionEmbeddingGrad(KernelOp op, const Attrs& attr,
                                       const std::vector<TensorRef>& in,
                                       const std::vector<TensorRef>& out, bool acc) {
   const int64_t n = out[0].size(), B = in[0].size() / std::max<int64_t>(n, 1);
@@ -381,7 +382,7 @@ absl::Status RefPositionEmbeddingGrad(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefAttention(const std::string& op, const Attrs& attr,
+absl::Status RefAttention(KernelOp op, const Attrs& attr,
                           const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                           bool acc) {
   // qkv -> y[B, T, H d], lse[B, H, T].
@@ -405,7 +406,7 @@ absl::Status RefAttention(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefAttentionGrad(const std::string& op, const Attrs& attr,
+absl::Status RefAttentionGrad(KernelOp op, const Attrs& attr,
                               const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                               bool acc) {
   // dy[B, T, H d], qkv, y, lse -> dqkv, delta[B, H, T] = rowsum(dy y).
@@ -471,7 +472,7 @@ absl::Status RefAttentionGrad(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefLayerNorm(const std::string& op, const Attrs& attr,
+absl::Status RefLayerNorm(KernelOp op, const Attrs& attr,
                           const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                           bool acc) {
   const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
@@ -493,14 +494,14 @@ absl::Status RefLayerNorm(const std::string& op, const Attrs& attr,
 }
 
 // add into sum (out[0]), then layernorm of sum into y, mean, rstd.
-absl::Status RefAddLayerNorm(const std::string& op, const Attrs& attr,
+absl::Status RefAddLayerNorm(KernelOp op, const Attrs& attr,
                              const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                              bool acc) {
   Pointwise<pointwise::Add, 2>({in[0], in[1]}, {out[0]}, false);
   return RefLayerNorm(op, attr, {out[0], in[2], in[3]}, {out[1], out[2], out[3]}, false);
 }
 
-absl::Status RefLayerNormGradInput(const std::string& op, const Attrs& attr,
+absl::Status RefLayerNormGradInput(KernelOp op, const Attrs& attr,
                                    const std::vector<TensorRef>& in,
                                    const std::vector<TensorRef>& out, bool acc) {
   const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
@@ -523,7 +524,7 @@ absl::Status RefLayerNormGradInput(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefLayerNormGradParams(const std::string& op, const Attrs& attr,
+absl::Status RefLayerNormGradParams(KernelOp op, const Attrs& attr,
                                     const std::vector<TensorRef>& in,
                                     const std::vector<TensorRef>& out, bool acc) {
   const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
@@ -542,7 +543,7 @@ absl::Status RefLayerNormGradParams(const std::string& op, const Attrs& attr,
 }
 
 // RMSNorm over the last axis: y = x w / sqrt(mean(x^2) + eps), rstd saved.
-absl::Status RefRmsNorm(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefRmsNorm(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                         const std::vector<TensorRef>& out, bool acc) {
   const int64_t R = LeadingRows(in[0]), D = Last(in[0]);
   for (int64_t r = 0; r < R; ++r) {
@@ -557,7 +558,7 @@ absl::Status RefRmsNorm(const std::string& op, const Attrs& attr, const std::vec
 }
 
 // dy, x, weight, rstd -> dx = rstd (g - xhat mean(g xhat)), g = dy w.
-absl::Status RefRmsNormGradInput(const std::string& op, const Attrs& attr,
+absl::Status RefRmsNormGradInput(KernelOp op, const Attrs& attr,
                                  const std::vector<TensorRef>& in,
                                  const std::vector<TensorRef>& out, bool acc) {
   const int64_t R = LeadingRows(in[1]), D = Last(in[1]);
@@ -577,7 +578,7 @@ absl::Status RefRmsNormGradInput(const std::string& op, const Attrs& attr,
 }
 
 // dy, x, rstd -> dweight = sum over rows of dy x rstd.
-absl::Status RefRmsNormGradParams(const std::string& op, const Attrs& attr,
+absl::Status RefRmsNormGradParams(KernelOp op, const Attrs& attr,
                                   const std::vector<TensorRef>& in,
                                   const std::vector<TensorRef>& out, bool acc) {
   const int64_t R = LeadingRows(in[1]), D = Last(in[1]);
@@ -590,7 +591,7 @@ absl::Status RefRmsNormGradParams(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefCrossEntropy(const std::string& op, const Attrs& attr,
+absl::Status RefCrossEntropy(KernelOp op, const Attrs& attr,
                              const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                              bool acc) {
   // logits[.., C], label[..]: one row per label (token).
@@ -614,7 +615,7 @@ absl::Status RefCrossEntropy(const std::string& op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefCrossEntropyGrad(const std::string& op, const Attrs& attr,
+absl::Status RefCrossEntropyGrad(KernelOp op, const Attrs& attr,
                                  const std::vector<TensorRef>& in,
                                  const std::vector<TensorRef>& out, bool acc) {
   const int64_t B = in[1].size(), C = Last(in[0]);
@@ -630,7 +631,7 @@ absl::Status RefCrossEntropyGrad(const std::string& op, const Attrs& attr,
 
 // cross_entropy then its gradient into the same output: loss_sum and
 // dlogits (out[1] holds the probabilities in between).
-absl::Status RefCrossEntropyFused(const std::string& op, const Attrs& attr,
+absl::Status RefCrossEntropyFused(KernelOp op, const Attrs& attr,
                                   const std::vector<TensorRef>& in,
                                   const std::vector<TensorRef>& out, bool acc) {
   const absl::Status forward = RefCrossEntropy(op, attr, in, out, false);
@@ -638,7 +639,7 @@ absl::Status RefCrossEntropyFused(const std::string& op, const Attrs& attr,
   return RefCrossEntropyGrad(op, attr, {out[1], in[1]}, {out[1]}, false);
 }
 
-absl::Status RefMse(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefMse(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                     const std::vector<TensorRef>& out, bool acc) {
   const int64_t B = Rows(in[0]), N = Cols(in[0]);
   double loss = 0;
@@ -650,7 +651,7 @@ absl::Status RefMse(const std::string& op, const Attrs& attr, const std::vector<
   return absl::OkStatus();
 }
 
-absl::Status RefMseGrad(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefMseGrad(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                         const std::vector<TensorRef>& out, bool acc) {
   const int64_t N = Cols(in[0]);
   Writer d(out[0], acc);
@@ -660,11 +661,11 @@ absl::Status RefMseGrad(const std::string& op, const Attrs& attr, const std::vec
   return absl::OkStatus();
 }
 
-absl::Status RefConv2d(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefConv2d(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                        const std::vector<TensorRef>& out, bool acc) {
   // The image is x (conv2d, grad_params) or dx; w[O, C, kh, kw].
-  const bool fwd = op == "conv2d", params = op == "conv2d_grad_params";
-  const TensorRef& image = op == "conv2d_grad_input" ? out[0] : params ? in[1] : in[0];
+  const bool fwd = op == KernelOp::kConv2d, params = op == KernelOp::kConv2dGradParams;
+  const TensorRef& image = op == KernelOp::kConv2dGradInput ? out[0] : params ? in[1] : in[0];
   const TensorRef& w = params ? out[0] : in[1];
   if (w.shape.size() != 4) return absl::InvalidArgumentError("reference_eval: conv weight");
   absl::StatusOr<Window> win = WindowOf(image, w.shape[0], w.shape[2], w.shape[3],
@@ -712,10 +713,10 @@ absl::Status RefConv2d(const std::string& op, const Attrs& attr, const std::vect
   return absl::OkStatus();
 }
 
-absl::Status RefPool2d(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefPool2d(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                        const std::vector<TensorRef>& out, bool acc) {
-  const bool fwd = op == "max_pool2d" || op == "avg_pool2d";
-  const bool max = op == "max_pool2d" || op == "max_pool2d_grad";
+  const bool fwd = op == KernelOp::kMaxPool2d || op == KernelOp::kAvgPool2d;
+  const bool max = op == KernelOp::kMaxPool2d || op == KernelOp::kMaxPool2dGrad;
   const TensorRef& image = fwd ? in[0] : out[0];
   absl::StatusOr<Window> win =
       WindowOf(image, -1, static_cast<int64_t>(attr("kernel_h")),
@@ -723,7 +724,7 @@ absl::Status RefPool2d(const std::string& op, const Attrs& attr, const std::vect
   if (!win.ok()) return win.status();
   const Window g = *win;
   const double area = static_cast<double>(g.KH * g.KW);
-  if (op == "max_pool2d") {
+  if (op == KernelOp::kMaxPool2d) {
     // argmax (out[1]): the image element h W + w of the first maximum.
     std::vector<double> best(out[0].size(), -INFINITY), where(out[0].size(), -1);
     ForEachWindowElement(g, [&](int64_t n, int64_t c, int64_t i, int64_t j, int64_t h,
@@ -737,7 +738,7 @@ absl::Status RefPool2d(const std::string& op, const Attrs& attr, const std::vect
     });
     std::copy(best.begin(), best.end(), out[0].data);
     std::copy(where.begin(), where.end(), out[1].data);
-  } else if (op == "avg_pool2d") {
+  } else if (op == KernelOp::kAvgPool2d) {
     std::vector<double> sum(out[0].size(), 0.0);
     ForEachWindowElement(g, [&](int64_t n, int64_t c, int64_t i, int64_t j, int64_t h,
                                 int64_t w, int64_t, int64_t) {
@@ -769,7 +770,7 @@ absl::Status RefPool2d(const std::string& op, const Attrs& attr, const std::vect
   return absl::OkStatus();
 }
 
-absl::Status RefReshape(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefReshape(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                         const std::vector<TensorRef>& out, bool acc) {
   std::copy(in[0].data, in[0].data + in[0].size(), out[0].data);
   return absl::OkStatus();
@@ -788,18 +789,20 @@ constexpr RefOp RefConv2dGradInput = &RefConv2d, RefConv2dGradParams = &RefConv2
 // A unit family's reference: its Resolve and its loops in float64
 // (compiler/ops/kernel_families.h).
 template <typename Family>
-absl::Status RefUnit(const std::string& op, const Attrs& attr, const std::vector<TensorRef>& in,
+absl::Status RefUnit(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                      const std::vector<TensorRef>& out, bool acc) {
   std::vector<std::vector<int64_t>> in_shapes, out_shapes;
   std::vector<const double*> x;
   std::vector<double*> y;
   for (const TensorRef& t : in) in_shapes.push_back(t.shape), x.push_back(t.data);
   for (const TensorRef& t : out) out_shapes.push_back(t.shape), y.push_back(t.data);
-  const KernelOp kernel = KernelOpOfInstruction(op.c_str());
   typename Family::Args args;
-  const std::string why = Family::Resolve(kernel, in_shapes, out_shapes, attr.map(), &args);
-  if (!why.empty()) return absl::InvalidArgumentError(absl::StrCat("reference_eval: ", op, ": ", why));
-  Family::template Run<double>(kernel, args, x.data(), y.data(), acc);
+  const std::string why = Family::Resolve(op, in_shapes, out_shapes, attr.map(), &args);
+  if (!why.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reference_eval: ", InstructionOpOf(op), ": ", why));
+  }
+  Family::template Run<double>(op, args, x.data(), y.data(), acc);
   return absl::OkStatus();
 }
 #define TRAINC_REFERENCE_UNIT(Fam, Name, op) \
@@ -807,18 +810,19 @@ absl::Status RefUnit(const std::string& op, const Attrs& attr, const std::vector
 TRAINC_UNIT_OPS(TRAINC_REFERENCE_UNIT)
 #undef TRAINC_REFERENCE_UNIT
 
-// Ref<Name> of every kernel op (compiler/ops/kernel_families.h), by its
-// instruction op; one missing fails to compile.
-const std::map<std::string, RefOp>& ReferenceOps() {
-  static const auto* ops = [] {
-    auto* m = new std::map<std::string, RefOp>;
-#define TRAINC_REFERENCE_ENTRY(Family, Name, op) \
-  if (Ref##Name != nullptr) (*m)[#op] = Ref##Name;
-    TRAINC_KERNEL_OPS(TRAINC_REFERENCE_ENTRY)
+// Ref<Name> of every kernel op (compiler/ops/kernel_families.h), indexed
+// by KernelOp; one missing fails to compile.
+RefOp ReferenceOf(KernelOp op) {
+#define TRAINC_REFERENCE_ENTRY(Family, Name, op) Ref##Name,
+  static constexpr RefOp kRefs[] = {
+      nullptr, nullptr,
+#define TRAINC_REFERENCE_NOT_POINTWISE(op, Name, arity) nullptr,
+      TRAINC_POINTWISE_OPS(TRAINC_REFERENCE_NOT_POINTWISE)
+      TRAINC_KERNEL_OPS(TRAINC_REFERENCE_ENTRY)};
 #undef TRAINC_REFERENCE_ENTRY
-    return m;
-  }();
-  return *ops;
+#undef TRAINC_REFERENCE_NOT_POINTWISE
+  static_assert(sizeof(kRefs) / sizeof(RefOp) == kNumKernelOps);
+  return kRefs[static_cast<int>(op)];
 }
 
 }  // namespace
@@ -833,12 +837,11 @@ absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& 
                     const std::vector<TensorRef>& in, const std::vector<TensorRef>& out) {
   const Attrs attr(attrs);
   const bool acc = attr("accumulate") != 0;
-  if (RunPointwise(op, in, out, acc)) return absl::OkStatus();
-  auto it = ReferenceOps().find(op);
-  if (it == ReferenceOps().end()) {
-    return absl::UnimplementedError(absl::StrCat("reference_eval: op ", op));
-  }
-  return it->second(op, attr, in, out, acc);
+  const KernelOp kernel = KernelOpOfInstruction(op);
+  if (RunPointwise(kernel, in, out, acc)) return absl::OkStatus();
+  const RefOp ref = ReferenceOf(kernel);
+  if (ref == nullptr) return absl::UnimplementedError(absl::StrCat("reference_eval: op ", op));
+  return ref(kernel, attr, in, out, acc);
 }
 
 PlanInterpreter::PlanInterpreter(const Plan& plan)

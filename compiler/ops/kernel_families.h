@@ -32,6 +32,7 @@
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 
 #include <cstdint>
+#include <string_view>
 
 #include "compiler/ops/pointwise.h"
 
@@ -176,16 +177,16 @@ inline const char* InstructionOpOf(KernelOp op) {
   return kernel_ops_internal::kInstructionOps[static_cast<int>(op)];
 }
 
-// The (first) kernel of instruction op `name`; kNotCompute when none.
-inline KernelOp KernelOpOfInstruction(const char* name) {
+// The (first) kernel of instruction op `name`; kNotCompute when none:
+// where a plan's op string becomes an enum (parsing, resolving), so that
+// everything after compares enums.
+inline KernelOp KernelOpOfInstruction(std::string_view name) {
   for (int i = 2; i < kNumKernelOps; ++i) {
-    const char* a = kernel_ops_internal::kInstructionOps[i];
-    const char* b = name;
-    while (*a != 0 && *a == *b) ++a, ++b;
-    if (*a == 0 && *b == 0) return static_cast<KernelOp>(i);
+    if (name == kernel_ops_internal::kInstructionOps[i]) return static_cast<KernelOp>(i);
   }
   return KernelOp::kNotCompute;
 }
+
 
 // The kernel's own name, the enumerator without its k: "CastToBf16".
 inline const char* KernelOpName(KernelOp op) {
@@ -195,6 +196,12 @@ inline const char* KernelOpName(KernelOp op) {
 // The family of a kernel; kNone for kNotCompute and kFused.
 inline constexpr KernelFamily FamilyOf(KernelOp op) {
   return kernel_ops_internal::kFamilies[static_cast<int>(op)];
+}
+
+// The family of instruction op `name` (KernelFamily::kCast for "cast");
+// kNone for an op without a kernel.
+inline KernelFamily FamilyOfInstruction(std::string_view name) {
+  return FamilyOf(KernelOpOfInstruction(name));
 }
 
 // The family's name, the enumerator without its k: "LayerNorm".

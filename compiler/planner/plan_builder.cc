@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/graph/graph.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/ops/op_table.h"
 #include "compiler/plan/plan_io.h"
 #include "compiler/planner/bucketing.h"
@@ -450,7 +451,8 @@ class PlanBuilder::Impl {
   // A parameter's bf16 copy (compiler/graph/precision.h): made in
   // micro-step 0 only, into a persistent buffer.
   bool IsParameterCast(const Node& node) const {
-    return node.op == "cast" && graph_.value(node.inputs[0]).kind == ValueKind::kParameter;
+    return FamilyOfInstruction(node.op) == KernelFamily::kCast &&
+           graph_.value(node.inputs[0]).kind == ValueKind::kParameter;
   }
 
   // The buffer holding value `id` in micro-step k.
@@ -1109,7 +1111,9 @@ class PlanBuilder::Impl {
     }
     report.peak_activation_bytes = memory.peak_live_bytes;
     for (const Instruction& in : plan_.instructions) {
-      if (in.op == "cast" || in.stream != Stream::kCompute) continue;
+      if (FamilyOfInstruction(in.op) == KernelFamily::kCast || in.stream != Stream::kCompute) {
+        continue;
+      }
       int64_t staged = 0;
       std::set<int64_t> offsets;  // an in-place output shares its input's staging
       for (const std::vector<int>* ids : {&in.inputs, &in.outputs}) {

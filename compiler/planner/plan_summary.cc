@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/cost/cost_model.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/ops/op_table.h"
 #include "compiler/planner/planner.h"
 
@@ -49,7 +50,7 @@ std::string PlanSummary(const Plan& plan) {
   if (plan.precision == Precision::kBf16) {
     int casts = 0, parameter_casts = 0, bf16_buffers = 0;
     for (const Instruction& in : plan.instructions) {
-      if (in.op != "cast" || in.micro_step > 0) continue;
+      if (FamilyOfInstruction(in.op) != KernelFamily::kCast || in.micro_step > 0) continue;
       ++casts;
       parameter_casts += plan.buffers[in.outputs[0]].kind == BufferKind::kParameterCopy;
     }
@@ -68,7 +69,7 @@ std::string PlanSummary(const Plan& plan) {
     if (in.phase == Phase::kForward) ++per_micro[in.micro_step].first;
     if (in.phase == Phase::kBackward) ++per_micro[in.micro_step].second;
     if (in.stream == Stream::kComm) ++collectives[in.op];
-    if (in.op == "optimizer") ++optimizer;
+    if (FamilyOfInstruction(in.op) == KernelFamily::kOptimizer) ++optimizer;
   }
   const char* reduce = plan.zero > 0 ? "reduce_scatter" : "all_reduce";
   const bool every_micro = plan.zero_accumulate == ZeroAccumulate::kShard;

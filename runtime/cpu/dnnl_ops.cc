@@ -34,7 +34,7 @@ enum class LayoutUse {
 LayoutUse UseOf(const Plan& plan, const Instruction& in) {
   // From the kernel families (compiler/ops/kernel_families.h): the window
   // family runs on oneDNN; a pointwise op reads and writes one layout.
-  const KernelOp op = KernelOpOfInstruction(in.op.c_str());
+  const KernelOp op = KernelOpOfInstruction(in.op);
   if (IsDnnlOp(op)) return LayoutUse::kDnnl;
   if ((op == KernelOp::kReshape || op == KernelOp::kCopyGrad) && in.inputs.size() == 1 &&
       in.outputs.size() == 1) {
@@ -412,7 +412,8 @@ int FusibleRelu(const Plan& plan, int conv) {
   if (next >= static_cast<int>(plan.instructions.size())) return -1;
   const Instruction& c = plan.instructions[conv];
   const Instruction& r = plan.instructions[next];
-  if (c.op != "conv2d" || r.op != "relu" || r.inputs.size() != 1 || c.outputs.empty() ||
+  if (KernelOpOfInstruction(c.op) != KernelOp::kConv2d ||
+      KernelOpOfInstruction(r.op) != KernelOp::kRelu || r.inputs.size() != 1 || c.outputs.empty() ||
       r.inputs[0] != c.outputs[0] || !c.record_events.empty() || !r.wait_events.empty() ||
       plan.buffers[c.outputs[0]].dtype != DType::kF32 ||
       plan.buffers[r.outputs[0]].dtype != DType::kF32) {

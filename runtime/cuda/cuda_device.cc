@@ -254,7 +254,7 @@ absl::Status CudaDeviceImpl::RunKernel(const Plan& plan,
 }  // namespace cuda_internal
 
 absl::StatusOr<int64_t> CudaWorkspaceBytes(const Plan& plan, const Instruction& instr) {
-  if (instr.op == "linear_grad_input_gelu") {
+  if (KernelOpOfInstruction(instr.op) == KernelOp::kLinearGradInputGelu) {
     ASSIGN_OR_RETURN(const KernelArgs k, DescribeKernel(plan, instr, "cuda"));
     return LinearGradInputGeluWorkspaceBytes(k);
   }

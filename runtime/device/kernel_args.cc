@@ -22,7 +22,7 @@ std::optional<KernelOp> FindKernel(absl::string_view name) {
   for (const char* op : kNotComputeOps) {
     if (name == op) return KernelOp::kNotCompute;
   }
-  const KernelOp op = KernelOpOfInstruction(std::string(name).c_str());
+  const KernelOp op = KernelOpOfInstruction(std::string_view(name.data(), name.size()));
   if (op == KernelOp::kNotCompute) return std::nullopt;
   return op;
 }

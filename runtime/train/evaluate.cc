@@ -11,7 +11,7 @@
 #include "runtime/data/loader.h"
 #include "runtime/data/sampler.h"
 #include "runtime/exec/batch_source.h"
-#include "compiler/ops/op_table.h"
+#include "compiler/ops/kernel_families.h"
 
 namespace trainc {
 namespace {
@@ -36,13 +36,16 @@ class IndexBatchSource : public BatchSource {
 absl::StatusOr<EvalHead> FindEvalHead(const Plan& plan) {
   for (const Instruction& instr : plan.instructions) {
     if (instr.micro_step > 0) break;
-    if (!ops::IsCrossEntropy(instr.op) && instr.op != "mse") continue;
+    const KernelOp op = KernelOpOfInstruction(instr.op);
+    const bool classification =
+        op == KernelOp::kCrossEntropy || op == KernelOp::kCrossEntropyFused;
+    if (!classification && op != KernelOp::kMse) continue;
     if (instr.inputs.size() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan: ", instr.op, " needs 2 inputs"));
     }
     EvalHead head;
-    head.classification = ops::IsCrossEntropy(instr.op);
+    head.classification = classification;
     head.prediction = &plan.buffers[instr.inputs[0]];
     head.target = &plan.buffers[instr.inputs[1]];
     if (head.classification) {
