@@ -1,6 +1,8 @@
 // ResolveKernels' fusion of a linear and the activation after it: the
 // fused kernel writes the activation's output while it still reads the
-// linear's operands, so it fuses only when those bytes are apart.
+// linear's operands, so it fuses only when those bytes are apart. And a
+// unit family's resolution (compiler/ops/kernel_families.h), group_norm's:
+// its typed sizes from the shapes, its refusals naming the instruction.
 #include "runtime/device/kernel_args.h"
 
 #include <vector>
@@ -66,6 +68,63 @@ TEST(KernelArgs, DoesNotFuseWhenTheActivationReusesAnOperandsBytes) {
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_EQ((*k)[0].act, Activation::kNone);
   EXPECT_EQ((*k)[1].op, KernelOp::kRelu);
+}
+
+// group_norm of x (`shape`, weight and bias of `channels`) in `groups`.
+Plan GroupNorm(std::vector<int64_t> shape, int64_t channels, double groups) {
+  Plan plan;
+  const int64_t n = shape[0];
+  plan.buffers = {Make(0, "x", BufferKind::kActivation, shape, 0),
+                  Make(1, "n.weight", BufferKind::kParameter, {channels}, 4096),
+                  Make(2, "n.bias", BufferKind::kParameter, {channels}, 4608),
+                  Make(3, "y", BufferKind::kActivation, shape, 8192),
+                  Make(4, "mean", BufferKind::kActivation, {n, 2}, 12288),
+                  Make(5, "rstd", BufferKind::kActivation, {n, 2}, 12800)};
+  Instruction gn;
+  gn.id = 0;
+  gn.op = "group_norm";
+  gn.label = "n";
+  gn.inputs = {0, 1, 2};
+  gn.outputs = {3, 4, 5};
+  gn.attrs = {{"groups", groups}, {"eps", 1e-5}};
+  plan.instructions = {gn};
+  plan.arena_bytes = 16384;
+  return plan;
+}
+
+TEST(KernelArgs, AUnitFamilyResolvesItsOwnSizes) {
+  std::vector<char> arena(16384);
+  // An image [N, C, H, W]: channels on axis 1, H W positions after them.
+  absl::StatusOr<std::vector<KernelArgs>> image =
+      ResolveKernels(GroupNorm({3, 6, 4, 5}, 6, 2), arena.data(), arena.size(), "test");
+  ASSERT_TRUE(image.ok()) << image.status();
+  const ops::GroupNormFamily::Args& a = (*image)[0].group_norm;
+  EXPECT_EQ((*image)[0].op, KernelOp::kGroupNorm);
+  EXPECT_EQ(a.n, 3);
+  EXPECT_EQ(a.channels, 6);
+  EXPECT_EQ(a.groups, 2);
+  EXPECT_EQ(a.outer, 1);
+  EXPECT_EQ(a.inner, 20);
+  EXPECT_FLOAT_EQ(a.eps, 1e-5f);
+  // A sequence [N, T, C]: channels last, T positions before them.
+  absl::StatusOr<std::vector<KernelArgs>> seq =
+      ResolveKernels(GroupNorm({3, 7, 6}, 6, 2), arena.data(), arena.size(), "test");
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ((*seq)[0].group_norm.outer, 7);
+  EXPECT_EQ((*seq)[0].group_norm.inner, 1);
+  EXPECT_EQ((*seq)[0].group_norm.channels, 6);
+}
+
+TEST(KernelArgs, AUnitFamilyRefusesNamingTheInstruction) {
+  std::vector<char> arena(16384);
+  absl::StatusOr<std::vector<KernelArgs>> k =
+      ResolveKernels(GroupNorm({3, 6, 4, 5}, 6, 4), arena.data(), arena.size(), "test");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(),
+            "test: instruction 0 (group_norm \"n\"): attr groups does not divide the channels");
+  k = ResolveKernels(GroupNorm({3, 6, 4, 5}, 5, 1), arena.data(), arena.size(), "test");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(), "test: instruction 0 (group_norm \"n\"): weight is not [C]");
 }
 
 }  // namespace
