@@ -117,129 +117,155 @@ class EdgeSet {
   std::vector<VizEdge> edges_;
 };
 
-}  // namespace
+// Step 1: every micro-step folded onto the drawn one. The k-th op of
+// micro-step m is the k-th op of the drawn micro-step (the program is
+// unrolled); the drawn one is the last (the one the all-reduces overlap).
+struct Folding {
+  std::vector<int> canon;        // instruction -> the one drawn for it
+  std::vector<int> drawn_micro;  // the drawn micro-step's instructions
+};
 
-std::string HumanBytes(int64_t bytes) {
-  if (bytes < 1024) return absl::StrCat(bytes, " B");
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = -1;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
-    ++u;
-  }
-  return absl::StrFormat("%.1f %s", v, units[u]);
-}
-
-absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
-                                       const VizOptions& options) {
-  if (absl::Status s = CheckIds(plan); !s.ok()) return s;
+Folding FoldMicroSteps(const Plan& plan) {
   const auto& instrs = plan.instructions;
   const int n = static_cast<int>(instrs.size());
-
-  VizGraph g;
-  g.model = plan.model;
-  g.accumulate = plan.accumulate;
-  g.world_size = plan.world_size;
-  g.instructions = n;
-
-  // 1. Fold every micro-step onto the drawn one: the k-th op of micro-step m
-  //    is the k-th op of the drawn micro-step (the program is unrolled).
   std::map<int, std::vector<int>> by_micro;
   for (int i = 0; i < n; ++i) {
     if (InMicroStep(instrs[i])) by_micro[instrs[i].micro_step].push_back(i);
   }
-  std::vector<int> canon(n);
-  for (int i = 0; i < n; ++i) canon[i] = i;
-  std::vector<int> drawn_micro;
-  if (!by_micro.empty()) {
-    int rep = by_micro.rbegin()->first;
-    if (by_micro.count(plan.accumulate - 1)) rep = plan.accumulate - 1;
-    drawn_micro = by_micro[rep];
-    for (const auto& [m, list] : by_micro) {
-      if (m == rep) continue;
-      for (size_t k = 0; k < list.size() && k < drawn_micro.size(); ++k) {
-        canon[list[k]] = drawn_micro[k];
-      }
+  Folding f;
+  f.canon.resize(n);
+  for (int i = 0; i < n; ++i) f.canon[i] = i;
+  if (by_micro.empty()) return f;
+  int rep = by_micro.rbegin()->first;
+  if (by_micro.count(plan.accumulate - 1)) rep = plan.accumulate - 1;
+  f.drawn_micro = by_micro[rep];
+  for (const auto& [m, list] : by_micro) {
+    if (m == rep) continue;
+    for (size_t k = 0; k < list.size() && k < f.drawn_micro.size(); ++k) {
+      f.canon[list[k]] = f.drawn_micro[k];
     }
   }
+  return f;
+}
 
-  // 2. Collapse runs of identical layers within each phase of the drawn
-  //    micro-step.
+// Step 2's result: the collapsed blocks and which drawn instruction each
+// stands for.
+struct Blocks {
   std::map<int, std::string> block_of;  // drawn instr -> block node id
-  std::map<std::string, VizNode> block_nodes;
-  if (options.collapse_repeats) {
-    size_t s = 0;
-    while (s < drawn_micro.size()) {
-      size_t e = s;
-      while (e < drawn_micro.size() &&
-             instrs[drawn_micro[e]].phase == instrs[drawn_micro[s]].phase) {
-        ++e;
-      }
-      std::vector<std::string> sigs, stmts;
-      bool have_stmts = true;
-      for (size_t k = s; k < e; ++k) {
-        sigs.push_back(SignatureOf(plan, instrs[drawn_micro[k]]));
-        stmts.push_back(StatementOf(instrs[drawn_micro[k]]));
-        if (stmts.back().empty()) have_stmts = false;
-      }
-      if (!have_stmts) stmts.clear();
-      for (const RepeatedBlock& b :
-           FindRepeatedBlocks(sigs, stmts, options.min_repeats)) {
-        std::string id = absl::StrCat("blk", g.collapsed_blocks++);
-        VizNode node;
-        node.id = id;
-        node.kind = NodeKind::kRepeatedBlock;
-        node.group = NodeGroup::kMicroStep;
-        node.phase = PhaseName(instrs[drawn_micro[s]].phase);
-        node.repeats = b.repeats;
-        const Instruction& first = instrs[drawn_micro[s + b.start]];
-        const Instruction& last = instrs[drawn_micro[s + b.end() - 1]];
-        std::vector<std::string> ops;
-        for (int k = 0; k < b.period; ++k) {
-          ops.push_back(instrs[drawn_micro[s + b.start + k]].op);
-        }
-        std::string from = StatementOf(first), to = StatementOf(last);
-        std::string names = from.empty() || to.empty()
-                                ? std::string("layers")
-                                : absl::StrCat(from, "..", to);
-        node.label = absl::StrCat(names, " (\xC3\x97", b.repeats, ")\n",
-                                  absl::StrJoin(ops, " \xE2\x86\x92 "));
-        block_nodes[id] = node;
-        for (int k = b.start; k < b.end(); ++k) {
-          block_of[drawn_micro[s + k]] = id;
-        }
-      }
-      s = e;
-    }
-  }
-  auto node_of = [&](int i) -> std::string {
-    int c = canon[i];
-    auto it = block_of.find(c);
-    if (it != block_of.end()) return it->second;
-    return absl::StrCat("i", c);
-  };
+  std::map<std::string, VizNode> nodes;
+  int count = 0;
+};
 
-  // Gradients live inside their bucket: find each one's bucket by offset.
-  std::map<int, int> bucket_of_grad;
+// The node of one repeated block: "h1..h9 (×9)" and the ops of one period.
+VizNode BlockNode(const Plan& plan, const std::vector<int>& run,
+                  const RepeatedBlock& b, const std::string& id) {
+  const auto& instrs = plan.instructions;
+  VizNode node;
+  node.id = id;
+  node.kind = NodeKind::kRepeatedBlock;
+  node.group = NodeGroup::kMicroStep;
+  node.phase = PhaseName(instrs[run[0]].phase);
+  node.repeats = b.repeats;
+  const Instruction& first = instrs[run[b.start]];
+  const Instruction& last = instrs[run[b.end() - 1]];
+  std::vector<std::string> ops;
+  for (int k = 0; k < b.period; ++k) ops.push_back(instrs[run[b.start + k]].op);
+  std::string from = StatementOf(first), to = StatementOf(last);
+  std::string names =
+      from.empty() || to.empty() ? std::string("layers") : absl::StrCat(from, "..", to);
+  node.label = absl::StrCat(names, " (\xC3\x97", b.repeats, ")\n",
+                            absl::StrJoin(ops, " \xE2\x86\x92 "));
+  return node;
+}
+
+// Collapses the runs of identical layers in `run`, the drawn micro-step's
+// instructions of one phase, into `blocks`.
+void CollapsePhase(const Plan& plan, const std::vector<int>& run, int min_repeats,
+                   Blocks* blocks) {
+  std::vector<std::string> sigs, stmts;
+  bool have_stmts = true;
+  for (int i : run) {
+    sigs.push_back(SignatureOf(plan, plan.instructions[i]));
+    stmts.push_back(StatementOf(plan.instructions[i]));
+    if (stmts.back().empty()) have_stmts = false;
+  }
+  if (!have_stmts) stmts.clear();
+  for (const RepeatedBlock& b : FindRepeatedBlocks(sigs, stmts, min_repeats)) {
+    std::string id = absl::StrCat("blk", blocks->count++);
+    blocks->nodes[id] = BlockNode(plan, run, b, id);
+    for (int k = b.start; k < b.end(); ++k) blocks->block_of[run[k]] = id;
+  }
+}
+
+// Step 2: runs of identical layers within each phase of the drawn
+// micro-step, collapsed.
+Blocks CollapseRepeats(const Plan& plan, const std::vector<int>& drawn_micro,
+                       int min_repeats) {
+  Blocks blocks;
+  size_t s = 0;
+  while (s < drawn_micro.size()) {
+    size_t e = s;
+    const Phase phase = plan.instructions[drawn_micro[s]].phase;
+    while (e < drawn_micro.size() && plan.instructions[drawn_micro[e]].phase == phase) {
+      ++e;
+    }
+    CollapsePhase(plan, std::vector<int>(drawn_micro.begin() + s, drawn_micro.begin() + e),
+                  min_repeats, &blocks);
+    s = e;
+  }
+  return blocks;
+}
+
+// The node an instruction is drawn as: its block, or its drawn copy.
+class NodeNames {
+ public:
+  NodeNames(const Folding& folding, const Blocks& blocks)
+      : folding_(folding), blocks_(blocks) {}
+  std::string operator()(int i) const {
+    int c = folding_.canon[i];
+    auto it = blocks_.block_of.find(c);
+    if (it != blocks_.block_of.end()) return it->second;
+    return absl::StrCat("i", c);
+  }
+
+ private:
+  const Folding& folding_;
+  const Blocks& blocks_;
+};
+
+// Where the buckets are: which bucket each gradient lives in (by offset),
+// which bucket a kBucket buffer is, and each bucket by id.
+struct BucketIndex {
+  std::map<int, int> of_grad;    // gradient buffer -> bucket id
+  std::map<int, int> of_buffer;  // kBucket buffer -> bucket id
+  std::map<int, const Bucket*> by_id;
+};
+
+BucketIndex IndexBuckets(const Plan& plan) {
+  BucketIndex index;
   for (const Bucket& b : plan.buckets) {
     if (b.grad_buffer < 0) continue;
     const Buffer& bb = plan.buffers[b.grad_buffer];
     int64_t slots = plan.deterministic ? std::max<int64_t>(1, plan.accumulate) : 1;
     int64_t lo = bb.offset, hi = bb.offset + std::max(bb.bytes, b.bytes * slots);
     for (const Buffer& buf : plan.buffers) {
-      if (buf.kind == BufferKind::kGradient && buf.offset >= lo &&
-          buf.offset < hi) {
-        bucket_of_grad[buf.id] = b.id;
+      if (buf.kind == BufferKind::kGradient && buf.offset >= lo && buf.offset < hi) {
+        index.of_grad[buf.id] = b.id;
       }
     }
   }
-  std::map<int, int> bucket_of_buffer;  // kBucket buffer -> bucket id
-  for (const Bucket& b : plan.buckets) bucket_of_buffer[b.grad_buffer] = b.id;
-  std::map<int, const Bucket*> bucket_by_id;
-  for (const Bucket& b : plan.buckets) bucket_by_id[b.id] = &b;
+  for (const Bucket& b : plan.buckets) index.of_buffer[b.grad_buffer] = b.id;
+  for (const Bucket& b : plan.buckets) index.by_id[b.id] = &b;
+  return index;
+}
 
-  // 3. Edges, walking the program in order.
+// Step 3: the edges, walking the program in order: a buffer's last writer
+// (or its parameter, or its bucket) to each reader, a gradient's writer to
+// its bucket, and an event's latest earlier recorder to each waiter.
+EdgeSet ProgramEdges(const Plan& plan, const NodeNames& node_of,
+                     const BucketIndex& buckets) {
+  const auto& instrs = plan.instructions;
+  const int n = static_cast<int>(instrs.size());
   EdgeSet edges;
   std::map<int, int> last_writer;            // buffer -> instr
   std::map<int, std::vector<int>> recorders;  // event -> instrs, in order
@@ -255,12 +281,13 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
     for (int b : in.inputs) {
       const Buffer& buf = plan.buffers[b];
       auto w = last_writer.find(b);
+      auto bucket = buckets.of_buffer.find(b);
       if (w != last_writer.end()) {
         edges.Add(node_of(w->second), me, EdgeKind::kData);
       } else if (buf.kind == BufferKind::kParameter) {
         edges.Add(absl::StrCat("p", b), me, EdgeKind::kData);
-      } else if (buf.kind == BufferKind::kBucket && bucket_of_buffer.count(b)) {
-        edges.Add(absl::StrCat("b", bucket_of_buffer[b]), me, EdgeKind::kData);
+      } else if (buf.kind == BufferKind::kBucket && bucket != buckets.of_buffer.end()) {
+        edges.Add(absl::StrCat("b", bucket->second), me, EdgeKind::kData);
       }
     }
     for (int b : in.outputs) {
@@ -269,8 +296,8 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
       if (views != views_of_span.end()) {
         for (int v : views->second) last_writer[v] = i;
       }
-      auto gb = bucket_of_grad.find(b);
-      if (gb != bucket_of_grad.end()) {
+      auto gb = buckets.of_grad.find(b);
+      if (gb != buckets.of_grad.end()) {
         edges.Add(me, absl::StrCat("b", gb->second), EdgeKind::kData);
       }
     }
@@ -285,24 +312,34 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
       if (from >= 0) edges.Add(node_of(from), me, EdgeKind::kEvent);
     }
   }
+  return edges;
+}
 
-  // 4. Parameters used only by collapsed blocks become one node per block.
+// Step 4's result: the parameters read only by collapsed blocks, grouped
+// by the first block that reads them.
+struct ParamGroups {
   std::map<std::string, std::vector<std::string>> consumers;  // p<id> -> to
-  for (const VizEdge& e : edges.edges()) {
-    if (e.from[0] == 'p') consumers[e.from].push_back(e.to);
+  std::map<std::string, std::string> group_of;                 // p<id> -> pg<k>
+  std::map<std::string, std::vector<int>> members;             // pg -> buffers
+  std::map<std::string, std::string> block;                    // pg -> its first block
+};
+
+// Step 4: parameters used only by collapsed blocks become one node per
+// block; their edges are rewritten to come from the group.
+ParamGroups GroupBlockParameters(const Plan& plan, const Blocks& blocks, EdgeSet* edges) {
+  ParamGroups groups;
+  for (const VizEdge& e : edges->edges()) {
+    if (e.from[0] == 'p') groups.consumers[e.from].push_back(e.to);
   }
-  std::map<std::string, std::string> param_group;  // p<id> -> pg<k>
-  std::map<std::string, std::vector<int>> group_members;  // pg -> buffers
   std::map<std::string, std::string> group_key_to_id;
-  std::map<std::string, std::string> group_block;  // pg -> its first block
   for (int b : plan.parameter_buffers) {
     std::string pid = absl::StrCat("p", b);
-    auto it = consumers.find(pid);
-    if (it == consumers.end()) continue;
+    auto it = groups.consumers.find(pid);
+    if (it == groups.consumers.end()) continue;
     std::vector<std::string> to = it->second;
     bool all_blocks = !to.empty();
     for (const std::string& t : to) {
-      if (!block_nodes.count(t)) all_blocks = false;
+      if (!blocks.nodes.count(t)) all_blocks = false;
     }
     if (!all_blocks) continue;
     // Keyed by the first block that reads them (the forward one), so that
@@ -311,41 +348,46 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
       return a.size() != b.size() ? a.size() < b.size() : a < b;
     });
     std::string key = to.front();
-    auto [gi, inserted] = group_key_to_id.insert(
-        {key, absl::StrCat("pg", group_key_to_id.size())});
-    param_group[pid] = gi->second;
-    group_members[gi->second].push_back(b);
-    if (inserted) group_block[gi->second] = to.front();
+    auto [gi, inserted] =
+        group_key_to_id.insert({key, absl::StrCat("pg", group_key_to_id.size())});
+    groups.group_of[pid] = gi->second;
+    groups.members[gi->second].push_back(b);
+    if (inserted) groups.block[gi->second] = to.front();
   }
-  if (!param_group.empty()) {
+  if (!groups.group_of.empty()) {
     EdgeSet rewritten;
-    for (const VizEdge& e : edges.edges()) {
-      auto f = param_group.find(e.from);
-      rewritten.Add(f == param_group.end() ? e.from : f->second, e.to, e.kind);
+    for (const VizEdge& e : edges->edges()) {
+      auto f = groups.group_of.find(e.from);
+      rewritten.Add(f == groups.group_of.end() ? e.from : f->second, e.to, e.kind);
     }
-    edges = std::move(rewritten);
+    *edges = std::move(rewritten);
   }
+  return groups;
+}
 
-  // 5. Nodes, in drawing order: parameters, then the program, then buckets.
+// Step 5a: the parameter nodes (one per group of a collapsed block's
+// parameters), skipping parameters nothing reads.
+void AddParameterNodes(const Plan& plan, const Blocks& blocks, const ParamGroups& groups,
+                       VizGraph* g) {
   std::set<std::string> emitted_groups;
   for (int b : plan.parameter_buffers) {
     std::string pid = absl::StrCat("p", b);
-    if (!consumers.count(pid)) continue;  // unused: nothing to connect
-    auto pg = param_group.find(pid);
-    if (pg != param_group.end()) {
+    if (!groups.consumers.count(pid)) continue;  // unused: nothing to connect
+    auto pg = groups.group_of.find(pid);
+    if (pg != groups.group_of.end()) {
       if (!emitted_groups.insert(pg->second).second) continue;
       VizNode node;
       node.id = pg->second;
       node.kind = NodeKind::kParameterGroup;
       node.group = NodeGroup::kParameters;
       int64_t bytes = 0;
-      const auto& members = group_members[pg->second];
+      const auto& members = groups.members.at(pg->second);
       for (int m : members) bytes += plan.buffers[m].bytes;
-      std::string first_line = block_nodes[group_block[pg->second]].label;
+      std::string first_line = blocks.nodes.at(groups.block.at(pg->second)).label;
       first_line = first_line.substr(0, first_line.find('\n'));
-      node.label = absl::StrCat("parameters of ", first_line, "\n",
-                                members.size(), " tensors, ", HumanBytes(bytes));
-      g.nodes.push_back(node);
+      node.label = absl::StrCat("parameters of ", first_line, "\n", members.size(),
+                                " tensors, ", HumanBytes(bytes));
+      g->nodes.push_back(node);
       continue;
     }
     const Buffer& buf = plan.buffers[b];
@@ -354,42 +396,57 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
     node.kind = NodeKind::kParameter;
     node.group = NodeGroup::kParameters;
     node.label = absl::StrCat(buf.name, "\n[", ShapeText(buf.shape), "]");
-    g.nodes.push_back(node);
+    g->nodes.push_back(node);
   }
+}
+
+// The node of one drawn instruction; a collective's and the optimizer's
+// carry their bucket's colour, a collective's label its bucket's size.
+VizNode OpNode(const Plan& plan, int i, const BucketIndex& buckets) {
+  const Instruction& in = plan.instructions[i];
+  VizNode node;
+  node.id = absl::StrCat("i", i);
+  node.kind = NodeKind::kOp;
+  node.phase = PhaseName(in.phase);
+  node.comm = in.stream == Stream::kComm;
+  node.group = InMicroStep(in) ? NodeGroup::kMicroStep
+               : node.comm    ? NodeGroup::kComm
+                              : NodeGroup::kStep;
+  node.label = in.label.empty() ? in.op : in.label;
+  int bucket = BucketAttr(in);
+  if (bucket < 0) {
+    for (const Bucket& b : plan.buckets) {
+      if (b.all_reduce == i) bucket = b.id;
+    }
+  }
+  const bool collective =
+      in.op == "all_reduce" || in.op == "reduce_scatter" || in.op == "all_gather";
+  if (collective || in.op == "optimizer") node.bucket = bucket;
+  auto b = buckets.by_id.find(bucket);
+  if (collective && b != buckets.by_id.end()) {
+    absl::StrAppend(&node.label, "\n", HumanBytes(b->second->bytes));
+  }
+  return node;
+}
+
+// Step 5b: the program's nodes, in order: each drawn instruction, or its
+// block where it is the block's first.
+void AddProgramNodes(const Plan& plan, const Folding& folding, const Blocks& blocks,
+                     const BucketIndex& buckets, VizGraph* g) {
   std::set<std::string> emitted_blocks;
-  for (int i = 0; i < n; ++i) {
-    if (canon[i] != i) continue;
-    const Instruction& in = instrs[i];
-    auto blk = block_of.find(i);
-    if (blk != block_of.end()) {
-      if (emitted_blocks.insert(blk->second).second) {
-        g.nodes.push_back(block_nodes[blk->second]);
-      }
-      continue;
+  for (int i = 0; i < static_cast<int>(plan.instructions.size()); ++i) {
+    if (folding.canon[i] != i) continue;
+    auto blk = blocks.block_of.find(i);
+    if (blk == blocks.block_of.end()) {
+      g->nodes.push_back(OpNode(plan, i, buckets));
+    } else if (emitted_blocks.insert(blk->second).second) {
+      g->nodes.push_back(blocks.nodes.at(blk->second));
     }
-    VizNode node;
-    node.id = absl::StrCat("i", i);
-    node.kind = NodeKind::kOp;
-    node.phase = PhaseName(in.phase);
-    node.comm = in.stream == Stream::kComm;
-    node.group = InMicroStep(in) ? NodeGroup::kMicroStep
-                 : node.comm    ? NodeGroup::kComm
-                                : NodeGroup::kStep;
-    node.label = in.label.empty() ? in.op : in.label;
-    int bucket = BucketAttr(in);
-    if (bucket < 0) {
-      for (const Bucket& b : plan.buckets) {
-        if (b.all_reduce == i) bucket = b.id;
-      }
-    }
-    const bool collective = in.op == "all_reduce" ||
-                            in.op == "reduce_scatter" || in.op == "all_gather";
-    if (collective || in.op == "optimizer") node.bucket = bucket;
-    if (collective && bucket_by_id.count(bucket)) {
-      absl::StrAppend(&node.label, "\n", HumanBytes(bucket_by_id[bucket]->bytes));
-    }
-    g.nodes.push_back(node);
   }
+}
+
+// Step 5c: one node per bucket, and the buckets' table.
+void AddBucketNodes(const Plan& plan, VizGraph* g) {
   for (const Bucket& b : plan.buckets) {
     VizNode node;
     node.id = absl::StrCat("b", b.id);
@@ -398,9 +455,46 @@ absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan,
     node.bucket = b.id;
     node.label = absl::StrCat("bucket ", b.id, "\n", HumanBytes(b.bytes), ", ",
                               b.parameters.size(), " params");
-    g.nodes.push_back(node);
-    g.buckets.push_back({b.id, b.bytes, b.parameters});
+    g->nodes.push_back(node);
+    g->buckets.push_back({b.id, b.bytes, b.parameters});
   }
+}
+
+}  // namespace
+
+std::string HumanBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = -1;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+absl::StatusOr<VizGraph> BuildVizGraph(const Plan& plan, const VizOptions& options) {
+  if (absl::Status s = CheckIds(plan); !s.ok()) return s;
+  VizGraph g;
+  g.model = plan.model;
+  g.accumulate = plan.accumulate;
+  g.world_size = plan.world_size;
+  g.instructions = static_cast<int>(plan.instructions.size());
+
+  const Folding folding = FoldMicroSteps(plan);
+  const Blocks blocks = options.collapse_repeats
+                            ? CollapseRepeats(plan, folding.drawn_micro, options.min_repeats)
+                            : Blocks();
+  g.collapsed_blocks = blocks.count;
+  const BucketIndex buckets = IndexBuckets(plan);
+  EdgeSet edges = ProgramEdges(plan, NodeNames(folding, blocks), buckets);
+  const ParamGroups groups = GroupBlockParameters(plan, blocks, &edges);
+
+  // Nodes, in drawing order: parameters, then the program, then buckets.
+  AddParameterNodes(plan, blocks, groups, &g);
+  AddProgramNodes(plan, folding, blocks, buckets, &g);
+  AddBucketNodes(plan, &g);
 
   // Drop edges to nodes that were not drawn (e.g. a bucket with no buffer).
   std::set<std::string> ids;
