@@ -193,6 +193,185 @@ std::string ScalingSection(const std::vector<simulate::ScalingCurve>& curves,
   return html;
 }
 
+// A report of metrics logs alone (no plan): the training section.
+std::string CurvesOnlyReport(const HtmlReportInput& in) {
+  std::string html = absl::StrCat(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<title>training curves \xE2\x80\x94 trainc</title>\n<style>",
+      kStyle, "</style>\n</head>\n<body>\n<h1>Training curves</h1>\n");
+  if (in.runs != nullptr) {
+    absl::StrAppend(&html, "<div class=\"sub\">", in.runs->size(),
+                    " run(s)</div>\n", TrainingSection(*in.runs, in.curves_svg));
+  }
+  absl::StrAppend(&html, "<script>", kScript, "</script>\n</body>\n</html>\n");
+  return html;
+}
+
+// The page's head and title: the model, where the plan came from and how
+// much of it the graph draws.
+std::string PlanHeader(const HtmlReportInput& in) {
+  const Plan& p = *in.plan;
+  const VizGraph& g = *in.graph;
+  std::string html = absl::StrCat(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<title>", XmlEscape(p.model), " \xE2\x80\x94 trainc plan</title>\n<style>",
+      kStyle, "</style>\n</head>\n<body>\n");
+  absl::StrAppend(&html, "<h1>", XmlEscape(p.model), "</h1>\n<div class=\"sub\">",
+                  XmlEscape(in.input_path),
+                  p.source.empty() ? "" : absl::StrCat(" \xC2\xB7 compiled from ",
+                                                       XmlEscape(p.source)),
+                  " \xC2\xB7 plan format ", p.version, " \xC2\xB7 ",
+                  g.instructions, " instructions, ", g.nodes.size(),
+                  " nodes drawn", g.collapsed_blocks > 0
+                      ? absl::StrCat(", ", g.collapsed_blocks, " repeated blocks collapsed")
+                      : std::string(),
+                  "</div>\n");
+  return html;
+}
+
+// How the global batch multiplies out, and the step's settings.
+std::string BatchSection(const Plan& p) {
+  return absl::StrCat("<h2>Batch arithmetic</h2>\n<p id=\"batch\">global batch "
+                      "<b>", p.global_batch, "</b> = ", p.world_size,
+                      " rank(s) \xC3\x97 micro-batch ", p.micro_batch, " \xC3\x97 ",
+                      p.accumulate, " accumulation step(s)",
+                      p.global_batch == p.world_size * p.micro_batch * p.accumulate
+                          ? ""
+                          : " <span class=\"warn\">(does not multiply out)</span>",
+                      "; gradients are all-reduced once per step, after the last "
+                      "micro-step; loss scaled by 1/", p.global_batch, ". ",
+                      p.epochs, " epoch(s), ", p.steps, " step(s); optimizer ",
+                      XmlEscape(EnumName(p.optimizer.kind)),
+                      absl::StrFormat(" (lr %g)", p.optimizer.lr), ", bucket_mb ",
+                      absl::StrFormat("%g", p.bucket_mb),
+                      p.deterministic ? ", deterministic" : "", ".</p>\n");
+}
+
+// The rendered graph, or why it is missing.
+std::string GraphSection(const HtmlReportInput& in) {
+  std::string html = absl::StrCat(
+      "<h2>Graph</h2>\n<p class=\"sub\">One micro-step is drawn "
+      "once (\xC3\x97", in.plan->accumulate, "); solid edges: data, "
+      "dashed: stream events; hexagons run on the comm stream. "
+      "<button onclick=\"toggleFit()\">fit / actual size</button></p>\n"
+      "<div id=\"graph\" class=\"fit\">");
+  if (!in.graph_svg.empty()) {
+    absl::StrAppend(&html, InlineSvg(in.graph_svg));
+  } else {
+    absl::StrAppend(&html, "<p class=\"warn\" id=\"graph-missing\">Graph not "
+                           "rendered: ", XmlEscape(in.graph_error),
+                    "</p>");
+  }
+  absl::StrAppend(&html, "</div>\n");
+  return html;
+}
+
+// A trace's timeline and the overlap table, one row per rank.
+std::string TimelineSection(const HtmlReportInput& in) {
+  std::string html = absl::StrCat("<h2>Timeline</h2>\n<div id=\"timeline\">",
+                                  in.timeline_svg, "</div>\n");
+  absl::StrAppend(&html, "<h2>Overlap (per rank, mean over traced steps)</h2>\n"
+                         "<table id=\"overlap\">\n<tr><th class=\"l\">rank</th>"
+                         "<th>steps</th><th>step (ms)</th><th>backward (ms)</th>"
+                         "<th>all-reduce (ms)</th><th>hidden (ms)</th>"
+                         "<th>exposed (ms)</th><th>hidden %</th>"
+                         "<th>last bucket</th></tr>\n");
+  for (const RankOverlap& r : in.overlap) {
+    absl::StrAppend(&html, Row({absl::StrCat(r.rank), absl::StrCat(r.steps),
+                                Ms(r.step_us), Ms(r.backward_us),
+                                Ms(r.all_reduce_us), Ms(r.hidden_us),
+                                Ms(r.exposed_us),
+                                absl::StrFormat("%.1f", 100 * r.hidden_fraction()),
+                                r.last_bucket >= 0 ? absl::StrCat(r.last_bucket)
+                                                   : std::string("-")}));
+  }
+  absl::StrAppend(&html, "</table>\n<p class=\"sub\">hidden: all-reduce time "
+                         "during which the compute stream was busy; exposed: "
+                         "the rest. A late last bucket or large exposed time "
+                         "suggests smaller buckets (bucket_mb).</p>\n");
+  return html;
+}
+
+// One row per gradient bucket, in its colour.
+std::string BucketsSection(const VizGraph& g) {
+  std::string html = "<h2>Gradient buckets</h2>\n<table id=\"buckets\">\n"
+                     "<tr><th class=\"l\">bucket</th><th>bytes</th><th>size</th>"
+                     "<th class=\"l\">parameters (ready order)</th></tr>\n";
+  for (const BucketSummary& b : g.buckets) {
+    absl::StrAppend(
+        &html,
+        Row({absl::StrCat("<span class=\"swatch\" style=\"background:",
+                          BucketColor(b.id), "\"></span> ", b.id),
+             absl::StrCat(b.bytes), HumanBytes(b.bytes),
+             absl::StrCat("<span style=\"float:left\">",
+                          XmlEscape(absl::StrJoin(b.parameters, ", ")),
+                          "</span>")}));
+  }
+  absl::StrAppend(&html, "</table>\n");
+  return html;
+}
+
+// What each kind of op costs, from the op table's cost rules.
+std::string ComputeSection(const Plan& p) {
+  struct CategoryCost {
+    int count = 0;
+    double flops = 0, bytes = 0;
+  };
+  std::map<std::string, CategoryCost> by_category;
+  for (const Instruction& in : p.instructions) {
+    const ops::OpDef* def = ops::FindOp(in.op);
+    if (def == nullptr) continue;
+    std::vector<ops::Shape> ins, outs;
+    for (int id : in.inputs) ins.push_back(p.buffers[id].shape);
+    for (int id : in.outputs) outs.push_back(p.buffers[id].shape);
+    const ops::Cost cost = ops::EstimateCost(*def, ins, outs);
+    CategoryCost& c = by_category[ops::OpCategoryName(def->category)];
+    ++c.count;
+    c.flops += cost.flops;
+    c.bytes += cost.bytes;
+  }
+  std::string html = "<h2>Compute (per rank and step)</h2>\n<table id=\"compute\">\n"
+                     "<tr><th class=\"l\">ops</th><th>instructions</th>"
+                     "<th>GFLOP</th><th>MB moved</th></tr>\n";
+  for (const auto& [category, c] : by_category) {
+    absl::StrAppend(&html, Row({category, absl::StrCat(c.count),
+                                absl::StrFormat("%.3f", c.flops / 1e9),
+                                absl::StrFormat("%.1f", c.bytes / 1e6)}));
+  }
+  absl::StrAppend(&html, "</table>\n<p class=\"sub\">Estimates from each op's "
+                         "cost rule (compiler/ops/op_table.cc).</p>\n");
+  return html;
+}
+
+// The memory plan per rank (and, under bf16, what it saves and costs).
+std::string MemorySection(const Plan& p) {
+  const MemoryReport& m = p.memory;
+  auto mem_row = [](const char* what, int64_t bytes) {
+    return Row({what, absl::StrCat(bytes), HumanBytes(bytes)});
+  };
+  std::string html = absl::StrCat(
+      "<h2>Memory (per rank)</h2>\n<table id=\"memory\">\n"
+      "<tr><th class=\"l\">what</th><th>bytes</th><th>size</th></tr>\n",
+      mem_row("parameters", m.parameter_bytes), mem_row("gradients", m.gradient_bytes),
+      mem_row("optimizer state", m.optimizer_state_bytes),
+      mem_row("peak activations", m.peak_activation_bytes),
+      mem_row("planned arena", m.arena_bytes),
+      mem_row("without buffer reuse", m.unshared_bytes));
+  if (p.precision == Precision::kBf16) {  // precision = bf16: what it saves and costs
+    absl::StrAppend(&html, mem_row("parameters' bf16 copies", m.parameter_copy_bytes),
+                    mem_row("bf16 staging (beside the arena)", m.bf16_staging_bytes),
+                    mem_row("peak activations in fp32", m.fp32_peak_activation_bytes),
+                    mem_row("planned arena in fp32", m.fp32_arena_bytes));
+  }
+  absl::StrAppend(&html, "</table>\n");
+  if (m.unshared_bytes > 0) {
+    absl::StrAppend(&html, absl::StrFormat(
+        "<p class=\"sub\">Buffer reuse saves %.1f%% of the arena.</p>\n",
+        100.0 * (1.0 - static_cast<double>(m.arena_bytes) / m.unshared_bytes)));
+  }
+  return html;
+}
+
 }  // namespace
 
 std::string InlineSvg(const std::string& svg) {
@@ -214,168 +393,19 @@ std::string InlineSvg(const std::string& svg) {
 }
 
 std::string RenderHtmlReport(const HtmlReportInput& in) {
-  if (in.plan == nullptr || in.graph == nullptr) {
-    std::string html = absl::StrCat(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        "<title>training curves \xE2\x80\x94 trainc</title>\n<style>",
-        kStyle, "</style>\n</head>\n<body>\n<h1>Training curves</h1>\n");
-    if (in.runs != nullptr) {
-      absl::StrAppend(&html, "<div class=\"sub\">", in.runs->size(),
-                      " run(s)</div>\n", TrainingSection(*in.runs, in.curves_svg));
-    }
-    absl::StrAppend(&html, "<script>", kScript, "</script>\n</body>\n</html>\n");
-    return html;
-  }
-  const Plan& p = *in.plan;
-  const VizGraph& g = *in.graph;
-  std::string html = absl::StrCat(
-      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      "<title>", XmlEscape(p.model), " \xE2\x80\x94 trainc plan</title>\n<style>",
-      kStyle, "</style>\n</head>\n<body>\n");
-  absl::StrAppend(&html, "<h1>", XmlEscape(p.model), "</h1>\n<div class=\"sub\">",
-                  XmlEscape(in.input_path),
-                  p.source.empty() ? "" : absl::StrCat(" \xC2\xB7 compiled from ",
-                                                       XmlEscape(p.source)),
-                  " \xC2\xB7 plan format ", p.version, " \xC2\xB7 ",
-                  g.instructions, " instructions, ", g.nodes.size(),
-                  " nodes drawn", g.collapsed_blocks > 0
-                      ? absl::StrCat(", ", g.collapsed_blocks, " repeated blocks collapsed")
-                      : std::string(),
-                  "</div>\n");
-
+  if (in.plan == nullptr || in.graph == nullptr) return CurvesOnlyReport(in);
   // Batch arithmetic first: it is the question most people open this for.
-  absl::StrAppend(&html, "<h2>Batch arithmetic</h2>\n<p id=\"batch\">global batch "
-                         "<b>", p.global_batch, "</b> = ", p.world_size,
-                  " rank(s) \xC3\x97 micro-batch ", p.micro_batch, " \xC3\x97 ",
-                  p.accumulate, " accumulation step(s)",
-                  p.global_batch == p.world_size * p.micro_batch * p.accumulate
-                      ? ""
-                      : " <span class=\"warn\">(does not multiply out)</span>",
-                  "; gradients are all-reduced once per step, after the last "
-                  "micro-step; loss scaled by 1/", p.global_batch, ". ",
-                  p.epochs, " epoch(s), ", p.steps, " step(s); optimizer ",
-                  XmlEscape(EnumName(p.optimizer.kind)),
-                  absl::StrFormat(" (lr %g)", p.optimizer.lr), ", bucket_mb ",
-                  absl::StrFormat("%g", p.bucket_mb),
-                  p.deterministic ? ", deterministic" : "", ".</p>\n");
-
-  absl::StrAppend(&html, "<h2>Graph</h2>\n<p class=\"sub\">One micro-step is drawn "
-                         "once (\xC3\x97", p.accumulate, "); solid edges: data, "
-                         "dashed: stream events; hexagons run on the comm stream. "
-                         "<button onclick=\"toggleFit()\">fit / actual size</button></p>\n"
-                         "<div id=\"graph\" class=\"fit\">");
-  if (!in.graph_svg.empty()) {
-    absl::StrAppend(&html, InlineSvg(in.graph_svg));
-  } else {
-    absl::StrAppend(&html, "<p class=\"warn\" id=\"graph-missing\">Graph not "
-                           "rendered: ", XmlEscape(in.graph_error),
-                    "</p>");
-  }
-  absl::StrAppend(&html, "</div>\n");
-
+  std::string html = absl::StrCat(PlanHeader(in), BatchSection(*in.plan), GraphSection(in));
   if (in.trace != nullptr && !in.trace->positions.empty()) {
     absl::StrAppend(&html, PositionsSection(*in.trace));
   }
-  if (in.trace != nullptr) {
-    absl::StrAppend(&html, "<h2>Timeline</h2>\n<div id=\"timeline\">",
-                    in.timeline_svg, "</div>\n");
-    absl::StrAppend(&html, "<h2>Overlap (per rank, mean over traced steps)</h2>\n"
-                           "<table id=\"overlap\">\n<tr><th class=\"l\">rank</th>"
-                           "<th>steps</th><th>step (ms)</th><th>backward (ms)</th>"
-                           "<th>all-reduce (ms)</th><th>hidden (ms)</th>"
-                           "<th>exposed (ms)</th><th>hidden %</th>"
-                           "<th>last bucket</th></tr>\n");
-    for (const RankOverlap& r : in.overlap) {
-      absl::StrAppend(&html, Row({absl::StrCat(r.rank), absl::StrCat(r.steps),
-                                  Ms(r.step_us), Ms(r.backward_us),
-                                  Ms(r.all_reduce_us), Ms(r.hidden_us),
-                                  Ms(r.exposed_us),
-                                  absl::StrFormat("%.1f", 100 * r.hidden_fraction()),
-                                  r.last_bucket >= 0 ? absl::StrCat(r.last_bucket)
-                                                     : std::string("-")}));
-    }
-    absl::StrAppend(&html, "</table>\n<p class=\"sub\">hidden: all-reduce time "
-                           "during which the compute stream was busy; exposed: "
-                           "the rest. A late last bucket or large exposed time "
-                           "suggests smaller buckets (bucket_mb).</p>\n");
-  }
-
+  if (in.trace != nullptr) absl::StrAppend(&html, TimelineSection(in));
   if (in.scaling != nullptr) {
     absl::StrAppend(&html, ScalingSection(*in.scaling, in.scaling_title, in.scaling_svg));
   }
-
-  if (in.runs != nullptr) {
-    absl::StrAppend(&html, TrainingSection(*in.runs, in.curves_svg));
-  }
-
-  absl::StrAppend(&html, "<h2>Gradient buckets</h2>\n<table id=\"buckets\">\n"
-                         "<tr><th class=\"l\">bucket</th><th>bytes</th><th>size</th>"
-                         "<th class=\"l\">parameters (ready order)</th></tr>\n");
-  for (const BucketSummary& b : g.buckets) {
-    absl::StrAppend(
-        &html,
-        Row({absl::StrCat("<span class=\"swatch\" style=\"background:",
-                          BucketColor(b.id), "\"></span> ", b.id),
-             absl::StrCat(b.bytes), HumanBytes(b.bytes),
-             absl::StrCat("<span style=\"float:left\">",
-                          XmlEscape(absl::StrJoin(b.parameters, ", ")),
-                          "</span>")}));
-  }
-  absl::StrAppend(&html, "</table>\n");
-
-  // What each kind of op costs, from the op table's cost rules.
-  struct CategoryCost {
-    int count = 0;
-    double flops = 0, bytes = 0;
-  };
-  std::map<std::string, CategoryCost> by_category;
-  for (const Instruction& in : p.instructions) {
-    const ops::OpDef* def = ops::FindOp(in.op);
-    if (def == nullptr) continue;
-    std::vector<ops::Shape> ins, outs;
-    for (int id : in.inputs) ins.push_back(p.buffers[id].shape);
-    for (int id : in.outputs) outs.push_back(p.buffers[id].shape);
-    const ops::Cost cost = ops::EstimateCost(*def, ins, outs);
-    CategoryCost& c = by_category[ops::OpCategoryName(def->category)];
-    ++c.count;
-    c.flops += cost.flops;
-    c.bytes += cost.bytes;
-  }
-  absl::StrAppend(&html, "<h2>Compute (per rank and step)</h2>\n<table id=\"compute\">\n"
-                         "<tr><th class=\"l\">ops</th><th>instructions</th>"
-                         "<th>GFLOP</th><th>MB moved</th></tr>\n");
-  for (const auto& [category, c] : by_category) {
-    absl::StrAppend(&html, Row({category, absl::StrCat(c.count),
-                                absl::StrFormat("%.3f", c.flops / 1e9),
-                                absl::StrFormat("%.1f", c.bytes / 1e6)}));
-  }
-  absl::StrAppend(&html, "</table>\n<p class=\"sub\">Estimates from each op's "
-                         "cost rule (compiler/ops/op_table.cc).</p>\n");
-
-  const MemoryReport& m = p.memory;
-  auto mem_row = [](const char* what, int64_t bytes) {
-    return Row({what, absl::StrCat(bytes), HumanBytes(bytes)});
-  };
-  absl::StrAppend(&html, "<h2>Memory (per rank)</h2>\n<table id=\"memory\">\n"
-                         "<tr><th class=\"l\">what</th><th>bytes</th><th>size</th></tr>\n",
-                  mem_row("parameters", m.parameter_bytes),
-                  mem_row("gradients", m.gradient_bytes),
-                  mem_row("optimizer state", m.optimizer_state_bytes),
-                  mem_row("peak activations", m.peak_activation_bytes),
-                  mem_row("planned arena", m.arena_bytes),
-                  mem_row("without buffer reuse", m.unshared_bytes));
-  if (p.precision == Precision::kBf16) {  // precision = bf16: what it saves and costs
-    absl::StrAppend(&html, mem_row("parameters' bf16 copies", m.parameter_copy_bytes),
-                    mem_row("bf16 staging (beside the arena)", m.bf16_staging_bytes),
-                    mem_row("peak activations in fp32", m.fp32_peak_activation_bytes),
-                    mem_row("planned arena in fp32", m.fp32_arena_bytes));
-  }
-  absl::StrAppend(&html, "</table>\n");
-  if (m.unshared_bytes > 0) {
-    absl::StrAppend(&html, absl::StrFormat(
-        "<p class=\"sub\">Buffer reuse saves %.1f%% of the arena.</p>\n",
-        100.0 * (1.0 - static_cast<double>(m.arena_bytes) / m.unshared_bytes)));
-  }
+  if (in.runs != nullptr) absl::StrAppend(&html, TrainingSection(*in.runs, in.curves_svg));
+  absl::StrAppend(&html, BucketsSection(*in.graph), ComputeSection(*in.plan),
+                  MemorySection(*in.plan));
   absl::StrAppend(&html, "<script>", kScript, "</script>\n</body>\n</html>\n");
   return html;
 }
