@@ -326,6 +326,309 @@ absl::Status ParseIndex(const Parser& parser, const Record& r, size_t expected) 
   return absl::OkStatus();
 }
 
+// One record kind's reader: the fields of `r` (through `f`) into `plan`.
+using RecordReader = absl::Status (*)(const Parser& parser, const Record& r, Fields& f,
+                                      Plan& plan);
+
+absl::Status ReadModel(const Parser&, const Record& r, Fields& f, Plan& plan) {
+  ASSIGN_OR_RETURN(plan.model, f.Str("name"));
+  if (r.fields.count("signature")) {  // absent in older plans
+    ASSIGN_OR_RETURN(plan.model_signature, f.Str("signature"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadSource(const Parser&, const Record&, Fields& f, Plan& plan) {
+  ASSIGN_OR_RETURN(plan.source, f.Str("path"));
+  return absl::OkStatus();
+}
+
+// An enumerated setting whose unknown value is refused in ValidatePlan's
+// words ("invalid plan: precision \"fp16\", expected fp32 or bf16").
+template <typename Enum>
+absl::StatusOr<Enum> ReadValidSetting(const Parser& parser, Fields& f, const std::string& key) {
+  ASSIGN_OR_RETURN(std::string s, f.Str(key));
+  std::optional<Enum> e = ParseEnum<Enum>(s);
+  if (!e) {
+    return parser.Invalid(absl::StrCat(key, " \"", s, "\", expected ",
+                                       absl::StrJoin(EnumNames<Enum>(), " or ")));
+  }
+  return *e;
+}
+
+// The ZeRO fields of `config` and the memory search's choice, all
+// optional (absent: ZeRO off, step_end, local, no prefetch).
+absl::Status ReadZeroConfig(const Parser& parser, const Record& r, Fields& f, Plan& plan) {
+  if (r.fields.count("zero")) {  // absent: 0
+    ASSIGN_OR_RETURN(plan.zero, f.Int("zero"));
+  }
+  if (r.fields.count("zero_gather")) {  // absent: step_end
+    ASSIGN_OR_RETURN(plan.zero_gather, ReadValidSetting<ZeroGather>(parser, f, "zero_gather"));
+  }
+  if (r.fields.count("zero_accumulate")) {  // absent: local
+    ASSIGN_OR_RETURN(plan.zero_accumulate, f.Setting<ZeroAccumulate>("zero_accumulate"));
+  }
+  if (r.fields.count("zero_accumulate_choice")) {
+    ASSIGN_OR_RETURN(plan.zero_accumulate_choice, f.Str("zero_accumulate_choice"));
+  }
+  if (r.fields.count("zero_prefetch")) {  // absent: 0
+    ASSIGN_OR_RETURN(plan.zero_prefetch, f.Int("zero_prefetch"));
+  }
+  if (r.fields.count("zero_prefetch_choice")) {
+    ASSIGN_OR_RETURN(plan.zero_prefetch_choice, f.Str("zero_prefetch_choice"));
+  }
+  if (r.fields.count("memory_choice")) {
+    ASSIGN_OR_RETURN(plan.memory_choice, f.Str("memory_choice"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadConfig(const Parser& parser, const Record& r, Fields& f, Plan& plan) {
+  ASSIGN_OR_RETURN(plan.world_size, f.Int("world_size"));
+  ASSIGN_OR_RETURN(plan.micro_batch, f.Int("micro_batch"));
+  ASSIGN_OR_RETURN(plan.accumulate, f.Int("accumulate"));
+  ASSIGN_OR_RETURN(plan.global_batch, f.Int("global_batch"));
+  ASSIGN_OR_RETURN(plan.epochs, f.Int("epochs"));
+  ASSIGN_OR_RETURN(plan.steps, f.Int("steps"));
+  ASSIGN_OR_RETURN(plan.seed, f.Int("seed"));
+  ASSIGN_OR_RETURN(plan.deterministic, f.Bool("deterministic"));
+  ASSIGN_OR_RETURN(plan.tf32, f.Bool("tf32"));
+  ASSIGN_OR_RETURN(plan.bucket_mb, f.Double("bucket_mb"));
+  if (r.fields.count("loss_terms")) {  // absent from older plans: 1
+    ASSIGN_OR_RETURN(plan.loss_terms, f.Int("loss_terms"));
+  }
+  if (r.fields.count("clip_grad_norm")) {  // absent: no clipping
+    ASSIGN_OR_RETURN(plan.clip_grad_norm, f.Double("clip_grad_norm"));
+  }
+  if (r.fields.count("skip_nonfinite")) {
+    ASSIGN_OR_RETURN(plan.skip_nonfinite, f.Bool("skip_nonfinite"));
+  }
+  RETURN_IF_ERROR(ReadZeroConfig(parser, r, f, plan));
+  if (r.fields.count("grad_comm")) {  // absent: fp32
+    ASSIGN_OR_RETURN(plan.grad_comm, f.Setting<GradComm>("grad_comm"));
+  }
+  if (r.fields.count("precision")) {  // absent: fp32
+    ASSIGN_OR_RETURN(plan.precision, ReadValidSetting<Precision>(parser, f, "precision"));
+  }
+  if (r.fields.count("bucket_choice")) {  // absent: bucket_mb was a number
+    ASSIGN_OR_RETURN(plan.bucket_choice, f.Str("bucket_choice"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadCheckpoints(const Parser&, const Record&, Fields& f, Plan& plan) {
+  ASSIGN_OR_RETURN(plan.checkpoints.every, f.Int("every"));
+  ASSIGN_OR_RETURN(plan.checkpoints.keep, f.Int("keep"));
+  ASSIGN_OR_RETURN(plan.checkpoints.dir, f.Str("dir"));
+  return absl::OkStatus();
+}
+
+absl::Status ReadOptimizer(const Parser&, const Record&, Fields& f, Plan& plan) {
+  OptimizerConfig& o = plan.optimizer;
+  ASSIGN_OR_RETURN(o.kind, f.Setting<OptimizerKind>("kind"));
+  ASSIGN_OR_RETURN(o.lr, f.Double("lr"));
+  ASSIGN_OR_RETURN(o.momentum, f.Double("momentum"));
+  ASSIGN_OR_RETURN(o.nesterov, f.Bool("nesterov"));
+  ASSIGN_OR_RETURN(o.weight_decay, f.Double("weight_decay"));
+  ASSIGN_OR_RETURN(o.beta1, f.Double("beta1"));
+  ASSIGN_OR_RETURN(o.beta2, f.Double("beta2"));
+  ASSIGN_OR_RETURN(o.eps, f.Double("eps"));
+  return absl::OkStatus();
+}
+
+absl::Status ReadSchedule(const Parser&, const Record&, Fields& f, Plan& plan) {
+  ASSIGN_OR_RETURN(plan.schedule.kind, f.Setting<ScheduleKind>("kind"));
+  ASSIGN_OR_RETURN(plan.schedule.warmup_steps, f.Int("warmup_steps"));
+  ASSIGN_OR_RETURN(plan.schedule.total_steps, f.Int("total_steps"));
+  return absl::OkStatus();
+}
+
+absl::Status ReadData(const Parser& parser, const Record& r, Fields& f, Plan& plan) {
+  ASSIGN_OR_RETURN(plan.data.format, f.Setting<DataFormat>("format"));
+  ASSIGN_OR_RETURN(plan.data.scale, f.Double("scale"));
+  ASSIGN_OR_RETURN(plan.data.shuffle, f.Bool("shuffle"));
+  // Optional (absent from plans without augmentation).
+  if (r.fields.count("random_crop")) {
+    ASSIGN_OR_RETURN(plan.data.random_crop, f.Int("random_crop"));
+  }
+  if (r.fields.count("random_flip")) {
+    ASSIGN_OR_RETURN(plan.data.random_flip, f.Bool("random_flip"));
+  }
+  // Optional (absent from older plans and from idx plans).
+  if (r.fields.count("train_split")) {
+    ASSIGN_OR_RETURN(plan.data.train_split, f.Split("train_split"));
+  }
+  if (r.fields.count("eval_split")) {
+    ASSIGN_OR_RETURN(plan.data.eval_split, f.Split("eval_split"));
+  }
+  if (r.fields.count("tokenizer")) {  // text with a SentencePiece model
+    ASSIGN_OR_RETURN(plan.data.tokenizer, f.Str("tokenizer"));
+  }
+  if (r.fields.count("token_vocab")) {
+    ASSIGN_OR_RETURN(plan.data.token_vocab, f.Int("token_vocab"));
+    if (plan.data.token_vocab < 0) {
+      return parser.Error(r.line, "'token_vocab' must be >= 0");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadDataPath(const Parser& parser, const Record& r, Fields& f, Plan& plan) {
+  if (r.positional.size() != 1 || (r.positional[0] != "train" && r.positional[0] != "eval")) {
+    return parser.Error(r.line, "'data_path' needs 'train' or 'eval'");
+  }
+  ASSIGN_OR_RETURN(std::string path, f.Str("path"));
+  (r.positional[0] == "train" ? plan.data.train_paths : plan.data.eval_paths).push_back(path);
+  return absl::OkStatus();
+}
+
+absl::Status ReadBuffer(const Parser& parser, const Record& r, Fields& f, Plan& plan) {
+  RETURN_IF_ERROR(ParseIndex(parser, r, plan.buffers.size()));
+  Buffer b;
+  b.id = static_cast<int>(plan.buffers.size());
+  ASSIGN_OR_RETURN(b.name, f.Str("name"));
+  ASSIGN_OR_RETURN(b.kind, f.Enumerated("kind", AllBufferKinds(), &BufferKindName));
+  ASSIGN_OR_RETURN(b.dtype, f.Enumerated("dtype", std::vector<DType>{DType::kF32, DType::kI32, DType::kBF16},
+                                         &DTypeName));
+  ASSIGN_OR_RETURN(b.shape, f.Shape("shape"));
+  ASSIGN_OR_RETURN(b.offset, f.Int("offset"));
+  ASSIGN_OR_RETURN(b.bytes, f.Int("bytes"));
+  if (r.fields.count("live")) {
+    ASSIGN_OR_RETURN(std::vector<int> live, f.Ints("live"));
+    if (live.size() != 2) return parser.Error(r.line, "'live' needs first,last");
+    b.first_use = live[0];
+    b.last_use = live[1];
+  }
+  if (r.fields.count("init")) {
+    ASSIGN_OR_RETURN(b.init, f.Setting<ParamInit>("init"));
+    ASSIGN_OR_RETURN(b.init_bound, f.Double("init_bound"));
+  }
+  plan.buffers.push_back(std::move(b));
+  return absl::OkStatus();
+}
+
+absl::Status ReadInstruction(const Parser& parser, const Record& r, Fields& f, Plan& plan) {
+  RETURN_IF_ERROR(ParseIndex(parser, r, plan.instructions.size()));
+  Instruction in;
+  in.id = static_cast<int>(plan.instructions.size());
+  ASSIGN_OR_RETURN(in.op, f.Str("op"));
+  ASSIGN_OR_RETURN(in.stream, f.Enumerated("stream",
+                                           std::vector<Stream>{Stream::kCompute, Stream::kComm},
+                                           &StreamName));
+  ASSIGN_OR_RETURN(in.phase,
+                   f.Enumerated("phase",
+                                std::vector<Phase>{Phase::kData, Phase::kForward,
+                                                   Phase::kBackward, Phase::kComm,
+                                                   Phase::kOptimizer},
+                                &PhaseName));
+  ASSIGN_OR_RETURN(int64_t micro, f.Int("micro"));
+  in.micro_step = static_cast<int>(micro);
+  ASSIGN_OR_RETURN(in.inputs, f.Ints("in"));
+  ASSIGN_OR_RETURN(in.outputs, f.Ints("out"));
+  ASSIGN_OR_RETURN(in.attrs, f.Attrs("attrs"));
+  ASSIGN_OR_RETURN(in.wait_events, f.Ints("wait"));
+  ASSIGN_OR_RETURN(in.record_events, f.Ints("record"));
+  ASSIGN_OR_RETURN(in.label, f.Str("label"));
+  plan.instructions.push_back(std::move(in));
+  return absl::OkStatus();
+}
+
+// A bucket's ZeRO fields (absent without ZeRO): its shard and all-gather
+// (stage 1 and up), its gradient shard (2 and up), its parameter shard (3).
+absl::Status ReadBucketShards(const Record& r, Fields& f, Bucket& b) {
+  if (r.fields.count("shard_elems")) {  // ZeRO only
+    ASSIGN_OR_RETURN(b.shard_elems, f.Int("shard_elems"));
+    ASSIGN_OR_RETURN(int64_t gather, f.Int("all_gather"));
+    b.all_gather = static_cast<int>(gather);
+  }
+  if (r.fields.count("grad_shard")) {  // ZeRO-2 only
+    ASSIGN_OR_RETURN(int64_t shard, f.Int("grad_shard"));
+    b.grad_shard = static_cast<int>(shard);
+  }
+  if (r.fields.count("param_shard")) {  // ZeRO-3 only
+    ASSIGN_OR_RETURN(int64_t shard, f.Int("param_shard"));
+    b.param_shard = static_cast<int>(shard);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadBucket(const Parser& parser, const Record& r, Fields& f, Plan& plan) {
+  RETURN_IF_ERROR(ParseIndex(parser, r, plan.buckets.size()));
+  Bucket b;
+  b.id = static_cast<int>(plan.buckets.size());
+  ASSIGN_OR_RETURN(b.bytes, f.Int("bytes"));
+  ASSIGN_OR_RETURN(int64_t grad, f.Int("grad"));
+  ASSIGN_OR_RETURN(int64_t span, f.Int("param_span"));
+  ASSIGN_OR_RETURN(b.state_spans, f.Ints("state_spans"));
+  ASSIGN_OR_RETURN(int64_t ready, f.Int("ready_after"));
+  ASSIGN_OR_RETURN(int64_t reduce, f.Int("all_reduce"));
+  ASSIGN_OR_RETURN(b.parameters, f.Names("params"));
+  b.grad_buffer = static_cast<int>(grad);
+  b.param_span = static_cast<int>(span);
+  b.ready_after = static_cast<int>(ready);
+  b.all_reduce = static_cast<int>(reduce);
+  if (r.fields.count("weight_decay")) {  // absent from older plans: decayed
+    ASSIGN_OR_RETURN(b.weight_decay, f.Bool("weight_decay"));
+  }
+  RETURN_IF_ERROR(ReadBucketShards(r, f, b));
+  plan.buckets.push_back(std::move(b));
+  return absl::OkStatus();
+}
+
+absl::Status ReadEvents(const Parser&, const Record&, Fields& f, Plan& plan) {
+  ASSIGN_OR_RETURN(int64_t n, f.Int("count"));
+  plan.num_events = static_cast<int>(n);
+  return absl::OkStatus();
+}
+
+absl::Status ReadArena(const Parser&, const Record&, Fields& f, Plan& plan) {
+  ASSIGN_OR_RETURN(plan.arena_bytes, f.Int("bytes"));
+  return absl::OkStatus();
+}
+
+absl::Status ReadMemory(const Parser&, const Record& r, Fields& f, Plan& plan) {
+  MemoryReport& m = plan.memory;
+  ASSIGN_OR_RETURN(m.parameter_bytes, f.Int("parameters"));
+  ASSIGN_OR_RETURN(m.gradient_bytes, f.Int("gradients"));
+  ASSIGN_OR_RETURN(m.optimizer_state_bytes, f.Int("optimizer_state"));
+  ASSIGN_OR_RETURN(m.peak_activation_bytes, f.Int("peak_activations"));
+  ASSIGN_OR_RETURN(m.arena_bytes, f.Int("arena"));
+  ASSIGN_OR_RETURN(m.unshared_bytes, f.Int("unshared"));
+  if (r.fields.count("workspace")) {  // optional: plans without conv/pool
+    ASSIGN_OR_RETURN(m.workspace_bytes, f.Int("workspace"));
+  }
+  if (r.fields.count("fp32_peak_activations")) {  // precision = bf16 only
+    ASSIGN_OR_RETURN(m.parameter_copy_bytes, f.Int("parameter_copies"));
+    ASSIGN_OR_RETURN(m.bf16_staging_bytes, f.Int("bf16_staging"));
+    ASSIGN_OR_RETURN(m.fp32_peak_activation_bytes, f.Int("fp32_peak_activations"));
+    ASSIGN_OR_RETURN(m.fp32_arena_bytes, f.Int("fp32_arena"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadIo(const Parser&, const Record&, Fields& f, Plan& plan) {
+  ASSIGN_OR_RETURN(plan.input_buffers, f.Ints("inputs"));
+  ASSIGN_OR_RETURN(int64_t loss, f.Int("loss"));
+  plan.loss_buffer = static_cast<int>(loss);
+  ASSIGN_OR_RETURN(plan.parameter_buffers, f.Ints("parameters"));
+  return absl::OkStatus();
+}
+
+// Every record kind of the format, by keyword (PlanToText writes them in
+// this order).
+const std::map<std::string, RecordReader>& RecordReaders() {
+  static const auto* readers = new std::map<std::string, RecordReader>{
+      {"model", &ReadModel},         {"source", &ReadSource},
+      {"config", &ReadConfig},       {"checkpoints", &ReadCheckpoints},
+      {"optimizer", &ReadOptimizer}, {"schedule", &ReadSchedule},
+      {"data", &ReadData},           {"data_path", &ReadDataPath},
+      {"buffer", &ReadBuffer},       {"instr", &ReadInstruction},
+      {"bucket", &ReadBucket},       {"events", &ReadEvents},
+      {"arena", &ReadArena},         {"memory", &ReadMemory},
+      {"io", &ReadIo}};
+  return *readers;
+}
+
 absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
   Fields f(parser, r);
   const std::string& kw = r.keyword;
@@ -334,235 +637,11 @@ absl::Status ParseRecord(const Parser& parser, const Record& r, Plan& plan) {
       !r.positional.empty()) {
     return parser.Error(r.line, absl::StrCat("unexpected '", r.positional[0], "'"));
   }
-  if (kw == "model") {
-    ASSIGN_OR_RETURN(plan.model, f.Str("name"));
-    if (r.fields.count("signature")) {  // absent in older plans
-      ASSIGN_OR_RETURN(plan.model_signature, f.Str("signature"));
-    }
-  } else if (kw == "source") {
-    ASSIGN_OR_RETURN(plan.source, f.Str("path"));
-  } else if (kw == "config") {
-    ASSIGN_OR_RETURN(plan.world_size, f.Int("world_size"));
-    ASSIGN_OR_RETURN(plan.micro_batch, f.Int("micro_batch"));
-    ASSIGN_OR_RETURN(plan.accumulate, f.Int("accumulate"));
-    ASSIGN_OR_RETURN(plan.global_batch, f.Int("global_batch"));
-    ASSIGN_OR_RETURN(plan.epochs, f.Int("epochs"));
-    ASSIGN_OR_RETURN(plan.steps, f.Int("steps"));
-    ASSIGN_OR_RETURN(plan.seed, f.Int("seed"));
-    ASSIGN_OR_RETURN(plan.deterministic, f.Bool("deterministic"));
-    ASSIGN_OR_RETURN(plan.tf32, f.Bool("tf32"));
-    ASSIGN_OR_RETURN(plan.bucket_mb, f.Double("bucket_mb"));
-    if (r.fields.count("loss_terms")) {  // absent from older plans: 1
-      ASSIGN_OR_RETURN(plan.loss_terms, f.Int("loss_terms"));
-    }
-    if (r.fields.count("clip_grad_norm")) {  // absent: no clipping
-      ASSIGN_OR_RETURN(plan.clip_grad_norm, f.Double("clip_grad_norm"));
-    }
-    if (r.fields.count("skip_nonfinite")) {
-      ASSIGN_OR_RETURN(plan.skip_nonfinite, f.Bool("skip_nonfinite"));
-    }
-    if (r.fields.count("zero")) {  // absent: 0
-      ASSIGN_OR_RETURN(plan.zero, f.Int("zero"));
-    }
-    if (r.fields.count("zero_gather")) {  // absent: step_end
-      ASSIGN_OR_RETURN(std::string s, f.Str("zero_gather"));
-      std::optional<ZeroGather> gather = ParseEnum<ZeroGather>(s);
-      if (!gather) {
-        return parser.Invalid(absl::StrCat("zero_gather \"", s, "\", expected ",
-                                           absl::StrJoin(EnumNames<ZeroGather>(), " or ")));
-      }
-      plan.zero_gather = *gather;
-    }
-    if (r.fields.count("zero_accumulate")) {  // absent: local
-      ASSIGN_OR_RETURN(plan.zero_accumulate, f.Setting<ZeroAccumulate>("zero_accumulate"));
-    }
-    if (r.fields.count("zero_accumulate_choice")) {
-      ASSIGN_OR_RETURN(plan.zero_accumulate_choice, f.Str("zero_accumulate_choice"));
-    }
-    if (r.fields.count("zero_prefetch")) {  // absent: 0
-      ASSIGN_OR_RETURN(plan.zero_prefetch, f.Int("zero_prefetch"));
-    }
-    if (r.fields.count("zero_prefetch_choice")) {
-      ASSIGN_OR_RETURN(plan.zero_prefetch_choice, f.Str("zero_prefetch_choice"));
-    }
-    if (r.fields.count("memory_choice")) {
-      ASSIGN_OR_RETURN(plan.memory_choice, f.Str("memory_choice"));
-    }
-    if (r.fields.count("grad_comm")) {  // absent: fp32
-      ASSIGN_OR_RETURN(plan.grad_comm, f.Setting<GradComm>("grad_comm"));
-    }
-    if (r.fields.count("precision")) {  // absent: fp32
-      ASSIGN_OR_RETURN(std::string s, f.Str("precision"));
-      std::optional<Precision> precision = ParseEnum<Precision>(s);
-      if (!precision) {
-        return parser.Invalid(absl::StrCat("precision \"", s, "\", expected ",
-                                           absl::StrJoin(EnumNames<Precision>(), " or ")));
-      }
-      plan.precision = *precision;
-    }
-    if (r.fields.count("bucket_choice")) {  // absent: bucket_mb was a number
-      ASSIGN_OR_RETURN(plan.bucket_choice, f.Str("bucket_choice"));
-    }
-  } else if (kw == "checkpoints") {
-    ASSIGN_OR_RETURN(plan.checkpoints.every, f.Int("every"));
-    ASSIGN_OR_RETURN(plan.checkpoints.keep, f.Int("keep"));
-    ASSIGN_OR_RETURN(plan.checkpoints.dir, f.Str("dir"));
-  } else if (kw == "optimizer") {
-    OptimizerConfig& o = plan.optimizer;
-    ASSIGN_OR_RETURN(o.kind, f.Setting<OptimizerKind>("kind"));
-    ASSIGN_OR_RETURN(o.lr, f.Double("lr"));
-    ASSIGN_OR_RETURN(o.momentum, f.Double("momentum"));
-    ASSIGN_OR_RETURN(o.nesterov, f.Bool("nesterov"));
-    ASSIGN_OR_RETURN(o.weight_decay, f.Double("weight_decay"));
-    ASSIGN_OR_RETURN(o.beta1, f.Double("beta1"));
-    ASSIGN_OR_RETURN(o.beta2, f.Double("beta2"));
-    ASSIGN_OR_RETURN(o.eps, f.Double("eps"));
-  } else if (kw == "schedule") {
-    ASSIGN_OR_RETURN(plan.schedule.kind, f.Setting<ScheduleKind>("kind"));
-    ASSIGN_OR_RETURN(plan.schedule.warmup_steps, f.Int("warmup_steps"));
-    ASSIGN_OR_RETURN(plan.schedule.total_steps, f.Int("total_steps"));
-  } else if (kw == "data") {
-    ASSIGN_OR_RETURN(plan.data.format, f.Setting<DataFormat>("format"));
-    ASSIGN_OR_RETURN(plan.data.scale, f.Double("scale"));
-    ASSIGN_OR_RETURN(plan.data.shuffle, f.Bool("shuffle"));
-    // Optional (absent from plans without augmentation).
-    if (r.fields.count("random_crop")) {
-      ASSIGN_OR_RETURN(plan.data.random_crop, f.Int("random_crop"));
-    }
-    if (r.fields.count("random_flip")) {
-      ASSIGN_OR_RETURN(plan.data.random_flip, f.Bool("random_flip"));
-    }
-    // Optional (absent from older plans and from idx plans).
-    if (r.fields.count("train_split")) {
-      ASSIGN_OR_RETURN(plan.data.train_split, f.Split("train_split"));
-    }
-    if (r.fields.count("eval_split")) {
-      ASSIGN_OR_RETURN(plan.data.eval_split, f.Split("eval_split"));
-    }
-    if (r.fields.count("tokenizer")) {  // text with a SentencePiece model
-      ASSIGN_OR_RETURN(plan.data.tokenizer, f.Str("tokenizer"));
-    }
-    if (r.fields.count("token_vocab")) {
-      ASSIGN_OR_RETURN(plan.data.token_vocab, f.Int("token_vocab"));
-      if (plan.data.token_vocab < 0) {
-        return parser.Error(r.line, "'token_vocab' must be >= 0");
-      }
-    }
-  } else if (kw == "data_path") {
-    if (r.positional.size() != 1 ||
-        (r.positional[0] != "train" && r.positional[0] != "eval")) {
-      return parser.Error(r.line, "'data_path' needs 'train' or 'eval'");
-    }
-    ASSIGN_OR_RETURN(std::string path, f.Str("path"));
-    (r.positional[0] == "train" ? plan.data.train_paths : plan.data.eval_paths)
-        .push_back(path);
-  } else if (kw == "buffer") {
-    RETURN_IF_ERROR(ParseIndex(parser, r, plan.buffers.size()));
-    Buffer b;
-    b.id = static_cast<int>(plan.buffers.size());
-    ASSIGN_OR_RETURN(b.name, f.Str("name"));
-    ASSIGN_OR_RETURN(b.kind, f.Enumerated("kind", AllBufferKinds(), &BufferKindName));
-    ASSIGN_OR_RETURN(b.dtype, f.Enumerated("dtype", std::vector<DType>{DType::kF32, DType::kI32, DType::kBF16},
-                                           &DTypeName));
-    ASSIGN_OR_RETURN(b.shape, f.Shape("shape"));
-    ASSIGN_OR_RETURN(b.offset, f.Int("offset"));
-    ASSIGN_OR_RETURN(b.bytes, f.Int("bytes"));
-    if (r.fields.count("live")) {
-      ASSIGN_OR_RETURN(std::vector<int> live, f.Ints("live"));
-      if (live.size() != 2) return parser.Error(r.line, "'live' needs first,last");
-      b.first_use = live[0];
-      b.last_use = live[1];
-    }
-    if (r.fields.count("init")) {
-      ASSIGN_OR_RETURN(b.init, f.Setting<ParamInit>("init"));
-      ASSIGN_OR_RETURN(b.init_bound, f.Double("init_bound"));
-    }
-    plan.buffers.push_back(std::move(b));
-  } else if (kw == "instr") {
-    RETURN_IF_ERROR(ParseIndex(parser, r, plan.instructions.size()));
-    Instruction in;
-    in.id = static_cast<int>(plan.instructions.size());
-    ASSIGN_OR_RETURN(in.op, f.Str("op"));
-    ASSIGN_OR_RETURN(in.stream, f.Enumerated("stream",
-                                             std::vector<Stream>{Stream::kCompute, Stream::kComm},
-                                             &StreamName));
-    ASSIGN_OR_RETURN(in.phase,
-                     f.Enumerated("phase",
-                                  std::vector<Phase>{Phase::kData, Phase::kForward,
-                                                     Phase::kBackward, Phase::kComm,
-                                                     Phase::kOptimizer},
-                                  &PhaseName));
-    ASSIGN_OR_RETURN(int64_t micro, f.Int("micro"));
-    in.micro_step = static_cast<int>(micro);
-    ASSIGN_OR_RETURN(in.inputs, f.Ints("in"));
-    ASSIGN_OR_RETURN(in.outputs, f.Ints("out"));
-    ASSIGN_OR_RETURN(in.attrs, f.Attrs("attrs"));
-    ASSIGN_OR_RETURN(in.wait_events, f.Ints("wait"));
-    ASSIGN_OR_RETURN(in.record_events, f.Ints("record"));
-    ASSIGN_OR_RETURN(in.label, f.Str("label"));
-    plan.instructions.push_back(std::move(in));
-  } else if (kw == "bucket") {
-    RETURN_IF_ERROR(ParseIndex(parser, r, plan.buckets.size()));
-    Bucket b;
-    b.id = static_cast<int>(plan.buckets.size());
-    ASSIGN_OR_RETURN(b.bytes, f.Int("bytes"));
-    ASSIGN_OR_RETURN(int64_t grad, f.Int("grad"));
-    ASSIGN_OR_RETURN(int64_t span, f.Int("param_span"));
-    ASSIGN_OR_RETURN(b.state_spans, f.Ints("state_spans"));
-    ASSIGN_OR_RETURN(int64_t ready, f.Int("ready_after"));
-    ASSIGN_OR_RETURN(int64_t reduce, f.Int("all_reduce"));
-    ASSIGN_OR_RETURN(b.parameters, f.Names("params"));
-    b.grad_buffer = static_cast<int>(grad);
-    b.param_span = static_cast<int>(span);
-    b.ready_after = static_cast<int>(ready);
-    b.all_reduce = static_cast<int>(reduce);
-    if (r.fields.count("weight_decay")) {  // absent from older plans: decayed
-      ASSIGN_OR_RETURN(b.weight_decay, f.Bool("weight_decay"));
-    }
-    if (r.fields.count("shard_elems")) {  // ZeRO only
-      ASSIGN_OR_RETURN(b.shard_elems, f.Int("shard_elems"));
-      ASSIGN_OR_RETURN(int64_t gather, f.Int("all_gather"));
-      b.all_gather = static_cast<int>(gather);
-    }
-    if (r.fields.count("grad_shard")) {  // ZeRO-2 only
-      ASSIGN_OR_RETURN(int64_t shard, f.Int("grad_shard"));
-      b.grad_shard = static_cast<int>(shard);
-    }
-    if (r.fields.count("param_shard")) {  // ZeRO-3 only
-      ASSIGN_OR_RETURN(int64_t shard, f.Int("param_shard"));
-      b.param_shard = static_cast<int>(shard);
-    }
-    plan.buckets.push_back(std::move(b));
-  } else if (kw == "events") {
-    ASSIGN_OR_RETURN(int64_t n, f.Int("count"));
-    plan.num_events = static_cast<int>(n);
-  } else if (kw == "arena") {
-    ASSIGN_OR_RETURN(plan.arena_bytes, f.Int("bytes"));
-  } else if (kw == "memory") {
-    MemoryReport& m = plan.memory;
-    ASSIGN_OR_RETURN(m.parameter_bytes, f.Int("parameters"));
-    ASSIGN_OR_RETURN(m.gradient_bytes, f.Int("gradients"));
-    ASSIGN_OR_RETURN(m.optimizer_state_bytes, f.Int("optimizer_state"));
-    ASSIGN_OR_RETURN(m.peak_activation_bytes, f.Int("peak_activations"));
-    ASSIGN_OR_RETURN(m.arena_bytes, f.Int("arena"));
-    ASSIGN_OR_RETURN(m.unshared_bytes, f.Int("unshared"));
-    if (r.fields.count("workspace")) {  // optional: plans without conv/pool
-      ASSIGN_OR_RETURN(m.workspace_bytes, f.Int("workspace"));
-    }
-    if (r.fields.count("fp32_peak_activations")) {  // precision = bf16 only
-      ASSIGN_OR_RETURN(m.parameter_copy_bytes, f.Int("parameter_copies"));
-      ASSIGN_OR_RETURN(m.bf16_staging_bytes, f.Int("bf16_staging"));
-      ASSIGN_OR_RETURN(m.fp32_peak_activation_bytes, f.Int("fp32_peak_activations"));
-      ASSIGN_OR_RETURN(m.fp32_arena_bytes, f.Int("fp32_arena"));
-    }
-  } else if (kw == "io") {
-    ASSIGN_OR_RETURN(plan.input_buffers, f.Ints("inputs"));
-    ASSIGN_OR_RETURN(int64_t loss, f.Int("loss"));
-    plan.loss_buffer = static_cast<int>(loss);
-    ASSIGN_OR_RETURN(plan.parameter_buffers, f.Ints("parameters"));
-  } else {
+  auto reader = RecordReaders().find(kw);
+  if (reader == RecordReaders().end()) {
     return parser.Error(r.line, absl::StrCat("unknown record '", kw, "'"));
   }
+  RETURN_IF_ERROR(reader->second(parser, r, f, plan));
   return f.Done();
 }
 
