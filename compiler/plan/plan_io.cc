@@ -488,8 +488,9 @@ absl::Status ReadBuffer(const Parser& parser, const Record& r, Fields& f, Plan& 
   b.id = static_cast<int>(plan.buffers.size());
   ASSIGN_OR_RETURN(b.name, f.Str("name"));
   ASSIGN_OR_RETURN(b.kind, f.Enumerated("kind", AllBufferKinds(), &BufferKindName));
-  ASSIGN_OR_RETURN(b.dtype, f.Enumerated("dtype", std::vector<DType>{DType::kF32, DType::kI32, DType::kBF16},
-                                         &DTypeName));
+  ASSIGN_OR_RETURN(b.dtype,
+                   f.Enumerated("dtype", std::vector<DType>{DType::kF32, DType::kI32, DType::kBF16},
+                                &DTypeName));
   ASSIGN_OR_RETURN(b.shape, f.Shape("shape"));
   ASSIGN_OR_RETURN(b.offset, f.Int("offset"));
   ASSIGN_OR_RETURN(b.bytes, f.Int("bytes"));
@@ -652,6 +653,143 @@ absl::Status Invalid(absl::string_view what) {
   return absl::FailedPreconditionError(absl::StrCat("invalid plan: ", what));
 }
 
+// ---------------------------------------------------------------------------
+// Writing, one function per record (PlanToText writes them in order).
+
+// `config`'s ZeRO fields and the searches' choices, each written only when
+// set, so that a plan without them reads as before they existed.
+std::string ZeroConfigText(const Plan& plan) {
+  return absl::StrCat(
+      plan.zero > 0 ? absl::StrCat(" zero=", plan.zero) : std::string(),
+      plan.zero_gather != ZeroGather::kStepEnd
+          ? absl::StrCat(" zero_gather=", Quote(EnumName(plan.zero_gather)))
+          : std::string(),
+      plan.zero_accumulate != ZeroAccumulate::kLocal
+          ? absl::StrCat(" zero_accumulate=", Quote(EnumName(plan.zero_accumulate)))
+          : std::string(),
+      plan.zero_accumulate_choice.empty()
+          ? std::string()
+          : absl::StrCat(" zero_accumulate_choice=", Quote(plan.zero_accumulate_choice)),
+      plan.zero_prefetch > 0 ? absl::StrCat(" zero_prefetch=", plan.zero_prefetch)
+                             : std::string(),
+      plan.zero_prefetch_choice.empty()
+          ? std::string()
+          : absl::StrCat(" zero_prefetch_choice=", Quote(plan.zero_prefetch_choice)),
+      plan.memory_choice.empty() ? std::string()
+                                 : absl::StrCat(" memory_choice=", Quote(plan.memory_choice)));
+}
+
+std::string ConfigText(const Plan& plan) {
+  return absl::StrCat(
+      "config world_size=", plan.world_size, " micro_batch=", plan.micro_batch,
+      " accumulate=", plan.accumulate, " global_batch=", plan.global_batch,
+      " epochs=", plan.epochs, " steps=", plan.steps, " seed=", plan.seed,
+      " deterministic=", plan.deterministic ? 1 : 0, " tf32=", plan.tf32 ? 1 : 0,
+      " bucket_mb=", FormatDouble(plan.bucket_mb), " loss_terms=", plan.loss_terms,
+      plan.clip_grad_norm > 0
+          ? absl::StrCat(" clip_grad_norm=", FormatDouble(plan.clip_grad_norm))
+          : std::string(),
+      plan.skip_nonfinite ? " skip_nonfinite=1" : "", ZeroConfigText(plan),
+      plan.grad_comm != GradComm::kFp32
+          ? absl::StrCat(" grad_comm=", Quote(EnumName(plan.grad_comm)))
+          : std::string(),
+      plan.precision != Precision::kFp32
+          ? absl::StrCat(" precision=", Quote(EnumName(plan.precision)))
+          : std::string(),
+      plan.bucket_choice.empty() ? std::string()
+                                 : absl::StrCat(" bucket_choice=", Quote(plan.bucket_choice)),
+      "\n");
+}
+
+std::string OptimizerText(const OptimizerConfig& o) {
+  return absl::StrCat("optimizer kind=", Quote(EnumName(o.kind)), " lr=", FormatDouble(o.lr),
+                      " momentum=", FormatDouble(o.momentum), " nesterov=", o.nesterov ? 1 : 0,
+                      " weight_decay=", FormatDouble(o.weight_decay),
+                      " beta1=", FormatDouble(o.beta1), " beta2=", FormatDouble(o.beta2),
+                      " eps=", FormatDouble(o.eps), "\n");
+}
+
+// `data` and its `data_path` records.
+std::string DataText(const DataConfig& data) {
+  std::string out = absl::StrCat(
+      "data format=", Quote(EnumName(data.format)), " scale=", FormatDouble(data.scale),
+      " shuffle=", data.shuffle ? 1 : 0,
+      data.random_crop > 0 ? absl::StrCat(" random_crop=", data.random_crop) : std::string(),
+      data.random_flip ? " random_flip=1" : "");
+  // Written only when set, so that an idx plan's text is unchanged.
+  const TokenSplit whole;
+  for (const auto& [key, split] :
+       {std::pair{"train_split", data.train_split}, std::pair{"eval_split", data.eval_split}}) {
+    if (split.begin != whole.begin || split.end != whole.end) {
+      absl::StrAppend(&out, " ", key, "=", FormatDouble(split.begin), ":",
+                      FormatDouble(split.end));
+    }
+  }
+  if (data.token_vocab != 0) absl::StrAppend(&out, " token_vocab=", data.token_vocab);
+  if (!data.tokenizer.empty()) absl::StrAppend(&out, " tokenizer=", Quote(data.tokenizer));
+  absl::StrAppend(&out, "\n");
+  for (const std::string& p : data.train_paths) {
+    absl::StrAppend(&out, "data_path train path=", Quote(p), "\n");
+  }
+  for (const std::string& p : data.eval_paths) {
+    absl::StrAppend(&out, "data_path eval path=", Quote(p), "\n");
+  }
+  return out;
+}
+
+std::string BufferText(const Buffer& b) {
+  std::string out = absl::StrCat("buffer ", b.id, " name=", Quote(b.name),
+                                 " kind=", BufferKindName(b.kind), " dtype=", DTypeName(b.dtype),
+                                 " shape=", ShapeText(b.shape), " offset=", b.offset,
+                                 " bytes=", b.bytes);
+  if (b.first_use >= 0 || b.last_use >= 0) {
+    absl::StrAppend(&out, " live=", b.first_use, ",", b.last_use);
+  }
+  if (b.init != ParamInit::kNone) {
+    absl::StrAppend(&out, " init=", Quote(EnumName(b.init)),
+                    " init_bound=", FormatDouble(b.init_bound));
+  }
+  absl::StrAppend(&out, "\n");
+  return out;
+}
+
+std::string InstructionText(const Instruction& in) {
+  return absl::StrCat("instr ", in.id, " op=", Quote(in.op), " stream=", StreamName(in.stream),
+                      " phase=", PhaseName(in.phase), " micro=", in.micro_step,
+                      " in=", JoinInts(in.inputs), " out=", JoinInts(in.outputs),
+                      " attrs=", AttrsText(in.attrs), " wait=", JoinInts(in.wait_events),
+                      " record=", JoinInts(in.record_events), " label=", Quote(in.label), "\n");
+}
+
+std::string BucketText(const Bucket& b) {
+  return absl::StrCat(
+      "bucket ", b.id, " bytes=", b.bytes, " grad=", b.grad_buffer,
+      " param_span=", b.param_span, " state_spans=", JoinInts(b.state_spans),
+      " ready_after=", b.ready_after, " all_reduce=", b.all_reduce,
+      " weight_decay=", b.weight_decay ? 1 : 0,
+      b.shard_elems > 0 ? absl::StrCat(" shard_elems=", b.shard_elems, " all_gather=", b.all_gather)
+                        : std::string(),
+      b.grad_shard >= 0 ? absl::StrCat(" grad_shard=", b.grad_shard) : std::string(),
+      b.param_shard >= 0 ? absl::StrCat(" param_shard=", b.param_shard) : std::string(),
+      " params=", absl::StrJoin(b.parameters, ","), "\n");
+}
+
+std::string MemoryText(const MemoryReport& m) {
+  return absl::StrCat(
+      "memory parameters=", m.parameter_bytes, " gradients=", m.gradient_bytes,
+      " optimizer_state=", m.optimizer_state_bytes,
+      " peak_activations=", m.peak_activation_bytes, " arena=", m.arena_bytes,
+      " unshared=", m.unshared_bytes,
+      m.workspace_bytes > 0 ? absl::StrCat(" workspace=", m.workspace_bytes) : std::string(),
+      m.fp32_arena_bytes > 0
+          ? absl::StrCat(" parameter_copies=", m.parameter_copy_bytes,
+                         " bf16_staging=", m.bf16_staging_bytes,
+                         " fp32_peak_activations=", m.fp32_peak_activation_bytes,
+                         " fp32_arena=", m.fp32_arena_bytes)
+          : std::string(),
+      "\n");
+}
+
 }  // namespace
 
 std::string PlanToText(const Plan& plan) {
@@ -663,145 +801,23 @@ std::string PlanToText(const Plan& plan) {
                       : absl::StrCat(" signature=", Quote(plan.model_signature)),
                   "\n");
   absl::StrAppend(&out, "source path=", Quote(plan.source), "\n");
-  absl::StrAppend(&out, "config world_size=", plan.world_size,
-                  " micro_batch=", plan.micro_batch, " accumulate=", plan.accumulate,
-                  " global_batch=", plan.global_batch, " epochs=", plan.epochs,
-                  " steps=", plan.steps, " seed=", plan.seed,
-                  " deterministic=", plan.deterministic ? 1 : 0,
-                  " tf32=", plan.tf32 ? 1 : 0,
-                  " bucket_mb=", FormatDouble(plan.bucket_mb),
-                  " loss_terms=", plan.loss_terms,
-                  plan.clip_grad_norm > 0
-                      ? absl::StrCat(" clip_grad_norm=", FormatDouble(plan.clip_grad_norm))
-                      : std::string(),
-                  plan.skip_nonfinite ? " skip_nonfinite=1" : "",
-                  plan.zero > 0 ? absl::StrCat(" zero=", plan.zero) : std::string(),
-                  plan.zero_gather != ZeroGather::kStepEnd
-                      ? absl::StrCat(" zero_gather=", Quote(EnumName(plan.zero_gather)))
-                      : std::string(),
-                  plan.zero_accumulate != ZeroAccumulate::kLocal
-                      ? absl::StrCat(" zero_accumulate=", Quote(EnumName(plan.zero_accumulate)))
-                      : std::string(),
-                  plan.zero_accumulate_choice.empty()
-                      ? std::string()
-                      : absl::StrCat(" zero_accumulate_choice=",
-                                     Quote(plan.zero_accumulate_choice)),
-                  plan.zero_prefetch > 0 ? absl::StrCat(" zero_prefetch=", plan.zero_prefetch)
-                                         : std::string(),
-                  plan.zero_prefetch_choice.empty()
-                      ? std::string()
-                      : absl::StrCat(" zero_prefetch_choice=", Quote(plan.zero_prefetch_choice)),
-                  plan.memory_choice.empty()
-                      ? std::string()
-                      : absl::StrCat(" memory_choice=", Quote(plan.memory_choice)),
-                  plan.grad_comm != GradComm::kFp32
-                      ? absl::StrCat(" grad_comm=", Quote(EnumName(plan.grad_comm)))
-                      : std::string(),
-                  plan.precision != Precision::kFp32
-                      ? absl::StrCat(" precision=", Quote(EnumName(plan.precision)))
-                      : std::string(),
-                  plan.bucket_choice.empty()
-                      ? std::string()
-                      : absl::StrCat(" bucket_choice=", Quote(plan.bucket_choice)),
-                  "\n");
+  absl::StrAppend(&out, ConfigText(plan));
   if (plan.checkpoints.every > 0) {  // absent: no checkpoints during the run
     absl::StrAppend(&out, "checkpoints every=", plan.checkpoints.every,
                     " keep=", plan.checkpoints.keep, " dir=", Quote(plan.checkpoints.dir),
                     "\n");
   }
-  const OptimizerConfig& o = plan.optimizer;
-  absl::StrAppend(&out, "optimizer kind=", Quote(EnumName(o.kind)), " lr=", FormatDouble(o.lr),
-                  " momentum=", FormatDouble(o.momentum), " nesterov=", o.nesterov ? 1 : 0,
-                  " weight_decay=", FormatDouble(o.weight_decay),
-                  " beta1=", FormatDouble(o.beta1), " beta2=", FormatDouble(o.beta2),
-                  " eps=", FormatDouble(o.eps), "\n");
+  absl::StrAppend(&out, OptimizerText(plan.optimizer));
   absl::StrAppend(&out, "schedule kind=", Quote(EnumName(plan.schedule.kind)),
                   " warmup_steps=", plan.schedule.warmup_steps,
                   " total_steps=", plan.schedule.total_steps, "\n");
-  absl::StrAppend(&out, "data format=", Quote(EnumName(plan.data.format)),
-                  " scale=", FormatDouble(plan.data.scale),
-                  " shuffle=", plan.data.shuffle ? 1 : 0,
-                  plan.data.random_crop > 0
-                      ? absl::StrCat(" random_crop=", plan.data.random_crop)
-                      : std::string(),
-                  plan.data.random_flip ? " random_flip=1" : "");
-  // Written only when set, so that an idx plan's text is unchanged.
-  const TokenSplit whole;
-  for (const auto& [key, split] :
-       {std::pair{"train_split", plan.data.train_split},
-        std::pair{"eval_split", plan.data.eval_split}}) {
-    if (split.begin != whole.begin || split.end != whole.end) {
-      absl::StrAppend(&out, " ", key, "=", FormatDouble(split.begin), ":",
-                      FormatDouble(split.end));
-    }
-  }
-  if (plan.data.token_vocab != 0) {
-    absl::StrAppend(&out, " token_vocab=", plan.data.token_vocab);
-  }
-  if (!plan.data.tokenizer.empty()) {
-    absl::StrAppend(&out, " tokenizer=", Quote(plan.data.tokenizer));
-  }
-  absl::StrAppend(&out, "\n");
-  for (const std::string& p : plan.data.train_paths) {
-    absl::StrAppend(&out, "data_path train path=", Quote(p), "\n");
-  }
-  for (const std::string& p : plan.data.eval_paths) {
-    absl::StrAppend(&out, "data_path eval path=", Quote(p), "\n");
-  }
-  for (const Buffer& b : plan.buffers) {
-    absl::StrAppend(&out, "buffer ", b.id, " name=", Quote(b.name),
-                    " kind=", BufferKindName(b.kind), " dtype=", DTypeName(b.dtype),
-                    " shape=", ShapeText(b.shape), " offset=", b.offset,
-                    " bytes=", b.bytes);
-    if (b.first_use >= 0 || b.last_use >= 0) {
-      absl::StrAppend(&out, " live=", b.first_use, ",", b.last_use);
-    }
-    if (b.init != ParamInit::kNone) {
-      absl::StrAppend(&out, " init=", Quote(EnumName(b.init)),
-                      " init_bound=", FormatDouble(b.init_bound));
-    }
-    absl::StrAppend(&out, "\n");
-  }
-  for (const Instruction& in : plan.instructions) {
-    absl::StrAppend(&out, "instr ", in.id, " op=", Quote(in.op),
-                    " stream=", StreamName(in.stream), " phase=", PhaseName(in.phase),
-                    " micro=", in.micro_step, " in=", JoinInts(in.inputs),
-                    " out=", JoinInts(in.outputs), " attrs=", AttrsText(in.attrs),
-                    " wait=", JoinInts(in.wait_events),
-                    " record=", JoinInts(in.record_events),
-                    " label=", Quote(in.label), "\n");
-  }
-  for (const Bucket& b : plan.buckets) {
-    absl::StrAppend(&out, "bucket ", b.id, " bytes=", b.bytes, " grad=", b.grad_buffer,
-                    " param_span=", b.param_span, " state_spans=", JoinInts(b.state_spans),
-                    " ready_after=", b.ready_after, " all_reduce=", b.all_reduce,
-                    " weight_decay=", b.weight_decay ? 1 : 0,
-                    b.shard_elems > 0 ? absl::StrCat(" shard_elems=", b.shard_elems,
-                                                     " all_gather=", b.all_gather)
-                                      : std::string(),
-                    b.grad_shard >= 0 ? absl::StrCat(" grad_shard=", b.grad_shard)
-                                      : std::string(),
-                    b.param_shard >= 0 ? absl::StrCat(" param_shard=", b.param_shard)
-                                       : std::string(),
-                    " params=", absl::StrJoin(b.parameters, ","), "\n");
-  }
+  absl::StrAppend(&out, DataText(plan.data));
+  for (const Buffer& b : plan.buffers) absl::StrAppend(&out, BufferText(b));
+  for (const Instruction& in : plan.instructions) absl::StrAppend(&out, InstructionText(in));
+  for (const Bucket& b : plan.buckets) absl::StrAppend(&out, BucketText(b));
   absl::StrAppend(&out, "events count=", plan.num_events, "\n");
   absl::StrAppend(&out, "arena bytes=", plan.arena_bytes, "\n");
-  const MemoryReport& m = plan.memory;
-  absl::StrAppend(&out, "memory parameters=", m.parameter_bytes,
-                  " gradients=", m.gradient_bytes,
-                  " optimizer_state=", m.optimizer_state_bytes,
-                  " peak_activations=", m.peak_activation_bytes, " arena=", m.arena_bytes,
-                  " unshared=", m.unshared_bytes,
-                  m.workspace_bytes > 0 ? absl::StrCat(" workspace=", m.workspace_bytes)
-                                        : std::string(),
-                  m.fp32_arena_bytes > 0
-                      ? absl::StrCat(" parameter_copies=", m.parameter_copy_bytes,
-                                     " bf16_staging=", m.bf16_staging_bytes,
-                                     " fp32_peak_activations=", m.fp32_peak_activation_bytes,
-                                     " fp32_arena=", m.fp32_arena_bytes)
-                      : std::string(),
-                  "\n");
+  absl::StrAppend(&out, MemoryText(plan.memory));
   absl::StrAppend(&out, "io inputs=", JoinInts(plan.input_buffers),
                   " loss=", plan.loss_buffer,
                   " parameters=", JoinInts(plan.parameter_buffers), "\n");
