@@ -1120,6 +1120,216 @@ absl::Status CheckArenaSharing(const Plan& plan) {
   return absl::OkStatus();
 }
 
+// ---------------------------------------------------------------------------
+// ValidatePlan's checks, one part of the plan each.
+
+bool BufferOk(const Plan& plan, int id) {
+  return id >= 0 && id < static_cast<int>(plan.buffers.size());
+}
+
+// The settings: format version, batch arithmetic, sizes, ZeRO's ranges.
+absl::Status ValidateSettings(const Plan& plan) {
+  if (plan.version != kPlanFormatVersion) {
+    return Invalid(absl::StrCat("version ", plan.version, ", expected ", kPlanFormatVersion));
+  }
+  if (plan.world_size < 1 || plan.micro_batch < 1 || plan.accumulate < 1 ||
+      plan.loss_terms < 1) {
+    return Invalid("world_size, micro_batch and accumulate must be >= 1");
+  }
+  if (plan.global_batch != plan.world_size * plan.micro_batch * plan.accumulate) {
+    return Invalid(absl::StrCat("global_batch ", plan.global_batch,
+                                " != world_size * micro_batch * accumulate"));
+  }
+  if (plan.arena_bytes < 0 || plan.num_events < 0) return Invalid("negative arena or events");
+  if (plan.zero < 0 || plan.zero > 3) return Invalid(absl::StrCat("zero ", plan.zero));
+  if (plan.zero_prefetch < 0) return Invalid(absl::StrCat("zero_prefetch ", plan.zero_prefetch));
+  return absl::OkStatus();
+}
+
+// One buffer: its id, its bytes against its shape, its dtype against the
+// plan's precision, its place in the arena and its live range.
+absl::Status ValidateBuffer(const Plan& plan, int i) {
+  const Buffer& b = plan.buffers[i];
+  const std::string where = absl::StrCat("buffer ", i, " (", b.name, ")");
+  if (b.id != i) return Invalid(absl::StrCat(where, ": id ", b.id));
+  int64_t elems = 1;
+  for (int64_t d : b.shape) {
+    if (d < 0) return Invalid(absl::StrCat(where, ": negative dimension"));
+    elems *= d;
+  }
+  if (b.bytes != elems * DTypeBytes(b.dtype)) {
+    return Invalid(absl::StrCat(where, ": bytes ", b.bytes, " but shape holds ",
+                                elems * DTypeBytes(b.dtype)));
+  }
+  // Mixed precision keeps the weights, gradients, optimizer state and
+  // loss in f32; only forward values, their gradients and the weights'
+  // bf16 copies may be bf16.
+  // (ZeRO-3 gathers a bf16 span of the copies.)
+  const bool gathered_copies = b.kind == BufferKind::kParameterSpan && plan.zero >= 3;
+  if (b.dtype == DType::kBF16 &&
+      (plan.precision != Precision::kBf16 ||
+       (b.kind != BufferKind::kActivation && b.kind != BufferKind::kActivationGrad &&
+        b.kind != BufferKind::kParameterCopy && !gathered_copies))) {
+    return Invalid(absl::StrCat(where, ": a bf16 ", BufferKindName(b.kind),
+                                plan.precision != Precision::kBf16
+                                    ? " in a plan of precision fp32"
+                                    : " (only activations and parameter copies may be bf16)"));
+  }
+  if (b.offset < 0 || b.offset % 64 != 0) {
+    return Invalid(absl::StrCat(where, ": offset ", b.offset, " not 64-byte aligned"));
+  }
+  if (b.offset + b.bytes > plan.arena_bytes && !IsLayout(plan, b)) {
+    return Invalid(absl::StrCat(where, ": ends at ", b.offset + b.bytes,
+                                " past the arena of ", plan.arena_bytes));
+  }
+  if ((b.first_use < 0) != (b.last_use < 0) || b.first_use > b.last_use ||
+      b.last_use >= static_cast<int>(plan.instructions.size())) {
+    return Invalid(absl::StrCat(where, ": bad live range ", b.first_use, "..", b.last_use));
+  }
+  return absl::OkStatus();
+}
+
+// One instruction's events: each wait for an event recorded earlier on the
+// other stream, each event recorded once. `recorded_by` (event ->
+// instruction) is kept in program order.
+absl::Status ValidateEvents(const Plan& plan, int i, const std::string& where,
+                            std::vector<int>& recorded_by) {
+  const Instruction& in = plan.instructions[i];
+  for (int e : in.wait_events) {
+    if (e < 0 || e >= plan.num_events) return Invalid(absl::StrCat(where, ": event ", e));
+    const int rec = recorded_by[e];
+    if (rec < 0) {
+      return Invalid(absl::StrCat(where, ": waits for event ", e, " not recorded before"));
+    }
+    if (plan.instructions[rec].stream == in.stream) {
+      return Invalid(absl::StrCat(where, ": waits for event ", e,
+                                  " recorded on its own stream"));
+    }
+  }
+  for (int e : in.record_events) {
+    if (e < 0 || e >= plan.num_events) return Invalid(absl::StrCat(where, ": event ", e));
+    if (recorded_by[e] >= 0) {
+      return Invalid(absl::StrCat(where, ": event ", e, " already recorded by instruction ",
+                                  recorded_by[e]));
+    }
+    recorded_by[e] = i;
+  }
+  return absl::OkStatus();
+}
+
+// One instruction: a known op with the op table's operand counts and
+// stream, buffers that exist, its micro-step, then its events.
+absl::Status ValidateInstruction(const Plan& plan, int i, std::vector<int>& recorded_by) {
+  const Instruction& in = plan.instructions[i];
+  const std::string where = absl::StrCat("instruction ", i, " (", in.op, ")");
+  if (in.id != i) return Invalid(absl::StrCat(where, ": id ", in.id));
+  const ops::OpDef* op = ops::FindOp(in.op);
+  if (op == nullptr) return Invalid(absl::StrCat(where, ": unknown op"));
+  const int n_in = static_cast<int>(in.inputs.size());
+  const int n_out = static_cast<int>(in.outputs.size());
+  if (n_in < op->min_inputs || (op->max_inputs >= 0 && n_in > op->max_inputs) ||
+      n_out < op->min_outputs || (op->max_outputs >= 0 && n_out > op->max_outputs)) {
+    return Invalid(absl::StrCat(where, ": ", n_in, " inputs and ", n_out, " outputs"));
+  }
+  if ((op->comm_stream ? Stream::kComm : Stream::kCompute) != in.stream) {
+    return Invalid(absl::StrCat(where, ": on the ", StreamName(in.stream), " stream"));
+  }
+  for (int id : in.inputs) {
+    if (!BufferOk(plan, id)) return Invalid(absl::StrCat(where, ": input buffer ", id));
+  }
+  for (int id : in.outputs) {
+    if (!BufferOk(plan, id)) return Invalid(absl::StrCat(where, ": output buffer ", id));
+  }
+  if (in.micro_step < -1 || in.micro_step >= plan.accumulate) {
+    return Invalid(absl::StrCat(where, ": micro-step ", in.micro_step));
+  }
+  return ValidateEvents(plan, i, where, recorded_by);
+}
+
+// A buffer id that exists and is of the given kind.
+bool BufferOfKind(const Plan& plan, int id, BufferKind kind) {
+  return BufferOk(plan, id) && plan.buffers[id].kind == kind;
+}
+
+// A bucket's ZeRO parts: its shard against its bytes, its all-gather, and
+// the gradient (ZeRO-2) and parameter (ZeRO-3) shards the stage asks for.
+absl::Status ValidateBucketShards(const Plan& plan, const Bucket& b, const std::string& where) {
+  const int num_instr = static_cast<int>(plan.instructions.size());
+  if (b.shard_elems < 0 ||
+      (b.shard_elems > 0 && b.shard_elems * plan.world_size * 4 != b.bytes)) {
+    return Invalid(absl::StrCat(where, ": shard of ", b.shard_elems, " floats in ",
+                                plan.world_size, " ranks is not its ", b.bytes, " bytes"));
+  }
+  // (Under ZeRO-3 a bucket nobody reads is never gathered.)
+  if (b.shard_elems > 0 && !(plan.zero >= 3 && b.all_gather == -1) &&
+      (b.all_gather < 0 || b.all_gather >= num_instr ||
+       plan.instructions[b.all_gather].op != "all_gather")) {
+    return Invalid(absl::StrCat(where, ": all_gather ", b.all_gather));
+  }
+  if ((plan.zero >= 2) != (b.grad_shard >= 0) ||
+      (b.grad_shard >= 0 && (!BufferOfKind(plan, b.grad_shard, BufferKind::kGradShard) ||
+                             plan.buffers[b.grad_shard].bytes != b.shard_elems * 4))) {
+    return Invalid(absl::StrCat(where, ": grad shard ", b.grad_shard, " in a plan of zero ",
+                                plan.zero));
+  }
+  if ((plan.zero >= 3) != (b.param_shard >= 0) ||
+      (b.param_shard >= 0 && (!BufferOfKind(plan, b.param_shard, BufferKind::kParamShard) ||
+                              plan.buffers[b.param_shard].bytes != b.shard_elems * 4))) {
+    return Invalid(absl::StrCat(where, ": parameter shard ", b.param_shard,
+                                " in a plan of zero ", plan.zero));
+  }
+  return absl::OkStatus();
+}
+
+// One bucket: its buffers of the right kinds and sizes, the instruction
+// after which it is ready and its reduction, then its ZeRO parts.
+absl::Status ValidateBucket(const Plan& plan, size_t i) {
+  const Bucket& b = plan.buckets[i];
+  const int num_instr = static_cast<int>(plan.instructions.size());
+  const std::string where = absl::StrCat("bucket ", i);
+  if (b.id != static_cast<int>(i)) return Invalid(absl::StrCat(where, ": id ", b.id));
+  if (!BufferOfKind(plan, b.grad_buffer, BufferKind::kBucket)) {
+    return Invalid(absl::StrCat(where, ": grad buffer ", b.grad_buffer));
+  }
+  if (!BufferOfKind(plan, b.param_span, BufferKind::kParameterSpan)) {
+    return Invalid(absl::StrCat(where, ": parameter span ", b.param_span));
+  }
+  for (int s : b.state_spans) {
+    if (!BufferOfKind(plan, s, BufferKind::kStateSpan)) {
+      return Invalid(absl::StrCat(where, ": state span ", s));
+    }
+  }
+  if (b.bytes <= 0 || plan.buffers[b.param_span].bytes != b.bytes ||
+      plan.buffers[b.grad_buffer].bytes % b.bytes != 0) {
+    return Invalid(absl::StrCat(where, ": ", b.bytes, " bytes per slot"));
+  }
+  if (b.ready_after < 0 || b.ready_after >= num_instr) {
+    return Invalid(absl::StrCat(where, ": ready_after ", b.ready_after));
+  }
+  const char* reduce = b.shard_elems > 0 ? "reduce_scatter" : "all_reduce";
+  if (b.all_reduce < 0 || b.all_reduce >= num_instr ||
+      plan.instructions[b.all_reduce].op != reduce) {
+    return Invalid(absl::StrCat(where, ": ", reduce, " ", b.all_reduce));
+  }
+  return ValidateBucketShards(plan, b, where);
+}
+
+// The `io` record: inputs, parameters and loss that exist.
+absl::Status ValidateIo(const Plan& plan) {
+  for (int id : plan.input_buffers) {
+    if (!BufferOk(plan, id)) return Invalid(absl::StrCat("input buffer ", id));
+  }
+  for (int id : plan.parameter_buffers) {
+    if (!BufferOfKind(plan, id, BufferKind::kParameter)) {
+      return Invalid(absl::StrCat("parameter buffer ", id));
+    }
+  }
+  if (plan.loss_buffer != -1 && !BufferOk(plan, plan.loss_buffer)) {
+    return Invalid(absl::StrCat("loss buffer ", plan.loss_buffer));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::map<int, std::vector<int>> GatheredSpanViews(const Plan& plan) {
@@ -1149,177 +1359,17 @@ std::optional<std::pair<int, int>> InPlaceOperands(const Instruction& in) {
 }
 
 absl::Status ValidatePlan(const Plan& plan) {
-  if (plan.version != kPlanFormatVersion) {
-    return Invalid(absl::StrCat("version ", plan.version, ", expected ", kPlanFormatVersion));
-  }
-  if (plan.world_size < 1 || plan.micro_batch < 1 || plan.accumulate < 1 ||
-      plan.loss_terms < 1) {
-    return Invalid("world_size, micro_batch and accumulate must be >= 1");
-  }
-  if (plan.global_batch != plan.world_size * plan.micro_batch * plan.accumulate) {
-    return Invalid(absl::StrCat("global_batch ", plan.global_batch,
-                                " != world_size * micro_batch * accumulate"));
-  }
-  if (plan.arena_bytes < 0 || plan.num_events < 0) return Invalid("negative arena or events");
-  if (plan.zero < 0 || plan.zero > 3) return Invalid(absl::StrCat("zero ", plan.zero));
-  if (plan.zero_prefetch < 0) return Invalid(absl::StrCat("zero_prefetch ", plan.zero_prefetch));
-  const int num_buffers = static_cast<int>(plan.buffers.size());
-  const int num_instr = static_cast<int>(plan.instructions.size());
-  auto buffer_ok = [&](int id) { return id >= 0 && id < num_buffers; };
-  for (int i = 0; i < num_buffers; ++i) {
-    const Buffer& b = plan.buffers[i];
-    const std::string where = absl::StrCat("buffer ", i, " (", b.name, ")");
-    if (b.id != i) return Invalid(absl::StrCat(where, ": id ", b.id));
-    int64_t elems = 1;
-    for (int64_t d : b.shape) {
-      if (d < 0) return Invalid(absl::StrCat(where, ": negative dimension"));
-      elems *= d;
-    }
-    if (b.bytes != elems * DTypeBytes(b.dtype)) {
-      return Invalid(absl::StrCat(where, ": bytes ", b.bytes, " but shape holds ",
-                                  elems * DTypeBytes(b.dtype)));
-    }
-    // Mixed precision keeps the weights, gradients, optimizer state and
-    // loss in f32; only forward values, their gradients and the weights'
-    // bf16 copies may be bf16.
-    // (ZeRO-3 gathers a bf16 span of the copies.)
-    const bool gathered_copies = b.kind == BufferKind::kParameterSpan && plan.zero >= 3;
-    if (b.dtype == DType::kBF16 &&
-        (plan.precision != Precision::kBf16 ||
-         (b.kind != BufferKind::kActivation && b.kind != BufferKind::kActivationGrad &&
-          b.kind != BufferKind::kParameterCopy && !gathered_copies))) {
-      return Invalid(absl::StrCat(where, ": a bf16 ", BufferKindName(b.kind),
-                                  plan.precision != Precision::kBf16
-                                      ? " in a plan of precision fp32"
-                                                           : " (only activations and parameter copies may be bf16)"));
-    }
-    if (b.offset < 0 || b.offset % 64 != 0) {
-      return Invalid(absl::StrCat(where, ": offset ", b.offset, " not 64-byte aligned"));
-    }
-    if (b.offset + b.bytes > plan.arena_bytes && !IsLayout(plan, b)) {
-      return Invalid(absl::StrCat(where, ": ends at ", b.offset + b.bytes,
-                                  " past the arena of ", plan.arena_bytes));
-    }
-    if ((b.first_use < 0) != (b.last_use < 0) || b.first_use > b.last_use ||
-        b.last_use >= num_instr) {
-      return Invalid(absl::StrCat(where, ": bad live range ", b.first_use, "..", b.last_use));
-    }
+  RETURN_IF_ERROR(ValidateSettings(plan));
+  for (int i = 0; i < static_cast<int>(plan.buffers.size()); ++i) {
+    RETURN_IF_ERROR(ValidateBuffer(plan, i));
   }
   RETURN_IF_ERROR(CheckArenaSharing(plan));
-  std::vector<int> recorded_by(plan.num_events, -1);
-  for (int i = 0; i < num_instr; ++i) {
-    const Instruction& in = plan.instructions[i];
-    const std::string where = absl::StrCat("instruction ", i, " (", in.op, ")");
-    if (in.id != i) return Invalid(absl::StrCat(where, ": id ", in.id));
-    const ops::OpDef* op = ops::FindOp(in.op);
-    if (op == nullptr) return Invalid(absl::StrCat(where, ": unknown op"));
-    const int n_in = static_cast<int>(in.inputs.size());
-    const int n_out = static_cast<int>(in.outputs.size());
-    if (n_in < op->min_inputs || (op->max_inputs >= 0 && n_in > op->max_inputs) ||
-        n_out < op->min_outputs || (op->max_outputs >= 0 && n_out > op->max_outputs)) {
-      return Invalid(absl::StrCat(where, ": ", n_in, " inputs and ", n_out, " outputs"));
-    }
-    if ((op->comm_stream ? Stream::kComm : Stream::kCompute) != in.stream) {
-      return Invalid(absl::StrCat(where, ": on the ", StreamName(in.stream), " stream"));
-    }
-    for (int id : in.inputs) {
-      if (!buffer_ok(id)) return Invalid(absl::StrCat(where, ": input buffer ", id));
-    }
-    for (int id : in.outputs) {
-      if (!buffer_ok(id)) return Invalid(absl::StrCat(where, ": output buffer ", id));
-    }
-    if (in.micro_step < -1 || in.micro_step >= plan.accumulate) {
-      return Invalid(absl::StrCat(where, ": micro-step ", in.micro_step));
-    }
-    for (int e : in.wait_events) {
-      if (e < 0 || e >= plan.num_events) return Invalid(absl::StrCat(where, ": event ", e));
-      const int rec = recorded_by[e];
-      if (rec < 0) {
-        return Invalid(absl::StrCat(where, ": waits for event ", e, " not recorded before"));
-      }
-      if (plan.instructions[rec].stream == in.stream) {
-        return Invalid(absl::StrCat(where, ": waits for event ", e,
-                                    " recorded on its own stream"));
-      }
-    }
-    for (int e : in.record_events) {
-      if (e < 0 || e >= plan.num_events) return Invalid(absl::StrCat(where, ": event ", e));
-      if (recorded_by[e] >= 0) {
-        return Invalid(absl::StrCat(where, ": event ", e, " already recorded by instruction ",
-                                    recorded_by[e]));
-      }
-      recorded_by[e] = i;
-    }
+  std::vector<int> recorded_by(plan.num_events, -1);  // event -> instruction
+  for (int i = 0; i < static_cast<int>(plan.instructions.size()); ++i) {
+    RETURN_IF_ERROR(ValidateInstruction(plan, i, recorded_by));
   }
-  for (size_t i = 0; i < plan.buckets.size(); ++i) {
-    const Bucket& b = plan.buckets[i];
-    const std::string where = absl::StrCat("bucket ", i);
-    if (b.id != static_cast<int>(i)) return Invalid(absl::StrCat(where, ": id ", b.id));
-    if (!buffer_ok(b.grad_buffer) ||
-        plan.buffers[b.grad_buffer].kind != BufferKind::kBucket) {
-      return Invalid(absl::StrCat(where, ": grad buffer ", b.grad_buffer));
-    }
-    if (!buffer_ok(b.param_span) ||
-        plan.buffers[b.param_span].kind != BufferKind::kParameterSpan) {
-      return Invalid(absl::StrCat(where, ": parameter span ", b.param_span));
-    }
-    for (int s : b.state_spans) {
-      if (!buffer_ok(s) || plan.buffers[s].kind != BufferKind::kStateSpan) {
-        return Invalid(absl::StrCat(where, ": state span ", s));
-      }
-    }
-    if (b.bytes <= 0 || plan.buffers[b.param_span].bytes != b.bytes ||
-        plan.buffers[b.grad_buffer].bytes % b.bytes != 0) {
-      return Invalid(absl::StrCat(where, ": ", b.bytes, " bytes per slot"));
-    }
-    if (b.ready_after < 0 || b.ready_after >= num_instr) {
-      return Invalid(absl::StrCat(where, ": ready_after ", b.ready_after));
-    }
-    const char* reduce = b.shard_elems > 0 ? "reduce_scatter" : "all_reduce";
-    if (b.all_reduce < 0 || b.all_reduce >= num_instr ||
-        plan.instructions[b.all_reduce].op != reduce) {
-      return Invalid(absl::StrCat(where, ": ", reduce, " ", b.all_reduce));
-    }
-    if (b.shard_elems < 0 ||
-        (b.shard_elems > 0 && b.shard_elems * plan.world_size * 4 != b.bytes)) {
-      return Invalid(absl::StrCat(where, ": shard of ", b.shard_elems, " floats in ",
-                                  plan.world_size, " ranks is not its ", b.bytes,
-                                  " bytes"));
-    }
-    // (Under ZeRO-3 a bucket nobody reads is never gathered.)
-    if (b.shard_elems > 0 && !(plan.zero >= 3 && b.all_gather == -1) &&
-        (b.all_gather < 0 || b.all_gather >= num_instr ||
-         plan.instructions[b.all_gather].op != "all_gather")) {
-      return Invalid(absl::StrCat(where, ": all_gather ", b.all_gather));
-    }
-    if ((plan.zero >= 2) != (b.grad_shard >= 0) ||
-        (b.grad_shard >= 0 &&
-         (!buffer_ok(b.grad_shard) || plan.buffers[b.grad_shard].kind != BufferKind::kGradShard ||
-          plan.buffers[b.grad_shard].bytes != b.shard_elems * 4))) {
-      return Invalid(absl::StrCat(where, ": grad shard ", b.grad_shard, " in a plan of zero ",
-                                  plan.zero));
-    }
-    if ((plan.zero >= 3) != (b.param_shard >= 0) ||
-        (b.param_shard >= 0 &&
-         (!buffer_ok(b.param_shard) ||
-          plan.buffers[b.param_shard].kind != BufferKind::kParamShard ||
-          plan.buffers[b.param_shard].bytes != b.shard_elems * 4))) {
-      return Invalid(absl::StrCat(where, ": parameter shard ", b.param_shard,
-                                  " in a plan of zero ", plan.zero));
-    }
-  }
-  for (int id : plan.input_buffers) {
-    if (!buffer_ok(id)) return Invalid(absl::StrCat("input buffer ", id));
-  }
-  for (int id : plan.parameter_buffers) {
-    if (!buffer_ok(id) || plan.buffers[id].kind != BufferKind::kParameter) {
-      return Invalid(absl::StrCat("parameter buffer ", id));
-    }
-  }
-  if (plan.loss_buffer != -1 && !buffer_ok(plan.loss_buffer)) {
-    return Invalid(absl::StrCat("loss buffer ", plan.loss_buffer));
-  }
-  return absl::OkStatus();
+  for (size_t i = 0; i < plan.buckets.size(); ++i) RETURN_IF_ERROR(ValidateBucket(plan, i));
+  return ValidateIo(plan);
 }
 
 }  // namespace trainc
