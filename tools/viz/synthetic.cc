@@ -74,10 +74,8 @@ struct Layer {
   int d_linear_out = -1, d_act = -1;
 };
 
-}  // namespace
-
-Plan MakeSyntheticPlan(const MlpPlanOptions& o) {
-  Plan p;
+// The settings every synthetic plan shares: AdamW, idx data, one epoch.
+void SetSettings(const MlpPlanOptions& o, Plan& p) {
   p.model = o.model;
   p.source = absl::StrCat(o.model, ".train");
   p.world_size = o.world_size;
@@ -96,198 +94,259 @@ Plan MakeSyntheticPlan(const MlpPlanOptions& o) {
   p.data.format = DataFormat::kIdx;
   p.data.train_paths = {"train-images.gz", "train-labels.gz"};
   p.data.scale = 1.0 / 255;
-  Builder b(&p);
-  const int64_t B = o.micro_batch;
+}
 
-  std::vector<Layer> layers;
-  int64_t prev = o.input;
-  for (int l = 1; l <= o.hidden_layers; ++l) {
-    layers.push_back({absl::StrCat("h", l), prev, o.width});
-    prev = o.width;
+// A bucket being filled: its parameters, in backward (ready) order.
+struct Pending {
+  std::vector<std::pair<Layer*, bool>> members;  // (layer, is_weight)
+  int64_t bytes = 0;
+};
+
+// Builds the synthetic MLP's plan, one part at a time: buffers (inputs,
+// buckets with their parameters and gradients, optimizer state,
+// activations), then each micro-step's forward and backward (the last one
+// issuing each bucket's all-reduce as it completes), the optimizers and
+// the memory report.
+class SyntheticMlp {
+ public:
+  explicit SyntheticMlp(const MlpPlanOptions& o) : o_(o), b_(&p_) {
+    SetSettings(o, p_);
+    int64_t prev = o.input;
+    for (int l = 1; l <= o.hidden_layers; ++l) {
+      layers_.push_back({absl::StrCat("h", l), prev, o.width});
+      prev = o.width;
+    }
+    layers_.push_back({"logits", prev, o.classes});
   }
-  layers.push_back({"logits", prev, o.classes});
 
+  Plan Build() && {
+    PlanBuckets();
+    x_ = b_.AddBuffer("image", BufferKind::kInput, {o_.micro_batch, o_.input});
+    y_ = b_.AddBuffer("class", BufferKind::kLabel, {o_.micro_batch}, DType::kI32);
+    p_.input_buffers = {x_, y_};
+    AddParametersAndGradients();
+    AddOptimizerState();
+    AddActivations();
+    p_.buckets.resize(buckets_.size());
+    for (int m = 0; m < o_.accumulate; ++m) {
+      b_.Add("load_batch", {}, {x_, y_}, Phase::kData, m, "load_batch").attrs["micro"] = m;
+      Forward(m);
+      Backward(m);
+    }
+    AddOptimizers();
+    p_.num_events = events_;
+    p_.arena_bytes = b_.arena();
+    FillMemoryReport();
+    return std::move(p_);
+  }
+
+ private:
   // Buckets in backward (ready) order; parameters and gradients laid out
   // contiguously in that order so that each bucket is one span.
-  struct Pending {
-    std::vector<std::pair<Layer*, bool>> members;  // (layer, is_weight)
-    int64_t bytes = 0;
-  };
-  std::vector<Pending> buckets(1);
-  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    for (bool w : {true, false}) {
-      if (buckets.back().bytes >= o.bucket_bytes) buckets.emplace_back();
-      int64_t bytes = (w ? it->out * it->in : it->out) * 4;
-      buckets.back().members.push_back({&*it, w});
-      buckets.back().bytes += Align64(bytes);
-    }
-  }
-  int x = b.AddBuffer("image", BufferKind::kInput, {B, o.input});
-  int y = b.AddBuffer("class", BufferKind::kLabel, {B}, DType::kI32);
-  p.input_buffers = {x, y};
-  std::vector<int> bucket_buf, span_buf;
-  for (size_t k = 0; k < buckets.size(); ++k) {
-    int64_t bytes = buckets[k].bytes;
-    int64_t pa = b.Reserve(bytes), ga = b.Reserve(bytes);
-    span_buf.push_back(b.AddBuffer(absl::StrCat("params/bucket", k),
-                                   BufferKind::kParameterSpan, {bytes / 4},
-                                   DType::kF32, pa));
-    bucket_buf.push_back(b.AddBuffer(absl::StrCat("grads/bucket", k),
-                                     BufferKind::kBucket, {bytes / 4},
-                                     DType::kF32, ga));
-    int64_t off = 0;
-    for (auto& [layer, w] : buckets[k].members) {
-      std::string pname = absl::StrCat(layer->name, w ? ".weight" : ".bias");
-      std::vector<int64_t> shape = w ? std::vector<int64_t>{layer->out, layer->in}
-                                     : std::vector<int64_t>{layer->out};
-      int param = b.AddBuffer(pname, BufferKind::kParameter, shape,
-                              DType::kF32, pa + off);
-      p.buffers[param].init = ParamInit::kUniform;
-      p.buffers[param].init_bound = 1.0 / std::sqrt(static_cast<double>(layer->in));
-      int grad = b.AddBuffer(absl::StrCat("grad/", pname), BufferKind::kGradient,
-                             shape, DType::kF32, ga + off);
-      (w ? layer->weight : layer->bias) = param;
-      (w ? layer->grad_w : layer->grad_b) = grad;
-      off += Align64(p.buffers[param].bytes);
-    }
-  }
-  for (const Layer& l : layers) {
-    p.parameter_buffers.push_back(l.weight);
-    p.parameter_buffers.push_back(l.bias);
-  }
-  std::vector<std::vector<int>> state(buckets.size());
-  for (size_t k = 0; k < buckets.size(); ++k) {
-    for (const char* s : {"m", "v"}) {
-      state[k].push_back(b.AddBuffer(absl::StrCat("adamw.", s, "/bucket", k),
-                                     BufferKind::kStateSpan,
-                                     {buckets[k].bytes / 4}));
-    }
-  }
-  for (Layer& l : layers) {
-    bool hidden = l.name != "logits";
-    l.linear_out = b.AddBuffer(hidden ? l.name + ".0" : l.name,
-                               BufferKind::kActivation, {B, l.out});
-    if (hidden) l.act = b.AddBuffer(l.name, BufferKind::kActivation, {B, l.out});
-  }
-  int loss = b.AddBuffer("loss", BufferKind::kLoss, {1});
-  int probs = b.AddBuffer("loss.probs", BufferKind::kActivation, {B, o.classes});
-  p.loss_buffer = loss;
-  for (Layer& l : layers) {
-    bool hidden = l.name != "logits";
-    l.d_linear_out = b.AddBuffer(absl::StrCat("grad/", hidden ? l.name + ".0" : l.name),
-                                 BufferKind::kActivationGrad, {B, l.out});
-    if (hidden) {
-      l.d_act = b.AddBuffer(absl::StrCat("grad/", l.name),
-                            BufferKind::kActivationGrad, {B, l.out});
+  void PlanBuckets() {
+    buckets_.resize(1);
+    for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+      for (bool w : {true, false}) {
+        if (buckets_.back().bytes >= o_.bucket_bytes) buckets_.emplace_back();
+        int64_t bytes = (w ? it->out * it->in : it->out) * 4;
+        buckets_.back().members.push_back({&*it, w});
+        buckets_.back().bytes += Align64(bytes);
+      }
     }
   }
 
-  // Which parameter write completes which bucket.
-  std::map<int, int> completes;  // grad buffer -> bucket
-  for (size_t k = 0; k < buckets.size(); ++k) {
-    auto& [layer, w] = buckets[k].members.back();
-    completes[w ? layer->grad_w : layer->grad_b] = static_cast<int>(k);
+  // Each bucket's parameter span and gradient bucket, and inside them its
+  // parameters and their gradients.
+  void AddParametersAndGradients() {
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      int64_t bytes = buckets_[k].bytes;
+      int64_t pa = b_.Reserve(bytes), ga = b_.Reserve(bytes);
+      span_buf_.push_back(b_.AddBuffer(absl::StrCat("params/bucket", k),
+                                       BufferKind::kParameterSpan, {bytes / 4}, DType::kF32, pa));
+      bucket_buf_.push_back(b_.AddBuffer(absl::StrCat("grads/bucket", k), BufferKind::kBucket,
+                                         {bytes / 4}, DType::kF32, ga));
+      int64_t off = 0;
+      for (auto& [layer, w] : buckets_[k].members) {
+        std::string pname = absl::StrCat(layer->name, w ? ".weight" : ".bias");
+        std::vector<int64_t> shape = w ? std::vector<int64_t>{layer->out, layer->in}
+                                       : std::vector<int64_t>{layer->out};
+        int param = b_.AddBuffer(pname, BufferKind::kParameter, shape, DType::kF32, pa + off);
+        p_.buffers[param].init = ParamInit::kUniform;
+        p_.buffers[param].init_bound = 1.0 / std::sqrt(static_cast<double>(layer->in));
+        int grad = b_.AddBuffer(absl::StrCat("grad/", pname), BufferKind::kGradient, shape,
+                                DType::kF32, ga + off);
+        (w ? layer->weight : layer->bias) = param;
+        (w ? layer->grad_w : layer->grad_b) = grad;
+        off += Align64(p_.buffers[param].bytes);
+      }
+    }
+    for (const Layer& l : layers_) {
+      p_.parameter_buffers.push_back(l.weight);
+      p_.parameter_buffers.push_back(l.bias);
+    }
+    // Which parameter write completes which bucket.
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      auto& [layer, w] = buckets_[k].members.back();
+      completes_[w ? layer->grad_w : layer->grad_b] = static_cast<int>(k);
+    }
   }
-  p.buckets.resize(buckets.size());
-  int events = 0;
-  const double scale = 1.0 / p.global_batch;
-  for (int m = 0; m < o.accumulate; ++m) {
-    const bool last = m == o.accumulate - 1;
-    b.Add("load_batch", {}, {x, y}, Phase::kData, m, "load_batch").attrs["micro"] = m;
-    int in = x;
-    for (Layer& l : layers) {
+
+  // AdamW's m and v spans, per bucket.
+  void AddOptimizerState() {
+    state_.resize(buckets_.size());
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      for (const char* s : {"m", "v"}) {
+        state_[k].push_back(b_.AddBuffer(absl::StrCat("adamw.", s, "/bucket", k),
+                                         BufferKind::kStateSpan, {buckets_[k].bytes / 4}));
+      }
+    }
+  }
+
+  // The forward values, the loss, and their gradients.
+  void AddActivations() {
+    const int64_t B = o_.micro_batch;
+    for (Layer& l : layers_) {
       bool hidden = l.name != "logits";
-      b.Add("linear", {in, l.weight, l.bias}, {l.linear_out}, Phase::kForward, m,
-            absl::StrCat(p.buffers[l.linear_out].name, " = linear"));
+      l.linear_out =
+          b_.AddBuffer(hidden ? l.name + ".0" : l.name, BufferKind::kActivation, {B, l.out});
+      if (hidden) l.act = b_.AddBuffer(l.name, BufferKind::kActivation, {B, l.out});
+    }
+    loss_ = b_.AddBuffer("loss", BufferKind::kLoss, {1});
+    probs_ = b_.AddBuffer("loss.probs", BufferKind::kActivation, {B, o_.classes});
+    p_.loss_buffer = loss_;
+    for (Layer& l : layers_) {
+      bool hidden = l.name != "logits";
+      l.d_linear_out = b_.AddBuffer(absl::StrCat("grad/", hidden ? l.name + ".0" : l.name),
+                                    BufferKind::kActivationGrad, {B, l.out});
+      if (hidden) {
+        l.d_act =
+            b_.AddBuffer(absl::StrCat("grad/", l.name), BufferKind::kActivationGrad, {B, l.out});
+      }
+    }
+  }
+
+  // Micro-step m's forward: linear (and relu) per layer, then the loss.
+  void Forward(int m) {
+    int in = x_;
+    for (Layer& l : layers_) {
+      bool hidden = l.name != "logits";
+      b_.Add("linear", {in, l.weight, l.bias}, {l.linear_out}, Phase::kForward, m,
+             absl::StrCat(p_.buffers[l.linear_out].name, " = linear"));
       in = l.linear_out;
       if (hidden) {
-        b.Add("relu", {l.linear_out}, {l.act}, Phase::kForward, m,
-              absl::StrCat(l.name, " = relu"));
+        b_.Add("relu", {l.linear_out}, {l.act}, Phase::kForward, m,
+               absl::StrCat(l.name, " = relu"));
         in = l.act;
       }
     }
-    const Layer& head = layers.back();
-    b.Add("cross_entropy", {head.linear_out, y}, {loss, probs}, Phase::kForward,
-          m, "loss = cross_entropy");
-    Instruction& ceg = b.Add("cross_entropy_grad", {probs, y}, {head.d_linear_out},
-                             Phase::kBackward, m, "grad/logits = cross_entropy_grad");
+    b_.Add("cross_entropy", {layers_.back().linear_out, y_}, {loss_, probs_}, Phase::kForward, m,
+           "loss = cross_entropy");
+  }
+
+  // Micro-step m's backward, layer by layer from the loss; in the last
+  // micro-step a bucket's all-reduce follows the gradient that completes it.
+  void Backward(int m) {
+    Instruction& ceg = b_.Add("cross_entropy_grad", {probs_, y_}, {layers_.back().d_linear_out},
+                              Phase::kBackward, m, "grad/logits = cross_entropy_grad");
     ceg.attrs["accumulate"] = 0;
-    ceg.attrs["scale"] = scale;
-    for (int li = static_cast<int>(layers.size()) - 1; li >= 0; --li) {
-      Layer& l = layers[li];
+    ceg.attrs["scale"] = 1.0 / p_.global_batch;
+    for (int li = static_cast<int>(layers_.size()) - 1; li >= 0; --li) {
+      Layer& l = layers_[li];
       int dy = l.d_linear_out;
       if (l.name != "logits") {
-        b.Add("relu_grad", {l.d_act, l.act}, {dy}, Phase::kBackward, m,
-              absl::StrCat(p.buffers[dy].name, " = relu_grad"))
+        b_.Add("relu_grad", {l.d_act, l.act}, {dy}, Phase::kBackward, m,
+               absl::StrCat(p_.buffers[dy].name, " = relu_grad"))
             .attrs["accumulate"] = 0;
       }
-      int x_in = li == 0 ? x : layers[li - 1].act;
-      Instruction& g = b.Add("linear_grad_params", {dy, x_in}, {l.grad_w, l.grad_b},
-                             Phase::kBackward, m,
-                             absl::StrCat("grad/", l.name, ".weight = linear_grad_params"));
+      int x_in = li == 0 ? x_ : layers_[li - 1].act;
+      Instruction& g = b_.Add("linear_grad_params", {dy, x_in}, {l.grad_w, l.grad_b},
+                              Phase::kBackward, m,
+                              absl::StrCat("grad/", l.name, ".weight = linear_grad_params"));
       g.attrs["accumulate"] = m > 0 ? 1 : 0;
-      int gid = g.id;
-      if (last) {
+      const int gid = g.id;
+      if (m == o_.accumulate - 1) {
         for (int grad : {l.grad_w, l.grad_b}) {
-          auto c = completes.find(grad);
-          if (c == completes.end()) continue;
-          int k = c->second;
-          int ev = events++;
-          p.instructions[gid].record_events.push_back(ev);
-          Instruction& ar = b.Add("all_reduce", {bucket_buf[k]}, {bucket_buf[k]},
-                                  Phase::kComm, m, absl::StrCat("all_reduce bucket ", k));
-          ar.attrs["bucket"] = k;
-          ar.wait_events = {ev};
-          ar.record_events = {events++};
-          Bucket& bk = p.buckets[k];
-          bk.id = k;
-          bk.bytes = buckets[k].bytes;
-          bk.grad_buffer = bucket_buf[k];
-          bk.param_span = span_buf[k];
-          bk.state_spans = state[k];
-          bk.ready_after = gid;
-          bk.all_reduce = ar.id;
-          for (auto& [layer, w] : buckets[k].members) {
-            bk.parameters.push_back(absl::StrCat(layer->name, w ? ".weight" : ".bias"));
-          }
+          auto c = completes_.find(grad);
+          if (c != completes_.end()) AllReduce(c->second, gid, m);
         }
       }
       if (li > 0) {
-        b.Add("linear_grad_input", {dy, l.weight}, {layers[li - 1].d_act},
-              Phase::kBackward, m,
-              absl::StrCat(p.buffers[layers[li - 1].d_act].name, " = linear_grad_input"))
+        b_.Add("linear_grad_input", {dy, l.weight}, {layers_[li - 1].d_act}, Phase::kBackward, m,
+               absl::StrCat(p_.buffers[layers_[li - 1].d_act].name, " = linear_grad_input"))
             .attrs["accumulate"] = 0;
       }
     }
   }
-  for (size_t k = 0; k < buckets.size(); ++k) {
-    std::vector<int> ins = {span_buf[k], bucket_buf[k]};
-    ins.insert(ins.end(), state[k].begin(), state[k].end());
-    std::vector<int> outs = {span_buf[k]};
-    outs.insert(outs.end(), state[k].begin(), state[k].end());
-    Instruction& opt = b.Add("optimizer", ins, outs, Phase::kOptimizer, -1,
-                             absl::StrCat("adamw bucket ", k));
-    opt.attrs["bucket"] = k;
-    opt.wait_events = p.instructions[p.buckets[k].all_reduce].record_events;
-  }
-  p.num_events = events;
-  p.arena_bytes = b.arena();
-  for (const Buffer& buf : p.buffers) {
-    switch (buf.kind) {
-      case BufferKind::kParameter: p.memory.parameter_bytes += buf.bytes; break;
-      case BufferKind::kGradient: p.memory.gradient_bytes += buf.bytes; break;
-      case BufferKind::kStateSpan: p.memory.optimizer_state_bytes += buf.bytes; break;
-      case BufferKind::kActivation:
-      case BufferKind::kActivationGrad:
-        p.memory.peak_activation_bytes += buf.bytes;
-        break;
-      default: break;
+
+  // Bucket k's all-reduce, after instruction `ready` (which records the
+  // event it waits for), and the bucket's record.
+  void AllReduce(int k, int ready, int m) {
+    int ev = events_++;
+    p_.instructions[ready].record_events.push_back(ev);
+    Instruction& ar = b_.Add("all_reduce", {bucket_buf_[k]}, {bucket_buf_[k]}, Phase::kComm, m,
+                             absl::StrCat("all_reduce bucket ", k));
+    ar.attrs["bucket"] = k;
+    ar.wait_events = {ev};
+    ar.record_events = {events_++};
+    Bucket& bk = p_.buckets[k];
+    bk.id = k;
+    bk.bytes = buckets_[k].bytes;
+    bk.grad_buffer = bucket_buf_[k];
+    bk.param_span = span_buf_[k];
+    bk.state_spans = state_[k];
+    bk.ready_after = ready;
+    bk.all_reduce = ar.id;
+    for (auto& [layer, w] : buckets_[k].members) {
+      bk.parameters.push_back(absl::StrCat(layer->name, w ? ".weight" : ".bias"));
     }
   }
-  p.memory.arena_bytes = p.arena_bytes;
-  p.memory.unshared_bytes = p.arena_bytes;  // nothing is reused here
-  return p;
-}
+
+  // One optimizer per bucket, after its all-reduce.
+  void AddOptimizers() {
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      std::vector<int> ins = {span_buf_[k], bucket_buf_[k]};
+      ins.insert(ins.end(), state_[k].begin(), state_[k].end());
+      std::vector<int> outs = {span_buf_[k]};
+      outs.insert(outs.end(), state_[k].begin(), state_[k].end());
+      Instruction& opt = b_.Add("optimizer", ins, outs, Phase::kOptimizer, -1,
+                                absl::StrCat("adamw bucket ", k));
+      opt.attrs["bucket"] = k;
+      opt.wait_events = p_.instructions[p_.buckets[k].all_reduce].record_events;
+    }
+  }
+
+  void FillMemoryReport() {
+    for (const Buffer& buf : p_.buffers) {
+      switch (buf.kind) {
+        case BufferKind::kParameter: p_.memory.parameter_bytes += buf.bytes; break;
+        case BufferKind::kGradient: p_.memory.gradient_bytes += buf.bytes; break;
+        case BufferKind::kStateSpan: p_.memory.optimizer_state_bytes += buf.bytes; break;
+        case BufferKind::kActivation:
+        case BufferKind::kActivationGrad:
+          p_.memory.peak_activation_bytes += buf.bytes;
+          break;
+        default: break;
+      }
+    }
+    p_.memory.arena_bytes = p_.arena_bytes;
+    p_.memory.unshared_bytes = p_.arena_bytes;  // nothing is reused here
+  }
+
+  const MlpPlanOptions o_;
+  Plan p_;
+  Builder b_;
+  std::vector<Layer> layers_;  // not resized after construction: buckets point into it
+  std::vector<Pending> buckets_;
+  std::vector<int> bucket_buf_, span_buf_;
+  std::vector<std::vector<int>> state_;
+  std::map<int, int> completes_;  // grad buffer -> the bucket it completes
+  int x_ = -1, y_ = -1, loss_ = -1, probs_ = -1;
+  int events_ = 0;
+};
+
+}  // namespace
+
+Plan MakeSyntheticPlan(const MlpPlanOptions& o) { return SyntheticMlp(o).Build(); }
 
 std::string MakeSyntheticTrace(const Plan& plan, int steps) {
   std::string events;
