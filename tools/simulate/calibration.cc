@@ -77,80 +77,98 @@ absl::StatusOr<cost::LinkProfile> FitAllReduce(
   return link;
 }
 
-absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
-                                      const cost::MachineProfile& base) {
-  RETURN_IF_ERROR(viz::CheckTraceMatchesPlan(trace, plan));
-  Calibration c;
-  c.profile = base;
+namespace {
 
-  // The slowest rank: the most compute time over the traced steps.
+// The slowest rank (the most compute time over the traced steps) and how
+// much longer its compute takes than the others' mean.
+void FitRankImbalance(const viz::Trace& trace, Calibration& c) {
   std::map<int, double> compute_us;  // rank -> busy time of its compute stream
   for (const viz::TraceEvent& e : trace.events) {
     if (e.stream == 0) compute_us[e.rank] += e.dur_us;
   }
-  if (compute_us.size() > 1) {
-    double others = 0, slowest = -1;
-    for (const auto& [rank, us] : compute_us) {
-      if (us > slowest) {
-        slowest = us;
-        c.slowest_rank = rank;
-      }
-    }
-    for (const auto& [rank, us] : compute_us) others += rank == c.slowest_rank ? 0 : us;
-    others /= static_cast<double>(compute_us.size() - 1);
-    c.profile.rank_imbalance = others > 0 ? slowest / others - 1 : 0;
-  } else {
+  if (compute_us.size() <= 1) {
     c.profile.rank_imbalance = 0;
+    return;
   }
+  double others = 0, slowest = -1;
+  for (const auto& [rank, us] : compute_us) {
+    if (us > slowest) {
+      slowest = us;
+      c.slowest_rank = rank;
+    }
+  }
+  for (const auto& [rank, us] : compute_us) others += rank == c.slowest_rank ? 0 : us;
+  others /= static_cast<double>(compute_us.size() - 1);
+  c.profile.rank_imbalance = others > 0 ? slowest / others - 1 : 0;
+}
 
-  // (step, instr) -> the collective's first start, last start and shortest
-  // duration over the ranks.
-  struct Collective {
-    double first_start = 1e300, last_start = -1e300, shortest = 1e300;
-  };
-  std::map<std::pair<int64_t, int>, Collective> collective;
+// A collective over the ranks: its first start, last start and shortest
+// duration.
+struct Collective {
+  double first_start = 1e300, last_start = -1e300, shortest = 1e300;
+};
+
+// The trace's events, indexed for the fits.
+struct TraceIndex {
+  std::map<std::pair<int64_t, int>, Collective> collective;  // (step, instr) ->
   // rank -> step -> (first start, last end).
   std::map<int, std::map<int64_t, std::pair<double, double>>> extent;
+  // (rank, step) -> when its collectives moved data: from the last rank's
+  // arrival to the end.
+  std::map<std::pair<int, int64_t>, std::vector<std::pair<double, double>>> moving;
+};
+
+TraceIndex IndexTrace(const Plan& plan, const viz::Trace& trace) {
+  TraceIndex index;
   for (const viz::TraceEvent& e : trace.events) {
-    auto [it, fresh] = extent[e.rank].try_emplace(e.step, e.ts_us, e.ts_us + e.dur_us);
+    auto [it, fresh] = index.extent[e.rank].try_emplace(e.step, e.ts_us, e.ts_us + e.dur_us);
     if (!fresh) {
       it->second.first = std::min(it->second.first, e.ts_us);
       it->second.second = std::max(it->second.second, e.ts_us + e.dur_us);
     }
     if (!cost::IsCollective(plan.instructions[e.instr])) continue;
-    Collective& col = collective[{e.step, e.instr}];
+    Collective& col = index.collective[{e.step, e.instr}];
     col.first_start = std::min(col.first_start, e.ts_us);
     col.last_start = std::max(col.last_start, e.ts_us);
     col.shortest = std::min(col.shortest, e.dur_us);
   }
-  // (rank, step) -> when its collectives moved data: from the last rank's
-  // arrival to the end.
-  std::map<std::pair<int, int64_t>, std::vector<std::pair<double, double>>> moving;
   for (const viz::TraceEvent& e : trace.events) {
     if (!cost::IsCollective(plan.instructions[e.instr])) continue;
-    const Collective& col = collective[{e.step, e.instr}];
-    moving[{e.rank, e.step}].emplace_back(col.last_start, e.ts_us + e.dur_us);
+    const Collective& col = index.collective[{e.step, e.instr}];
+    index.moving[{e.rank, e.step}].emplace_back(col.last_start, e.ts_us + e.dur_us);
   }
+  return index;
+}
 
-  // Compute: measured over modelled, per op, against the unscaled model,
-  // from the events that ran while no collective moved data (all of an
-  // op's events if none did); then the contention from the others.
+// One compute event of a rank other than the slowest: measured, modelled
+// (unscaled) and the time it ran beside a collective moving data.
+struct Sample {
+  const Instruction* instr;
+  double us, model_us, contended_us;
+};
+
+std::vector<Sample> ComputeSamples(const Plan& plan, const viz::Trace& trace,
+                                   const cost::MachineProfile& base, int slowest_rank,
+                                   TraceIndex& index) {
   cost::MachineProfile unscaled = base;
   unscaled.scale.clear();
-  struct Sample {
-    const Instruction* instr;
-    double us, model_us, contended_us;
-  };
   std::vector<Sample> samples;
   for (const viz::TraceEvent& e : trace.events) {
     const Instruction& in = plan.instructions[e.instr];
-    if (cost::IsCollective(in) || e.rank == c.slowest_rank) continue;
+    if (cost::IsCollective(in) || e.rank == slowest_rank) continue;
     double contended = 0;
-    for (const auto& [begin, end] : moving[{e.rank, e.step}]) {
+    for (const auto& [begin, end] : index.moving[{e.rank, e.step}]) {
       contended += std::max(0.0, std::min(end, e.ts_us + e.dur_us) - std::max(begin, e.ts_us));
     }
     samples.push_back({&in, e.dur_us, cost::EstimateCompute(plan, in, unscaled).us, contended});
   }
+  return samples;
+}
+
+// Compute: measured over modelled, per op, against the unscaled model,
+// from the events that ran while no collective moved data (all of an
+// op's events if none did).
+void FitOpScales(const std::vector<Sample>& samples, Calibration& c) {
   std::map<std::string, OpCalibration> by_op, uncontended;
   for (const Sample& s : samples) {
     for (auto* table : {&by_op, &uncontended}) {
@@ -170,9 +188,13 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
       c.profile.scale[name] = fit.measured_us / fit.modelled_us;
     }
   }
-  // An event that spent o us beside moving data and took t instead of the
-  // model's m did m of work in t: o / (1 + c) + (t - o) = m, so
-  // c / (1 + c) = (t - m) / o, fitted over all such events.
+}
+
+// The contention from the events beside moving data. An event that spent
+// o us beside moving data and took t instead of the model's m did m of
+// work in t: o / (1 + c) + (t - o) = m, so c / (1 + c) = (t - m) / o,
+// fitted over all such events.
+void FitContention(const std::vector<Sample>& samples, Calibration& c) {
   double lost = 0, contended = 0;
   for (const Sample& s : samples) {
     if (s.contended_us <= 0) continue;
@@ -184,15 +206,17 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
     c.profile.comm_contention = k / (1 - k);
     c.contention_fitted = true;
   }
+}
 
-  // The network.
-  const int64_t world = trace.world_size > 0 ? trace.world_size : plan.world_size;
-  // Fitted on the buckets' all-reduces (what each moves: half the bucket
-  // under grad_comm = bf16); ZeRO-1's reduce-scatters and all-gathers, and
-  // the all-reduce of one scalar, follow other formulas and are left out.
+// The network: α and β fitted on the buckets' all-reduces (what each
+// moves: half the bucket under grad_comm = bf16); ZeRO-1's reduce-scatters
+// and all-gathers, and the all-reduce of one scalar, follow other formulas
+// and are left out.
+void FitNetwork(const Plan& plan, const cost::MachineProfile& base, int64_t world,
+                const TraceIndex& index, Calibration& c) {
   std::vector<CollectiveSample> collective_samples;
   const double width = plan.grad_comm == GradComm::kBf16 ? 0.5 : 1.0;
-  for (const auto& [key, col] : collective) {
+  for (const auto& [key, col] : index.collective) {
     const Instruction& in = plan.instructions[key.second];
     auto bucket = in.attrs.find("bucket");
     if (in.op != "all_reduce" || bucket == in.attrs.end()) continue;
@@ -219,19 +243,10 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
       c.network_note = std::string(link.status().message());
     }
   }
+}
 
-  // The host between steps: gaps between consecutive traced steps; the
-  // period of rank 0's traced steps, start to start.
-  std::vector<double> gaps, periods;
-  for (const auto& [rank, steps] : extent) {
-    for (auto it = steps.begin(); it != steps.end(); ++it) {
-      auto next = std::next(it);
-      if (next == steps.end() || next->first != it->first + 1) continue;
-      gaps.push_back(std::max(0.0, next->second.first - it->second.second));
-      if (rank == 0) periods.push_back(next->second.first - it->second.first);
-    }
-  }
-  // Overlap: some all-reduce started before its rank's last backward ended.
+// Overlap: some all-reduce started before its rank's last backward ended.
+bool TraceOverlaps(const viz::Trace& trace) {
   std::map<std::pair<int, int64_t>, double> backward_end;
   for (const viz::TraceEvent& e : trace.events) {
     if (e.stream == 0 && e.cat == "backward") {
@@ -239,23 +254,59 @@ absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
       end = std::max(end, e.ts_us + e.dur_us);
     }
   }
-  c.overlap = false;
+  bool overlap = false;
   for (const viz::TraceEvent& e : trace.events) {
-    if (e.stream == 1 && e.ts_us < backward_end[{e.rank, e.step}]) c.overlap = true;
+    if (e.stream == 1 && e.ts_us < backward_end[{e.rank, e.step}]) overlap = true;
   }
-  if (!periods.empty()) {
-    c.host_gap_us = Median(gaps);
-    double sum = 0;
-    for (double p : periods) sum += p;
-    c.measured_step_us = sum / periods.size();
-    c.profile.step_overhead_us = 0;
-    cost::SimulationOptions options;
-    options.world_size = world;
-    options.overlap = c.overlap;
-    ASSIGN_OR_RETURN(cost::StepPrediction replay, cost::SimulateStep(plan, c.profile, options));
-    c.profile.step_overhead_us = std::max(0.0, c.measured_step_us - replay.step_us);
-    c.step_overhead_fitted = true;
+  return overlap;
+}
+
+// The host between steps: the gaps between consecutive traced steps, and
+// the period of rank 0's traced steps, start to start; the time per step
+// the replay of the fitted profile misses becomes step_overhead_us.
+absl::Status FitStepOverhead(const Plan& plan, int64_t world, const TraceIndex& index,
+                             Calibration& c) {
+  std::vector<double> gaps, periods;
+  for (const auto& [rank, steps] : index.extent) {
+    for (auto it = steps.begin(); it != steps.end(); ++it) {
+      auto next = std::next(it);
+      if (next == steps.end() || next->first != it->first + 1) continue;
+      gaps.push_back(std::max(0.0, next->second.first - it->second.second));
+      if (rank == 0) periods.push_back(next->second.first - it->second.first);
+    }
   }
+  if (periods.empty()) return absl::OkStatus();
+  c.host_gap_us = Median(gaps);
+  double sum = 0;
+  for (double p : periods) sum += p;
+  c.measured_step_us = sum / periods.size();
+  c.profile.step_overhead_us = 0;
+  cost::SimulationOptions options;
+  options.world_size = world;
+  options.overlap = c.overlap;
+  ASSIGN_OR_RETURN(cost::StepPrediction replay, cost::SimulateStep(plan, c.profile, options));
+  c.profile.step_overhead_us = std::max(0.0, c.measured_step_us - replay.step_us);
+  c.step_overhead_fitted = true;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Calibration> Calibrate(const Plan& plan, const viz::Trace& trace,
+                                      const cost::MachineProfile& base) {
+  RETURN_IF_ERROR(viz::CheckTraceMatchesPlan(trace, plan));
+  Calibration c;
+  c.profile = base;
+  FitRankImbalance(trace, c);
+  TraceIndex index = IndexTrace(plan, trace);
+  // Per-op scales first; the contention is what they leave unexplained.
+  const std::vector<Sample> samples = ComputeSamples(plan, trace, base, c.slowest_rank, index);
+  FitOpScales(samples, c);
+  FitContention(samples, c);
+  const int64_t world = trace.world_size > 0 ? trace.world_size : plan.world_size;
+  FitNetwork(plan, base, world, index, c);
+  c.overlap = TraceOverlaps(trace);
+  RETURN_IF_ERROR(FitStepOverhead(plan, world, index, c));
   return c;
 }
 
