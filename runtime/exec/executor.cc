@@ -49,6 +49,12 @@ std::vector<bool> WrittenBuffers(const Plan& plan) {
   return written;
 }
 
+// Prepare's refusal of instruction `i`, naming it.
+absl::Status InstructionError(size_t i, const Instruction& instr, const std::string& why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("instruction ", i, " (", instr.op, " \"", instr.label, "\"): ", why));
+}
+
 }  // namespace
 
 Executor::Executor(const Plan& plan, Device* device, Communicator* comm,
@@ -60,6 +66,27 @@ Executor::Executor(const Plan& plan, Device* device, Communicator* comm,
       options_(options) {}
 
 absl::Status Executor::Prepare() {
+  RETURN_IF_ERROR(CheckPrepareArguments());
+  RETURN_IF_ERROR(PrepareDevice());
+  const int num_buffers = static_cast<int>(plan_.buffers.size());
+  if (plan_.loss_buffer < 0 || plan_.loss_buffer >= num_buffers) {
+    return absl::InvalidArgumentError("plan has no loss buffer");
+  }
+  std::vector<Resolved> program;
+  // Per micro-step, the index in `program` of its last backward instruction.
+  std::vector<int> last_backward(plan_.accumulate, -1);
+  ScratchNeeds needs;
+  RETURN_IF_ERROR(ResolveProgram(program, last_backward, needs));
+  OrderProgram(std::move(program), last_backward);
+  RETURN_IF_ERROR(PrepareLoss());
+  NoteCaptureAvailability();
+  RETURN_IF_ERROR(AllocateScratch(needs));
+  if (options_.position != nullptr) options_.position->SetLabels(plan_);
+  prepared_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::CheckPrepareArguments() const {
   if (device_ == nullptr) return absl::InvalidArgumentError("no device");
   if (comm_ == nullptr && plan_.world_size != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -73,6 +100,10 @@ absl::Status Executor::Prepare() {
   if (plan_.accumulate < 1) {
     return absl::InvalidArgumentError("plan accumulate < 1");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::PrepareDevice() {
   // A step captured for an earlier Prepare would replay stale instructions.
   RETURN_IF_ERROR(device_->DropCapture());
   captured_ = false;
@@ -82,29 +113,20 @@ absl::Status Executor::Prepare() {
   if (device_->arena() == nullptr) {
     RETURN_IF_ERROR(device_->AllocateArena(plan_.arena_bytes));
   }
-  RETURN_IF_ERROR(device_->Prepare(plan_));
-  const int num_buffers = static_cast<int>(plan_.buffers.size());
-  if (plan_.loss_buffer < 0 || plan_.loss_buffer >= num_buffers) {
-    return absl::InvalidArgumentError("plan has no loss buffer");
-  }
+  return device_->Prepare(plan_);
+}
 
-  std::vector<Resolved> program;
-  int64_t max_bucket_bytes = 0;
-  int64_t max_hole = 0;       // floats
-  int64_t max_shard_add = 0;  // floats
+absl::Status Executor::ResolveProgram(std::vector<Resolved>& program,
+                                      std::vector<int>& last_backward,
+                                      ScratchNeeds& needs) const {
   std::vector<bool> written;  // per buffer, once a reduce_scatter needs it
-  // Per micro-step, the index in `program` of its last backward instruction.
-  std::vector<int> last_backward(plan_.accumulate, -1);
   for (size_t i = 0; i < plan_.instructions.size(); ++i) {
     const Instruction& instr = plan_.instructions[i];
-    auto fail = [&](const std::string& why) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "instruction ", i, " (", instr.op, " \"", instr.label, "\"): ", why));
-    };
-    for (const std::vector<int>* events :
-         {&instr.wait_events, &instr.record_events}) {
+    for (const std::vector<int>* events : {&instr.wait_events, &instr.record_events}) {
       for (int e : *events) {
-        if (e < 0 || e >= plan_.num_events) return fail("event out of range");
+        if (e < 0 || e >= plan_.num_events) {
+          return InstructionError(i, instr, "event out of range");
+        }
       }
     }
     Resolved r;
@@ -113,136 +135,145 @@ absl::Status Executor::Prepare() {
     if (instr.op == "load_batch") {
       r.kind = Resolved::kLoadBatch;
       if (instr.micro_step < 0 || instr.micro_step >= plan_.accumulate) {
-        return fail("load_batch without a micro-step");
+        return InstructionError(i, instr, "load_batch without a micro-step");
       }
-      if (instr.stream != Stream::kCompute) return fail("not on compute");
+      if (instr.stream != Stream::kCompute) return InstructionError(i, instr, "not on compute");
     } else if (instr.op == "all_reduce" || instr.op == "reduce_scatter" ||
                instr.op == "all_gather") {
-      r.kind = instr.op == "all_reduce"       ? Resolved::kAllReduce
-               : instr.op == "reduce_scatter" ? Resolved::kReduceScatter
-                                              : Resolved::kAllGather;
-      if (instr.stream != Stream::kComm) return fail("not on the comm stream");
-      auto it = instr.attrs.find("bucket");
-      if (it == instr.attrs.end() && r.kind == Resolved::kAllReduce) {
-        // A step scalar (ZeRO-1's grad_sq): one slot of its own size.
-        if (instr.inputs.size() != 1 || instr.inputs[0] < 0 ||
-            instr.inputs[0] >= num_buffers) {
-          return fail("all_reduce without a bucket needs one input buffer");
-        }
-        const Buffer& b = plan_.buffers[instr.inputs[0]];
-        if (b.dtype != DType::kF32 || b.offset < 0 ||
-            b.offset + b.bytes > plan_.arena_bytes) {
-          return fail("its buffer is not f32 inside the arena");
-        }
-        r.bucket = reinterpret_cast<float*>(device_->arena() + b.offset);
-        r.count = b.bytes / 4;
-        r.per_slot = false;
-        program.push_back(r);
-        continue;
-      }
-      const int b = it == instr.attrs.end() ? -1 : static_cast<int>(it->second);
-      if (b < 0 || b >= static_cast<int>(plan_.buckets.size())) {
-        return fail("attr bucket out of range");
-      }
-      const Bucket& bucket = plan_.buckets[b];
-      if (bucket.grad_buffer < 0 || bucket.grad_buffer >= num_buffers ||
-          bucket.param_span < 0 || bucket.param_span >= num_buffers) {
-        return fail("bucket without a gradient buffer or parameter span");
-      }
-      // The instruction's own: ZeRO-2 may give each micro-step a bucket.
-      const int grads_id = r.kind == Resolved::kAllGather || instr.inputs.size() != 1
-                               ? bucket.grad_buffer
-                               : instr.inputs[0];
-      if (grads_id < 0 || grads_id >= num_buffers ||
-          plan_.buffers[grads_id].kind != BufferKind::kBucket) {
-        return fail("its input is not a bucket's gradients");
-      }
-      const Buffer& grads = plan_.buffers[grads_id];
-      const int64_t slots = plan_.deterministic ? plan_.accumulate : 1;
-      if (bucket.bytes % 4 != 0 ||
-          grads.offset + slots * bucket.bytes > plan_.arena_bytes) {
-        return fail("bucket slots do not fit the arena");
-      }
-      if (r.kind != Resolved::kAllReduce &&
-          (bucket.shard_elems <= 0 ||
-           bucket.shard_elems * 4 * plan_.world_size != bucket.bytes)) {
-        return fail("the bucket is not in world_size shards");
-      }
-      const Buffer& target =
-          r.kind == Resolved::kAllGather ? plan_.buffers[bucket.param_span] : grads;
-      r.bucket = reinterpret_cast<float*>(device_->arena() + target.offset);
-      r.count = bucket.bytes / 4;
-      r.shard = bucket.shard_elems;
-      if (r.kind == Resolved::kAllGather) RETURN_IF_ERROR(ResolveGather(instr, bucket, r));
-      if (r.kind == Resolved::kReduceScatter) {
-        if (written.empty()) written = WrittenBuffers(plan_);
-        r.holes = Holes(plan_, grads, written);
-        for (const auto& [offset, count] : r.holes) {
-          max_hole = std::max(max_hole, count);
-        }
-        RETURN_IF_ERROR(ResolveShardOutput(instr, bucket, r));
-        if (r.shard_add) max_shard_add = std::max(max_shard_add, r.shard);
-      }
-      if (r.kind != Resolved::kAllGather) {
-        max_bucket_bytes = std::max(max_bucket_bytes, bucket.bytes);
-      }
+      RETURN_IF_ERROR(ResolveCollective(i, r, written, needs));
     } else if (IsKernelOp(instr.op)) {
       r.kind = Resolved::kCompute;
-      if (instr.stream != Stream::kCompute) return fail("not on compute");
+      if (instr.stream != Stream::kCompute) return InstructionError(i, instr, "not on compute");
       if (instr.phase == Phase::kBackward && instr.micro_step >= 0) {
         last_backward[instr.micro_step] = static_cast<int>(program.size());
       }
       r.writes_loss = std::find(instr.outputs.begin(), instr.outputs.end(),
                                 plan_.loss_buffer) != instr.outputs.end();
     } else {
-      return fail("unknown op");
+      return InstructionError(i, instr, "unknown op");
     }
     program.push_back(r);
   }
+  return absl::OkStatus();
+}
 
-  // Overlap off: every gradient collective moves to just after its
-  // micro-step's last backward instruction, behind a compute -> comm event
-  // (one per micro-step) so that on an asynchronous device none can start
-  // before that backward has finished.
+absl::Status Executor::ResolveStepScalar(size_t i, Resolved& r) const {
+  const Instruction& instr = *r.instr;
+  if (instr.inputs.size() != 1 || instr.inputs[0] < 0 ||
+      instr.inputs[0] >= static_cast<int>(plan_.buffers.size())) {
+    return InstructionError(i, instr, "all_reduce without a bucket needs one input buffer");
+  }
+  const Buffer& b = plan_.buffers[instr.inputs[0]];
+  if (b.dtype != DType::kF32 || b.offset < 0 || b.offset + b.bytes > plan_.arena_bytes) {
+    return InstructionError(i, instr, "its buffer is not f32 inside the arena");
+  }
+  r.bucket = reinterpret_cast<float*>(device_->arena() + b.offset);
+  r.count = b.bytes / 4;
+  r.per_slot = false;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::ResolveCollective(size_t i, Resolved& r, std::vector<bool>& written,
+                                         ScratchNeeds& needs) const {
+  const Instruction& instr = *r.instr;
+  const int num_buffers = static_cast<int>(plan_.buffers.size());
+  r.kind = instr.op == "all_reduce"       ? Resolved::kAllReduce
+           : instr.op == "reduce_scatter" ? Resolved::kReduceScatter
+                                          : Resolved::kAllGather;
+  if (instr.stream != Stream::kComm) return InstructionError(i, instr, "not on the comm stream");
+  auto it = instr.attrs.find("bucket");
+  if (it == instr.attrs.end() && r.kind == Resolved::kAllReduce) {
+    // A step scalar (ZeRO-1's grad_sq): one slot of its own size.
+    return ResolveStepScalar(i, r);
+  }
+  const int b = it == instr.attrs.end() ? -1 : static_cast<int>(it->second);
+  if (b < 0 || b >= static_cast<int>(plan_.buckets.size())) {
+    return InstructionError(i, instr, "attr bucket out of range");
+  }
+  const Bucket& bucket = plan_.buckets[b];
+  if (bucket.grad_buffer < 0 || bucket.grad_buffer >= num_buffers ||
+      bucket.param_span < 0 || bucket.param_span >= num_buffers) {
+    return InstructionError(i, instr, "bucket without a gradient buffer or parameter span");
+  }
+  // The instruction's own: ZeRO-2 may give each micro-step a bucket.
+  const int grads_id = r.kind == Resolved::kAllGather || instr.inputs.size() != 1
+                           ? bucket.grad_buffer
+                           : instr.inputs[0];
+  if (grads_id < 0 || grads_id >= num_buffers ||
+      plan_.buffers[grads_id].kind != BufferKind::kBucket) {
+    return InstructionError(i, instr, "its input is not a bucket's gradients");
+  }
+  const Buffer& grads = plan_.buffers[grads_id];
+  const int64_t slots = plan_.deterministic ? plan_.accumulate : 1;
+  if (bucket.bytes % 4 != 0 || grads.offset + slots * bucket.bytes > plan_.arena_bytes) {
+    return InstructionError(i, instr, "bucket slots do not fit the arena");
+  }
+  if (r.kind != Resolved::kAllReduce &&
+      (bucket.shard_elems <= 0 || bucket.shard_elems * 4 * plan_.world_size != bucket.bytes)) {
+    return InstructionError(i, instr, "the bucket is not in world_size shards");
+  }
+  const Buffer& target =
+      r.kind == Resolved::kAllGather ? plan_.buffers[bucket.param_span] : grads;
+  r.bucket = reinterpret_cast<float*>(device_->arena() + target.offset);
+  r.count = bucket.bytes / 4;
+  r.shard = bucket.shard_elems;
+  if (r.kind == Resolved::kAllGather) RETURN_IF_ERROR(ResolveGather(instr, bucket, r));
+  if (r.kind == Resolved::kReduceScatter) {
+    if (written.empty()) written = WrittenBuffers(plan_);
+    r.holes = Holes(plan_, grads, written);
+    for (const auto& [offset, count] : r.holes) needs.max_hole = std::max(needs.max_hole, count);
+    RETURN_IF_ERROR(ResolveShardOutput(instr, bucket, r));
+    if (r.shard_add) needs.max_shard_add = std::max(needs.max_shard_add, r.shard);
+  }
+  if (r.kind != Resolved::kAllGather) {
+    needs.max_bucket_bytes = std::max(needs.max_bucket_bytes, bucket.bytes);
+  }
+  return absl::OkStatus();
+}
+
+void Executor::OrderProgram(std::vector<Resolved> program,
+                            const std::vector<int>& last_backward) {
   order_.clear();
   hold_event_ = plan_.num_events;  // past the plan's own: + Resolved::hold
   num_holds_ = 0;
   if (options_.overlap) {
     order_ = std::move(program);
-  } else {
-    // ZeRO-2 ends a bucket's life at a compute instruction that waits for
-    // its scatter: held collectives are released before such a waiter.
-    std::vector<Resolved> held;
-    std::vector<int> held_events;
-    auto release = [&] {
-      if (held.empty()) return;
-      Resolved hold;
-      hold.kind = Resolved::kHoldForComm;
-      hold.hold = num_holds_++;
-      order_.push_back(hold);
-      order_.insert(order_.end(), held.begin(), held.end());
-      held.clear();
-      held_events.clear();
-    };
-    for (size_t i = 0; i < program.size(); ++i) {
-      const bool gradients = program[i].kind == Resolved::kAllReduce ||
-                             program[i].kind == Resolved::kReduceScatter;
-      const int micro = program[i].micro;
-      const int end = micro >= 0 ? last_backward[micro] : -1;
-      for (int e : program[i].instr->wait_events) {
-        if (std::count(held_events.begin(), held_events.end(), e)) release();
-      }
-      if (gradients && static_cast<int>(i) < end) {
-        held.push_back(program[i]);
-        const std::vector<int>& recorded = program[i].instr->record_events;
-        held_events.insert(held_events.end(), recorded.begin(), recorded.end());
-      } else {
-        order_.push_back(program[i]);
-      }
-      if (micro >= 0 && static_cast<int>(i) == end) release();
-    }
+    return;
   }
+  // ZeRO-2 ends a bucket's life at a compute instruction that waits for
+  // its scatter: held collectives are released before such a waiter.
+  std::vector<Resolved> held;
+  std::vector<int> held_events;
+  auto release = [&] {
+    if (held.empty()) return;
+    Resolved hold;
+    hold.kind = Resolved::kHoldForComm;
+    hold.hold = num_holds_++;
+    order_.push_back(hold);
+    order_.insert(order_.end(), held.begin(), held.end());
+    held.clear();
+    held_events.clear();
+  };
+  for (size_t i = 0; i < program.size(); ++i) {
+    const bool gradients = program[i].kind == Resolved::kAllReduce ||
+                           program[i].kind == Resolved::kReduceScatter;
+    const int micro = program[i].micro;
+    const int end = micro >= 0 ? last_backward[micro] : -1;
+    for (int e : program[i].instr->wait_events) {
+      if (std::count(held_events.begin(), held_events.end(), e)) release();
+    }
+    if (gradients && static_cast<int>(i) < end) {
+      held.push_back(program[i]);
+      const std::vector<int>& recorded = program[i].instr->record_events;
+      held_events.insert(held_events.end(), recorded.begin(), recorded.end());
+    } else {
+      order_.push_back(program[i]);
+    }
+    if (micro >= 0 && static_cast<int>(i) == end) release();
+  }
+}
 
+absl::Status Executor::PrepareLoss() {
   const Buffer& loss = plan_.buffers[plan_.loss_buffer];
   if (loss.offset < 0 || loss.offset + 4 > plan_.arena_bytes) {
     return absl::InvalidArgumentError("plan's loss buffer is outside the arena");
@@ -253,7 +284,10 @@ absl::Status Executor::Prepare() {
   losses_ = reinterpret_cast<float*>(losses);
   vote_ = losses_ + plan_.accumulate;
   host_losses_.assign(plan_.accumulate, 0.0f);
+  return absl::OkStatus();
+}
 
+void Executor::NoteCaptureAvailability() {
   if (!options_.capture) {
     capture_.unavailable = "step capture is off";
   } else if (!device_->SupportsCapture()) {
@@ -263,27 +297,27 @@ absl::Status Executor::Prepare() {
     capture_.unavailable = absl::StrCat(
         "the ", comm_->name(), " communicator's collectives cannot be captured");
   }
+}
 
-  if (plan_.deterministic && plan_.world_size > 1 && max_bucket_bytes > 0) {
+absl::Status Executor::AllocateScratch(const ScratchNeeds& needs) {
+  if (plan_.deterministic && plan_.world_size > 1 && needs.max_bucket_bytes > 0) {
     ASSIGN_OR_RETURN(char* scratch,
                      device_->AllocateScratch(plan_.world_size *
                                               plan_.accumulate *
-                                              max_bucket_bytes));
+                                              needs.max_bucket_bytes));
     scratch_ = reinterpret_cast<float*>(scratch);
   }
-  if (max_shard_add > 0) {
-    ASSIGN_OR_RETURN(char* pair, device_->AllocateScratch(2 * max_shard_add * 4));
+  if (needs.max_shard_add > 0) {
+    ASSIGN_OR_RETURN(char* pair, device_->AllocateScratch(2 * needs.max_shard_add * 4));
     pair_ = reinterpret_cast<float*>(pair);
   }
-  if (max_hole > 0) {
-    ASSIGN_OR_RETURN(char* zeros, device_->AllocateScratch(max_hole * 4));
-    const std::vector<float> host(max_hole, 0.0f);
-    RETURN_IF_ERROR(device_->CopyFromHost(host.data(), zeros, max_hole * 4));
+  if (needs.max_hole > 0) {
+    ASSIGN_OR_RETURN(char* zeros, device_->AllocateScratch(needs.max_hole * 4));
+    const std::vector<float> host(needs.max_hole, 0.0f);
+    RETURN_IF_ERROR(device_->CopyFromHost(host.data(), zeros, needs.max_hole * 4));
     RETURN_IF_ERROR(device_->Synchronize());
     zeros_ = reinterpret_cast<float*>(zeros);
   }
-  if (options_.position != nullptr) options_.position->SetLabels(plan_);
-  prepared_ = true;
   return absl::OkStatus();
 }
 

@@ -167,6 +167,42 @@ class Executor {
     std::vector<std::pair<int64_t, int64_t>> holes;
   };
 
+  // What resolving the program found that sizes Prepare's scratch areas.
+  struct ScratchNeeds {
+    int64_t max_bucket_bytes = 0;  // the largest bucket a collective reduces
+    int64_t max_hole = 0;          // floats: the largest hole a reduce_scatter zeroes
+    int64_t max_shard_add = 0;     // floats: ZeRO-2's largest shard added into
+  };
+
+  // Prepare's jobs, in order. The plan's own checks stay here (a Plan may
+  // reach Prepare without ValidatePlan: built or edited in memory).
+  // The device, the communicator's world size, accumulate >= 1.
+  absl::Status CheckPrepareArguments() const;
+  // Drops a captured step and its state, allocates the arena (once) and
+  // lets the device prepare for the plan.
+  absl::Status PrepareDevice();
+  // Every instruction checked (events, stream, micro-step, its bucket) and
+  // resolved, in program order, into `program`; `last_backward[m]`: the
+  // index of micro-step m's last backward instruction in it.
+  absl::Status ResolveProgram(std::vector<Resolved>& program, std::vector<int>& last_backward,
+                              ScratchNeeds& needs) const;
+  // An all_reduce, reduce_scatter or all_gather (instruction i, r.instr):
+  // its bucket or step scalar, shards and holes. `written`: per buffer,
+  // whether an instruction writes it (filled on first need).
+  absl::Status ResolveCollective(size_t i, Resolved& r, std::vector<bool>& written,
+                                 ScratchNeeds& needs) const;
+  // An all_reduce without a bucket: a step scalar (ZeRO-1's grad_sq).
+  absl::Status ResolveStepScalar(size_t i, Resolved& r) const;
+  // order_: the program, or with overlap off its gradient collectives held
+  // until their micro-step's last backward, behind a compute -> comm event.
+  void OrderProgram(std::vector<Resolved> program, const std::vector<int>& last_backward);
+  // The loss buffer's place, and the device's per-micro-step loss sums.
+  absl::Status PrepareLoss();
+  // capture_.unavailable: why steps will not be captured, if they will not.
+  void NoteCaptureAvailability();
+  // The deterministic gather area, ZeRO-2's shard pair, the zeros for holes.
+  absl::Status AllocateScratch(const ScratchNeeds& needs);
+
   // One step, issued instruction by instruction.
   absl::Status IssueStep(BatchSource& batches);
   // Captures this step and replays it; falls back to IssueStep (for this and
