@@ -145,52 +145,28 @@ std::string Choices(const std::string& field) {
   return absl::StrCat("--", field, " ", absl::StrJoin(FieldChoices(field), "|"));
 }
 
-// The command line's table, setting `*args`; its Help() is --help.
-OptionParser MakeParser(Args* args) {
-  auto into = [](std::string* out) {
-    return [out](const std::string& v) {
-      *out = v;
-      return absl::OkStatus();
-    };
+// A --FLAG PATH option's setter: the value, as given.
+OptionParser::SetValue Into(std::string* out) {
+  return [out](const std::string& v) {
+    *out = v;
+    return absl::OkStatus();
   };
-  // A positive count: --trace-steps, --eval-every, --log-every.
-  auto at_least_one = [](int64_t* out) {
-    return [out](const std::string& v) -> absl::Status {
-      ASSIGN_OR_RETURN(*out, ParseInt("", v));
-      if (*out < 1) return absl::InvalidArgumentError("must be >= 1");
-      return absl::OkStatus();
-    };
+}
+
+// A positive count: --trace-steps, --eval-every, --log-every.
+OptionParser::SetValue AtLeastOne(int64_t* out) {
+  return [out](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(*out, ParseInt("", v));
+    if (*out < 1) return absl::InvalidArgumentError("must be >= 1");
+    return absl::OkStatus();
   };
+}
+
+// "Run:", first part: the device, and what the run reads and writes
+// (checkpoints, traces, metrics).
+void AddRunFileOptions(Args* args, OptionParser& parser) {
   TrainOptions* train = &args->train;
-  OptionParser parser;
-  parser.Usage({"train [options] FILE.train|PLAN"})
-      .Description(
-          "Compiles a .train file into a static execution plan and trains it: with\n"
-          "`gpus = N`, N ranks (processes) on this machine, or under torchrun / srun /\n"
-          "mpirun one rank per process. A PLAN file (from --compile-only -o) trains\n"
-          "the same way without recompiling.\n")
-      .Group("Compile:")
-      .Switch({"--compile-only"}, "print the spec and plan summary, do not train",
-              [args] { args->compile_only = true; })
-      .Value({"-o", "--output"}, "PATH", "write the plan file (with --compile-only)",
-             into(&args->output))
-      .Group("Override train { } fields (checked by the same rules as the file):",
-             absl::StrCat(
-                 "--gpus N  --micro_batch N  --accumulate N  --global_batch N\n"
-                 "--epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine "
-                 "PROFILE\n",
-                 Choices("deterministic"), "  ", Choices("tf32"), "  ", Choices("precision"),
-                 "\n", Choices("recompute"),
-                 " (every repeat block's activations recomputed)\n", Choices("zero"), "  ",
-                 Choices("zero_accumulate"), "\n", Choices("zero_gather"), "  ",
-                 Choices("grad_comm"), "\n", Choices("fusion"), "  ", Choices("skip_nonfinite"),
-                 "\n"
-             "--memory 80GiB (fit each device: ZeRO stage, recompute, and with\n"
-             "  --micro_batch auto the micro-batch, for the least predicted step)\n"
-             "--checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR\n"
-             "(any train { } field but optimizer and schedule works as --FIELD VALUE,\n"
-             "and so does a model constant: --width 256 for `const width = 128`)\n"))
-      .TrainOverrides(&args->overrides)
+  parser
       .Group("Run:")
       .Value({"--device"}, absl::StrJoin(EnumNames<DeviceKind>(), "|"),
              "where to run (default auto: CUDA if a GPU is seen); with "
@@ -205,21 +181,21 @@ OptionParser MakeParser(Args* args) {
                return absl::OkStatus();
              })
       .Value({"--save"}, "PATH", "write a safetensors checkpoint at the end",
-             into(&train->save_path))
+             Into(&train->save_path))
       .Value({"--init-from"}, "PATH",
              "start from a checkpoint's weights, or a Hugging Face GPT2LMHeadModel or "
              "LlamaForCausalLM folder (config.json + model.safetensors)",
-             into(&train->init_from))
+             Into(&train->init_from))
       .Value({"--resume"}, "PATH|DIR",
              "continue a checkpoint: weights, optimizer, step, data position; given a "
              "folder (checkpoint_dir), the newest checkpoint in it that loads",
-             into(&train->resume))
+             Into(&train->resume))
       .Value({"--trace"}, "PATH",
              "write a Chrome trace (Perfetto, tools/viz) of a few steps",
-             into(&train->trace_path))
+             Into(&train->trace_path))
       .Value({"--trace-steps"}, "N",
              absl::StrCat("steps to trace (default ", train->trace_steps, ")"),
-             at_least_one(&train->trace_steps))
+             AtLeastOne(&train->trace_steps))
       .Value({"--metrics"}, "PATH",
              "write metrics as JSON lines as the run goes: one per step (loss, lr, step "
              "time, throughput), per evaluation, and the run's settings and summary "
@@ -240,16 +216,23 @@ OptionParser MakeParser(Args* args) {
                if (v.empty()) return absl::InvalidArgumentError("needs a folder");
                train->tensorboard_dir = v;
                return absl::OkStatus();
-             })
+             });
+}
+
+// "Run:", second part: how the steps run (overlap, graphs, evaluation,
+// progress, the watchdog, threads) and how the ranks meet.
+void AddRunExecutionOptions(Args* args, OptionParser& parser) {
+  TrainOptions* train = &args->train;
+  parser
       .Switch({"--no-overlap"}, "issue all-reduces after the whole backward (baseline)",
               [train] { train->overlap = false; })
       .Switch({"--no-graph"}, "CUDA: launch every kernel of every step (no CUDA graph)",
               [train] { train->graph = false; })
       .Switch({"--no-eval"}, "skip evaluation", [train] { train->eval = false; })
       .Value({"--eval-every"}, "N", "also evaluate every N steps (default: each epoch's end)",
-             at_least_one(&train->eval_every))
+             AtLeastOne(&train->eval_every))
       .Value({"--log-every"}, "N", "steps between progress lines (default: ~5 per epoch)",
-             at_least_one(&train->log_every))
+             AtLeastOne(&train->log_every))
       .Value({"--watchdog"}, "SECONDS",
              absl::StrCat("stop the job when no step (evaluation, checkpoint) has finished "
                           "for SECONDS on some rank: a peer is stopped or a collective hangs "
@@ -291,15 +274,50 @@ OptionParser MakeParser(Args* args) {
              [args](const std::string& v) -> absl::Status {
                args->rendezvous = v;
                return ParseRedisUrl(v, "--rendezvous").status();
-             })
-      .Epilogue(
-          "Long runs: with checkpoint_every = N in train { } (or --checkpoint_every N)\n"
-          "the full state is written every N steps and at the end to checkpoint_dir\n"
-          "(default checkpoints/<model>) as step-<N>.safetensors, atomically, keeping\n"
-          "the newest checkpoint_keep (default 3). SIGTERM, SIGINT or SIGHUP (Slurm\n"
-          "preemption, Ctrl-C) stop every rank at the same step boundary within 10\n"
-          "steps and write one checkpoint (there, else at --save, else in\n"
-          "checkpoints/<model>); the exit code is 128 + the signal. A second signal\n"
+             });
+}
+
+// The command line's table, setting `*args`; its Help() is --help.
+OptionParser MakeParser(Args* args) {
+  OptionParser parser;
+  parser.Usage({"train [options] FILE.train|PLAN"})
+      .Description(
+          "Compiles a .train file into a static execution plan and trains it: with\n"
+          "`gpus = N`, N ranks (processes) on this machine, or under torchrun / srun /\n"
+          "mpirun one rank per process. A PLAN file (from --compile-only -o) trains\n"
+          "the same way without recompiling.\n")
+      .Group("Compile:")
+      .Switch({"--compile-only"}, "print the spec and plan summary, do not train",
+              [args] { args->compile_only = true; })
+      .Value({"-o", "--output"}, "PATH", "write the plan file (with --compile-only)",
+             Into(&args->output))
+      .Group("Override train { } fields (checked by the same rules as the file):",
+             absl::StrCat(
+                 "--gpus N  --micro_batch N  --accumulate N  --global_batch N\n"
+                 "--epochs N  --steps N  --lr X  --seed N  --bucket_mb X|auto  --machine "
+                 "PROFILE\n",
+                 Choices("deterministic"), "  ", Choices("tf32"), "  ", Choices("precision"),
+                 "\n", Choices("recompute"),
+                 " (every repeat block's activations recomputed)\n", Choices("zero"), "  ",
+                 Choices("zero_accumulate"), "\n", Choices("zero_gather"), "  ",
+                 Choices("grad_comm"), "\n", Choices("fusion"), "  ", Choices("skip_nonfinite"),
+                 "\n"
+             "--memory 80GiB (fit each device: ZeRO stage, recompute, and with\n"
+             "  --micro_batch auto the micro-batch, for the least predicted step)\n"
+             "--checkpoint_every N  --checkpoint_keep K  --checkpoint_dir DIR\n"
+             "(any train { } field but optimizer and schedule works as --FIELD VALUE,\n"
+             "and so does a model constant: --width 256 for `const width = 128`)\n"))
+      .TrainOverrides(&args->overrides);
+  AddRunFileOptions(args, parser);
+  AddRunExecutionOptions(args, parser);
+  parser.Epilogue(
+      "Long runs: with checkpoint_every = N in train { } (or --checkpoint_every N)\n"
+      "the full state is written every N steps and at the end to checkpoint_dir\n"
+      "(default checkpoints/<model>) as step-<N>.safetensors, atomically, keeping\n"
+      "the newest checkpoint_keep (default 3). SIGTERM, SIGINT or SIGHUP (Slurm\n"
+      "preemption, Ctrl-C) stop every rank at the same step boundary within 10\n"
+      "steps and write one checkpoint (there, else at --save, else in\n"
+      "checkpoints/<model>); the exit code is 128 + the signal. A second signal\n"
           "stops at once.\n");
   return parser;
 }
