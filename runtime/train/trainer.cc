@@ -35,6 +35,7 @@
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/mpi/mpi_communicator.h"
 #include "runtime/comm/nccl/nccl_communicator.h"
+#include "runtime/cpu/blas_info.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/dnnl_ops.h"
 #include "runtime/cuda/cuda_device.h"
@@ -412,6 +413,9 @@ std::unique_ptr<Device> CreateCpuDevice(const TrainOptions& options, std::ostrea
         << "OpenBLAS and oneDNN run " << options.blas_threads
         << " thread(s) per rank (--blas-threads)\n";
   }
+  // An OpenBLAS that does not know this CPU model runs far slower kernels.
+  const std::string blas_warning = cpu::BlasFallbackWarning(cpu::DescribeBlas());
+  if (!blas_warning.empty()) log << blas_warning << "\n";
   return std::make_unique<CpuDevice>(cpu);
 }
 
@@ -1431,6 +1435,9 @@ void Trainer::LogSummary() {
                             100 * summary_.eval_accuracy, summary_.eval_loss);
   } else if (summary_.eval_loss >= 0) {
     log_ << absl::StrFormat("  eval loss       %.5f\n", summary_.eval_loss);
+  }
+  if (device_kind_ == DeviceKind::kCpu) {
+    log_ << "  matrix products " << cpu::BlasSummary(cpu::DescribeBlas()) << "\n";
   }
   log_ << absl::StrFormat("  arena           %s per rank (%s without reuse)\n",
                           FormatBytes(plan_.arena_bytes),

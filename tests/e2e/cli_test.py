@@ -186,6 +186,24 @@ class CliTest(unittest.TestCase):
         out = e2e.train(plan, "--device", "cpu", "--steps", 5, "--no-eval").stdout
         self.assertIn("step 5/5", out)
 
+    def test_summary_names_the_blas_kernels(self):
+        # OPENBLAS_CORETYPE from the environment is respected and said, with
+        # no advice to set it; unset, OpenBLAS's own pick is named (the
+        # fallback warning's text is blas_info_test's: no run can force it).
+        e2e.need_fashion_mnist(self)
+        run = ("--device", "cpu", "--steps", 2, "--no-eval")
+        line = r"matrix products +OpenBLAS \S+, (\w+) kernels \(CPU: [^)]+\)(.*)"
+        out = e2e.train(e2e.EXAMPLE, *run, env={"OPENBLAS_CORETYPE": "Prescott"}).stdout
+        m = re.search(line, out)
+        self.assertIsNotNone(m, out)
+        self.assertEqual(m.group(1), "Prescott", out)
+        self.assertIn("OPENBLAS_CORETYPE set by the environment", m.group(2))
+        self.assertNotIn("set OPENBLAS_CORETYPE=", out)
+        if "OPENBLAS_CORETYPE" in os.environ:
+            self.skipTest("OPENBLAS_CORETYPE is set around the test")
+        m = re.search(line, e2e.train(e2e.EXAMPLE, *run).stdout)
+        self.assertIsNotNone(m)
+        self.assertNotIn("environment", m.group(2))
 
     def test_output_paths_are_checked_before_training(self):
         d = e2e.tmpdir()

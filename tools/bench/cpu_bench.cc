@@ -71,6 +71,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/mpi/mpi_communicator.h"
+#include "runtime/cpu/blas_info.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/dnnl_ops.h"
 #include "runtime/exec/batch_source.h"
@@ -732,6 +733,7 @@ int Main(const Args& args) {
       "cpu_bench: 1 BLAS thread per rank (PyTorch: 1 thread per rank); %ld "
       "CPUs; ratio = our step time / PyTorch's\n",
       sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("matrix products: %s\n", cpu::BlasSummary(cpu::DescribeBlas()).c_str());
   if (mlp) PrintSection(kMlp, *mlp, args.warmup, args.steps);
   if (gpt) PrintSection(kGpt, *gpt, args.gpt_warmup, args.gpt_steps);
   if (llama) PrintSection(kLlama, *llama, WarmupFor(kLlama, args), StepsFor(kLlama, args));
