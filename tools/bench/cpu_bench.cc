@@ -624,6 +624,16 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
   return r;
 }
 
+// The threads, the CPUs and what runs the matrix products (the kernels
+// OpenBLAS picked change every figure).
+void PrintHeader() {
+  std::printf(
+      "cpu_bench: 1 BLAS thread per rank (PyTorch: 1 thread per rank); %ld "
+      "CPUs; ratio = our step time / PyTorch's\n",
+      sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("matrix products: %s\n", cpu::BlasSummary(cpu::DescribeBlas()).c_str());
+}
+
 void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
                   int steps) {
   const bool tokens = model.per_token;
@@ -729,11 +739,7 @@ int Main(const Args& args) {
                          : gpt1024) = *std::move(r);
   }
 
-  std::printf(
-      "cpu_bench: 1 BLAS thread per rank (PyTorch: 1 thread per rank); %ld "
-      "CPUs; ratio = our step time / PyTorch's\n",
-      sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("matrix products: %s\n", cpu::BlasSummary(cpu::DescribeBlas()).c_str());
+  PrintHeader();
   if (mlp) PrintSection(kMlp, *mlp, args.warmup, args.steps);
   if (gpt) PrintSection(kGpt, *gpt, args.gpt_warmup, args.gpt_steps);
   if (llama) PrintSection(kLlama, *llama, WarmupFor(kLlama, args), StepsFor(kLlama, args));
