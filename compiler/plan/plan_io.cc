@@ -1,8 +1,6 @@
 #include "compiler/plan/plan_io.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "compiler/util/fnv.h"
+#include "compiler/util/number_text.h"
 #include "compiler/util/status_macros.h"
 
 namespace trainc {
@@ -32,17 +31,6 @@ namespace {
 
 // ---------------------------------------------------------------------------
 // Writing.
-
-// Shortest of %.15g / %.17g that reads back to the same double, so that
-// 0.001 stays "0.001" (diffable) and 1/255 still round-trips exactly.
-std::string FormatDouble(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.15g", v);
-  if (std::strtod(buf, nullptr) != v) {
-    std::snprintf(buf, sizeof(buf), "%.17g", v);
-  }
-  return buf;
-}
 
 bool NeedsQuotes(absl::string_view s) {
   if (s.empty()) return true;
@@ -68,7 +56,7 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 
 std::string AttrsText(const std::map<std::string, double>& attrs) {
   std::vector<std::string> parts;
-  for (const auto& [k, v] : attrs) parts.push_back(absl::StrCat(k, ":", FormatDouble(v)));
+  for (const auto& [k, v] : attrs) parts.push_back(absl::StrCat(k, ":", ShortestDouble(v)));
   return absl::StrJoin(parts, ",");
 }
 
@@ -685,9 +673,9 @@ std::string ConfigText(const Plan& plan) {
       " accumulate=", plan.accumulate, " global_batch=", plan.global_batch,
       " epochs=", plan.epochs, " steps=", plan.steps, " seed=", plan.seed,
       " deterministic=", plan.deterministic ? 1 : 0, " tf32=", plan.tf32 ? 1 : 0,
-      " bucket_mb=", FormatDouble(plan.bucket_mb), " loss_terms=", plan.loss_terms,
+      " bucket_mb=", ShortestDouble(plan.bucket_mb), " loss_terms=", plan.loss_terms,
       plan.clip_grad_norm > 0
-          ? absl::StrCat(" clip_grad_norm=", FormatDouble(plan.clip_grad_norm))
+          ? absl::StrCat(" clip_grad_norm=", ShortestDouble(plan.clip_grad_norm))
           : std::string(),
       plan.skip_nonfinite ? " skip_nonfinite=1" : "", ZeroConfigText(plan),
       plan.grad_comm != GradComm::kFp32
@@ -702,17 +690,17 @@ std::string ConfigText(const Plan& plan) {
 }
 
 std::string OptimizerText(const OptimizerConfig& o) {
-  return absl::StrCat("optimizer kind=", Quote(EnumName(o.kind)), " lr=", FormatDouble(o.lr),
-                      " momentum=", FormatDouble(o.momentum), " nesterov=", o.nesterov ? 1 : 0,
-                      " weight_decay=", FormatDouble(o.weight_decay),
-                      " beta1=", FormatDouble(o.beta1), " beta2=", FormatDouble(o.beta2),
-                      " eps=", FormatDouble(o.eps), "\n");
+  return absl::StrCat("optimizer kind=", Quote(EnumName(o.kind)), " lr=", ShortestDouble(o.lr),
+                      " momentum=", ShortestDouble(o.momentum), " nesterov=", o.nesterov ? 1 : 0,
+                      " weight_decay=", ShortestDouble(o.weight_decay),
+                      " beta1=", ShortestDouble(o.beta1), " beta2=", ShortestDouble(o.beta2),
+                      " eps=", ShortestDouble(o.eps), "\n");
 }
 
 // `data` and its `data_path` records.
 std::string DataText(const DataConfig& data) {
   std::string out = absl::StrCat(
-      "data format=", Quote(EnumName(data.format)), " scale=", FormatDouble(data.scale),
+      "data format=", Quote(EnumName(data.format)), " scale=", ShortestDouble(data.scale),
       " shuffle=", data.shuffle ? 1 : 0,
       data.random_crop > 0 ? absl::StrCat(" random_crop=", data.random_crop) : std::string(),
       data.random_flip ? " random_flip=1" : "");
@@ -721,8 +709,8 @@ std::string DataText(const DataConfig& data) {
   for (const auto& [key, split] :
        {std::pair{"train_split", data.train_split}, std::pair{"eval_split", data.eval_split}}) {
     if (split.begin != whole.begin || split.end != whole.end) {
-      absl::StrAppend(&out, " ", key, "=", FormatDouble(split.begin), ":",
-                      FormatDouble(split.end));
+      absl::StrAppend(&out, " ", key, "=", ShortestDouble(split.begin), ":",
+                      ShortestDouble(split.end));
     }
   }
   if (data.token_vocab != 0) absl::StrAppend(&out, " token_vocab=", data.token_vocab);
@@ -747,7 +735,7 @@ std::string BufferText(const Buffer& b) {
   }
   if (b.init != ParamInit::kNone) {
     absl::StrAppend(&out, " init=", Quote(EnumName(b.init)),
-                    " init_bound=", FormatDouble(b.init_bound));
+                    " init_bound=", ShortestDouble(b.init_bound));
   }
   absl::StrAppend(&out, "\n");
   return out;

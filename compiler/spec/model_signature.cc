@@ -1,7 +1,5 @@
 #include "compiler/spec/model_signature.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -9,25 +7,17 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "compiler/ops/op_table.h"
+#include "compiler/util/number_text.h"
 
 namespace trainc {
 namespace {
-
-// The shorter of %.15g and %.17g that reads back as `d` (10000, 1e-06),
-// as plan files write numbers.
-std::string Shortest(double d) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.15g", d);
-  if (std::strtod(buf, nullptr) != d) std::snprintf(buf, sizeof(buf), "%.17g", d);
-  return buf;
-}
 
 std::string ArgText(const ops::ArgValue& v) {
   switch (v.kind) {
     case ops::ArgValue::Kind::kInt:
       return absl::StrCat(v.i);
     case ops::ArgValue::Kind::kFloat:
-      return Shortest(v.f);
+      return ShortestDouble(v.f);
     case ops::ArgValue::Kind::kString:
       return absl::StrCat("\"", v.s, "\"");
     case ops::ArgValue::Kind::kBool:

@@ -1,7 +1,5 @@
 #include "tools/hf/config_check.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -9,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/util/number_text.h"
 #include "runtime/json/json.h"
 #include "tools/hf/gpt2_layout.h"
 #include "tools/hf/llama_layout.h"
@@ -61,15 +60,6 @@ bool Same(const JsonValue& a, const JsonValue& b) {
   if (a.is_bool()) return a.bool_value() == b.bool_value();
   if (a.is_string()) return Canonical(a.string_value()) == Canonical(b.string_value());
   return a.is_null();  // the model's values are never arrays or objects
-}
-
-// The shorter of %.15g and %.17g that reads back as `d` (10000, 1e-06),
-// as plan files write numbers.
-std::string ShortestDouble(double d) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.15g", d);
-  if (std::strtod(buf, nullptr) != d) std::snprintf(buf, sizeof(buf), "%.17g", d);
-  return buf;
 }
 
 std::string Text(const JsonValue& v) {
