@@ -388,9 +388,7 @@ class Job {
         killed_ = true;
       }
     }
-    // Output still buffered in the pipes after the exits.
-    while (PollOnce(0)) {
-    }
+    DrainAfterExits();
     for (Worker& w : workers_) {
       CloseFd(&w.out.fd);
       CloseFd(&w.err.fd);
@@ -426,6 +424,21 @@ class Job {
   }
 
  private:
+  // Forwards what the ranks wrote before they exited, until every output
+  // pipe is at its end: a round of poll that reads nothing (a signal, a
+  // scheduler that has not run us) must not drop a rank's last line. A
+  // pipe a rank's own child still holds open is given up after a while.
+  void DrainAfterExits() {
+    const absl::Time give_up = absl::Now() + absl::Seconds(5);
+    auto open_outputs = [&] {
+      for (const Worker& w : workers_) {
+        if (w.out.fd >= 0 || w.err.fd >= 0) return true;
+      }
+      return false;
+    };
+    while (open_outputs() && absl::Now() < give_up) PollOnce(kPollIntervalMs);
+  }
+
   // Returns whether anything was read.
   bool PollOnce(int timeout_ms) {
     std::vector<pollfd> fds;

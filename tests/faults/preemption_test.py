@@ -291,6 +291,11 @@ class SecondSignalTest(unittest.TestCase):
             os.kill(proc.pid, signal.SIGSTOP)
             frozen.append(proc.pid)
             wait_for(lambda: proc_stat(proc.pid)[0] == "T", proc)
+            # The relay may still be pending at rank 1 (a loaded machine has
+            # not run it yet): a SIGTERM sent now would merge with it and
+            # keep the launcher's sender, and so not count. Wait until rank 1
+            # has taken it (or never got it: the launcher froze first).
+            wait_for(lambda: signal.SIGTERM not in pending(ranks[1]), proc)
             send_two(proc.pid, ranks[1])
             # Nothing else can end rank 1 now: its loader sleeps 600 s, its
             # peer and its launcher are frozen. A hang fails here.
