@@ -69,14 +69,6 @@ KNOWN_VIOLATIONS = {
 # Packages whose production code includes each other (sorted tuples), each
 # with why the cycle stays for now.
 KNOWN_CYCLES = {
-    # libtrainc_cuda.so carries both the CUDA device and NCCL's
-    # communicator: runtime/cuda/cuda_plugin.cc (the plugin's entry) creates
-    # an NcclCommunicator, and runtime/comm/nccl uses runtime/cuda's loader
-    # (nccl_communicator_forward.cc) and kernels (nccl_communicator.cc, the
-    # bf16 casts). Breaking it means moving the plugin's entry and the
-    # shared kernels out of runtime/cuda (a plugin/ folder above both),
-    # left to whoever next changes runtime/cuda.
-    ("runtime/comm/nccl", "runtime/cuda"),
 }
 
 
