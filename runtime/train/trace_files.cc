@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -96,6 +98,34 @@ TracePosition ToTrace(const RankPosition& p, int64_t now_ns) {
   t.where = p.where;
   t.since_us = std::max(0.0, (now_ns - p.seconds * 1e9) / 1e3);
   return t;
+}
+
+void WriteStopTrace(const Plan& plan, const RankContext& rank, const Tracer& tracer,
+                    const RankPositions& positions, const std::string& path,
+                    const PlanIdentity& identity, const std::string& why) {
+  TraceStop stop{why, rank.rank, {}};
+  int behind = -1;
+  if (std::optional<StopNote> note;
+      !positions.launcher_dir().empty() && (note = ReadStopNote(positions.launcher_dir()))) {
+    stop.reason = note->reason;  // the launcher's verdict on the job
+    behind = note->behind;
+  }
+  const int64_t now = TraceClockNs() - tracer.job_start_ns();
+  for (const RankPosition& p : positions.All(behind)) stop.positions.push_back(ToTrace(p, now));
+  // The other ranks' traced steps, from the parts they left at the end of
+  // their traced window (a rank stopped before it has none there).
+  std::vector<std::string> parts = {tracer.EventsJson(plan)};
+  if (!rank.rendezvous_dir.empty() && rank.world_size > 1) {
+    absl::StatusOr<std::vector<std::string>> theirs =
+        ReadTraceParts(rank, /*required=*/false, /*skip=*/rank.rank);
+    if (theirs.ok()) parts.insert(parts.end(), theirs->begin(), theirs->end());
+  }
+  const std::string out = TracePath(rank, path);
+  const absl::Status written =
+      MergeTraceParts(plan, parts, tracer.steps_traced(), out, &stop, &identity);
+  std::cerr << (written.ok() ? absl::StrCat("train: the stopped job's trace: ", out)
+                             : absl::StrCat("train: warning: ", written.message()))
+            << std::endl;
 }
 
 }  // namespace trainc

@@ -15,6 +15,7 @@
 #include "runtime/position/position.h"
 #include "runtime/trace/plan_identity.h"
 #include "runtime/trace/tracer.h"
+#include "runtime/train/rank_positions.h"
 #include "runtime/train/trainer.h"
 
 namespace trainc {
@@ -38,6 +39,15 @@ absl::StatusOr<std::vector<std::string>> ReadTraceParts(const RankContext& rank,
 absl::Status WriteTrace(const Plan& plan, const RankContext& rank, const Tracer& tracer,
                         Communicator& comm, const std::string& path,
                         const PlanIdentity& identity);
+
+// --trace (`path`) when the run stops (an error, a stall, the launcher's
+// stop note, which when there is one says why and who was behind): the
+// traced steps of this rank and of the ranks that left their part in the
+// rendezvous folder, and where each rank was. No collective, since a peer
+// may be gone; says on stderr where it went, or why not.
+void WriteStopTrace(const Plan& plan, const RankContext& rank, const Tracer& tracer,
+                    const RankPositions& positions, const std::string& path,
+                    const PlanIdentity& identity, const std::string& why);
 
 // A line of the position table as the trace records it; `now_ns` is the
 // time since the job start when the positions were read.
