@@ -123,11 +123,10 @@ void LogSummaryCapture(std::ostream& log, const CaptureInfo& capture, int64_t st
     log << absl::StrFormat("  cuda graph      %d of %d steps replayed (captured at step %d)\n",
                            capture.replayed_steps, steps, capture.captured_step);
   } else {
-    log << absl::StrFormat("  cuda graph      not used: %s\n",
-                           !capture.failure.empty()       ? capture.failure
-                           : !capture.unavailable.empty() ? capture.unavailable
-                                                          : "no untraced step after the "
-                                                            "warm-up step");
+    std::string why = capture.failure;
+    if (why.empty()) why = capture.unavailable;
+    if (why.empty()) why = "no untraced step after the warm-up step";
+    log << absl::StrFormat("  cuda graph      not used: %s\n", why);
   }
 }
 
