@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace trainc::ops {
 namespace {
@@ -138,18 +140,24 @@ Cost PoolCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
 // ---------------------------------------------------------------------------
 // Instruction ops.
 
-std::vector<OpDef> MakeOps() {
-  const OpCategory kData = OpCategory::kData, kMatmul = OpCategory::kMatmul,
-                   kElem = OpCategory::kElementwise,
-                   kNorm = OpCategory::kNormalization,
-                   kEmbed = OpCategory::kEmbedding,
-                   kAttn = OpCategory::kAttention, kLoss = OpCategory::kLoss,
-                   kConv = OpCategory::kConvolution,
-                   kPool = OpCategory::kPooling;
+// Categories, short for the table below.
+constexpr OpCategory kData = OpCategory::kData, kMatmul = OpCategory::kMatmul,
+                     kElem = OpCategory::kElementwise, kNorm = OpCategory::kNormalization,
+                     kEmbed = OpCategory::kEmbedding, kAttn = OpCategory::kAttention,
+                     kLoss = OpCategory::kLoss, kConv = OpCategory::kConvolution,
+                     kPool = OpCategory::kPooling;
+
+// The step's input.
+std::vector<OpDef> DataOps() {
   return {
       {"load_batch", 0, 0, 0, -1, false, kData,
        "-> every input and label buffer, in declaration order; attrs: micro"},
-      // --- matrix products ---
+  };
+}
+
+// The matrix products and their fused forms.
+std::vector<OpDef> MatmulOps() {
+  return {
       {"linear", 2, 3, 1, 1, false, kMatmul,
        "x[.., in], w[out, in], b[out] (optional) -> y[.., out]",
        {},
@@ -177,7 +185,12 @@ std::vector<OpDef> MakeOps() {
        "linear-gelu fusion (compiler/graph/fuse_linear_gelu_grad.h), never "
        "differentiated; acc",
        {}, {}, false, LinearGradInputGeluCost, /*workspace=*/true, {}, /*fused=*/true},
-      // --- elementwise ---
+  };
+}
+
+// Elementwise ops and their gradients.
+std::vector<OpDef> ElementwiseOps() {
+  return {
       {"relu", 1, 1, 1, 1, false, kElem, "x -> y", {},
        {{"relu_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<1>},
       {"relu_grad", 2, 2, 1, 1, false, kElem, "dy, y -> dx; acc", {}, {}, false,
@@ -220,7 +233,12 @@ std::vector<OpDef> MakeOps() {
        {}, {{"softmax_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<5>},
       {"softmax_grad", 2, 2, 1, 1, false, kElem, "dy, y -> dx; acc", {}, {},
        false, Elementwise<4>},
-      // --- normalization ---
+  };
+}
+
+// Normalizations: layernorm (and its residual fusion), rmsnorm, group_norm.
+std::vector<OpDef> NormalizationOps() {
+  return {
       {"layernorm", 3, 3, 3, 3, false, kNorm,
        "x[.., d], weight[d], bias[d] -> y, mean[..], rstd[..]; attrs: eps",
        {},
@@ -265,7 +283,12 @@ std::vector<OpDef> MakeOps() {
       {"group_norm_grad_params", 4, 4, 2, 2, false, kNorm,
        "dy, x, mean, rstd -> dweight, dbias; acc; attrs: groups", {}, {}, false,
        Elementwise<5>},
-      // --- embeddings ---
+  };
+}
+
+// Token and position embeddings.
+std::vector<OpDef> EmbeddingOps() {
+  return {
       {"embedding", 2, 2, 1, 1, false, kEmbed,
        "ids i32[..], table[V, C] -> y[.., C]", {0},
        {{"embedding_grad", {kDy, In(0)}, {1}}}, false, Elementwise<0>},
@@ -278,7 +301,12 @@ std::vector<OpDef> MakeOps() {
       {"position_embedding_grad", 1, 1, 1, 1, false, kEmbed,
        "dy[B, T, C] -> dtable[T, C]; acc (summed over B in order)", {}, {},
        false, Elementwise<1>},
-      // --- attention ---
+  };
+}
+
+// Causal attention.
+std::vector<OpDef> AttentionOps() {
+  return {
       {"attention", 1, 1, 2, 2, false, kAttn,
        "qkv[B, T, (H + 2 KV) d] -> y[B, T, H d], lse[B, H, T] (f32); attrs: "
        "heads, kv_heads, rope, rope_theta. Causal, scaled by 1/sqrt(d); q, "
@@ -292,7 +320,13 @@ std::vector<OpDef> MakeOps() {
        "dy[B, T, H d], qkv, y, lse -> dqkv, delta[B, H, T] (f32, rowsum(dy "
        "y)); acc; attrs as attention. Recomputes the scores tile by tile",
        {}, {}, false, AttentionGradCost},
-      // --- convolution and pooling (NCHW, PyTorch's layouts) ---
+  };
+}
+
+// Convolution and pooling (NCHW, PyTorch's layouts); then the copies that
+// change a dtype or a shape.
+std::vector<OpDef> ConvolutionOps() {
+  return {
       {"conv2d", 2, 3, 2, 2, false, kConv,
        "x[B, C, H, W], w[O, C, kh, kw], b[O] (optional) -> y[B, O, OH, OW], "
        "workspace; attrs: stride, padding (both axes)",
@@ -334,7 +368,12 @@ std::vector<OpDef> MakeOps() {
       {"reshape", 1, 1, 1, 1, false, kElem,
        "x -> y: the same elements under another shape (a copy)", {},
        {{"copy_grad", {kDy}, {0}}}, false, Elementwise<0>},
-      // --- losses ---
+  };
+}
+
+// Losses and their gradients.
+std::vector<OpDef> LossOps() {
+  return {
       {"cross_entropy", 2, 2, 2, 2, false, kLoss,
        "logits[.., C], label i32[..] -> loss_sum[1], probs[.., C]: the sum "
        "over every row of -log softmax(logits)[label]",
@@ -362,7 +401,12 @@ std::vector<OpDef> MakeOps() {
       {"mse_grad", 2, 2, 1, 1, false, kLoss,
        "pred, target -> dpred = scale 2 (pred - target) / n; acc; attrs: scale",
        {}, {}, false, Elementwise<3>},
-      // --- the step's tail ---
+  };
+}
+
+// The step's tail: collectives and the optimizer.
+std::vector<OpDef> StepTailOps() {
+  return {
       {"all_reduce", 1, 1, 1, 1, true, OpCategory::kCollective,
        "bucket grads -> the same buffer, summed over ranks; attrs: bucket"},
       {"reduce_scatter", 1, 1, 1, 1, true, OpCategory::kCollective,
@@ -379,6 +423,17 @@ std::vector<OpDef> MakeOps() {
        "attrs: bucket, clip (> 0: grads scaled by min(1, clip / (sqrt(grad_sq) "
        "+ 1e-6))), shard (1: this rank's ZeRO-1 shard only)"},
   };
+}
+
+// Every op, group after group, in the order above.
+std::vector<OpDef> MakeOps() {
+  std::vector<OpDef> ops;
+  for (std::vector<OpDef> (*group)() :
+       {&DataOps, &MatmulOps, &ElementwiseOps, &NormalizationOps, &EmbeddingOps,
+        &AttentionOps, &ConvolutionOps, &LossOps, &StepTailOps}) {
+    for (OpDef& op : group()) ops.push_back(std::move(op));
+  }
+  return ops;
 }
 
 // ---------------------------------------------------------------------------
