@@ -853,7 +853,8 @@ TensorRef PlanInterpreter::buffer(int id) {
 }
 
 absl::Status PlanInterpreter::Run(const Instruction& instr) {
-  if (instr.op == "load_batch") {
+  const StepOp step_op = StepOpOfInstruction(instr.op);
+  if (step_op == StepOp::kLoadBatch) {
     const int k = static_cast<int>(instr.attrs.at("micro"));
     if (k >= static_cast<int>(batches_.size())) {
       return absl::FailedPreconditionError("no batch for this micro-step");
@@ -864,7 +865,7 @@ absl::Status PlanInterpreter::Run(const Instruction& instr) {
     }
     return absl::OkStatus();
   }
-  if (instr.op == "all_reduce") {
+  if (step_op == StepOp::kAllReduce) {
     if (!plan_.deterministic) return absl::OkStatus();
     const Bucket& bucket = plan_.buckets[static_cast<int>(instr.attrs.at("bucket"))];
     TensorRef t = buffer(bucket.grad_buffer);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "compiler/ops/kernel_families.h"
 #include "compiler/ops/op_table.h"
 
 namespace trainc::cost {
@@ -132,17 +133,18 @@ CollectivePayload PayloadOf(const Plan& plan, const Instruction& instr, int64_t 
   using Kind = CollectivePayload::Kind;
   CollectivePayload p;
   if (!IsCollective(instr)) return p;
+  const StepOp op = StepOpOfInstruction(instr.op);
   auto it = instr.attrs.find("bucket");
   const int b = it == instr.attrs.end() ? -1 : static_cast<int>(it->second);
   if (b < 0) {  // a step scalar summed over ranks (ZeRO-1's grad_sq)
-    if (instr.op != "all_reduce" || instr.inputs.empty()) return p;
+    if (op != StepOp::kAllReduce || instr.inputs.empty()) return p;
     p.kind = Kind::kAllReduce;
     p.bytes = static_cast<double>(plan.buffers[instr.inputs[0]].bytes);
     return p;
   }
   if (b >= static_cast<int>(plan.buckets.size())) return p;
   const double bytes = static_cast<double>(plan.buckets[b].bytes);
-  if (instr.op == "all_gather") {
+  if (op == StepOp::kAllGather) {
     p.kind = Kind::kAllGather;
     // ZeRO-3 under bf16 gathers a bf16 span: its own size.
     const bool own = !instr.outputs.empty() && instr.outputs[0] >= 0 &&
@@ -153,7 +155,7 @@ CollectivePayload PayloadOf(const Plan& plan, const Instruction& instr, int64_t 
   p.gradients = true;
   const double width = plan.grad_comm == GradComm::kBf16 ? 0.5 : 1.0;
   if (!plan.deterministic) {
-    p.kind = instr.op == "reduce_scatter" ? Kind::kReduceScatter : Kind::kAllReduce;
+    p.kind = op == StepOp::kReduceScatter ? Kind::kReduceScatter : Kind::kAllReduce;
     p.bytes = bytes * width;
     return p;
   }

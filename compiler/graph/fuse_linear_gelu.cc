@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/kernel_families.h"
 
 namespace trainc {
 namespace {
@@ -13,10 +14,11 @@ int SoleGelu(const Graph& graph, int pre) {
   int gelu = -1;
   for (int id : graph.readers(pre)) {
     const Node& reader = graph.node(id);
-    if (reader.op == "gelu_tanh" && reader.role == NodeRole::kForward && gelu < 0 &&
+    const KernelOp op = KernelOpOfInstruction(reader.op);
+    if (op == KernelOp::kGeluTanh && reader.role == NodeRole::kForward && gelu < 0 &&
         reader.inputs.size() == 1 && reader.outputs.size() == 1) {
       gelu = id;
-    } else if (reader.op != "gelu_tanh_grad" || reader.inputs.size() != 2 ||
+    } else if (op != KernelOp::kGeluTanhGrad || reader.inputs.size() != 2 ||
                reader.inputs[0] == pre) {
       return -1;  // another reader (or pre as a gradient) keeps the two apart
     }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/ops/op_table.h"
 #include "compiler/util/status_macros.h"
 
@@ -26,7 +27,8 @@ absl::Status AssignDtypes(Graph& graph) {
     if (def == nullptr) {
       return absl::InternalError(absl::StrCat("mixed precision: unknown op ", node.op));
     }
-    if (node.op == "cast") continue;  // made by this pass: its dtype is its job
+    // A cast is made by this pass: its dtype is its job.
+    if (FamilyOf(KernelOpOfInstruction(node.op)) == KernelFamily::kCast) continue;
     const int num_outputs = static_cast<int>(node.outputs.size());
     for (int o = 0; o < num_outputs; ++o) {
       Value& out = graph.mutable_value(node.outputs[o]);

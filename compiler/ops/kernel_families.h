@@ -188,6 +188,26 @@ inline KernelOp KernelOpOfInstruction(std::string_view name) {
 }
 
 
+// What an instruction that runs no kernel (KernelOp::kNotCompute) does:
+// the executor's own ops, the step's input and the collectives. kKernel
+// for every other op.
+enum class StepOp : uint8_t { kKernel, kLoadBatch, kAllReduce, kReduceScatter, kAllGather };
+
+// The StepOp of instruction op `name`: where a plan's op string becomes an
+// enum, so that what follows compares enums.
+inline StepOp StepOpOfInstruction(std::string_view name) {
+  if (name == "load_batch") return StepOp::kLoadBatch;
+  if (name == "all_reduce") return StepOp::kAllReduce;
+  if (name == "reduce_scatter") return StepOp::kReduceScatter;
+  if (name == "all_gather") return StepOp::kAllGather;
+  return StepOp::kKernel;
+}
+
+// Whether `op` is a collective (on the comm stream).
+inline constexpr bool IsCollectiveOp(StepOp op) {
+  return op == StepOp::kAllReduce || op == StepOp::kReduceScatter || op == StepOp::kAllGather;
+}
+
 // The kernel's own name, the enumerator without its k: "CastToBf16".
 inline const char* KernelOpName(KernelOp op) {
   return kernel_ops_internal::kKernelNames[static_cast<int>(op)];

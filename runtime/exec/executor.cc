@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/device/kernel_args.h"
 
@@ -132,14 +133,14 @@ absl::Status Executor::ResolveProgram(std::vector<Resolved>& program,
     Resolved r;
     r.instr = &instr;
     r.micro = instr.micro_step;
-    if (instr.op == "load_batch") {
+    const StepOp step_op = StepOpOfInstruction(instr.op);
+    if (step_op == StepOp::kLoadBatch) {
       r.kind = Resolved::kLoadBatch;
       if (instr.micro_step < 0 || instr.micro_step >= plan_.accumulate) {
         return InstructionError(i, instr, "load_batch without a micro-step");
       }
       if (instr.stream != Stream::kCompute) return InstructionError(i, instr, "not on compute");
-    } else if (instr.op == "all_reduce" || instr.op == "reduce_scatter" ||
-               instr.op == "all_gather") {
+    } else if (IsCollectiveOp(step_op)) {
       RETURN_IF_ERROR(ResolveCollective(i, r, written, needs));
     } else if (IsKernelOp(instr.op)) {
       r.kind = Resolved::kCompute;
@@ -177,8 +178,9 @@ absl::Status Executor::ResolveCollective(size_t i, Resolved& r, std::vector<bool
                                          ScratchNeeds& needs) const {
   const Instruction& instr = *r.instr;
   const int num_buffers = static_cast<int>(plan_.buffers.size());
-  r.kind = instr.op == "all_reduce"       ? Resolved::kAllReduce
-           : instr.op == "reduce_scatter" ? Resolved::kReduceScatter
+  const StepOp op = StepOpOfInstruction(instr.op);
+  r.kind = op == StepOp::kAllReduce       ? Resolved::kAllReduce
+           : op == StepOp::kReduceScatter ? Resolved::kReduceScatter
                                           : Resolved::kAllGather;
   if (instr.stream != Stream::kComm) return InstructionError(i, instr, "not on the comm stream");
   auto it = instr.attrs.find("bucket");

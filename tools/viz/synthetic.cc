@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "compiler/ops/kernel_families.h"
 
 namespace trainc::viz {
 namespace {
@@ -357,7 +358,7 @@ std::string MakeSyntheticTrace(const Plan& plan, int steps) {
         "\"instr\": %d, \"step\": %d, \"micro\": %d, \"op\": \"%s\"", in.id,
         step, in.micro_step, in.op);
     auto bucket = in.attrs.find("bucket");
-    if (in.op == "all_reduce" && bucket != in.attrs.end()) {
+    if (StepOpOfInstruction(in.op) == StepOp::kAllReduce && bucket != in.attrs.end()) {
       int k = static_cast<int>(bucket->second);
       absl::StrAppend(&args, absl::StrFormat(", \"bucket\": %d, \"bytes\": %d",
                                              k, plan.buckets[k].bytes));
@@ -380,7 +381,7 @@ std::string MakeSyntheticTrace(const Plan& plan, int steps) {
         double dur = in.phase == Phase::kForward    ? 10
                      : in.phase == Phase::kBackward ? 20
                                                     : 5;
-        if (in.op == "all_reduce") {
+        if (StepOpOfInstruction(in.op) == StepOp::kAllReduce) {
           auto k = in.attrs.find("bucket");
           dur = plan.buckets[static_cast<int>(k->second)].bytes / 1024.0;
         }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compiler/cost/intervals.h"
+#include "compiler/ops/kernel_families.h"
 #include "tools/viz/palette.h"
 #include "tools/viz/xml_escape.h"
 
@@ -23,8 +24,7 @@ using cost::Union;
 
 bool IsAllReduce(const TraceEvent& e) {
   // ZeRO-1's reduce-scatter and all-gather are the same traffic, split.
-  return e.op == "all_reduce" || e.op == "reduce_scatter" ||
-         e.op == "all_gather" || (e.op.empty() && e.stream == 1);
+  return IsCollectiveOp(StepOpOfInstruction(e.op)) || (e.op.empty() && e.stream == 1);
 }
 
 // A stopped job's positions: per rank a line across its lanes where it

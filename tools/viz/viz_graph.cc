@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/plan/plan_io.h"
 #include "tools/viz/repeat_finder.h"
 
@@ -419,9 +420,10 @@ VizNode OpNode(const Plan& plan, int i, const BucketIndex& buckets) {
       if (b.all_reduce == i) bucket = b.id;
     }
   }
-  const bool collective =
-      in.op == "all_reduce" || in.op == "reduce_scatter" || in.op == "all_gather";
-  if (collective || in.op == "optimizer") node.bucket = bucket;
+  const bool collective = IsCollectiveOp(StepOpOfInstruction(in.op));
+  if (collective || FamilyOf(KernelOpOfInstruction(in.op)) == KernelFamily::kOptimizer) {
+    node.bucket = bucket;
+  }
   auto b = buckets.by_id.find(bucket);
   if (collective && b != buckets.by_id.end()) {
     absl::StrAppend(&node.label, "\n", HumanBytes(b->second->bytes));
