@@ -5,8 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
-#include "compiler/graph/graph_test_util.h"
 #include "compiler/graph/recompute.h"
+#include "compiler/graph/testing/graph_test_util.h"
 #include "compiler/planner/planner.h"
 #include "gtest/gtest.h"
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "compiler/graph/graph_test_util.h"
+#include "compiler/graph/testing/graph_test_util.h"
 #include "gtest/gtest.h"
 
 namespace trainc {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "compiler/graph/fuse_linear_gelu.h"
-#include "compiler/graph/graph_test_util.h"
+#include "compiler/graph/testing/graph_test_util.h"
 #include "compiler/planner/planner.h"
 #include "gtest/gtest.h"
 

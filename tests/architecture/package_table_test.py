@@ -57,14 +57,7 @@ LIBRARIES = ("absl",)
 # Includes the table forbids that the code still has, each with why it
 # stays for now; the test fails when one is no longer needed (so that the
 # list only shrinks). (file, included package).
-KNOWN_VIOLATIONS = {
-    # The graph passes' tests build models from .train source, so their
-    # helper reaches up to the front end and to autodiff. It belongs in
-    # compiler/graph/testing/, a move left to whoever next changes
-    # compiler/graph (its passes are being rewritten as this is written).
-    ("compiler/graph/graph_test_util.cc", "compiler/autodiff"),
-    ("compiler/graph/graph_test_util.cc", "compiler/frontend"),
-}
+KNOWN_VIOLATIONS = set()  # none now
 
 # Packages whose production code includes each other (sorted tuples), each
 # with why the cycle stays for now.

@@ -1,8 +1,8 @@
 // What the graph passes' tests share: a model compiled from .train
 // source, lowered and differentiated as the planner does before its
 // rewriting passes, and a look at the result.
-#ifndef TRAINC_COMPILER_GRAPH_GRAPH_TEST_UTIL_H_
-#define TRAINC_COMPILER_GRAPH_GRAPH_TEST_UTIL_H_
+#ifndef TRAINC_COMPILER_GRAPH_TESTING_GRAPH_TEST_UTIL_H_
+#define TRAINC_COMPILER_GRAPH_TESTING_GRAPH_TEST_UTIL_H_
 
 #include <string>
 
@@ -30,4 +30,4 @@ const Node* WriterOf(const Graph& graph, const std::string& value);
 
 }  // namespace trainc
 
-#endif  // TRAINC_COMPILER_GRAPH_GRAPH_TEST_UTIL_H_
+#endif  // TRAINC_COMPILER_GRAPH_TESTING_GRAPH_TEST_UTIL_H_

@@ -1,4 +1,4 @@
-#include "compiler/graph/graph_test_util.h"
+#include "compiler/graph/testing/graph_test_util.h"
 
 #include <memory>
 #include <utility>
