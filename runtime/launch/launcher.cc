@@ -142,6 +142,7 @@ struct Worker {
   bool armed = false;     // has beaten at least once
   std::string how_it_failed;  // "exited with signal 9 (Killed)...", or empty
   int exit_signal = 0;    // the signal that ended it, if one did
+  int exit_code = -1;     // its exit status, if it exited
   bool killed_by_us = false;  // we sent it SIGKILL
   bool stopped_at_failure = false;  // stopped (IsStopped) when the job failed
   absl::Time last_beat;
@@ -170,7 +171,7 @@ bool Drain(int* fd, OutputStream* stream) {
 // The environment of a worker: ours, minus what we set, plus its rank.
 std::vector<std::string> WorkerEnvironment(int rank, int world,
                                            const std::string& rendezvous,
-                                           const std::string& positions) {
+                                           const std::string& positions, int restarts) {
   const std::vector<std::pair<std::string, std::string>> ours = {
       {"RANK", absl::StrCat(rank)},
       {"WORLD_SIZE", absl::StrCat(world)},
@@ -180,6 +181,7 @@ std::vector<std::string> WorkerEnvironment(int rank, int world,
       {kLocalLauncherEnv, "local"},
       {kHeartbeatFdEnv, absl::StrCat(kWorkerHeartbeatFd)},
       {kPositionDirEnv, positions},
+      {kRestartCountEnv, absl::StrCat(restarts)},
   };
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -277,7 +279,8 @@ class StopSignals {
 
 class Job {
  public:
-  Job(int n, const LaunchOptions& options) : options_(options), workers_(n) {}
+  Job(int n, const LaunchOptions& options, int restarts)
+      : options_(options), workers_(n), restarts_(restarts) {}
 
   ~Job() {
     // Only reached with live workers if Start failed half way.
@@ -335,7 +338,7 @@ class Job {
       w.err = {err[0], options_.stderr_fd, w.out.prefix, ""};
       w.heartbeat_fd = beat[0];
       std::vector<std::string> env =
-          WorkerEnvironment(rank, n, rendezvous_, positions_dir_);
+          WorkerEnvironment(rank, n, rendezvous_, positions_dir_, restarts_);
       std::vector<char*> c_env = CStrings(env);
 
       const pid_t launcher = ::getpid();
@@ -410,6 +413,23 @@ class Job {
                           absl::StrCat(failure_.message(), "\n", positions_table_));
     }
     return failure_;
+  }
+
+  // The rank the job's error names and how it ended; rank -1 when no rank
+  // failed (every one exited 0, or a stop signal ended the job).
+  RankFailure Failure() const {
+    RankFailure f;
+    f.restarts = restarts_;
+    if (cause_ < 0 || failure_.code() != absl::StatusCode::kAborted) return f;
+    const Worker& w = workers_[cause_];
+    f.rank = cause_;
+    f.exit_code = w.exit_code;
+    f.signal = w.exit_signal;
+    for (const RankPosition& p : positions_) {
+      if (p.rank == cause_) f.step = p.step;
+    }
+    f.reason = std::string(failure_.message());
+    return f;
   }
 
   // The signal a trainer rank exited for (status 128 + SIGINT, SIGTERM or
@@ -493,6 +513,7 @@ class Job {
       if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         w.how_it_failed = ExitDescription(status);
         w.exit_signal = r >= 0 && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        w.exit_code = r >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         Fail(w, w.how_it_failed);
       }
     }
@@ -548,13 +569,15 @@ class Job {
       }
     }
     if (IsPeerCasualty(*named)) {
-      if (std::optional<std::string> cause = CauseOfPeerFailure(*named)) {
+      if (std::optional<Cause> cause = CauseOfPeerFailure(*named)) {
+        cause_ = cause->rank;
         failure_ = absl::AbortedError(
-            absl::StrCat(*cause, "; stopped the other ", others, " rank(s)"));
+            absl::StrCat(cause->text, "; stopped the other ", others, " rank(s)"));
         return;
       }
     }
     if (named->err.last_error.empty()) return;
+    cause_ = named->rank;
     failure_ = absl::AbortedError(absl::StrCat("rank ", named->rank, " failed: ",
                                                named->err.last_error, "; stopped the other ",
                                                others, " rank(s)"));
@@ -562,14 +585,20 @@ class Job {
 
   // The rank that `named`, a casualty (IsPeerCasualty), waited for and why,
   // when the job shows one; else nullopt.
-  std::optional<std::string> CauseOfPeerFailure(const Worker& named) const {
+  struct Cause {
+    int rank;
+    std::string text;
+  };
+  std::optional<Cause> CauseOfPeerFailure(const Worker& named) const {
     const std::string& why =
         named.err.last_error.empty() ? named.how_it_failed : named.err.last_error;
     const std::string gave_up = absl::StrCat(" and rank ", named.rank, " gave up waiting: ", why);
     // A rank killed outright (SIGKILL) may be reaped after the peer that
     // died of SIGPIPE writing to it a millisecond later.
     for (const Worker& w : workers_) {
-      if (KilledFromOutside(w)) return absl::StrCat("rank ", w.rank, " ", w.how_it_failed);
+      if (KilledFromOutside(w)) {
+        return Cause{w.rank, absl::StrCat("rank ", w.rank, " ", w.how_it_failed)};
+      }
     }
     // A frozen rank (SIGSTOP, a stuck read) may make a peer's collective
     // time out before the heartbeat watchdog fires (a loaded machine): a
@@ -577,28 +606,29 @@ class Job {
     for (const Worker& w : workers_) {
       const absl::Duration silent = first_failure_ - w.last_beat;
       if (&w != &named && w.armed && silent > kSilentBeforeFailure) {
-        return absl::StrCat("rank ", w.rank, " sent no heartbeat for ",
-                            absl::FormatDuration(silent), " (hung?) when rank ", named.rank,
-                            " failed: ", why);
+        return Cause{w.rank, absl::StrCat("rank ", w.rank, " sent no heartbeat for ",
+                                          absl::FormatDuration(silent), " (hung?) when rank ",
+                                          named.rank, " failed: ", why)};
       }
     }
     // A rank stopped before its pulse started (before or during the
     // rendezvous) was never watched: the kernel says it is stopped.
     for (const Worker& w : workers_) {
       if (&w != &named && w.stopped_at_failure) {
-        return absl::StrCat("rank ", w.rank, " is stopped (SIGSTOP?)", gave_up);
+        return Cause{w.rank, absl::StrCat("rank ", w.rank, " is stopped (SIGSTOP?)", gave_up)};
       }
     }
     // A rank alive that never reached the rendezvous (a slow start, a
     // stuck file system): the peer's error names it.
     const int absent = RankThatDidNotJoin(named.err.last_error);
     if (absent >= 0 && absent < static_cast<int>(workers_.size()) && absent != named.rank) {
-      return absl::StrCat("rank ", absent, " did not join the job", gave_up);
+      return Cause{absent, absl::StrCat("rank ", absent, " did not join the job", gave_up)};
     }
     // A rank alive but stuck (a data loader asleep, a stuck read) beats
     // on: the positions say which one the others waited for.
     if (const RankPosition* behind = BehindPosition(); behind && behind->rank != named.rank) {
-      return absl::StrCat("rank ", behind->rank, " is behind (", behind->where, ")", gave_up);
+      return Cause{behind->rank,
+                   absl::StrCat("rank ", behind->rank, " is behind (", behind->where, ")", gave_up)};
     }
     return std::nullopt;
   }
@@ -609,6 +639,7 @@ class Job {
     if (stopping_) return;
     first_failure_ = absl::Now();
     blamed_ = static_cast<int>(&w - workers_.data());
+    cause_ = w.rank;
     // Where every rank was when the job broke, before they are stopped; a
     // silent rank is the one behind.
     positions_ = ReadPositions(positions_dir_, static_cast<int>(workers_.size()),
@@ -652,6 +683,8 @@ class Job {
   std::vector<RankPosition> positions_;  // read at the first failure
   std::string positions_table_;  // FormatPositionTable(positions_)
   int blamed_ = -1;  // index of the first worker to fail
+  int cause_ = -1;   // the rank the error names (RefineBlame's verdict)
+  const int restarts_;  // restarts of the job before this start
   int running_ = 0;
   bool stopping_ = false;
   bool killed_ = false;
@@ -675,10 +708,29 @@ absl::Status LaunchLocalWorkers(int num_workers,
   if (argv.empty()) return absl::InvalidArgumentError("empty worker argv");
   g_job_stop_signal = 0;
   StopSignals stop_signals;
-  Job job(num_workers, options);
-  absl::Status started = job.Start(argv);
-  if (!started.ok()) return started;  // ~Job kills what did start
-  return job.Supervise();
+  std::vector<std::string> args = argv;
+  for (int restarts = 0;; ++restarts) {
+    RankFailure failure;
+    absl::Status status;
+    {
+      Job job(num_workers, options, restarts);
+      status = job.Start(args);  // on an error, ~Job kills what did start
+      if (status.ok()) {
+        status = job.Supervise();
+        failure = job.Failure();
+      }
+    }
+    if (options.failure != nullptr) *options.failure = failure;
+    if (failure.rank < 0 || restarts >= options.max_restarts || !options.restart_argv ||
+        g_stop_signal != 0) {
+      return status;
+    }
+    absl::StatusOr<std::vector<std::string>> next =
+        options.restart_argv(failure, status, restarts + 1);
+    if (!next.ok()) return next.status();
+    if (next->empty()) return absl::InvalidArgumentError("empty worker argv for a restart");
+    args = *std::move(next);
+  }
 }
 
 }  // namespace trainc

@@ -32,13 +32,32 @@
 #ifndef TRAINC_RUNTIME_LAUNCH_LAUNCHER_H_
 #define TRAINC_RUNTIME_LAUNCH_LAUNCHER_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace trainc {
+
+// The environment variable that tells a worker how many times its job has
+// been restarted (0: the first start), as TORCHELASTIC_RESTART_COUNT does
+// under torchrun.
+inline constexpr char kRestartCountEnv[] = "TRAINC_RESTART_COUNT";
+
+// The rank a failed job is blamed on (the one its error names), and how it
+// ended.
+struct RankFailure {
+  int rank = -1;       // -1: no rank failed (success, or a stop signal)
+  int exit_code = -1;  // its exit status when it exited; -1: it did not
+  int signal = 0;      // the signal it died of; 0: none
+  int64_t step = 0;    // the step it was at (its position); 0: before the first
+  int restarts = 0;    // restarts before this failure
+  std::string reason;  // the job's error, first line: "rank 1 exited with signal 9 ..."
+};
 
 struct LaunchOptions {
   // What each worker runs; argv[0] is passed as given.
@@ -61,6 +80,18 @@ struct LaunchOptions {
   // Where the workers' output goes.
   int stdout_fd = 1;
   int stderr_fd = 2;
+  // Automatic restarts (torchrun's --max-restarts): when a rank fails (a
+  // non-zero exit, a signal that is not a stop signal, a hang), the others
+  // are stopped as always, and then every rank is started again with the
+  // arguments `restart_argv` returns (given the failure, the job's error
+  // and the restart's number, from 1), at most `max_restarts` times. An
+  // error from `restart_argv` ends the job with it.
+  int max_restarts = 0;
+  std::function<absl::StatusOr<std::vector<std::string>>(
+      const RankFailure&, const absl::Status& why, int restart)>
+      restart_argv;
+  // When not null: the last start's failure (rank -1 when none).
+  RankFailure* failure = nullptr;
 };
 
 // Starts `num_workers` ranks and returns when all have exited: OK if every
@@ -68,8 +99,10 @@ struct LaunchOptions {
 // (above) or one a rank received itself (it exits 128 + the signal after
 // the ranks stopped together at a step boundary, checkpoint written:
 // "a rank was stopped by Terminated (signal 15); every rank stopped at the
-// same step"). Blocks; call it from a thread that lives until it returns
-// (PR_SET_PDEATHSIG follows the forking thread).
+// same step"); else the failure's error, of the last start when
+// `options.max_restarts` allowed restarts (each worker of restart k sees
+// TRAINC_RESTART_COUNT=k). Blocks; call it from a thread that lives until
+// it returns (PR_SET_PDEATHSIG follows the forking thread).
 absl::Status LaunchLocalWorkers(int num_workers,
                                 const std::vector<std::string>& argv,
                                 const LaunchOptions& options = {});

@@ -196,6 +196,67 @@ TEST(LauncherTest, RankKilledBySignal) {
   ExpectAllGone(r.pids);
 }
 
+// --max_restarts: a rank that dies is followed by a new start of every
+// rank, with the arguments restart_argv gives, until a start succeeds.
+TEST(LauncherTest, RestartsEveryRankAfterAFailure) {
+  LaunchOptions options;
+  options.max_restarts = 3;
+  std::vector<RankFailure> seen;
+  options.restart_argv = [&](const RankFailure& failure, const absl::Status& why,
+                             int restart) -> absl::StatusOr<std::vector<std::string>> {
+    seen.push_back(failure);
+    EXPECT_THAT(why.message(), HasSubstr("rank 1 exited with signal 9"));
+    EXPECT_EQ(restart, static_cast<int>(seen.size()));
+    return std::vector<std::string>{"test_worker", "--run_ms=400", "--crash_rank=1",
+                                    "--crash_restarts=2", absl::StrCat("--start=", restart)};
+  };
+  RankFailure last;
+  options.failure = &last;
+  JobResult r = RunJob("restarts", 2, {"--run_ms=-1", "--crash_rank=1", "--crash_restarts=2"},
+                       options);
+  ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
+  ASSERT_TRUE(r.status.ok()) << r.status << "\n" << r.err;
+  ASSERT_EQ(seen.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(seen[i].rank, 1);
+    EXPECT_EQ(seen[i].signal, SIGKILL);
+    EXPECT_EQ(seen[i].exit_code, -1);
+    EXPECT_EQ(seen[i].restarts, i);
+  }
+  EXPECT_EQ(last.rank, -1);
+  EXPECT_EQ(last.restarts, 2);
+  // Each start's workers know which start they are.
+  for (int restart = 0; restart < 3; ++restart) {
+    EXPECT_THAT(r.out, HasSubstr(absl::StrCat("[rank 1] hello from rank 1 of 2 via trainc")));
+    EXPECT_THAT(r.out, HasSubstr(absl::StrCat(", restart ", restart, "\n")));
+  }
+  EXPECT_THAT(r.out, Not(HasSubstr(", restart 3\n")));
+}
+
+// More failures than --max_restarts: the last one's error, and which rank.
+TEST(LauncherTest, GivesUpAfterMaxRestarts) {
+  LaunchOptions options;
+  options.max_restarts = 1;
+  int calls = 0;
+  options.restart_argv = [&](const RankFailure&, const absl::Status&,
+                             int) -> absl::StatusOr<std::vector<std::string>> {
+    ++calls;
+    return std::vector<std::string>{"test_worker", "--run_ms=-1", "--fail_rank=0",
+                                    "--exit_code=7"};
+  };
+  RankFailure last;
+  options.failure = &last;
+  JobResult r = RunJob("give_up", 2, {"--run_ms=-1", "--crash_rank=1"}, options);
+  ASSERT_TRUE(r.returned_in_time) << "the launcher did not return: " << r.status;
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(r.status.message(), "rank 0 exited with status 7; stopping the other 1 rank(s)");
+  EXPECT_EQ(last.rank, 0);
+  EXPECT_EQ(last.exit_code, 7);
+  EXPECT_EQ(last.signal, 0);
+  EXPECT_EQ(last.restarts, 1);
+  EXPECT_EQ(last.reason, r.status.message());
+}
+
 // A rank killed outright takes its peers with it: one writing to its
 // socket dies of SIGPIPE, often reaped before (or in the same pass as, and
 // lower-ranked than) the rank that was killed. The kill is the news.

@@ -15,7 +15,8 @@
 // SIGSTOP before its first beat, as a rank stopped before the rendezvous;
 // with --pid_dir the error rank prints its error only once it is stopped),
 // --silent_rank=R (never beats: sleeps before its first beat, as a rank
-// stuck on its way to the rendezvous).
+// stuck on its way to the rendezvous), --crash_restarts=K (--crash_rank
+// crashes only in the job's first K starts: TRAINC_RESTART_COUNT < K).
 #include <signal.h>
 #include <unistd.h>
 
@@ -99,9 +100,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--ignore_sigterm") signal(SIGTERM, SIG_IGN);
   }
-  std::printf("hello from rank %d of %d via %s, rendezvous %s\n", rank,
+  const char* restarts_env = std::getenv("TRAINC_RESTART_COUNT");
+  const int restarts = restarts_env != nullptr ? std::atoi(restarts_env) : 0;
+  std::printf("hello from rank %d of %d via %s, rendezvous %s, restart %d\n", rank,
               (*info)->world_size, (*info)->source.c_str(),
-              (*info)->rendezvous.c_str());
+              (*info)->rendezvous.c_str(), restarts);
   std::fflush(stdout);
   std::fprintf(stderr, "partial line without newline from %d", rank);
 
@@ -147,7 +150,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "\ntrain: error: gloo: Connection closed by peer\n");
         return 1;
       }
-      if (rank == IntFlag(argc, argv, "crash_rank", -1)) {
+      if (rank == IntFlag(argc, argv, "crash_rank", -1) &&
+          restarts < IntFlag(argc, argv, "crash_restarts", 1 << 30)) {
         const int casualty = IntFlag(argc, argv, "sigpipe_rank", -1);
         if (casualty >= 0 && !pid_dir.empty()) {
           // Already dying, as far as the launcher's SIGTERM is concerned.
