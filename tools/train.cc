@@ -42,6 +42,7 @@
 #include "runtime/trace/tracer.h"
 #include "tools/cli/option_parser.h"
 #include "tools/hf/config_check.h"
+#include "tools/restarts.h"
 #include "runtime/train/trainer.h"
 
 namespace trainc {
@@ -62,7 +63,12 @@ struct Args {
   std::string rendezvous;      // --rendezvous redis://HOST:PORT/JOB
   CommKind comm = CommKind::kAuto;  // --comm gloo|mpi|auto
   int64_t watchdog = -1;            // --watchdog SECONDS; -1: the default
+  int max_restarts = 0;             // --max_restarts N (the local launcher)
 };
+
+// Set when a local job's rank failed and a checkpoint of the run can
+// continue it: the exit code is then kResumableExitCode.
+bool resumable_failure = false;
 
 absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& v) {
   int64_t n;
@@ -266,6 +272,17 @@ void AddRunExecutionOptions(Args* args, OptionParser& parser) {
                      names.back(), ", got '", v, "'"));
                }
                args->comm = *comm;
+               return absl::OkStatus();
+             })
+      .Value({"--max_restarts", "--max-restarts"}, "N",
+             "local job: when a rank dies, hangs or fails, stop the others and start every "
+             "rank again from the newest checkpoint the run wrote (checkpoint_every), else "
+             "from the beginning, at most N times (default 0). Beyond that, or when N is 0, a "
+             "failed run that has a checkpoint exits 75",
+             [args](const std::string& v) -> absl::Status {
+               ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
+               if (n < 0 || n > 1000000) return absl::InvalidArgumentError("must be in [0, 1000000]");
+               args->max_restarts = static_cast<int>(n);
                return absl::OkStatus();
              })
       .Value({"--rendezvous"}, "redis://HOST:PORT/JOB",
@@ -540,9 +557,19 @@ absl::Status Run(const Args& args) {
     std::cout << "launching " << plan.world_size << " ranks\n" << std::flush;
   }
   setenv("TRAINC_JOB_START_NS", absl::StrCat(TraceClockNs()).c_str(), 1);
-  std::vector<std::string> argv;
-  for (int i = 0; i < args_argc; ++i) argv.push_back(args_argv[i]);
-  return LaunchLocalWorkers(static_cast<int>(plan.world_size), argv);
+  RestartingJob job;
+  job.world_size = static_cast<int>(plan.world_size);
+  for (int i = 0; i < args_argc; ++i) job.argv.push_back(args_argv[i]);
+  if (plan.checkpoints.every > 0) job.checkpoint_dir = plan.checkpoints.dir;
+  job.max_restarts = args.max_restarts;
+  job.log = &std::cerr;
+  if (args.max_restarts > 0 && plan.checkpoints.every == 0) {
+    std::cout << "note: --max_restarts " << args.max_restarts
+              << " without checkpoint_every: a restart starts from the beginning "
+                 "(--checkpoint_every N restarts from the newest checkpoint)\n"
+              << std::flush;
+  }
+  return LaunchWithRestarts(job, &resumable_failure);
 }
 
 }  // namespace
@@ -581,7 +608,7 @@ int main(int argc, char** argv) {
     // One write: a rank the launcher stops meanwhile (a peer failed) must
     // not leave half a line ("train: error: " and nothing after it).
     std::cerr << absl::StrCat("train: error: ", status.message(), "\n") << std::flush;
-    return 1;
+    return trainc::resumable_failure ? trainc::kResumableExitCode : 1;
   }
   return 0;
 }

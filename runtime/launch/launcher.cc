@@ -424,7 +424,7 @@ class Job {
     const Worker& w = workers_[cause_];
     f.rank = cause_;
     f.exit_code = w.exit_code;
-    f.signal = w.exit_signal;
+    f.signal = w.killed_by_us ? 0 : w.exit_signal;  // a hang we ended: not its cause
     for (const RankPosition& p : positions_) {
       if (p.rank == cause_) f.step = p.step;
     }
