@@ -1,5 +1,7 @@
 #include "runtime/exec/executor.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -11,6 +13,13 @@
 
 namespace trainc {
 namespace {
+
+// This thread's CPU time (CLOCK_THREAD_CPUTIME_ID), ns.
+int64_t ThreadCpuNs() {
+  timespec t;
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
 
 // The floats of bucket buffer `grads` (every slot) that no gradient an
 // instruction writes covers: (offset, count) ranges, in order. A gradient
@@ -331,6 +340,9 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
   state_ = state;
   state_.rank = comm_ != nullptr ? comm_->rank() : 0;
   state_.training = true;
+  step_times_ = {};
+  const int64_t step_begin = TraceClockNs();
+  const int64_t cpu_begin = ThreadCpuNs();
   // One eager step first: libraries settle their lazy set-up (cuBLAS
   // heuristics, NCCL connections) outside the capture.
   constexpr int64_t kWarmupSteps = 1;
@@ -357,7 +369,12 @@ absl::StatusOr<double> Executor::RunStep(const StepState& state,
   if (status.ok() && captured_ && next != nullptr && tracer_ == nullptr) FeedAhead(*next);
   // Whatever happened, nothing of this step may still be running when we
   // return: queued comm work points into the arena and at `batches`.
+  const int64_t sync_begin = TraceClockNs();
   absl::Status sync = device_->Synchronize();
+  const int64_t step_end = TraceClockNs();
+  step_times_.waiting_ns += step_end - sync_begin;
+  step_times_.total_ns = step_end - step_begin;
+  step_times_.compute_cpu_ns += ThreadCpuNs() - cpu_begin;
   parameters_stale_ = plan_.zero > 0 && plan_.zero_gather == ZeroGather::kNextForward;
   if (!status.ok()) return status;
   if (!sync.ok()) return sync;
@@ -530,7 +547,9 @@ absl::Status Executor::Issue(const Resolved& r, BatchSource& batches,
   const Instruction& instr = *r.instr;
   for (int e : instr.wait_events) {
     if (recorded == nullptr || (*recorded)[e]) {
+      const int64_t begin = instr.stream == Stream::kCompute ? TraceClockNs() : 0;
       RETURN_IF_ERROR(device_->WaitEvent(instr.stream, e));
+      if (begin != 0) step_times_.waiting_ns += TraceClockNs() - begin;
     }
   }
   if (options_.position != nullptr && instr.stream == Stream::kCompute) {
@@ -539,10 +558,13 @@ absl::Status Executor::Issue(const Resolved& r, BatchSource& batches,
   switch (r.kind) {
     case Resolved::kLoadBatch: {
       const int64_t begin = TraceClockNs();
+      const int64_t cpu = ThreadCpuNs();
       RETURN_IF_ERROR(batches.Fill(r.micro, plan_, *device_));
+      step_times_.compute_cpu_ns -= ThreadCpuNs() - cpu;  // the data's, not the compute's
+      const int64_t end = TraceClockNs();
+      step_times_.data_ns += end - begin;
       if (tracer_ != nullptr) {
-        tracer_->Add({instr.id, state_.step, r.micro, Stream::kCompute, begin,
-                      TraceClockNs()});
+        tracer_->Add({instr.id, state_.step, r.micro, Stream::kCompute, begin, end});
       }
       break;
     }

@@ -68,6 +68,20 @@ struct ExecutorOptions {
   PositionBoard* position = nullptr;
 };
 
+// Where the host's time in the last RunStep went (Executor::step_times()):
+// what a rank compares with its peers' to find the slow one. On the CPU
+// the compute stream is the host thread, whose CPU time outside Fill is
+// the compute (CPU time, not wall time: a rank descheduled on a busy
+// machine computes no slower); on a GPU that is only the launches, and
+// the host waits for the device's compute in `waiting_ns`.
+struct StepTimes {
+  int64_t total_ns = 0;    // the whole RunStep
+  int64_t data_ns = 0;     // in the batch source's Fill (load_batch)
+  int64_t waiting_ns = 0;  // the compute stream waiting for an event (a
+                           // collective) and the step's final Synchronize
+  int64_t compute_cpu_ns = 0;  // the host thread's CPU time outside Fill
+};
+
 // What became of step capture (Executor::capture()).
 struct CaptureInfo {
   // Empty when steps can be captured; else why not ("the cpu device has no
@@ -128,6 +142,7 @@ class Executor {
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
   const CaptureInfo& capture() const { return capture_; }
+  const StepTimes& step_times() const { return step_times_; }
 
  private:
   // One instruction resolved by Prepare.
@@ -257,6 +272,7 @@ class Executor {
   StepState state_;              // of the step being run
 
   CaptureInfo capture_;
+  StepTimes step_times_;  // of the last RunStep, filled as it runs
   bool captured_ = false;     // the device holds a captured step
   int64_t eager_steps_ = 0;   // warm-up before capturing
   // The device holds the next replay's inputs, fed from this source.

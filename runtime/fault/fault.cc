@@ -16,7 +16,7 @@ namespace {
 absl::Status Malformed(const std::string& spec, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(
       "fault '", spec, "': ", why,
-      " (expected loader_sleep:rank=R:step=S:seconds=N)"));
+      " (expected loader_sleep:rank=R:step=S:seconds=N or loader_slow:rank=R:ms=M)"));
 }
 
 // key=value pairs, each key once.
@@ -55,22 +55,29 @@ absl::StatusOr<Fault> ParseFault(const std::string& spec) {
   Fault fault;
   if (spec.empty()) return fault;
   const std::vector<std::string> parts = absl::StrSplit(spec, ':');
-  if (parts[0] != "loader_sleep") {
+  if (parts[0] != "loader_sleep" && parts[0] != "loader_slow") {
     return Malformed(spec, absl::StrCat("unknown fault '", parts[0], "'"));
   }
   auto pairs = Pairs(spec, parts);
   if (!pairs.ok()) return pairs.status();
-  fault.kind = Fault::Kind::kLoaderSleep;
   absl::StatusOr<int64_t> rank = Take(spec, *pairs, "rank", 0, 1 << 20);
   if (!rank.ok()) return rank.status();
-  absl::StatusOr<int64_t> step = Take(spec, *pairs, "step", 1, int64_t{1} << 40);
-  if (!step.ok()) return step.status();
-  absl::StatusOr<int64_t> seconds = Take(spec, *pairs, "seconds", 0, 7 * 24 * 3600);
-  if (!seconds.ok()) return seconds.status();
-  if (!pairs->empty()) return Malformed(spec, absl::StrCat("unknown key '", pairs->begin()->first, "'"));
   fault.rank = static_cast<int>(*rank);
-  fault.step = *step;
-  fault.seconds = *seconds;
+  if (parts[0] == "loader_slow") {
+    fault.kind = Fault::Kind::kLoaderSlow;
+    absl::StatusOr<int64_t> ms = Take(spec, *pairs, "ms", 0, 3600 * 1000);
+    if (!ms.ok()) return ms.status();
+    fault.ms = *ms;
+  } else {
+    fault.kind = Fault::Kind::kLoaderSleep;
+    absl::StatusOr<int64_t> step = Take(spec, *pairs, "step", 1, int64_t{1} << 40);
+    if (!step.ok()) return step.status();
+    absl::StatusOr<int64_t> seconds = Take(spec, *pairs, "seconds", 0, 7 * 24 * 3600);
+    if (!seconds.ok()) return seconds.status();
+    fault.step = *step;
+    fault.seconds = *seconds;
+  }
+  if (!pairs->empty()) return Malformed(spec, absl::StrCat("unknown key '", pairs->begin()->first, "'"));
   return fault;
 }
 
@@ -84,7 +91,14 @@ absl::StatusOr<Fault> FaultFromEnvironment() {
 }
 
 absl::Status SleepingBatchSource::Fill(int micro_step, const Plan& plan, Device& device) {
-  if (!slept_ && step_ == fault_.step) {
+  if (fault_.kind == Fault::Kind::kLoaderSlow) {
+    if (!slept_) {
+      slept_ = true;
+      log_ << "train: fault injection (" << kFaultEnv << "): rank " << fault_.rank << " sleeps "
+           << fault_.ms << " ms in every load_batch" << std::endl;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(fault_.ms));
+  } else if (!slept_ && step_ == fault_.step) {
     slept_ = true;
     log_ << "train: fault injection (" << kFaultEnv << "): rank " << fault_.rank << " sleeps "
          << fault_.seconds << " s in load_batch at step " << step_ << std::endl;

@@ -6,6 +6,10 @@
 //     its first micro-batch), as a read from a stuck file system would:
 //     the process lives and beats, its peers wait in a collective.
 //
+//   TRAINC_FAULT=loader_slow:rank=1:ms=20
+//     rank 1's data loader sleeps 20 ms in every load_batch (every
+//     micro-batch), as a slow disk or a noisy neighbour would: a straggler.
+//
 //   ASSIGN_OR_RETURN(Fault fault, FaultFromEnvironment());
 //   if (fault.kind == Fault::Kind::kLoaderSleep && fault.rank == rank)
 //     batches = std::make_unique<SleepingBatchSource>(batches, fault);
@@ -24,11 +28,12 @@ namespace trainc {
 inline constexpr char kFaultEnv[] = "TRAINC_FAULT";
 
 struct Fault {
-  enum class Kind { kNone, kLoaderSleep };
+  enum class Kind { kNone, kLoaderSleep, kLoaderSlow };
   Kind kind = Kind::kNone;
   int rank = 0;
-  int64_t step = 0;     // from 1
-  int64_t seconds = 0;
+  int64_t step = 0;     // loader_sleep: from 1
+  int64_t seconds = 0;  // loader_sleep
+  int64_t ms = 0;       // loader_slow: per load_batch
 };
 
 // "" is no fault; anything else must be KIND:key=value:... with every key
@@ -39,8 +44,9 @@ absl::StatusOr<Fault> ParseFault(const std::string& spec);
 // ParseFault of TRAINC_FAULT, errors naming the variable.
 absl::StatusOr<Fault> FaultFromEnvironment();
 
-// A loader_sleep fault's batch source: `inner`'s, except that at the
-// fault's step it first says so on `log` and sleeps.
+// A loader fault's batch source: `inner`'s, except that it first sleeps:
+// loader_sleep at the fault's step (saying so on `log`), loader_slow at
+// every Fill (saying so once).
 class SleepingBatchSource : public BatchSource {
  public:
   SleepingBatchSource(BatchSource* inner, const Fault& fault, std::ostream& log)

@@ -32,6 +32,17 @@ TEST(ParseFault, LoaderSleep) {
   EXPECT_EQ(fault->step, 1);
 }
 
+TEST(ParseFault, LoaderSlow) {
+  absl::StatusOr<Fault> fault = ParseFault("loader_slow:rank=2:ms=20");
+  ASSERT_TRUE(fault.ok()) << fault.status();
+  EXPECT_EQ(fault->kind, Fault::Kind::kLoaderSlow);
+  EXPECT_EQ(fault->rank, 2);
+  EXPECT_EQ(fault->ms, 20);
+  EXPECT_THAT(ParseFault("loader_slow:rank=2").status().message(), HasSubstr("no ms="));
+  EXPECT_THAT(ParseFault("loader_slow:rank=2:ms=1:step=3").status().message(),
+              HasSubstr("unknown key 'step'"));
+}
+
 // Each malformed value is refused, saying what is wrong with it.
 TEST(ParseFault, RefusesMalformedValues) {
   const std::pair<const char*, const char*> cases[] = {

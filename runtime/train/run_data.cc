@@ -16,7 +16,7 @@ absl::Status RunData::Load(const Plan& plan, const RankContext& rank,
   ASSIGN_OR_RETURN(batches, TrainBatchSource::Create(&*train, plan, rank.rank));
   for (auto& view : step_views) view = std::make_unique<StepBatches>(batches.get());
   ASSIGN_OR_RETURN(const Fault fault, FaultFromEnvironment());
-  if (fault.kind == Fault::Kind::kLoaderSleep && fault.rank == rank.rank) {
+  if (fault.kind != Fault::Kind::kNone && fault.rank == rank.rank) {
     sleeping_batches = std::make_unique<SleepingBatchSource>(batches.get(), fault, std::cerr);
   }
   ASSIGN_OR_RETURN(eval_head, FindEvalHead(plan));

@@ -171,6 +171,13 @@ void LogSummary(std::ostream& log, const Plan& plan, const TrainSummary& summary
     log << absl::StrFormat("  skipped         %d step(s) with a non-finite gradient\n",
                            summary.skipped_steps);
   }
+  if (context.stragglers == nullptr) return;
+  for (const Straggler& s : *context.stragglers) {
+    log << absl::StrFormat(
+        "  straggler       rank %d: busy %.1fx as long as the others (steps %d-%d; per step "
+        "data %.2f ms, compute %.2f ms, waiting %.2f ms)\n",
+        s.rank, s.ratio, s.first_step, s.last_step, s.data_ms, s.compute_ms, s.waiting_ms);
+  }
 }
 
 }  // namespace trainc

@@ -15,6 +15,7 @@
 #include "runtime/train/evaluate.h"
 #include "runtime/train/run_data.h"
 #include "runtime/train/starting_point.h"
+#include "runtime/train/stragglers.h"
 #include "runtime/train/trainer.h"
 
 namespace trainc {
@@ -63,6 +64,7 @@ struct SummaryContext {
   bool overlap = true;
   int64_t dropped_per_epoch = 0;
   const CaptureInfo* capture = nullptr;  // null: the device captures no steps
+  const std::vector<Straggler>* stragglers = nullptr;  // the ranks named slower
 };
 
 // The summary after the last step.

@@ -72,6 +72,16 @@ MetricsRecord EvalRecord(int64_t step, int64_t epoch, const EvalHead& head,
   return r;
 }
 
+MetricsRecord StragglerRecord(int64_t step, const Straggler& s) {
+  MetricsRecord r{"straggler", step, UnixSeconds()};
+  r.info = {{"rank", int64_t{s.rank}},        {"ratio", s.ratio},
+            {"first_step", s.first_step},     {"busy_ms", s.busy_ms},
+            {"data_ms", s.data_ms},           {"compute_ms", s.compute_ms},
+            {"waiting_ms", s.waiting_ms},     {"others_busy_ms", s.others_busy_ms},
+            {"others_waiting_ms", s.others_waiting_ms}};
+  return r;
+}
+
 MetricsRecord SummaryRecord(const Plan& plan, const TrainSummary& summary, bool eval_ran) {
   MetricsRecord r{"summary", summary.final_step, UnixSeconds()};
   r.info = {{"steps", summary.steps},

@@ -15,6 +15,7 @@
 #include "runtime/trace/plan_identity.h"
 #include "runtime/trace/tracer.h"
 #include "runtime/train/evaluate.h"
+#include "runtime/train/stragglers.h"
 #include "runtime/train/trainer.h"
 
 namespace trainc {
@@ -41,6 +42,9 @@ MetricsRecord TrainRecord(const Plan& plan, int64_t step, int64_t epoch, double 
 // when unknown.
 MetricsRecord EvalRecord(int64_t step, int64_t epoch, const EvalHead& head,
                          const EvalResult& eval, double bits_per_byte);
+
+// A rank named slower than the others (stragglers.h), at `step`.
+MetricsRecord StragglerRecord(int64_t step, const Straggler& s);
 
 // The summary's record; `eval_ran` whether there was an eval set.
 MetricsRecord SummaryRecord(const Plan& plan, const TrainSummary& summary, bool eval_ran);

@@ -40,6 +40,7 @@
 #include "runtime/train/schedule.h"
 #include "runtime/train/starting_point.h"
 #include "runtime/train/stop_signals.h"
+#include "runtime/train/stragglers.h"
 #include "runtime/train/trace_files.h"
 #include "runtime/train/watchdog.h"
 
@@ -176,6 +177,13 @@ class Trainer {
   // all-reduce for all of them), checked (divergence.h), and the pending
   // records written.
   absl::Status SumLossesIfDue(const StepInfo& step);
+  // After each step: its times (runtime/exec's StepTimes), for the next
+  // sum over ranks.
+  void KeepStepTimes(const StepInfo& step);
+  // At each sum over ranks, with every rank's times since the last: a rank
+  // newly found slower than the others (stragglers.h) is named in the log
+  // and the metrics log.
+  void NameStragglers(const StepInfo& step, const std::vector<RankStepTimes>& per_rank);
   // The progress line, or on rank 0's terminal the live line between them.
   void LogProgress(const StepInfo& step);
 
@@ -245,6 +253,10 @@ class Trainer {
   double last_loss_ = NAN;        // the world's mean, at the last sum
   double last_grad_norm_ = -1;    // at the last progress line
   bool capture_failure_reported_ = false;
+  // This rank's step times since the last sum over ranks (which carries
+  // them to every rank), and the ranks named slower than the others.
+  std::vector<RankStepTimes> own_times_;
+  StragglerWatch stragglers_{static_cast<int>(plan_.world_size)};
 };
 
 absl::StatusOr<TrainSummary> Trainer::Run() {
@@ -373,6 +385,7 @@ absl::Status Trainer::TrainStep(int64_t step_number) {
   StepInfo step = BeginStep(step_number);
   positions_.board().Stage(RankStage::kStep, step.number);
   RETURN_IF_ERROR(RunOptimizerStep(step));
+  KeepStepTimes(step);
   if (step.traced && step.number == tracing_.end - 1) KeepTracePart();
   if (metrics_) RecordStepMetrics(step);
   ReportCaptureFailure(step.number);
@@ -494,9 +507,25 @@ absl::Status Trainer::SumLossesIfDue(const StepInfo& step) {
   if (!step.progress_line && !(metrics_on_ && step.number % metrics_every_ == 0)) {
     return absl::OkStatus();
   }
+  // Every rank's step times ride along (its own slots; zeros elsewhere).
+  const size_t losses = pending_.losses.size();
+  if (plan_.world_size > 1) {
+    pending_.losses.resize(losses + 3 * plan_.world_size, 0.0f);
+    const RankStepTimes median = MedianStepTimes(own_times_);
+    float* mine = &pending_.losses[losses + 3 * rank_.rank];
+    mine[0] = static_cast<float>(median.busy_ms);
+    mine[1] = static_cast<float>(median.data_ms);
+    mine[2] = static_cast<float>(median.waiting_ms);
+  }
   positions_.board().CommBegin(HostCollective::kLossSum);
   RETURN_IF_ERROR(SumOverRanks(*devices_.host_comm, &pending_.losses));
   positions_.board().CommEnd();
+  std::vector<RankStepTimes> per_rank(plan_.world_size > 1 ? plan_.world_size : 0);
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    const float* t = &pending_.losses[losses + 3 * r];
+    per_rank[r] = {t[0], t[1], t[2]};
+  }
+  pending_.losses.resize(losses);
   RETURN_IF_ERROR(CheckLossesFinite(plan_, *devices_.device, step.number, pending_.losses,
                                     pending_.skipped));
   const double terms = static_cast<double>(plan_.global_batch) * plan_.loss_terms;
@@ -506,7 +535,26 @@ absl::Status Trainer::SumLossesIfDue(const StepInfo& step) {
     WriteMetrics(*metrics_, log_, pending_.metrics[i]);
   }
   pending_ = PendingSteps();
+  if (!per_rank.empty()) NameStragglers(step, per_rank);
   return absl::OkStatus();
+}
+
+void Trainer::KeepStepTimes(const StepInfo& step) {
+  // The run's first step warms caches and libraries, unevenly: not counted.
+  if (step.number == first_step_) return;
+  const StepTimes& t = executor_->step_times();
+  own_times_.push_back(
+      {(t.data_ns + t.compute_cpu_ns) / 1e6, t.data_ns / 1e6, t.waiting_ns / 1e6});
+}
+
+void Trainer::NameStragglers(const StepInfo& step, const std::vector<RankStepTimes>& per_rank) {
+  const std::vector<Straggler> named =
+      stragglers_.Add(step.number, static_cast<int64_t>(own_times_.size()), per_rank);
+  own_times_.clear();
+  for (const Straggler& s : named) {
+    log_ << progress_.LineStart() << "straggler: " << Describe(s) << "\n" << std::flush;
+    if (metrics_) WriteMetrics(*metrics_, log_, StragglerRecord(step.number, s));
+  }
 }
 
 void Trainer::LogProgress(const StepInfo& step) {
@@ -614,6 +662,7 @@ absl::StatusOr<TrainSummary> Trainer::Finish() {
   context.overlap = options_.overlap;
   context.dropped_per_epoch = data_.dropped_per_epoch;
   if (devices_.device->SupportsCapture()) context.capture = &executor_->capture();
+  context.stragglers = &stragglers_.named();
   LogSummary(log_, plan_, summary_, context);
   // The ranks leave together, after rank 0's --save: one that closed its
   // sockets while a peer was still finishing the last collective would
