@@ -64,6 +64,7 @@ struct Args {
   CommKind comm = CommKind::kAuto;  // --comm gloo|mpi|auto
   int64_t watchdog = -1;            // --watchdog SECONDS; -1: the default
   int max_restarts = 0;             // --max_restarts N (the local launcher)
+  int min_gpus = 0;                 // --min_gpus M; 0: never fewer ranks
 };
 
 // Set when a local job's rank failed and a checkpoint of the run can
@@ -283,6 +284,16 @@ void AddRunExecutionOptions(Args* args, OptionParser& parser) {
                ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
                if (n < 0 || n > 1000000) return absl::InvalidArgumentError("must be in [0, 1000000]");
                args->max_restarts = static_cast<int>(n);
+               return absl::OkStatus();
+             })
+      .Value({"--min_gpus", "--min-gpus"}, "M",
+             "local job: when a rank still fails after the restarts, go on with fewer ranks "
+             "(not fewer than M) from the newest checkpoint, with the same global batch (more "
+             "accumulation; bit for bit with deterministic = true), leaving its GPU out",
+             [args](const std::string& v) -> absl::Status {
+               ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
+               if (n < 1 || n > 65536) return absl::InvalidArgumentError("must be in [1, 65536]");
+               args->min_gpus = static_cast<int>(n);
                return absl::OkStatus();
              })
       .Value({"--rendezvous"}, "redis://HOST:PORT/JOB",
@@ -553,6 +564,11 @@ absl::Status Run(const Args& args) {
         " or --device cpu)"));
   }
   RETURN_IF_ERROR(CheckMemoryFits(plan, on_gpus));
+  if (args.min_gpus > 0 && !absl::EndsWith(args.file, ".train")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min_gpus: a job on fewer ranks is compiled again from the .train file; ", args.file,
+        " is a plan file"));
+  }
   if (is_rank0) {
     std::cout << "launching " << plan.world_size << " ranks\n" << std::flush;
   }
@@ -562,6 +578,10 @@ absl::Status Run(const Args& args) {
   for (int i = 0; i < args_argc; ++i) job.argv.push_back(args_argv[i]);
   if (plan.checkpoints.every > 0) job.checkpoint_dir = plan.checkpoints.dir;
   job.max_restarts = args.max_restarts;
+  job.min_gpus = args.min_gpus;
+  job.global_batch = plan.global_batch;
+  job.micro_batch = plan.micro_batch;
+  job.on_gpus = on_gpus;
   job.log = &std::cerr;
   if (args.max_restarts > 0 && plan.checkpoints.every == 0) {
     std::cout << "note: --max_restarts " << args.max_restarts
