@@ -30,6 +30,21 @@ TEST(WithResumeTest, ReplacesResumeAndInitFrom) {
               ElementsAre("train", "--resume", "c", "--", "--resume"));
 }
 
+TEST(WithWorldTest, ReplacesTheRankCountAndKeepsTheGlobalBatch) {
+  EXPECT_THAT(WithWorld({"train", "m.train", "--gpus", "4", "--accumulate=2", "--micro_batch",
+                         "8", "--global_batch", "64"},
+                        3, 96),
+              ElementsAre("train", "--gpus", "3", "--global_batch", "96", "m.train",
+                          "--micro_batch", "8"));
+}
+
+TEST(SmallerWorldTest, TheLargestCountThatSplitsTheBatchEvenly) {
+  EXPECT_EQ(SmallerWorld(4, 1, 256, 64), 2);  // 3 ranks would split 256 unevenly
+  EXPECT_EQ(SmallerWorld(2, 1, 256, 64), 1);
+  EXPECT_EQ(SmallerWorld(4, 3, 256, 64), 0);  // no count in [3, 4)
+  EXPECT_EQ(SmallerWorld(1, 1, 256, 64), 0);
+}
+
 void Touch(const std::string& path) { std::ofstream(path) << "x"; }
 
 TEST(NewestCheckpointSinceTest, OnlyWholeCheckpointsOfThisRun) {

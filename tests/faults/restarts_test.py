@@ -9,7 +9,10 @@ The default MLP on two ranks, a checkpoint every 10 steps:
     uninterrupted run's weights and optimizer state;
   - killed once more than --max_restarts allows: exit code 75, a message
     naming the rank and the checkpoint to resume from, and resuming from
-    it ends on the same bits.
+    it ends on the same bits;
+  - with --min_gpus 1 (deterministic = true), the failure after the last
+    restart goes on with one rank, the same global batch, from the newest
+    checkpoint, and ends on the bits of the uninterrupted two-rank run.
 """
 import os
 import random
@@ -29,17 +32,17 @@ RESTART_LINE = re.compile(
     r"\(Killed\) at step (\d+); every rank starts again from (\S+)")
 
 
-def common():
+def common(*extra):
     return [e2e.EXAMPLE, "--device", "cpu", "--gpus", 2, "--steps", STEPS, "--no-eval",
-            "--no-metrics", "--log-every", 1, "--seed", e2e.SEED]
+            "--no-metrics", "--log-every", 1, "--seed", e2e.SEED, *extra]
 
 
-def reference(cache={}):
-    if not cache:
+def reference(*extra, cache={}):
+    if extra not in cache:
         out = os.path.join(e2e.tmpdir(), "ref.safetensors")
-        e2e.train(*common(), "--save", out)
-        cache["ref"] = e2e.read_checkpoint(out)[0]
-    return cache["ref"]
+        e2e.train(*common(*extra), "--save", out)
+        cache[extra] = e2e.read_checkpoint(out)[0]
+    return cache[extra]
 
 
 def ranks_of_start(launcher, restarts):
@@ -67,15 +70,16 @@ class RestartsTest(unittest.TestCase):
         e2e.need_fashion_mnist(self)
         self.rng = random.Random(e2e.SEED)
 
-    def kill_randomly(self, kills, max_restarts):
+    def kill_randomly(self, kills, max_restarts, *extra):
         """Runs the job, SIGKILLs a random rank of each of the first `kills`
         starts once it has logged a random number of steps (and written a
         checkpoint of its own); returns (exit code, log, killed ranks, out)."""
         tmp = e2e.tmpdir()
         folder = os.path.join(tmp, "ckpt")
         out = os.path.join(tmp, "out.safetensors")
-        proc, log = start(common() + ["--checkpoint_every", EVERY, "--checkpoint_dir", folder,
-                                      "--max_restarts", max_restarts, "--save", out], tmp)
+        proc, log = start(common(*extra) + ["--checkpoint_every", EVERY, "--checkpoint_dir",
+                                            folder, "--max_restarts", max_restarts, "--save",
+                                            out], tmp)
         def text():
             with open(log.name) as f:
                 return f.read()
@@ -140,6 +144,25 @@ class RestartsTest(unittest.TestCase):
         e2e.train(*common(), "--resume", checkpoint, "--save", resumed)
         e2e.assert_same_bits(self, e2e.read_checkpoint(resumed)[0], reference(),
                              f"resumed from {checkpoint}")
+
+    def test_a_rank_that_fails_after_its_restarts_leaves_one_rank_on_the_same_bits(self):
+        deterministic = ("--deterministic", "true")
+        code, text, killed, out, folder = self.kill_randomly(2, 1, "--min_gpus", 1,
+                                                             *deterministic)
+        self.assertEqual(code, 0, text)
+        self.assertEqual(len(RESTART_LINE.findall(text)), 1, text)
+        fewer = re.search(
+            r"\ntrain: rank (\d) died of signal 9 \(Killed\) at step (\d+) after 1 restart\(s\): "
+            r"going on with 1 of 2 ranks \(--min_gpus 1\), global batch 256 = 1 ranks x 64 "
+            r"micro_batch x 4 accumulate, from (\S+)\n", text)
+        self.assertIsNotNone(fewer, text)
+        self.assertEqual(int(fewer.group(1)), killed[1], text)
+        after = text[fewer.end():]
+        self.assertIn("training fashion_mlp on 1 cpu rank(s): global_batch 256 = 1 x 64 "
+                      "micro_batch x 4 accumulate", after)
+        self.assertIn(f"resumed from {fewer.group(3)} at step ", after)
+        e2e.assert_same_bits(self, e2e.read_checkpoint(out)[0], reference(*deterministic),
+                             f"one rank from {fewer.group(3)}")
 
 
 if __name__ == "__main__":
