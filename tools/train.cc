@@ -480,6 +480,29 @@ absl::Status CheckMemoryFits(const Plan& plan, bool on_gpus) {
       " available: use fewer --gpus, a smaller --micro_batch, or a larger machine"));
 }
 
+// A rank that torchrun (--max-restarts: TORCHELASTIC_RESTART_COUNT > 0)
+// or Slurm (a requeued job: SLURM_RESTART_COUNT > 0) started again
+// continues from the newest checkpoint in checkpoint_every's folder, when
+// there is one and neither --resume nor --init-from was given.
+void ResumeAfterOuterRestart(const Plan& plan, int rank, TrainOptions* options) {
+  if (plan.checkpoints.every == 0 || !options->resume.empty() || !options->init_from.empty()) {
+    return;
+  }
+  for (const char* env : {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"}) {
+    const char* value = std::getenv(env);
+    int restarts = 0;
+    if (value == nullptr || !absl::SimpleAtoi(value, &restarts) || restarts <= 0) continue;
+    absl::StatusOr<std::vector<std::string>> found = CheckpointsNewestFirst(plan.checkpoints.dir);
+    if (!found.ok() || found->empty()) return;
+    options->resume = plan.checkpoints.dir;
+    if (rank == 0) {
+      std::cout << "restarted (" << env << "=" << restarts << "): resuming from the newest "
+                << "checkpoint in " << plan.checkpoints.dir << "\n";
+    }
+    return;
+  }
+}
+
 absl::Status Run(const Args& args) {
   // For this process and the local workers it starts (they inherit it).
   if (!args.rendezvous.empty()) setenv(kRendezvousEnv, args.rendezvous.c_str(), 1);
@@ -529,6 +552,7 @@ absl::Status Run(const Args& args) {
       absl::SimpleAtoi(t, &rank.job_start_ns);
     }
     TrainOptions options = args.train;
+    ResumeAfterOuterRestart(plan, worker->rank, &options);
     // Open MPI's collectives have no timeout: under mpirun a stopped peer
     // would hold the job forever. This rank leaving ends it (mpirun stops
     // the others); MPI is left unfinalised, as for any failure.

@@ -12,7 +12,10 @@ The default MLP on two ranks, a checkpoint every 10 steps:
     it ends on the same bits;
   - with --min_gpus 1 (deterministic = true), the failure after the last
     restart goes on with one rank, the same global batch, from the newest
-    checkpoint, and ends on the bits of the uninterrupted two-rank run.
+    checkpoint, and ends on the bits of the uninterrupted two-rank run;
+  - ranks started as torchrun --max-restarts starts them again
+    (TORCHELASTIC_RESTART_COUNT=1, the same command line) continue from
+    the newest checkpoint, and end on the same bits.
 """
 import os
 import random
@@ -163,6 +166,41 @@ class RestartsTest(unittest.TestCase):
         self.assertIn(f"resumed from {fewer.group(3)} at step ", after)
         e2e.assert_same_bits(self, e2e.read_checkpoint(out)[0], reference(*deterministic),
                              f"one rank from {fewer.group(3)}")
+
+    def by_hand(self, job, steps, folder, out, **extra_env):
+        """Two ranks as torchrun starts them (RANK, WORLD_SIZE, a shared
+        rendezvous folder), the same command line; returns their outputs."""
+        rendezvous = os.path.join(e2e.tmpdir(), "rendezvous")
+        os.makedirs(rendezvous, exist_ok=True)
+        args = common() + ["--checkpoint_every", EVERY, "--checkpoint_dir", folder, "--save", out]
+        args[args.index("--steps") + 1] = steps
+        procs = []
+        for rank in range(2):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                       TRAINC_RENDEZVOUS_DIR=rendezvous, TRAINC_JOB_ID=job, **extra_env)
+            for name in ("TRAINC_RENDEZVOUS", "TRAINC_LAUNCHER"):
+                env.pop(name, None)
+            procs.append(subprocess.Popen([e2e.TRAIN, *map(str, args)], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+        outputs = [(p.wait(timeout=120), p.stdout.read()) for p in procs]
+        for code, text in outputs:
+            self.assertEqual(code, 0, text)
+        return outputs[0][1]
+
+    def test_ranks_torchrun_restarts_continue_from_the_newest_checkpoint(self):
+        tmp = e2e.tmpdir()
+        folder, out = os.path.join(tmp, "ckpt"), os.path.join(tmp, "out.safetensors")
+        # The first start stops after 35 steps (as if its job had been lost
+        # there); torchrun's restart runs the whole command again.
+        first = self.by_hand("first", 35, folder, out)
+        self.assertNotIn("resum", first)
+        again = self.by_hand("again", STEPS, folder, out, TORCHELASTIC_RESTART_COUNT="1")
+        self.assertIn("restarted (TORCHELASTIC_RESTART_COUNT=1): resuming from the newest "
+                      "checkpoint in " + folder, again)
+        self.assertIn(f"resumed from {folder}/step-00000035.safetensors at step 35 ", again)
+        e2e.assert_same_bits(self, e2e.read_checkpoint(out)[0], reference(),
+                             "restarted by torchrun at step 35")
 
 
 if __name__ == "__main__":
