@@ -169,6 +169,18 @@ OptionParser::SetValue AtLeastOne(int64_t* out) {
   };
 }
 
+// A count in [low, high]: --blas-threads, --max_restarts, --min_gpus.
+OptionParser::SetValue InRange(int* out, int low, int high) {
+  return [out, low, high](const std::string& v) -> absl::Status {
+    ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
+    if (n < low || n > high) {
+      return absl::InvalidArgumentError(absl::StrCat("must be in [", low, ", ", high, "]"));
+    }
+    *out = static_cast<int>(n);
+    return absl::OkStatus();
+  };
+}
+
 // "Run:", first part: the device, and what the run reads and writes
 // (checkpoints, traces, metrics).
 void AddRunFileOptions(Args* args, OptionParser& parser) {
@@ -253,12 +265,7 @@ void AddRunExecutionOptions(Args* args, OptionParser& parser) {
       .Value({"--blas-threads"}, "N",
              absl::StrCat("OpenBLAS and oneDNN threads per rank (default ", train->blas_threads,
                           ")"),
-             [train](const std::string& v) -> absl::Status {
-               ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
-               if (n < 1 || n > 1024) return absl::InvalidArgumentError("must be in [1, 1024]");
-               train->blas_threads = static_cast<int>(n);
-               return absl::OkStatus();
-             })
+             InRange(&train->blas_threads, 1, 1024))
       .Value({"--comm"}, absl::StrJoin(EnumNames<CommKind>(), "|"),
              "the ranks' communicator (default auto: mpi when started by mpirun, else "
              "gloo). mpi: Open MPI's shared-memory collectives, for jobs started as "
@@ -280,22 +287,12 @@ void AddRunExecutionOptions(Args* args, OptionParser& parser) {
              "rank again from the newest checkpoint the run wrote (checkpoint_every), else "
              "from the beginning, at most N times (default 0). Beyond that, or when N is 0, a "
              "failed run that has a checkpoint exits 75",
-             [args](const std::string& v) -> absl::Status {
-               ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
-               if (n < 0 || n > 1000000) return absl::InvalidArgumentError("must be in [0, 1000000]");
-               args->max_restarts = static_cast<int>(n);
-               return absl::OkStatus();
-             })
+             InRange(&args->max_restarts, 0, 1000000))
       .Value({"--min_gpus", "--min-gpus"}, "M",
              "local job: when a rank still fails after the restarts, go on with fewer ranks "
              "(not fewer than M) from the newest checkpoint, with the same global batch (more "
              "accumulation; bit for bit with deterministic = true), leaving its GPU out",
-             [args](const std::string& v) -> absl::Status {
-               ASSIGN_OR_RETURN(const int64_t n, ParseInt("", v));
-               if (n < 1 || n > 65536) return absl::InvalidArgumentError("must be in [1, 65536]");
-               args->min_gpus = static_cast<int>(n);
-               return absl::OkStatus();
-             })
+             InRange(&args->min_gpus, 1, 65536))
       .Value({"--rendezvous"}, "redis://HOST:PORT/JOB",
              "ranks meet through a Redis server (machines with no shared folder; also "
              "TRAINC_RENDEZVOUS); JOB names the job and must be new",
