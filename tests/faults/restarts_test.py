@@ -28,7 +28,7 @@ import faults_lib  # noqa: F401  (puts tests/e2e on the path)
 import e2e_lib as e2e
 from preemption_test import start, wait_for
 
-STEPS = 300
+STEPS = 400
 EVERY = 10
 RESTART_LINE = re.compile(
     r"\ntrain: restart (\d+) of (\d+) \(--max_restarts\): rank (\d) died of signal 9 "
@@ -89,7 +89,7 @@ class RestartsTest(unittest.TestCase):
         killed = []
         try:
             for k in range(kills):
-                lines = self.rng.randint(EVERY + 1, 4 * EVERY)
+                lines = self.rng.randint(EVERY + 1, 3 * EVERY)
                 def due():
                     this = starts(text())[k:]
                     return (len(this) == 1 and "checkpoint " + folder in this[0] and
