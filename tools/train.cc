@@ -500,11 +500,53 @@ void ResumeAfterOuterRestart(const Plan& plan, int rank, TrainOptions* options) 
   }
 }
 
+// A local job (no cluster launcher, gpus = N > 1): N workers of this
+// binary, restarted (--max_restarts) or fewer (--min_gpus) when one fails.
+absl::Status LaunchLocalJob(const Args& args, const Plan& plan) {
+  // A local job: check what can be checked before starting any worker.
+  // --device auto runs on the GPUs where there are any, so it is held to
+  // the file's gpus = N as well.
+  // (--device cpu does not count GPUs: that would load the CUDA plugin.)
+  const int gpus_here = args.train.device == DeviceKind::kCpu ? 0 : CudaDeviceCount();
+  const bool on_gpus = args.train.device == DeviceKind::kCuda ||
+                       (args.train.device == DeviceKind::kAuto && gpus_here > 0);
+  if (on_gpus && gpus_here < plan.world_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gpus = ", plan.world_size, " but this machine has ", gpus_here,
+        " CUDA GPU(s) (use --gpus ", std::max(gpus_here, 1),
+        " or --device cpu)"));
+  }
+  RETURN_IF_ERROR(CheckMemoryFits(plan, on_gpus));
+  if (args.min_gpus > 0 && !absl::EndsWith(args.file, ".train")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min_gpus: a job on fewer ranks is compiled again from the .train file; ", args.file,
+        " is a plan file"));
+  }
+  std::cout << "launching " << plan.world_size << " ranks\n" << std::flush;
+  setenv("TRAINC_JOB_START_NS", absl::StrCat(TraceClockNs()).c_str(), 1);
+  RestartingJob job;
+  job.world_size = static_cast<int>(plan.world_size);
+  for (int i = 0; i < args_argc; ++i) job.argv.push_back(args_argv[i]);
+  if (plan.checkpoints.every > 0) job.checkpoint_dir = plan.checkpoints.dir;
+  job.max_restarts = args.max_restarts;
+  job.min_gpus = args.min_gpus;
+  job.global_batch = plan.global_batch;
+  job.micro_batch = plan.micro_batch;
+  job.on_gpus = on_gpus;
+  job.log = &std::cerr;
+  if (args.max_restarts > 0 && plan.checkpoints.every == 0) {
+    std::cout << "note: --max_restarts " << args.max_restarts
+              << " without checkpoint_every: a restart starts from the beginning "
+                 "(--checkpoint_every N restarts from the newest checkpoint)\n"
+              << std::flush;
+  }
+  return LaunchWithRestarts(job, &resumable_failure);
+}
+
 absl::Status Run(const Args& args) {
   // For this process and the local workers it starts (they inherit it).
   if (!args.rendezvous.empty()) setenv(kRendezvousEnv, args.rendezvous.c_str(), 1);
   ASSIGN_OR_RETURN(std::optional<RankInfo> worker, RankFromEnvironment());
-  const bool is_rank0 = !worker || worker->rank == 0;
   const bool under_mpirun = worker && worker->source == "mpirun";
   if (args.comm == CommKind::kMpi && !under_mpirun) {
     return absl::FailedPreconditionError(
@@ -571,46 +613,7 @@ absl::Status Run(const Args& args) {
     }
     return TrainRank(plan, RankContext(), args.train, std::cout).status();
   }
-  // A local job: check what can be checked before starting any worker.
-  // --device auto runs on the GPUs where there are any, so it is held to
-  // the file's gpus = N as well.
-  // (--device cpu does not count GPUs: that would load the CUDA plugin.)
-  const int gpus_here = args.train.device == DeviceKind::kCpu ? 0 : CudaDeviceCount();
-  const bool on_gpus = args.train.device == DeviceKind::kCuda ||
-                       (args.train.device == DeviceKind::kAuto && gpus_here > 0);
-  if (on_gpus && gpus_here < plan.world_size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gpus = ", plan.world_size, " but this machine has ", gpus_here,
-        " CUDA GPU(s) (use --gpus ", std::max(gpus_here, 1),
-        " or --device cpu)"));
-  }
-  RETURN_IF_ERROR(CheckMemoryFits(plan, on_gpus));
-  if (args.min_gpus > 0 && !absl::EndsWith(args.file, ".train")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--min_gpus: a job on fewer ranks is compiled again from the .train file; ", args.file,
-        " is a plan file"));
-  }
-  if (is_rank0) {
-    std::cout << "launching " << plan.world_size << " ranks\n" << std::flush;
-  }
-  setenv("TRAINC_JOB_START_NS", absl::StrCat(TraceClockNs()).c_str(), 1);
-  RestartingJob job;
-  job.world_size = static_cast<int>(plan.world_size);
-  for (int i = 0; i < args_argc; ++i) job.argv.push_back(args_argv[i]);
-  if (plan.checkpoints.every > 0) job.checkpoint_dir = plan.checkpoints.dir;
-  job.max_restarts = args.max_restarts;
-  job.min_gpus = args.min_gpus;
-  job.global_batch = plan.global_batch;
-  job.micro_batch = plan.micro_batch;
-  job.on_gpus = on_gpus;
-  job.log = &std::cerr;
-  if (args.max_restarts > 0 && plan.checkpoints.every == 0) {
-    std::cout << "note: --max_restarts " << args.max_restarts
-              << " without checkpoint_every: a restart starts from the beginning "
-                 "(--checkpoint_every N restarts from the newest checkpoint)\n"
-              << std::flush;
-  }
-  return LaunchWithRestarts(job, &resumable_failure);
+  return LaunchLocalJob(args, plan);
 }
 
 }  // namespace
