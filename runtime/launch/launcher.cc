@@ -424,7 +424,8 @@ class Job {
     const Worker& w = workers_[cause_];
     f.rank = cause_;
     f.exit_code = w.exit_code;
-    f.signal = w.killed_by_us ? 0 : w.exit_signal;  // a hang we ended: not its cause
+    // Not the SIGTERM or SIGKILL that we sent to end a hang: not its cause.
+    f.signal = KilledFromOutside(w) ? w.exit_signal : 0;
     for (const RankPosition& p : positions_) {
       if (p.rank == cause_) f.step = p.step;
     }
