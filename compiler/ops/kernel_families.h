@@ -22,11 +22,14 @@
 //     (Resolve), and its loops templated on the element type: Run<float>
 //     is the CPU kernel, Run<double> the float64 reference;
 //   - runtime/cuda/<snake>.cu, its CUDA kernels behind one launcher,
-//     cuda::Launch<Family> (declared from TRAINC_UNIT_FAMILIES in
+//     cuda::Launch<Family>, and the scratch they need,
+//     cuda::<Family>ScratchFloats (declared from TRAINC_UNIT_FAMILIES in
 //     runtime/cuda/kernels.h; the .cu files are a glob).
 // The resolver, both backends' tables, KernelArgs' field for its Args and
 // the reference's table pick it up from the lists below; adding one is
-// lines here plus those three files. group_norm is one
+// lines here plus those three files. An Args with a `bf16_outputs` mask
+// learns from the resolver which outputs are bf16 tensors (a kernel that
+// reads back its own output rounds it first). group_norm is one
 // (compiler/ops/group_norm_family.h).
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_

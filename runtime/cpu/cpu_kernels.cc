@@ -320,11 +320,11 @@ absl::Status SgdKernel(const KernelCall& c) {
 }
 
 // A unit family's CPU kernel: its loops in f32
-// (compiler/ops/kernel_families.h).
-#define TRAINC_CPU_UNIT(Fam, snake)                                            \
-  absl::Status Fam##Unit(const KernelCall& c) {                                \
-    ops::Fam##Family::Run<float>(c.k.op, c.k.snake, c.k.x, c.k.y, c.k.accumulate); \
-    return Ok();                                                                  \
+// (compiler/ops/kernel_families.h), compiled with the kernels (kernels.h).
+#define TRAINC_CPU_UNIT(Fam, snake)                            \
+  absl::Status Fam##Unit(const KernelCall& c) {                \
+    Run##Fam(c.k.op, c.k.snake, c.k.x, c.k.y, c.k.accumulate); \
+    return Ok();                                               \
   }
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT)
 #undef TRAINC_CPU_UNIT

@@ -77,6 +77,14 @@ void LinearGradParams(const float* dy, const float* x, int64_t rows,
   }
 }
 
+#define TRAINC_CPU_UNIT_RUN(Fam, snake)                                                       \
+  TRAINC_SIMD_CLONES void Run##Fam(KernelOp op, const ops::Fam##Family::Args& a,              \
+                                   const float* const* x, float* const* y, bool accumulate) { \
+    ops::Fam##Family::Run<float>(op, a, x, y, accumulate);                                    \
+  }
+TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
+#undef TRAINC_CPU_UNIT_RUN
+
 void LayerNorm(const float* x, const float* gamma, const float* beta,
                int64_t rows, int64_t d, float eps, float* __restrict y,
                float* __restrict mean, float* __restrict rstd) {

@@ -43,6 +43,15 @@ using PointwiseFn = void (*)(const float* a, const float* b, int64_t n,
 // nullptr for an op that is not pointwise.
 PointwiseFn PointwiseKernel(KernelOp op);
 
+// A unit family's loops in f32 (compiler/ops/kernel_families.h: its
+// Run<float>), compiled here with the loops above and below: -O3, cloned
+// for AVX2/AVX-512, no FMA contraction.
+#define TRAINC_CPU_UNIT_RUN(Fam, snake)                                              \
+  void Run##Fam(KernelOp op, const ops::Fam##Family::Args& a, const float* const* x, \
+                float* const* y, bool accumulate);
+TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
+#undef TRAINC_CPU_UNIT_RUN
+
 // Per row of x[B,d]: y = (x - mean) * rstd * gamma + beta with the biased
 // variance, rstd = 1 / sqrt(var + eps); saves mean[B] and rstd[B].
 void LayerNorm(const float* x, const float* gamma, const float* beta,

@@ -32,6 +32,11 @@ inline unsigned RowWarpBlocks(int64_t rows) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
+// The row of this thread's warp in a row kernel (RowWarpBlocks blocks).
+__device__ __forceinline__ int64_t WarpRow() {
+  return blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+}
+
 // Operands stored as T: f32 as is, bf16 widened on load and rounded to
 // nearest even on store (the staged path's arithmetic and rounding, so a
 // kernel that reads and writes bf16 itself gives the staged path's bits).

@@ -160,6 +160,18 @@ absl::Status PrepareAttention(const Kernel& k, const Instruction& instr,
   return absl::OkStatus();
 }
 
+// A unit family's preparation: the scratch its kernel needs
+// (cuda::<Family>ScratchFloats).
+#define TRAINC_CUDA_UNIT_PREPARE(Family, snake)                                         \
+  absl::Status Prepare##Family(const Kernel& k, const Instruction&, const std::string&, \
+                               KernelNeeds* needs) {                                    \
+    needs->scratch_floats =                                                             \
+        std::max(needs->scratch_floats, cuda::Family##ScratchFloats(k.op, k.snake));    \
+    return absl::OkStatus();                                                            \
+  }
+TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_PREPARE)
+#undef TRAINC_CUDA_UNIT_PREPARE
+
 // One instruction to enqueue.
 struct KernelCall {
   const Plan& plan;
@@ -415,12 +427,12 @@ struct CudaKernels {
                            : cuda::LaunchFromBf16(k.x[0], k.y[0], k.rows, d.compute_));
   }
 
-  // A unit family's CUDA kernels: its launcher
-  // (compiler/ops/kernel_families.h, runtime/cuda/kernels.h).
-#define TRAINC_CUDA_UNIT(Family, snake)                                               \
-  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) {          \
+  // A unit family's CUDA kernels: its launcher with the kernel scratch its
+  // preparation sized (compiler/ops/kernel_families.h, runtime/cuda/kernels.h).
+#define TRAINC_CUDA_UNIT(Family, snake)                                                      \
+  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) {                 \
     return Launched(c, cuda::Launch##Family(c.k.op, c.k.snake, c.k.x, c.k.y, c.k.accumulate, \
-                                            d.compute_));                             \
+                                            d.kernel_scratch_, d.compute_));                 \
   }
   TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT)
 #undef TRAINC_CUDA_UNIT
@@ -429,7 +441,7 @@ struct CudaKernels {
   // out has no CUDA kernel.
   static KernelTable<CudaBinding> Make() {
     using F = KernelFamily;
-#define TRAINC_CUDA_UNIT_ENTRY(Family, snake) {F::k##Family, {&Family##Unit}},
+#define TRAINC_CUDA_UNIT_ENTRY(Family, snake) {F::k##Family, {&Family##Unit, &Prepare##Family}},
     return KernelTable<CudaBinding>::OfFamilies({
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},

@@ -119,8 +119,10 @@ __global__ void GroupNormGradParamsKernel(Args a, const float* dy, const float* 
 
 }  // namespace
 
+int64_t GroupNormScratchFloats(KernelOp, const Args&) { return 0; }
+
 cudaError_t LaunchGroupNorm(KernelOp op, const Args& a, const float* const* x, float* const* y,
-                            bool accumulate, cudaStream_t stream) {
+                            bool accumulate, float*, cudaStream_t stream) {
   if (a.n * a.groups == 0 || a.channels == 0) return cudaSuccess;
   const unsigned groups = static_cast<unsigned>(a.n * a.groups);
   switch (op) {

@@ -28,12 +28,14 @@ inline constexpr int kErrorLabelOutOfRange = 1;
 inline constexpr int kErrorTokenOutOfRange = 2;  // an embedding id
 
 // ---- a unit family's <snake>.cu (compiler/ops/kernel_families.h) ----------
-// Enqueues kernel `op` of the family on `x` (its inputs) and `y` (its
-// outputs), sized by `a`.
-#define TRAINC_CUDA_UNIT_LAUNCHER(Fam, snake)                                         \
-  cudaError_t Launch##Fam(KernelOp op, const ops::Fam##Family::Args& a,            \
-                             const float* const* x, float* const* y, bool accumulate,    \
-                             cudaStream_t stream);
+// <Family>ScratchFloats: the floats of scratch kernel `op` of the family
+// needs, sized by `a` (its reductions' partial sums; 0: none).
+// Launch<Family>: enqueues kernel `op` on `x` (its inputs) and `y` (its
+// outputs), sized by `a`, with that scratch.
+#define TRAINC_CUDA_UNIT_LAUNCHER(Fam, snake)                                                  \
+  int64_t Fam##ScratchFloats(KernelOp op, const ops::Fam##Family::Args& a);                    \
+  cudaError_t Launch##Fam(KernelOp op, const ops::Fam##Family::Args& a, const float* const* x, \
+                          float* const* y, bool accumulate, float* scratch, cudaStream_t stream);
 TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_LAUNCHER)
 #undef TRAINC_CUDA_UNIT_LAUNCHER
 
