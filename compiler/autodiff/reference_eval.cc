@@ -299,34 +299,6 @@ absl::Status RefLinearGradParams(KernelOp op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefSoftmax(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
-                        const std::vector<TensorRef>& out, bool acc) {
-  const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
-  for (int64_t r = 0; r < R; ++r) {
-    const double* x = in[0].data + r * N;
-    const double m = *std::max_element(x, x + N);
-    double sum = 0;
-    for (int64_t j = 0; j < N; ++j) sum += std::exp(x[j] - m);
-    for (int64_t j = 0; j < N; ++j) out[0].data[r * N + j] = std::exp(x[j] - m) / sum;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RefSoftmaxGrad(KernelOp op, const Attrs& attr,
-                            const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                            bool acc) {
-  // dx = y (dy - sum_j dy_j y_j), per row.
-  const int64_t R = LeadingRows(in[0]), N = Last(in[0]);
-  Writer dx(out[0], acc);
-  for (int64_t r = 0; r < R; ++r) {
-    const double *dy = in[0].data + r * N, *y = in[1].data + r * N;
-    double dot = 0;
-    for (int64_t j = 0; j < N; ++j) dot += dy[j] * y[j];
-    for (int64_t j = 0; j < N; ++j) dx.Set(r * N + j, y[j] * (dy[j] - dot));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RefEmbedding(KernelOp op, const Attrs& attr,
                           const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                           bool acc) {

@@ -29,8 +29,8 @@
 // the reference's table pick it up from the lists below; adding one is
 // lines here plus those three files. An Args with a `bf16_outputs` mask
 // learns from the resolver which outputs are bf16 tensors (a kernel that
-// reads back its own output rounds it first). group_norm is one
-// (compiler/ops/group_norm_family.h).
+// reads back its own output rounds it first). softmax and
+// group_norm are unit families (compiler/ops/*_family.h).
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 
@@ -62,7 +62,9 @@
 // U(Family, snake): the unit families (above), each also in
 // TRAINC_KERNEL_FAMILIES: ops::<Family>Family in compiler/ops/<snake>_family.h,
 // KernelArgs::<snake> its Args.
-#define TRAINC_UNIT_FAMILIES(U) U(GroupNorm, group_norm)
+#define TRAINC_UNIT_FAMILIES(U) \
+  U(Softmax, softmax)             \
+  U(GroupNorm, group_norm)
 
 // X(Family, Name, instruction op): the kernels that are not pointwise. The
 // operands of each are in its OpDef::doc (compiler/ops/op_table.cc).
@@ -79,8 +81,6 @@
   X(RmsNorm, RmsNorm, rmsnorm)                                 \
   X(RmsNorm, RmsNormGradInput, rmsnorm_grad_input)             \
   X(RmsNorm, RmsNormGradParams, rmsnorm_grad_params)           \
-  X(Softmax, Softmax, softmax)                                 \
-  X(Softmax, SoftmaxGrad, softmax_grad)                        \
   X(Dropout, Dropout, dropout)                                 \
   X(Dropout, DropoutGrad, dropout_grad)                        \
   X(Embedding, Embedding, embedding)                           \
@@ -111,6 +111,8 @@
 
 // X(Family, Name, instruction op): the unit families' kernels.
 #define TRAINC_UNIT_OPS(X)                                \
+  X(Softmax, Softmax, softmax)                            \
+  X(Softmax, SoftmaxGrad, softmax_grad)                   \
   X(GroupNorm, GroupNorm, group_norm)                     \
   X(GroupNorm, GroupNormGradInput, group_norm_grad_input) \
   X(GroupNorm, GroupNormGradParams, group_norm_grad_params)
@@ -244,5 +246,6 @@ inline int PointwiseArity(KernelOp op) {
 
 // The unit families' own headers (each includes this one).
 #include "compiler/ops/group_norm_family.h"
+#include "compiler/ops/softmax_family.h"
 
 #endif  // TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_

@@ -149,16 +149,6 @@ absl::Status RmsNormFamily(const KernelCall& c) {
   return Ok();
 }
 
-absl::Status SoftmaxFamily(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  if (k.op == Op::kSoftmax) {
-    Softmax(k.x[0], k.rows, k.in, k.y[0]);
-  } else {
-    SoftmaxGrad(k.x[0], k.x[1], k.rows, k.in, k.accumulate, k.y[0]);
-  }
-  return Ok();
-}
-
 // dropout and dropout_grad: the same mask, regenerated.
 absl::Status DropoutFamily(const KernelCall& c) {
   const KernelArgs& k = c.k;
@@ -339,7 +329,6 @@ KernelTable<CpuKernel> MakeTable() {
       {F::kLinear, &Linear},
       {F::kLayerNorm, &LayerNormFamily},
       {F::kRmsNorm, &RmsNormFamily},
-      {F::kSoftmax, &SoftmaxFamily},
       {F::kDropout, &DropoutFamily},
       {F::kEmbedding, &EmbeddingFamily},
       {F::kAttention, &AttentionFamily},

@@ -305,27 +305,6 @@ void MseGrad(const float* __restrict pred, const float* __restrict target,
 
 // ---- Transformer ops ------------------------------------------------------
 
-namespace {
-
-// y[0, n) = softmax(x[0, n)) with the max subtracted, so no exp overflows
-// whatever the logits. The sum is kept in double: attention rows are as long
-// as the context (1024 for GPT-2) and this costs nothing next to the exp.
-// y may be x.
-inline void SoftmaxRow(const float* x, int64_t n, float* y) {
-  float mx = x[0];
-  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, x[j]);
-  double sum = 0.0;
-  for (int64_t j = 0; j < n; ++j) {
-    y[j] = std::exp(x[j] - mx);
-    sum += y[j];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = 0; j < n; ++j) y[j] *= inv;
-}
-
-
-}  // namespace
-
 TRAINC_SIMD_CLONES
 void Dropout(const float* __restrict x, int64_t batch, int64_t per_example,
              float p, uint64_t seed, uint32_t key, uint64_t example_base,
@@ -337,29 +316,6 @@ void Dropout(const float* __restrict x, int64_t batch, int64_t per_example,
     for (int64_t j = 0; j < per_example; ++j) {
       const float v = xr[j] * DropoutFactor(seed, key, example, j, p);
       yr[j] = accumulate ? yr[j] + v : v;
-    }
-  }
-}
-
-void Softmax(const float* x, int64_t rows, int64_t n, float* y) {
-  if (n == 0) return;
-  for (int64_t r = 0; r < rows; ++r) SoftmaxRow(x + r * n, n, y + r * n);
-}
-
-TRAINC_SIMD_CLONES
-void SoftmaxGrad(const float* dy, const float* y, int64_t rows, int64_t n,
-                 bool accumulate, float* __restrict dx) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict dyr = dy + r * n;
-    const float* __restrict yr = y + r * n;
-    float* __restrict dxr = dx + r * n;
-    double dot = 0.0;
-    for (int64_t j = 0; j < n; ++j) dot += static_cast<double>(dyr[j]) * yr[j];
-    const float d = static_cast<float>(dot);
-    if (accumulate) {
-      for (int64_t j = 0; j < n; ++j) dxr[j] += yr[j] * (dyr[j] - d);
-    } else {
-      for (int64_t j = 0; j < n; ++j) dxr[j] = yr[j] * (dyr[j] - d);
     }
   }
 }

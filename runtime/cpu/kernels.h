@@ -108,12 +108,6 @@ void Dropout(const float* x, int64_t batch, int64_t per_example, float p,
              bool accumulate, float* y);
 
 
-// y[r, :] = softmax(x[r, :]) over `n` columns (max-subtracted).
-void Softmax(const float* x, int64_t rows, int64_t n, float* y);
-// dx (+)= y * (dy - sum_j dy_j y_j), per row; y the softmax's output.
-void SoftmaxGrad(const float* dy, const float* y, int64_t rows, int64_t n,
-                 bool accumulate, float* dx);
-
 // y[r, :] = table[ids[r], :] for table[vocab, dim]. Returns false (y
 // unspecified) if an id is outside [0, vocab).
 bool Embedding(const int32_t* ids, const float* table, int64_t rows,

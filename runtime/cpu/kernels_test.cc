@@ -39,6 +39,20 @@ TRAINC_TEST_GRAD(SiluGrad)
 TRAINC_TEST_GRAD(TanhGrad)
 #undef TRAINC_TEST_FORWARD
 #undef TRAINC_TEST_GRAD
+
+// The unit families' kernels (their Run<float>, as the CPU device runs
+// them: RunSoftmax), called as the tests below do.
+void Softmax(const float* x, int64_t rows, int64_t n, float* y) {
+  const float* in[] = {x};
+  float* out[] = {y};
+  RunSoftmax(KernelOp::kSoftmax, {rows, n}, in, out, false);
+}
+void SoftmaxGrad(const float* dy, const float* y, int64_t rows, int64_t n, bool accumulate,
+                 float* dx) {
+  const float* in[] = {dy, y};
+  float* out[] = {dx};
+  RunSoftmax(KernelOp::kSoftmaxGrad, {rows, n}, in, out, accumulate);
+}
 void Add(const float* a, const float* b, int64_t n, float* y) {
   PointwiseKernel(KernelOp::kAdd)(a, b, n, false, y);
 }

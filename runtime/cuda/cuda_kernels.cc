@@ -344,15 +344,6 @@ struct CudaKernels {
     }
   }
 
-  static absl::Status Softmax(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    if (k.op == Op::kSoftmax) {
-      return Launched(c, cuda::LaunchSoftmax(k.x[0], k.y[0], k.rows, k.in, d.compute_));
-    }
-    return Launched(c, cuda::LaunchSoftmaxGrad(k.x[0], k.x[1], k.y[0], k.rows, k.in,
-                                               k.accumulate, d.compute_));
-  }
-
   static absl::Status Embedding(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
     cudaStream_t s = d.compute_;
@@ -447,7 +438,6 @@ struct CudaKernels {
         {F::kLinear, {&Linear, &PrepareLinear}},
         {F::kLayerNorm, {&LayerNorm, &PrepareLayerNorm}},
         {F::kRmsNorm, {&RmsNorm, &PrepareRmsNorm}},
-        {F::kSoftmax, {&Softmax}},
         {F::kDropout, {&Dropout}},
         {F::kEmbedding, {&Embedding, &PrepareEmbedding}},
         {F::kAttention, {&Attention, &PrepareAttention}},

@@ -158,11 +158,6 @@ cudaError_t LaunchMseGrad(const float* pred, const float* target,
 // ---- transformer.cu ------------------------------------------------------
 // The same semantics as runtime/cpu/kernels.h (the CPU device is the
 // reference these are tested against).
-cudaError_t LaunchSoftmax(const float* x, float* y, int64_t rows, int64_t n,
-                          cudaStream_t s);
-cudaError_t LaunchSoftmaxGrad(const float* dy, const float* y, float* dx,
-                              int64_t rows, int64_t n, bool accumulate,
-                              cudaStream_t s);
 // An id outside [0, vocab) sets kErrorTokenOutOfRange in *error.
 cudaError_t LaunchEmbedding(const int32_t* ids, const float* table, float* y,
                             int64_t rows, int64_t vocab, int64_t dim,

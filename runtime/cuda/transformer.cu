@@ -1,6 +1,6 @@
-// Transformer ops: softmax, token and position embeddings, and dropout
-// (causal attention is attention.cu). Row kernels use one warp per row, as
-// layernorm.cu and loss.cu; nothing adds floats with atomics.
+// Transformer ops: token and position embeddings, and dropout (causal
+// attention is attention.cu, softmax softmax.cu); nothing adds floats with
+// atomics.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "runtime/cuda/common.cuh"
@@ -10,55 +10,6 @@
 namespace trainc {
 namespace cuda {
 namespace {
-
-__device__ __forceinline__ int64_t WarpRow() {
-  return blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) +
-         threadIdx.x / kWarpSize;
-}
-
-// Softmax of one row. The exponentials are summed in double, as the CPU
-// reference sums them.
-__device__ __forceinline__ void SoftmaxRow(const float* x, float* y, int64_t n, int lane) {
-  float mx = -INFINITY;
-  for (int64_t j = lane; j < n; j += kWarpSize) mx = fmaxf(mx, x[j]);
-  mx = WarpMax(mx);
-  double sum = 0.0;
-  for (int64_t j = lane; j < n; j += kWarpSize) sum += expf(x[j] - mx);
-  const float inv = static_cast<float>(1.0 / WarpSum(sum));
-  for (int64_t j = lane; j < n; j += kWarpSize) y[j] = expf(x[j] - mx) * inv;
-}
-
-// dx (+)= y * (dy - sum_j dy_j y_j). The row sum is accumulated in double
-// (as layernorm's): dx is a difference with it, so its rounding is not
-// damped. The product is rounded before the accumulating add (__fmul_rn:
-// no FMA contraction), as on the CPU.
-__device__ __forceinline__ void SoftmaxGradRow(const float* dy, const float* y, float* dx,
-                                               int64_t n, bool accumulate, int lane) {
-  double dot = 0.0;
-  for (int64_t j = lane; j < n; j += kWarpSize) {
-    dot += static_cast<double>(dy[j]) * y[j];
-  }
-  const float s = static_cast<float>(WarpSum(dot));
-  for (int64_t j = lane; j < n; j += kWarpSize) {
-    const float g = __fmul_rn(y[j], dy[j] - s);
-    dx[j] = accumulate ? dx[j] + g : g;
-  }
-}
-
-__global__ void SoftmaxKernel(const float* x, float* y, int64_t rows,
-                              int64_t n) {
-  const int64_t row = WarpRow();
-  if (row >= rows) return;
-  SoftmaxRow(x + row * n, y + row * n, n, threadIdx.x % kWarpSize);
-}
-
-__global__ void SoftmaxGradKernel(const float* dy, const float* y, float* dx,
-                                  int64_t rows, int64_t n, bool accumulate) {
-  const int64_t row = WarpRow();
-  if (row >= rows) return;
-  SoftmaxGradRow(dy + row * n, y + row * n, dx + row * n, n, accumulate,
-                 threadIdx.x % kWarpSize);
-}
 
 __global__ void EmbeddingKernel(const int32_t* ids, const float* table,
                                 float* y, int64_t rows, int64_t vocab,
@@ -214,20 +165,6 @@ cudaError_t LaunchDropout(const void* x, void* y, bool bf16, int64_t batch,
                             static_cast<const float*>(x), static_cast<float*>(y), batch,
                             per_example, p, seed, key, scalars, global_batch, position,
                             accumulate);
-}
-
-cudaError_t LaunchSoftmax(const float* x, float* y, int64_t rows, int64_t n,
-                          cudaStream_t s) {
-  SoftmaxKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(x, y, rows, n);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchSoftmaxGrad(const float* dy, const float* y, float* dx,
-                              int64_t rows, int64_t n, bool accumulate,
-                              cudaStream_t s) {
-  SoftmaxGradKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
-      dy, y, dx, rows, n, accumulate);
-  return cudaGetLastError();
 }
 
 cudaError_t LaunchEmbedding(const int32_t* ids, const float* table, float* y,

@@ -262,18 +262,6 @@ absl::Status ResolveDropout(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
-absl::Status ResolveSoftmax(const Resolving& r, KernelArgs& k) {
-  const Buffer& x = r.in(0);
-  if (x.shape.empty() || x.shape.back() == 0) return r.Fail("x has no axis");
-  k.in = x.shape.back();
-  k.rows = Elements(x) / k.in;
-  for (int id : r.instr.inputs) {
-    if (Elements(r.plan.buffers[id]) != Elements(x)) return r.Fail("sizes differ");
-  }
-  if (Elements(r.out(0)) != Elements(x)) return r.Fail("output size");
-  return absl::OkStatus();
-}
-
 namespace {
 
 absl::Status ResolveTokenEmbedding(const Resolving& r, KernelArgs& k) {
