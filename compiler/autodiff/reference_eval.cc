@@ -514,55 +514,6 @@ absl::Status RefLayerNormGradParams(KernelOp op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-// RMSNorm over the last axis: y = x w / sqrt(mean(x^2) + eps), rstd saved.
-absl::Status RefRmsNorm(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
-                        const std::vector<TensorRef>& out, bool acc) {
-  const int64_t R = LeadingRows(in[0]), D = Last(in[0]);
-  for (int64_t r = 0; r < R; ++r) {
-    const double* x = in[0].data + r * D;
-    double sq = 0;
-    for (int64_t j = 0; j < D; ++j) sq += x[j] * x[j];
-    const double rs = 1 / std::sqrt(sq / D + attr("eps"));
-    out[1].data[r] = rs;
-    for (int64_t j = 0; j < D; ++j) out[0].data[r * D + j] = x[j] * rs * in[1].data[j];
-  }
-  return absl::OkStatus();
-}
-
-// dy, x, weight, rstd -> dx = rstd (g - xhat mean(g xhat)), g = dy w.
-absl::Status RefRmsNormGradInput(KernelOp op, const Attrs& attr,
-                                 const std::vector<TensorRef>& in,
-                                 const std::vector<TensorRef>& out, bool acc) {
-  const int64_t R = LeadingRows(in[1]), D = Last(in[1]);
-  Writer dx(out[0], acc);
-  for (int64_t r = 0; r < R; ++r) {
-    const double rs = in[3].data[r];
-    double sum = 0;
-    for (int64_t j = 0; j < D; ++j) {
-      sum += in[0].data[r * D + j] * in[2].data[j] * in[1].data[r * D + j] * rs;
-    }
-    for (int64_t j = 0; j < D; ++j) {
-      const double xhat = in[1].data[r * D + j] * rs;
-      dx.Set(r * D + j, rs * (in[0].data[r * D + j] * in[2].data[j] - xhat * sum / D));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// dy, x, rstd -> dweight = sum over rows of dy x rstd.
-absl::Status RefRmsNormGradParams(KernelOp op, const Attrs& attr,
-                                  const std::vector<TensorRef>& in,
-                                  const std::vector<TensorRef>& out, bool acc) {
-  const int64_t R = LeadingRows(in[1]), D = Last(in[1]);
-  Writer dw(out[0], acc);
-  for (int64_t j = 0; j < D; ++j) {
-    double s = 0;
-    for (int64_t r = 0; r < R; ++r) s += in[0].data[r * D + j] * in[1].data[r * D + j] * in[2].data[r];
-    dw.Set(j, s);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RefCrossEntropy(KernelOp op, const Attrs& attr,
                              const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                              bool acc) {

@@ -29,8 +29,8 @@
 // the reference's table pick it up from the lists below; adding one is
 // lines here plus those three files. An Args with a `bf16_outputs` mask
 // learns from the resolver which outputs are bf16 tensors (a kernel that
-// reads back its own output rounds it first). softmax and
-// group_norm are unit families (compiler/ops/*_family.h).
+// reads back its own output rounds it first). rmsnorm, softmax
+// and group_norm are unit families (compiler/ops/*_family.h).
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 
@@ -63,6 +63,7 @@
 // TRAINC_KERNEL_FAMILIES: ops::<Family>Family in compiler/ops/<snake>_family.h,
 // KernelArgs::<snake> its Args.
 #define TRAINC_UNIT_FAMILIES(U) \
+  U(RmsNorm, rms_norm)            \
   U(Softmax, softmax)             \
   U(GroupNorm, group_norm)
 
@@ -78,9 +79,6 @@
   X(LayerNorm, LayerNormGradInput, layernorm_grad_input)       \
   X(LayerNorm, LayerNormGradParams, layernorm_grad_params)     \
   X(LayerNorm, AddLayerNorm, add_layernorm)                    \
-  X(RmsNorm, RmsNorm, rmsnorm)                                 \
-  X(RmsNorm, RmsNormGradInput, rmsnorm_grad_input)             \
-  X(RmsNorm, RmsNormGradParams, rmsnorm_grad_params)           \
   X(Dropout, Dropout, dropout)                                 \
   X(Dropout, DropoutGrad, dropout_grad)                        \
   X(Embedding, Embedding, embedding)                           \
@@ -111,6 +109,9 @@
 
 // X(Family, Name, instruction op): the unit families' kernels.
 #define TRAINC_UNIT_OPS(X)                                \
+  X(RmsNorm, RmsNorm, rmsnorm)                            \
+  X(RmsNorm, RmsNormGradInput, rmsnorm_grad_input)        \
+  X(RmsNorm, RmsNormGradParams, rmsnorm_grad_params)      \
   X(Softmax, Softmax, softmax)                            \
   X(Softmax, SoftmaxGrad, softmax_grad)                   \
   X(GroupNorm, GroupNorm, group_norm)                     \
@@ -246,6 +247,7 @@ inline int PointwiseArity(KernelOp op) {
 
 // The unit families' own headers (each includes this one).
 #include "compiler/ops/group_norm_family.h"
+#include "compiler/ops/rms_norm_family.h"
 #include "compiler/ops/softmax_family.h"
 
 #endif  // TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_

@@ -134,21 +134,6 @@ absl::Status LayerNormFamily(const KernelCall& c) {
   return Ok();
 }
 
-absl::Status RmsNormFamily(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  switch (k.op) {
-    case Op::kRmsNorm:
-      RmsNorm(k.x[0], k.x[1], k.rows, k.in, k.eps, k.y[0], k.y[1]);
-      break;
-    case Op::kRmsNormGradInput:
-      RmsNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.rows, k.in, k.accumulate, k.y[0]);
-      break;
-    default:
-      RmsNormGradParams(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.accumulate, k.y[0]);
-  }
-  return Ok();
-}
-
 // dropout and dropout_grad: the same mask, regenerated.
 absl::Status DropoutFamily(const KernelCall& c) {
   const KernelArgs& k = c.k;
@@ -328,7 +313,6 @@ KernelTable<CpuKernel> MakeTable() {
       {F::kPointwise, &Pointwise},
       {F::kLinear, &Linear},
       {F::kLayerNorm, &LayerNormFamily},
-      {F::kRmsNorm, &RmsNormFamily},
       {F::kDropout, &DropoutFamily},
       {F::kEmbedding, &EmbeddingFamily},
       {F::kAttention, &AttentionFamily},

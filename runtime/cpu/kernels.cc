@@ -158,50 +158,6 @@ void LayerNormGradParams(const float* dy, const float* x, const float* mean,
   }
 }
 
-void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t d, float eps,
-             float* __restrict y, float* __restrict rstd) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict xr = x + r * d;
-    float* __restrict yr = y + r * d;
-    double sq = 0.0;  // in double, as LayerNorm's statistics
-    for (int64_t j = 0; j < d; ++j) sq += static_cast<double>(xr[j]) * xr[j];
-    const float rs = static_cast<float>(1.0 / std::sqrt(sq / d + eps));
-    rstd[r] = rs;
-    for (int64_t j = 0; j < d; ++j) yr[j] = xr[j] * rs * weight[j];
-  }
-}
-
-void RmsNormGradInput(const float* dy, const float* x, const float* weight, const float* rstd,
-                      int64_t rows, int64_t d, bool accumulate, float* __restrict dx) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict dyr = dy + r * d;
-    const float* __restrict xr = x + r * d;
-    float* __restrict dxr = dx + r * d;
-    const float rs = rstd[r];
-    double sum_gx = 0.0;
-    for (int64_t j = 0; j < d; ++j) {
-      sum_gx += static_cast<double>(dyr[j] * weight[j]) * (xr[j] * rs);
-    }
-    const float mean_gx = static_cast<float>(sum_gx / d);
-    for (int64_t j = 0; j < d; ++j) {
-      const float v = rs * (dyr[j] * weight[j] - (xr[j] * rs) * mean_gx);
-      dxr[j] = accumulate ? dxr[j] + v : v;
-    }
-  }
-}
-
-TRAINC_SIMD_CLONES
-void RmsNormGradParams(const float* dy, const float* x, const float* rstd, int64_t rows,
-                       int64_t d, bool accumulate, float* __restrict dweight) {
-  if (!accumulate) std::fill(dweight, dweight + d, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict dyr = dy + r * d;
-    const float* __restrict xr = x + r * d;
-    const float rs = rstd[r];
-    for (int64_t j = 0; j < d; ++j) dweight[j] += dyr[j] * (xr[j] * rs);
-  }
-}
-
 namespace {
 
 // One row of cross_entropy: softmax(lr) into `pr` (which may be `lr`: each

@@ -65,17 +65,6 @@ void LayerNormGradParams(const float* dy, const float* x, const float* mean,
                          bool accumulate, float* dgamma, float* dbeta);
 
 
-// RMSNorm per row of x[B,d] (Llama's): y = x * rstd * weight,
-// rstd = 1 / sqrt(mean(x^2) + eps), saved as rstd[B].
-void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t d, float eps,
-             float* y, float* rstd);
-// dx (+)= rstd * (g - xhat * mean(g * xhat)), g = dy * weight, xhat = x * rstd.
-void RmsNormGradInput(const float* dy, const float* x, const float* weight, const float* rstd,
-                      int64_t rows, int64_t d, bool accumulate, float* dx);
-// dweight (+)= sum over rows of dy * x * rstd.
-void RmsNormGradParams(const float* dy, const float* x, const float* rstd, int64_t rows,
-                       int64_t d, bool accumulate, float* dweight);
-
 // logits[B,C], label[B] -> probs[B,C] = softmax(logits) and
 // loss_sum[0] = sum_b -log probs[b, label[b]] (log-softmax, stable).
 // Returns false (and writes nothing useful) if a label is outside [0, C).

@@ -108,15 +108,6 @@ absl::Status PrepareLayerNorm(const Kernel& k, const Instruction&, const std::st
   return absl::OkStatus();
 }
 
-absl::Status PrepareRmsNorm(const Kernel& k, const Instruction&, const std::string&,
-                            KernelNeeds* needs) {
-  if (k.op == Op::kRmsNormGradParams) {
-    needs->scratch_floats =
-        std::max(needs->scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.in));
-  }
-  return absl::OkStatus();
-}
-
 // cross_entropy and mse (not their gradients): one partial sum per row.
 absl::Status PrepareLoss(const Kernel& k, const Instruction&, const std::string&,
                          KernelNeeds* needs) {
@@ -288,23 +279,6 @@ struct CudaKernels {
     }
   }
 
-  static absl::Status RmsNorm(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    switch (k.op) {
-      case Op::kRmsNorm:
-        return Launched(c, cuda::LaunchRmsNorm(k.x[0], k.x[1], k.y[0], k.y[1], k.rows, k.in,
-                                               k.eps, d.compute_));
-      case Op::kRmsNormGradInput:
-        return Launched(c, cuda::LaunchRmsNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.y[0],
-                                                        k.rows, k.in, k.accumulate,
-                                                        d.compute_));
-      default:
-        return Launched(c, cuda::LaunchRmsNormGradParams(k.x[0], k.x[1], k.x[2], k.y[0],
-                                                         k.rows, k.in, k.accumulate,
-                                                         d.kernel_scratch_, d.compute_));
-    }
-  }
-
   static absl::Status Loss(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
     cudaStream_t s = d.compute_;
@@ -437,7 +411,6 @@ struct CudaKernels {
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},
         {F::kLayerNorm, {&LayerNorm, &PrepareLayerNorm}},
-        {F::kRmsNorm, {&RmsNorm, &PrepareRmsNorm}},
         {F::kDropout, {&Dropout}},
         {F::kEmbedding, {&Embedding, &PrepareEmbedding}},
         {F::kAttention, {&Attention, &PrepareAttention}},

@@ -90,17 +90,6 @@ cudaError_t LaunchFromBf16(const void* bf16, float* f32, int64_t n, cudaStream_t
 
 // ---- layernorm.cu --------------------------------------------------------
 // One warp per row; mean and rstd = 1 / sqrt(biased var + eps) are saved.
-// RMSNorm: the CPU's RmsNorm, RmsNormGradInput and RmsNormGradParams
-// (runtime/cpu/kernels.h); the parameter gradient is a deterministic
-// column reduction (ColumnSumScratchFloats(rows, d) floats of scratch).
-cudaError_t LaunchRmsNorm(const float* x, const float* weight, float* y, float* rstd,
-                          int64_t rows, int64_t d, float eps, cudaStream_t s);
-cudaError_t LaunchRmsNormGradInput(const float* dy, const float* x, const float* weight,
-                                   const float* rstd, float* dx, int64_t rows, int64_t d,
-                                   bool accumulate, cudaStream_t s);
-cudaError_t LaunchRmsNormGradParams(const float* dy, const float* x, const float* rstd,
-                                    float* dweight, int64_t rows, int64_t d, bool accumulate,
-                                    float* scratch, cudaStream_t s);
 cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
                             const float* beta, float* y, float* mean,
                             float* rstd, int64_t rows, int64_t d, float eps,

@@ -1,6 +1,6 @@
-// LayerNorm and RMSNorm over the last dimension: forward and input gradient with one
-// warp per row (lanes stride the row, so each load is 32 consecutive
-// floats), parameter gradients with the deterministic column reduction;
+// LayerNorm over the last dimension (RMSNorm: rms_norm.cu): forward and
+// input gradient with one warp per row (lanes stride the row, so each load
+// is 32 consecutive floats), parameter gradients with the deterministic column reduction;
 // add_layernorm, the residual add and the LayerNorm of its sum in one pass.
 #include "compiler/ops/pointwise.h"
 #include "runtime/cuda/common.cuh"
@@ -168,77 +168,7 @@ struct LayerNormParamGrad {
   }
 };
 
-// RMSNorm (Llama's): rstd = 1 / sqrt(mean(x^2) + eps), the sum in double as
-// on the CPU; y = x * rstd * weight.
-__global__ void RmsNormKernel(const float* x, const float* weight, float* y, float* rstd,
-                              int64_t rows, int64_t d, float eps) {
-  const int64_t row = WarpRow();
-  if (row >= rows) return;
-  const int lane = threadIdx.x % kWarpSize;
-  const float* xr = x + row * d;
-  double sq = 0.0;
-  for (int64_t j = lane; j < d; j += kWarpSize) sq += static_cast<double>(xr[j]) * xr[j];
-  const float r = static_cast<float>(1.0 / sqrt(WarpSum(sq) / static_cast<double>(d) + eps));
-  float* yr = y + row * d;
-  for (int64_t j = lane; j < d; j += kWarpSize) yr[j] = xr[j] * r * weight[j];
-  if (lane == 0) rstd[row] = r;
-}
-
-// dx = rstd * (g - xhat * mean(g * xhat)), g = dy * weight, xhat = x * rstd.
-__global__ void RmsNormGradInputKernel(const float* dy, const float* x, const float* weight,
-                                       const float* rstd, float* dx, int64_t rows, int64_t d,
-                                       bool accumulate) {
-  const int64_t row = WarpRow();
-  if (row >= rows) return;
-  const int lane = threadIdx.x % kWarpSize;
-  const float* xr = x + row * d;
-  const float* dyr = dy + row * d;
-  const float r = rstd[row];
-  double sum_gx = 0.0;
-  for (int64_t j = lane; j < d; j += kWarpSize) {
-    sum_gx += static_cast<double>(dyr[j] * weight[j]) * (xr[j] * r);
-  }
-  const float mean_gx = static_cast<float>(WarpSum(sum_gx) / d);
-  float* dxr = dx + row * d;
-  for (int64_t j = lane; j < d; j += kWarpSize) {
-    const float v = r * (dyr[j] * weight[j] - (xr[j] * r) * mean_gx);
-    dxr[j] = accumulate ? dxr[j] + v : v;
-  }
-}
-
-struct RmsNormParamGrad {
-  const float* dy;
-  const float* x;
-  const float* rstd;
-  int64_t d;
-  __device__ void operator()(int64_t r, int64_t c, float (&acc)[1]) const {
-    acc[0] += dy[r * d + c] * (x[r * d + c] * rstd[r]);  // the CPU's order
-  }
-};
-
 }  // namespace
-
-cudaError_t LaunchRmsNorm(const float* x, const float* weight, float* y, float* rstd,
-                          int64_t rows, int64_t d, float eps, cudaStream_t s) {
-  RmsNormKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(x, weight, y, rstd, rows, d, eps);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchRmsNormGradInput(const float* dy, const float* x, const float* weight,
-                                   const float* rstd, float* dx, int64_t rows, int64_t d,
-                                   bool accumulate, cudaStream_t s) {
-  RmsNormGradInputKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(dy, x, weight, rstd, dx,
-                                                                    rows, d, accumulate);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchRmsNormGradParams(const float* dy, const float* x, const float* rstd,
-                                    float* dweight, int64_t rows, int64_t d, bool accumulate,
-                                    float* scratch, cudaStream_t s) {
-  float* const outs[1] = {dweight};
-  return LaunchColumnReduce<1>(RmsNormParamGrad{dy, x, rstd, d}, rows, d, outs, accumulate,
-                               scratch, s);
-}
 
 cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
                             const float* beta, float* y, float* mean,

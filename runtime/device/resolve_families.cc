@@ -181,16 +181,15 @@ absl::Status ResolvePointwise(const Resolving& r, KernelArgs& k) {
 
 namespace {
 
-// layernorm, add_layernorm, rmsnorm and their gradients.
+// layernorm, add_layernorm and their gradients.
 absl::Status ResolveNorm(const Resolving& r, KernelArgs& k) {
   // The weight (or its gradient) is [d]; rows are the rest of x (of
   // add_layernorm: of a).
   const Buffer& per_feature =
-      k.op == KernelOp::kLayerNorm || k.op == KernelOp::kRmsNorm ? r.in(1)
-      : k.op == KernelOp::kLayerNormGradInput                   ? r.in(2)
-      : k.op == KernelOp::kRmsNormGradInput                     ? r.in(2)
-      : k.op == KernelOp::kAddLayerNorm                         ? r.in(2)
-                                                                : r.out(0);
+      k.op == KernelOp::kLayerNorm            ? r.in(1)
+      : k.op == KernelOp::kLayerNormGradInput ? r.in(2)
+      : k.op == KernelOp::kAddLayerNorm       ? r.in(2)
+                                              : r.out(0);
   k.in = Elements(per_feature);
   if (k.in == 0 || Elements(r.in(0)) % k.in != 0) {
     return r.Fail("x is not [B, d]");
@@ -458,7 +457,6 @@ absl::Status ResolveOptimizer(const Resolving& r, KernelArgs& k) {
 }
 
 absl::Status ResolveLayerNorm(const Resolving& r, KernelArgs& k) { return ResolveNorm(r, k); }
-absl::Status ResolveRmsNorm(const Resolving& r, KernelArgs& k) { return ResolveNorm(r, k); }
 
 absl::Status ResolveEmbedding(const Resolving& r, KernelArgs& k) {
   return k.op == KernelOp::kEmbedding || k.op == KernelOp::kEmbeddingGrad
