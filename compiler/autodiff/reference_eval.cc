@@ -17,9 +17,8 @@ namespace {
 int64_t Rows(const TensorRef& t) { return t.shape.empty() ? 1 : t.shape[0]; }
 int64_t Cols(const TensorRef& t) { return t.size() / std::max<int64_t>(Rows(t), 1); }
 
-// The last axis, and the rows of the other axes ([.., n]).
+// The last axis ([.., n]).
 int64_t Last(const TensorRef& t) { return t.shape.empty() ? 1 : t.shape.back(); }
-int64_t LeadingRows(const TensorRef& t) { return t.size() / std::max<int64_t>(Last(t), 1); }
 
 // An i32 index held in the double arena.
 int64_t Index(double v) { return static_cast<int64_t>(std::llround(v)); }
@@ -440,76 +439,6 @@ absl::Status RefAttentionGrad(KernelOp op, const Attrs& attr,
         }
       }
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RefLayerNorm(KernelOp op, const Attrs& attr,
-                          const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                          bool acc) {
-  const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
-  const double eps = attr("eps");
-  for (int64_t b = 0; b < B; ++b) {
-    const double* x = in[0].data + b * D;
-    double mean = 0, var = 0;
-    for (int64_t j = 0; j < D; ++j) mean += x[j];
-    mean /= D;
-    for (int64_t j = 0; j < D; ++j) var += (x[j] - mean) * (x[j] - mean);
-    const double rstd = 1 / std::sqrt(var / D + eps);
-    for (int64_t j = 0; j < D; ++j) {
-      out[0].data[b * D + j] = (x[j] - mean) * rstd * in[1].data[j] + in[2].data[j];
-    }
-    out[1].data[b] = mean;
-    out[2].data[b] = rstd;
-  }
-  return absl::OkStatus();
-}
-
-// add into sum (out[0]), then layernorm of sum into y, mean, rstd.
-absl::Status RefAddLayerNorm(KernelOp op, const Attrs& attr,
-                             const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                             bool acc) {
-  Pointwise<pointwise::Add, 2>({in[0], in[1]}, {out[0]}, false);
-  return RefLayerNorm(op, attr, {out[0], in[2], in[3]}, {out[1], out[2], out[3]}, false);
-}
-
-absl::Status RefLayerNormGradInput(KernelOp op, const Attrs& attr,
-                                   const std::vector<TensorRef>& in,
-                                   const std::vector<TensorRef>& out, bool acc) {
-  const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
-  Writer dx(out[0], acc);
-  for (int64_t b = 0; b < B; ++b) {
-    const double *dy = in[0].data + b * D, *x = in[1].data + b * D, *g = in[2].data;
-    const double mean = in[3].data[b], rstd = in[4].data[b];
-    double m1 = 0, m2 = 0;  // mean(g dy), mean(g dy xhat)
-    for (int64_t j = 0; j < D; ++j) {
-      m1 += g[j] * dy[j];
-      m2 += g[j] * dy[j] * (x[j] - mean) * rstd;
-    }
-    m1 /= D;
-    m2 /= D;
-    for (int64_t j = 0; j < D; ++j) {
-      const double xhat = (x[j] - mean) * rstd;
-      dx.Set(b * D + j, rstd * (g[j] * dy[j] - m1 - xhat * m2));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RefLayerNormGradParams(KernelOp op, const Attrs& attr,
-                                    const std::vector<TensorRef>& in,
-                                    const std::vector<TensorRef>& out, bool acc) {
-  const int64_t B = LeadingRows(in[0]), D = Last(in[0]);
-  Writer dg(out[0], acc), dbeta(out[1], acc);
-  for (int64_t j = 0; j < D; ++j) {
-    double sg = 0, sb = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      const double xhat = (in[1].data[b * D + j] - in[2].data[b]) * in[3].data[b];
-      sg += in[0].data[b * D + j] * xhat;
-      sb += in[0].data[b * D + j];
-    }
-    dg.Set(j, sg);
-    dbeta.Set(j, sb);
   }
   return absl::OkStatus();
 }

@@ -29,7 +29,7 @@
 // the reference's table pick it up from the lists below; adding one is
 // lines here plus those three files. An Args with a `bf16_outputs` mask
 // learns from the resolver which outputs are bf16 tensors (a kernel that
-// reads back its own output rounds it first). rmsnorm, softmax
+// reads back its own output rounds it first). layernorm, rmsnorm, softmax
 // and group_norm are unit families (compiler/ops/*_family.h).
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
@@ -63,6 +63,7 @@
 // TRAINC_KERNEL_FAMILIES: ops::<Family>Family in compiler/ops/<snake>_family.h,
 // KernelArgs::<snake> its Args.
 #define TRAINC_UNIT_FAMILIES(U) \
+  U(LayerNorm, layer_norm)        \
   U(RmsNorm, rms_norm)            \
   U(Softmax, softmax)             \
   U(GroupNorm, group_norm)
@@ -75,10 +76,6 @@
   X(Linear, LinearGradParams, linear_grad_params)              \
   X(Linear, LinearGelu, linear_gelu)                           \
   X(Linear, LinearGradInputGelu, linear_grad_input_gelu)       \
-  X(LayerNorm, LayerNorm, layernorm)                           \
-  X(LayerNorm, LayerNormGradInput, layernorm_grad_input)       \
-  X(LayerNorm, LayerNormGradParams, layernorm_grad_params)     \
-  X(LayerNorm, AddLayerNorm, add_layernorm)                    \
   X(Dropout, Dropout, dropout)                                 \
   X(Dropout, DropoutGrad, dropout_grad)                        \
   X(Embedding, Embedding, embedding)                           \
@@ -109,6 +106,10 @@
 
 // X(Family, Name, instruction op): the unit families' kernels.
 #define TRAINC_UNIT_OPS(X)                                \
+  X(LayerNorm, LayerNorm, layernorm)                      \
+  X(LayerNorm, LayerNormGradInput, layernorm_grad_input)  \
+  X(LayerNorm, LayerNormGradParams, layernorm_grad_params) \
+  X(LayerNorm, AddLayerNorm, add_layernorm)               \
   X(RmsNorm, RmsNorm, rmsnorm)                            \
   X(RmsNorm, RmsNormGradInput, rmsnorm_grad_input)        \
   X(RmsNorm, RmsNormGradParams, rmsnorm_grad_params)      \
@@ -247,6 +248,7 @@ inline int PointwiseArity(KernelOp op) {
 
 // The unit families' own headers (each includes this one).
 #include "compiler/ops/group_norm_family.h"
+#include "compiler/ops/layer_norm_family.h"
 #include "compiler/ops/rms_norm_family.h"
 #include "compiler/ops/softmax_family.h"
 

@@ -97,43 +97,6 @@ absl::Status Linear(const KernelCall& c) {
   return Ok();
 }
 
-// add_layernorm(a, b, weight, bias) -> sum, y, mean, rstd: row by row,
-// the unfused plan's two kernels in order, the add's pointwise kernel into
-// the sum and then LayerNorm of the sum as that instruction would read it
-// (under bf16 a bf16 sum rounded first), so the fused plan trains on the
-// unfused plan's bits; each row is normalized while it is in cache.
-void AddLayerNorm(const KernelArgs& k) {
-  const PointwiseFn add = PointwiseKernel(Op::kAdd);
-  const Bf16Operand* staged_sum = StagedOutput(k, 0);
-  for (int64_t r = 0; r < k.rows; ++r) {
-    const int64_t at = r * k.in;
-    add(k.x[0] + at, k.x[1] + at, k.in, false, k.y[0] + at);
-    if (staged_sum != nullptr) RoundStagedOutput(*staged_sum, at, k.in);
-    LayerNorm(k.y[0] + at, k.x[2], k.x[3], 1, k.in, k.eps, k.y[1] + at, k.y[2] + r,
-              k.y[3] + r);
-  }
-}
-
-absl::Status LayerNormFamily(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  switch (k.op) {
-    case Op::kLayerNorm:
-      LayerNorm(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.eps, k.y[0], k.y[1], k.y[2]);
-      break;
-    case Op::kAddLayerNorm:
-      AddLayerNorm(k);
-      break;
-    case Op::kLayerNormGradInput:
-      LayerNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.x[4], k.rows, k.in,
-                         k.accumulate, k.y[0]);
-      break;
-    default:
-      LayerNormGradParams(k.x[0], k.x[1], k.x[2], k.x[3], k.rows, k.in, k.accumulate,
-                          k.y[0], k.y[1]);
-  }
-  return Ok();
-}
-
 // dropout and dropout_grad: the same mask, regenerated.
 absl::Status DropoutFamily(const KernelCall& c) {
   const KernelArgs& k = c.k;
@@ -312,7 +275,6 @@ KernelTable<CpuKernel> MakeTable() {
   return KernelTable<CpuKernel>::OfFamilies({
       {F::kPointwise, &Pointwise},
       {F::kLinear, &Linear},
-      {F::kLayerNorm, &LayerNormFamily},
       {F::kDropout, &DropoutFamily},
       {F::kEmbedding, &EmbeddingFamily},
       {F::kAttention, &AttentionFamily},

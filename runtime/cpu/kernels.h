@@ -52,19 +52,6 @@ PointwiseFn PointwiseKernel(KernelOp op);
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
 #undef TRAINC_CPU_UNIT_RUN
 
-// Per row of x[B,d]: y = (x - mean) * rstd * gamma + beta with the biased
-// variance, rstd = 1 / sqrt(var + eps); saves mean[B] and rstd[B].
-void LayerNorm(const float* x, const float* gamma, const float* beta,
-               int64_t rows, int64_t d, float eps, float* y, float* mean,
-               float* rstd);
-void LayerNormGradInput(const float* dy, const float* x, const float* gamma,
-                        const float* mean, const float* rstd, int64_t rows,
-                        int64_t d, bool accumulate, float* dx);
-void LayerNormGradParams(const float* dy, const float* x, const float* mean,
-                         const float* rstd, int64_t rows, int64_t d,
-                         bool accumulate, float* dgamma, float* dbeta);
-
-
 // logits[B,C], label[B] -> probs[B,C] = softmax(logits) and
 // loss_sum[0] = sum_b -log probs[b, label[b]] (log-softmax, stable).
 // Returns false (and writes nothing useful) if a label is outside [0, C).

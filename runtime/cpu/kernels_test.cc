@@ -41,7 +41,25 @@ TRAINC_TEST_GRAD(TanhGrad)
 #undef TRAINC_TEST_GRAD
 
 // The unit families' kernels (their Run<float>, as the CPU device runs
-// them: RunSoftmax), called as the tests below do.
+// them: RunLayerNorm, RunSoftmax), called as the tests below do.
+void LayerNorm(const float* x, const float* gamma, const float* beta, int64_t rows, int64_t d,
+               float eps, float* y, float* mean, float* rstd) {
+  const float* in[] = {x, gamma, beta};
+  float* out[] = {y, mean, rstd};
+  RunLayerNorm(KernelOp::kLayerNorm, {rows, d, eps}, in, out, false);
+}
+void LayerNormGradInput(const float* dy, const float* x, const float* gamma, const float* mean,
+                        const float* rstd, int64_t rows, int64_t d, bool accumulate, float* dx) {
+  const float* in[] = {dy, x, gamma, mean, rstd};
+  float* out[] = {dx};
+  RunLayerNorm(KernelOp::kLayerNormGradInput, {rows, d}, in, out, accumulate);
+}
+void LayerNormGradParams(const float* dy, const float* x, const float* mean, const float* rstd,
+                         int64_t rows, int64_t d, bool accumulate, float* dgamma, float* dbeta) {
+  const float* in[] = {dy, x, mean, rstd};
+  float* out[] = {dgamma, dbeta};
+  RunLayerNorm(KernelOp::kLayerNormGradParams, {rows, d}, in, out, accumulate);
+}
 void Softmax(const float* x, int64_t rows, int64_t n, float* y) {
   const float* in[] = {x};
   float* out[] = {y};

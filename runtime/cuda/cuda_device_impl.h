@@ -99,9 +99,6 @@ struct Kernel : KernelArgs {
   // dlogits (y[1]) are bf16, their slots holding the tensors
   // (UseBf16Classifier).
   bool classifier_bf16 = false;
-  // precision = bf16, add_layernorm: b (x[1], holding the tensor) is bf16,
-  // the rest f32 (UseBf16AddLayerNorm).
-  bool add_b_bf16 = false;
   // precision = bf16, reshape of a bf16 tensor into one (UseBf16Reshape).
   bool reshape_bf16 = false;
   // precision = bf16, dropout(_grad) of a bf16 tensor into one

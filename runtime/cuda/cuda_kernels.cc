@@ -67,7 +67,7 @@ void UseBf16AddLayerNorm(Kernel& k) {
   if (k.op != Op::kAddLayerNorm || k.num_bf16 != 1) return;
   Bf16Operand& b = k.bf16[0];
   if (b.output || b.bf16 != k.x[1]) return;
-  k.add_b_bf16 = true;
+  k.layer_norm.b_bf16 = true;
   b.native = true;
 }
 
@@ -95,15 +95,6 @@ absl::Status PrepareLinear(const Kernel& k, const Instruction& instr,
   if (k.op == Op::kLinearGradParams) {
     needs->scratch_floats =
         std::max(needs->scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.out));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status PrepareLayerNorm(const Kernel& k, const Instruction&, const std::string&,
-                              KernelNeeds* needs) {
-  if (k.op == Op::kLayerNormGradParams) {
-    needs->scratch_floats =
-        std::max(needs->scratch_floats, 2 * cuda::ColumnSumScratchFloats(k.rows, k.in));
   }
   return absl::OkStatus();
 }
@@ -253,32 +244,6 @@ struct CudaKernels {
                                            k.accumulate, d.compute_));
   }
 
-  static absl::Status LayerNorm(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    switch (k.op) {
-      case Op::kLayerNorm:
-        return Launched(c, cuda::LaunchLayerNorm(k.x[0], k.x[1], k.x[2], k.y[0], k.y[1], k.y[2],
-                                                 k.rows, k.in, k.eps, d.compute_));
-      case Op::kAddLayerNorm:
-        // One kernel: the residual sum written and normalized from
-        // registers; a bf16 sum rounded before it is normalized.
-        return Launched(c, cuda::LaunchAddLayerNorm(k.x[0], k.x[1], k.add_b_bf16, k.x[2],
-                                                    k.x[3], k.y[0],
-                                                    k.y[1], k.y[2], k.y[3], k.rows, k.in,
-                                                    k.eps, StagedOutput(k, 0) != nullptr,
-                                                    d.compute_));
-      case Op::kLayerNormGradInput:
-        return Launched(c, cuda::LaunchLayerNormGradInput(k.x[0], k.x[1], k.x[2], k.x[3], k.x[4],
-                                                          k.y[0], k.rows, k.in, k.accumulate,
-                                                          d.compute_));
-      default:
-        return Launched(c, cuda::LaunchLayerNormGradParams(k.x[0], k.x[1], k.x[2], k.x[3],
-                                                           k.y[0], k.y[1], k.rows, k.in,
-                                                           k.accumulate, d.kernel_scratch_,
-                                                           d.compute_));
-    }
-  }
-
   static absl::Status Loss(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
     cudaStream_t s = d.compute_;
@@ -410,7 +375,6 @@ struct CudaKernels {
     return KernelTable<CudaBinding>::OfFamilies({
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},
-        {F::kLayerNorm, {&LayerNorm, &PrepareLayerNorm}},
         {F::kDropout, {&Dropout}},
         {F::kEmbedding, {&Embedding, &PrepareEmbedding}},
         {F::kAttention, {&Attention, &PrepareAttention}},

@@ -1,6 +1,7 @@
 // Launchers for the CUDA backend's kernels, one .cu file per layer (llm.c
-// style): linear.cu, pointwise.cu, layernorm.cu, loss.cu, optimizer.cu,
-// elementwise.cu, transformer.cu, attention.cu. Included by nvcc and by the
+// style): linear.cu, pointwise.cu, loss.cu, optimizer.cu, elementwise.cu,
+// transformer.cu, attention.cu; and one per unit family (layer_norm.cu,
+// rms_norm.cu, softmax.cu, group_norm.cu). Included by nvcc and by the
 // host compiler, so it uses only the CUDA runtime API types.
 //
 // Conventions. Tensors are row-major f32 (labels i32) device pointers.
@@ -39,7 +40,7 @@ inline constexpr int kErrorTokenOutOfRange = 2;  // an embedding id
 TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_LAUNCHER)
 #undef TRAINC_CUDA_UNIT_LAUNCHER
 
-// Scratch floats the column reductions need (bias, layernorm parameters).
+// Scratch floats the column reductions need (bias, norm parameters).
 int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols);
 
 // ---- linear.cu -----------------------------------------------------------
@@ -87,33 +88,6 @@ cudaError_t LaunchOrderedSum(const float* src, int64_t n, int64_t count,
 cudaError_t LaunchToBf16(const float* f32, void* bf16, int64_t n, cudaStream_t s);
 // f32[i] = bf16[i], exactly.
 cudaError_t LaunchFromBf16(const void* bf16, float* f32, int64_t n, cudaStream_t s);
-
-// ---- layernorm.cu --------------------------------------------------------
-// One warp per row; mean and rstd = 1 / sqrt(biased var + eps) are saved.
-cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
-                            const float* beta, float* y, float* mean,
-                            float* rstd, int64_t rows, int64_t d, float eps,
-                            cudaStream_t s);
-// add_layernorm: sum = a + b, rounded to bf16 when `round_sum` (a bf16
-// sum's f32 staging: what the layernorm of the unfused plan would read),
-// then LaunchLayerNorm's arithmetic on it into y, mean and rstd, the row
-// held in registers: one warp per row, one pass over a and b. b is f32,
-// or bf16 when `b_bf16` (a bf16 branch added to an f32 residual stream).
-cudaError_t LaunchAddLayerNorm(const float* a, const void* b, bool b_bf16, const float* gamma,
-                               const float* beta, float* sum, float* y, float* mean,
-                               float* rstd, int64_t rows, int64_t d, float eps,
-                               bool round_sum, cudaStream_t s);
-cudaError_t LaunchLayerNormGradInput(const float* dy, const float* x,
-                                     const float* gamma, const float* mean,
-                                     const float* rstd, float* dx,
-                                     int64_t rows, int64_t d, bool accumulate,
-                                     cudaStream_t s);
-// `scratch` holds 2 * ColumnSumScratchFloats(rows, d) floats.
-cudaError_t LaunchLayerNormGradParams(const float* dy, const float* x,
-                                      const float* mean, const float* rstd,
-                                      float* dgamma, float* dbeta,
-                                      int64_t rows, int64_t d, bool accumulate,
-                                      float* scratch, cudaStream_t s);
 
 // ---- loss.cu -------------------------------------------------------------
 // loss_sum[0] = sum_r (logsumexp(logits[r]) - logits[r, label[r]]);

@@ -84,13 +84,12 @@ struct KernelArgs {
   KernelOp op = KernelOp::kNotCompute;
   bool accumulate = false;  // outputs += the result (gradients)
   int64_t rows = 0;  // batch rows (or elements for elementwise ops)
-  int64_t in = 0;    // linear: in features; layernorm: d; ce: classes
+  int64_t in = 0;    // linear: in features; ce: classes
   int64_t out = 0;   // linear: out features
   const float* x[5] = {};
   float* y[4] = {};  // add_layernorm writes four
 
   Activation act = Activation::kNone;  // linear: activation applied after
-  float eps = 0;                       // layernorm
   // cross_entropy_grad, mse_grad: d(loss) / d(loss sum), 1 / global batch
   // terms.
   float loss_scale = 0;
@@ -143,8 +142,9 @@ int64_t LinearGradInputGeluWorkspaceBytes(const KernelArgs& k);
 
 // precision = bf16: the operand staged behind output y[j] (its f32 staging
 // is y[j]), or null when that output is not a staged bf16 tensor. A kernel
-// that reads back its own output (linear_gelu's pre, add_layernorm's sum)
-// rounds it first, as the bf16 tensor a separate instruction would read.
+// that reads back its own output (linear_gelu's pre; add_layernorm's sum:
+// ops::LayerNormFamily::Args::bf16_outputs) rounds it first, as the bf16
+// tensor a separate instruction would read.
 const Bf16Operand* StagedOutput(const KernelArgs& k, int j);
 
 // The floats an optimizer or sum_squares kernel covers: the whole bucket,

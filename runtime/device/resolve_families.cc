@@ -179,40 +179,6 @@ absl::Status ResolvePointwise(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// layernorm, add_layernorm and their gradients.
-absl::Status ResolveNorm(const Resolving& r, KernelArgs& k) {
-  // The weight (or its gradient) is [d]; rows are the rest of x (of
-  // add_layernorm: of a).
-  const Buffer& per_feature =
-      k.op == KernelOp::kLayerNorm            ? r.in(1)
-      : k.op == KernelOp::kLayerNormGradInput ? r.in(2)
-      : k.op == KernelOp::kAddLayerNorm       ? r.in(2)
-                                              : r.out(0);
-  k.in = Elements(per_feature);
-  if (k.in == 0 || Elements(r.in(0)) % k.in != 0) {
-    return r.Fail("x is not [B, d]");
-  }
-  k.rows = Elements(r.in(0)) / k.in;
-  k.eps = static_cast<float>(r.attr("eps", 1e-5));
-  if (k.op == KernelOp::kAddLayerNorm) {
-    // a, b, weight, bias -> sum, y, mean, rstd.
-    const int64_t n = k.rows * k.in;
-    if (Elements(r.in(1)) != n) return r.Fail("a and b differ in size");
-    if (Elements(r.in(3)) != k.in) return r.Fail("bias size");
-    if (Elements(r.out(0)) != n || Elements(r.out(1)) != n) {
-      return r.Fail("sum or y is not the size of a");
-    }
-    if (Elements(r.out(2)) != k.rows || Elements(r.out(3)) != k.rows) {
-      return r.Fail("mean or rstd is not one per row");
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::Status ResolveCrossEntropy(const Resolving& r, KernelArgs& k) {
   const Buffer& label = r.in(1);
   if (label.dtype != DType::kI32) return r.Fail("label is not i32");
@@ -455,8 +421,6 @@ absl::Status ResolveOptimizer(const Resolving& r, KernelArgs& k) {
   }
   return absl::OkStatus();
 }
-
-absl::Status ResolveLayerNorm(const Resolving& r, KernelArgs& k) { return ResolveNorm(r, k); }
 
 absl::Status ResolveEmbedding(const Resolving& r, KernelArgs& k) {
   return k.op == KernelOp::kEmbedding || k.op == KernelOp::kEmbeddingGrad

@@ -1,7 +1,9 @@
-// LayerNorm over the last dimension (RMSNorm: rms_norm.cu): forward and
+// layernorm's CUDA kernels (compiler/ops/layer_norm_family.h): forward and
 // input gradient with one warp per row (lanes stride the row, so each load
-// is 32 consecutive floats), parameter gradients with the deterministic column reduction;
-// add_layernorm, the residual add and the LayerNorm of its sum in one pass.
+// is 32 consecutive floats), parameter gradients with the deterministic
+// column reduction; add_layernorm, the residual add and the LayerNorm of
+// its sum in one pass.
+#include "compiler/ops/kernel_families.h"
 #include "compiler/ops/pointwise.h"
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
@@ -10,10 +12,7 @@ namespace trainc {
 namespace cuda {
 namespace {
 
-__device__ __forceinline__ int64_t WarpRow() {
-  return blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) +
-         threadIdx.x / kWarpSize;
-}
+using Args = ops::LayerNormFamily::Args;
 
 // f(t, j) for this lane's elements j = lane + 32 t of a row of d, in
 // order. kPerLane > 0: unrolled over t < kPerLane (d <= 32 kPerLane), so a
@@ -168,28 +167,29 @@ struct LayerNormParamGrad {
   }
 };
 
-}  // namespace
-
-cudaError_t LaunchLayerNorm(const float* x, const float* gamma,
-                            const float* beta, float* y, float* mean,
-                            float* rstd, int64_t rows, int64_t d, float eps,
-                            cudaStream_t s) {
-  LayerNormKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
-      x, gamma, beta, y, mean, rstd, rows, d, eps);
+cudaError_t LaunchForward(const float* x, const float* gamma, const float* beta, float* y,
+                          float* mean, float* rstd, int64_t rows, int64_t d, float eps,
+                          cudaStream_t s) {
+  LayerNormKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(x, gamma, beta, y, mean, rstd, rows, d,
+                                                             eps);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchAddLayerNorm(const float* a, const void* b, bool b_bf16, const float* gamma,
-                               const float* beta, float* sum, float* y, float* mean,
-                               float* rstd, int64_t rows, int64_t d, float eps,
-                               bool round_sum, cudaStream_t s) {
+// add_layernorm: sum = a + b, rounded to bf16 when `round_sum` (a bf16
+// sum's f32 staging: what the layernorm of the unfused plan would read),
+// then LaunchForward's arithmetic on it into y, mean and rstd, the row
+// held in registers: one warp per row, one pass over a and b. b is f32,
+// or bf16 when `b_bf16` (a bf16 branch added to an f32 residual stream).
+cudaError_t LaunchAdd(const float* a, const void* b, bool b_bf16, const float* gamma,
+                      const float* beta, float* sum, float* y, float* mean, float* rstd,
+                      int64_t rows, int64_t d, float eps, bool round_sum, cudaStream_t s) {
   // The fewest registers per lane that hold the row (GPT-2 small's 768:
   // 24; up to 2048 wide), else the sum read back.
   const int64_t per_lane = (d + kWarpSize - 1) / kWarpSize;
-#define TRAINC_ADD_LAYERNORM_IF_FITS(n)                                                    \
-  if (per_lane <= n) {                                                                     \
-    return LaunchAddLayerNormOf<n>(a, b, b_bf16, gamma, beta, sum, y, mean, rstd, rows, d, \
-                                   eps, round_sum, s);                                     \
+#define TRAINC_ADD_LAYERNORM_IF_FITS(n)                                                         \
+  if (per_lane <= n) {                                                                          \
+    return LaunchAddLayerNormOf<n>(a, b, b_bf16, gamma, beta, sum, y, mean, rstd, rows, d, eps, \
+                                   round_sum, s);                                               \
   }
   TRAINC_ADD_LAYERNORM_IF_FITS(8)
   TRAINC_ADD_LAYERNORM_IF_FITS(16)
@@ -202,24 +202,49 @@ cudaError_t LaunchAddLayerNorm(const float* a, const void* b, bool b_bf16, const
                                  round_sum, s);
 }
 
-cudaError_t LaunchLayerNormGradInput(const float* dy, const float* x,
-                                     const float* gamma, const float* mean,
-                                     const float* rstd, float* dx,
-                                     int64_t rows, int64_t d, bool accumulate,
-                                     cudaStream_t s) {
-  LayerNormGradInputKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
-      dy, x, gamma, mean, rstd, dx, rows, d, accumulate);
+cudaError_t LaunchGradInput(const float* dy, const float* x, const float* gamma, const float* mean,
+                            const float* rstd, float* dx, int64_t rows, int64_t d, bool accumulate,
+                            cudaStream_t s) {
+  LayerNormGradInputKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(dy, x, gamma, mean, rstd, dx,
+                                                                      rows, d, accumulate);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchLayerNormGradParams(const float* dy, const float* x,
-                                      const float* mean, const float* rstd,
-                                      float* dgamma, float* dbeta,
-                                      int64_t rows, int64_t d, bool accumulate,
-                                      float* scratch, cudaStream_t s) {
+// `scratch` holds 2 * ColumnSumScratchFloats(rows, d) floats.
+cudaError_t LaunchGradParams(const float* dy, const float* x, const float* mean, const float* rstd,
+                             float* dgamma, float* dbeta, int64_t rows, int64_t d, bool accumulate,
+                             float* scratch, cudaStream_t s) {
   float* const outs[2] = {dgamma, dbeta};
-  return LaunchColumnReduce<2>(LayerNormParamGrad{dy, x, mean, rstd, d}, rows,
-                               d, outs, accumulate, scratch, s);
+  return LaunchColumnReduce<2>(LayerNormParamGrad{dy, x, mean, rstd, d}, rows, d, outs, accumulate,
+                               scratch, s);
+}
+
+}  // namespace
+
+int64_t LayerNormScratchFloats(KernelOp op, const Args& a) {
+  return op == KernelOp::kLayerNormGradParams ? 2 * ColumnSumScratchFloats(a.rows, a.width) : 0;
+}
+
+cudaError_t LaunchLayerNorm(KernelOp op, const Args& a, const float* const* x, float* const* y,
+                            bool accumulate, float* scratch, cudaStream_t stream) {
+  const float eps = static_cast<float>(a.eps);
+  switch (op) {
+    case KernelOp::kLayerNorm:
+      return LaunchForward(x[0], x[1], x[2], y[0], y[1], y[2], a.rows, a.width, eps, stream);
+    case KernelOp::kAddLayerNorm:
+      // One kernel: the residual sum written and normalized from
+      // registers; a bf16 sum rounded before it is normalized.
+      return LaunchAdd(x[0], x[1], a.b_bf16, x[2], x[3], y[0], y[1], y[2], y[3], a.rows, a.width,
+                       eps, a.RoundSum(), stream);
+    case KernelOp::kLayerNormGradInput:
+      return LaunchGradInput(x[0], x[1], x[2], x[3], x[4], y[0], a.rows, a.width, accumulate,
+                             stream);
+    case KernelOp::kLayerNormGradParams:
+      return LaunchGradParams(x[0], x[1], x[2], x[3], y[0], y[1], a.rows, a.width, accumulate,
+                              scratch, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace cuda
