@@ -248,6 +248,21 @@ absl::Status RefLinearGelu(KernelOp op, const Attrs& attr,
   return absl::OkStatus();
 }
 
+// linear_relu, linear_tanh, linear_gelu_erf: the linear into pre (out[0]
+// when kept, else y itself), then the activation of pre into y (the last).
+template <typename F>
+absl::Status RefLinearActivation(KernelOp op, const Attrs& attr,
+                                 const std::vector<TensorRef>& in,
+                                 const std::vector<TensorRef>& out, bool acc) {
+  const absl::Status product = RefLinear(op, attr, in, {out[0]}, false);
+  if (!product.ok()) return product;
+  Pointwise<F, 1>({out[0]}, {out.back()}, false);
+  return absl::OkStatus();
+}
+constexpr RefOp RefLinearRelu = &RefLinearActivation<pointwise::Relu>,
+                RefLinearTanh = &RefLinearActivation<pointwise::Tanh>,
+                RefLinearGeluErf = &RefLinearActivation<pointwise::Gelu>;
+
 absl::Status RefLinearGradInput(KernelOp op, const Attrs& attr,
                                 const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                                 bool acc) {
@@ -516,7 +531,8 @@ absl::Status RefMseGrad(KernelOp op, const Attrs& attr, const std::vector<Tensor
 absl::Status RefConv2d(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                        const std::vector<TensorRef>& out, bool acc) {
   // The image is x (conv2d, grad_params) or dx; w[O, C, kh, kw].
-  const bool fwd = op == KernelOp::kConv2d, params = op == KernelOp::kConv2dGradParams;
+  const bool relu = op == KernelOp::kConv2dRelu;  // y = relu(conv2d)
+  const bool fwd = op == KernelOp::kConv2d || relu, params = op == KernelOp::kConv2dGradParams;
   const TensorRef& image = op == KernelOp::kConv2dGradInput ? out[0] : params ? in[1] : in[0];
   const TensorRef& w = params ? out[0] : in[1];
   if (w.shape.size() != 4) return absl::InvalidArgumentError("reference_eval: conv weight");
@@ -547,6 +563,7 @@ absl::Status RefConv2d(KernelOp op, const Attrs& attr, const std::vector<TensorR
     for (int64_t e = 0; e < out[0].size(); ++e) {
       out[0].data[e] = sum[e] + (bias ? in[2].data[(e / (g.OH * g.OW)) % g.O] : 0.0);
     }
+    if (relu) Pointwise<pointwise::Relu, 1>({out[0]}, {out[0]}, false);
   } else {
     Writer dst(out[0], acc);
     for (size_t e = 0; e < sum.size(); ++e) dst.Set(static_cast<int64_t>(e), sum[e]);
@@ -634,7 +651,7 @@ constexpr RefOp RefDropout = nullptr, RefDropoutGrad = nullptr, RefCastToBf16 = 
                 RefCastToF32 = nullptr, RefSumSquares = nullptr, RefAdamW = nullptr,
                 RefSgd = nullptr;
 // Families sharing one body.
-constexpr RefOp RefConv2dGradInput = &RefConv2d, RefConv2dGradParams = &RefConv2d,
+constexpr RefOp RefConv2dRelu = &RefConv2d, RefConv2dGradInput = &RefConv2d, RefConv2dGradParams = &RefConv2d,
                 RefMaxPool2d = &RefPool2d, RefMaxPool2dGrad = &RefPool2d,
                 RefAvgPool2d = &RefPool2d, RefAvgPool2dGrad = &RefPool2d;
 
@@ -667,7 +684,7 @@ TRAINC_UNIT_OPS(TRAINC_REFERENCE_UNIT)
 RefOp ReferenceOf(KernelOp op) {
 #define TRAINC_REFERENCE_ENTRY(Family, Name, op) Ref##Name,
   static constexpr RefOp kRefs[] = {
-      nullptr, nullptr,
+      nullptr,
 #define TRAINC_REFERENCE_NOT_POINTWISE(op, Name, arity) nullptr,
       TRAINC_POINTWISE_OPS(TRAINC_REFERENCE_NOT_POINTWISE)
       TRAINC_KERNEL_OPS(TRAINC_REFERENCE_ENTRY)};

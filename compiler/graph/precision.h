@@ -22,7 +22,7 @@ namespace trainc {
 
 class MixedPrecision : public GraphPass {
  public:
-  absl::string_view name() const override { return "mixed-precision"; }
+  absl::string_view name() const override { return "mixed_precision"; }
   absl::StatusOr<bool> Run(Graph* graph) override;
 };
 

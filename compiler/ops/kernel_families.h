@@ -75,6 +75,9 @@
   X(Linear, LinearGradInput, linear_grad_input)                \
   X(Linear, LinearGradParams, linear_grad_params)              \
   X(Linear, LinearGelu, linear_gelu)                           \
+  X(Linear, LinearRelu, linear_relu)                           \
+  X(Linear, LinearTanh, linear_tanh)                           \
+  X(Linear, LinearGeluErf, linear_gelu_erf)                    \
   X(Linear, LinearGradInputGelu, linear_grad_input_gelu)       \
   X(Dropout, Dropout, dropout)                                 \
   X(Dropout, DropoutGrad, dropout_grad)                        \
@@ -90,6 +93,7 @@
   X(Mse, Mse, mse)                                             \
   X(Mse, MseGrad, mse_grad)                                    \
   X(Window, Conv2d, conv2d)                                    \
+  X(Window, Conv2dRelu, conv2d_relu)                           \
   X(Window, Conv2dGradInput, conv2d_grad_input)                \
   X(Window, Conv2dGradParams, conv2d_grad_params)              \
   X(Window, MaxPool2d, max_pool2d)                             \
@@ -125,7 +129,6 @@ namespace trainc {
 #define TRAINC_KERNEL_ENUM(Family, Name, op) k##Name,
 enum class KernelOp : uint8_t {
   kNotCompute,  // load_batch and the collectives: the executor's, not a kernel
-  kFused,       // an activation already computed by the linear before it
   TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_ENUM)
   TRAINC_KERNEL_OPS(TRAINC_KERNEL_ENUM)
 };
@@ -134,7 +137,7 @@ enum class KernelOp : uint8_t {
 
 #define TRAINC_FAMILY_ENUM(Family) k##Family,
 enum class KernelFamily : uint8_t {
-  kNone,  // kNotCompute, kFused
+  kNone,  // kNotCompute
   TRAINC_KERNEL_FAMILIES(TRAINC_FAMILY_ENUM)
 };
 #undef TRAINC_FAMILY_ENUM
@@ -143,21 +146,20 @@ namespace kernel_ops_internal {
 #define TRAINC_POINTWISE_NAME(op, Name, arity) #op,
 #define TRAINC_KERNEL_NAME(Family, Name, op) #op,
 inline constexpr const char* kInstructionOps[] = {
-    "", "", TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_NAME)
-                TRAINC_KERNEL_OPS(TRAINC_KERNEL_NAME)};
+    "", TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_NAME) TRAINC_KERNEL_OPS(TRAINC_KERNEL_NAME)};
 #define TRAINC_POINTWISE_KERNEL(op, Name, arity) #Name,
 #define TRAINC_KERNEL_KERNEL(Family, Name, op) #Name,
 inline constexpr const char* kKernelNames[] = {
-    "NotCompute", "Fused", TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_KERNEL)
-                               TRAINC_KERNEL_OPS(TRAINC_KERNEL_KERNEL)};
+    "NotCompute", TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_KERNEL)
+                      TRAINC_KERNEL_OPS(TRAINC_KERNEL_KERNEL)};
 #define TRAINC_POINTWISE_ARITY(op, Name, arity) arity,
 inline constexpr int kPointwiseArity[] = {
-    0, 0, TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_ARITY)};
+    0, TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_ARITY)};
 #define TRAINC_POINTWISE_FAMILY(op, Name, arity) KernelFamily::kPointwise,
 #define TRAINC_KERNEL_FAMILY(Family, Name, op) KernelFamily::k##Family,
 inline constexpr KernelFamily kFamilies[] = {
-    KernelFamily::kNone, KernelFamily::kNone, TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_FAMILY)
-                                                  TRAINC_KERNEL_OPS(TRAINC_KERNEL_FAMILY)};
+    KernelFamily::kNone, TRAINC_POINTWISE_OPS(TRAINC_POINTWISE_FAMILY)
+                             TRAINC_KERNEL_OPS(TRAINC_KERNEL_FAMILY)};
 #define TRAINC_FAMILY_NAME(Family) #Family,
 inline constexpr const char* kFamilyNames[] = {
     "None", TRAINC_KERNEL_FAMILIES(TRAINC_FAMILY_NAME)};
@@ -171,7 +173,7 @@ inline constexpr const char* kFamilyNames[] = {
 #undef TRAINC_FAMILY_NAME
 }  // namespace kernel_ops_internal
 
-// Every KernelOp, kNotCompute and kFused included.
+// Every KernelOp, kNotCompute included.
 inline constexpr int kNumKernelOps =
     sizeof(kernel_ops_internal::kInstructionOps) / sizeof(const char*);
 // Every KernelFamily, kNone included.
@@ -179,7 +181,7 @@ inline constexpr int kNumKernelFamilies =
     sizeof(kernel_ops_internal::kFamilyNames) / sizeof(const char*);
 
 // The instruction op a kernel runs ("linear"; "cast" for both casts);
-// "" for kNotCompute and kFused.
+// "" for kNotCompute.
 inline const char* InstructionOpOf(KernelOp op) {
   return kernel_ops_internal::kInstructionOps[static_cast<int>(op)];
 }
@@ -188,7 +190,7 @@ inline const char* InstructionOpOf(KernelOp op) {
 // where a plan's op string becomes an enum (parsing, resolving), so that
 // everything after compares enums.
 inline KernelOp KernelOpOfInstruction(std::string_view name) {
-  for (int i = 2; i < kNumKernelOps; ++i) {
+  for (int i = 1; i < kNumKernelOps; ++i) {
     if (name == kernel_ops_internal::kInstructionOps[i]) return static_cast<KernelOp>(i);
   }
   return KernelOp::kNotCompute;
@@ -220,7 +222,7 @@ inline const char* KernelOpName(KernelOp op) {
   return kernel_ops_internal::kKernelNames[static_cast<int>(op)];
 }
 
-// The family of a kernel; kNone for kNotCompute and kFused.
+// The family of a kernel; kNone for kNotCompute.
 inline constexpr KernelFamily FamilyOf(KernelOp op) {
   return kernel_ops_internal::kFamilies[static_cast<int>(op)];
 }

@@ -57,6 +57,14 @@ Cost LinearGeluCost(const std::vector<Shape>& in, const std::vector<Shape>& out)
   const Cost gelu = Elementwise<20>({out[0]}, {out[1]});
   return {product.flops + gelu.flops, Bytes(in, out)};
 }
+// linear_relu, linear_tanh, linear_gelu_erf: the linear's flops and the
+// activation's over its output y (the last); bytes are what the one
+// instruction moves (pre, when kept, is written, not read back).
+template <int kActivationFlops>
+Cost LinearActivationCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  const Cost product = MatmulOfWeight(in, out, in[1]);
+  return {product.flops + double(kActivationFlops) * Elements(out.back()), Bytes(in, out)};
+}
 // add_layernorm: the add's flops over the sum and the layernorm's over
 // y; bytes are what the one pass moves (a, b, weight, bias read; sum, y,
 // mean, rstd written: the sum is not read back, which is the fusion's
@@ -124,6 +132,11 @@ Cost ConvOf(const std::vector<Shape>& in, const std::vector<Shape>& out,
 Cost ConvCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
   return ConvOf(in, out, out[0], in[1]);
 }
+// conv2d_relu: the convolution's flops and the relu's over y.
+Cost ConvReluCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  const Cost conv = ConvOf(in, out, out[0], in[1]);
+  return {conv.flops + double(Elements(out[0])), conv.bytes};
+}
 Cost ConvGradInputCost(const std::vector<Shape>& in,
                        const std::vector<Shape>& out) {
   return ConvOf(in, out, in[0], in[1]);
@@ -176,6 +189,22 @@ std::vector<OpDef> MatmulOps() {
        "the backward's gelu_tanh_grad reads; made by the linear-gelu fusion "
        "(compiler/graph/fuse_linear_gelu.h), never differentiated",
        {}, {}, false, LinearGeluCost, false, {}, /*fused=*/true},
+      {"linear_relu", 2, 3, 1, 2, false, kMatmul,
+       "x[.., in], w[out, in], b[out] (optional) -> pre[.., out] (optional), y[.., out]: "
+       "pre = linear(x, w, b), y = relu(pre), one instruction; pre is an output only "
+       "when another instruction reads it (y is what relu_grad reads); made by the "
+       "linear-activation fusion (compiler/graph/fuse_activation.h), never "
+       "differentiated",
+       {}, {}, false, LinearActivationCost<1>, false, {}, /*fused=*/true},
+      {"linear_tanh", 2, 3, 1, 2, false, kMatmul,
+       "x[.., in], w[out, in], b[out] (optional) -> pre[.., out] (optional), y[.., out]: "
+       "as linear_relu with y = tanh(pre) (y is what tanh_grad reads)",
+       {}, {}, false, LinearActivationCost<10>, false, {}, /*fused=*/true},
+      {"linear_gelu_erf", 2, 3, 1, 2, false, kMatmul,
+       "x[.., in], w[out, in], b[out] (optional) -> pre[.., out] (optional), y[.., out]: "
+       "as linear_relu with y = gelu(pre), erf form (pre is what gelu_grad reads, so a "
+       "trained plan keeps it)",
+       {}, {}, false, LinearActivationCost<20>, false, {}, /*fused=*/true},
       {"linear_grad_input_gelu", 3, 3, 2, 2, false, kMatmul,
        "dy[.., out], w[out, in], pre[.., in] -> dpre[.., in], workspace: dh = "
        "linear_grad_input(dy, w), dpre = gelu_tanh_grad(dh, pre), one instruction; dh "
@@ -334,6 +363,13 @@ std::vector<OpDef> ConvolutionOps() {
        {{"conv2d_grad_params", {kDy, In(0)}, {1, 2}},
         {"conv2d_grad_input", {kDy, In(1)}, {0}}},
        false, ConvCost, /*workspace=*/true},
+      {"conv2d_relu", 2, 3, 2, 2, false, kConv,
+       "x[B, C, H, W], w[O, C, kh, kw], b[O] (optional) -> y[B, O, OH, OW], workspace: "
+       "y = relu(conv2d(x, w, b)), one instruction, the convolution's own output never "
+       "stored (oneDNN's relu post-op); made by the convolution-relu fusion "
+       "(compiler/graph/fuse_activation.h) where nothing else reads that output, never "
+       "differentiated; attrs: stride, padding",
+       {}, {}, false, ConvReluCost, /*workspace=*/true, {}, /*fused=*/true},
       {"conv2d_grad_input", 2, 2, 2, 2, false, kConv,
        "dy[B, O, OH, OW], w -> dx[B, C, H, W], workspace; acc; attrs: "
        "stride, padding",

@@ -1057,16 +1057,6 @@ class PlanBuilder::Impl {
     }
     MergeViewsIntoBuckets();
     ExtendPastCollectives();
-    // Outputs a backend writes one instruction early live from there.
-    if (options_.writes_next_outputs) {
-      for (size_t i = 0; i + 1 < plan_.instructions.size(); ++i) {
-        if (!options_.writes_next_outputs(plan_, plan_.instructions[i])) continue;
-        for (int id : plan_.instructions[i + 1].outputs) {
-          Buffer& b = plan_.buffers[id];
-          if (!IsPersistent(b.kind)) b.first_use = std::min(b.first_use, static_cast<int>(i));
-        }
-      }
-    }
     // An in-place output shares its input's interval, extended to its own
     // last use.
     const std::map<int, int> in_place = InPlaceOutputs();

@@ -14,16 +14,10 @@
 #include "compiler/autodiff/autodiff.h"
 #include "compiler/cost/bundled_profiles.h"
 #include "compiler/cost/simulator.h"
-#include "compiler/graph/dce.h"
-#include "compiler/graph/fuse_add_layernorm.h"
-#include "compiler/graph/fuse_classifier.h"
-#include "compiler/graph/fuse_linear_gelu.h"
-#include "compiler/graph/fuse_linear_gelu_grad.h"
 #include "compiler/graph/graph.h"
 #include "compiler/graph/lower.h"
 #include "compiler/graph/pass.h"
-#include "compiler/graph/precision.h"
-#include "compiler/graph/recompute.h"
+#include "compiler/graph/pipeline.h"
 #include "compiler/planner/bucket_search.h"
 #include "compiler/planner/memory_search.h"
 #include "compiler/planner/plan_builder.h"
@@ -277,30 +271,17 @@ absl::StatusOr<ZeroPrefetchChoice> ChooseZeroPrefetch(const TrainSpec& spec, con
 
 absl::StatusOr<Plan> BuildPlanOfPrecision(const TrainSpec& spec, const PlanOptions& options) {
   ASSIGN_OR_RETURN(Graph graph, LowerModel(spec.model, spec.train.micro_batch));
-  PassPipeline pipeline("train");
-  pipeline.Add(std::make_unique<DeadCodeElimination>());
+  // The passes, their order and preconditions: compiler/graph/pipeline.h.
+  PipelineOptions passes;
+  passes.bf16 = spec.train.precision == Precision::kBf16;
+  passes.fusion = spec.train.fusion;
+  passes.recompute =
+      spec.train.recompute ? spec.model.repeat_blocks : spec.model.recompute_blocks;
   // The loss is the mean over every term of the global batch (every token
   // of every sequence), however the batch is split.
-  pipeline.Add(std::make_unique<Autodiff>(
-      1.0 / (static_cast<double>(spec.train.global_batch) *
-             static_cast<double>(spec.model.loss_terms))));
-  if (spec.train.precision == Precision::kBf16) {
-    pipeline.Add(std::make_unique<MixedPrecision>());
-  }
-  if (spec.train.fusion) pipeline.Add(std::make_unique<FuseClassifier>());
-  if (spec.train.fusion) pipeline.Add(std::make_unique<FuseLinearGelu>());
-  // After MixedPrecision (the bf16 casts it reads, dh's dtype) and after
-  // FuseLinearGelu (its test of pre's readers takes gelu_tanh_grad, not
-  // the fused node); before Recompute, which copies forward nodes only and
-  // gives the fused backward node the copies the two would read
-  // (fuse_linear_gelu_grad.h).
-  if (spec.train.fusion) pipeline.Add(std::make_unique<FuseLinearGeluGrad>());
-  const std::vector<std::string>& recompute =
-      spec.train.recompute ? spec.model.repeat_blocks : spec.model.recompute_blocks;
-  if (!recompute.empty()) pipeline.Add(std::make_unique<Recompute>(recompute));
-  // After Recompute: a block's output is its checkpoint, and the next
-  // block's layernorm of it is recomputed from it (fuse_add_layernorm.h).
-  if (spec.train.fusion) pipeline.Add(std::make_unique<FuseAddLayerNorm>());
+  PassPipeline pipeline = TrainPipeline(
+      passes, std::make_unique<Autodiff>(1.0 / (static_cast<double>(spec.train.global_batch) *
+                                                static_cast<double>(spec.model.loss_terms))));
   RETURN_IF_ERROR(pipeline.Run(&graph).status());
   ASSIGN_OR_RETURN(const ZeroAccumulateChoice accumulate,
                    ChooseZeroAccumulate(spec, graph, options));

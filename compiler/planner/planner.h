@@ -66,11 +66,6 @@ struct PlanOptions {
   // that needs more refuses the plan at Prepare, saying so.
   std::function<absl::StatusOr<int64_t>(const Plan& plan, const Instruction& instr)>
       workspace;
-  // True when the backend runs the next instruction's work inside `instr`
-  // (a relu absorbed by the convolution before it): the next
-  // instruction's outputs are then written during `instr`, and the memory
-  // plan keeps them apart from everything `instr` touches.
-  std::function<bool(const Plan& plan, const Instruction& instr)> writes_next_outputs;
   // precision = bf16: the bytes of f32 staging the backend keeps beside the
   // arena for the bf16 operands its kernels widen (MemoryReport's
   // bf16_staging_bytes), asked once the plan is complete. Unset: every

@@ -175,8 +175,9 @@ TEST(PlanSummary, SaysWhatMatters) {
   const std::string s = PlanSummary(*plan);
   EXPECT_THAT(s, HasSubstr("global 256 = 2 ranks x micro_batch 64 x accumulate 2"));
   EXPECT_THAT(s, HasSubstr("drop_last: an epoch's last partial global batch is dropped"));
-  // The loss and its gradient are one forward instruction (fusion).
-  EXPECT_THAT(s, HasSubstr("1 load_batch + 6 forward + 7 backward"));
+  // The loss and its gradient are one forward instruction, and so is each
+  // hidden layer's linear and relu (fusion).
+  EXPECT_THAT(s, HasSubstr("1 load_batch + 4 forward + 7 backward"));
   // Weight decay applies to matrices only: the biases get a bucket of their
   // own, ready (and reduced) last.
   EXPECT_THAT(s, HasSubstr("bucket 0: 917.0 KiB, 3 parameters: logits.weight"));

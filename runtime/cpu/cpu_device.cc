@@ -243,8 +243,7 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
     state_->host_bytes += staging;
     AssignBf16Staging(state_->kernels, state_->bf16_staging.get());
   }
-  RETURN_IF_ERROR(
-      state_->dnnl.Prepare(plan, state_->kernels, state_->options.fuse_conv_relu));
+  RETURN_IF_ERROR(state_->dnnl.Prepare(plan, state_->kernels));
   RETURN_IF_ERROR(CheckKernels(plan, state_->kernels, "cpu", [&](KernelOp op, int id) {
     return cpu::CpuKernels()[op] != nullptr || state_->dnnl.Runs(id);
   }));
@@ -278,11 +277,10 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
 
 absl::Status CpuDevice::RunF32Kernel(const Plan& plan, const Instruction& instr,
                                      const StepState& step) {
-  // oneDNN runs what it prepared (convolution, pooling, a conv's relu,
-  // layout-changing copies); the kernel table the rest.
+  // oneDNN runs what it prepared (convolution, pooling, layout-changing
+  // copies); the kernel table the rest.
   if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
   const KernelArgs& k = state_->kernels[instr.id];
-  if (k.op == KernelOp::kFused) return absl::OkStatus();
   const cpu::CpuKernel kernel = cpu::CpuKernels()[k.op];
   if (kernel == nullptr) {
     return absl::InvalidArgumentError("cpu: " + instr.op + " is not a compute kernel");

@@ -34,10 +34,6 @@ struct CpuDeviceOptions {
   // starve the comm thread; a single-rank run on an idle machine may set
   // more. <= 0 leaves OpenBLAS's own setting (OPENBLAS_NUM_THREADS) alone.
   int blas_threads = 1;
-  // A relu right after a convolution is done by the convolution (oneDNN's
-  // post-op), whose own output is then never written. Tests comparing
-  // every instruction's outputs with a reference turn it off.
-  bool fuse_conv_relu = true;
 };
 
 class CpuDevice : public Device {

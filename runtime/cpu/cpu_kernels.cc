@@ -74,6 +74,9 @@ absl::Status Linear(const KernelCall& c) {
   const KernelArgs& k = c.k;
   switch (k.op) {
     case Op::kLinear:
+    case Op::kLinearRelu:
+    case Op::kLinearTanh:
+    case Op::kLinearGeluErf:
       LinearForward(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.y[0], k.act, k.y[1]);
       break;
     case Op::kLinearGelu: {

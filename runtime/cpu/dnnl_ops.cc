@@ -196,21 +196,17 @@ dnnl::convolution_forward::primitive_desc ConvForwardDesc(const WindowGeometry& 
   return dnnl::convolution_forward::primitive_desc(d, attr, engine);
 }
 
-// relu_out: the output of the relu this convolution absorbs (a post-op
-// writing relu(conv) there instead of conv to y), or null.
-Program BuildConv2d(const KernelArgs& k, const Layouts& t, float* relu_out,
-                    const dnnl::engine& engine, Builder& b) {
+// conv2d, and conv2d_relu: the relu a post-op writing relu(conv) to y.
+Program BuildConv2d(const KernelArgs& k, const Layouts& t, const dnnl::engine& engine,
+                    Builder& b) {
   const WindowGeometry& g = k.window;
   const ConvShapes s = ShapesOf(g);
-  auto pd = ConvForwardDesc(g, engine, relu_out != nullptr);
+  auto pd = ConvForwardDesc(g, engine, k.op == KernelOp::kConv2dRelu);
   std::unordered_map<int, memory> args;
   args[DNNL_ARG_SRC] = b.In(Plain(s.image, t.in[0]), k.x[0], pd.src_desc());
   args[DNNL_ARG_WEIGHTS] = b.In(Plain(s.weight, Tag::oihw), k.x[1], pd.weights_desc());
   if (g.has_bias) args[DNNL_ARG_BIAS] = b.In(Plain(s.bias, Tag::a), k.x[2], pd.bias_desc());
-  // A fused relu's output has the convolution output's layout (the
-  // elementwise rule of BlockedBuffers).
-  args[DNNL_ARG_DST] = b.Out(Plain(s.out, t.out[0]), relu_out ? relu_out : k.y[0],
-                             pd.dst_desc(), false);
+  args[DNNL_ARG_DST] = b.Out(Plain(s.out, t.out[0]), k.y[0], pd.dst_desc(), false);
   args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
   if (b.dry()) return {};
   return b.Finish(dnnl::convolution_forward(pd), std::move(args));
@@ -383,12 +379,13 @@ absl::StatusOr<Program> BuildConvert(const Plan& plan, const Instruction& instr,
 // Builds (or, dry, sizes) the program of one instruction; oneDNN reports
 // errors as exceptions, turned into a Status here.
 absl::StatusOr<Program> Build(const Plan& plan, const Instruction& instr, const KernelArgs& k,
-                              const std::vector<bool>& blocked, float* relu_out,
-                              const dnnl::engine& engine, Builder& b) {
+                              const std::vector<bool>& blocked, const dnnl::engine& engine,
+                              Builder& b) {
   const Layouts t = LayoutsOf(instr, blocked);
   try {
     switch (k.op) {
-      case KernelOp::kConv2d: return BuildConv2d(k, t, relu_out, engine, b);
+      case KernelOp::kConv2d:
+      case KernelOp::kConv2dRelu: return BuildConv2d(k, t, engine, b);
       case KernelOp::kConv2dGradInput: return BuildConv2dGradInput(k, t, engine, b);
       case KernelOp::kConv2dGradParams: return BuildConv2dGradParams(k, t, engine, b);
       case KernelOp::kMaxPool2d:
@@ -402,40 +399,6 @@ absl::StatusOr<Program> Build(const Plan& plan, const Instruction& instr, const 
   } catch (const dnnl::error& e) {
     return absl::InvalidArgumentError(absl::StrCat("oneDNN: ", e.what()));
   }
-}
-
-// The relu right after convolution `conv` that it can absorb, or -1: the
-// relu reads the convolution's output, nothing else does, and no event
-// lies between them (the linear + activation fusion's rule, kernel_args.h).
-int FusibleRelu(const Plan& plan, int conv) {
-  const int next = conv + 1;
-  if (next >= static_cast<int>(plan.instructions.size())) return -1;
-  const Instruction& c = plan.instructions[conv];
-  const Instruction& r = plan.instructions[next];
-  if (KernelOpOfInstruction(c.op) != KernelOp::kConv2d ||
-      KernelOpOfInstruction(r.op) != KernelOp::kRelu || r.inputs.size() != 1 || c.outputs.empty() ||
-      r.inputs[0] != c.outputs[0] || !c.record_events.empty() || !r.wait_events.empty() ||
-      plan.buffers[c.outputs[0]].dtype != DType::kF32 ||
-      plan.buffers[r.outputs[0]].dtype != DType::kF32) {
-    return -1;  // a bf16 y is staged around its own instruction
-  }
-  for (const Instruction& in : plan.instructions) {
-    if (in.id == next) continue;
-    for (int id : in.inputs) {
-      if (id == c.outputs[0]) return -1;
-    }
-  }
-  return next;
-}
-
-// FusibleRelu, and the relu's output shares no memory with what the
-// convolution reads or writes (a plan made with PlanOptions::
-// writes_next_outputs = ConvAbsorbsNextRelu guarantees it).
-int FusedRelu(const Plan& plan, int conv) {
-  const int relu = FusibleRelu(plan, conv);
-  if (relu < 0) return -1;
-  const Buffer& h = plan.buffers[plan.instructions[relu].outputs[0]];
-  return OverlapsOperands(plan, h, plan.instructions[conv]) ? -1 : relu;
 }
 
 // Whether oneDNN runs `instr`: convolution and pooling, and the copies
@@ -456,10 +419,6 @@ const dnnl::engine& CpuEngine() {
 }  // namespace
 
 void SetDnnlThreads(int threads) { omp_set_num_threads(threads); }
-
-bool ConvAbsorbsNextRelu(const Plan& plan, const Instruction& instr) {
-  return FusibleRelu(plan, instr.id) >= 0;
-}
 
 int64_t ChannelBlock() {
   const int isa = static_cast<int>(dnnl::get_effective_cpu_isa());
@@ -505,19 +464,11 @@ absl::StatusOr<int64_t> WorkspaceBytes(const Plan& plan, const Instruction& inst
   if (!k.ok()) return k.status();
   if (k->op == KernelOp::kLinearGradInputGelu) return LinearGradInputGeluWorkspaceBytes(*k);
   if (!IsDnnlOp(k->op)) return 0;
-  // With and without a fused relu (CpuDeviceOptions::fuse_conv_relu).
-  const std::vector<bool> blocked = BlockedBuffers(plan);
-  int64_t most = 0;
-  for (bool fused : {false, true}) {
-    if (fused && FusibleRelu(plan, instr.id) < 0) continue;
-    static float no_data;
-    Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
-    absl::StatusOr<Program> program =
-        Build(plan, instr, *k, blocked, fused ? &no_data : nullptr, CpuEngine(), sizing);
-    if (!program.ok()) return program.status();
-    most = std::max(most, sizing.used());
-  }
-  return most;
+  Builder sizing(CpuEngine(), nullptr, /*dry=*/true);
+  absl::StatusOr<Program> program =
+      Build(plan, instr, *k, BlockedBuffers(plan), CpuEngine(), sizing);
+  if (!program.ok()) return program.status();
+  return sizing.used();
 }
 
 struct DnnlOps::State {
@@ -528,18 +479,13 @@ struct DnnlOps::State {
 DnnlOps::DnnlOps() : state_(std::make_unique<State>()) {}
 DnnlOps::~DnnlOps() = default;
 
-absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels,
-                              bool fuse_conv_relu) {
+absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels) {
   state_->programs.clear();
   const std::vector<bool> blocked = BlockedBuffers(plan);
   for (size_t i = 0; i < kernels.size(); ++i) {
     const KernelArgs& k = kernels[i];
     const Instruction& instr = plan.instructions[i];
     if (!RunsOnDnnl(plan, instr, blocked, k.op)) continue;
-    const int relu = fuse_conv_relu && k.op == KernelOp::kConv2d
-                         ? FusedRelu(plan, static_cast<int>(i))
-                         : -1;
-    float* relu_out = relu >= 0 ? kernels[relu].y[0] : nullptr;
     auto fail = [&](const std::string& why) {
       return absl::InvalidArgumentError(absl::StrCat("cpu: instruction ", i, " (", instr.op,
                                                      " \"", instr.label, "\"): ", why));
@@ -549,7 +495,7 @@ absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& k
     // before anything runs.
     Builder builder(CpuEngine(), k.workspace, /*dry=*/false);
     absl::StatusOr<Program> program =
-        Build(plan, instr, k, blocked, relu_out, CpuEngine(), builder);
+        Build(plan, instr, k, blocked, CpuEngine(), builder);
     if (!program.ok()) return fail(std::string(program.status().message()));
     if (builder.used() > k.workspace_bytes) {
       return fail(absl::StrCat("oneDNN needs ", builder.used(),
@@ -558,7 +504,6 @@ absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& k
                                "--device cpu)"));
     }
     state_->programs[static_cast<int>(i)] = *std::move(program);
-    if (relu >= 0) state_->programs[relu] = Program{};  // done by the convolution
   }
   return absl::OkStatus();
 }

@@ -51,11 +51,6 @@ int64_t ChannelBlock();
 // plans that will run on the CPU.
 absl::StatusOr<int64_t> WorkspaceBytes(const Plan& plan, const Instruction& instr);
 
-// Whether the convolution `instr` absorbs the relu after it (see
-// DnnlOps::Prepare): PlanOptions::writes_next_outputs for CPU plans. A
-// plan made without it fuses only where its memory plan happens to allow.
-bool ConvAbsorbsNextRelu(const Plan& plan, const Instruction& instr);
-
 class DnnlOps {
  public:
   DnnlOps();
@@ -64,15 +59,12 @@ class DnnlOps {
   // Creates the primitives of every convolution and pooling instruction of
   // `kernels` (ResolveKernels of `plan`, with arena pointers). Fails when
   // the plan reserves less workspace than oneDNN needs (a plan compiled
-  // for another backend) or oneDNN refuses a shape. With fuse_conv_relu, a
-  // relu right after a convolution whose output nothing else reads becomes
-  // the convolution's post-op: the convolution writes the relu's output
-  // (its own is never written) and the relu does nothing.
-  absl::Status Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels,
-                       bool fuse_conv_relu = true);
+  // for another backend) or oneDNN refuses a shape. conv2d_relu's relu is
+  // the convolution's post-op (the plan's fusion, compiler/graph).
+  absl::Status Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels);
 
   // Whether instruction `id` was prepared here (convolution, pooling, a
-  // flatten between layouts, or a relu fused into a convolution).
+  // flatten between layouts).
   bool Runs(int id) const;
 
   // Runs instruction `id` (one of those prepared).

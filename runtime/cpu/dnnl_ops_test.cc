@@ -42,27 +42,25 @@ constexpr char kCnn[] = R"(
   loss   = cross_entropy(logits, y)
 )";
 
-absl::StatusOr<Plan> CompileCnn(int accumulate, PlanOptions options) {
-  const FrontendResult r = CompileSource(Source(kCnn, accumulate), "cnn.train");
+// fusion = false: c1's convolution and relu stay two instructions.
+absl::StatusOr<Plan> CompileCnn(int accumulate, PlanOptions options, bool fusion = true) {
+  FrontendResult r = CompileSource(Source(kCnn, accumulate), "cnn.train");
   if (!r.spec) return absl::InvalidArgumentError(FormatDiagnostics(r.diagnostics, r.source));
+  r.spec->train.fusion = fusion;
   return BuildPlan(*r.spec, options);
 }
 
 PlanOptions CpuOptions() {
   PlanOptions options;
   options.workspace = cpu::WorkspaceBytes;
-  options.writes_next_outputs = cpu::ConvAbsorbsNextRelu;
   return options;
 }
 
 // Runs every instruction but the optimizer on the CPU device and on the
-// reference, with the same inputs and parameters, comparing each output.
-// With fuse_conv_relu a convolution followed by a relu writes the relu's
-// output only: its own output is not compared (nothing else reads it).
-void CompareWithReference(const Plan& plan, bool fuse_conv_relu = false) {
-  CpuDeviceOptions options;
-  options.fuse_conv_relu = fuse_conv_relu;
-  CpuDevice device(options);
+// reference, with the same inputs and parameters, comparing each output
+// (conv2d_relu's: the relu of the convolution, oneDNN's post-op).
+void CompareWithReference(const Plan& plan, bool fused) {
+  CpuDevice device;
   ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
   ASSERT_TRUE(device.Prepare(plan).ok());
   PlanInterpreter reference(plan);
@@ -98,12 +96,8 @@ void CompareWithReference(const Plan& plan, bool fuse_conv_relu = false) {
     ASSERT_TRUE(reference.Run(instr).ok()) << instr.label;
     absl::Status s = device.RunKernel(plan, instr, step);
     ASSERT_TRUE(s.ok()) << instr.label << ": " << s;
-    const bool fused = fuse_conv_relu && instr.op == "conv2d" &&
-                       instr.id + 1 < static_cast<int>(plan.instructions.size()) &&
-                       plan.instructions[instr.id + 1].op == "relu";
-    if (fused) ++fused_convolutions;
+    if (instr.op == "conv2d_relu") ++fused_convolutions;
     for (int id : instr.outputs) {
-      if (fused) break;
       const Buffer& b = plan.buffers[id];
       // The workspace and max pooling's argmax are the backend's own.
       if (b.kind == BufferKind::kWorkspace || b.dtype == DType::kI32) continue;
@@ -134,23 +128,22 @@ void CompareWithReference(const Plan& plan, bool fuse_conv_relu = false) {
   EXPECT_GT(checked, 20);
   // The 16- and 8-channel images between convolutions and pooling.
   EXPECT_GT(checked_blocked, 4);
-  if (fuse_conv_relu) {
-    EXPECT_GT(fused_convolutions, 0);
-  }
+  // c1's, where the plan fuses (fusion = true).
+  EXPECT_EQ(fused_convolutions, fused ? 1 : 0);
 }
 
 TEST(DnnlOps, MatchesTheReferenceForwardAndBackward) {
-  absl::StatusOr<Plan> plan = CompileCnn(1, CpuOptions());
+  absl::StatusOr<Plan> plan = CompileCnn(1, CpuOptions(), /*fusion=*/false);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_GT(plan->memory.workspace_bytes, 0);
-  CompareWithReference(*plan);
+  CompareWithReference(*plan, /*fused=*/false);
 }
 
-// The relu after c1 done by the convolution (oneDNN's post-op), as runs do.
+// c1's relu done by the convolution (conv2d_relu, oneDNN's post-op).
 TEST(DnnlOps, FusedConvolutionAndRelu) {
   absl::StatusOr<Plan> plan = CompileCnn(2, CpuOptions());
   ASSERT_TRUE(plan.ok()) << plan.status();
-  CompareWithReference(*plan, /*fuse_conv_relu=*/true);
+  CompareWithReference(*plan, /*fused=*/true);
 }
 
 // Micro-step 1 adds its parameter gradients to micro-step 0's: oneDNN
@@ -163,7 +156,7 @@ TEST(DnnlOps, AccumulatesOverMicroSteps) {
     if (in.op == "conv2d_grad_params" && in.attrs.at("accumulate") == 1) accumulated_conv = true;
   }
   EXPECT_TRUE(accumulated_conv);
-  CompareWithReference(*plan);
+  CompareWithReference(*plan, /*fused=*/true);
 }
 
 // A plan compiled without the CPU's workspace sizes is refused, saying why.

@@ -28,15 +28,15 @@ void SetBlasThreads(int threads) { openblas_set_num_threads(threads); }
 
 TRAINC_SIMD_CLONES
 void LinearForward(const float* x, const float* w, const float* b, int64_t rows,
-                   int64_t in, int64_t out, float* __restrict y,
-                   Activation act, float* __restrict act_out) {
+                   int64_t in, int64_t out, float* y, Activation act, float* act_out) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x,
               in, w, in, 0.0f, y, out);
-  // One pass over y adds the bias and, when the next instruction is an
-  // activation of y, writes it too (the activation op then does nothing).
+  // One pass over y adds the bias and applies a fused activation (into
+  // act_out, or over y itself), element by element as the activation's
+  // own kernel would.
   for (int64_t r = 0; r < rows; ++r) {
-    float* __restrict yr = y + r * out;
-    float* __restrict ar = act_out ? act_out + r * out : nullptr;
+    float* yr = y + r * out;
+    float* ar = act_out ? act_out + r * out : yr;
     if (b != nullptr) {
       for (int64_t j = 0; j < out; ++j) yr[j] += b[j];
     }

@@ -23,7 +23,8 @@ namespace cpu {
 using ::trainc::Activation;
 
 // y[B,out] = x[B,in] w[out,in]^T + b[out] (b may be null). If `act` is not
-// kNone, also act_out[B,out] = act(y) in the same pass over y.
+// kNone, also act_out[B,out] = act(y) in the same pass over y; act_out
+// null: y = act(y) in place (linear_<act> without pre).
 void LinearForward(const float* x, const float* w, const float* b, int64_t rows,
                    int64_t in, int64_t out, float* y, Activation act,
                    float* act_out);

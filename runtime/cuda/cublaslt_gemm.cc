@@ -53,7 +53,7 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
                                            int* index) {
   const int64_t rows = k.rows, in = k.in, out = k.out;
   const bool dgelu = k.op == Op::kLinearGradInputGelu;
-  const bool bias = !dgelu && k.x[2] != nullptr, relu = k.relu_in_gemm;
+  const bool bias = !dgelu && k.x[2] != nullptr, relu = ReluEpilogue(k);
   const bool gelu = k.op == Op::kLinearGelu;
   LtMatmul m;
   auto keep = [&] {
@@ -271,7 +271,7 @@ absl::StatusOr<bool> CudaDeviceImpl::RunLtMatmul(const Kernel& k) {
 
 absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
   ASSIGN_OR_RETURN(const bool ran, RunLtMatmul(k));
-  if (ran) return RunFusedActivation(k);
+  if (ran) return ReluEpilogue(k) ? absl::OkStatus() : RunFusedActivation(k);
   if (k.gemm_out_bf16[0] != nullptr) return RunLinearBf16Fallback(k);
   RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1), k.in,
                        GemmOperand(k, 0), k.in, 0.0f, k.y[0], k.out, GemmType(k)));
@@ -279,10 +279,6 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchBiasAdd(k.y[0], k.x[2], k.rows, k.out, compute_));
   }
   const int64_t n = k.rows * k.out;
-  if (k.relu_in_gemm) {
-    CUDA_RETURN_IF_ERROR(
-        cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, k.y[1], n, false, compute_));
-  }
   if (k.op == Op::kLinearGelu) {
     // The fallback is the unfused plan's kernels: gelu_tanh reads pre as
     // that instruction would, under bf16 rounded to the bf16 tensor.
@@ -357,25 +353,26 @@ absl::Status CudaDeviceImpl::RunLinearBf16Fallback(const Kernel& k) {
   return absl::OkStatus();
 }
 
-// An activation fused into the linear by kernel_args (not an epilogue's).
+// linear_relu, linear_tanh, linear_gelu_erf after their GEMM (not an
+// epilogue's): the activation of y[0] into y[1] (pre kept), or over y[0]
+// itself (no pre), an elementwise kernel as the unfused plan's.
 absl::Status CudaDeviceImpl::RunFusedActivation(const Kernel& k) {
   const int64_t n = k.rows * k.out;
+  float* y = k.y[1] != nullptr ? k.y[1] : k.y[0];
   switch (k.act) {
     case Activation::kNone:
       break;
     case Activation::kRelu:
-      if (!k.relu_in_gemm) {
-        CUDA_RETURN_IF_ERROR(
-            cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, k.y[1], n, false, compute_));
-      }
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, y, n, false, compute_));
       break;
     case Activation::kGelu:
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchPointwise(KernelOp::kGelu, k.y[0], nullptr, k.y[1], n, false, compute_));
+          cuda::LaunchPointwise(KernelOp::kGelu, k.y[0], nullptr, y, n, false, compute_));
       break;
     case Activation::kTanh:
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchPointwise(KernelOp::kTanh, k.y[0], nullptr, k.y[1], n, false, compute_));
+          cuda::LaunchPointwise(KernelOp::kTanh, k.y[0], nullptr, y, n, false, compute_));
       break;
   }
   return absl::OkStatus();

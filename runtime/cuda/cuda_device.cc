@@ -159,26 +159,11 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
     Kernel& k = kernels[i];
     const Instruction& instr = plan.instructions[i];
     RETURN_IF_ERROR(PrepareKernel(k, instr, name_, &needs));
-    // ReLU fused into a linear (kernel_args.h): if no other instruction ever
-    // reads y, cublasLt's RELU_BIAS epilogue writes h directly and y is
-    // never materialised; otherwise the activation kernel follows the GEMM
-    // in the same RunKernel call.
-    if (k.op == Op::kLinear && k.act == Activation::kRelu) {
-      const int y = instr.outputs[0];
-      const int h = plan.instructions[i + 1].id;
-      bool y_read_elsewhere = false;
-      for (const Instruction& other : plan.instructions) {
-        if (other.id == h) continue;
-        for (int id : other.inputs) {
-          if (id == y) y_read_elsewhere = true;
-        }
-      }
-      k.relu_in_gemm = !y_read_elsewhere;
-    }
   }
   RETURN_IF_ERROR(CheckKernelTable(plan, kernels, name_));
   for (Kernel& k : kernels) {
-    if (k.op != Op::kLinear && k.op != Op::kLinearGelu && k.op != Op::kLinearGradInputGelu) {
+    if (k.op != Op::kLinear && k.op != Op::kLinearGelu && k.op != Op::kLinearGradInputGelu &&
+        k.act == Activation::kNone) {
       continue;
     }
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));

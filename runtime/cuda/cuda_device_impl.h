@@ -79,8 +79,7 @@ struct LtMatmul {
 struct Kernel : KernelArgs {
   Kernel() = default;
   explicit Kernel(const KernelArgs& args) : KernelArgs(args) {}
-  bool relu_in_gemm = false;  // linear: ReLU epilogue writes act_out, y dead
-  int lt = -1;                // linear: index into lt_matmuls_
+  int lt = -1;  // linear: index into lt_matmuls_
   // precision = bf16, the linear ops: x[0] and x[1] as the bf16 tensors
   // they are staged from, multiplied by a bf16 GEMM with f32 accumulation
   // and an f32 result (null: an f32 GEMM on x).
@@ -292,11 +291,16 @@ class CudaDeviceImpl final : public CudaDevice {
                     const void* b, int64_t ldb, float beta, void* c,
                     int64_t ldc, cudaDataType_t ab = CUDA_R_32F,
                     cudaDataType_t c_type = CUDA_R_32F);
-  // What a forward linear's GEMM writes as D: y, or the activation when
-  // the epilogue applies it (ReLU's h, linear_gelu's y; the aux then pre);
-  // bf16 where gemm_out_bf16 says so.
+  // linear_relu without pre (the plan keeps none: nothing else reads it):
+  // cublasLt's RELU(_BIAS) epilogue writes y, the only output.
+  static bool ReluEpilogue(const Kernel& k) {
+    return k.act == Activation::kRelu && k.y[1] == nullptr;
+  }
+  // What a forward linear's GEMM writes as D: y[0] (the linear's output,
+  // or linear_relu's y by the epilogue), or linear_gelu's y (the aux then
+  // pre); bf16 where gemm_out_bf16 says so.
   static void* LinearOutput(const Kernel& k) {
-    const int j = k.relu_in_gemm || k.op == Op::kLinearGelu ? 1 : 0;
+    const int j = k.op == Op::kLinearGelu ? 1 : 0;
     return k.gemm_out_bf16[0] != nullptr ? k.gemm_out_bf16[j] : static_cast<void*>(k.y[j]);
   }
   // linear_gelu's pre-activation (the epilogue's aux).

@@ -204,7 +204,7 @@ TEST(CudaKernelTableTest, EveryKernelOpHasACudaKernel) {
   if (!cuda::KernelTableBuilt()) GTEST_SKIP() << "built without the CUDA toolkit";
   for (int i = 0; i < kNumKernelOps; ++i) {
     const KernelOp op = static_cast<KernelOp>(i);
-    if (op == KernelOp::kNotCompute || op == KernelOp::kFused) continue;
+    if (op == KernelOp::kNotCompute) continue;
     EXPECT_TRUE(cuda::HasKernel(op)) << InstructionOpOf(op) << " has no CUDA kernel ("
                                      << KernelOpName(op) << ")";
   }

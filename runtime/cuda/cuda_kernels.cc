@@ -184,6 +184,9 @@ struct CudaKernels {
     const Kernel& k = c.k;
     switch (k.op) {
       case Op::kLinear:
+      case Op::kLinearRelu:  // linear_relu without pre: the RELU epilogue
+      case Op::kLinearTanh:
+      case Op::kLinearGeluErf:
       case Op::kLinearGelu:  // one cublasLt GEMM with the GELU epilogue
         return d.RunLinear(k);
       case Op::kLinearGradInputGelu:  // ... with the DGELU epilogue
@@ -399,7 +402,6 @@ struct CudaKernels {
 absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& instr,
                                           const StepState& step) {
   const Kernel& k = kernels_[instr.id];
-  if (k.op == Op::kFused) return absl::OkStatus();
   const CudaKernel kernel = CudaKernels::Table()[k.op].run;
   if (kernel == nullptr) {
     return absl::InvalidArgumentError(name_ + ": " + instr.op + " is not a compute kernel");
@@ -417,7 +419,7 @@ absl::Status CheckKernelTable(const Plan& plan, const std::vector<Kernel>& kerne
 
 absl::Status PrepareKernel(const Kernel& k, const Instruction& instr,
                            const std::string& device_name, KernelNeeds* needs) {
-  if (k.op == Op::kNotCompute || k.op == Op::kFused) return absl::OkStatus();
+  if (k.op == Op::kNotCompute) return absl::OkStatus();
   const CudaPrepare prepare = CudaKernels::Table()[k.op].prepare;
   return prepare == nullptr ? absl::OkStatus() : prepare(k, instr, device_name, needs);
 }

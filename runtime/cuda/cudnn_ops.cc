@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/cuda/cuda_status.h"
+#include "runtime/cuda/kernels.h"
 
 namespace trainc::cuda {
 namespace {
@@ -27,7 +28,8 @@ constexpr cudnnConvolutionBwdFilterAlgo_t kBackwardFilterAlgo =
     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
 
 bool IsConv(KernelOp op) {
-  return op == KernelOp::kConv2d || op == KernelOp::kConv2dGradInput ||
+  return op == KernelOp::kConv2d || op == KernelOp::kConv2dRelu ||
+         op == KernelOp::kConv2dGradInput ||
          op == KernelOp::kConv2dGradParams;
 }
 
@@ -133,6 +135,7 @@ absl::StatusOr<int64_t> WorkspaceOf(cudnnHandle_t handle, const KernelArgs& k,
   size_t bytes = 0;
   switch (k.op) {
     case KernelOp::kConv2d:
+    case KernelOp::kConv2dRelu:
       CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionForwardWorkspaceSize(
           handle, d.image, d.filter, d.conv, d.other, kForwardAlgo, &bytes));
       break;
@@ -218,6 +221,7 @@ struct Program {
 
 struct CudnnOps::State {
   cudnnHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;  // the handle's
   // By instruction id; null for instructions that are not cuDNN's.
   std::vector<std::unique_ptr<Program>> programs;
 
@@ -236,6 +240,7 @@ absl::Status CudnnOps::Init(cudaStream_t stream) {
   }
   CUDNN_RETURN_IF_ERROR(cudnnCreate(&state_->handle));
   CUDNN_RETURN_IF_ERROR(cudnnSetStream(state_->handle, stream));
+  state_->stream = stream;
   return absl::OkStatus();
 }
 
@@ -294,6 +299,7 @@ absl::Status CudnnOps::Run(int id) {
   const size_t workspace_bytes = static_cast<size_t>(p.workspace_bytes);
   switch (k.op) {
     case KernelOp::kConv2d:
+    case KernelOp::kConv2dRelu:
       CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
           h, &one, d.image, k.x[0], d.filter, k.x[1], d.conv, kForwardAlgo,
           workspace, workspace_bytes, beta, d.other, k.y[0]));
@@ -301,6 +307,12 @@ absl::Status CudnnOps::Run(int id) {
         // y += b, broadcast over n, h, w.
         CUDNN_RETURN_IF_ERROR(
             cudnnAddTensor(h, &one, d.bias, k.x[2], &one, d.other, k.y[0]));
+      }
+      if (k.op == KernelOp::kConv2dRelu) {
+        // conv2d_relu: the relu over y in place, the relu op's own kernel.
+        const int64_t n = k.window.n * k.window.o * k.window.oh * k.window.ow;
+        CUDA_RETURN_IF_ERROR(
+            LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, k.y[0], n, false, state_->stream));
       }
       break;
     case KernelOp::kConv2dGradInput:

@@ -43,50 +43,6 @@ absl::Status ResolveOne(const Plan& plan, const Instruction& instr, char* base,
   return resolver == nullptr ? absl::OkStatus() : resolver(r, k);
 }
 
-}  // namespace
-
-bool OverlapsOperands(const Plan& plan, const Buffer& h, const Instruction& instr) {
-  for (const std::vector<int>* ids : {&instr.inputs, &instr.outputs}) {
-    for (int id : *ids) {
-      const Buffer& b = plan.buffers[id];
-      if (b.offset < h.offset + h.bytes && h.offset < b.offset + b.bytes) return true;
-    }
-  }
-  return false;
-}
-
-namespace {
-
-// Fuses "y = linear(...); h = act(y)" when nothing can observe y between
-// the two: they are adjacent and no event separates them; and h, which the
-// fused kernel writes while the linear still reads its operands, shares no
-// bytes with them (the memory plan may give h the bytes of an operand the
-// linear reads last: ZeRO-3's gathered bias).
-void FuseLinearActivations(const Plan& plan, std::vector<KernelArgs>& kernels) {
-  for (size_t i = 0; i + 1 < kernels.size(); ++i) {
-    KernelArgs& lin = kernels[i];
-    KernelArgs& act = kernels[i + 1];
-    const Instruction& a = plan.instructions[i];
-    const Instruction& b = plan.instructions[i + 1];
-    // Under bf16 the activation reads the rounded y: not fusible.
-    if (lin.num_bf16 > 0 || act.num_bf16 > 0) continue;
-    if (lin.op != KernelOp::kLinear || !a.record_events.empty() ||
-        !b.wait_events.empty() || b.inputs.empty() ||
-        b.inputs[0] != a.outputs[0] || b.outputs[0] == a.outputs[0] ||
-        OverlapsOperands(plan, plan.buffers[b.outputs[0]], a)) {
-      continue;
-    }
-    Activation kind;
-    if (act.op == KernelOp::kRelu) kind = Activation::kRelu;
-    else if (act.op == KernelOp::kGelu) kind = Activation::kGelu;
-    else if (act.op == KernelOp::kTanh) kind = Activation::kTanh;
-    else continue;
-    lin.act = kind;
-    lin.y[1] = act.y[0];
-    act.op = KernelOp::kFused;
-  }
-}
-
 // precision = bf16: the operands a kernel reads or writes as bf16, to be
 // staged in f32 around it. A cast converts by itself; the optimizer and
 // the other persistent-state ops never see bf16 (plan validation).
@@ -275,7 +231,6 @@ absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
     RETURN_IF_ERROR(ResolveInstruction(plan, plan.instructions[i], arena, device_name,
                                        kernels[i]));
   }
-  FuseLinearActivations(plan, kernels);
   return kernels;
 }
 

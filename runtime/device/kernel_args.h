@@ -6,10 +6,8 @@
 //   ... RunKernel(instr) reads kernels[instr.id], no lookups ...
 //
 // ResolveKernels checks every instruction against the op table (arity,
-// buffer ids, sizes, the optimizer's bucket spans) and fuses
-// "y = linear(...); h = act(y)" into the linear when nothing can observe y
-// in between (adjacent, no events between them): the linear then also
-// writes h (y[1]) and the activation becomes KernelOp::kFused. A backend
+// buffer ids, sizes, the optimizer's bucket spans); one instruction is one
+// kernel (fusions are the plan's: compiler/graph/pipeline.h). A backend
 // adds what only it needs (scratch sizes, library descriptors) after.
 #ifndef TRAINC_RUNTIME_DEVICE_KERNEL_ARGS_H_
 #define TRAINC_RUNTIME_DEVICE_KERNEL_ARGS_H_
@@ -55,8 +53,17 @@ struct Bf16Operand {
   bool native = false;
 };
 
-// Activation fused into a forward linear.
+// The activation a fused forward linear applies (linear_relu, linear_tanh,
+// linear_gelu_erf; compiler/graph/fuse_activation.h).
 enum class Activation : uint8_t { kNone, kRelu, kGelu, kTanh };
+inline Activation ActivationOf(KernelOp op) {
+  switch (op) {
+    case KernelOp::kLinearRelu: return Activation::kRelu;
+    case KernelOp::kLinearTanh: return Activation::kTanh;
+    case KernelOp::kLinearGeluErf: return Activation::kGelu;
+    default: return Activation::kNone;
+  }
+}
 
 // Dropout: the mask is a Philox function of (plan seed, key, global
 // example, element).
@@ -89,7 +96,9 @@ struct KernelArgs {
   const float* x[5] = {};
   float* y[4] = {};  // add_layernorm writes four
 
-  Activation act = Activation::kNone;  // linear: activation applied after
+  // linear_<act>: the activation, applied to y[0] into y[1] (pre kept) or
+  // in place in y[0] (y[1] null: pre not in the plan).
+  Activation act = Activation::kNone;
   // cross_entropy_grad, mse_grad: d(loss) / d(loss sum), 1 / global batch
   // terms.
   float loss_scale = 0;
@@ -161,11 +170,6 @@ inline ShardRange ShardOf(const KernelArgs& k, int rank) {
   return {k.params_sharded ? 0 : begin, k.shard, k.grads_sharded ? 0 : begin};
 }
 
-// Whether `h` shares arena bytes with any input or output of `instr`: a
-// kernel that writes h while it still reads its operands (a fused
-// activation) needs them apart.
-bool OverlapsOperands(const Plan& plan, const Buffer& h, const Instruction& instr);
-
 // True for the ops a device runs (everything but load_batch and
 // all_reduce, which the executor handles).
 bool IsKernelOp(absl::string_view op);
@@ -178,7 +182,7 @@ absl::StatusOr<std::vector<KernelArgs>> ResolveKernels(
 
 // A backend without an op's kernel says so when it prepares the plan, not
 // in the middle of a step: the first instruction that runs a kernel (not
-// kNotCompute or kFused) for which `has(op, instruction id)` is false
+// kNotCompute) for which `has(op, instruction id)` is false
 // fails, naming the backend, the instruction and its op.
 absl::Status MissingKernelError(const Instruction& instr, KernelOp op,
                                 const std::string& device_name);
@@ -188,7 +192,7 @@ absl::Status CheckKernels(const Plan& plan, const std::vector<K>& kernels,
                           absl::FunctionRef<bool(KernelOp, int)> has) {
   for (size_t i = 0; i < kernels.size() && i < plan.instructions.size(); ++i) {
     const KernelOp op = kernels[i].op;
-    if (op == KernelOp::kNotCompute || op == KernelOp::kFused) continue;
+    if (op == KernelOp::kNotCompute) continue;
     if (!has(op, static_cast<int>(i))) {
       return MissingKernelError(plan.instructions[i], op, device_name);
     }

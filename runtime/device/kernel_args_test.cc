@@ -1,7 +1,5 @@
-// ResolveKernels' fusion of a linear and the activation after it: the
-// fused kernel writes the activation's output while it still reads the
-// linear's operands, so it fuses only when those bytes are apart. And a
-// unit family's resolution (compiler/ops/kernel_families.h), group_norm's:
+// ResolveKernels: one kernel per instruction (fusion is the plan's), a
+// fused linear activation's outputs; and a unit family's resolution (compiler/ops/kernel_families.h), group_norm's:
 // its typed sizes from the shapes, its refusals naming the instruction.
 #include "runtime/device/kernel_args.h"
 
@@ -26,48 +24,65 @@ Buffer Make(int id, const char* name, BufferKind kind, std::vector<int64_t> shap
   return b;
 }
 
-// h = relu(linear(x, W, b)) with h at `h_offset` (b lies at 256).
-Plan LinearRelu(int64_t h_offset) {
+// h = relu(linear(x, W, b)): as two instructions, or (`fused`) as one
+// linear_relu writing h alone (`keep_pre`: y and h).
+Plan LinearRelu(bool fused, bool keep_pre = false) {
   Plan plan;
   plan.micro_batch = 2;
   plan.buffers = {Make(0, "x", BufferKind::kInput, {2, 4}, 0),
                   Make(1, "W", BufferKind::kParameter, {3, 4}, 64),
                   Make(2, "b", BufferKind::kParameter, {3}, 256),
                   Make(3, "y", BufferKind::kActivation, {2, 3}, 320),
-                  Make(4, "h", BufferKind::kActivation, {2, 3}, h_offset)};
+                  Make(4, "h", BufferKind::kActivation, {2, 3}, 384)};
   Instruction linear;
   linear.id = 0;
-  linear.op = "linear";
+  linear.op = fused ? "linear_relu" : "linear";
   linear.inputs = {0, 1, 2};
-  linear.outputs = {3};
-  Instruction relu;
-  relu.id = 1;
-  relu.op = "relu";
-  relu.inputs = {3};
-  relu.outputs = {4};
-  plan.instructions = {linear, relu};
+  linear.outputs = !fused ? std::vector<int>{3} : keep_pre ? std::vector<int>{3, 4}
+                                                           : std::vector<int>{4};
+  plan.instructions = {linear};
+  if (!fused) {
+    Instruction relu;
+    relu.id = 1;
+    relu.op = "relu";
+    relu.inputs = {3};
+    relu.outputs = {4};
+    plan.instructions.push_back(relu);
+  }
   plan.arena_bytes = 512;
   return plan;
 }
 
-TEST(KernelArgs, FusesALinearAndItsActivationWhenTheirBytesAreApart) {
+// Fusion is the plan's (compiler/graph/fuse_activation.h): a linear and
+// the relu after it stay two kernels.
+TEST(KernelArgs, ResolvesEachInstructionAsItsOwnKernel) {
   std::vector<char> arena(512);
   absl::StatusOr<std::vector<KernelArgs>> k =
-      ResolveKernels(LinearRelu(/*h_offset=*/384), arena.data(), arena.size(), "test");
+      ResolveKernels(LinearRelu(/*fused=*/false), arena.data(), arena.size(), "test");
   ASSERT_TRUE(k.ok()) << k.status();
-  EXPECT_EQ((*k)[0].act, Activation::kRelu);
-  EXPECT_EQ((*k)[1].op, KernelOp::kFused);
+  EXPECT_EQ((*k)[0].op, KernelOp::kLinear);
+  EXPECT_EQ((*k)[0].act, Activation::kNone);
+  EXPECT_EQ((*k)[0].y[1], nullptr);
+  EXPECT_EQ((*k)[1].op, KernelOp::kRelu);
 }
 
-TEST(KernelArgs, DoesNotFuseWhenTheActivationReusesAnOperandsBytes) {
-  // h over the bias (its last reader is the linear: ZeRO-3's gathered
-  // bias): fused, the kernel would overwrite b while it still reads it.
+// linear_relu: the activation in place in y[0] without pre, into y[1]
+// with it.
+TEST(KernelArgs, ALinearActivationWritesPreOnlyWhenThePlanKeepsIt) {
   std::vector<char> arena(512);
-  absl::StatusOr<std::vector<KernelArgs>> k =
-      ResolveKernels(LinearRelu(/*h_offset=*/256), arena.data(), arena.size(), "test");
-  ASSERT_TRUE(k.ok()) << k.status();
-  EXPECT_EQ((*k)[0].act, Activation::kNone);
-  EXPECT_EQ((*k)[1].op, KernelOp::kRelu);
+  absl::StatusOr<std::vector<KernelArgs>> alone =
+      ResolveKernels(LinearRelu(/*fused=*/true), arena.data(), arena.size(), "test");
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ((*alone)[0].op, KernelOp::kLinearRelu);
+  EXPECT_EQ((*alone)[0].act, Activation::kRelu);
+  EXPECT_EQ((*alone)[0].y[0], reinterpret_cast<float*>(arena.data() + 384));
+  EXPECT_EQ((*alone)[0].y[1], nullptr);
+  EXPECT_EQ((*alone)[0].rows, 2);
+  absl::StatusOr<std::vector<KernelArgs>> kept = ResolveKernels(
+      LinearRelu(/*fused=*/true, /*keep_pre=*/true), arena.data(), arena.size(), "test");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ((*kept)[0].y[0], reinterpret_cast<float*>(arena.data() + 320));
+  EXPECT_EQ((*kept)[0].y[1], reinterpret_cast<float*>(arena.data() + 384));
 }
 
 // group_norm of x (`shape`, weight and bias of `channels`) in `groups`.

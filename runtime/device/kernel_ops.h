@@ -35,7 +35,7 @@ class KernelTable {
     std::array<Fn, kNumKernelFamilies> of_family{};
     for (const auto& [family, fn] : bound) of_family[static_cast<int>(family)] = fn;
     KernelTable t;
-    for (int i = 2; i < kNumKernelOps; ++i) {
+    for (int i = 1; i < kNumKernelOps; ++i) {
       const KernelOp op = static_cast<KernelOp>(i);
       t[op] = of_family[static_cast<int>(FamilyOf(op))];
     }

@@ -45,7 +45,7 @@ using Resolver = absl::Status (*)(const Resolving& r, KernelArgs& k);
 TRAINC_KERNEL_FAMILIES(TRAINC_RESOLVER_DECL)
 #undef TRAINC_RESOLVER_DECL
 
-// The resolver of `op`'s family; null for kNotCompute and kFused.
+// The resolver of `op`'s family; null for kNotCompute.
 Resolver ResolverOf(KernelOp op);
 
 }  // namespace trainc::resolve

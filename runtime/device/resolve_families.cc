@@ -65,7 +65,9 @@ absl::Status ResolveWindow(const Resolving& r, KernelArgs& k) {
   RETURN_IF_ERROR(TakeWorkspace(r, k));
 
   WindowGeometry& g = k.window;
-  const bool conv = k.op == KernelOp::kConv2d || k.op == KernelOp::kConv2dGradInput ||
+  // conv2d_relu: conv2d's operands, y the relu of the convolution.
+  const bool conv_forward = k.op == KernelOp::kConv2d || k.op == KernelOp::kConv2dRelu;
+  const bool conv = conv_forward || k.op == KernelOp::kConv2dGradInput ||
                     k.op == KernelOp::kConv2dGradParams;
   // The image side: x for the forward ops and grad_params, dx otherwise.
   const bool image_is_output = k.op == KernelOp::kConv2dGradInput ||
@@ -74,7 +76,7 @@ absl::Status ResolveWindow(const Resolving& r, KernelArgs& k) {
   const Buffer& image = image_is_output ? r.out(0)
                         : k.op == KernelOp::kConv2dGradParams ? r.in(1)
                                                               : r.in(0);
-  const Buffer& other = k.op == KernelOp::kConv2d || k.op == KernelOp::kMaxPool2d ||
+  const Buffer& other = conv_forward || k.op == KernelOp::kMaxPool2d ||
                                 k.op == KernelOp::kAvgPool2d
                             ? r.out(0)
                             : r.in(0);
@@ -93,7 +95,7 @@ absl::Status ResolveWindow(const Resolving& r, KernelArgs& k) {
     g.o = weight.shape[0];
     g.kh = weight.shape[2];
     g.kw = weight.shape[3];
-    if (k.op == KernelOp::kConv2d) {
+    if (conv_forward) {
       g.has_bias = r.instr.inputs.size() == 3;
       if (g.has_bias && Elements(r.in(2)) != g.o) return r.Fail("bias size");
       if (!g.has_bias) k.x[2] = nullptr;
@@ -141,17 +143,20 @@ absl::Status ResolveLinear(const Resolving& r, KernelArgs& k) {
   k.out = w.shape[0];
   k.in = w.shape[1];
   const Buffer& batch_side = r.in(0);  // x or dy
-  const bool forward = k.op == KernelOp::kLinear || k.op == KernelOp::kLinearGelu;
+  k.act = ActivationOf(k.op);
+  const bool forward =
+      k.op == KernelOp::kLinear || k.op == KernelOp::kLinearGelu || k.act != Activation::kNone;
   const int64_t per_row = forward ? k.in : k.out;
   if (per_row == 0 || Elements(batch_side) % per_row != 0) {
     return r.Fail("batch input does not match the weight");
   }
   k.rows = Elements(batch_side) / per_row;
   if (forward) {
-    // linear_gelu: y[0] is pre (the linear's output), y[1] its gelu.
-    if (Elements(r.out(0)) != k.rows * k.out) return r.Fail("y size");
-    if (k.op == KernelOp::kLinearGelu && Elements(r.out(1)) != k.rows * k.out) {
-      return r.Fail("gelu output size");
+    // linear_gelu, and linear_<act> with pre kept: y[0] is pre (the
+    // linear's output), y[1] its activation. linear_<act> without pre:
+    // y[0] is the activation, y[1] null.
+    for (size_t j = 0; j < r.instr.outputs.size(); ++j) {
+      if (Elements(r.out(static_cast<int>(j))) != k.rows * k.out) return r.Fail("y size");
     }
     if (r.instr.inputs.size() < 3) k.x[2] = nullptr;  // no bias
     else if (Elements(r.in(2)) != k.out) return r.Fail("bias size");

@@ -129,7 +129,6 @@ absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device, bool compile
     options.bf16_staging = CudaBf16StagingBytes;
   } else {
     options.workspace = cpu::WorkspaceBytes;
-    options.writes_next_outputs = cpu::ConvAbsorbsNextRelu;
   }
   return options;
 }

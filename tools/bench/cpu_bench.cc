@@ -274,7 +274,6 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
   if (model.ctx > 0) overrides.push_back({"ctx", absl::StrCat(model.ctx)});
   PlanOptions options;
   options.workspace = cpu::WorkspaceBytes;  // oneDNN's, for the CNN
-  options.writes_next_outputs = cpu::ConvAbsorbsNextRelu;
   return bench::PlanFile(model.train_file, overrides, options);
 }
 
