@@ -69,6 +69,11 @@ const std::map<std::string, Example>& Examples() {
       // 8 outputs: on CUDA the cublasLt GELU_AUX_BIAS epilogue (its aux
       // leading dimension must be a multiple of 8).
       {"linear_gelu", {{{{4, 3}}, {{8, 3}}, {{8}}}, {{{4, 8}}, {{4, 8}}}, {}}},
+      // linear_relu without pre (on CUDA the RELU_BIAS epilogue, 8 outputs);
+      // linear_tanh and linear_gelu_erf with pre, 5 outputs.
+      {"linear_relu", {{{{4, 3}}, {{8, 3}}, {{8}}}, {{{4, 8}}}, {}}},
+      {"linear_tanh", {{{{4, 3}}, {{5, 3}}, {{5}}}, {{{4, 5}}, {{4, 5}}}, {}}},
+      {"linear_gelu_erf", {{{{4, 3}}, {{5, 3}}, {{5}}}, {{{4, 5}}, {{4, 5}}}, {}}},
       // 16 inputs: on CUDA the cublasLt DGELU epilogue (its aux leading
       // dimension, in, must be a multiple of 8).
       {"linear_grad_input_gelu", {{{{4, 8}}, {{8, 16}}, {{4, 16}}}, {{{4, 16}}, W()}, {}}},
@@ -96,6 +101,10 @@ const std::map<std::string, Example>& Examples() {
       {"cross_entropy_fused", {{{{4, 5}}, {{4}, 5}}, {{{1}}, {{4, 5}}}, {{"scale", 0.25}}}},
       {"mse", {{{{4, 3}}, {{4, 3}}}, {{{1}}}, {}}},
       {"conv2d",
+       {{{{2, 3, 5, 5}}, {{4, 3, 3, 3}}, {{4}}},
+        {{{2, 4, 5, 5}}, W()},
+        {{"stride", 1}, {"padding", 1}}}},
+      {"conv2d_relu",
        {{{{2, 3, 5, 5}}, {{4, 3, 3, 3}}, {{4}}},
         {{{2, 4, 5, 5}}, W()},
         {{"stride", 1}, {"padding", 1}}}},

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -138,6 +139,15 @@ TEST(KernelsTest, LinearForwardWithFusedActivations) {
   LinearForward(x.data(), w.data(), b.data(), kB, kIn, kOut, y.data(),
                 Activation::kTanh, h.data());
   ExpectNear(h, tanh_ref, 1e-5, 1e-6);
+  // Without act_out (linear_<act> without pre) the activation is written
+  // over y: the same bits as into act_out.
+  for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kTanh}) {
+    Vec in_place(kB * kOut);
+    LinearForward(x.data(), w.data(), b.data(), kB, kIn, kOut, y.data(), act, h.data());
+    LinearForward(x.data(), w.data(), b.data(), kB, kIn, kOut, in_place.data(), act, nullptr);
+    EXPECT_EQ(std::memcmp(in_place.data(), h.data(), h.size() * sizeof(float)), 0)
+        << static_cast<int>(act);
+  }
 
   // No bias.
   LinearForward(x.data(), w.data(), nullptr, kB, kIn, kOut, y.data(),

@@ -244,35 +244,26 @@ TEST(CudaDeviceTest, LinearTf32) {
   ExpectMatchesCpu(LinearPlan(true, true), kTf32Tol);
 }
 
-// linear followed by each activation: the fused paths (ReLU in the cublasLt
-// epilogue when y is dead; activation kernel after the GEMM otherwise).
-TEST(CudaDeviceTest, LinearActivationFusion) {
+// The plan's linear activations (compiler/graph/fuse_activation.h):
+// linear_relu without pre is one cublasLt GEMM with the RELU(_BIAS)
+// epilogue; with pre, and linear_tanh / linear_gelu_erf, the GEMM then the
+// activation's kernel (in place without pre); with and without a bias.
+TEST(CudaDeviceTest, LinearActivations) {
   SKIP_WITHOUT_GPU();
-  for (const char* act : {"relu", "gelu", "tanh"}) {
-    for (bool y_read_later : {false, true}) {
-      PlanBuilder p;
-      int x = p.Add("x", {B, IN});
-      int w = p.Add("w", {OUT, IN});
-      int b = p.Add("b", {OUT});
-      int y = p.Add("y", {B, OUT});
-      int h = p.Add("h", {B, OUT});
-      int z = p.Add("z", {B, OUT});
-      p.Instr("linear", {x, w, b}, {y});
-      p.Instr(act, {y}, {h});
-      if (y_read_later) p.Instr("add", {y, h}, {z});
-      SCOPED_TRACE(absl::StrCat(act, y_read_later ? " (y read later)" : ""));
-      // y is only compared when the plan reads it; a dead y may be skipped.
-      if (y_read_later) {
+  for (const char* op : {"linear_relu", "linear_gelu_erf", "linear_tanh"}) {
+    for (bool keep_pre : {false, true}) {
+      for (bool bias : {true, false}) {
+        PlanBuilder p;
+        int x = p.Add("x", {B, IN});
+        int w = p.Add("w", {OUT, IN});
+        int b = p.Add("b", {OUT});
+        int y = p.Add("y", {B, OUT});
+        int h = p.Add("h", {B, OUT});
+        std::vector<int> inputs = {x, w};
+        if (bias) inputs.push_back(b);
+        p.Instr(op, inputs, keep_pre ? std::vector<int>{y, h} : std::vector<int>{h});
+        SCOPED_TRACE(absl::StrCat(op, keep_pre ? " pre" : "", bias ? " bias" : ""));
         ExpectMatchesCpu(p.plan, kFp32Tol);
-      } else {
-        const std::vector<char> init = RandomArena(p.plan, 0, 7);
-        CpuDevice cpu;
-        std::vector<char> want, got;
-        ASSERT_TRUE(RunOn(cpu, p.plan, init, {}, 1, &want).ok());
-        auto cuda = CreateCudaDevice(0);
-        ASSERT_TRUE(cuda.ok()) << cuda.status();
-        ASSERT_TRUE(RunOn(**cuda, p.plan, init, {}, 1, &got).ok());
-        EXPECT_LE(RelErr(p.plan, h, got, want), kFp32Tol);
       }
     }
   }
@@ -1095,8 +1086,9 @@ TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
 // Every window op both ways: a biased and a bias-free convolution, strides,
 // padding, overlapping max-pooling windows whose padding must never win
 // (c2 is about half negative), average pooling counting its padding, a
-// global average, two convolutions reading p1 (dx accumulates) and three
-// pools reading c2 (their gradients accumulate). No ReLU comes right
+// global average, two convolutions reading p1 (dx accumulates), three
+// pools reading c2 (their gradients accumulate) and a convolution's relu
+// (c3: conv2d_relu, the plan's fusion). No ReLU comes right
 // before a max pool: a window of tied zeros may send its gradient to a
 // different (equally valid) element on each backend. With 8 and 16
 // channels the CPU keeps some images channel-blocked (8-wide blocks; 16
@@ -1111,7 +1103,7 @@ constexpr char kCnnModel[] = R"(
   c2     = c2a + c2b
   p2     = max_pool2d(c2, 3, stride = 2, padding = 1)
   a2     = avg_pool2d(c2, 3, stride = 1, padding = 1)
-  c3     = conv2d(a2, 5, kernel = 3, stride = 2, padding = 1)
+  c3     = relu(conv2d(a2, 5, kernel = 3, stride = 2, padding = 1))
   g      = linear(global_avg_pool(c2), 4)
   h      = linear(flatten(p2), 4)
   logits = linear(flatten(c3), 4) + g + h
@@ -1183,22 +1175,6 @@ std::vector<float> AsFloats(const Buffer& b, const char* raw) {
     std::memcpy(out.data(), raw, b.bytes);
   }
   return out;
-}
-
-// The buffers `instr` may write: its outputs, and those of an activation
-// that ResolveKernels fuses into a linear right before it (the linear
-// writes them).
-std::vector<int> WrittenBy(const Plan& plan, const Instruction& instr) {
-  std::vector<int> written = instr.outputs;
-  const size_t next = static_cast<size_t>(instr.id) + 1;
-  if (instr.op == "linear" && next < plan.instructions.size()) {
-    const Instruction& act = plan.instructions[next];
-    if ((act.op == "relu" || act.op == "gelu" || act.op == "tanh") &&
-        !act.inputs.empty() && act.inputs[0] == instr.outputs[0]) {
-      written.insert(written.end(), act.outputs.begin(), act.outputs.end());
-    }
-  }
-  return written;
 }
 
 // A [N, C, H, W] buffer of the CPU backend's channel-blocked layout
@@ -1276,7 +1252,7 @@ int ExpectSameStep(const Plan& plan, CpuDevice& cpu, Device& gpu, double tol) {
     const std::string what =
         absl::StrCat("instruction ", instr.id, " \"", instr.label,
                      "\" (micro-step ", instr.micro_step, ")");
-    const std::vector<int> written = WrittenBy(plan, instr);
+    const std::vector<int>& written = instr.outputs;
     before = arena;
     std::vector<int> operands = instr.inputs;
     operands.insert(operands.end(), written.begin(), written.end());
@@ -1348,11 +1324,8 @@ void ExpectCnnMatchesCpu(int accumulate, bool tf32, double tol,
   absl::StatusOr<Plan> plan =
       CompileCnn(accumulate, tf32, CpuAndCudaWorkspace(), precision);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  // Every instruction's outputs are compared: the CPU must write each
-  // convolution's own output too.
-  CpuDeviceOptions unfused;
-  unfused.fuse_conv_relu = false;
-  CpuDevice cpu(unfused);
+  // Every instruction's outputs are compared (conv2d_relu's: the relu).
+  CpuDevice cpu;
   auto cuda = CreateCudaDevice(0);
   ASSERT_TRUE(cuda.ok()) << cuda.status();
   const int compared = ExpectSameStep(*plan, cpu, **cuda, tol);
@@ -1370,7 +1343,7 @@ TEST(CudaCnnTest, ModelCoversEveryWindowOpAndAccumulation) {
     if (acc != in.attrs.end() && acc->second == 1) ++accumulated[in.op];
   }
   for (const char* op :
-       {"conv2d", "conv2d_grad_input", "conv2d_grad_params", "max_pool2d",
+       {"conv2d", "conv2d_relu", "conv2d_grad_input", "conv2d_grad_params", "max_pool2d",
         "max_pool2d_grad", "avg_pool2d", "avg_pool2d_grad", "reshape"}) {
     EXPECT_GT(seen[op], 0) << op;
   }
