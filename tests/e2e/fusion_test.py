@@ -2,8 +2,10 @@
 gradient as one instruction (compiler/graph/fuse_classifier.h), each
 MLP's linear with its tanh GELU (compiler/graph/fuse_linear_gelu.h), in
 the backward each MLP's projection input gradient with the GELU's gradient
-(compiler/graph/fuse_linear_gelu_grad.h), and each residual add with the
-layernorm of its sum (compiler/graph/fuse_add_layernorm.h). The fused plan
+(compiler/graph/fuse_linear_gelu_grad.h), each residual add with the
+layernorm of its sum (compiler/graph/fuse_add_layernorm.h), and a linear or
+convolution with the activation after it (compiler/graph/fuse_activation.h:
+linear_relu, linear_tanh, linear_gelu_erf, conv2d_relu). The fused plan
 trains on the same bits as the unfused one (fp32, bf16 and fp32 with
 recomputation, two ranks, all four fusions), the plan file shows the
 fused instructions, and
@@ -38,6 +40,31 @@ class FusionTest(unittest.TestCase):
                 runs[fusion] = e2e.read_checkpoint(out)[0]
             e2e.assert_same_bits(self, runs["false"], runs["true"],
                                  f"{precision}, recompute {recompute}")
+
+    def test_activation_fusions_train_the_same_bits(self):
+        # fashion_cnn: each conv2d and its relu as conv2d_relu, the hidden
+        # linear and its relu as linear_relu; autoencoder_mse: linear_tanh;
+        # residual_mlp: linear_gelu_erf (pre kept for gelu_grad). bf16
+        # leaves them apart; fp32 fuses (compiler/graph/fuse_activation.h).
+        e2e.need_fashion_mnist(self)
+        fused_ops = {"fashion_cnn": {"conv2d_relu", "linear_relu"},
+                     "autoencoder_mse": {"linear_tanh"},
+                     "residual_mlp": {"linear_gelu_erf"}}
+        for example, want in fused_ops.items():
+            train_file = e2e.runfile(f"dsl_examples/{example}.train")
+            path = f"{self.dir}/{example}.plan"
+            e2e.train(train_file, "--device", "cpu", "--compile-only", "-o", path)
+            with open(path) as f:
+                ops = set(re.findall(r"^instr \d+ op=(\w+) ", f.read(), re.M))
+            self.assertLessEqual(want, ops, example)
+            runs = {}
+            for fusion in ("true", "false"):
+                out = f"{self.dir}/{example}_{fusion}.safetensors"
+                e2e.train(train_file, "--device", "cpu", "--seed", e2e.SEED, "--gpus", 1,
+                          "--micro_batch", 16, "--steps", 3, "--no-eval", "--fusion", fusion,
+                          "--save", out, timeout=600)
+                runs[fusion] = e2e.read_checkpoint(out)[0]
+            e2e.assert_same_bits(self, runs["false"], runs["true"], example)
 
     def test_the_plan_shows_the_fused_instruction(self):
         ops, mlp = {}, {}
