@@ -122,7 +122,8 @@ struct Kernel : KernelArgs {
 // precision = bf16: a linear op whose two GEMM operands are both bf16
 // reads them as they are (Kernel::gemm_bf16), the bias gradient's column
 // sum reading dy as bf16 too; its bf16 outputs are cuBLAS's D (and
-// linear_gelu's aux), unless an activation fused into the linear reads y;
+// linear_gelu's aux); linear_relu, linear_tanh and linear_gelu_erf (their
+// activation reads y in f32 after the GEMM) stay staged;
 // linear_grad_input_gelu's bf16 dpre with its bf16 pre (the DGELU aux),
 // both or neither.
 // (cublaslt_gemm.cc)
