@@ -37,7 +37,7 @@ timeout 60 "$chrome" "${flags[@]}" --dump-dom "file://$tmp/report.html" \
 fail() { echo "FAIL: $*"; exit 1; }
 for needle in 'id="graph"' 'id="timeline"' 'id="overlap"' 'id="buckets"' \
               'id="memory"' 'id="batch"' 'class="node"' 'class="bar allreduce"' \
-              'rank 1 comm' 'h1.0 = linear' 'id="scaling-table"' \
+              'rank 1 comm' 'h1 = linear_relu' 'id="scaling-table"' \
               'class="point step"' 'class="point efficiency"'; do
   grep -q -- "$needle" "$tmp/dom.html" || fail "DOM lacks $needle"
 done
