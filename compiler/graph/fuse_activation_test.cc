@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/graph/graph_test_util.h"
+#include "compiler/graph/testing/graph_test_util.h"
 #include "compiler/planner/planner.h"
 #include "gtest/gtest.h"
 
