@@ -1,12 +1,11 @@
 #include "runtime/cpu/attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/store.h"
 
 namespace trainc::cpu {
@@ -93,8 +92,8 @@ Rows HeadRows(const attention::Geometry& g, const float* qkv, int64_t b, int64_t
 // (keys [0, i1) only).
 void BlockScores(const attention::Geometry& g, Rows q, Rows k, int64_t i0, int64_t i1,
                  float* s) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, g.head_dim, g.Scale(),
-              q.data + i0 * q.ld, q.ld, k.data, k.ld, 0.0f, s, i1);
+  Sgemm(false, true, i1 - i0, i1, g.head_dim, g.Scale(), q.data + i0 * q.ld, q.ld, k.data, k.ld,
+        0.0f, s, i1);
 }
 
 // In place over BlockScores' s, the backward's probabilities from the
@@ -162,8 +161,8 @@ void Attention(const attention::Geometry& g, const float* qkv, float* y, float* 
           BlockScores(g, q, k, i0, i1, s.p.data());
           BlockSoftmax(i0, i1, s.p.data(), lh);
           // Y[i0:i1] = P V[0:i1], into y's head columns.
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, d, i1, 1.0f,
-                      s.p.data(), i1, v.data, v.ld, 0.0f, yh + i0 * Y, Y);
+          Sgemm(false, false, i1 - i0, d, i1, 1.0f, s.p.data(), i1, v.data, v.ld, 0.0f,
+                yh + i0 * Y, Y);
         }
       }
     }
@@ -201,20 +200,18 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
           BlockScores(g, q, k, i0, i1, p);
           BlockProbs(lh, i0, i1, p);
           // dP = dY V^T, then in place dS = P (dP - delta) scale (0 where P is).
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, i1, d, 1.0f,
-                      dyh + i0 * Y, Y, v.data, v.ld, 0.0f, ds, i1);
+          Sgemm(false, true, rows, i1, d, 1.0f, dyh + i0 * Y, Y, v.data, v.ld, 0.0f, ds, i1);
           for (int64_t i = i0; i < i1; ++i) {
             const float* pr = p + (i - i0) * i1;
             float* dsr = ds + (i - i0) * i1;
             for (int64_t j = 0; j < i1; ++j) dsr[j] = pr[j] * (dsr[j] - dh[i]) * scale;
           }
           // dQ'[i0:i1] = dS K'; dK'[0:i1] += dS^T Q'; dV[0:i1] += P^T dY.
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, i1, 1.0f, ds, i1,
-                      k.data, k.ld, 0.0f, s.dq.data() + i0 * d, d);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, d, rows, 1.0f, ds, i1,
-                      q.data + i0 * q.ld, q.ld, 1.0f, s.dk.data(), d);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, d, rows, 1.0f, p, i1,
-                      dyh + i0 * Y, Y, 1.0f, s.dv.data(), d);
+          Sgemm(false, false, rows, d, i1, 1.0f, ds, i1, k.data, k.ld, 0.0f,
+                s.dq.data() + i0 * d, d);
+          Sgemm(true, false, i1, d, rows, 1.0f, ds, i1, q.data + i0 * q.ld, q.ld, 1.0f,
+                s.dk.data(), d);
+          Sgemm(true, false, i1, d, rows, 1.0f, p, i1, dyh + i0 * Y, Y, 1.0f, s.dv.data(), d);
         }
         StoreHead(g, s.rope, g.rope, s.dq, b, g.QOffset(h), accumulate, dqkv);
       }

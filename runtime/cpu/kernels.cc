@@ -7,13 +7,14 @@
 #include <cstring>
 
 #include "compiler/ops/pointwise.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/store.h"
 #include "runtime/device/philox.h"
 
 // The repository builds for x86-64-v2 (SSE4.2) so its binaries run anywhere;
 // the elementwise loops below are the only hand-written hot code, so they
 // get AVX2 and AVX-512 clones chosen by the loader (GNU ifunc). OpenBLAS
-// does its own dispatch.
+// and oneDNN do their own dispatch.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TRAINC_SIMD_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -29,8 +30,7 @@ void SetBlasThreads(int threads) { openblas_set_num_threads(threads); }
 TRAINC_SIMD_CLONES
 void LinearForward(const float* x, const float* w, const float* b, int64_t rows,
                    int64_t in, int64_t out, float* y, Activation act, float* act_out) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x,
-              in, w, in, 0.0f, y, out);
+  Sgemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
   // One pass over y adds the bias and applies a fused activation (into
   // act_out, or over y itself), element by element as the activation's
   // own kernel would.
@@ -58,16 +58,14 @@ void LinearForward(const float* x, const float* w, const float* b, int64_t rows,
 
 void LinearGradInput(const float* dy, const float* w, int64_t rows, int64_t in,
                      int64_t out, bool accumulate, float* dx) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f,
-              dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in);
+  Sgemm(false, false, rows, in, out, 1.0f, dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in);
 }
 
 TRAINC_SIMD_CLONES
 void LinearGradParams(const float* dy, const float* x, int64_t rows,
                       int64_t in, int64_t out, bool accumulate, float* dw,
                       float* __restrict db) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0f, dy,
-              out, x, in, accumulate ? 1.0f : 0.0f, dw, in);
+  Sgemm(true, false, out, in, rows, 1.0f, dy, out, x, in, accumulate ? 1.0f : 0.0f, dw, in);
   if (db == nullptr) return;
   // Row by row so the inner loop is a contiguous vector add.
   if (!accumulate) std::fill(db, db + out, 0.0f);

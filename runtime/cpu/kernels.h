@@ -7,7 +7,7 @@
 // Conventions. Row-major; `rows` is the batch dimension. Every kernel that
 // writes a gradient takes `accumulate` (false: out = v, true: out += v).
 // Outputs must not alias inputs unless stated. Matrix products go to
-// OpenBLAS (cblas_sgemm); the elementwise loops are written so the compiler
+// OpenBLAS or oneDNN (gemm.h's Sgemm); the elementwise loops are written so the compiler
 // vectorises them, and are cloned for AVX2/AVX-512 (picked at load time).
 #ifndef TRAINC_RUNTIME_CPU_KERNELS_H_
 #define TRAINC_RUNTIME_CPU_KERNELS_H_
