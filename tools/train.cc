@@ -35,6 +35,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/hf_folder.h"
 #include "runtime/comm/mpi/mpi_communicator.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/launch/launcher.h"
 #include "runtime/launch/rank_env.h"
@@ -266,6 +267,20 @@ void AddRunExecutionOptions(Args* args, OptionParser& parser) {
              absl::StrCat("OpenBLAS and oneDNN threads per rank (default ", train->blas_threads,
                           ")"),
              InRange(&train->blas_threads, 1, 1024))
+      .Value({"--blas"}, absl::StrJoin(EnumNames<cpu::BlasChoice>(), "|"),
+             "CPU: the library of the matrix products (default auto: oneDNN when "
+             "OpenBLAS runs a fallback far below the CPU's instruction set, else "
+             "OpenBLAS; TRAINC_BLAS sets what auto means)",
+             [train](const std::string& v) -> absl::Status {
+               const std::optional<cpu::BlasChoice> blas = ParseEnum<cpu::BlasChoice>(v);
+               if (!blas) {
+                 return absl::InvalidArgumentError(absl::StrCat(
+                     "'", v, "' is not one of ",
+                     absl::StrJoin(EnumNames<cpu::BlasChoice>(), ", ")));
+               }
+               train->blas = *blas;
+               return absl::OkStatus();
+             })
       .Value({"--comm"}, absl::StrJoin(EnumNames<CommKind>(), "|"),
              "the ranks' communicator (default auto: mpi when started by mpirun, else "
              "gloo). mpi: Open MPI's shared-memory collectives, for jobs started as "

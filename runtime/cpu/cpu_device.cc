@@ -11,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/cpu/blas_info.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/dnnl_ops.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device/bf16.h"
 #include "runtime/device/kernel_args.h"
@@ -155,6 +157,9 @@ CpuDevice::CpuDevice(CpuDeviceOptions options)
     cpu::SetBlasThreads(options.blas_threads);
     cpu::SetDnnlThreads(options.blas_threads);
   }
+  // A bad TRAINC_BLAS is the caller's to report (train does); here it is auto.
+  const cpu::BlasChoice blas = cpu::WithBlasEnv(options.blas).value_or(options.blas);
+  cpu::SetGemmLibrary(cpu::ResolveBlas(blas, cpu::DescribeBlas()));
   state_->worker = std::thread([s = state_.get()] { s->WorkerLoop(); });
 }
 

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/device/device.h"
 
 namespace trainc {
@@ -34,6 +35,10 @@ struct CpuDeviceOptions {
   // starve the comm thread; a single-rank run on an idle machine may set
   // more. <= 0 leaves OpenBLAS's own setting (OPENBLAS_NUM_THREADS) alone.
   int blas_threads = 1;
+  // The matrix products' library (runtime/cpu/gemm.h), process-wide: kAuto
+  // is TRAINC_BLAS when that names a library, else oneDNN when OpenBLAS
+  // runs a fallback core, else OpenBLAS.
+  cpu::BlasChoice blas = cpu::BlasChoice::kAuto;
 };
 
 class CpuDevice : public Device {

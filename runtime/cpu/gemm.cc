@@ -47,6 +47,11 @@ absl::StatusOr<BlasChoice> BlasChoiceFromEnv() {
   return *choice;
 }
 
+absl::StatusOr<BlasChoice> WithBlasEnv(BlasChoice choice) {
+  if (choice != BlasChoice::kAuto) return choice;
+  return BlasChoiceFromEnv();
+}
+
 GemmLibrary ResolveBlas(BlasChoice choice, const BlasInfo& info) {
   switch (choice) {
     case BlasChoice::kOpenBlas: return GemmLibrary::kOpenBlas;
@@ -73,7 +78,7 @@ std::string GemmSummary(GemmLibrary library, BlasChoice choice, const BlasInfo& 
           ? absl::StrCat("auto: ", info.library, " would run its ", info.core, " kernels",
                          info.core_from_env ? " (OPENBLAS_CORETYPE set by the environment)" : "",
                          ", a fallback")
-          : "--blas onednn";
+          : "asked for (--blas or TRAINC_BLAS)";
   return absl::StrCat(OneDnnSummary(), " (CPU: ", IsaName(info.isa), "); ", why);
 }
 

@@ -43,10 +43,12 @@ struct EnumTable<cpu::BlasChoice> {
 
 namespace cpu {
 
-// TRAINC_BLAS (auto, openblas or onednn; unset or empty: auto): the default
-// of --blas, how a whole test suite is run on one library. An error names
+// TRAINC_BLAS (auto, openblas or onednn; unset or empty: auto): what --blas
+// auto means, how a whole test suite is run on one library. An error names
 // the variable and the values it takes.
 absl::StatusOr<BlasChoice> BlasChoiceFromEnv();
+// `choice`, or for kAuto BlasChoiceFromEnv().
+absl::StatusOr<BlasChoice> WithBlasEnv(BlasChoice choice);
 
 // The library `choice` runs on this machine: kAuto is oneDNN when
 // `info.fallback` (OpenBLAS's kernels, whoever chose them, are far below the

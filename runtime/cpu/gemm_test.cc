@@ -68,7 +68,7 @@ TEST_F(GemmTest, SummarySaysWhichLibraryAndWhy) {
                 "auto: OpenBLAS 0.3.21 would run its Prescott kernels (OPENBLAS_CORETYPE set by "
                 "the environment), a fallback");
   EXPECT_EQ(GemmSummary(GemmLibrary::kOneDnn, BlasChoice::kOneDnn, Info("SkylakeX", false)),
-            OneDnnSummary() + cpu + "--blas onednn");
+            OneDnnSummary() + cpu + "asked for (--blas or TRAINC_BLAS)");
   EXPECT_EQ(OneDnnSummary().rfind("oneDNN ", 0), 0u) << OneDnnSummary();
   EXPECT_NE(OneDnnSummary().find(" kernels"), std::string::npos) << OneDnnSummary();
 }

@@ -14,6 +14,7 @@
 #include "runtime/cpu/blas_info.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/dnnl_ops.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/store/store_protocol.h"
 
@@ -78,10 +79,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateHostCommunicator(const RankC
   return host_comm;
 }
 
-// The CPU device of one rank, its threads from --blas-threads.
-std::unique_ptr<Device> CreateCpuDevice(const TrainOptions& options, std::ostream& log) {
+// The CPU device of one rank, its threads from --blas-threads and its
+// matrix products' library from --blas (auto: TRAINC_BLAS, else the fallback
+// rule of runtime/cpu/gemm.h).
+absl::StatusOr<std::unique_ptr<Device>> CreateCpuDevice(const TrainOptions& options,
+                                                        std::ostream& log) {
   CpuDeviceOptions cpu;
   cpu.blas_threads = options.blas_threads;
+  ASSIGN_OR_RETURN(cpu.blas, cpu::WithBlasEnv(options.blas));
   // torchrun (and some Slurm setups) export OMP_NUM_THREADS=1; the CPU
   // backend's threads come from --blas-threads instead, whatever it says.
   const char* omp = std::getenv("OMP_NUM_THREADS");
@@ -91,10 +96,11 @@ std::unique_ptr<Device> CreateCpuDevice(const TrainOptions& options, std::ostrea
         << "OpenBLAS and oneDNN run " << options.blas_threads
         << " thread(s) per rank (--blas-threads)\n";
   }
+  auto device = std::make_unique<CpuDevice>(cpu);
   // An OpenBLAS that does not know this CPU model runs far slower kernels.
-  const std::string blas_warning = cpu::BlasFallbackWarning(cpu::DescribeBlas());
-  if (!blas_warning.empty()) log << blas_warning << "\n";
-  return std::make_unique<CpuDevice>(cpu);
+  const std::string warning = cpu::GemmWarning(cpu::GemmLibraryInUse(), cpu::DescribeBlas());
+  if (!warning.empty()) log << warning << "\n";
+  return device;
 }
 
 }  // namespace
@@ -154,7 +160,7 @@ absl::Status CreateRankDevices(const Plan& plan, const RankContext& rank,
                                                            rank.local_rank,
                                                            *devices->host_comm));
   } else {
-    devices->device = CreateCpuDevice(options, log);
+    ASSIGN_OR_RETURN(devices->device, CreateCpuDevice(options, log));
   }
   if (options.wrap_device) devices->device = options.wrap_device(std::move(devices->device));
   devices->zero_sharding.rank = rank.rank;

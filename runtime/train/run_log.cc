@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "runtime/cpu/blas_info.h"
+#include "runtime/cpu/gemm.h"
 
 namespace trainc {
 
@@ -152,7 +153,8 @@ void LogSummary(std::ostream& log, const Plan& plan, const TrainSummary& summary
     log << absl::StrFormat("  eval loss       %.5f\n", summary.eval_loss);
   }
   if (context.device == DeviceKind::kCpu) {
-    log << "  matrix products " << cpu::BlasSummary(cpu::DescribeBlas()) << "\n";
+    log << "  matrix products "
+        << cpu::GemmSummary(cpu::GemmLibraryInUse(), context.blas, cpu::DescribeBlas()) << "\n";
   }
   LogSummaryMemory(log, plan, summary, context.rank);
   if (context.capture != nullptr) LogSummaryCapture(log, *context.capture, summary.steps);

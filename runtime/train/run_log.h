@@ -11,6 +11,7 @@
 #include <string>
 
 #include "compiler/plan/plan.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/exec/executor.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/run_data.h"
@@ -60,6 +61,8 @@ void LogEvaluation(std::ostream& log, const char* line_start, const std::string&
 // What the summary says beside TrainSummary's numbers.
 struct SummaryContext {
   DeviceKind device = DeviceKind::kCpu;
+  // CPU: --blas after TRAINC_BLAS, for why the summary's GEMM library ran.
+  cpu::BlasChoice blas = cpu::BlasChoice::kAuto;
   int rank = 0;
   bool overlap = true;
   int64_t dropped_per_epoch = 0;

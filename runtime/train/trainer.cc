@@ -658,6 +658,7 @@ absl::StatusOr<TrainSummary> Trainer::Finish() {
   }
   SummaryContext context;
   context.device = devices_.kind;
+  context.blas = cpu::WithBlasEnv(options_.blas).value_or(options_.blas);
   context.rank = rank_.rank;
   context.overlap = options_.overlap;
   context.dropped_per_epoch = data_.dropped_per_epoch;

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
 #include "compiler/planner/planner.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/device/device.h"
 
 namespace trainc {
@@ -95,6 +96,8 @@ struct TrainOptions {
   int64_t eval_every = 0;       // > 0: also every this many steps
   int64_t log_every = 0;        // steps between progress lines; 0: automatic
   int blas_threads = 1;         // CPU: OpenBLAS threads per rank
+  // CPU: the matrix products' library (--blas; runtime/cpu/gemm.h).
+  cpu::BlasChoice blas = cpu::BlasChoice::kAuto;
   // > 0: a watchdog (runtime/train/watchdog.h) calls `on_stall` when no
   // step (or evaluation, or checkpoint) has finished for this many seconds.
   int64_t watchdog_seconds = 0;

@@ -186,24 +186,45 @@ class CliTest(unittest.TestCase):
         out = e2e.train(plan, "--device", "cpu", "--steps", 5, "--no-eval").stdout
         self.assertIn("step 5/5", out)
 
-    def test_summary_names_the_blas_kernels(self):
-        # OPENBLAS_CORETYPE from the environment is respected and said, with
-        # no advice to set it; unset, OpenBLAS's own pick is named (the
-        # fallback warning's text is blas_info_test's: no run can force it).
+    def test_summary_names_the_gemm_library(self):
+        # --blas openblas under OPENBLAS_CORETYPE=Prescott: OpenBLAS's
+        # Prescott kernels are named and said set by the environment, with
+        # no advice to set it (the fallback warning's text is gemm_test's:
+        # no run can force OpenBLAS's own fallback). auto under the same
+        # environment leaves that fallback for oneDNN and says why; --blas
+        # onednn names oneDNN's kernels. TRAINC_BLAS="": auto means auto.
         e2e.need_fashion_mnist(self)
         run = ("--device", "cpu", "--steps", 2, "--no-eval")
-        line = r"matrix products +OpenBLAS \S+, (\w+) kernels \(CPU: [^)]+\)(.*)"
-        out = e2e.train(e2e.EXAMPLE, *run, env={"OPENBLAS_CORETYPE": "Prescott"}).stdout
-        m = re.search(line, out)
+        prescott = {"OPENBLAS_CORETYPE": "Prescott", "TRAINC_BLAS": ""}
+        openblas = r"matrix products +OpenBLAS \S+, (\w+) kernels \(CPU: [^)]+\)(.*)"
+        onednn = r"matrix products +oneDNN [\d.]+, (\w+) kernels \(CPU: [^)]+\); (.*)"
+        out = e2e.train(e2e.EXAMPLE, *run, "--blas", "openblas", env=prescott).stdout
+        m = re.search(openblas, out)
         self.assertIsNotNone(m, out)
         self.assertEqual(m.group(1), "Prescott", out)
         self.assertIn("OPENBLAS_CORETYPE set by the environment", m.group(2))
         self.assertNotIn("set OPENBLAS_CORETYPE=", out)
+        out = e2e.train(e2e.EXAMPLE, *run, env=prescott).stdout
+        m = re.search(onednn, out)
+        self.assertIsNotNone(m, out)
+        self.assertEqual(m.group(2), "auto: " + re.search(r"OpenBLAS \S+", out).group(0) +
+                         " would run its Prescott kernels (OPENBLAS_CORETYPE set by the "
+                         "environment), a fallback", out)
+        out = e2e.train(e2e.EXAMPLE, *run, "--blas", "onednn").stdout
+        m = re.search(onednn, out)
+        self.assertIsNotNone(m, out)
+        self.assertRegex(m.group(1), r"^(sse41|avx|avx2|avx2_vnni|avx512_\w+)$")
+        self.assertEqual(m.group(2), "asked for (--blas or TRAINC_BLAS)")
         if "OPENBLAS_CORETYPE" in os.environ:
             self.skipTest("OPENBLAS_CORETYPE is set around the test")
-        m = re.search(line, e2e.train(e2e.EXAMPLE, *run).stdout)
+        m = re.search(openblas, e2e.train(e2e.EXAMPLE, *run, "--blas", "openblas").stdout)
         self.assertIsNotNone(m)
         self.assertNotIn("environment", m.group(2))
+
+    def test_blas_values_are_checked(self):
+        out = e2e.train(e2e.EXAMPLE, "--blas", "mkl", check=False)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("--blas: 'mkl' is not one of auto, openblas, onednn", out.stdout)
 
     def test_output_paths_are_checked_before_training(self):
         d = e2e.tmpdir()

@@ -4,6 +4,7 @@
 //   bazel run //tools/bench:cpu_bench [-- --steps 300 --gpt-steps 40]
 //   bazel run //tools/bench:cpu_bench -- --only gpt [--no-torch]
 //   bazel run //tools/bench:cpu_bench -- --only cnn
+//   bazel run //tools/bench:cpu_bench -- --blas onednn   # or openblas; default auto
 //
 // Three models, each compiled by the real front end (CompileFile with
 // overrides) and planner (BuildPlan), run by the shared Executor on a
@@ -73,6 +74,7 @@
 #include "runtime/comm/mpi/mpi_communicator.h"
 #include "runtime/cpu/blas_info.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/dnnl_ops.h"
 #include "runtime/exec/batch_source.h"
 #include "runtime/exec/executor.h"
@@ -221,6 +223,19 @@ OptionParser MakeParser(Args* args) {
       .Value({"--only"}, "M", "only the model M (mlp, gpt, gpt1024, llama, cnn or wide)",
              model(&args->only))
       .Switch({"--no-torch"}, "do not run the PyTorch reference", [args] { args->torch = false; })
+      // Through the environment: the re-executed workers and every CpuDevice
+      // read it (runtime/cpu/gemm.h).
+      .Value({"--blas"}, absl::StrJoin(EnumNames<cpu::BlasChoice>(), "|"),
+             "the matrix products' library, as train's --blas (sets TRAINC_BLAS)",
+             [](const std::string& v) -> absl::Status {
+               if (!ParseEnum<cpu::BlasChoice>(v)) {
+                 return absl::InvalidArgumentError(absl::StrCat(
+                     "'", v, "' is not one of ",
+                     absl::StrJoin(EnumNames<cpu::BlasChoice>(), ", ")));
+               }
+               setenv("TRAINC_BLAS", v.c_str(), 1);
+               return absl::OkStatus();
+             })
       // What RunTwoRanks passes its workers; not for people.
       .Value({"--worker-mode"}, "MODE", "",
              [args](const std::string& v) {
@@ -630,7 +645,10 @@ void PrintHeader() {
       "cpu_bench: 1 BLAS thread per rank (PyTorch: 1 thread per rank); %ld "
       "CPUs; ratio = our step time / PyTorch's\n",
       sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("matrix products: %s\n", cpu::BlasSummary(cpu::DescribeBlas()).c_str());
+  const cpu::BlasInfo info = cpu::DescribeBlas();
+  const cpu::BlasChoice choice = cpu::BlasChoiceFromEnv().value_or(cpu::BlasChoice::kAuto);
+  std::printf("matrix products: %s\n",
+              cpu::GemmSummary(cpu::ResolveBlas(choice, info), choice, info).c_str());
 }
 
 void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
