@@ -191,15 +191,7 @@ void AddRunFileOptions(Args* args, OptionParser& parser) {
       .Value({"--device"}, absl::StrJoin(EnumNames<DeviceKind>(), "|"),
              "where to run (default auto: CUDA if a GPU is seen); with "
              "--compile-only, what to compile for (cuda needs no GPU then)",
-             [train](const std::string& v) -> absl::Status {
-               const std::optional<DeviceKind> device = ParseEnum<DeviceKind>(v);
-               if (!device) {
-                 return absl::InvalidArgumentError(absl::StrCat(
-                     "'", v, "' is not one of ", absl::StrJoin(EnumNames<DeviceKind>(), ", ")));
-               }
-               train->device = *device;
-               return absl::OkStatus();
-             })
+             EnumInto(&train->device))
       .Value({"--save"}, "PATH", "write a safetensors checkpoint at the end",
              Into(&train->save_path))
       .Value({"--init-from"}, "PATH",
@@ -271,16 +263,7 @@ void AddRunExecutionOptions(Args* args, OptionParser& parser) {
              "CPU: the library of the matrix products (default auto: oneDNN when "
              "OpenBLAS runs a fallback far below the CPU's instruction set, else "
              "OpenBLAS; TRAINC_BLAS sets what auto means)",
-             [train](const std::string& v) -> absl::Status {
-               const std::optional<cpu::BlasChoice> blas = ParseEnum<cpu::BlasChoice>(v);
-               if (!blas) {
-                 return absl::InvalidArgumentError(absl::StrCat(
-                     "'", v, "' is not one of ",
-                     absl::StrJoin(EnumNames<cpu::BlasChoice>(), ", ")));
-               }
-               train->blas = *blas;
-               return absl::OkStatus();
-             })
+             EnumInto(&train->blas))
       .Value({"--comm"}, absl::StrJoin(EnumNames<CommKind>(), "|"),
              "the ranks' communicator (default auto: mpi when started by mpirun, else "
              "gloo). mpi: Open MPI's shared-memory collectives, for jobs started as "

@@ -228,11 +228,8 @@ OptionParser MakeParser(Args* args) {
       .Value({"--blas"}, absl::StrJoin(EnumNames<cpu::BlasChoice>(), "|"),
              "the matrix products' library, as train's --blas (sets TRAINC_BLAS)",
              [](const std::string& v) -> absl::Status {
-               if (!ParseEnum<cpu::BlasChoice>(v)) {
-                 return absl::InvalidArgumentError(absl::StrCat(
-                     "'", v, "' is not one of ",
-                     absl::StrJoin(EnumNames<cpu::BlasChoice>(), ", ")));
-               }
+               cpu::BlasChoice blas;
+               if (absl::Status s = EnumInto(&blas)(v); !s.ok()) return s;
                setenv("TRAINC_BLAS", v.c_str(), 1);
                return absl::OkStatus();
              })

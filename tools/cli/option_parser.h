@@ -22,12 +22,16 @@
 #define TRAINC_TOOLS_CLI_OPTION_PARSER_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/frontend/overrides.h"
+#include "compiler/plan/settings.h"
 
 namespace trainc {
 
@@ -120,6 +124,21 @@ class OptionParser {
   std::vector<GroupText> groups_ = {{}};  // the first: before any Group()
   std::vector<Row> rows_;
 };
+
+// An enumerated setting's setter (its EnumTable's names: --device, --blas);
+// another value is refused with the names it may take.
+template <typename Enum>
+OptionParser::SetValue EnumInto(Enum* out) {
+  return [out](const std::string& v) -> absl::Status {
+    const std::optional<Enum> value = ParseEnum<Enum>(v);
+    if (!value) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", v, "' is not one of ", absl::StrJoin(EnumNames<Enum>(), ", ")));
+    }
+    *out = *value;
+    return absl::OkStatus();
+  };
+}
 
 }  // namespace trainc
 
