@@ -159,6 +159,15 @@ struct Args {
   std::string worker_model = "mlp";
 };
 
+// --blas, through the environment: the re-executed workers and every
+// CpuDevice read it (runtime/cpu/gemm.h).
+absl::Status SetBlasEnv(const std::string& v) {
+  cpu::BlasChoice blas;
+  if (absl::Status s = EnumInto(&blas)(v); !s.ok()) return s;
+  setenv("TRAINC_BLAS", v.c_str(), 1);
+  return absl::OkStatus();
+}
+
 // The command line's table, setting `*args`; its Help() is --help.
 OptionParser MakeParser(Args* args) {
   auto positive = [](int* out) {
@@ -223,16 +232,8 @@ OptionParser MakeParser(Args* args) {
       .Value({"--only"}, "M", "only the model M (mlp, gpt, gpt1024, llama, cnn or wide)",
              model(&args->only))
       .Switch({"--no-torch"}, "do not run the PyTorch reference", [args] { args->torch = false; })
-      // Through the environment: the re-executed workers and every CpuDevice
-      // read it (runtime/cpu/gemm.h).
       .Value({"--blas"}, absl::StrJoin(EnumNames<cpu::BlasChoice>(), "|"),
-             "the matrix products' library, as train's --blas (sets TRAINC_BLAS)",
-             [](const std::string& v) -> absl::Status {
-               cpu::BlasChoice blas;
-               if (absl::Status s = EnumInto(&blas)(v); !s.ok()) return s;
-               setenv("TRAINC_BLAS", v.c_str(), 1);
-               return absl::OkStatus();
-             })
+             "the matrix products' library, as train's --blas (sets TRAINC_BLAS)", SetBlasEnv)
       // What RunTwoRanks passes its workers; not for people.
       .Value({"--worker-mode"}, "MODE", "",
              [args](const std::string& v) {
