@@ -1,6 +1,7 @@
 #include "compiler/autodiff/reference_eval.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "compiler/ops/attention.h"
 #include "compiler/ops/kernel_families.h"
 #include "compiler/ops/pointwise.h"
+#include "compiler/ops/unit_family.h"
 
 namespace trainc {
 namespace {
@@ -666,12 +668,21 @@ absl::Status RefUnit(KernelOp op, const Attrs& attr, const std::vector<TensorRef
   for (const TensorRef& t : in) in_shapes.push_back(t.shape), x.push_back(t.data);
   for (const TensorRef& t : out) out_shapes.push_back(t.shape), y.push_back(t.data);
   typename Family::Args args;
-  const std::string why = Family::Resolve(op, in_shapes, out_shapes, attr.map(), &args);
+  std::string why = Family::Resolve(op, in_shapes, out_shapes, attr.map(), &args);
+  // The i32 operand (compiler/ops/unit_family.h), held in the double arena.
+  std::vector<int32_t> ids;
+  if (const int j = ops::unit::IdsInputOf<Family>(op); j >= 0 && why.empty()) {
+    for (int64_t i = 0; i < in[j].size(); ++i) {
+      const int64_t id = Index(in[j].data[i]);
+      ids.push_back(id < INT32_MIN || id > INT32_MAX ? -1 : static_cast<int32_t>(id));
+    }
+    if constexpr (ops::unit::HasIds<Family>::value) args.*Family::kIds = ids.data();
+  }
+  if (why.empty()) why = ops::unit::RunUnit<Family, double>(op, args, x.data(), y.data(), acc);
   if (!why.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("reference_eval: ", InstructionOpOf(op), ": ", why));
   }
-  Family::template Run<double>(op, args, x.data(), y.data(), acc);
   return absl::OkStatus();
 }
 #define TRAINC_REFERENCE_UNIT(Fam, Name, op) \

@@ -39,9 +39,6 @@ struct LayerNormFamily {
     // a bf16 sum before it normalizes it, as the unfused plan's layernorm
     // reads the bf16 tensor.
     uint32_t bf16_outputs = 0;
-    // CUDA: add_layernorm reads b (x[1]) as the bf16 tensor itself
-    // (cuda_kernels.cc, UseBf16AddLayerNorm); the CPU stages it in f32.
-    bool b_bf16 = false;
     bool RoundSum() const { return (bf16_outputs & 1u) != 0; }
   };
 

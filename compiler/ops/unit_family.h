@@ -1,16 +1,43 @@
-// What the unit families' headers (compiler/ops/*_family.h) share: the
-// shape arithmetic and attributes their Resolve reads.
+// What a unit family (compiler/ops/kernel_families.h) may declare beyond
+// Args, Resolve and Run, the helpers with which the resolver, both
+// backends and the float64 reference treat every unit family alike, and
+// the shape arithmetic and attributes the families' Resolve share:
+//
+//   - Run<T> returns void, or std::string: "" or why the operands were
+//     refused (a label outside the classes). RunUnit returns the string
+//     either way.
+//   - Ids: a family whose kernels read an i32 operand (class labels, token
+//     ids) declares `static int IdsInput(KernelOp op)` (that input's index,
+//     -1 for none) and `static constexpr const int32_t* Args::*kIds`, the
+//     field its loops read it through. The resolver checks the input is
+//     i32 and points the field at it (the operand's x slot is left null);
+//     the reference rounds its float64 values to int32 first.
+//   - Training: an Args with a `bool training` member gets the step's
+//     (false in evaluation) from the backend before each run (ForStep);
+//     the reference runs it as training.
+//   - bf16 outputs: an Args with a `uint32_t bf16_outputs` mask learns from
+//     the resolver which outputs are bf16 tensors (bit j: output j), so a
+//     kernel that reads back its own output rounds it first; the reference
+//     leaves it 0.
+// It needs only KernelOp's declaration, so that the families' headers,
+// which kernel_families.h includes, may include it.
 #ifndef TRAINC_COMPILER_OPS_UNIT_FAMILY_H_
 #define TRAINC_COMPILER_OPS_UNIT_FAMILY_H_
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
+
+namespace trainc {
+enum class KernelOp : uint8_t;  // compiler/ops/kernel_families.h
+}  // namespace trainc
 
 namespace trainc::ops::unit {
 
-// Elements of a tensor of `shape`.
+// Elements of a tensor of `shape` (1 for a scalar []).
 inline int64_t Elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -33,6 +60,52 @@ inline std::string RowsOf(const std::vector<int64_t>& x, const std::vector<int64
   if (*width == 0 || Elements(x) % *width != 0) return "x is not [B, d]";
   *rows = Elements(x) / *width;
   return "";
+}
+
+template <typename Family, typename = void>
+struct HasIds : std::false_type {};
+template <typename Family>
+struct HasIds<Family, std::void_t<decltype(Family::IdsInput(KernelOp{}))>> : std::true_type {};
+
+// The input `op` reads as i32 ids; -1 for none.
+template <typename Family>
+int IdsInputOf(KernelOp op) {
+  if constexpr (HasIds<Family>::value) {
+    return Family::IdsInput(op);
+  } else {
+    return -1;
+  }
+}
+
+template <typename Args, typename = void>
+struct HasTraining : std::false_type {};
+template <typename Args>
+struct HasTraining<Args, std::void_t<decltype(std::declval<Args&>().training)>> : std::true_type {};
+
+template <typename Args, typename = void>
+struct HasBf16Outputs : std::false_type {};
+template <typename Args>
+struct HasBf16Outputs<Args, std::void_t<decltype(Args::bf16_outputs)>> : std::true_type {};
+
+// `a` for one step: its `training` set, if it has one.
+template <typename Args>
+Args ForStep(const Args& a, bool training) {
+  Args step = a;
+  if constexpr (HasTraining<Args>::value) step.training = training;
+  return step;
+}
+
+// Runs kernel `op` of `Family` on element type T: "" or why not.
+template <typename Family, typename T>
+std::string RunUnit(KernelOp op, const typename Family::Args& a, const T* const* x, T* const* y,
+                    bool accumulate) {
+  using Result = decltype(Family::template Run<T>(op, a, x, y, accumulate));
+  if constexpr (std::is_void_v<Result>) {
+    Family::template Run<T>(op, a, x, y, accumulate);
+    return "";
+  } else {
+    return Family::template Run<T>(op, a, x, y, accumulate);
+  }
 }
 
 }  // namespace trainc::ops::unit

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/unit_family.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device/bf16.h"
@@ -261,12 +263,18 @@ absl::Status SgdKernel(const KernelCall& c) {
 }
 
 // A unit family's CPU kernel: its loops in f32
-// (compiler/ops/kernel_families.h), compiled with the kernels (kernels.h).
-#define TRAINC_CPU_UNIT(Fam, snake)                            \
-  absl::Status Fam##Unit(const KernelCall& c) {                \
-    Run##Fam(c.k.op, c.k.snake, c.k.x, c.k.y, c.k.accumulate); \
-    return Ok();                                               \
-  }
+// (compiler/ops/kernel_families.h, compiler/ops/unit_family.h), compiled
+// with the kernels (kernels.h); a refusal (a label outside the classes) is
+// the instruction's error.
+template <typename Args>
+absl::Status UnitKernel(const KernelCall& c, UnitRunFn<Args> run, const Args& args) {
+  const std::string why =
+      run(c.k.op, ops::unit::ForStep(args, c.step.training), c.k.x, c.k.y, c.k.accumulate);
+  if (why.empty()) return Ok();
+  return absl::InvalidArgumentError(absl::StrCat("cpu: ", c.instr.label, ": ", why));
+}
+#define TRAINC_CPU_UNIT(Fam, snake) \
+  absl::Status Fam##Unit(const KernelCall& c) { return UnitKernel(c, &Run##Fam, c.k.snake); }
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT)
 #undef TRAINC_CPU_UNIT
 

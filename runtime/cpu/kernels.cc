@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "compiler/ops/pointwise.h"
+#include "compiler/ops/unit_family.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/store.h"
 #include "runtime/device/philox.h"
@@ -75,10 +77,11 @@ void LinearGradParams(const float* dy, const float* x, int64_t rows,
   }
 }
 
-#define TRAINC_CPU_UNIT_RUN(Fam, snake)                                                       \
-  TRAINC_SIMD_CLONES void Run##Fam(KernelOp op, const ops::Fam##Family::Args& a,              \
-                                   const float* const* x, float* const* y, bool accumulate) { \
-    ops::Fam##Family::Run<float>(op, a, x, y, accumulate);                                    \
+#define TRAINC_CPU_UNIT_RUN(Fam, snake)                                                 \
+  TRAINC_SIMD_CLONES std::string Run##Fam(KernelOp op, const ops::Fam##Family::Args& a, \
+                                          const float* const* x, float* const* y,       \
+                                          bool accumulate) {                            \
+    return ops::unit::RunUnit<ops::Fam##Family, float>(op, a, x, y, accumulate);        \
   }
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
 #undef TRAINC_CPU_UNIT_RUN

@@ -13,6 +13,7 @@
 #define TRAINC_RUNTIME_CPU_KERNELS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "runtime/device/kernel_args.h"
 
@@ -46,10 +47,14 @@ PointwiseFn PointwiseKernel(KernelOp op);
 
 // A unit family's loops in f32 (compiler/ops/kernel_families.h: its
 // Run<float>), compiled here with the loops above and below: -O3, cloned
-// for AVX2/AVX-512, no FMA contraction.
-#define TRAINC_CPU_UNIT_RUN(Fam, snake)                                              \
-  void Run##Fam(KernelOp op, const ops::Fam##Family::Args& a, const float* const* x, \
-                float* const* y, bool accumulate);
+// for AVX2/AVX-512, no FMA contraction. "" or why the operands were
+// refused (compiler/ops/unit_family.h).
+template <typename Args>
+using UnitRunFn = std::string (*)(KernelOp op, const Args& a, const float* const* x,
+                                  float* const* y, bool accumulate);
+#define TRAINC_CPU_UNIT_RUN(Fam, snake)                                                     \
+  std::string Run##Fam(KernelOp op, const ops::Fam##Family::Args& a, const float* const* x, \
+                       float* const* y, bool accumulate);
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
 #undef TRAINC_CPU_UNIT_RUN
 

@@ -94,10 +94,11 @@ struct Kernel : KernelArgs {
   // ... linear_grad_input_gelu with bf16 dpre: its bf16 pre read as it is
   // (x[2] holds the tensor), the DGELU epilogue's aux of D's type.
   bool pre_bf16 = false;
-  // precision = bf16, cross_entropy_fused whose logits (x[0]) and
-  // dlogits (y[1]) are bf16, their slots holding the tensors
-  // (UseBf16Classifier).
-  bool classifier_bf16 = false;
+  // precision = bf16, a unit family's operands its CUDA kernels read or
+  // write as bf16 themselves (cuda::UnitLaunch::bf16): cross_entropy_fused
+  // whose logits (x[0]) and dlogits (y[1]) are bf16, their slots holding
+  // the tensors (UseBf16Classifier).
+  bool unit_bf16 = false;
   // precision = bf16, reshape of a bf16 tensor into one (UseBf16Reshape).
   bool reshape_bf16 = false;
   // precision = bf16, dropout(_grad) of a bf16 tensor into one

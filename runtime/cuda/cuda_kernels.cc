@@ -67,13 +67,13 @@ void UseBf16AddLayerNorm(Kernel& k) {
   if (k.op != Op::kAddLayerNorm || k.num_bf16 != 1) return;
   Bf16Operand& b = k.bf16[0];
   if (b.output || b.bf16 != k.x[1]) return;
-  k.layer_norm.b_bf16 = true;
+  k.unit_bf16 = true;
   b.native = true;
 }
 
 void UseBf16Classifier(Kernel& k) {
   // logits (x[0]) in, dlogits (y[1]) out, the loss f32: both or neither.
-  if (k.op == Op::kCrossEntropyFused) k.classifier_bf16 = NativeInAndOut(k, 1);
+  if (k.op == Op::kCrossEntropyFused) k.unit_bf16 = NativeInAndOut(k, 1);
 }
 
 // Each family's preparation: the limits of its CUDA kernels and the
@@ -121,6 +121,20 @@ absl::Status PrepareEmbedding(const Kernel& k, const Instruction& instr,
   return absl::OkStatus();
 }
 
+// A unit family's preparation: its Prepare<Family> (runtime/cuda/kernels.h).
+absl::Status UnitPrepared(const char* why, const Instruction& instr,
+                          const std::string& device_name) {
+  return why == nullptr ? absl::OkStatus() : Refuse(instr, device_name, why);
+}
+#define TRAINC_CUDA_UNIT_PREPARE(Family, snake)                                            \
+  absl::Status Prepare##Family##Unit(const Kernel& k, const Instruction& instr,            \
+                                     const std::string& device_name, KernelNeeds* needs) { \
+    return UnitPrepared(cuda::Prepare##Family(k.op, k.snake, &needs->scratch_floats), instr, \
+                        device_name);                                                      \
+  }
+TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_PREPARE)
+#undef TRAINC_CUDA_UNIT_PREPARE
+
 absl::Status PrepareAttention(const Kernel& k, const Instruction& instr,
                               const std::string& device_name, KernelNeeds* needs) {
   // The tiles hold heads of up to 128 features; positions, and the
@@ -141,18 +155,6 @@ absl::Status PrepareAttention(const Kernel& k, const Instruction& instr,
   needs->attention = true;
   return absl::OkStatus();
 }
-
-// A unit family's preparation: the scratch its kernel needs
-// (cuda::<Family>ScratchFloats).
-#define TRAINC_CUDA_UNIT_PREPARE(Family, snake)                                         \
-  absl::Status Prepare##Family(const Kernel& k, const Instruction&, const std::string&, \
-                               KernelNeeds* needs) {                                    \
-    needs->scratch_floats =                                                             \
-        std::max(needs->scratch_floats, cuda::Family##ScratchFloats(k.op, k.snake));    \
-    return absl::OkStatus();                                                            \
-  }
-TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_PREPARE)
-#undef TRAINC_CUDA_UNIT_PREPARE
 
 // One instruction to enqueue.
 struct KernelCall {
@@ -265,7 +267,7 @@ struct CudaKernels {
         // written as bf16 (UseBf16Classifier). Evaluation: the loss alone,
         // and the logits left as they were (dlogits may occupy their
         // bytes, or their staging's).
-        const bool bf16 = k.classifier_bf16;
+        const bool bf16 = k.unit_bf16;
         const void* logits = k.x[0];
         void* dlogits = k.y[1];
         RETURN_IF_ERROR(Launched(
@@ -360,12 +362,22 @@ struct CudaKernels {
                            : cuda::LaunchFromBf16(k.x[0], k.y[0], k.rows, d.compute_));
   }
 
-  // A unit family's CUDA kernels: its launcher with the kernel scratch its
-  // preparation sized (compiler/ops/kernel_families.h, runtime/cuda/kernels.h).
-#define TRAINC_CUDA_UNIT(Family, snake)                                                      \
-  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) {                 \
-    return Launched(c, cuda::Launch##Family(c.k.op, c.k.snake, c.k.x, c.k.y, c.k.accumulate, \
-                                            d.kernel_scratch_, d.compute_));                 \
+  // A unit family's CUDA kernels: its launcher
+  // (compiler/ops/kernel_families.h, runtime/cuda/kernels.h).
+  static cuda::UnitLaunch UnitEnv(CudaDeviceImpl& d, const KernelCall& c) {
+    cuda::UnitLaunch env;
+    env.accumulate = c.k.accumulate;
+    env.training = c.step.training;
+    env.bf16 = c.k.unit_bf16;
+    env.scratch = d.kernel_scratch_;
+    env.scratch_floats = d.kernel_scratch_floats_;
+    env.error = d.device_error_;
+    env.stream = d.compute_;
+    return env;
+  }
+#define TRAINC_CUDA_UNIT(Family, snake)                                                 \
+  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) {            \
+    return Launched(c, cuda::Launch##Family(c.k.op, c.k.snake, c.k.x, c.k.y, UnitEnv(d, c))); \
   }
   TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT)
 #undef TRAINC_CUDA_UNIT
@@ -374,7 +386,8 @@ struct CudaKernels {
   // out has no CUDA kernel.
   static KernelTable<CudaBinding> Make() {
     using F = KernelFamily;
-#define TRAINC_CUDA_UNIT_ENTRY(Family, snake) {F::k##Family, {&Family##Unit, &Prepare##Family}},
+#define TRAINC_CUDA_UNIT_ENTRY(Family, snake) \
+  {F::k##Family, {&Family##Unit, &Prepare##Family##Unit}},
     return KernelTable<CudaBinding>::OfFamilies({
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},

@@ -119,10 +119,12 @@ __global__ void GroupNormGradParamsKernel(Args a, const float* dy, const float* 
 
 }  // namespace
 
-int64_t GroupNormScratchFloats(KernelOp, const Args&) { return 0; }
+const char* PrepareGroupNorm(KernelOp, const Args&, int64_t*) { return nullptr; }
 
 cudaError_t LaunchGroupNorm(KernelOp op, const Args& a, const float* const* x, float* const* y,
-                            bool accumulate, float*, cudaStream_t stream) {
+                            const UnitLaunch& env) {
+  const bool accumulate = env.accumulate;
+  cudaStream_t stream = env.stream;
   if (a.n * a.groups == 0 || a.channels == 0) return cudaSuccess;
   const unsigned groups = static_cast<unsigned>(a.n * a.groups);
   switch (op) {

@@ -29,14 +29,28 @@ inline constexpr int kErrorLabelOutOfRange = 1;
 inline constexpr int kErrorTokenOutOfRange = 2;  // an embedding id
 
 // ---- a unit family's <snake>.cu (compiler/ops/kernel_families.h) ----------
-// <Family>ScratchFloats: the floats of scratch kernel `op` of the family
-// needs, sized by `a` (its reductions' partial sums; 0: none).
-// Launch<Family>: enqueues kernel `op` on `x` (its inputs) and `y` (its
-// outputs), sized by `a`, with that scratch.
-#define TRAINC_CUDA_UNIT_LAUNCHER(Fam, snake)                                                  \
-  int64_t Fam##ScratchFloats(KernelOp op, const ops::Fam##Family::Args& a);                    \
+// What its kernels get besides their operands and sizes.
+struct UnitLaunch {
+  bool accumulate = false;  // outputs += the result
+  bool training = true;     // false: an evaluation step
+  // precision = bf16: the operands its kernels read or write as bf16
+  // themselves (cuda_kernels.cc's UseBf16 rules: cross_entropy_fused's
+  // logits and dlogits).
+  bool bf16 = false;
+  float* scratch = nullptr;  // the kernel scratch, at least what Prepare asked for
+  int64_t scratch_floats = 0;
+  int* error = nullptr;  // the device's error word (kError* bits above)
+  cudaStream_t stream = nullptr;
+};
+// Prepare<Family>: null, or why its kernels cannot run `op` at the sizes
+// `a` (once, when the plan is prepared); raises *scratch_floats to the
+// scratch they need. Launch<Family>: enqueues kernel `op` of the family on
+// `x` (its inputs) and `y` (its outputs), sized by `a`.
+#define TRAINC_CUDA_UNIT_LAUNCHER(Fam, snake)                                               \
+  const char* Prepare##Fam(KernelOp op, const ops::Fam##Family::Args& a,                     \
+                           int64_t* scratch_floats);                                         \
   cudaError_t Launch##Fam(KernelOp op, const ops::Fam##Family::Args& a, const float* const* x, \
-                          float* const* y, bool accumulate, float* scratch, cudaStream_t stream);
+                          float* const* y, const UnitLaunch& env);
 TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_LAUNCHER)
 #undef TRAINC_CUDA_UNIT_LAUNCHER
 

@@ -3,6 +3,8 @@
 // is 32 consecutive floats), parameter gradients with the deterministic
 // column reduction; add_layernorm, the residual add and the LayerNorm of
 // its sum in one pass.
+#include <algorithm>
+
 #include "compiler/ops/kernel_families.h"
 #include "compiler/ops/pointwise.h"
 #include "runtime/cuda/common.cuh"
@@ -221,27 +223,33 @@ cudaError_t LaunchGradParams(const float* dy, const float* x, const float* mean,
 
 }  // namespace
 
-int64_t LayerNormScratchFloats(KernelOp op, const Args& a) {
-  return op == KernelOp::kLayerNormGradParams ? 2 * ColumnSumScratchFloats(a.rows, a.width) : 0;
+const char* PrepareLayerNorm(KernelOp op, const Args& a, int64_t* scratch_floats) {
+  if (op == KernelOp::kLayerNormGradParams) {
+    *scratch_floats = std::max(*scratch_floats, 2 * ColumnSumScratchFloats(a.rows, a.width));
+  }
+  return nullptr;
 }
 
 cudaError_t LaunchLayerNorm(KernelOp op, const Args& a, const float* const* x, float* const* y,
-                            bool accumulate, float* scratch, cudaStream_t stream) {
+                            const UnitLaunch& env) {
+  const bool accumulate = env.accumulate;
+  cudaStream_t stream = env.stream;
   const float eps = static_cast<float>(a.eps);
   switch (op) {
     case KernelOp::kLayerNorm:
       return LaunchForward(x[0], x[1], x[2], y[0], y[1], y[2], a.rows, a.width, eps, stream);
     case KernelOp::kAddLayerNorm:
       // One kernel: the residual sum written and normalized from
-      // registers; a bf16 sum rounded before it is normalized.
-      return LaunchAdd(x[0], x[1], a.b_bf16, x[2], x[3], y[0], y[1], y[2], y[3], a.rows, a.width,
+      // registers; a bf16 sum rounded before it is normalized; b read as
+      // the bf16 tensor itself under env.bf16 (UseBf16AddLayerNorm).
+      return LaunchAdd(x[0], x[1], env.bf16, x[2], x[3], y[0], y[1], y[2], y[3], a.rows, a.width,
                        eps, a.RoundSum(), stream);
     case KernelOp::kLayerNormGradInput:
       return LaunchGradInput(x[0], x[1], x[2], x[3], x[4], y[0], a.rows, a.width, accumulate,
                              stream);
     case KernelOp::kLayerNormGradParams:
       return LaunchGradParams(x[0], x[1], x[2], x[3], y[0], y[1], a.rows, a.width, accumulate,
-                              scratch, stream);
+                              env.scratch, stream);
     default:
       return cudaErrorInvalidValue;
   }

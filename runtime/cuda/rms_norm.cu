@@ -2,6 +2,8 @@
 // input gradient with one warp per row (lanes stride the row, so each load
 // is 32 consecutive floats), the parameter gradient with the deterministic
 // column reduction.
+#include <algorithm>
+
 #include "compiler/ops/kernel_families.h"
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
@@ -83,12 +85,17 @@ cudaError_t LaunchGradParams(const float* dy, const float* x, const float* rstd,
 
 }  // namespace
 
-int64_t RmsNormScratchFloats(KernelOp op, const Args& a) {
-  return op == KernelOp::kRmsNormGradParams ? ColumnSumScratchFloats(a.rows, a.width) : 0;
+const char* PrepareRmsNorm(KernelOp op, const Args& a, int64_t* scratch_floats) {
+  if (op == KernelOp::kRmsNormGradParams) {
+    *scratch_floats = std::max(*scratch_floats, ColumnSumScratchFloats(a.rows, a.width));
+  }
+  return nullptr;
 }
 
 cudaError_t LaunchRmsNorm(KernelOp op, const Args& a, const float* const* x, float* const* y,
-                          bool accumulate, float* scratch, cudaStream_t stream) {
+                          const UnitLaunch& env) {
+  const bool accumulate = env.accumulate;
+  cudaStream_t stream = env.stream;
   switch (op) {
     case KernelOp::kRmsNorm:
       return LaunchForward(x[0], x[1], y[0], y[1], a.rows, a.width, static_cast<float>(a.eps),
@@ -96,7 +103,7 @@ cudaError_t LaunchRmsNorm(KernelOp op, const Args& a, const float* const* x, flo
     case KernelOp::kRmsNormGradInput:
       return LaunchGradInput(x[0], x[1], x[2], x[3], y[0], a.rows, a.width, accumulate, stream);
     case KernelOp::kRmsNormGradParams:
-      return LaunchGradParams(x[0], x[1], x[2], y[0], a.rows, a.width, accumulate, scratch,
+      return LaunchGradParams(x[0], x[1], x[2], y[0], a.rows, a.width, accumulate, env.scratch,
                               stream);
     default:
       return cudaErrorInvalidValue;

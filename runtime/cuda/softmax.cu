@@ -67,10 +67,12 @@ cudaError_t LaunchGrad(const float* dy, const float* y, float* dx, int64_t rows,
 
 }  // namespace
 
-int64_t SoftmaxScratchFloats(KernelOp, const Args&) { return 0; }
+const char* PrepareSoftmax(KernelOp, const Args&, int64_t*) { return nullptr; }
 
 cudaError_t LaunchSoftmax(KernelOp op, const Args& a, const float* const* x, float* const* y,
-                          bool accumulate, float*, cudaStream_t stream) {
+                          const UnitLaunch& env) {
+  const bool accumulate = env.accumulate;
+  cudaStream_t stream = env.stream;
   switch (op) {
     case KernelOp::kSoftmax:
       return LaunchForward(x[0], y[0], a.rows, a.width, stream);

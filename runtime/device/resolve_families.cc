@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/unit_family.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/device/resolve.h"
 
@@ -433,28 +434,27 @@ absl::Status ResolveEmbedding(const Resolving& r, KernelArgs& k) {
              : ResolvePositionEmbedding(r, k);
 }
 
-namespace {
-
-// Whether a unit family's Args has `bf16_outputs` (its kernels read back an
-// output they wrote, and round it first when it is stored as bf16).
-template <typename Args, typename = void>
-struct HasBf16Outputs : std::false_type {};
-template <typename Args>
-struct HasBf16Outputs<Args, std::void_t<decltype(Args::bf16_outputs)>> : std::true_type {};
-
-}  // namespace
-
 // A unit family's sizes: its Resolve (compiler/ops/kernel_families.h) over
 // the operands' shapes, into KernelArgs::<snake>; and, where its Args asks,
 // which outputs are bf16 tensors.
 template <typename Family>
 absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Args& args) {
+  // The i32 operand, if any (compiler/ops/unit_family.h): read through
+  // Args, not its x slot.
+  const int ids = ops::unit::IdsInputOf<Family>(k.op);
+  if (ids >= 0) {
+    if (r.in(ids).dtype != DType::kI32) return r.Fail("ids are not i32");
+    if constexpr (ops::unit::HasIds<Family>::value) {
+      args.*Family::kIds = reinterpret_cast<const int32_t*>(r.ptr(r.in(ids)));
+    }
+    k.x[ids] = nullptr;
+  }
   std::vector<std::vector<int64_t>> in, out;
   for (int id : r.instr.inputs) in.push_back(r.plan.buffers[id].shape);
   for (int id : r.instr.outputs) out.push_back(r.plan.buffers[id].shape);
   const std::string why = Family::Resolve(k.op, in, out, r.instr.attrs, &args);
   if (!why.empty()) return r.Fail(why);
-  if constexpr (HasBf16Outputs<typename Family::Args>::value) {
+  if constexpr (ops::unit::HasBf16Outputs<typename Family::Args>::value) {
     args.bf16_outputs = 0;
     for (size_t j = 0; j < r.instr.outputs.size() && j < 32; ++j) {
       if (r.out(static_cast<int>(j)).dtype == DType::kBF16) args.bf16_outputs |= 1u << j;
