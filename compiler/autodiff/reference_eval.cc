@@ -315,61 +315,6 @@ absl::Status RefLinearGradParams(KernelOp op, const Attrs& attr,
   return absl::OkStatus();
 }
 
-absl::Status RefEmbedding(KernelOp op, const Attrs& attr,
-                          const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                          bool acc) {
-  // ids[..], table[V, C] -> y[.., C].
-  const int64_t V = in[1].shape[0], C = in[1].shape[1], R = in[0].size();
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t id = Index(in[0].data[r]);
-    if (id < 0 || id >= V) {
-      return absl::OutOfRangeError(absl::StrCat("reference_eval: embedding id ", id));
-    }
-    for (int64_t c = 0; c < C; ++c) out[0].data[r * C + c] = in[1].data[id * C + c];
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RefEmbeddingGrad(KernelOp op, const Attrs& attr,
-                              const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                              bool acc) {
-  // dy[.., C], ids[..] -> dtable[V, C]: scatter-add of the rows of dy.
-  const int64_t V = out[0].shape[0], C = out[0].shape[1], R = in[1].size();
-  if (!acc) std::fill(out[0].data, out[0].data + out[0].size(), 0.0);
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t id = Index(in[1].data[r]);
-    if (id < 0 || id >= V) {
-      return absl::OutOfRangeError(absl::StrCat("reference_eval: embedding id ", id));
-    }
-    for (int64_t c = 0; c < C; ++c) out[0].data[id * C + c] += in[0].data[r * C + c];
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RefPositionEmbedding(KernelOp op, const Attrs& attr,
-                                  const std::vector<TensorRef>& in,
-                                  const std::vector<TensorRef>& out, bool acc) {
-  // table[T, C] -> y[B, T, C].
-  const int64_t n = in[0].size(), B = out[0].size() / std::max<int64_t>(n, 1);
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < n; ++i) out[0].data[b * n + i] = in[0].data[i];
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RefPositionEmbeddingGrad(KernelOp op, const Attrs& attr,
-                                      const std::vector<TensorRef>& in,
-                                      const std::vector<TensorRef>& out, bool acc) {
-  const int64_t n = out[0].size(), B = in[0].size() / std::max<int64_t>(n, 1);
-  Writer d(out[0], acc);
-  for (int64_t i = 0; i < n; ++i) {
-    double s = 0;
-    for (int64_t b = 0; b < B; ++b) s += in[0].data[b * n + i];
-    d.Set(i, s);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RefAttention(KernelOp op, const Attrs& attr,
                           const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
                           bool acc) {

@@ -66,7 +66,8 @@
   U(LayerNorm, layer_norm)        \
   U(RmsNorm, rms_norm)            \
   U(Softmax, softmax)             \
-  U(GroupNorm, group_norm)
+  U(GroupNorm, group_norm)        \
+  U(Embedding, embedding)
 
 // X(Family, Name, instruction op): the kernels that are not pointwise. The
 // operands of each are in its OpDef::doc (compiler/ops/op_table.cc).
@@ -81,10 +82,6 @@
   X(Linear, LinearGradInputGelu, linear_grad_input_gelu)       \
   X(Dropout, Dropout, dropout)                                 \
   X(Dropout, DropoutGrad, dropout_grad)                        \
-  X(Embedding, Embedding, embedding)                           \
-  X(Embedding, EmbeddingGrad, embedding_grad)                  \
-  X(Embedding, PositionEmbedding, position_embedding)          \
-  X(Embedding, PositionEmbeddingGrad, position_embedding_grad) \
   X(Attention, Attention, attention)                           \
   X(Attention, AttentionGrad, attention_grad)                  \
   X(CrossEntropy, CrossEntropy, cross_entropy)                 \
@@ -121,7 +118,11 @@
   X(Softmax, SoftmaxGrad, softmax_grad)                   \
   X(GroupNorm, GroupNorm, group_norm)                     \
   X(GroupNorm, GroupNormGradInput, group_norm_grad_input) \
-  X(GroupNorm, GroupNormGradParams, group_norm_grad_params)
+  X(GroupNorm, GroupNormGradParams, group_norm_grad_params)    \
+  X(Embedding, Embedding, embedding)                           \
+  X(Embedding, EmbeddingGrad, embedding_grad)                  \
+  X(Embedding, PositionEmbedding, position_embedding)          \
+  X(Embedding, PositionEmbeddingGrad, position_embedding_grad)
 
 namespace trainc {
 
@@ -250,6 +251,7 @@ inline int PointwiseArity(KernelOp op) {
 
 // The unit families' own headers (each includes this one).
 #include "compiler/ops/group_norm_family.h"
+#include "compiler/ops/embedding_family.h"
 #include "compiler/ops/layer_norm_family.h"
 #include "compiler/ops/rms_norm_family.h"
 #include "compiler/ops/softmax_family.h"

@@ -118,27 +118,6 @@ absl::Status DropoutFamily(const KernelCall& c) {
   return Ok();
 }
 
-absl::Status EmbeddingFamily(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  switch (k.op) {
-    case Op::kEmbedding:
-      if (!Embedding(k.ids, k.x[1], k.rows, k.in, k.out, k.y[0])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cpu: ", c.instr.label, ": a token id is outside [0, ", k.in, ")"));
-      }
-      break;
-    case Op::kEmbeddingGrad:
-      EmbeddingGrad(k.x[0], k.ids, k.rows, k.in, k.out, k.accumulate, k.y[0]);
-      break;
-    case Op::kPositionEmbedding:
-      PositionEmbedding(k.x[0], k.rows, k.in, k.out, k.y[0]);
-      break;
-    default:
-      PositionEmbeddingGrad(k.x[0], k.rows, k.in, k.out, k.accumulate, k.y[0]);
-  }
-  return Ok();
-}
-
 absl::Status AttentionFamily(const KernelCall& c) {
   const KernelArgs& k = c.k;
   if (k.op == Op::kAttention) {
@@ -287,7 +266,6 @@ KernelTable<CpuKernel> MakeTable() {
       {F::kPointwise, &Pointwise},
       {F::kLinear, &Linear},
       {F::kDropout, &DropoutFamily},
-      {F::kEmbedding, &EmbeddingFamily},
       {F::kAttention, &AttentionFamily},
       {F::kCrossEntropy, &LossFamily},
       {F::kMse, &LossFamily},

@@ -204,65 +204,6 @@ void Dropout(const float* __restrict x, int64_t batch, int64_t per_example,
   }
 }
 
-bool Embedding(const int32_t* ids, const float* table, int64_t rows,
-               int64_t vocab, int64_t dim, float* y) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t id = ids[r];
-    if (id < 0 || id >= vocab) return false;
-    std::memcpy(y + r * dim, table + id * dim, dim * sizeof(float));
-  }
-  return true;
-}
-
-TRAINC_SIMD_CLONES
-void EmbeddingGrad(const float* dy, const int32_t* ids, int64_t rows,
-                   int64_t vocab, int64_t dim, bool accumulate,
-                   float* __restrict dtable) {
-  // One pass in row order: a token repeated in the batch always has its
-  // rows added in the same order, so the result is fixed bit for bit (a
-  // parallel or atomic scatter would not be).
-  if (!accumulate) std::fill(dtable, dtable + vocab * dim, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict dyr = dy + r * dim;
-    float* __restrict dt = dtable + static_cast<int64_t>(ids[r]) * dim;
-    for (int64_t j = 0; j < dim; ++j) dt[j] += dyr[j];
-  }
-}
-
-void PositionEmbedding(const float* table, int64_t batch, int64_t positions,
-                       int64_t dim, float* y) {
-  const int64_t count = positions * dim;
-  for (int64_t b = 0; b < batch; ++b) {
-    std::memcpy(y + b * count, table, count * sizeof(float));
-  }
-}
-
-TRAINC_SIMD_CLONES
-void PositionEmbeddingGrad(const float* dy, int64_t batch, int64_t positions,
-                           int64_t dim, bool accumulate,
-                           float* __restrict dtable) {
-  // The batch sum is formed first, in increasing b, and then stored, so
-  // accumulate adds exactly that sum (as torch's sum-then-accumulate does).
-  // A chunk at a time keeps the partial sums in registers / L1 and every
-  // inner loop a contiguous vector loop.
-  constexpr int64_t kChunk = 256;
-  const int64_t count = positions * dim;
-  float sum[kChunk];
-  for (int64_t c0 = 0; c0 < count; c0 += kChunk) {
-    const int64_t len = std::min(kChunk, count - c0);
-    if (batch == 0) {
-      std::fill(sum, sum + len, 0.0f);
-    } else {
-      std::memcpy(sum, dy + c0, len * sizeof(float));
-    }
-    for (int64_t b = 1; b < batch; ++b) {
-      const float* __restrict s = dy + b * count + c0;
-      for (int64_t i = 0; i < len; ++i) sum[i] += s[i];
-    }
-    Store(sum, len, accumulate, dtable + c0);
-  }
-}
-
 TRAINC_SIMD_CLONES
 void OrderedSum(const float* src, int64_t n, int64_t count, float* dst) {
   // k outer, i inner: a vector loop per slot, and the additions for each i

@@ -89,26 +89,6 @@ void Dropout(const float* x, int64_t batch, int64_t per_example, float p,
              uint64_t seed, uint32_t key, uint64_t example_base,
              bool accumulate, float* y);
 
-
-// y[r, :] = table[ids[r], :] for table[vocab, dim]. Returns false (y
-// unspecified) if an id is outside [0, vocab).
-bool Embedding(const int32_t* ids, const float* table, int64_t rows,
-               int64_t vocab, int64_t dim, float* y);
-// dtable (+)= scatter-add of dy rows at ids, rows in increasing order
-// (bit-reproducible): with accumulate each row is added into dtable in
-// turn. Ids are assumed checked by the forward.
-void EmbeddingGrad(const float* dy, const int32_t* ids, int64_t rows,
-                   int64_t vocab, int64_t dim, bool accumulate,
-                   float* dtable);
-
-// y[b, t, :] = table[t, :] for b < batch: table[positions, dim].
-void PositionEmbedding(const float* table, int64_t batch, int64_t positions,
-                       int64_t dim, float* y);
-// dtable (+)= sum over b (in increasing order) of dy[b]; the sum is formed
-// first, then stored or added.
-void PositionEmbeddingGrad(const float* dy, int64_t batch, int64_t positions,
-                           int64_t dim, bool accumulate, float* dtable);
-
 // dst[i] = sum over k in [0, n) of src[k * count + i], k in increasing order
 // (bit-reproducible). dst may be src itself (slot 0), nothing else of src.
 void OrderedSum(const float* src, int64_t n, int64_t count, float* dst);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "compiler/ops/kernel_families.h"
 #include "gtest/gtest.h"
 
 namespace trainc {
@@ -18,6 +19,41 @@ namespace {
 
 using Vec = std::vector<float>;
 using DVec = std::vector<double>;
+
+// The unit families' CPU kernels (compiler/ops/*_family.h, Run<float>),
+// the sizes passed as the tests below do.
+ops::EmbeddingFamily::Args TokenArgs(const int32_t* ids, int64_t rows, int64_t vocab,
+                                     int64_t dim) {
+  ops::EmbeddingFamily::Args a;
+  a.rows = rows, a.vocab = vocab, a.width = dim, a.ids = ids;
+  return a;
+}
+bool Embedding(const int32_t* ids, const float* table, int64_t rows, int64_t vocab, int64_t dim,
+               float* y) {
+  const float* x[] = {nullptr, table};
+  float* out[] = {y};
+  return ops::EmbeddingFamily::Run<float>(KernelOp::kEmbedding, TokenArgs(ids, rows, vocab, dim),
+                                          x, out, false)
+      .empty();
+}
+void EmbeddingGrad(const float* dy, const int32_t* ids, int64_t rows, int64_t vocab,
+                   int64_t dim, bool accumulate, float* dtable) {
+  ops::EmbeddingFamily::Grad(TokenArgs(ids, rows, vocab, dim), dy, accumulate, dtable);
+}
+ops::EmbeddingFamily::Args PositionArgs(int64_t batch, int64_t positions, int64_t dim) {
+  ops::EmbeddingFamily::Args a;
+  a.batch = batch, a.positions = positions, a.width = dim;
+  return a;
+}
+void PositionEmbedding(const float* table, int64_t batch, int64_t positions, int64_t dim,
+                       float* y) {
+  ops::EmbeddingFamily::PositionForward(PositionArgs(batch, positions, dim), table, y);
+}
+void PositionEmbeddingGrad(const float* dy, int64_t batch, int64_t positions, int64_t dim,
+                           bool accumulate, float* dtable) {
+  ops::EmbeddingFamily::PositionGrad(PositionArgs(batch, positions, dim), dy, accumulate,
+                                     dtable);
+}
 
 // The pointwise kernels (PointwiseKernel), called as the tests below do.
 #define TRAINC_TEST_FORWARD(Name)                         \

@@ -108,19 +108,6 @@ absl::Status PrepareLoss(const Kernel& k, const Instruction&, const std::string&
   return absl::OkStatus();
 }
 
-absl::Status PrepareEmbedding(const Kernel& k, const Instruction& instr,
-                              const std::string& device_name, KernelNeeds* needs) {
-  if (k.op != Op::kEmbeddingGrad) return absl::OkStatus();
-  // cub's radix sort counts items (and the sort keys hold ids) in int.
-  if (k.rows > INT32_MAX || k.in > INT32_MAX - 1) {
-    return Refuse(instr, device_name, "more ids or a larger vocabulary than int32 holds");
-  }
-  size_t bytes = 0;
-  CUDA_RETURN_IF_ERROR(cuda::EmbeddingGradScratchBytes(k.rows, k.in, &bytes));
-  needs->scratch_floats = std::max(needs->scratch_floats, static_cast<int64_t>((bytes + 3) / 4));
-  return absl::OkStatus();
-}
-
 // A unit family's preparation: its Prepare<Family> (runtime/cuda/kernels.h).
 absl::Status UnitPrepared(const char* why, const Instruction& instr,
                           const std::string& device_name) {
@@ -288,27 +275,6 @@ struct CudaKernels {
     }
   }
 
-  static absl::Status Embedding(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    cudaStream_t s = d.compute_;
-    switch (k.op) {
-      case Op::kEmbedding:
-        return Launched(c, cuda::LaunchEmbedding(k.ids, k.x[1], k.y[0], k.rows, k.in, k.out,
-                                                 d.device_error_, s));
-      case Op::kEmbeddingGrad:
-        return Launched(c, cuda::LaunchEmbeddingGrad(
-                               k.x[0], k.ids, k.y[0], k.rows, k.in, k.out, k.accumulate,
-                               d.kernel_scratch_,
-                               static_cast<size_t>(d.kernel_scratch_floats_) * 4, s));
-      case Op::kPositionEmbedding:
-        return Launched(
-            c, cuda::LaunchPositionEmbedding(k.x[0], k.y[0], k.rows, k.in, k.out, s));
-      default:
-        return Launched(c, cuda::LaunchPositionEmbeddingGrad(k.x[0], k.y[0], k.rows, k.in,
-                                                             k.out, k.accumulate, s));
-    }
-  }
-
   static absl::Status Attention(CudaDeviceImpl& d, const KernelCall& c) {
     return c.k.op == Op::kAttention ? d.RunAttention(c.k) : d.RunAttentionGrad(c.k);
   }
@@ -392,7 +358,6 @@ struct CudaKernels {
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},
         {F::kDropout, {&Dropout}},
-        {F::kEmbedding, {&Embedding, &PrepareEmbedding}},
         {F::kAttention, {&Attention, &PrepareAttention}},
         {F::kCrossEntropy, {&Loss, &PrepareLoss}},
         {F::kMse, {&Loss, &PrepareLoss}},

@@ -135,28 +135,6 @@ cudaError_t LaunchMseGrad(const float* pred, const float* target,
 // ---- transformer.cu ------------------------------------------------------
 // The same semantics as runtime/cpu/kernels.h (the CPU device is the
 // reference these are tested against).
-// An id outside [0, vocab) sets kErrorTokenOutOfRange in *error.
-cudaError_t LaunchEmbedding(const int32_t* ids, const float* table, float* y,
-                            int64_t rows, int64_t vocab, int64_t dim,
-                            int* error, cudaStream_t s);
-// Deterministic (no float atomics): a stable sort of the ids groups each
-// id's rows, which are then added into dtable in increasing row order (the
-// CPU's order). `scratch` (256-byte aligned) holds the bytes that
-// EmbeddingGradScratchBytes gives for the same rows and vocab; rows and
-// vocab must fit in int32. Ids outside [0, vocab) are skipped.
-cudaError_t EmbeddingGradScratchBytes(int64_t rows, int64_t vocab,
-                                      size_t* bytes);
-cudaError_t LaunchEmbeddingGrad(const float* dy, const int32_t* ids,
-                                float* dtable, int64_t rows, int64_t vocab,
-                                int64_t dim, bool accumulate, void* scratch,
-                                size_t scratch_bytes, cudaStream_t s);
-cudaError_t LaunchPositionEmbedding(const float* table, float* y,
-                                    int64_t batch, int64_t positions,
-                                    int64_t dim, cudaStream_t s);
-cudaError_t LaunchPositionEmbeddingGrad(const float* dy, float* dtable,
-                                        int64_t batch, int64_t positions,
-                                        int64_t dim, bool accumulate,
-                                        cudaStream_t s);
 
 struct OptimizerStepScalars;  // optimizer.cu, below
 

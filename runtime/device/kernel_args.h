@@ -103,7 +103,6 @@ struct KernelArgs {
   // terms.
   float loss_scale = 0;
   const int32_t* labels = nullptr;  // cross_entropy(_grad): class ids
-  const int32_t* ids = nullptr;     // embedding(_grad): token ids
   // attention(_grad): heads, sizes and rotary positions (rows = B, in = T,
   // out = H d).
   attention::Geometry attention;

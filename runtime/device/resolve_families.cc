@@ -233,44 +233,6 @@ absl::Status ResolveDropout(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
-namespace {
-
-absl::Status ResolveTokenEmbedding(const Resolving& r, KernelArgs& k) {
-  const bool forward = k.op == KernelOp::kEmbedding;
-  const Buffer& ids = forward ? r.in(0) : r.in(1);
-  const Buffer& table = forward ? r.in(1) : r.out(0);
-  if (ids.dtype != DType::kI32) return r.Fail("ids are not i32");
-  if (table.shape.size() != 2) return r.Fail("table is not [V, C]");
-  k.ids = reinterpret_cast<const int32_t*>(r.ptr(ids));
-  k.rows = Elements(ids);
-  k.in = table.shape[0];
-  k.out = table.shape[1];
-  const Buffer& rows = forward ? r.out(0) : r.in(0);
-  if (Elements(rows) != k.rows * k.out) return r.Fail("y is not [ids, C]");
-  if (!forward) k.x[1] = nullptr;  // ids are k.ids
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-namespace {
-
-absl::Status ResolvePositionEmbedding(const Resolving& r, KernelArgs& k) {
-  const bool forward = k.op == KernelOp::kPositionEmbedding;
-  const Buffer& table = forward ? r.in(0) : r.out(0);
-  const Buffer& batched = forward ? r.out(0) : r.in(0);
-  if (table.shape.size() != 2) return r.Fail("table is not [T, C]");
-  k.in = table.shape[0];
-  k.out = table.shape[1];
-  if (Elements(table) == 0 || Elements(batched) % Elements(table) != 0) {
-    return r.Fail("y is not [B, T, C]");
-  }
-  k.rows = Elements(batched) / Elements(table);
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::Status ResolveAttention(const Resolving& r, KernelArgs& k) {
   // forward: qkv -> y, lse; backward: dy, qkv, y, lse -> dqkv, delta.
   const bool forward = k.op == KernelOp::kAttention;
@@ -426,12 +388,6 @@ absl::Status ResolveOptimizer(const Resolving& r, KernelArgs& k) {
     k.optimizer.state[s] = r.ptr(r.plan.buffers[id]);
   }
   return absl::OkStatus();
-}
-
-absl::Status ResolveEmbedding(const Resolving& r, KernelArgs& k) {
-  return k.op == KernelOp::kEmbedding || k.op == KernelOp::kEmbeddingGrad
-             ? ResolveTokenEmbedding(r, k)
-             : ResolvePositionEmbedding(r, k);
 }
 
 // A unit family's sizes: its Resolve (compiler/ops/kernel_families.h) over
