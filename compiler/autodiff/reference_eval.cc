@@ -15,10 +15,6 @@
 namespace trainc {
 namespace {
 
-// Rows and row width of a [B, ...] tensor.
-int64_t Rows(const TensorRef& t) { return t.shape.empty() ? 1 : t.shape[0]; }
-int64_t Cols(const TensorRef& t) { return t.size() / std::max<int64_t>(Rows(t), 1); }
-
 // The last axis ([.., n]).
 int64_t Last(const TensorRef& t) { return t.shape.empty() ? 1 : t.shape.back(); }
 
@@ -451,28 +447,6 @@ absl::Status RefCrossEntropyFused(KernelOp op, const Attrs& attr,
   const absl::Status forward = RefCrossEntropy(op, attr, in, out, false);
   if (!forward.ok()) return forward;
   return RefCrossEntropyGrad(op, attr, {out[1], in[1]}, {out[1]}, false);
-}
-
-absl::Status RefMse(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
-                    const std::vector<TensorRef>& out, bool acc) {
-  const int64_t B = Rows(in[0]), N = Cols(in[0]);
-  double loss = 0;
-  for (int64_t i = 0; i < B * N; ++i) {
-    const double e = in[0].data[i] - in[1].data[i];
-    loss += e * e / N;
-  }
-  out[0].data[0] = loss;
-  return absl::OkStatus();
-}
-
-absl::Status RefMseGrad(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
-                        const std::vector<TensorRef>& out, bool acc) {
-  const int64_t N = Cols(in[0]);
-  Writer d(out[0], acc);
-  for (int64_t i = 0; i < in[0].size(); ++i) {
-    d.Set(i, attr("scale") * 2 * (in[0].data[i] - in[1].data[i]) / N);
-  }
-  return absl::OkStatus();
 }
 
 absl::Status RefConv2d(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,

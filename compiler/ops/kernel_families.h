@@ -67,6 +67,7 @@
   U(RmsNorm, rms_norm)            \
   U(Softmax, softmax)             \
   U(GroupNorm, group_norm)        \
+  U(Mse, mse)                     \
   U(Embedding, embedding)
 
 // X(Family, Name, instruction op): the kernels that are not pointwise. The
@@ -87,8 +88,6 @@
   X(CrossEntropy, CrossEntropy, cross_entropy)                 \
   X(CrossEntropy, CrossEntropyGrad, cross_entropy_grad)        \
   X(CrossEntropy, CrossEntropyFused, cross_entropy_fused)      \
-  X(Mse, Mse, mse)                                             \
-  X(Mse, MseGrad, mse_grad)                                    \
   X(Window, Conv2d, conv2d)                                    \
   X(Window, Conv2dRelu, conv2d_relu)                           \
   X(Window, Conv2dGradInput, conv2d_grad_input)                \
@@ -119,6 +118,8 @@
   X(GroupNorm, GroupNorm, group_norm)                     \
   X(GroupNorm, GroupNormGradInput, group_norm_grad_input) \
   X(GroupNorm, GroupNormGradParams, group_norm_grad_params)    \
+  X(Mse, Mse, mse)                                             \
+  X(Mse, MseGrad, mse_grad)                                    \
   X(Embedding, Embedding, embedding)                           \
   X(Embedding, EmbeddingGrad, embedding_grad)                  \
   X(Embedding, PositionEmbedding, position_embedding)          \
@@ -251,6 +252,7 @@ inline int PointwiseArity(KernelOp op) {
 
 // The unit families' own headers (each includes this one).
 #include "compiler/ops/group_norm_family.h"
+#include "compiler/ops/mse_family.h"
 #include "compiler/ops/embedding_family.h"
 #include "compiler/ops/layer_norm_family.h"
 #include "compiler/ops/rms_norm_family.h"

@@ -141,7 +141,7 @@ absl::Status LossFamily(const KernelCall& c) {
     case Op::kCrossEntropyGrad:
       CrossEntropyGrad(k.x[0], k.labels, k.rows, k.in, k.loss_scale, k.accumulate, k.y[0]);
       break;
-    case Op::kCrossEntropyFused: {
+    default: {  // kCrossEntropyFused
       // Evaluation wants the loss and the logits as they were: dlogits may
       // occupy the logits' bytes (or their bf16 staging's), so it gets the
       // logits back instead of the gradient.
@@ -155,11 +155,6 @@ absl::Status LossFamily(const KernelCall& c) {
       }
       break;
     }
-    case Op::kMse:
-      Mse(k.x[0], k.x[1], k.rows, k.in, k.y[0]);
-      break;
-    default:
-      MseGrad(k.x[0], k.x[1], k.rows, k.in, k.loss_scale, k.accumulate, k.y[0]);
   }
   return Ok();
 }
@@ -268,7 +263,6 @@ KernelTable<CpuKernel> MakeTable() {
       {F::kDropout, &DropoutFamily},
       {F::kAttention, &AttentionFamily},
       {F::kCrossEntropy, &LossFamily},
-      {F::kMse, &LossFamily},
       {F::kWindow, &Window},
       {F::kReshape, &Reshape},
       {F::kCast, &Cast},

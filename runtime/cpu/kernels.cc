@@ -160,33 +160,6 @@ void CrossEntropyGrad(const float* probs, const int32_t* label, int64_t rows,
   }
 }
 
-void Mse(const float* pred, const float* target, int64_t rows, int64_t n,
-         float* loss_sum) {
-  double loss = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double row = 0.0;
-    for (int64_t j = 0; j < n; ++j) {
-      const double e = static_cast<double>(pred[r * n + j]) - target[r * n + j];
-      row += e * e;
-    }
-    loss += row / n;
-  }
-  loss_sum[0] = static_cast<float>(loss);
-}
-
-TRAINC_SIMD_CLONES
-void MseGrad(const float* __restrict pred, const float* __restrict target,
-             int64_t rows, int64_t n, float scale, bool accumulate,
-             float* __restrict dpred) {
-  const float k = 2.0f * scale / static_cast<float>(n);
-  const int64_t total = rows * n;
-  if (accumulate) {
-    for (int64_t i = 0; i < total; ++i) dpred[i] += k * (pred[i] - target[i]);
-  } else {
-    for (int64_t i = 0; i < total; ++i) dpred[i] = k * (pred[i] - target[i]);
-  }
-}
-
 // ---- Transformer ops ------------------------------------------------------
 
 TRAINC_SIMD_CLONES

@@ -73,12 +73,6 @@ void CrossEntropyGrad(const float* probs, const int32_t* label, int64_t rows,
 // (in place); null: the loss only. False on a label outside [0, classes).
 bool CrossEntropyFused(const float* logits, const int32_t* label, int64_t rows,
                        int64_t classes, float scale, float* loss_sum, float* dlogits);
-// loss_sum[0] = sum_b mean_j (pred - target)^2 over pred[B,n].
-void Mse(const float* pred, const float* target, int64_t rows, int64_t n,
-         float* loss_sum);
-// dpred (+)= scale * 2 (pred - target) / n.
-void MseGrad(const float* pred, const float* target, int64_t rows, int64_t n,
-             float scale, bool accumulate, float* dpred);
 
 // ---- Transformer ops ------------------------------------------------------
 

@@ -22,6 +22,17 @@ using DVec = std::vector<double>;
 
 // The unit families' CPU kernels (compiler/ops/*_family.h, Run<float>),
 // the sizes passed as the tests below do.
+void Mse(const float* pred, const float* target, int64_t rows, int64_t n, float* loss_sum) {
+  ops::MseFamily::Args a;
+  a.rows = rows, a.width = n;
+  ops::MseFamily::Forward(a, pred, target, loss_sum);
+}
+void MseGrad(const float* pred, const float* target, int64_t rows, int64_t n, float scale,
+             bool accumulate, float* dpred) {
+  ops::MseFamily::Args a;
+  a.rows = rows, a.width = n, a.loss_scale = scale;
+  ops::MseFamily::Grad(a, pred, target, accumulate, dpred);
+}
 ops::EmbeddingFamily::Args TokenArgs(const int32_t* ids, int64_t rows, int64_t vocab,
                                      int64_t dim) {
   ops::EmbeddingFamily::Args a;

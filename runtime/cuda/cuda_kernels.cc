@@ -99,10 +99,10 @@ absl::Status PrepareLinear(const Kernel& k, const Instruction& instr,
   return absl::OkStatus();
 }
 
-// cross_entropy and mse (not their gradients): one partial sum per row.
+// cross_entropy (not its gradient): one partial sum per row.
 absl::Status PrepareLoss(const Kernel& k, const Instruction&, const std::string&,
                          KernelNeeds* needs) {
-  if (k.op == Op::kCrossEntropy || k.op == Op::kMse) {
+  if (k.op == Op::kCrossEntropy) {
     needs->scratch_floats = std::max(needs->scratch_floats, k.rows);
   }
   return absl::OkStatus();
@@ -248,7 +248,7 @@ struct CudaKernels {
         return Launched(c, cuda::LaunchCrossEntropyGrad(k.x[0], k.labels, k.rows, k.in,
                                                         k.loss_scale, k.y[0], k.accumulate,
                                                         d.device_error_, s));
-      case Op::kCrossEntropyFused: {
+      default: {  // kCrossEntropyFused
         // The plan's fusion: one kernel, the gradient written over the
         // logits row by row, no probability tensor; bf16 logits read and
         // written as bf16 (UseBf16Classifier). Evaluation: the loss alone,
@@ -266,12 +266,6 @@ struct CudaKernels {
                                            static_cast<size_t>(k.rows * k.in) * (bf16 ? 2 : 4),
                                            cudaMemcpyDeviceToDevice, s));
       }
-      case Op::kMse:
-        return Launched(
-            c, cuda::LaunchMse(k.x[0], k.x[1], k.rows, k.in, k.y[0], d.kernel_scratch_, s));
-      default:
-        return Launched(c, cuda::LaunchMseGrad(k.x[0], k.x[1], k.rows, k.in, k.loss_scale,
-                                               k.y[0], k.accumulate, s));
     }
   }
 
@@ -360,7 +354,6 @@ struct CudaKernels {
         {F::kDropout, {&Dropout}},
         {F::kAttention, {&Attention, &PrepareAttention}},
         {F::kCrossEntropy, {&Loss, &PrepareLoss}},
-        {F::kMse, {&Loss, &PrepareLoss}},
         {F::kWindow, {&Window}},
         {F::kReshape, {&Reshape}},
         {F::kCast, {&Cast}},

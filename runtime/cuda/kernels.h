@@ -123,14 +123,6 @@ cudaError_t LaunchCrossEntropyGrad(const float* probs, const int32_t* labels,
 cudaError_t LaunchFusedClassifier(const void* logits, const int32_t* labels, int64_t rows,
                                   int64_t classes, float scale, float* loss_sum, void* dlogits,
                                   bool bf16, float* scratch, int* error, cudaStream_t s);
-// loss_sum[0] = sum_r mean_j (pred - target)^2; `scratch` holds `rows`.
-cudaError_t LaunchMse(const float* pred, const float* target, int64_t rows,
-                      int64_t cols, float* loss_sum, float* scratch,
-                      cudaStream_t s);
-// dpred (+)= scale * 2 (pred - target) / cols.
-cudaError_t LaunchMseGrad(const float* pred, const float* target,
-                          int64_t rows, int64_t cols, float scale,
-                          float* dpred, bool accumulate, cudaStream_t s);
 
 // ---- transformer.cu ------------------------------------------------------
 // The same semantics as runtime/cpu/kernels.h (the CPU device is the

@@ -1,4 +1,4 @@
-// Losses: cross-entropy (stable log-sum-exp, one warp per row) and MSE.
+// Cross-entropy (stable log-sum-exp, one warp per row; mse is mse.cu).
 // Per-row losses go to scratch and one block adds them in a fixed order,
 // so loss_sum is reproducible (no atomics).
 #include "runtime/cuda/common.cuh"
@@ -101,29 +101,6 @@ __global__ void FusedClassifierKernel(const T* logits, const int32_t* labels, in
   }
 }
 
-__global__ void MseRowKernel(const float* pred, const float* target,
-                             int64_t rows, int64_t cols, float* row_loss) {
-  const int64_t row = WarpRow();
-  if (row >= rows) return;
-  const int lane = threadIdx.x % kWarpSize;
-  float s = 0.0f;
-  for (int64_t j = lane; j < cols; j += kWarpSize) {
-    const float diff = pred[row * cols + j] - target[row * cols + j];
-    s += diff * diff;
-  }
-  s = WarpSum(s);
-  if (lane == 0) row_loss[row] = s / static_cast<float>(cols);
-}
-
-__global__ void MseGradKernel(const float* pred, const float* target,
-                              int64_t n, float factor, float* dpred,
-                              bool accumulate) {
-  TRAINC_GRID_STRIDE(i, n) {
-    const float g = factor * (pred[i] - target[i]);
-    dpred[i] = accumulate ? dpred[i] + g : g;
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchCrossEntropy(const float* logits, const int32_t* labels,
@@ -159,25 +136,6 @@ cudaError_t LaunchFusedClassifier(const void* logits, const int32_t* labels, int
         static_cast<float*>(dlogits), error);
   }
   SumToScalarKernel<><<<1, kBlockSize, 0, s>>>(scratch, rows, loss_sum);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchMse(const float* pred, const float* target, int64_t rows,
-                      int64_t cols, float* loss_sum, float* scratch,
-                      cudaStream_t s) {
-  MseRowKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(pred, target, rows,
-                                                          cols, scratch);
-  SumToScalarKernel<><<<1, kBlockSize, 0, s>>>(scratch, rows, loss_sum);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchMseGrad(const float* pred, const float* target,
-                          int64_t rows, int64_t cols, float scale,
-                          float* dpred, bool accumulate, cudaStream_t s) {
-  const int64_t n = rows * cols;
-  const float factor = scale * 2.0f / static_cast<float>(cols);
-  MseGradKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
-      pred, target, n, factor, dpred, accumulate);
   return cudaGetLastError();
 }
 

@@ -99,8 +99,7 @@ struct KernelArgs {
   // linear_<act>: the activation, applied to y[0] into y[1] (pre kept) or
   // in place in y[0] (y[1] null: pre not in the plan).
   Activation act = Activation::kNone;
-  // cross_entropy_grad, mse_grad: d(loss) / d(loss sum), 1 / global batch
-  // terms.
+  // cross_entropy_grad: d(loss) / d(loss sum), 1 / global batch terms.
   float loss_scale = 0;
   const int32_t* labels = nullptr;  // cross_entropy(_grad): class ids
   // attention(_grad): heads, sizes and rotary positions (rows = B, in = T,

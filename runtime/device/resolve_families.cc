@@ -205,21 +205,6 @@ absl::Status ResolveCrossEntropy(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
-absl::Status ResolveMse(const Resolving& r, KernelArgs& k) {
-  const Buffer& pred = r.in(0);
-  if (pred.shape.empty() || pred.shape[0] == 0) return r.Fail("pred shape");
-  k.rows = pred.shape[0];
-  k.in = Elements(pred) / k.rows;
-  if (Elements(r.in(1)) != Elements(pred)) return r.Fail("target size");
-  if (k.op == KernelOp::kMseGrad) {
-    if (!r.instr.attrs.count("scale")) return r.Fail("missing attr scale");
-    k.loss_scale = static_cast<float>(r.attr("scale", 0));
-  } else if (Elements(r.out(0)) != 1) {
-    return r.Fail("loss_sum is not [1]");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ResolveDropout(const Resolving& r, KernelArgs& k) {
   const Buffer& x = r.in(0);
   if (x.shape.empty() || x.shape[0] == 0) return r.Fail("x has no batch axis");
