@@ -15,9 +15,6 @@
 namespace trainc {
 namespace {
 
-// The last axis ([.., n]).
-int64_t Last(const TensorRef& t) { return t.shape.empty() ? 1 : t.shape.back(); }
-
 // An i32 index held in the double arena.
 int64_t Index(double v) { return static_cast<int64_t>(std::llround(v)); }
 
@@ -399,54 +396,6 @@ absl::Status RefAttentionGrad(KernelOp op, const Attrs& attr,
     }
   }
   return absl::OkStatus();
-}
-
-absl::Status RefCrossEntropy(KernelOp op, const Attrs& attr,
-                             const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                             bool acc) {
-  // logits[.., C], label[..]: one row per label (token).
-  const int64_t B = in[1].size(), C = Last(in[0]);
-  double loss = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    // The probabilities may be written over the logits (the fused
-    // classifier's dlogits take their bytes): the label's logit first.
-    const double* z = in[0].data + b * C;
-    const double m = *std::max_element(z, z + C);
-    double sum = 0;
-    for (int64_t c = 0; c < C; ++c) sum += std::exp(z[c] - m);
-    const int64_t label = Index(in[1].data[b]);
-    if (label < 0 || label >= C) {
-      return absl::OutOfRangeError(absl::StrCat("reference_eval: label ", label));
-    }
-    loss -= z[label] - m - std::log(sum);
-    for (int64_t c = 0; c < C; ++c) out[1].data[b * C + c] = std::exp(z[c] - m) / sum;
-  }
-  out[0].data[0] = loss;
-  return absl::OkStatus();
-}
-
-absl::Status RefCrossEntropyGrad(KernelOp op, const Attrs& attr,
-                                 const std::vector<TensorRef>& in,
-                                 const std::vector<TensorRef>& out, bool acc) {
-  const int64_t B = in[1].size(), C = Last(in[0]);
-  Writer d(out[0], acc);
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t label = Index(in[1].data[b]);
-    for (int64_t c = 0; c < C; ++c) {
-      d.Set(b * C + c, attr("scale") * (in[0].data[b * C + c] - (c == label ? 1 : 0)));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// cross_entropy then its gradient into the same output: loss_sum and
-// dlogits (out[1] holds the probabilities in between).
-absl::Status RefCrossEntropyFused(KernelOp op, const Attrs& attr,
-                                  const std::vector<TensorRef>& in,
-                                  const std::vector<TensorRef>& out, bool acc) {
-  const absl::Status forward = RefCrossEntropy(op, attr, in, out, false);
-  if (!forward.ok()) return forward;
-  return RefCrossEntropyGrad(op, attr, {out[1], in[1]}, {out[1]}, false);
 }
 
 absl::Status RefConv2d(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,

@@ -67,6 +67,7 @@
   U(RmsNorm, rms_norm)            \
   U(Softmax, softmax)             \
   U(GroupNorm, group_norm)        \
+  U(CrossEntropy, cross_entropy)  \
   U(Mse, mse)                     \
   U(Embedding, embedding)
 
@@ -85,9 +86,6 @@
   X(Dropout, DropoutGrad, dropout_grad)                        \
   X(Attention, Attention, attention)                           \
   X(Attention, AttentionGrad, attention_grad)                  \
-  X(CrossEntropy, CrossEntropy, cross_entropy)                 \
-  X(CrossEntropy, CrossEntropyGrad, cross_entropy_grad)        \
-  X(CrossEntropy, CrossEntropyFused, cross_entropy_fused)      \
   X(Window, Conv2d, conv2d)                                    \
   X(Window, Conv2dRelu, conv2d_relu)                           \
   X(Window, Conv2dGradInput, conv2d_grad_input)                \
@@ -118,6 +116,9 @@
   X(GroupNorm, GroupNorm, group_norm)                     \
   X(GroupNorm, GroupNormGradInput, group_norm_grad_input) \
   X(GroupNorm, GroupNormGradParams, group_norm_grad_params)    \
+  X(CrossEntropy, CrossEntropy, cross_entropy)                 \
+  X(CrossEntropy, CrossEntropyGrad, cross_entropy_grad)        \
+  X(CrossEntropy, CrossEntropyFused, cross_entropy_fused)      \
   X(Mse, Mse, mse)                                             \
   X(Mse, MseGrad, mse_grad)                                    \
   X(Embedding, Embedding, embedding)                           \
@@ -252,6 +253,7 @@ inline int PointwiseArity(KernelOp op) {
 
 // The unit families' own headers (each includes this one).
 #include "compiler/ops/group_norm_family.h"
+#include "compiler/ops/cross_entropy_family.h"
 #include "compiler/ops/mse_family.h"
 #include "compiler/ops/embedding_family.h"
 #include "compiler/ops/layer_norm_family.h"

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -129,36 +128,6 @@ absl::Status AttentionFamily(const KernelCall& c) {
   return Ok();
 }
 
-absl::Status LossFamily(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  switch (k.op) {
-    case Op::kCrossEntropy:
-      if (!CrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0], k.y[1])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cpu: ", c.instr.label, ": a label is outside [0, ", k.in, ")"));
-      }
-      break;
-    case Op::kCrossEntropyGrad:
-      CrossEntropyGrad(k.x[0], k.labels, k.rows, k.in, k.loss_scale, k.accumulate, k.y[0]);
-      break;
-    default: {  // kCrossEntropyFused
-      // Evaluation wants the loss and the logits as they were: dlogits may
-      // occupy the logits' bytes (or their bf16 staging's), so it gets the
-      // logits back instead of the gradient.
-      float* dlogits = c.step.training ? k.y[1] : nullptr;
-      if (!CrossEntropyFused(k.x[0], k.labels, k.rows, k.in, k.loss_scale, k.y[0], dlogits)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cpu: ", c.instr.label, ": a label is outside [0, ", k.in, ")"));
-      }
-      if (!c.step.training && k.y[1] != k.x[0]) {
-        std::memcpy(k.y[1], k.x[0], static_cast<size_t>(k.rows * k.in) * sizeof(float));
-      }
-      break;
-    }
-  }
-  return Ok();
-}
-
 // Convolution and pooling: oneDNN's primitives, prepared with the plan.
 absl::Status Window(const KernelCall& c) { return c.dnnl.Run(c.instr.id); }
 
@@ -262,7 +231,6 @@ KernelTable<CpuKernel> MakeTable() {
       {F::kLinear, &Linear},
       {F::kDropout, &DropoutFamily},
       {F::kAttention, &AttentionFamily},
-      {F::kCrossEntropy, &LossFamily},
       {F::kWindow, &Window},
       {F::kReshape, &Reshape},
       {F::kCast, &Cast},

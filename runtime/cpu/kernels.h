@@ -58,22 +58,6 @@ using UnitRunFn = std::string (*)(KernelOp op, const Args& a, const float* const
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
 #undef TRAINC_CPU_UNIT_RUN
 
-// logits[B,C], label[B] -> probs[B,C] = softmax(logits) and
-// loss_sum[0] = sum_b -log probs[b, label[b]] (log-softmax, stable).
-// Returns false (and writes nothing useful) if a label is outside [0, C).
-bool CrossEntropy(const float* logits, const int32_t* label, int64_t rows,
-                  int64_t classes, float* loss_sum, float* probs);
-// dlogits (+)= scale * (probs - onehot(label)).
-void CrossEntropyGrad(const float* probs, const int32_t* label, int64_t rows,
-                      int64_t classes, float scale, bool accumulate,
-                      float* dlogits);
-// cross_entropy and cross_entropy_grad (accumulate 0) in one pass per row:
-// loss_sum as CrossEntropy, dlogits = scale (softmax - onehot), the same
-// bits as the two, without a probabilities buffer. dlogits may be logits
-// (in place); null: the loss only. False on a label outside [0, classes).
-bool CrossEntropyFused(const float* logits, const int32_t* label, int64_t rows,
-                       int64_t classes, float scale, float* loss_sum, float* dlogits);
-
 // ---- Transformer ops ------------------------------------------------------
 
 // Dropout (forward and backward alike): y[b, j] (+)= x[b, j] *

@@ -22,6 +22,18 @@ using DVec = std::vector<double>;
 
 // The unit families' CPU kernels (compiler/ops/*_family.h, Run<float>),
 // the sizes passed as the tests below do.
+bool CrossEntropy(const float* logits, const int32_t* label, int64_t rows, int64_t classes,
+                  float* loss_sum, float* probs) {
+  ops::CrossEntropyFamily::Args a;
+  a.rows = rows, a.classes = classes, a.labels = label;
+  return ops::CrossEntropyFamily::Forward(a, logits, loss_sum, probs);
+}
+void CrossEntropyGrad(const float* probs, const int32_t* label, int64_t rows, int64_t classes,
+                      float scale, bool accumulate, float* dlogits) {
+  ops::CrossEntropyFamily::Args a;
+  a.rows = rows, a.classes = classes, a.labels = label, a.loss_scale = scale;
+  ops::CrossEntropyFamily::Grad(a, probs, accumulate, dlogits);
+}
 void Mse(const float* pred, const float* target, int64_t rows, int64_t n, float* loss_sum) {
   ops::MseFamily::Args a;
   a.rows = rows, a.width = n;

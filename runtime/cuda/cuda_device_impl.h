@@ -96,8 +96,9 @@ struct Kernel : KernelArgs {
   bool pre_bf16 = false;
   // precision = bf16, a unit family's operands its CUDA kernels read or
   // write as bf16 themselves (cuda::UnitLaunch::bf16): cross_entropy_fused
-  // whose logits (x[0]) and dlogits (y[1]) are bf16, their slots holding
-  // the tensors (UseBf16Classifier).
+  // whose logits (x[0]) and dlogits (y[1]) are bf16 (UseBf16Classifier),
+  // add_layernorm whose b (x[1]) is (UseBf16AddLayerNorm); their slots hold
+  // the tensors.
   bool unit_bf16 = false;
   // precision = bf16, reshape of a bf16 tensor into one (UseBf16Reshape).
   bool reshape_bf16 = false;

@@ -99,15 +99,6 @@ absl::Status PrepareLinear(const Kernel& k, const Instruction& instr,
   return absl::OkStatus();
 }
 
-// cross_entropy (not its gradient): one partial sum per row.
-absl::Status PrepareLoss(const Kernel& k, const Instruction&, const std::string&,
-                         KernelNeeds* needs) {
-  if (k.op == Op::kCrossEntropy) {
-    needs->scratch_floats = std::max(needs->scratch_floats, k.rows);
-  }
-  return absl::OkStatus();
-}
-
 // A unit family's preparation: its Prepare<Family> (runtime/cuda/kernels.h).
 absl::Status UnitPrepared(const char* why, const Instruction& instr,
                           const std::string& device_name) {
@@ -236,39 +227,6 @@ struct CudaKernels {
                                            k.accumulate, d.compute_));
   }
 
-  static absl::Status Loss(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    cudaStream_t s = d.compute_;
-    switch (k.op) {
-      case Op::kCrossEntropy:
-        return Launched(c, cuda::LaunchCrossEntropy(k.x[0], k.labels, k.rows, k.in, k.y[0],
-                                                    k.y[1], d.kernel_scratch_, d.device_error_,
-                                                    s));
-      case Op::kCrossEntropyGrad:
-        return Launched(c, cuda::LaunchCrossEntropyGrad(k.x[0], k.labels, k.rows, k.in,
-                                                        k.loss_scale, k.y[0], k.accumulate,
-                                                        d.device_error_, s));
-      default: {  // kCrossEntropyFused
-        // The plan's fusion: one kernel, the gradient written over the
-        // logits row by row, no probability tensor; bf16 logits read and
-        // written as bf16 (UseBf16Classifier). Evaluation: the loss alone,
-        // and the logits left as they were (dlogits may occupy their
-        // bytes, or their staging's).
-        const bool bf16 = k.unit_bf16;
-        const void* logits = k.x[0];
-        void* dlogits = k.y[1];
-        RETURN_IF_ERROR(Launched(
-            c, cuda::LaunchFusedClassifier(logits, k.labels, k.rows, k.in, k.loss_scale, k.y[0],
-                                           c.step.training ? dlogits : nullptr, bf16,
-                                           d.kernel_scratch_, d.device_error_, s)));
-        if (c.step.training || dlogits == logits) return absl::OkStatus();
-        return Launched(c, cudaMemcpyAsync(dlogits, logits,
-                                           static_cast<size_t>(k.rows * k.in) * (bf16 ? 2 : 4),
-                                           cudaMemcpyDeviceToDevice, s));
-      }
-    }
-  }
-
   static absl::Status Attention(CudaDeviceImpl& d, const KernelCall& c) {
     return c.k.op == Op::kAttention ? d.RunAttention(c.k) : d.RunAttentionGrad(c.k);
   }
@@ -353,7 +311,6 @@ struct CudaKernels {
         {F::kLinear, {&Linear, &PrepareLinear}},
         {F::kDropout, {&Dropout}},
         {F::kAttention, {&Attention, &PrepareAttention}},
-        {F::kCrossEntropy, {&Loss, &PrepareLoss}},
         {F::kWindow, {&Window}},
         {F::kReshape, {&Reshape}},
         {F::kCast, {&Cast}},

@@ -1,8 +1,9 @@
 // Launchers for the CUDA backend's kernels, one .cu file per layer (llm.c
-// style): linear.cu, pointwise.cu, loss.cu, optimizer.cu, elementwise.cu,
+// style): linear.cu, pointwise.cu, optimizer.cu, elementwise.cu,
 // transformer.cu, attention.cu; and one per unit family (layer_norm.cu,
-// rms_norm.cu, softmax.cu, group_norm.cu). Included by nvcc and by the
-// host compiler, so it uses only the CUDA runtime API types.
+// rms_norm.cu, softmax.cu, group_norm.cu, embedding.cu, mse.cu,
+// cross_entropy.cu). Included by nvcc and by the host compiler, so it uses
+// only the CUDA runtime API types.
 //
 // Conventions. Tensors are row-major f32 (labels i32) device pointers.
 // `accumulate` selects out = v (false) or out += v (true), as the plan's
@@ -35,7 +36,7 @@ struct UnitLaunch {
   bool training = true;     // false: an evaluation step
   // precision = bf16: the operands its kernels read or write as bf16
   // themselves (cuda_kernels.cc's UseBf16 rules: cross_entropy_fused's
-  // logits and dlogits).
+  // logits and dlogits, add_layernorm's b).
   bool bf16 = false;
   float* scratch = nullptr;  // the kernel scratch, at least what Prepare asked for
   int64_t scratch_floats = 0;
@@ -102,27 +103,6 @@ cudaError_t LaunchOrderedSum(const float* src, int64_t n, int64_t count,
 cudaError_t LaunchToBf16(const float* f32, void* bf16, int64_t n, cudaStream_t s);
 // f32[i] = bf16[i], exactly.
 cudaError_t LaunchFromBf16(const void* bf16, float* f32, int64_t n, cudaStream_t s);
-
-// ---- loss.cu -------------------------------------------------------------
-// loss_sum[0] = sum_r (logsumexp(logits[r]) - logits[r, label[r]]);
-// probs = softmax(logits). One warp per row; `scratch` holds `rows` floats.
-// A label outside [0, classes) sets kErrorLabelOutOfRange in *error.
-cudaError_t LaunchCrossEntropy(const float* logits, const int32_t* labels,
-                               int64_t rows, int64_t classes, float* loss_sum,
-                               float* probs, float* scratch, int* error,
-                               cudaStream_t s);
-// dlogits (+)= scale * (probs - onehot(label)).
-cudaError_t LaunchCrossEntropyGrad(const float* probs, const int32_t* labels,
-                                   int64_t rows, int64_t classes, float scale,
-                                   float* dlogits, bool accumulate, int* error,
-                                   cudaStream_t s);
-// cross_entropy_fused: LaunchCrossEntropy's loss_sum, and (non-null
-// dlogits: training) dlogits = scale * (softmax(logits) - onehot(label))
-// without a probability tensor (dlogits may be logits). Both f32, or both
-// bf16 when `bf16` (widened on load, the gradient rounded to nearest even).
-cudaError_t LaunchFusedClassifier(const void* logits, const int32_t* labels, int64_t rows,
-                                  int64_t classes, float scale, float* loss_sum, void* dlogits,
-                                  bool bf16, float* scratch, int* error, cudaStream_t s);
 
 // ---- transformer.cu ------------------------------------------------------
 // The same semantics as runtime/cpu/kernels.h (the CPU device is the

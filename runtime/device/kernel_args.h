@@ -91,7 +91,7 @@ struct KernelArgs {
   KernelOp op = KernelOp::kNotCompute;
   bool accumulate = false;  // outputs += the result (gradients)
   int64_t rows = 0;  // batch rows (or elements for elementwise ops)
-  int64_t in = 0;    // linear: in features; ce: classes
+  int64_t in = 0;    // linear: in features
   int64_t out = 0;   // linear: out features
   const float* x[5] = {};
   float* y[4] = {};  // add_layernorm writes four
@@ -99,9 +99,6 @@ struct KernelArgs {
   // linear_<act>: the activation, applied to y[0] into y[1] (pre kept) or
   // in place in y[0] (y[1] null: pre not in the plan).
   Activation act = Activation::kNone;
-  // cross_entropy_grad: d(loss) / d(loss sum), 1 / global batch terms.
-  float loss_scale = 0;
-  const int32_t* labels = nullptr;  // cross_entropy(_grad): class ids
   // attention(_grad): heads, sizes and rotary positions (rows = B, in = T,
   // out = H d).
   attention::Geometry attention;

@@ -1,6 +1,8 @@
 // ResolveKernels: one kernel per instruction (fusion is the plan's), a
-// fused linear activation's outputs; and a unit family's resolution (compiler/ops/kernel_families.h), group_norm's:
-// its typed sizes from the shapes, its refusals naming the instruction.
+// fused linear activation's outputs; and a unit family's resolution
+// (compiler/ops/kernel_families.h), group_norm's: its typed sizes from the
+// shapes, its refusals naming the instruction; cross_entropy's labels, an
+// i32 operand read through its Args.
 #include "runtime/device/kernel_args.h"
 
 #include <vector>
@@ -140,6 +142,44 @@ TEST(KernelArgs, AUnitFamilyRefusesNamingTheInstruction) {
   k = ResolveKernels(GroupNorm({3, 6, 4, 5}, 5, 1), arena.data(), arena.size(), "test");
   ASSERT_FALSE(k.ok());
   EXPECT_EQ(k.status().message(), "test: instruction 0 (group_norm \"n\"): weight is not [C]");
+}
+
+// cross_entropy_grad of probs [4, 10] with labels of `label_dtype`.
+Plan CrossEntropyGrad(DType label_dtype) {
+  Plan plan;
+  plan.buffers = {Make(0, "probs", BufferKind::kActivation, {4, 10}, 0),
+                  Make(1, "labels", BufferKind::kInput, {4}, 256),
+                  Make(2, "dlogits", BufferKind::kActivation, {4, 10}, 512)};
+  plan.buffers[1].dtype = label_dtype;
+  Instruction ce;
+  ce.id = 0;
+  ce.op = "cross_entropy_grad";
+  ce.label = "loss";
+  ce.inputs = {0, 1};
+  ce.outputs = {2};
+  ce.attrs = {{"scale", 0.125}};
+  plan.instructions = {ce};
+  plan.arena_bytes = 1024;
+  return plan;
+}
+
+TEST(KernelArgs, AUnitFamilysIdsAreReadThroughItsArgs) {
+  std::vector<char> arena(1024);
+  absl::StatusOr<std::vector<KernelArgs>> k =
+      ResolveKernels(CrossEntropyGrad(DType::kI32), arena.data(), arena.size(), "test");
+  ASSERT_TRUE(k.ok()) << k.status();
+  const ops::CrossEntropyFamily::Args& a = (*k)[0].cross_entropy;
+  EXPECT_EQ(a.rows, 4);
+  EXPECT_EQ(a.classes, 10);
+  EXPECT_EQ(a.loss_scale, 0.125);
+  EXPECT_EQ(static_cast<const void*>(a.labels), arena.data() + 256);
+  EXPECT_EQ((*k)[0].x[1], nullptr);  // not a float operand
+  EXPECT_EQ(static_cast<const void*>((*k)[0].x[0]), arena.data());
+
+  k = ResolveKernels(CrossEntropyGrad(DType::kF32), arena.data(), arena.size(), "test");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(),
+            "test: instruction 0 (cross_entropy_grad \"loss\"): ids are not i32");
 }
 
 }  // namespace

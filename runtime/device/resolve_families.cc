@@ -185,26 +185,6 @@ absl::Status ResolvePointwise(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
-absl::Status ResolveCrossEntropy(const Resolving& r, KernelArgs& k) {
-  const Buffer& label = r.in(1);
-  if (label.dtype != DType::kI32) return r.Fail("label is not i32");
-  k.labels = reinterpret_cast<const int32_t*>(r.ptr(label));
-  k.rows = Elements(label);
-  if (k.rows == 0 || Elements(r.in(0)) % k.rows != 0) {
-    return r.Fail("logits are not [B, C]");
-  }
-  k.in = Elements(r.in(0)) / k.rows;
-  if (k.op != KernelOp::kCrossEntropyGrad) {
-    if (Elements(r.out(0)) != 1) return r.Fail("loss_sum is not [1]");
-    if (Elements(r.out(1)) != k.rows * k.in) return r.Fail("probs size");
-  }
-  if (k.op != KernelOp::kCrossEntropy) {
-    if (!r.instr.attrs.count("scale")) return r.Fail("missing attr scale");
-    k.loss_scale = static_cast<float>(r.attr("scale", 0));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ResolveDropout(const Resolving& r, KernelArgs& k) {
   const Buffer& x = r.in(0);
   if (x.shape.empty() || x.shape[0] == 0) return r.Fail("x has no batch axis");

@@ -1,6 +1,8 @@
-// Cross-entropy (stable log-sum-exp, one warp per row; mse is mse.cu).
-// Per-row losses go to scratch and one block adds them in a fixed order,
-// so loss_sum is reproducible (no atomics).
+// cross_entropy's CUDA kernels (compiler/ops/cross_entropy_family.h):
+// stable log-sum-exp, one warp per row. Per-row losses go to scratch and
+// one block adds them in a fixed order, so loss_sum is reproducible (no
+// atomics).
+#include "compiler/ops/kernel_families.h"
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -8,10 +10,7 @@ namespace trainc {
 namespace cuda {
 namespace {
 
-__device__ __forceinline__ int64_t WarpRow() {
-  return blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) +
-         threadIdx.x / kWarpSize;
-}
+using Args = ops::CrossEntropyFamily::Args;
 
 // loss = logsumexp(z) - z[label] rather than -log(softmax[label]): exact
 // for confident wrong predictions, where the probability underflows to 0.
@@ -101,42 +100,77 @@ __global__ void FusedClassifierKernel(const T* logits, const int32_t* labels, in
   }
 }
 
+// loss_sum[0] = sum_r (logsumexp(logits[r]) - logits[r, label[r]]);
+// probs = softmax(logits). `scratch` holds `rows` floats.
+cudaError_t Forward(const Args& a, const float* logits, float* loss_sum, float* probs,
+                    const UnitLaunch& env) {
+  CrossEntropyKernel<<<RowWarpBlocks(a.rows), kBlockSize, 0, env.stream>>>(
+      logits, a.labels, a.rows, a.classes, env.scratch, probs, env.error);
+  SumToScalarKernel<><<<1, kBlockSize, 0, env.stream>>>(env.scratch, a.rows, loss_sum);
+  return cudaGetLastError();
+}
+
+// dlogits (+)= scale * (probs - onehot(label)).
+cudaError_t Grad(const Args& a, const float* probs, float* dlogits, const UnitLaunch& env) {
+  CrossEntropyGradKernel<<<ElementwiseBlocks(a.rows * a.classes), kBlockSize, 0, env.stream>>>(
+      probs, a.labels, a.rows, a.classes, static_cast<float>(a.loss_scale), dlogits,
+      env.accumulate, env.error);
+  return cudaGetLastError();
+}
+
+// Forward's loss_sum, and (non-null dlogits: training) dlogits = scale *
+// (softmax(logits) - onehot(label)) without a probability tensor (dlogits
+// may be logits). Both f32, or both bf16 when `bf16` (widened on load, the
+// gradient rounded to nearest even).
+cudaError_t FusedClassifier(const Args& a, const void* logits, float* loss_sum, void* dlogits,
+                            bool bf16, const UnitLaunch& env) {
+  const float scale = static_cast<float>(a.loss_scale);
+  if (bf16) {
+    FusedClassifierKernel<<<RowWarpBlocks(a.rows), kBlockSize, 0, env.stream>>>(
+        static_cast<const __nv_bfloat16*>(logits), a.labels, a.rows, a.classes, scale,
+        env.scratch, static_cast<__nv_bfloat16*>(dlogits), env.error);
+  } else {
+    FusedClassifierKernel<<<RowWarpBlocks(a.rows), kBlockSize, 0, env.stream>>>(
+        static_cast<const float*>(logits), a.labels, a.rows, a.classes, scale, env.scratch,
+        static_cast<float*>(dlogits), env.error);
+  }
+  SumToScalarKernel<><<<1, kBlockSize, 0, env.stream>>>(env.scratch, a.rows, loss_sum);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
-cudaError_t LaunchCrossEntropy(const float* logits, const int32_t* labels,
-                               int64_t rows, int64_t classes, float* loss_sum,
-                               float* probs, float* scratch, int* error,
-                               cudaStream_t s) {
-  CrossEntropyKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
-      logits, labels, rows, classes, scratch, probs, error);
-  SumToScalarKernel<><<<1, kBlockSize, 0, s>>>(scratch, rows, loss_sum);
-  return cudaGetLastError();
+const char* PrepareCrossEntropy(KernelOp op, const Args& a, int64_t* scratch_floats) {
+  // One partial sum per row (not the gradient's).
+  if (op != KernelOp::kCrossEntropyGrad && *scratch_floats < a.rows) *scratch_floats = a.rows;
+  return nullptr;
 }
 
-cudaError_t LaunchCrossEntropyGrad(const float* probs, const int32_t* labels,
-                                   int64_t rows, int64_t classes, float scale,
-                                   float* dlogits, bool accumulate, int* error,
-                                   cudaStream_t s) {
-  CrossEntropyGradKernel<<<ElementwiseBlocks(rows * classes), kBlockSize, 0,
-                           s>>>(probs, labels, rows, classes, scale, dlogits,
-                                accumulate, error);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchFusedClassifier(const void* logits, const int32_t* labels, int64_t rows,
-                                  int64_t classes, float scale, float* loss_sum, void* dlogits,
-                                  bool bf16, float* scratch, int* error, cudaStream_t s) {
-  if (bf16) {
-    FusedClassifierKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
-        static_cast<const __nv_bfloat16*>(logits), labels, rows, classes, scale, scratch,
-        static_cast<__nv_bfloat16*>(dlogits), error);
-  } else {
-    FusedClassifierKernel<<<RowWarpBlocks(rows), kBlockSize, 0, s>>>(
-        static_cast<const float*>(logits), labels, rows, classes, scale, scratch,
-        static_cast<float*>(dlogits), error);
+cudaError_t LaunchCrossEntropy(KernelOp op, const Args& a, const float* const* x,
+                               float* const* y, const UnitLaunch& env) {
+  switch (op) {
+    case KernelOp::kCrossEntropy:
+      return Forward(a, x[0], y[0], y[1], env);
+    case KernelOp::kCrossEntropyGrad:
+      return Grad(a, x[0], y[0], env);
+    case KernelOp::kCrossEntropyFused: {
+      // The plan's fusion: one kernel, the gradient written over the
+      // logits row by row, no probability tensor; bf16 logits read and
+      // written as bf16 (env.bf16: UseBf16Classifier). Evaluation: the
+      // loss alone, and the logits left as they were (dlogits may occupy
+      // their bytes, or their staging's).
+      const void* logits = x[0];
+      void* dlogits = y[1];
+      const cudaError_t err = FusedClassifier(a, logits, y[0],
+                                              env.training ? dlogits : nullptr, env.bf16, env);
+      if (err != cudaSuccess || env.training || dlogits == logits) return err;
+      return cudaMemcpyAsync(dlogits, logits,
+                             static_cast<size_t>(a.rows * a.classes) * (env.bf16 ? 2 : 4),
+                             cudaMemcpyDeviceToDevice, env.stream);
+    }
+    default:
+      return cudaErrorInvalidValue;
   }
-  SumToScalarKernel<><<<1, kBlockSize, 0, s>>>(scratch, rows, loss_sum);
-  return cudaGetLastError();
 }
 
 }  // namespace cuda
