@@ -22,15 +22,18 @@
 //     (Resolve), and its loops templated on the element type: Run<float>
 //     is the CPU kernel, Run<double> the float64 reference;
 //   - runtime/cuda/<snake>.cu, its CUDA kernels behind one launcher,
-//     cuda::Launch<Family>, and the scratch they need,
-//     cuda::<Family>ScratchFloats (declared from TRAINC_UNIT_FAMILIES in
-//     runtime/cuda/kernels.h; the .cu files are a glob).
+//     cuda::Launch<Family> (given a cuda::UnitLaunch: accumulate, training,
+//     native bf16, scratch, error word, stream), and cuda::Prepare<Family>,
+//     its limits and the scratch it needs (declared from
+//     TRAINC_UNIT_FAMILIES in runtime/cuda/kernels.h; the .cu files are a
+//     glob).
 // The resolver, both backends' tables, KernelArgs' field for its Args and
 // the reference's table pick it up from the lists below; adding one is
-// lines here plus those three files. An Args with a `bf16_outputs` mask
-// learns from the resolver which outputs are bf16 tensors (a kernel that
-// reads back its own output rounds it first). layernorm, rmsnorm, softmax
-// and group_norm are unit families (compiler/ops/*_family.h).
+// lines here plus those three files. What a family may declare beyond
+// Args, Resolve and Run (a refusal, an i32 operand, a training flag, a
+// bf16_outputs mask) is compiler/ops/unit_family.h. layernorm, rmsnorm,
+// softmax, group_norm, embedding, mse and cross_entropy are unit families
+// (compiler/ops/*_family.h).
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 
