@@ -540,8 +540,9 @@ absl::Status Trainer::SumLossesIfDue(const StepInfo& step) {
 }
 
 void Trainer::KeepStepTimes(const StepInfo& step) {
-  // The run's first step warms caches and libraries, unevenly: not counted.
-  if (step.number == first_step_) return;
+  // One rank has no peers to be slower than (and nothing would clear the
+  // list); the run's first step warms caches and libraries, unevenly.
+  if (plan_.world_size == 1 || step.number == first_step_) return;
   const StepTimes& t = executor_->step_times();
   own_times_.push_back(
       {(t.data_ns + t.compute_cpu_ns) / 1e6, t.data_ns / 1e6, t.waiting_ns / 1e6});
