@@ -7,7 +7,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "compiler/ops/attention.h"
 #include "compiler/ops/kernel_families.h"
 #include "compiler/ops/pointwise.h"
 #include "compiler/ops/unit_family.h"
@@ -70,88 +69,6 @@ class Attrs {
  private:
   const std::map<std::string, double>& attrs_;
 };
-
-// Attention (compiler/ops/attention.h): the geometry from qkv and the
-// attributes, and q, k (rotated when rope is on) and v in double.
-struct AttentionInputs {
-  attention::Geometry g;
-  // [B, T, H, d] queries and [B, T, KV, d] keys and values.
-  std::vector<double> q, k, v;
-  double Q(int64_t b, int64_t t, int64_t h, int64_t d) const {
-    return q[((b * g.seq + t) * g.heads + h) * g.head_dim + d];
-  }
-  double K(int64_t b, int64_t t, int64_t h, int64_t d) const {
-    return k[((b * g.seq + t) * g.kv_heads + g.KvHeadOf(h)) * g.head_dim + d];
-  }
-  double V(int64_t b, int64_t t, int64_t h, int64_t d) const {
-    return v[((b * g.seq + t) * g.kv_heads + g.KvHeadOf(h)) * g.head_dim + d];
-  }
-  int64_t Row(int64_t b, int64_t h, int64_t t) const { return (b * g.heads + h) * g.seq + t; }
-};
-
-// Rotates one head's row x[d] of position t (the inverse: the transpose).
-void RopeRow(const attention::Geometry& g, int64_t t, bool inverse, double* x) {
-  if (!g.rope) return;
-  const int64_t n = g.head_dim / 2;
-  for (int64_t i = 0; i < n; ++i) {
-    const double angle = attention::RopeAngle(t, i, g.head_dim, g.rope_theta);
-    attention::RotatePair(x[i], x[i + n], std::cos(angle), std::sin(angle), inverse);
-  }
-}
-
-absl::StatusOr<AttentionInputs> ReadAttention(const TensorRef& qkv, const Attrs& attr) {
-  AttentionInputs a;
-  attention::Geometry& g = a.g;
-  g = attention::FromAttrs(attr.map());
-  if (qkv.shape.size() != 3 || g.heads < 1 || g.kv_heads < 1 || g.heads % g.kv_heads != 0 ||
-      qkv.shape[2] % (g.heads + 2 * g.kv_heads) != 0) {
-    return absl::InvalidArgumentError(
-        "reference_eval: attention needs qkv[B, T, (H + 2 KV) d], KV | H");
-  }
-  g.batch = qkv.shape[0];
-  g.seq = qkv.shape[1];
-  g.head_dim = qkv.shape[2] / (g.heads + 2 * g.kv_heads);
-  const int64_t d = g.head_dim;
-  a.q.resize(g.batch * g.seq * g.heads * d);
-  a.k.resize(g.batch * g.seq * g.kv_heads * d);
-  a.v.resize(a.k.size());
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t t = 0; t < g.seq; ++t) {
-      const double* row = qkv.data + (b * g.seq + t) * g.QkvWidth();
-      for (int64_t h = 0; h < g.heads; ++h) {
-        double* q = &a.q[((b * g.seq + t) * g.heads + h) * d];
-        std::copy(row + g.QOffset(h), row + g.QOffset(h) + d, q);
-        RopeRow(g, t, false, q);
-      }
-      for (int64_t h = 0; h < g.kv_heads; ++h) {
-        double* k = &a.k[((b * g.seq + t) * g.kv_heads + h) * d];
-        std::copy(row + g.KOffset(h), row + g.KOffset(h) + d, k);
-        RopeRow(g, t, false, k);
-        std::copy(row + g.VOffset(h), row + g.VOffset(h) + d,
-                  &a.v[((b * g.seq + t) * g.kv_heads + h) * d]);
-      }
-    }
-  }
-  return a;
-}
-
-// Softmax row i of (b, h): p[j] for j <= i, and its log-sum-exp.
-double AttentionRow(const AttentionInputs& a, int64_t b, int64_t h, int64_t i,
-                    std::vector<double>& p) {
-  const attention::Geometry& g = a.g;
-  const double scale = 1 / std::sqrt(static_cast<double>(g.head_dim));
-  double m = -INFINITY;
-  for (int64_t j = 0; j <= i; ++j) {
-    double dot = 0;
-    for (int64_t d = 0; d < g.head_dim; ++d) dot += a.Q(b, i, h, d) * a.K(b, j, h, d);
-    p[j] = dot * scale;
-    m = std::max(m, p[j]);
-  }
-  double sum = 0;
-  for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[j] - m);
-  for (int64_t j = 0; j <= i; ++j) p[j] = std::exp(p[j] - m) / sum;
-  return m + std::log(sum);
-}
 
 // A convolution or pooling window over an NCHW image (the image side is
 // [N, C, H, W], the other [N, O, OH, OW], O = C for pooling).
@@ -303,96 +220,6 @@ absl::Status RefLinearGradParams(KernelOp op, const Attrs& attr,
       double s = 0;
       for (int64_t b = 0; b < B; ++b) s += in[0].data[b * O + o] * in[1].data[b * I + i];
       dw.Set(o * I + i, s);
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RefAttention(KernelOp op, const Attrs& attr,
-                          const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                          bool acc) {
-  // qkv -> y[B, T, H d], lse[B, H, T].
-  absl::StatusOr<AttentionInputs> read = ReadAttention(in[0], attr);
-  if (!read.ok()) return read.status();
-  const AttentionInputs& a = *read;
-  const attention::Geometry& g = a.g;
-  std::vector<double> p(g.seq);
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t h = 0; h < g.heads; ++h) {
-      for (int64_t i = 0; i < g.seq; ++i) {
-        out[1].data[a.Row(b, h, i)] = AttentionRow(a, b, h, i, p);
-        for (int64_t d = 0; d < g.head_dim; ++d) {
-          double y = 0;
-          for (int64_t j = 0; j <= i; ++j) y += p[j] * a.V(b, j, h, d);
-          out[0].data[(b * g.seq + i) * g.OutWidth() + h * g.head_dim + d] = y;
-        }
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RefAttentionGrad(KernelOp op, const Attrs& attr,
-                              const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                              bool acc) {
-  // dy[B, T, H d], qkv, y, lse -> dqkv, delta[B, H, T] = rowsum(dy y).
-  // Per (b, h), from the probabilities P recomputed here and s = 1/sqrt(d):
-  //   dV = P^T dY, dP = dY V^T, dS = P (dP - rowsum(dP P)),
-  //   dQ' = s dS K', dK' = s dS^T Q' (' rotated; dQ, dK rotate back).
-  absl::StatusOr<AttentionInputs> read = ReadAttention(in[1], attr);
-  if (!read.ok()) return read.status();
-  const AttentionInputs& a = *read;
-  const attention::Geometry& g = a.g;
-  const int64_t D = g.head_dim, W = g.QkvWidth();
-  const double scale = 1 / std::sqrt(static_cast<double>(D));
-  std::vector<double> dq(a.q.size(), 0.0), dk(a.k.size(), 0.0), dv(a.v.size(), 0.0);
-  std::vector<double> p(g.seq), dp(g.seq);
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t h = 0; h < g.heads; ++h) {
-      const int64_t kvh = g.KvHeadOf(h);
-      auto dY = [&](int64_t t, int64_t d) {
-        return in[0].data[(b * g.seq + t) * g.OutWidth() + h * D + d];
-      };
-      for (int64_t i = 0; i < g.seq; ++i) {
-        AttentionRow(a, b, h, i, p);
-        double row = 0, delta = 0;
-        for (int64_t d = 0; d < D; ++d) {
-          delta += dY(i, d) * in[2].data[(b * g.seq + i) * g.OutWidth() + h * D + d];
-        }
-        out[1].data[a.Row(b, h, i)] = delta;
-        for (int64_t j = 0; j <= i; ++j) {
-          dp[j] = 0;
-          for (int64_t d = 0; d < D; ++d) dp[j] += dY(i, d) * a.V(b, j, h, d);
-          row += dp[j] * p[j];
-        }
-        for (int64_t j = 0; j <= i; ++j) {
-          const double ds = p[j] * (dp[j] - row) * scale;
-          for (int64_t d = 0; d < D; ++d) {
-            dv[((b * g.seq + j) * g.kv_heads + kvh) * D + d] += p[j] * dY(i, d);
-            dq[((b * g.seq + i) * g.heads + h) * D + d] += ds * a.K(b, j, h, d);
-            dk[((b * g.seq + j) * g.kv_heads + kvh) * D + d] += ds * a.Q(b, i, h, d);
-          }
-        }
-      }
-    }
-  }
-  Writer dqkv(out[0], acc);
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t t = 0; t < g.seq; ++t) {
-      const int64_t row = (b * g.seq + t) * W;
-      for (int64_t h = 0; h < g.heads; ++h) {
-        double* x = &dq[((b * g.seq + t) * g.heads + h) * D];
-        RopeRow(g, t, true, x);
-        for (int64_t d = 0; d < D; ++d) dqkv.Set(row + g.QOffset(h) + d, x[d]);
-      }
-      for (int64_t h = 0; h < g.kv_heads; ++h) {
-        double* x = &dk[((b * g.seq + t) * g.kv_heads + h) * D];
-        RopeRow(g, t, true, x);
-        for (int64_t d = 0; d < D; ++d) {
-          dqkv.Set(row + g.KOffset(h) + d, x[d]);
-          dqkv.Set(row + g.VOffset(h) + d, dv[((b * g.seq + t) * g.kv_heads + h) * D + d]);
-        }
-      }
     }
   }
   return absl::OkStatus();

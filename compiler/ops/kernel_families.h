@@ -31,8 +31,9 @@
 // the reference's table pick it up from the lists below; adding one is
 // lines here plus those three files. What a family may declare beyond
 // Args, Resolve and Run (a refusal, an i32 operand, a training flag, a
-// bf16_outputs mask) is compiler/ops/unit_family.h. layernorm, rmsnorm,
-// softmax, group_norm, embedding, mse and cross_entropy are unit families
+// bf16_outputs mask, f32 operands, a CPU kernel of its own) is
+// compiler/ops/unit_family.h. layernorm, rmsnorm, softmax, group_norm,
+// embedding, mse, cross_entropy and attention are unit families
 // (compiler/ops/*_family.h).
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
@@ -69,6 +70,7 @@
   U(LayerNorm, layer_norm)        \
   U(RmsNorm, rms_norm)            \
   U(Softmax, softmax)             \
+  U(Attention, attention)         \
   U(GroupNorm, group_norm)        \
   U(CrossEntropy, cross_entropy)  \
   U(Mse, mse)                     \
@@ -87,8 +89,6 @@
   X(Linear, LinearGradInputGelu, linear_grad_input_gelu)       \
   X(Dropout, Dropout, dropout)                                 \
   X(Dropout, DropoutGrad, dropout_grad)                        \
-  X(Attention, Attention, attention)                           \
-  X(Attention, AttentionGrad, attention_grad)                  \
   X(Window, Conv2d, conv2d)                                    \
   X(Window, Conv2dRelu, conv2d_relu)                           \
   X(Window, Conv2dGradInput, conv2d_grad_input)                \
@@ -116,6 +116,8 @@
   X(RmsNorm, RmsNormGradParams, rmsnorm_grad_params)      \
   X(Softmax, Softmax, softmax)                            \
   X(Softmax, SoftmaxGrad, softmax_grad)                   \
+  X(Attention, Attention, attention)                      \
+  X(Attention, AttentionGrad, attention_grad)             \
   X(GroupNorm, GroupNorm, group_norm)                     \
   X(GroupNorm, GroupNormGradInput, group_norm_grad_input) \
   X(GroupNorm, GroupNormGradParams, group_norm_grad_params)    \
@@ -255,6 +257,7 @@ inline int PointwiseArity(KernelOp op) {
 }  // namespace trainc
 
 // The unit families' own headers (each includes this one).
+#include "compiler/ops/attention_family.h"
 #include "compiler/ops/group_norm_family.h"
 #include "compiler/ops/cross_entropy_family.h"
 #include "compiler/ops/mse_family.h"

@@ -339,7 +339,7 @@ std::vector<OpDef> AttentionOps() {
       {"attention", 1, 1, 2, 2, false, kAttn,
        "qkv[B, T, (H + 2 KV) d] -> y[B, T, H d], lse[B, H, T] (f32); attrs: "
        "heads, kv_heads, rope, rope_theta. Causal, scaled by 1/sqrt(d); q, "
-       "k, v heads along the last axis (compiler/ops/attention.h); no "
+       "k, v heads along the last axis (compiler/ops/attention_family.h); no "
        "[T, T] tensor is stored",
        {},
        {{"attention_grad", {kDy, In(0), Out(0), Out(1)}, {0}, false,

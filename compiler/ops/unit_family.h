@@ -19,6 +19,16 @@
 //     the resolver which outputs are bf16 tensors (bit j: output j), so a
 //     kernel that reads back its own output rounds it first; the reference
 //     leaves it 0.
+//   - f32 operands: a family whose kernels read or write some operands as
+//     f32 under any precision (attention's log-sum-exp) declares
+//     `static bool F32Operand(KernelOp op, bool output, int j)`; the
+//     resolver refuses a plan in which such an operand is not f32.
+//   - Own CPU kernel: a family whose CPU kernel is not its Run<float>
+//     (attention's, which tiles its products over the CPU's GEMM) declares
+//     `static constexpr bool kOwnCpuKernel = true`. Its Run<T> is then the
+//     float64 reference alone, and the CPU backend runs
+//     `cpu::OwnCpuKernel(op, args, x, y, accumulate)`, an overload for its
+//     Args with Run's signature in f32 (runtime/cpu/kernels.h), instead.
 // It needs only KernelOp's declaration, so that the families' headers,
 // which kernel_families.h includes, may include it.
 #ifndef TRAINC_COMPILER_OPS_UNIT_FAMILY_H_
@@ -86,6 +96,28 @@ template <typename Args, typename = void>
 struct HasBf16Outputs : std::false_type {};
 template <typename Args>
 struct HasBf16Outputs<Args, std::void_t<decltype(Args::bf16_outputs)>> : std::true_type {};
+
+template <typename Family, typename = void>
+struct HasF32Operands : std::false_type {};
+template <typename Family>
+struct HasF32Operands<Family, std::void_t<decltype(Family::F32Operand(KernelOp{}, false, 0))>>
+    : std::true_type {};
+
+// Whether input (output: `output`) j of `op` must be an f32 tensor.
+template <typename Family>
+bool F32OperandOf(KernelOp op, bool output, int j) {
+  if constexpr (HasF32Operands<Family>::value) {
+    return Family::F32Operand(op, output, j);
+  } else {
+    return false;
+  }
+}
+
+template <typename Family, typename = void>
+struct HasOwnCpuKernel : std::false_type {};
+template <typename Family>
+struct HasOwnCpuKernel<Family, std::void_t<decltype(Family::kOwnCpuKernel)>>
+    : std::bool_constant<Family::kOwnCpuKernel> {};
 
 // `a` for one step: its `training` set, if it has one.
 template <typename Args>

@@ -221,4 +221,14 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
   }
 }
 
+std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float* const* x,
+                         float* const* y, bool accumulate) {
+  if (op == KernelOp::kAttention) {
+    Attention(g, x[0], y[0], y[1]);
+  } else {
+    AttentionGrad(g, x[0], x[1], x[2], x[3], accumulate, y[0], y[1]);
+  }
+  return "";
+}
+
 }  // namespace trainc::cpu

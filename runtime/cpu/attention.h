@@ -1,5 +1,6 @@
-// Causal attention on the CPU in O(T) memory (compiler/ops/attention.h says
-// the layout, the grouped heads and the rotary positions).
+// Causal attention on the CPU in O(T) memory: the attention family's own
+// CPU kernel (compiler/ops/attention_family.h says the layout, the grouped
+// heads and the rotary positions; its Run is the float64 reference).
 //
 // Each (batch, head) is walked in blocks of query rows; a block of rows
 // [i0, i1) needs keys [0, i1) only, so the products skip everything above
@@ -11,7 +12,9 @@
 #ifndef TRAINC_RUNTIME_CPU_ATTENTION_H_
 #define TRAINC_RUNTIME_CPU_ATTENTION_H_
 
-#include "compiler/ops/attention.h"
+#include <string>
+
+#include "compiler/ops/attention_family.h"
 
 namespace trainc::cpu {
 
@@ -24,6 +27,12 @@ void Attention(const attention::Geometry& g, const float* qkv, float* y, float* 
 void AttentionGrad(const attention::Geometry& g, const float* dy, const float* qkv,
                    const float* y, const float* lse, bool accumulate, float* dqkv,
                    float* delta);
+
+// The attention family's CPU kernel (compiler/ops/unit_family.h: a CPU
+// kernel of its own, which kernels.h's RunAttention runs): attention or
+// attention_grad on the operands in op table order. Always "".
+std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float* const* x,
+                         float* const* y, bool accumulate);
 
 }  // namespace trainc::cpu
 

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/unit_family.h"
-#include "runtime/cpu/attention.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device/bf16.h"
 
@@ -117,17 +116,6 @@ absl::Status DropoutFamily(const KernelCall& c) {
   return Ok();
 }
 
-absl::Status AttentionFamily(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  if (k.op == Op::kAttention) {
-    Attention(k.attention, k.x[0], k.y[0], k.y[1]);
-  } else {
-    AttentionGrad(k.attention, k.x[0], k.x[1], k.x[2], k.x[3], k.accumulate, k.y[0],
-                  k.y[1]);
-  }
-  return Ok();
-}
-
 // Convolution and pooling: oneDNN's primitives, prepared with the plan.
 absl::Status Window(const KernelCall& c) { return c.dnnl.Run(c.instr.id); }
 
@@ -230,7 +218,6 @@ KernelTable<CpuKernel> MakeTable() {
       {F::kPointwise, &Pointwise},
       {F::kLinear, &Linear},
       {F::kDropout, &DropoutFamily},
-      {F::kAttention, &AttentionFamily},
       {F::kWindow, &Window},
       {F::kReshape, &Reshape},
       {F::kCast, &Cast},

@@ -9,6 +9,7 @@
 
 #include "compiler/ops/pointwise.h"
 #include "compiler/ops/unit_family.h"
+#include "runtime/cpu/attention.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/store.h"
 #include "runtime/device/philox.h"
@@ -77,11 +78,22 @@ void LinearGradParams(const float* dy, const float* x, int64_t rows,
   }
 }
 
+// A unit family's Run<float>, or the backend's own kernel for a family
+// that has one (compiler/ops/unit_family.h; attention's: attention.h).
+template <typename Family>
+std::string RunOnCpu(KernelOp op, const typename Family::Args& a, const float* const* x,
+                     float* const* y, bool accumulate) {
+  if constexpr (ops::unit::HasOwnCpuKernel<Family>::value) {
+    return OwnCpuKernel(op, a, x, y, accumulate);
+  } else {
+    return ops::unit::RunUnit<Family, float>(op, a, x, y, accumulate);
+  }
+}
 #define TRAINC_CPU_UNIT_RUN(Fam, snake)                                                 \
   TRAINC_SIMD_CLONES std::string Run##Fam(KernelOp op, const ops::Fam##Family::Args& a, \
                                           const float* const* x, float* const* y,       \
                                           bool accumulate) {                            \
-    return ops::unit::RunUnit<ops::Fam##Family, float>(op, a, x, y, accumulate);        \
+    return RunOnCpu<ops::Fam##Family>(op, a, x, y, accumulate);                         \
   }
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
 #undef TRAINC_CPU_UNIT_RUN

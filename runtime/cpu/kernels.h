@@ -47,8 +47,9 @@ PointwiseFn PointwiseKernel(KernelOp op);
 
 // A unit family's loops in f32 (compiler/ops/kernel_families.h: its
 // Run<float>), compiled here with the loops above and below: -O3, cloned
-// for AVX2/AVX-512, no FMA contraction. "" or why the operands were
-// refused (compiler/ops/unit_family.h).
+// for AVX2/AVX-512, no FMA contraction; or, for a family with a CPU kernel
+// of its own, that kernel (OwnCpuKernel: attention.h). "" or why the
+// operands were refused (compiler/ops/unit_family.h).
 template <typename Args>
 using UnitRunFn = std::string (*)(KernelOp op, const Args& a, const float* const* x,
                                   float* const* y, bool accumulate);

@@ -1,4 +1,5 @@
-// Causal attention (compiler/ops/attention.h) in O(T) memory: tiled,
+// attention's CUDA kernels (compiler/ops/attention_family.h, a unit
+// family), causal attention in O(T) memory: tiled,
 // FlashAttention-style kernels on CUDA cores (f32 FMA), with grouped-query
 // heads and rotary positions. Nothing [T, T] exists: the forward keeps a
 // running softmax per query row and saves its log-sum-exp; the backward
@@ -25,9 +26,11 @@
 // rotated back before they are stored) with attention::RotatePair and the
 // angles of attention::RopeCosSin.
 #include <algorithm>
+#include <cstdint>
+#include <string>
 #include <type_traits>
 
-#include "compiler/ops/attention.h"
+#include "compiler/ops/kernel_families.h"
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -36,6 +39,10 @@ namespace cuda {
 namespace {
 
 using attention::Geometry;
+
+// The largest head size d the kernels hold (their tiles are 32, 64 or 128
+// wide); PrepareAttention refuses larger heads.
+constexpr int64_t kMaxHeadDim = 128;
 
 constexpr int kTile = 32;                      // query rows (Br) and keys (Bc)
 constexpr int kThreads = 128;                  // per block
@@ -479,7 +486,7 @@ cudaError_t WithHeadDim(int64_t d, F&& f) {
   if (d < 1) return cudaErrorInvalidValue;
   if (d <= 32) return f(HeadDim<32>());
   if (d <= 64) return f(HeadDim<64>());
-  if (d <= kMaxAttentionHeadDim) return f(HeadDim<128>());
+  if (d <= kMaxHeadDim) return f(HeadDim<128>());
   return cudaErrorInvalidValue;
 }
 
@@ -491,9 +498,10 @@ cudaError_t WithStorage(bool bf16, F&& f) {
 
 constexpr size_t Bytes(int floats) { return static_cast<size_t>(floats) * sizeof(float); }
 
-}  // namespace
-
-cudaError_t PrepareAttentionKernels() {
+// Lets the kernels use more than 48 KB of shared memory on the current
+// device (cudaFuncSetAttribute): before their first launch, outside stream
+// capture.
+cudaError_t AllowSharedMemory() {
   cudaError_t err = cudaSuccess;
   auto allow = [&](const void* kernel, int floats) {
     if (err == cudaSuccess) {
@@ -521,13 +529,18 @@ cudaError_t PrepareAttentionKernels() {
   return err;
 }
 
-int64_t AttentionBlocks(int64_t seq, int64_t batch, int64_t heads) {
+// Blocks of one launch: a tile of queries (or keys) of one head.
+int64_t Blocks(int64_t seq, int64_t batch, int64_t heads) {
   return static_cast<int64_t>(Tiles(seq)) * batch * heads;
 }
 
-cudaError_t LaunchAttention(const attention::Geometry& g, const void* qkv, void* y, float* lse,
-                            bool bf16, cudaStream_t s) {
-  const int64_t blocks = AttentionBlocks(g.seq, g.batch, g.heads);
+// qkv[B, T, (H + 2 KV) d] -> y[B, T, H d], lse[B, H, T] = each row's
+// log-sum-exp of its scaled scores. qkv and y are f32, or bf16 when `bf16`
+// (widened on load, rounded to nearest even on store: the staged path's
+// bits); lse always f32.
+cudaError_t LaunchForward(const Geometry& g, const void* qkv, void* y, float* lse, bool bf16,
+                          cudaStream_t s) {
+  const int64_t blocks = Blocks(g.seq, g.batch, g.heads);
   if (blocks == 0) return cudaGetLastError();
   return WithStorage(bf16, [&](auto zero) {
     using T = decltype(zero);
@@ -541,11 +554,15 @@ cudaError_t LaunchAttention(const attention::Geometry& g, const void* qkv, void*
   });
 }
 
-cudaError_t LaunchAttentionGrad(const attention::Geometry& g, const void* dy, const void* qkv,
-                                const void* y, const float* lse, void* dqkv, float* delta,
-                                bool accumulate, bool bf16, cudaStream_t s) {
-  const int64_t query_blocks = AttentionBlocks(g.seq, g.batch, g.heads);
-  const int64_t key_blocks = AttentionBlocks(g.seq, g.batch, g.kv_heads);
+// dqkv (+)= the gradient given dy[B, T, H d] and the forward's qkv, y and
+// lse; delta[B, H, T] = rowsum(dy y) is written first and read after (its
+// prior contents never are; nor dqkv's unless `accumulate`). Storage as
+// LaunchForward's.
+cudaError_t LaunchGrad(const Geometry& g, const void* dy, const void* qkv, const void* y,
+                       const float* lse, void* dqkv, float* delta, bool accumulate, bool bf16,
+                       cudaStream_t s) {
+  const int64_t query_blocks = Blocks(g.seq, g.batch, g.heads);
+  const int64_t key_blocks = Blocks(g.seq, g.batch, g.kv_heads);
   if (query_blocks == 0 || key_blocks == 0) return cudaGetLastError();
   return WithStorage(bf16, [&](auto zero) {
     using T = decltype(zero);
@@ -571,6 +588,41 @@ cudaError_t LaunchAttentionGrad(const attention::Geometry& g, const void* dy, co
       return cudaGetLastError();
     });
   });
+}
+
+// Prepare's refusal as a C string, kept until this thread's next one.
+const char* Refusal(std::string why) {
+  thread_local std::string text;
+  text = std::move(why);
+  return text.c_str();
+}
+
+}  // namespace
+
+const char* PrepareAttention(KernelOp, const Geometry& g, int64_t*) {
+  // The tiles hold heads of up to 128 features; positions, and the blocks
+  // of one launch (tiles x B x H, H >= KV), are int32.
+  if (g.head_dim < 1 || g.head_dim > kMaxHeadDim) {
+    return Refusal("head size " + std::to_string(g.head_dim) + " is outside 1.." +
+                   std::to_string(kMaxHeadDim) + ", what the CUDA attention kernels hold");
+  }
+  if (g.seq > INT32_MAX || Blocks(g.seq, g.batch, g.heads) > INT32_MAX) {
+    return Refusal("sequence of " + std::to_string(g.seq) + " tokens with batch " +
+                   std::to_string(g.batch) + " and " + std::to_string(g.heads) +
+                   " heads is beyond the CUDA attention kernels' int32 positions and grid");
+  }
+  // Prepare runs on the device, outside capture: idempotent, and cheap
+  // beside the plan's preparation.
+  const cudaError_t err = AllowSharedMemory();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// qkv -> y, lse; dy, qkv, y, lse -> dqkv, delta. Under env.bf16 the slots
+// of qkv, y, dy and dqkv hold the bf16 tensors (UseBf16Attention).
+cudaError_t LaunchAttention(KernelOp op, const Geometry& g, const float* const* x,
+                            float* const* y, const UnitLaunch& env) {
+  if (op == KernelOp::kAttention) return LaunchForward(g, x[0], y[0], y[1], env.bf16, env.stream);
+  return LaunchGrad(g, x[0], x[1], x[2], x[3], y[0], y[1], env.accumulate, env.bf16, env.stream);
 }
 
 }  // namespace cuda

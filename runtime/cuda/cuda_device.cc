@@ -169,7 +169,6 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));
   }
   RETURN_IF_ERROR(EnsureKernelScratch(needs.scratch_floats));
-  if (needs.attention) CUDA_RETURN_IF_ERROR(cuda::PrepareAttentionKernels());
   kernels_ = std::move(kernels);
   prepared_plan_ = &plan;
   scalars_valid_ = false;

@@ -8,8 +8,7 @@
 // cuda_streams.cc (streams, events, Synchronize), cuda_timing.cc
 // (SubmitTimed), cuda_graph.cc (step capture and replay),
 // cuda_replay_inputs.cc (a replay's double-buffered inputs), cublaslt_gemm.cc
-// (cuBLAS/cublasLt: GEMMs, linear), cuda_attention.cc (causal attention
-// over attention.cu's kernels).
+// (cuBLAS/cublasLt: GEMMs, linear).
 #ifndef TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
 #define TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
 
@@ -97,8 +96,9 @@ struct Kernel : KernelArgs {
   // precision = bf16, a unit family's operands its CUDA kernels read or
   // write as bf16 themselves (cuda::UnitLaunch::bf16): cross_entropy_fused
   // whose logits (x[0]) and dlogits (y[1]) are bf16 (UseBf16Classifier),
-  // add_layernorm whose b (x[1]) is (UseBf16AddLayerNorm); their slots hold
-  // the tensors.
+  // add_layernorm whose b (x[1]) is (UseBf16AddLayerNorm), attention(_grad)
+  // whose qkv, y, dy and dqkv are (UseBf16Attention); their slots hold the
+  // tensors.
   bool unit_bf16 = false;
   // precision = bf16, reshape of a bf16 tensor into one (UseBf16Reshape).
   bool reshape_bf16 = false;
@@ -109,12 +109,6 @@ struct Kernel : KernelArgs {
   // bf16 tensor (its x / y slot then holds it), which the kernel reads or
   // writes itself (UseBf16Pointwise); 0: f32 operands.
   unsigned pointwise_bf16 = 0;
-  // precision = bf16, attention(_grad) whose qkv, y, dy and dqkv are all
-  // bf16: its inputs x[0..2] (forward: x[0]) and output y[0] as the bf16
-  // tensors, read and written by the kernels themselves
-  // (UseBf16Attention); null: f32 operands (staged or not).
-  const void* attention_bf16_in[3] = {nullptr, nullptr, nullptr};
-  void* attention_bf16_out = nullptr;
 };
 
 // The rules below run before the staging is assigned (kernel_args.h): an
@@ -163,13 +157,12 @@ void UseBf16Pointwise(Kernel& k);
 
 // precision = bf16: attention and its gradient read and write their bf16
 // tensors directly (widened on load, f32 arithmetic, rounded on store: the
-// staged path's bits), lse and delta staying f32. (cuda_attention.cc)
+// staged path's bits), lse and delta staying f32. (cuda_kernels.cc)
 void UseBf16Attention(Kernel& k);
 
 // What a plan's kernels need from Prepare besides their arguments.
 struct KernelNeeds {
   int64_t scratch_floats = 1;  // kernel_scratch_, the largest kernel's
-  bool attention = false;      // the plan runs attention.cu's kernels
 };
 
 // Checks `k` (of `instr`) against the limits of its family's CUDA kernels
@@ -320,9 +313,6 @@ class CudaDeviceImpl final : public CudaDevice {
   static cudaDataType_t GemmType(const Kernel& k) {
     return k.gemm_bf16[0] != nullptr ? CUDA_R_16BF : CUDA_R_32F;
   }
-  // Causal attention and its gradient (cuda_attention.cc).
-  absl::Status RunAttention(const Kernel& k);
-  absl::Status RunAttentionGrad(const Kernel& k);
   absl::StatusOr<cudaEvent_t> TimingEvent();
   // Reports (report) or drops the timed work of the step, and returns its
   // events to the pool either way.

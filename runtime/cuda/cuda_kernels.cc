@@ -71,6 +71,22 @@ void UseBf16AddLayerNorm(Kernel& k) {
   b.native = true;
 }
 
+void UseBf16Attention(Kernel& k) {
+  if (k.op != Op::kAttention && k.op != Op::kAttentionGrad) return;
+  // forward: qkv -> y (lse f32); backward: dy, qkv, y -> dqkv (lse, delta
+  // f32). Inputs are recorded first, in x order, then the outputs: all of
+  // these or none (mixed operands keep the f32 staging).
+  const int inputs = k.op == Op::kAttention ? 1 : 3;
+  if (k.num_bf16 != inputs + 1) return;
+  for (int i = 0; i < inputs; ++i) {
+    if (k.bf16[i].output || k.bf16[i].bf16 != k.x[i]) return;
+  }
+  const Bf16Operand& out = k.bf16[inputs];
+  if (!out.output || out.bf16 != k.y[0]) return;
+  k.unit_bf16 = true;
+  for (int i = 0; i < k.num_bf16; ++i) k.bf16[i].native = true;
+}
+
 void UseBf16Classifier(Kernel& k) {
   // logits (x[0]) in, dlogits (y[1]) out, the loss f32: both or neither.
   if (k.op == Op::kCrossEntropyFused) k.unit_bf16 = NativeInAndOut(k, 1);
@@ -112,27 +128,6 @@ absl::Status UnitPrepared(const char* why, const Instruction& instr,
   }
 TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_PREPARE)
 #undef TRAINC_CUDA_UNIT_PREPARE
-
-absl::Status PrepareAttention(const Kernel& k, const Instruction& instr,
-                              const std::string& device_name, KernelNeeds* needs) {
-  // The tiles hold heads of up to 128 features; positions, and the
-  // blocks of one launch (tiles x B x H, H >= KV), are int32.
-  const attention::Geometry& g = k.attention;
-  if (g.head_dim < 1 || g.head_dim > cuda::kMaxAttentionHeadDim) {
-    return Refuse(instr, device_name,
-                  absl::StrCat("head size ", g.head_dim, " is outside 1..",
-                               cuda::kMaxAttentionHeadDim, ", what the CUDA attention kernels hold"));
-  }
-  if (g.seq > INT32_MAX || cuda::AttentionBlocks(g.seq, g.batch, g.heads) > INT32_MAX) {
-    return Refuse(instr, device_name,
-                  absl::StrCat("sequence of ", g.seq, " tokens with batch ", g.batch, " and ",
-                               g.heads,
-                               " heads is beyond the CUDA attention kernels' int32 positions "
-                               "and grid"));
-  }
-  needs->attention = true;
-  return absl::OkStatus();
-}
 
 // One instruction to enqueue.
 struct KernelCall {
@@ -227,10 +222,6 @@ struct CudaKernels {
                                            k.accumulate, d.compute_));
   }
 
-  static absl::Status Attention(CudaDeviceImpl& d, const KernelCall& c) {
-    return c.k.op == Op::kAttention ? d.RunAttention(c.k) : d.RunAttentionGrad(c.k);
-  }
-
   static absl::Status Optimizer(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
     // In a capture the scalars are uploaded by Replay instead, so every
@@ -310,7 +301,6 @@ struct CudaKernels {
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},
         {F::kDropout, {&Dropout}},
-        {F::kAttention, {&Attention, &PrepareAttention}},
         {F::kWindow, {&Window}},
         {F::kReshape, {&Reshape}},
         {F::kCast, {&Cast}},

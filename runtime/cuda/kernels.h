@@ -1,8 +1,8 @@
 // Launchers for the CUDA backend's kernels, one .cu file per layer (llm.c
 // style): linear.cu, pointwise.cu, optimizer.cu, elementwise.cu,
-// transformer.cu, attention.cu; and one per unit family (layer_norm.cu,
-// rms_norm.cu, softmax.cu, group_norm.cu, embedding.cu, mse.cu,
-// cross_entropy.cu). Included by nvcc and by the host compiler, so it uses
+// transformer.cu; and one per unit family (layer_norm.cu, rms_norm.cu,
+// softmax.cu, group_norm.cu, embedding.cu, mse.cu, cross_entropy.cu,
+// attention.cu). Included by nvcc and by the host compiler, so it uses
 // only the CUDA runtime API types.
 //
 // Conventions. Tensors are row-major f32 (labels i32) device pointers.
@@ -19,7 +19,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "compiler/ops/attention.h"
 #include "runtime/device/kernel_ops.h"
 
 namespace trainc {
@@ -36,7 +35,7 @@ struct UnitLaunch {
   bool training = true;     // false: an evaluation step
   // precision = bf16: the operands its kernels read or write as bf16
   // themselves (cuda_kernels.cc's UseBf16 rules: cross_entropy_fused's
-  // logits and dlogits, add_layernorm's b).
+  // logits and dlogits, add_layernorm's b, attention's qkv, y, dy, dqkv).
   bool bf16 = false;
   float* scratch = nullptr;  // the kernel scratch, at least what Prepare asked for
   int64_t scratch_floats = 0;
@@ -121,35 +120,6 @@ cudaError_t LaunchDropout(const void* x, void* y, bool bf16, int64_t batch,
                           uint32_t key, const OptimizerStepScalars* scalars,
                           int64_t global_batch, int64_t position,
                           bool accumulate, cudaStream_t s);
-
-// ---- attention.cu --------------------------------------------------------
-// Causal attention with grouped-query heads and rotary positions
-// (compiler/ops/attention.h; the CPU's runtime/cpu/attention.h), tiled so
-// that nothing [T, T] is ever stored. qkv, y, dy and dqkv are f32, or bf16
-// (uint16 values, widened on load and rounded to nearest even on store,
-// the staged path's bits) when `bf16`; lse and delta are always f32.
-// Deterministic: no atomics, fixed summation orders.
-//
-// The largest head size d the kernels hold (their tiles are 32, 64 or 128
-// wide). The caller refuses larger heads, a seq beyond int32, and shapes
-// whose grids exceed INT32_MAX blocks: AttentionBlocks(seq, batch, heads)
-// and AttentionBlocks(seq, batch, kv_heads).
-inline constexpr int64_t kMaxAttentionHeadDim = 128;
-int64_t AttentionBlocks(int64_t seq, int64_t batch, int64_t heads);
-// Lets the kernels use more than 48 KB of shared memory on the current
-// device (cudaFuncSetAttribute): once per device before their first
-// launch, outside stream capture.
-cudaError_t PrepareAttentionKernels();
-// qkv[B, T, (H + 2 KV) d] -> y[B, T, H d], lse[B, H, T] = each row's
-// log-sum-exp of its scaled scores.
-cudaError_t LaunchAttention(const attention::Geometry& g, const void* qkv, void* y, float* lse,
-                            bool bf16, cudaStream_t s);
-// dqkv (+)= the gradient given dy[B, T, H d] and the forward's qkv, y and
-// lse; delta[B, H, T] = rowsum(dy y) is written first and read after (its
-// prior contents never are; nor dqkv's unless `accumulate`).
-cudaError_t LaunchAttentionGrad(const attention::Geometry& g, const void* dy, const void* qkv,
-                                const void* y, const float* lse, void* dqkv, float* delta,
-                                bool accumulate, bool bf16, cudaStream_t s);
 
 // ---- optimizer.cu --------------------------------------------------------
 // What changes per step, read from device memory (not kernel arguments) so

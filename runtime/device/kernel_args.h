@@ -19,7 +19,6 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "compiler/ops/attention.h"
 #include "compiler/plan/plan.h"
 #include "runtime/device/kernel_ops.h"
 
@@ -99,9 +98,6 @@ struct KernelArgs {
   // linear_<act>: the activation, applied to y[0] into y[1] (pre kept) or
   // in place in y[0] (y[1] null: pre not in the plan).
   Activation act = Activation::kNone;
-  // attention(_grad): heads, sizes and rotary positions (rows = B, in = T,
-  // out = H d).
-  attention::Geometry attention;
   DropoutArgs dropout;
   OptimizerArgs optimizer;
   // ZeRO-1 optimizer / sum_squares: floats of one rank's shard (0: the

@@ -198,42 +198,6 @@ absl::Status ResolveDropout(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
-absl::Status ResolveAttention(const Resolving& r, KernelArgs& k) {
-  // forward: qkv -> y, lse; backward: dy, qkv, y, lse -> dqkv, delta.
-  const bool forward = k.op == KernelOp::kAttention;
-  const Buffer& qkv = forward ? r.in(0) : r.in(1);
-  const Buffer& y = forward ? r.out(0) : r.in(2);
-  const Buffer& lse = forward ? r.out(1) : r.in(3);
-  attention::Geometry& g = k.attention;
-  g = attention::FromAttrs(r.instr.attrs);
-  if (g.heads <= 0 || g.kv_heads <= 0 || g.heads % g.kv_heads != 0) {
-    return r.Fail("attrs heads / kv_heads are not positive with kv_heads | heads");
-  }
-  if (qkv.shape.size() != 3 || qkv.shape[2] % (g.heads + 2 * g.kv_heads) != 0) {
-    return r.Fail("qkv is not [B, T, (heads + 2 kv_heads) d]");
-  }
-  g.batch = qkv.shape[0];
-  g.seq = qkv.shape[1];
-  g.head_dim = qkv.shape[2] / (g.heads + 2 * g.kv_heads);
-  if (g.rope && g.head_dim % 2 != 0) return r.Fail("rope needs an even head size");
-  k.rows = g.batch;
-  k.in = g.seq;
-  k.out = g.OutWidth();
-  const int64_t rows = g.batch * g.heads * g.seq;
-  if (Elements(y) != g.batch * g.seq * g.OutWidth()) return r.Fail("y is not [B, T, H d]");
-  if (Elements(lse) != rows || lse.dtype != DType::kF32) {
-    return r.Fail("lse is not f32 [B, H, T]");
-  }
-  if (!forward) {
-    if (Elements(r.in(0)) != Elements(y)) return r.Fail("dy size");
-    if (Elements(r.out(0)) != Elements(qkv)) return r.Fail("dqkv size");
-    if (Elements(r.out(1)) != rows || r.out(1).dtype != DType::kF32) {
-      return r.Fail("delta is not f32 [B, H, T]");
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ResolveReshape(const Resolving& r, KernelArgs& k) {
   k.rows = Elements(r.in(0));
   if (Elements(r.out(0)) != k.rows) return r.Fail("sizes differ");
@@ -355,6 +319,25 @@ absl::Status ResolveOptimizer(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
+// The operands a unit family's kernels read or write as f32 under any
+// precision (compiler/ops/unit_family.h) are f32 tensors.
+template <typename Family>
+absl::Status CheckF32Operands(const Resolving& r, KernelOp op) {
+  if constexpr (ops::unit::HasF32Operands<Family>::value) {
+    for (bool output : {false, true}) {
+      const std::vector<int>& ids = output ? r.instr.outputs : r.instr.inputs;
+      for (size_t j = 0; j < ids.size(); ++j) {
+        const Buffer& b = r.plan.buffers[ids[j]];
+        if (Family::F32Operand(op, output, static_cast<int>(j)) && b.dtype != DType::kF32) {
+          return r.Fail(absl::StrCat(output ? "output " : "input ", j, " (", b.name,
+                                     ") is not f32"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A unit family's sizes: its Resolve (compiler/ops/kernel_families.h) over
 // the operands' shapes, into KernelArgs::<snake>; and, where its Args asks,
 // which outputs are bf16 tensors.
@@ -375,6 +358,7 @@ absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Arg
   for (int id : r.instr.outputs) out.push_back(r.plan.buffers[id].shape);
   const std::string why = Family::Resolve(k.op, in, out, r.instr.attrs, &args);
   if (!why.empty()) return r.Fail(why);
+  RETURN_IF_ERROR(CheckF32Operands<Family>(r, k.op));
   if constexpr (ops::unit::HasBf16Outputs<typename Family::Args>::value) {
     args.bf16_outputs = 0;
     for (size_t j = 0; j < r.instr.outputs.size() && j < 32; ++j) {
