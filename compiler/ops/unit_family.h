@@ -27,8 +27,9 @@
 //     (attention's, which tiles its products over the CPU's GEMM) declares
 //     `static constexpr bool kOwnCpuKernel = true`. Its Run<T> is then the
 //     float64 reference alone, and the CPU backend runs
-//     `cpu::OwnCpuKernel(op, args, x, y, accumulate)`, an overload for its
-//     Args with Run's signature in f32 (runtime/cpu/kernels.h), instead.
+//     `cpu::OwnCpuKernel(op, args, x, y, accumulate)` instead: an overload
+//     for its Args with Run's signature in f32, returning "" or why not,
+//     declared beside that kernel (runtime/cpu/attention.h).
 // It needs only KernelOp's declaration, so that the families' headers,
 // which kernel_families.h includes, may include it.
 #ifndef TRAINC_COMPILER_OPS_UNIT_FAMILY_H_

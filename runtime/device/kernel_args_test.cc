@@ -2,7 +2,8 @@
 // fused linear activation's outputs; and a unit family's resolution
 // (compiler/ops/kernel_families.h), group_norm's: its typed sizes from the
 // shapes, its refusals naming the instruction; cross_entropy's labels, an
-// i32 operand read through its Args.
+// i32 operand read through its Args; attention's geometry and its
+// log-sum-exp, f32 under any precision.
 #include "runtime/device/kernel_args.h"
 
 #include <vector>
@@ -180,6 +181,53 @@ TEST(KernelArgs, AUnitFamilysIdsAreReadThroughItsArgs) {
   ASSERT_FALSE(k.ok());
   EXPECT_EQ(k.status().message(),
             "test: instruction 0 (cross_entropy_grad \"loss\"): ids are not i32");
+}
+
+// attention(qkv) -> y, lse, with two query heads sharing one key/value
+// head of 4 features, rotary positions; qkv and y bf16 (precision = bf16),
+// lse of `lse_dtype`.
+Plan Attention(DType lse_dtype) {
+  Plan plan;
+  plan.buffers = {Make(0, "qkv", BufferKind::kActivation, {2, 3, 16}, 0),
+                  Make(1, "y", BufferKind::kActivation, {2, 3, 8}, 512),
+                  Make(2, "lse", BufferKind::kActivation, {2, 2, 3}, 768)};
+  plan.buffers[0].dtype = plan.buffers[1].dtype = DType::kBF16;
+  plan.buffers[2].dtype = lse_dtype;
+  for (Buffer& b : plan.buffers) b.bytes = b.bytes / 4 * DTypeBytes(b.dtype);
+  Instruction attn;
+  attn.id = 0;
+  attn.op = "attention";
+  attn.label = "attn";
+  attn.inputs = {0};
+  attn.outputs = {1, 2};
+  attn.attrs = {{"heads", 2}, {"kv_heads", 1}, {"rope", 1}, {"rope_theta", 500}};
+  plan.instructions = {attn};
+  plan.arena_bytes = 1024;
+  return plan;
+}
+
+TEST(KernelArgs, AttentionResolvesItsGeometryAndKeepsLseF32) {
+  std::vector<char> arena(1024);
+  absl::StatusOr<std::vector<KernelArgs>> k =
+      ResolveKernels(Attention(DType::kF32), arena.data(), arena.size(), "test");
+  ASSERT_TRUE(k.ok()) << k.status();
+  const attention::Geometry& g = (*k)[0].attention;
+  EXPECT_EQ(g.batch, 2);
+  EXPECT_EQ(g.seq, 3);
+  EXPECT_EQ(g.heads, 2);
+  EXPECT_EQ(g.kv_heads, 1);
+  EXPECT_EQ(g.head_dim, 4);
+  EXPECT_TRUE(g.rope);
+  EXPECT_EQ(g.rope_theta, 500.0f);
+  // Its sizes are its Args' alone.
+  EXPECT_EQ((*k)[0].rows, 0);
+  EXPECT_EQ((*k)[0].in, 0);
+  EXPECT_EQ((*k)[0].out, 0);
+
+  k = ResolveKernels(Attention(DType::kBF16), arena.data(), arena.size(), "test");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(),
+            "test: instruction 0 (attention \"attn\"): output 1 (lse) is not f32");
 }
 
 }  // namespace
