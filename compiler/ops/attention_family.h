@@ -94,12 +94,18 @@ TRAINC_ATTN_HD float RopeAngle(int64_t t, int64_t i, int64_t d, float theta) {
   return static_cast<float>(t) * RopeInvFreq(i, d, theta);
 }
 
-// cos and sin of a_i, computed in double and rounded to f32 (the kernels').
-TRAINC_ATTN_HD void RopeCosSin(int64_t t, int64_t i, int64_t d, float theta, float* c,
-                               float* s) {
-  const double angle = static_cast<double>(RopeAngle(t, i, d, theta));
+// cos and sin of the angle f32(t * inv_freq), computed in double and
+// rounded to f32 (the kernels', given inv_freq_i = RopeInvFreq(i, d, theta)).
+TRAINC_ATTN_HD void RopeCosSinOf(int64_t t, float inv_freq, float* c, float* s) {
+  const double angle = static_cast<double>(static_cast<float>(t) * inv_freq);
   *c = static_cast<float>(cos(angle));
   *s = static_cast<float>(sin(angle));
+}
+
+// cos and sin of a_i, computed in double and rounded to f32.
+TRAINC_ATTN_HD void RopeCosSin(int64_t t, int64_t i, int64_t d, float theta, float* c,
+                               float* s) {
+  RopeCosSinOf(t, RopeInvFreq(i, d, theta), c, s);
 }
 
 // The rotation of one pair (x[i], x[i + n]) by the angle with cosine c and

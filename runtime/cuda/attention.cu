@@ -25,6 +25,9 @@
 // Rotary positions: q and k are rotated as they are staged (and dq, dk
 // rotated back before they are stored) with attention::RotatePair and the
 // angles of attention::RopeCosSin.
+//
+// bf16 operands with head size 64 or 128 may run on tensor cores instead
+// (attention_mma.cu; AttentionUsesMma chooses), sharing the delta kernel.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -96,14 +99,6 @@ __device__ void LoadInvFreq(const Geometry& g, float* inv_freq) {
   }
 }
 
-// attention::RopeCosSin(t, i, d, theta, c, s), given inv_freq_i: the angle
-// rounded to f32 as RopeAngle forms it, cos and sin in double.
-__device__ __forceinline__ void RopeCosSin(int t, float inv_freq, float* c, float* s) {
-  const double angle = static_cast<double>(static_cast<float>(t) * inv_freq);
-  *c = static_cast<float>(cos(angle));
-  *s = static_cast<float>(sin(angle));
-}
-
 // Stages rows [t0, t0 + kTile) of one head into s[kTile][kD + 1] as f32:
 // `head` is the head's first column in row 0, rows `ld` elements apart.
 // Rows at or past `seq` and columns past d are zeros. Coalesced: a warp
@@ -142,7 +137,7 @@ __device__ void RotateTile(float* s, int t0, int seq, int d, const float* inv_fr
     const int r = e / n, i = e % n;
     if (t0 + r >= seq) continue;
     float c, sn;
-    RopeCosSin(t0 + r, inv_freq[i], &c, &sn);
+    attention::RopeCosSinOf(t0 + r, inv_freq[i], &c, &sn);
     attention::RotatePair(s[r * Stride<kD>() + i], s[r * Stride<kD>() + i + n], c, sn,
                           inverse);
   }
@@ -558,9 +553,10 @@ cudaError_t LaunchForward(const Geometry& g, const void* qkv, void* y, float* ls
 // lse; delta[B, H, T] = rowsum(dy y) is written first and read after (its
 // prior contents never are; nor dqkv's unless `accumulate`). Storage as
 // LaunchForward's.
+// `mma`: dqkv from attention_mma.cu's kernels after the delta.
 cudaError_t LaunchGrad(const Geometry& g, const void* dy, const void* qkv, const void* y,
                        const float* lse, void* dqkv, float* delta, bool accumulate, bool bf16,
-                       cudaStream_t s) {
+                       bool mma, cudaStream_t s) {
   const int64_t query_blocks = Blocks(g.seq, g.batch, g.heads);
   const int64_t key_blocks = Blocks(g.seq, g.batch, g.kv_heads);
   if (query_blocks == 0 || key_blocks == 0) return cudaGetLastError();
@@ -578,6 +574,7 @@ cudaError_t LaunchGrad(const Geometry& g, const void* dy, const void* qkv, const
           g, dy_t, static_cast<const T*>(y), delta);
       cudaError_t err = cudaGetLastError();
       if (err != cudaSuccess) return err;
+      if (mma) return LaunchMmaAttentionGrad(g, dy, qkv, lse, delta, dqkv, accumulate, s);
       AttentionKeyGradKernel<kD, T>
           <<<static_cast<unsigned>(key_blocks), kThreads, Bytes(KeyGradSmemFloats<kD>()), s>>>(
               g, dy_t, qkv_t, lse, delta, dqkv_t, accumulate);
@@ -613,16 +610,28 @@ const char* PrepareAttention(KernelOp, const Geometry& g, int64_t*) {
   }
   // Prepare runs on the device, outside capture: idempotent, and cheap
   // beside the plan's preparation.
-  const cudaError_t err = AllowSharedMemory();
+  cudaError_t err = AllowSharedMemory();
+  if (err == cudaSuccess) err = AllowMmaAttentionSharedMemory();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
 // qkv -> y, lse; dy, qkv, y, lse -> dqkv, delta. Under env.bf16 the slots
 // of qkv, y, dy and dqkv hold the bf16 tensors (UseBf16Attention).
+// The tensor-core kernels when AttentionUsesMma and the bf16 operands are
+// 16-byte aligned.
 cudaError_t LaunchAttention(KernelOp op, const Geometry& g, const float* const* x,
                             float* const* y, const UnitLaunch& env) {
-  if (op == KernelOp::kAttention) return LaunchForward(g, x[0], y[0], y[1], env.bf16, env.stream);
-  return LaunchGrad(g, x[0], x[1], x[2], x[3], y[0], y[1], env.accumulate, env.bf16, env.stream);
+  const bool forward = op == KernelOp::kAttention;
+  // qkv and y, or dy, qkv and dqkv.
+  const void* bf16_operands[] = {x[0], forward ? y[0] : x[1], y[0]};
+  const bool mma = AttentionUsesMma(g, env.bf16) &&
+                   MmaAttentionOperandsFit(bf16_operands, forward ? 2 : 3);
+  if (forward) {
+    if (mma) return LaunchMmaAttentionForward(g, x[0], y[0], y[1], env.stream);
+    return LaunchForward(g, x[0], y[0], y[1], env.bf16, env.stream);
+  }
+  return LaunchGrad(g, x[0], x[1], x[2], x[3], y[0], y[1], env.accumulate, env.bf16, mma,
+                    env.stream);
 }
 
 }  // namespace cuda

@@ -39,5 +39,7 @@ std::vector<bool> NativeBf16Operands(const KernelArgs& args) {
   return std::vector<bool>(args.num_bf16, false);
 }
 
+bool AttentionUsesMma(const attention::Geometry& /*g*/, bool /*bf16*/) { return false; }
+
 }  // namespace cuda
 }  // namespace trainc

@@ -1683,5 +1683,148 @@ TEST(CudaCnnTest, CaptureMatchesEagerBitForBit) {
   EXPECT_GT(parameters, 0);
 }
 
+// ---- attention on tensor cores (attention_mma.cu) -------------------------
+// Last in this file, so that a fault in the new kernels (CUDA errors are
+// sticky for the process) cannot fail the tests above.
+
+// TRAINC_CUDA_ATTENTION set to `choice` (null: unset) while it lives.
+class ScopedAttentionChoice {
+ public:
+  explicit ScopedAttentionChoice(const char* choice) {
+    if (choice != nullptr) {
+      setenv("TRAINC_CUDA_ATTENTION", choice, 1);
+    } else {
+      unsetenv("TRAINC_CUDA_ATTENTION");
+    }
+  }
+  ~ScopedAttentionChoice() { unsetenv("TRAINC_CUDA_ATTENTION"); }
+};
+
+// AttentionPlan with q|k|v, y, dy and dqkv in bf16 (precision = bf16; lse
+// and delta stay f32). The buffers keep their offsets, now half full.
+Plan Bf16AttentionPlan(const AttentionShape& a, double acc, AttentionBuffers* id) {
+  Plan plan = AttentionPlan(a, acc, id);
+  plan.precision = Precision::kBf16;
+  for (int b : {id->qkv, id->y, id->dy, id->dqkv}) {
+    plan.buffers[b].dtype = DType::kBF16;
+    plan.buffers[b].bytes /= 2;
+  }
+  return plan;
+}
+
+attention::Geometry GeometryOf(const AttentionShape& a) {
+  attention::Geometry g;
+  g.batch = a.batch, g.seq = a.seq, g.heads = a.heads, g.kv_heads = a.kv_heads;
+  g.head_dim = a.head_dim, g.rope = a.rope;
+  return g;
+}
+
+// max |got - want| / max |want| over one buffer (bf16 ones widened).
+double RelErrWidened(const Plan& plan, int id, const std::vector<char>& got,
+                     const std::vector<char>& want) {
+  const Buffer& b = plan.buffers[id];
+  const std::vector<float> g = AsFloats(b, got.data() + b.offset);
+  const std::vector<float> w = AsFloats(b, want.data() + b.offset);
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < g.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(g[i]) - w[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(w[i])));
+  }
+  return diff / scale;
+}
+
+// The final arena of `plan` on a CUDA device (`steps` steps from `init`)
+// with TRAINC_CUDA_ATTENTION = `choice`.
+absl::Status RunCudaAttention(const Plan& plan, const std::vector<char>& init, const char* choice,
+                              int steps, std::vector<char>* out) {
+  ScopedAttentionChoice scoped(choice);
+  absl::StatusOr<std::unique_ptr<Device>> cuda = CreateCudaDevice(0);
+  if (!cuda.ok()) return cuda.status();
+  return RunOn(**cuda, plan, init, {}, steps, out);
+}
+
+// Four bf16 ulps: the tensor-core path rounds P and dS to bf16 before their
+// products (as FlashAttention does), and rotated q and k with rope, besides
+// the outputs' own rounding. A float64 emulation of that rounding on these
+// shapes differs from the exact result by 0.002 to 0.004 of the largest
+// value.
+constexpr double kMmaAttentionTol = 4.0 / 256;
+
+// bf16 operands of head size 64 and 128, T within one tile, across a
+// partial last tile and over many (70, 257, 1024 against tiles of 64 and
+// steps of 32); one kv head, grouped, as many as heads; rope on and off;
+// the gradient stored and accumulated. Against the CPU (f32 arithmetic on
+// the bf16 values), beside the f32 kernel's own difference.
+TEST(CudaAttentionMmaTest, MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const AttentionShape& a :
+       {AttentionShape{2, 70, 4, 2, 64, true}, AttentionShape{2, 70, 4, 4, 64, false},
+        AttentionShape{1, 100, 4, 1, 128, true}, AttentionShape{2, 64, 2, 2, 128, false},
+        AttentionShape{2, 1, 2, 1, 64, true}, AttentionShape{1, 257, 6, 2, 64, true},
+        AttentionShape{1, 1024, 4, 2, 64, false}, AttentionShape{1, 300, 4, 2, 128, true}}) {
+    for (double acc : {0.0, 1.0}) {
+      SCOPED_TRACE(absl::StrCat(AttentionText(a), " acc=", acc));
+      AttentionBuffers id;
+      const Plan plan = Bf16AttentionPlan(a, acc, &id);
+      {
+        ScopedAttentionChoice mma("mma");
+        ASSERT_TRUE(cuda::AttentionUsesMma(GeometryOf(a), true));
+      }
+      const std::vector<char> init = RandomArena(plan, 0, 99);
+      std::vector<char> cpu, f32, mma;
+      CpuDevice cpu_device;
+      absl::Status s = RunOn(cpu_device, plan, init, {}, 1, &cpu);
+      ASSERT_TRUE(s.ok()) << s;
+      ASSERT_TRUE((s = RunCudaAttention(plan, init, nullptr, 1, &f32)).ok()) << s;
+      ASSERT_TRUE((s = RunCudaAttention(plan, init, "mma", 1, &mma)).ok()) << s;
+      for (int out : {id.y, id.lse, id.dqkv, id.delta}) {
+        const double err = RelErrWidened(plan, out, mma, cpu);
+        EXPECT_LE(err, kMmaAttentionTol) << plan.buffers[out].name << ": the f32 kernel's is "
+                                         << RelErrWidened(plan, out, f32, cpu);
+        const Buffer& b = plan.buffers[out];
+        const std::vector<float> v = AsFloats(b, mma.data() + b.offset);
+        EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }))
+            << plan.buffers[out].name;
+      }
+      // P rounded to bf16 moves some bit: the tensor cores did run.
+      if (a.seq > 1) EXPECT_NE(mma, f32) << "the f32 kernels' bits: no tensor-core path ran";
+    }
+  }
+}
+
+// No atomics: two devices running the same steps give the same bits (the
+// gradient accumulates, so the second step adds onto the first's).
+TEST(CudaAttentionMmaTest, IsBitReproducible) {
+  SKIP_WITHOUT_GPU();
+  AttentionBuffers id;
+  const Plan plan = Bf16AttentionPlan({2, 200, 8, 2, 64, true}, 1.0, &id);
+  const std::vector<char> init = RandomArena(plan, 0, 5);
+  std::vector<char> first, second;
+  absl::Status s = RunCudaAttention(plan, init, "mma", 2, &first);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE((s = RunCudaAttention(plan, init, "mma", 2, &second)).ok()) << s;
+  EXPECT_EQ(first, second);
+}
+
+// Which path runs (host-side rules: no GPU needed): the f32 kernels unless
+// TRAINC_CUDA_ATTENTION=mma, and then only bf16 heads of 64 or 128.
+TEST(CudaAttentionMmaTest, ChosenOnlyWhenAskedForAndSupported) {
+  if (!cuda::KernelTableBuilt()) GTEST_SKIP() << "built without the CUDA toolkit";
+  const attention::Geometry d64 = GeometryOf({1, 8, 2, 2, 64, false});
+  {
+    ScopedAttentionChoice unset(nullptr);
+    EXPECT_FALSE(cuda::AttentionUsesMma(d64, true));
+  }
+  ScopedAttentionChoice mma("mma");
+  EXPECT_TRUE(cuda::AttentionUsesMma(d64, true));
+  EXPECT_TRUE(cuda::AttentionUsesMma(GeometryOf({1, 8, 4, 1, 128, true}), true));
+  EXPECT_FALSE(cuda::AttentionUsesMma(d64, false));
+  for (int64_t d : {32, 96, 24}) {
+    EXPECT_FALSE(cuda::AttentionUsesMma(GeometryOf({1, 8, 2, 2, d, false}), true)) << d;
+  }
+  ScopedAttentionChoice other("f32");
+  EXPECT_FALSE(cuda::AttentionUsesMma(d64, true));
+}
+
 }  // namespace
 }  // namespace trainc

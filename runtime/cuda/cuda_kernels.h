@@ -23,6 +23,10 @@ bool HasKernel(KernelOp op);
 // into f32 staging around the kernel. Host-side rules: no GPU needed.
 std::vector<bool> NativeBf16Operands(const KernelArgs& args);
 
+// Whether attention runs the tensor-core kernels (attention_mma.cu) on
+// these sizes in this process's environment (kernels.h says when).
+bool AttentionUsesMma(const attention::Geometry& g, bool bf16);
+
 }  // namespace trainc::cuda
 
 #endif  // TRAINC_RUNTIME_CUDA_CUDA_KERNELS_H_

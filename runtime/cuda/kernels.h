@@ -2,7 +2,7 @@
 // style): linear.cu, pointwise.cu, optimizer.cu, elementwise.cu,
 // transformer.cu; and one per unit family (layer_norm.cu, rms_norm.cu,
 // softmax.cu, group_norm.cu, embedding.cu, mse.cu, cross_entropy.cu,
-// attention.cu). Included by nvcc and by the host compiler, so it uses
+// attention.cu, with attention_mma.cu). Included by nvcc and by the host compiler, so it uses
 // only the CUDA runtime API types.
 //
 // Conventions. Tensors are row-major f32 (labels i32) device pointers.
@@ -53,6 +53,25 @@ struct UnitLaunch {
                           float* const* y, const UnitLaunch& env);
 TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_LAUNCHER)
 #undef TRAINC_CUDA_UNIT_LAUNCHER
+
+// ---- attention_mma.cu: attention on tensor cores ---------------------------
+// Whether attention.cu's LaunchAttention runs the tensor-core kernels for
+// these sizes: bf16 operands (env.bf16), head size 64 or 128, and
+// TRAINC_CUDA_ATTENTION=mma in the environment (the default stays the f32
+// kernels until these have run on a GPU; docs/gpus.md). Every GPU the
+// plugin runs on is sm_80 or newer (its machine code), as mma.sync needs.
+bool AttentionUsesMma(const attention::Geometry& g, bool bf16);
+// Whether the bf16 operands suit them (16-byte aligned).
+bool MmaAttentionOperandsFit(const void* const* operands, int n);
+// Lets them use their dynamic shared memory (PrepareAttention).
+cudaError_t AllowMmaAttentionSharedMemory();
+// qkv -> y, lse (bf16 qkv and y, f32 lse), as LaunchForward.
+cudaError_t LaunchMmaAttentionForward(const attention::Geometry& g, const void* qkv, void* y,
+                                      float* lse, cudaStream_t s);
+// dqkv (+)= the gradient, given delta = rowsum(dy y) already computed.
+cudaError_t LaunchMmaAttentionGrad(const attention::Geometry& g, const void* dy,
+                                   const void* qkv, const float* lse, const float* delta,
+                                   void* dqkv, bool accumulate, cudaStream_t s);
 
 // Scratch floats the column reductions need (bias, norm parameters).
 int64_t ColumnSumScratchFloats(int64_t rows, int64_t cols);
