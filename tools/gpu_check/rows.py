@@ -11,7 +11,8 @@ a failure here: the check runs where a GPU is, so nothing may skip.
   rows.py losses NAME CPU CUDA TOL     two metrics logs: each step's loss
   rows.py same NAME A B                two metrics logs: the same losses, to
                                        every printed digit
-  rows.py attention LOG RC             attention_bench's table
+  rows.py attention LOG RC [LABEL]     attention_bench's table (rows named
+                                       LABEL, default "attention")
   rows.py gpt LOG RC                   gpu_bench --only gpt's table
   rows.py simulate PLAIN CALIBRATED    simulate's output without and with
                                        --calibrate of the same plan
@@ -161,13 +162,13 @@ def same(name, a_path, b_path):
 NUM = r"([-\d.]+)"
 
 
-def attention(log, rc):
+def attention(log, rc, label="attention"):
     text = read(log)
     out = []
     for m in re.finditer(r"^(B\d+ T\d+ H\d+/\d+ d\d+)\s*\|(.*)$", text, re.M):
         shape, rest = m.group(1), m.group(2)
         cols = [c.split() for c in rest.split("|")]
-        name = f"attention {shape}"
+        name = f"{label} {shape}"
         mine = cols[0]
         if len(mine) != 4:
             out.append(row(name, f"FAIL {rest.strip()[:120]}"))
@@ -177,11 +178,13 @@ def attention(log, rc):
             sd = cols[1]
             ratio = float(mine[3]) / float(sd[3]) if float(sd[3]) > 0 else 0
             ref = f"SDPA f+b {sd[3]} TFLOP/s ({sd[2]} ms), fwd {sd[1]}; ours at {ratio:.2f}x"
+        elif cols[1:] == [["--no-torch"]]:
+            ref = "beside the row attention " + shape
         else:
             ref = "SDPA: no figure (torch_attention_bench.py did not run)"
         out.append(row(name, result, ref))
     if not out:
-        out.append(row("attention_bench", f"FAIL exit {rc}, no table: {tail(text)}"))
+        out.append(row(f"{label}_bench", f"FAIL exit {rc}, no table: {tail(text)}"))
     return "\n".join(out)
 
 
@@ -270,10 +273,11 @@ def simulate(plain_log, calibrated_log):
 
 
 def main(argv):
-    commands = {"gtest": (gtest, 3), "unittest": (unittest, 3), "losses": (losses, 4),
-                "same": (same, 3), "attention": (attention, 2), "gpt": (gpt, 2),
-                "simulate": (simulate, 2)}
-    if len(argv) < 2 or argv[1] not in commands or len(argv) - 2 != commands[argv[1]][1]:
+    # subcommand -> (function, the numbers of arguments it takes)
+    commands = {"gtest": (gtest, (3,)), "unittest": (unittest, (3,)), "losses": (losses, (4,)),
+                "same": (same, (3,)), "attention": (attention, (2, 3)), "gpt": (gpt, (2,)),
+                "simulate": (simulate, (2,))}
+    if len(argv) < 2 or argv[1] not in commands or len(argv) - 2 not in commands[argv[1]][1]:
         sys.stderr.write(__doc__)
         return 2
     print(commands[argv[1]][0](*argv[2:]))

@@ -180,6 +180,14 @@ class RowsTest(unittest.TestCase):
         self.assertTrue(out[2].split("\t")[1].startswith("FAIL CUDA error: out of memory"))
         none = rows.attention(self.file("b", "attention_bench: no GPU here (x)\n"), "0")
         self.assertTrue(none.split("\t")[1].startswith("FAIL exit 0, no table"))
+        # The tensor-core run (--no-torch) under its own label.
+        mma = rows.attention(self.file("c", ATTENTION.replace("|         -", "| --no-torch")),
+                             "0", "attention mma").splitlines()
+        self.assertEqual(mma[1].split("\t"), ["attention mma B16 T1024 H12/12 d64",
+                                              "f+b 17.5 TFLOP/s (10.000 ms), fwd 25.0 TFLOP/s",
+                                              "beside the row attention B16 T1024 H12/12 d64"])
+        none = rows.attention(self.file("d", "x\n"), "1", "attention mma")
+        self.assertTrue(none.startswith("attention mma_bench\tFAIL exit 1"))
 
     def test_gpt(self):
         out = rows.gpt(self.file("a", GPT), "1").splitlines()

@@ -36,6 +36,7 @@ ITEMS=(
   "gpt2_bench       270 tools/bench/gpu_bench tools/bench/torch_gpt2_bench.py dsl_examples/tiny_gpt.train dsl_examples/gpt2_small.train"
   "trace_calibrate  90 tools/train tools/simulate/simulate tools/viz/viz dsl_examples/gpt2_small.train data/usr/share/games/fortunes"
   "attention_bench  60 tools/bench/attention_bench tools/bench/torch_attention_bench.py"
+  "attention_mma    45 tools/bench/attention_bench"
   "gpu_test         90 tests/e2e/gpu_test.py tests/e2e/e2e_lib.py tools/train dsl_examples/fashion_mlp.train data/usr/share/datasets/fashion-mnist"
 )
 BUDGET_S=${GPU_CHECK_BUDGET_S:-530}
@@ -147,6 +148,14 @@ item_losses() {
 item_attention_bench() {
   tc_log attention_bench.out tools/bench/attention_bench --iters 20
   rows attention "$LOGDIR/attention_bench.out" $?
+}
+
+# The same on the tensor-core kernels (attention_mma.cu; unverified until
+# this runs), their correctness being cuda_device_test's CudaAttentionMmaTest.
+item_attention_mma() {
+  export TRAINC_CUDA_ATTENTION=mma
+  tc_log attention_mma.out tools/bench/attention_bench --iters 20 --no-torch
+  rows attention "$LOGDIR/attention_mma.out" $? "attention mma"
 }
 
 item_gpt2_bench() {
