@@ -1787,7 +1787,9 @@ TEST(CudaAttentionMmaTest, MatchesCpu) {
             << plan.buffers[out].name;
       }
       // P rounded to bf16 moves some bit: the tensor cores did run.
-      if (a.seq > 1) EXPECT_NE(mma, f32) << "the f32 kernels' bits: no tensor-core path ran";
+      if (a.seq > 1) {
+        EXPECT_NE(mma, f32) << "the f32 kernels' bits: no tensor-core path ran";
+      }
     }
   }
 }
