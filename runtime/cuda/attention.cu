@@ -55,7 +55,7 @@ constexpr int kScoreStride = kTile + 1;         // a [32][33] score tile
 // The delta kernel's warps stride over rows beyond this many.
 constexpr int64_t kDeltaRowsPerLaunch = int64_t{8192} * kWarpsPerBlock;
 
-static_assert(kLanesPerRow == 4, "RowMax and RowSum reduce over 4 lanes");
+static_assert(kLanesPerRow == 4, "QuadMax and QuadSum reduce a row's 4 lanes");
 
 // Row stride (floats) of a staged [kTile][kD] tile.
 template <int kD>
@@ -77,17 +77,6 @@ __device__ __forceinline__ float* SharedFloats() {
 // backend refuses a longer sequence when it prepares the plan).
 __host__ __device__ __forceinline__ int Tiles(int64_t seq) {
   return static_cast<int>((seq + kTile - 1) / kTile);
-}
-
-// Max and sum over the 4 threads of a tile row: butterflies, so all four
-// end with the same, order-fixed value.
-__device__ __forceinline__ float RowMax(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float RowSum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 // inv_freq[i] = attention::RopeInvFreq(i, d, theta) for i < d / 2, once per
@@ -260,7 +249,7 @@ __global__ void __launch_bounds__(kThreads)
       s[n] = j <= i && j < seq ? s[n] * scale : -INFINITY;
       tile_max = fmaxf(tile_max, s[n]);
     }
-    const float m_new = fmaxf(m, RowMax(tile_max));
+    const float m_new = fmaxf(m, QuadMax(tile_max));
     const float alpha = expf(m - m_new);  // 0 on the first tile
     float sum = 0.0f;
 #pragma unroll
@@ -269,7 +258,7 @@ __global__ void __launch_bounds__(kThreads)
       sum += s[n];
       p[row * kScoreStride + lane + kLanesPerRow * n] = s[n];
     }
-    l = l * alpha + RowSum(sum);
+    l = l * alpha + QuadSum(sum);
     m = m_new;
     __syncthreads();  // p is whole
 #pragma unroll

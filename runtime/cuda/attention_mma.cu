@@ -158,18 +158,8 @@ __device__ __forceinline__ void WarpGemmPB(const uint32_t (&p)[kK / 16][4], cons
   }
 }
 
-// Max and sum over the 4 lanes of an accumulator row (butterflies: all
-// four end with the same, order-fixed value).
-__device__ __forceinline__ float QuadMax(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float QuadSum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
-// The position of accumulator element e of n-tile nt in this lane: its row
+// An accumulator row is spread over the 4 lanes of a quad (QuadMax and
+// QuadSum reduce it). The position of accumulator element e of n-tile nt in this lane: its row
 // (0..15) and column inside the warp's tile.
 __device__ __forceinline__ int FragRow(int e) { return threadIdx.x % kWarpSize / 4 + 8 * (e / 2); }
 __device__ __forceinline__ int FragCol(int nt, int e) {
@@ -344,6 +334,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t width = g.QkvWidth();
   const bf16* rows = qkv + b * seq * width;
   const int warp = threadIdx.x / kWarpSize, row0 = qt * kTile + warp * kWarpRows;
+  const float scale = g.Scale();
 
   if (g.rope) LoadInvFreq(g, inv_freq);
   __syncthreads();
@@ -356,7 +347,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     float s[kTile / 8][4] = {};
     WarpGemmABt<kD, kTile>(q + warp * kWarpRows * S, k, S, s);
-    SoftmaxStep<kD>(s, o, m, l, row0, kt * kTile, seq, g.Scale());
+    SoftmaxStep<kD>(s, o, m, l, row0, kt * kTile, seq, scale);
     uint32_t p[kTile / 16][4];
     ToFragments<kTile>(s, p);
     WarpGemmPB<kTile, kD>(p, v, S, o);
@@ -422,6 +413,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t width = g.QkvWidth(), out_width = g.OutWidth();
   const bf16* rows = qkv + b * seq * width;
   const int warp = threadIdx.x / kWarpSize, key0 = kt * kTile + warp * kWarpRows;
+  const float scale = g.Scale();
 
   if (g.rope) LoadInvFreq(g, inv_freq);
   __syncthreads();
@@ -444,7 +436,7 @@ __global__ void __launch_bounds__(kThreads)
       WarpGemmABt<kD, kStep>(k + warp * kWarpRows * S, q, S, s);
       WarpGemmABt<kD, kStep>(v + warp * kWarpRows * S, dys, S, dp);
       GradScores(
-          s, dp, g.Scale(), seq,
+          s, dp, scale, seq,
           [&](int r, int c, int* key, int* query) {
             *key = key0 + r;
             *query = q0 + c;
@@ -461,7 +453,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   bf16* out = dqkv + b * seq * width;
-  StoreRows<kD>(dk, g.Scale(), key0, seq, rope, out + g.KOffset(kv), width, accumulate);
+  StoreRows<kD>(dk, scale, key0, seq, rope, out + g.KOffset(kv), width, accumulate);
   StoreRows<kD>(dv, 1.0f, key0, seq, nullptr, out + g.VOffset(kv), width, accumulate);
 }
 
@@ -493,6 +485,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t width = g.QkvWidth(), out_width = g.OutWidth();
   const bf16* rows = qkv + b * seq * width;
   const int warp = threadIdx.x / kWarpSize, row0 = qt * kTile + warp * kWarpRows;
+  const float scale = g.Scale();
   float row_lse[2], row_delta[2];
   for (int r = 0; r < 2; ++r) {
     const int i = row0 + FragRow(2 * r);
@@ -517,7 +510,7 @@ __global__ void __launch_bounds__(kThreads)
     WarpGemmABt<kD, kStep>(q + warp * kWarpRows * S, k, S, s);
     WarpGemmABt<kD, kStep>(dys + warp * kWarpRows * S, v, S, dp);
     GradScores(
-        s, dp, g.Scale(), seq,
+        s, dp, scale, seq,
         [&](int r, int c, int* key, int* query) {
           *key = k0 + c;
           *query = row0 + r;
@@ -530,7 +523,7 @@ __global__ void __launch_bounds__(kThreads)
     ToFragments<kStep>(dp, f);
     WarpGemmPB<kStep, kD>(f, k, S, dq);
   }
-  StoreRows<kD>(dq, g.Scale(), row0, seq, rope, dqkv + b * seq * width + g.QOffset(h), width,
+  StoreRows<kD>(dq, scale, row0, seq, rope, dqkv + b * seq * width + g.QOffset(h), width,
                 accumulate);
 }
 

@@ -96,6 +96,17 @@ __global__ void SumToScalarKernel(const float* values, int64_t n, float* out) {
   if (threadIdx.x == 0) out[0] = static_cast<float>(shared[0]);
 }
 
+// Max and sum over each aligned group of 4 lanes (butterflies: all four
+// end with the same, order-fixed value).
+__device__ __forceinline__ float QuadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float QuadSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
 // Column reduction in two passes without atomics. Pass 1: block (32 columns
 // x 8 row lanes) per (column tile, chunk of kRowsPerChunk rows) writes one
 // partial per chunk; pass 2 adds the chunks in order. Coalesced: a warp
