@@ -36,7 +36,7 @@
 #include "runtime/device/device.h"
 #include "runtime/exec/batch_source.h"
 #include "runtime/exec/executor.h"
-#include "compiler/ops/op_table.h"
+#include "compiler/ops/kernel_families.h"
 
 namespace trainc {
 namespace {
@@ -180,7 +180,7 @@ absl::Status Run(const Args& args) {
   }
   const Buffer* logits = nullptr;
   for (const Instruction& in : plan.instructions) {
-    if (ops::IsCrossEntropy(in.op)) {
+    if (IsCrossEntropy(KernelOpOfInstruction(in.op))) {
       logits = &plan.buffers[in.inputs[0]];
       break;
     }

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/ops/op_table.h"
 #include "compiler/util/status_macros.h"
 #include "compiler/cost/cost_model.h"
@@ -24,7 +25,7 @@ absl::Status CheckPlan(const Plan& plan) {
       return absl::InvalidArgumentError(
           absl::StrCat("instruction ", in.id, " (", in.op, "): ", why));
     };
-    if (in.op != "load_batch" && ops::FindOp(in.op) == nullptr) {
+    if (StepOpOfInstruction(in.op) != StepOp::kLoadBatch && ops::FindOp(in.op) == nullptr) {
       return fail("unknown op");
     }
     if (IsCollective(in) != (in.stream == Stream::kComm)) {

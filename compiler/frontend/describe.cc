@@ -79,7 +79,7 @@ std::string DescribeSpec(const TrainSpec& spec) {
       args.push_back(absl::StrCat(arg, "=", parameter));
     }
     absl::StrAppendFormat(&out, "  %-*s = %s(%s) -> %s\n", width, op.name,
-                          op.op, absl::StrJoin(args, ", "),
+                          ops::ModelOpName(op.op), absl::StrJoin(args, ", "),
                           Type(op.output));
   }
   absl::StrAppend(&out, "parameters: ", model.parameters.size(), " tensors, ",

@@ -80,7 +80,7 @@ TEST(FrontendTest, FlattensNestedCallsAndNamesParameters) {
   const ModelSpec& m = r.spec->model;
   ASSERT_EQ(m.ops.size(), 4u);
   EXPECT_EQ(m.ops[0].name, "h1.0");
-  EXPECT_EQ(m.ops[0].op, "linear");
+  EXPECT_EQ(m.ops[0].op, ops::ModelOp::kLinear);
   EXPECT_EQ(m.ops[0].args.at("out_features").i, 256);
   EXPECT_THAT(m.ops[0].parameters, ElementsAre("h1.weight", "h1.bias"));
   EXPECT_EQ(m.ops[1].name, "h1");
@@ -163,9 +163,9 @@ TEST(FrontendTest, MulIsACallAndAnInfix) {
   ASSERT_TRUE(r.spec) << Errors(r);
   const ModelSpec& m = r.spec->model;
   ASSERT_EQ(m.ops.size(), 6u);
-  EXPECT_EQ(m.ops[2].op, "mul");
+  EXPECT_EQ(m.ops[2].op, ops::ModelOp::kMul);
   EXPECT_THAT(m.ops[2].inputs, ElementsAre("h1", "h1"));
-  EXPECT_EQ(m.ops[3].op, "mul");
+  EXPECT_EQ(m.ops[3].op, ops::ModelOp::kMul);
   EXPECT_THAT(m.ops[3].output.shape, ElementsAre(256));
 
   const FrontendResult bad = Compile(absl::StrReplaceAll(

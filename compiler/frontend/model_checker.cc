@@ -490,7 +490,7 @@ class ModelChecker {
       }
       std::optional<std::string> v = CheckValueExpr(side, scope, flattening);
       if (!v) return std::nullopt;
-      if (!CheckTensorUse(side, *v, def.name, ArgDef::Kind::kValue)) {
+      if (!CheckTensorUse(side, *v, def, ArgDef::Kind::kValue)) {
         return std::nullopt;
       }
       inputs.push_back(*v);
@@ -507,7 +507,7 @@ class ModelChecker {
   // The checks every tensor argument gets: not the loss, the right element
   // type.
   bool CheckTensorUse(const ast::Expr& arg, const std::string& global,
-                      const std::string& op, ArgDef::Kind kind) {
+                      const ModelOpDef& op, ArgDef::Kind kind) {
     const Value& value = values_.at(global);
     if (value.is_loss) {
       sink_.Error(arg.span,
@@ -519,7 +519,7 @@ class ModelChecker {
     if (is_i32 && kind != ArgDef::Kind::kIndices) {
       sink_.Error(arg.span,
                   absl::StrCat("'", DescribeName(arg), "' is ", TypeText(value.spec),
-                               " (indices); ", op, " takes an f32 tensor here"),
+                               " (indices); ", op.name, " takes an f32 tensor here"),
                   value.origin == Value::Origin::kLabel
                       ? absl::StrCat("only cross_entropy's second argument "
                                      "takes a class label, e.g. loss = "
@@ -530,9 +530,9 @@ class ModelChecker {
     }
     if (!is_i32 && kind == ArgDef::Kind::kIndices) {
       sink_.Error(arg.span,
-                  absl::StrCat(op, " takes i32 indices here, got '",
+                  absl::StrCat(op.name, " takes i32 indices here, got '",
                                DescribeName(arg), "' ", TypeText(value.spec)),
-                  op == "cross_entropy"
+                  op.op == ops::ModelOp::kCrossEntropy
                       ? "declare the label as e.g. label class: i32[10]"
                       : "declare token ids as e.g. input tokens: i32[128]");
       return false;
@@ -647,7 +647,7 @@ class ModelChecker {
           std::optional<std::string> v =
               CheckValueExpr(*arg, scope, flattening);
           if (!v) return std::nullopt;
-          if (!CheckTensorUse(*arg, *v, op->name, def.kind)) {
+          if (!CheckTensorUse(*arg, *v, *op, def.kind)) {
             return std::nullopt;
           }
           inputs.push_back(*v);
@@ -926,7 +926,7 @@ class ModelChecker {
     }
     OpSpec spec;
     spec.name = NewValueName(flattening, top);
-    spec.op = op.name;
+    spec.op = op.op;
     spec.inputs = inputs;
     for (const auto& [name, value] : op_call.constants) spec.args[name] = value;
     spec.shared_parameters = shared;

@@ -22,7 +22,7 @@ bool AllF32(const Graph& graph, const std::vector<int>& values) {
 // output); -1 when none. `sole`: the activation must be the output's only
 // reader.
 int JoiningActivation(const Graph& graph, const Node& producer,
-                      const std::vector<std::string>& ops, bool sole, int* which) {
+                      const std::vector<KernelOp>& ops, bool sole, int* which) {
   const int out = producer.outputs[0];
   const std::vector<int>& readers = graph.readers(out);
   if (sole && readers.size() != 1) return -1;
@@ -36,7 +36,7 @@ int JoiningActivation(const Graph& graph, const Node& producer,
       continue;
     }
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (act.op != ops[i]) continue;
+      if (act.kernel != ops[i]) continue;
       *which = static_cast<int>(i);
       return id;
     }
@@ -61,14 +61,15 @@ void Fuse(Graph* graph, int producer, int activation, const std::string& op,
 }  // namespace
 
 absl::StatusOr<bool> FuseLinearActivation::Run(Graph* graph) {
-  static const std::vector<std::string> kActivations = {"relu", "tanh", "gelu"};
+  static const std::vector<KernelOp> kActivations = {KernelOp::kRelu, KernelOp::kTanh,
+                                                      KernelOp::kGelu};
   static const std::vector<std::string> kFused = {"linear_relu", "linear_tanh",
                                                   "linear_gelu_erf"};
   const int num_nodes = static_cast<int>(graph->nodes().size());
   std::vector<bool> drop(num_nodes, false);
   for (int id = 0; id < num_nodes; ++id) {
     const Node& linear = graph->node(id);
-    if (linear.op != "linear" || linear.role != NodeRole::kForward ||
+    if (linear.kernel != KernelOp::kLinear || linear.role != NodeRole::kForward ||
         linear.outputs.size() != 1) {
       continue;
     }
@@ -86,12 +87,12 @@ absl::StatusOr<bool> FuseLinearActivation::Run(Graph* graph) {
 }
 
 absl::StatusOr<bool> FuseConvRelu::Run(Graph* graph) {
-  static const std::vector<std::string> kRelu = {"relu"};
+  static const std::vector<KernelOp> kRelu = {KernelOp::kRelu};
   const int num_nodes = static_cast<int>(graph->nodes().size());
   std::vector<bool> drop(num_nodes, false);
   for (int id = 0; id < num_nodes; ++id) {
     const Node& conv = graph->node(id);
-    if (conv.op != "conv2d" || conv.role != NodeRole::kForward || conv.outputs.size() != 2) {
+    if (conv.kernel != KernelOp::kConv2d || conv.role != NodeRole::kForward || conv.outputs.size() != 2) {
       continue;
     }
     int which = 0;

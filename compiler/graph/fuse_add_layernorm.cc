@@ -16,7 +16,7 @@ int SoleLayerNorm(const Graph& graph, const Node& add) {
   int norm = -1;
   for (int id : graph.readers(sum)) {
     const Node& reader = graph.node(id);
-    if (reader.op != "layernorm" || reader.role != add.role) continue;
+    if (reader.kernel != KernelOp::kLayerNorm || reader.role != add.role) continue;
     if (norm >= 0 || reader.inputs.size() != 3 || reader.outputs.size() != 3 ||
         reader.inputs[0] != sum || reader.inputs[1] == sum || reader.inputs[2] == sum) {
       return -1;  // two layernorms of the sum, or the sum as a parameter
@@ -46,7 +46,7 @@ absl::StatusOr<bool> FuseAddLayerNorm::Run(Graph* graph) {
   std::vector<bool> drop(num_nodes, false);
   for (int id = 0; id < num_nodes; ++id) {
     const Node& add = graph->node(id);
-    if (add.op != "add" || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
+    if (add.kernel != KernelOp::kAdd || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
     const int norm_id = SoleLayerNorm(*graph, add);
     if (norm_id < 0) continue;
     const Node& norm = graph->node(norm_id);

@@ -11,13 +11,13 @@ absl::StatusOr<bool> FuseClassifier::Run(Graph* graph) {
   std::vector<bool> drop(num_nodes, false);
   for (int id = 0; id < num_nodes; ++id) {
     const Node& loss = graph->node(id);
-    if (loss.op != "cross_entropy" || loss.outputs.size() != 2) continue;
+    if (loss.kernel != KernelOp::kCrossEntropy || loss.outputs.size() != 2) continue;
     const std::vector<int>& readers = graph->readers(loss.outputs[1]);
     if (readers.size() != 1) continue;
     const int reader = readers[0];
     const Node& grad = graph->node(reader);
     auto acc = grad.attrs.find("accumulate");
-    if (grad.op != "cross_entropy_grad" || grad.inputs.size() != 2 ||
+    if (grad.kernel != KernelOp::kCrossEntropyGrad || grad.inputs.size() != 2 ||
         grad.inputs[0] != loss.outputs[1] || grad.inputs[1] != loss.inputs[1] ||
         !grad.attrs.count("scale") || (acc != grad.attrs.end() && acc->second != 0)) {
       continue;

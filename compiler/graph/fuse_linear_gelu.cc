@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ops/kernel_families.h"
 
 namespace trainc {
 namespace {
@@ -14,11 +13,10 @@ int SoleGelu(const Graph& graph, int pre) {
   int gelu = -1;
   for (int id : graph.readers(pre)) {
     const Node& reader = graph.node(id);
-    const KernelOp op = KernelOpOfInstruction(reader.op);
-    if (op == KernelOp::kGeluTanh && reader.role == NodeRole::kForward && gelu < 0 &&
+    if (reader.kernel == KernelOp::kGeluTanh && reader.role == NodeRole::kForward && gelu < 0 &&
         reader.inputs.size() == 1 && reader.outputs.size() == 1) {
       gelu = id;
-    } else if (op != KernelOp::kGeluTanhGrad || reader.inputs.size() != 2 ||
+    } else if (reader.kernel != KernelOp::kGeluTanhGrad || reader.inputs.size() != 2 ||
                reader.inputs[0] == pre) {
       return -1;  // another reader (or pre as a gradient) keeps the two apart
     }
@@ -33,7 +31,7 @@ absl::StatusOr<bool> FuseLinearGelu::Run(Graph* graph) {
   std::vector<bool> drop(num_nodes, false);
   for (int id = 0; id < num_nodes; ++id) {
     const Node& linear = graph->node(id);
-    if (linear.op != "linear" || linear.role != NodeRole::kForward ||
+    if (linear.kernel != KernelOp::kLinear || linear.role != NodeRole::kForward ||
         linear.outputs.size() != 1) {
       continue;
     }

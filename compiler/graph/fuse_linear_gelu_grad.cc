@@ -15,7 +15,7 @@ int SoleProduct(const Graph& graph, int dh, const Node& grad) {
   const int product = writers[0];
   const Node& linear = graph.node(product);
   const auto acc = linear.attrs.find("accumulate");
-  if (linear.op != "linear_grad_input" || linear.role != grad.role ||
+  if (linear.kernel != KernelOp::kLinearGradInput || linear.role != grad.role ||
       linear.inputs.size() != 2 || linear.outputs.size() != 1 ||
       (acc != linear.attrs.end() && acc->second != 0)) {
     return -1;
@@ -32,7 +32,7 @@ absl::StatusOr<bool> FuseLinearGeluGrad::Run(Graph* graph) {
   std::vector<bool> drop(num_nodes, false);
   for (int id = 0; id < num_nodes; ++id) {
     const Node& grad = graph->node(id);
-    if (grad.op != "gelu_tanh_grad" || grad.inputs.size() != 2 || grad.outputs.size() != 1) {
+    if (grad.kernel != KernelOp::kGeluTanhGrad || grad.inputs.size() != 2 || grad.outputs.size() != 1) {
       continue;
     }
     const int dh = grad.inputs[0], pre = grad.inputs[1], dpre = grad.outputs[0];

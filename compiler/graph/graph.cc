@@ -81,6 +81,7 @@ int Graph::AddValue(Value value) {
 
 int Graph::AddNode(Node node) {
   node.id = static_cast<int>(nodes_.size());
+  node.kernel = KernelOpOfInstruction(node.op);
   nodes_.push_back(std::move(node));
   Link(nodes_.back());
   return nodes_.back().id;
@@ -100,6 +101,7 @@ void Graph::Unlink(const Node& node) {
 
 void Graph::ReplaceNode(int id, Node node) {
   node.id = id;
+  node.kernel = KernelOpOfInstruction(node.op);
   Node& old = nodes_[id];
   const int n = static_cast<int>(values_.size());
   // Only the operands that change move in the index: a value read by many
@@ -138,6 +140,7 @@ void Graph::SetNodes(std::vector<Node> nodes) {
   for (std::vector<int>& list : writers_) list.clear();
   for (size_t i = 0; i < nodes_.size(); ++i) {
     nodes_[i].id = static_cast<int>(i);
+    nodes_[i].kernel = KernelOpOfInstruction(nodes_[i].op);
     Link(nodes_[i]);
   }
 }

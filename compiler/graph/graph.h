@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/plan/plan.h"
 
 namespace trainc {
@@ -58,6 +59,10 @@ enum class NodeRole { kForward, kBackward };
 struct Node {
   int id = -1;
   std::string op;  // an op of plan.h
+  // KernelOpOfInstruction(op), set by the graph when the node is added or
+  // replaced: what passes compare (kNotCompute for the collectives; the
+  // first kernel of "cast" and "optimizer").
+  KernelOp kernel = KernelOp::kNotCompute;
   std::vector<int> inputs;
   std::vector<int> outputs;
   std::map<std::string, double> attrs;

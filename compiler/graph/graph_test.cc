@@ -76,6 +76,8 @@ TEST_F(GraphIndex, ReplaceNodeMovesOnlyTheOperandsThatChange) {
   n.inputs = {a_, x_};  // a stays read, x gains a reader between two
   g_.ReplaceNode(add_, n);
   EXPECT_EQ(g_.node(add_).op, "mul");
+  EXPECT_EQ(g_.node(add_).kernel, KernelOp::kMul);  // the graph's, from op
+  EXPECT_EQ(g_.node(relu_).kernel, KernelOp::kRelu);
   EXPECT_EQ(g_.readers(x_), (std::vector<int>{relu_, add_, mse_}));
   ExpectIndexMatchesScan();
   n.inputs = {x_, x_};  // a loses its only reader

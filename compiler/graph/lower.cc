@@ -16,7 +16,7 @@ namespace {
 absl::Status Bad(const OpSpec& op, const std::string& why) {
   return absl::InvalidArgumentError(
       absl::StrCat(op.location.file, ":", op.location.line, ":", op.location.column, ": ",
-                   op.name, " = ", op.op, ": ", why));
+                   op.name, " = ", ops::ModelOpName(op.op), ": ", why));
 }
 
 std::vector<int64_t> Batched(int64_t batch, const std::vector<int64_t>& shape) {
@@ -118,8 +118,7 @@ class Lowerer {
   // attributes, parameters and saved outputs; the spec's parameters fill
   // the slots in order.
   absl::Status LowerOp(const OpSpec& op) {
-    const ops::ModelOpDef* def = ops::FindModelOp(op.op);
-    if (def == nullptr) return Bad(op, "unknown op");
+    const ops::ModelOpDef* def = &ops::DefOf(op.op);
     std::vector<int> in;
     ops::OpCall call;
     size_t next_input = 0;
@@ -176,7 +175,7 @@ class Lowerer {
     Node node;
     node.op = l.instruction;
     node.role = NodeRole::kForward;
-    node.label = absl::StrCat(op.name, " = ", op.op);
+    node.label = absl::StrCat(op.name, " = ", ops::ModelOpName(op.op));
     node.attrs = l.attrs;
     node.inputs = in;
     node.inputs.insert(node.inputs.end(), params.begin(), params.end());

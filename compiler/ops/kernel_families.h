@@ -225,6 +225,12 @@ inline constexpr bool IsCollectiveOp(StepOp op) {
   return op == StepOp::kAllReduce || op == StepOp::kReduceScatter || op == StepOp::kAllGather;
 }
 
+// cross_entropy, or the fused instruction that also writes its gradient
+// (both read logits, label): what evaluation and sampling look for.
+inline constexpr bool IsCrossEntropy(KernelOp op) {
+  return op == KernelOp::kCrossEntropy || op == KernelOp::kCrossEntropyFused;
+}
+
 // The kernel's own name, the enumerator without its k: "CastToBf16".
 inline const char* KernelOpName(KernelOp op) {
   return kernel_ops_internal::kKernelNames[static_cast<int>(op)];

@@ -504,7 +504,6 @@ std::optional<ShapeError> Slot(const OpCall& call, const ModelOpDef& def,
   return std::nullopt;
 }
 
-const ModelOpDef& Def(const char* name) { return *FindModelOp(name); }
 
 std::variant<Lowering, ShapeError> LinearRule(const OpCall& call) {
   const Shape& x = call.values[0];
@@ -514,7 +513,7 @@ std::variant<Lowering, ShapeError> LinearRule(const OpCall& call) {
   l.instruction = "linear";
   l.shape = x;
   l.shape.back() = out;
-  const ModelOpDef& def = Def("linear");
+  const ModelOpDef& def = DefOf(ModelOp::kLinear);
   // init = normal(std): N(0, std^2) weights and zero biases (GPT-2's and
   // Llama's reference initialisation); else nn.Linear's uniform.
   const double std = call.constants.count("init") ? call.Float("init") : 0.0;
@@ -550,7 +549,7 @@ std::variant<Lowering, ShapeError> SiluRule(const OpCall& c) {
 std::variant<Lowering, ShapeError> GeluRule(const OpCall& call) {
   const std::string& form = call.String("approximate");
   if (form != "none" && form != "tanh") {
-    return Error(Def("gelu").ArgIndex("approximate"),
+    return Error(DefOf(ModelOp::kGelu).ArgIndex("approximate"),
                  "gelu's approximate must be \"none\" (erf) or \"tanh\", got \"" +
                      form + "\"");
   }
@@ -567,7 +566,7 @@ uint32_t NameKey(const std::string& name) {
 std::variant<Lowering, ShapeError> DropoutRule(const OpCall& call) {
   const double p = call.Float("p");
   if (!(p >= 0 && p < 1)) {
-    return Error(Def("dropout").ArgIndex("p"),
+    return Error(DefOf(ModelOp::kDropout).ArgIndex("p"),
                  "dropout's p must be in [0, 1), got " + std::to_string(p));
   }
   Lowering l = std::get<Lowering>(Unary(call, "dropout"));
@@ -587,7 +586,7 @@ std::variant<Lowering, ShapeError> LayerNormRule(const OpCall& call) {
     return Error(0, "layernorm needs an input with a feature axis");
   }
   const double eps = call.Float("eps");
-  if (!(eps > 0)) return Error(Def("layernorm").ArgIndex("eps"), "eps must be > 0");
+  if (!(eps > 0)) return Error(DefOf(ModelOp::kLayerNorm).ArgIndex("eps"), "eps must be > 0");
   Lowering l;
   l.instruction = "layernorm";
   l.shape = x;
@@ -602,7 +601,7 @@ std::variant<Lowering, ShapeError> RmsNormRule(const OpCall& call) {
   const Shape& x = call.values[0];
   if (x.empty()) return Error(0, "rmsnorm needs an input with a feature axis");
   const double eps = call.Float("eps");
-  if (!(eps > 0)) return Error(Def("rmsnorm").ArgIndex("eps"), "eps must be > 0");
+  if (!(eps > 0)) return Error(DefOf(ModelOp::kRmsNorm).ArgIndex("eps"), "eps must be > 0");
   Lowering l;
   l.instruction = "rmsnorm";
   l.shape = x;
@@ -623,12 +622,12 @@ std::variant<Lowering, ShapeError> GroupNormRule(const OpCall& call) {
   const int64_t channels = x.size() == 3 ? x[0] : x[1];
   const int64_t groups = call.Int("groups");
   if (channels % groups != 0) {
-    return Error(Def("group_norm").ArgIndex("groups"),
+    return Error(DefOf(ModelOp::kGroupNorm).ArgIndex("groups"),
                  "groups (" + std::to_string(groups) + ") must divide the " +
                      std::to_string(channels) + " channels");
   }
   const double eps = call.Float("eps");
-  if (!(eps > 0)) return Error(Def("group_norm").ArgIndex("eps"), "eps must be > 0");
+  if (!(eps > 0)) return Error(DefOf(ModelOp::kGroupNorm).ArgIndex("eps"), "eps must be > 0");
   Lowering l;
   l.instruction = "group_norm";
   l.shape = x;
@@ -672,7 +671,7 @@ std::variant<Lowering, ShapeError> EmbeddingRule(const OpCall& call) {
   l.shape.push_back(call.Int("dim"));
   // GPT-2's N(0, 0.02), not nn.Embedding's N(0, 1): with tied output
   // weights the latter starts with logits of std ~sqrt(C).
-  if (auto e = Slot(call, Def("embedding"), "weight", "weight",
+  if (auto e = Slot(call, DefOf(ModelOp::kEmbedding), "weight", "weight",
                     {call.Int("vocab"), call.Int("dim")}, Init::kNormal, 0.02,
                     &l)) {
     return *e;
@@ -698,7 +697,7 @@ std::variant<Lowering, ShapeError> AttentionRule(const OpCall& call) {
   const Shape& qkv = call.values[0];
   const int64_t heads = call.Int("heads");
   const int64_t kv_heads = call.Int("kv_heads") == 0 ? heads : call.Int("kv_heads");
-  const int kv_index = Def("causal_attention").ArgIndex("kv_heads");
+  const int kv_index = DefOf(ModelOp::kCausalAttention).ArgIndex("kv_heads");
   if (heads % kv_heads != 0) {
     return Error(kv_index,
                  std::to_string(heads) + " heads cannot be shared evenly by " +
@@ -707,7 +706,7 @@ std::variant<Lowering, ShapeError> AttentionRule(const OpCall& call) {
   }
   const int64_t slots = heads + 2 * kv_heads;
   if (kv_heads == heads && qkv.size() == 2 && qkv[1] % 3 == 0 && (qkv[1] / 3) % heads != 0) {
-    return Error(Def("causal_attention").ArgIndex("heads"),
+    return Error(DefOf(ModelOp::kCausalAttention).ArgIndex("heads"),
                  "width " + std::to_string(qkv[1] / 3) + " (= " + std::to_string(qkv[1]) +
                      " / 3) is not divisible by " + std::to_string(heads) + " heads");
   }
@@ -724,13 +723,13 @@ std::variant<Lowering, ShapeError> AttentionRule(const OpCall& call) {
   const int64_t t = qkv[0], d = qkv[1] / slots;
   const bool rope = call.Bool("rope");
   if (rope && d % 2 != 0) {
-    return Error(Def("causal_attention").ArgIndex("rope"),
+    return Error(DefOf(ModelOp::kCausalAttention).ArgIndex("rope"),
                  "rope rotates pairs of a head's features, and the head size " +
                      std::to_string(d) + " is odd");
   }
   const double theta = call.Float("rope_theta");
   if (!(theta > 1)) {
-    return Error(Def("causal_attention").ArgIndex("rope_theta"),
+    return Error(DefOf(ModelOp::kCausalAttention).ArgIndex("rope_theta"),
                  "rope_theta must be above 1, got " + FormatNumber(theta));
   }
   Lowering l;
@@ -796,7 +795,7 @@ std::optional<ShapeError> NeedImage(const OpCall& call, const char* op) {
 
 std::variant<Lowering, ShapeError> Conv2dRule(const OpCall& call) {
   if (auto e = NeedImage(call, "conv2d")) return *e;
-  const ModelOpDef& def = Def("conv2d");
+  const ModelOpDef& def = DefOf(ModelOp::kConv2d);
   const Shape& x = call.values[0];
   const int64_t c = x[0], out = call.Int("out_channels"),
                 k = call.Int("kernel"), stride = call.Int("stride"),
@@ -828,10 +827,10 @@ std::variant<Lowering, ShapeError> Conv2dRule(const OpCall& call) {
   return l;
 }
 
-std::variant<Lowering, ShapeError> PoolRule(const OpCall& call, const char* op,
-                                            const char* instruction) {
+std::variant<Lowering, ShapeError> PoolRule(const OpCall& call, ModelOp pool) {
+  const ModelOpDef& def = DefOf(pool);
+  const char* op = def.name;  // the instruction has the model op's name
   if (auto e = NeedImage(call, op)) return *e;
-  const ModelOpDef& def = Def(op);
   const Shape& x = call.values[0];
   const int64_t k = call.Int("kernel"), padding = call.Int("padding");
   // stride = 0: the kernel size, as PyTorch's default.
@@ -851,22 +850,22 @@ std::variant<Lowering, ShapeError> PoolRule(const OpCall& call, const char* op,
     return *e;
   }
   Lowering l;
-  l.instruction = instruction;
+  l.instruction = op;
   l.shape = {x[0], oh, ow};
   l.attrs["kernel_h"] = double(k);
   l.attrs["kernel_w"] = double(k);
   l.attrs["stride"] = double(stride);
   l.attrs["padding"] = double(padding);
-  if (std::string(instruction) == "max_pool2d") {
+  if (pool == ModelOp::kMaxPool2d) {
     l.saved = {{"argmax", l.shape, /*i32=*/true}};
   }
   return l;
 }
 std::variant<Lowering, ShapeError> MaxPoolRule(const OpCall& call) {
-  return PoolRule(call, "max_pool2d", "max_pool2d");
+  return PoolRule(call, ModelOp::kMaxPool2d);
 }
 std::variant<Lowering, ShapeError> AvgPoolRule(const OpCall& call) {
-  return PoolRule(call, "avg_pool2d", "avg_pool2d");
+  return PoolRule(call, ModelOp::kAvgPool2d);
 }
 
 // The mean over each channel's whole image: one avg_pool2d window.
@@ -921,7 +920,7 @@ std::variant<Lowering, ShapeError> MseRule(const OpCall& call) {
 
 std::vector<ModelOpDef> MakeModelOps() {
   return {
-      {"linear",
+      {ModelOp::kLinear,
        {{"x", Kind::kValue},
         {"out_features", Kind::kInt},
         {"bias", Kind::kBool, "true"},
@@ -932,53 +931,53 @@ std::vector<ModelOpDef> MakeModelOps() {
        "<name>.bias [out], U(-1/sqrt(in), 1/sqrt(in)) as nn.Linear; with "
        "init = normal(std), N(0, std^2) and a zero bias, as GPT-2 and Llama",
        LinearRule},
-      {"relu", {{"x", Kind::kValue}}, false, "max(x, 0)", ReluRule},
-      {"gelu",
+      {ModelOp::kRelu, {{"x", Kind::kValue}}, false, "max(x, 0)", ReluRule},
+      {ModelOp::kGelu,
        {{"x", Kind::kValue}, {"approximate", Kind::kString, "\"none\""}},
        false, "GELU, erf form or approximate = \"tanh\" (GPT-2)", GeluRule},
-      {"tanh", {{"x", Kind::kValue}}, false, "tanh(x)", TanhRule},
-      {"silu", {{"x", Kind::kValue}}, false, "x sigmoid(x) (SiLU, swish)",
+      {ModelOp::kTanh, {{"x", Kind::kValue}}, false, "tanh(x)", TanhRule},
+      {ModelOp::kSilu, {{"x", Kind::kValue}}, false, "x sigmoid(x) (SiLU, swish)",
        SiluRule},
-      {"softmax", {{"x", Kind::kValue}}, false, "softmax over the last axis",
+      {ModelOp::kSoftmax, {{"x", Kind::kValue}}, false, "softmax over the last axis",
        SoftmaxRule},
-      {"dropout", {{"x", Kind::kValue}, {"p", Kind::kFloat, "0.1"}}, false,
+      {ModelOp::kDropout, {{"x", Kind::kValue}, {"p", Kind::kFloat, "0.1"}}, false,
        "zeroes each element with probability p in training (scaling the rest "
        "by 1/(1-p)); the same elements whatever the split",
        DropoutRule},
-      {"layernorm", {{"x", Kind::kValue}, {"eps", Kind::kFloat, "1e-5"}},
+      {ModelOp::kLayerNorm, {{"x", Kind::kValue}, {"eps", Kind::kFloat, "1e-5"}},
        false,
        "LayerNorm over the last axis; <name>.weight (ones), <name>.bias "
        "(zeros)",
        LayerNormRule},
-      {"rmsnorm", {{"x", Kind::kValue}, {"eps", Kind::kFloat, "1e-6"}}, false,
+      {ModelOp::kRmsNorm, {{"x", Kind::kValue}, {"eps", Kind::kFloat, "1e-6"}}, false,
        "RMSNorm over the last axis (Llama's): x / sqrt(mean(x^2) + eps) * weight; "
        "<name>.weight (ones)",
        RmsNormRule},
-      {"group_norm",
+      {ModelOp::kGroupNorm,
        {{"x", Kind::kValue}, {"groups", Kind::kInt}, {"eps", Kind::kFloat, "1e-5"}},
        false,
        "GroupNorm of an image [C, H, W] or a sequence [T, C] (channels last): each "
        "group of C / groups channels normalized over its elements, as nn.GroupNorm; "
        "<name>.weight (ones), <name>.bias (zeros)",
        GroupNormRule},
-      {"add", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
+      {ModelOp::kAdd, {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
        "a + b (same shapes); also written a + b", AddRule, "+"},
-      {"mul", {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
+      {ModelOp::kMul, {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
        "a * b element-wise (same shapes; SwiGLU's silu(gate) * up); also written a * b",
        MulRule, "*"},
-      {"embedding",
+      {ModelOp::kEmbedding,
        {{"ids", Kind::kIndices},
         {"vocab", Kind::kInt},
         {"dim", Kind::kInt},
         {"weight", Kind::kParameter}},
        false, "table lookup; <name>.weight [vocab, dim], N(0, 0.02)",
        EmbeddingRule},
-      {"position_embedding", {{"positions", Kind::kInt}, {"dim", Kind::kInt}},
+      {ModelOp::kPositionEmbedding, {{"positions", Kind::kInt}, {"dim", Kind::kInt}},
        false,
        "a learned [positions, dim] table, the same for every sample; "
        "<name>.weight, N(0, 0.02)",
        PositionEmbeddingRule},
-      {"causal_attention",
+      {ModelOp::kCausalAttention,
        {{"qkv", Kind::kValue},
         {"heads", Kind::kInt},
         {"kv_heads", Kind::kCount, "0"},
@@ -990,7 +989,7 @@ std::vector<ModelOpDef> MakeModelOps() {
        "grouped-query (0: heads); rope: rotary positions on q and k "
        "(transformers' rotate_half); stores no [T, T] tensor",
        AttentionRule},
-      {"conv2d",
+      {ModelOp::kConv2d,
        {{"x", Kind::kValue},
         {"out_channels", Kind::kInt},
         {"kernel", Kind::kInt},
@@ -1003,7 +1002,7 @@ std::vector<ModelOpDef> MakeModelOps() {
        "[out_channels, C, kernel, kernel], <name>.bias [out_channels], "
        "U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as nn.Conv2d",
        Conv2dRule},
-      {"max_pool2d",
+      {ModelOp::kMaxPool2d,
        {{"x", Kind::kValue},
         {"kernel", Kind::kInt},
         {"stride", Kind::kCount, "0"},
@@ -1012,7 +1011,7 @@ std::vector<ModelOpDef> MakeModelOps() {
        "the maximum of each kernel x kernel window of an image (stride 0: "
        "the kernel size)",
        MaxPoolRule},
-      {"avg_pool2d",
+      {ModelOp::kAvgPool2d,
        {{"x", Kind::kValue},
         {"kernel", Kind::kInt},
         {"stride", Kind::kCount, "0"},
@@ -1021,17 +1020,17 @@ std::vector<ModelOpDef> MakeModelOps() {
        "the mean of each kernel x kernel window of an image, padding counted "
        "as zeros (stride 0: the kernel size)",
        AvgPoolRule},
-      {"global_avg_pool", {{"x", Kind::kValue}}, false,
+      {ModelOp::kGlobalAvgPool, {{"x", Kind::kValue}}, false,
        "the mean of each channel of an image: [C, H, W] -> [C]",
        GlobalAvgPoolRule},
-      {"flatten", {{"x", Kind::kValue}}, false,
+      {ModelOp::kFlatten, {{"x", Kind::kValue}}, false,
        "the same values as one axis: [C, H, W] -> [C H W], in PyTorch's "
        "(row-major) order",
        FlattenRule},
-      {"cross_entropy", {{"logits", Kind::kValue}, {"label", Kind::kIndices}},
+      {ModelOp::kCrossEntropy, {{"logits", Kind::kValue}, {"label", Kind::kIndices}},
        true, "mean over every row (token) of -log softmax(logits)[label]",
        CrossEntropyRule},
-      {"mse", {{"prediction", Kind::kValue}, {"target", Kind::kValue}}, true,
+      {ModelOp::kMse, {{"prediction", Kind::kValue}, {"target", Kind::kValue}}, true,
        "mean squared error", MseRule},
   };
 }
@@ -1107,10 +1106,6 @@ const std::vector<OpDef>& AllOps() {
   return *ops;
 }
 
-bool IsCrossEntropy(std::string_view op) {
-  return op == "cross_entropy" || op == "cross_entropy_fused";
-}
-
 const OpDef* FindOp(std::string_view name) {
   for (const OpDef& op : AllOps()) {
     if (name == op.name) return &op;
@@ -1124,10 +1119,27 @@ Cost EstimateCost(const OpDef& def, const std::vector<Shape>& inputs,
   return {0, Bytes(inputs, outputs)};
 }
 
+#define TRAINC_MODEL_OP_NAME(Name, spelling) #spelling,
+constexpr const char* kModelOpNames[] = {TRAINC_MODEL_OPS(TRAINC_MODEL_OP_NAME)};
+#undef TRAINC_MODEL_OP_NAME
+constexpr int kNumModelOps = sizeof(kModelOpNames) / sizeof(const char*);
+
+const char* ModelOpName(ModelOp op) { return kModelOpNames[static_cast<int>(op)]; }
+
+// In ModelOp order, each named by its enumerator (a definition missing
+// from MakeModelOps keeps a null rule: op_table_test names it).
 const std::vector<ModelOpDef>& AllModelOps() {
-  static const auto* ops = new std::vector<ModelOpDef>(MakeModelOps());
+  static const auto* ops = [] {
+    auto* table = new std::vector<ModelOpDef>(kNumModelOps);
+    for (int i = 0; i < kNumModelOps; ++i) (*table)[i].op = static_cast<ModelOp>(i);
+    for (ModelOpDef& def : MakeModelOps()) (*table)[static_cast<int>(def.op)] = std::move(def);
+    for (ModelOpDef& def : *table) def.name = ModelOpName(def.op);
+    return table;
+  }();
   return *ops;
 }
+
+const ModelOpDef& DefOf(ModelOp op) { return AllModelOps()[static_cast<int>(op)]; }
 
 const ModelOpDef* FindModelOp(std::string_view name) {
   for (const ModelOpDef& op : AllModelOps()) {

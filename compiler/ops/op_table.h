@@ -144,10 +144,6 @@ struct OpDef {
 enum class Precision { kLowPrecision, kFp32, kFollow };
 Precision PrecisionOf(const OpDef& def);
 
-// cross_entropy, or the fused instruction that also writes its gradient
-// (both read logits, label): what evaluation and sampling look for.
-bool IsCrossEntropy(std::string_view op);
-
 // nullptr for an unknown op.
 const OpDef* FindOp(std::string_view name);
 const std::vector<OpDef>& AllOps();
@@ -160,6 +156,40 @@ Cost EstimateCost(const OpDef& def, const std::vector<Shape>& inputs,
 // ---------------------------------------------------------------------------
 // Model ops
 // ---------------------------------------------------------------------------
+
+// M(Name, spelling): every model op, in the order `help` lists them. The
+// spelling is what a .train file calls; past the front end a call's op is
+// its ModelOp (compiler/spec/train_spec.h), so code compares enums.
+#define TRAINC_MODEL_OPS(M)                  \
+  M(Linear, linear)                          \
+  M(Relu, relu)                              \
+  M(Gelu, gelu)                              \
+  M(Tanh, tanh)                              \
+  M(Silu, silu)                              \
+  M(Softmax, softmax)                        \
+  M(Dropout, dropout)                        \
+  M(LayerNorm, layernorm)                    \
+  M(RmsNorm, rmsnorm)                        \
+  M(GroupNorm, group_norm)                   \
+  M(Add, add)                                \
+  M(Mul, mul)                                \
+  M(Embedding, embedding)                    \
+  M(PositionEmbedding, position_embedding)   \
+  M(CausalAttention, causal_attention)       \
+  M(Conv2d, conv2d)                          \
+  M(MaxPool2d, max_pool2d)                   \
+  M(AvgPool2d, avg_pool2d)                   \
+  M(GlobalAvgPool, global_avg_pool)          \
+  M(Flatten, flatten)                        \
+  M(CrossEntropy, cross_entropy)             \
+  M(Mse, mse)
+
+#define TRAINC_MODEL_OP_ENUM(Name, spelling) k##Name,
+enum class ModelOp : uint8_t { TRAINC_MODEL_OPS(TRAINC_MODEL_OP_ENUM) };
+#undef TRAINC_MODEL_OP_ENUM
+
+// "linear" for ModelOp::kLinear.
+const char* ModelOpName(ModelOp op);
 
 struct ArgDef {
   enum class Kind {
@@ -247,14 +277,16 @@ struct ShapeError {
 };
 
 struct ModelOpDef {
-  const char* name;
+  ModelOp op;
   std::vector<ArgDef> args;
   bool is_loss = false;
-  const char* summary;  // one line: what it computes, its parameters
+  const char* summary = nullptr;  // one line: what it computes, its parameters
   std::variant<Lowering, ShapeError> (*rule)(const OpCall& call) = nullptr;
   // Also written `a <infix> b` for two tensors ("+" for add); null: only
   // as a call.
   const char* infix = nullptr;
+  // ModelOpName(op), filled in by the table.
+  const char* name = nullptr;
 
   // "linear(x, out_features, bias = true, weight = <parameter>)".
   std::string Signature() const;
@@ -266,7 +298,9 @@ struct ModelOpDef {
 // when it has none.
 std::optional<ArgValue> DefaultValue(const ArgDef& def);
 
+// nullptr for an unknown name: where a call's name becomes a ModelOp.
 const ModelOpDef* FindModelOp(std::string_view name);
+const ModelOpDef& DefOf(ModelOp op);
 // The model op written `a <op> b` ("+": add); nullptr for none.
 const ModelOpDef* FindInfixOp(std::string_view op);
 const std::vector<ModelOpDef>& AllModelOps();

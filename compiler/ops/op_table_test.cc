@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -18,6 +19,19 @@ TEST(OpTable, NamesAreUnique) {
   for (const ModelOpDef& op : AllModelOps()) {
     EXPECT_TRUE(model_names.insert(op.name).second) << op.name;
   }
+}
+
+// Every ModelOp has its definition, at its place, found by its name.
+TEST(OpTable, EveryModelOpIsDefined) {
+  const std::vector<ModelOpDef>& defs = AllModelOps();
+  for (size_t i = 0; i < defs.size(); ++i) {
+    const ModelOp op = static_cast<ModelOp>(i);
+    EXPECT_EQ(defs[i].op, op) << ModelOpName(op);
+    EXPECT_NE(defs[i].rule, nullptr) << ModelOpName(op) << " has no definition";
+    EXPECT_EQ(FindModelOp(ModelOpName(op)), &DefOf(op)) << ModelOpName(op);
+  }
+  EXPECT_EQ(ModelOpName(ModelOp::kCausalAttention), std::string("causal_attention"));
+  EXPECT_EQ(FindModelOp("conv"), nullptr);
 }
 
 // Every gradient rule names a backward op whose operand counts fit the rule.

@@ -22,6 +22,7 @@
 #include "compiler/ops/op_table.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/util/fnv.h"
 #include "compiler/util/number_text.h"
 #include "compiler/util/status_macros.h"
@@ -1251,7 +1252,7 @@ absl::Status ValidateBucketShards(const Plan& plan, const Bucket& b, const std::
   // (Under ZeRO-3 a bucket nobody reads is never gathered.)
   if (b.shard_elems > 0 && !(plan.zero >= 3 && b.all_gather == -1) &&
       (b.all_gather < 0 || b.all_gather >= num_instr ||
-       plan.instructions[b.all_gather].op != "all_gather")) {
+       StepOpOfInstruction(plan.instructions[b.all_gather].op) != StepOp::kAllGather)) {
     return Invalid(absl::StrCat(where, ": all_gather ", b.all_gather));
   }
   if ((plan.zero >= 2) != (b.grad_shard >= 0) ||

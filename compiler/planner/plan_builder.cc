@@ -198,7 +198,7 @@ class PlanBuilder::Impl {
     // rejects any id outside it, naming the file (labels are the same
     // stream shifted by one).
     for (const OpSpec& op : spec_.model.ops) {
-      if (op.op != "embedding" || spec_.model.inputs.empty() ||
+      if (op.op != ops::ModelOp::kEmbedding || spec_.model.inputs.empty() ||
           op.inputs.empty() || op.inputs[0] != spec_.model.inputs[0].name) {
         continue;
       }

@@ -26,10 +26,8 @@ std::string ArgText(const ops::ArgValue& v) {
   return "";
 }
 
-bool IsInit(const std::string& op, const std::string& arg) {
-  const ops::ModelOpDef* def = ops::FindModelOp(op);
-  if (def == nullptr) return false;
-  for (const ops::ArgDef& a : def->args) {
+bool IsInit(ops::ModelOp op, const std::string& arg) {
+  for (const ops::ArgDef& a : ops::DefOf(op).args) {
     if (a.name == arg) return a.kind == ops::ArgDef::Kind::kInit;
   }
   return false;
@@ -43,7 +41,7 @@ std::string CallText(const OpSpec& op) {
   for (const auto& [name, parameter] : op.shared_parameters) {
     args.push_back(absl::StrCat(name, "=", parameter));
   }
-  return absl::StrCat(op.op, "(", absl::StrJoin(args, ", "), ")");
+  return absl::StrCat(ops::ModelOpName(op.op), "(", absl::StrJoin(args, ", "), ")");
 }
 
 std::string ValueText(const char* kind, const ValueSpec& v) {
@@ -58,7 +56,7 @@ std::vector<std::string> ModelSignatureLines(const ModelSpec& model) {
   for (const OpSpec& op : model.ops) {
     // Regularisation, the identity outside training: weights trained with
     // one dropout rate are fine-tuned with another (or none).
-    if (op.op == "dropout") continue;
+    if (op.op == ops::ModelOp::kDropout) continue;
     ++calls[CallText(op)];
   }
   std::vector<std::string> lines;

@@ -66,7 +66,7 @@ struct ParameterSpec {
 // prefixed with the instance's path ("h.3.attn.c_attn").
 struct OpSpec {
   std::string name;                 // the value it defines
-  std::string op;                   // a model op: "linear", "relu", ...
+  ops::ModelOp op = ops::ModelOp::kLinear;  // ops::ModelOpName: "linear"
   std::vector<std::string> inputs;  // value names, in argument order
   // Constant arguments by name, defaults filled in ("out_features": 256).
   std::map<std::string, ops::ArgValue> args;

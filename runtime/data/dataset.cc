@@ -10,7 +10,7 @@
 #include "runtime/data/idx.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/data/tokens.h"
-#include "compiler/ops/op_table.h"
+#include "compiler/ops/kernel_families.h"
 
 namespace trainc {
 namespace {
@@ -193,7 +193,7 @@ namespace {
 // label (its logits' last dimension); 0 when there is none.
 int64_t ClassCount(const Plan& plan) {
   for (const Instruction& in : plan.instructions) {
-    if (!ops::IsCrossEntropy(in.op) || in.inputs.size() != 2) continue;
+    if (!IsCrossEntropy(KernelOpOfInstruction(in.op)) || in.inputs.size() != 2) continue;
     const Buffer& logits = plan.buffers[in.inputs[0]];
     const Buffer& label = plan.buffers[in.inputs[1]];
     if (label.shape.size() == 1 && !logits.shape.empty()) return logits.shape.back();

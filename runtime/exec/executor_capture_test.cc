@@ -28,7 +28,7 @@
 #include "runtime/exec/testing/planned_plans.h"
 #include "runtime/exec/testing/test_plans.h"
 #include "runtime/trace/tracer.h"
-#include "compiler/ops/op_table.h"
+#include "compiler/ops/kernel_families.h"
 
 namespace trainc {
 namespace {
@@ -469,7 +469,7 @@ TEST(ExecutorCaptureTest, NextForwardGathersAreReplayedWithTheStep) {
           ASSERT_TRUE(executor.RunForward(eval).ok());
           const Buffer* logits = nullptr;
           for (const Instruction& instr : plan.instructions) {
-            if (ops::IsCrossEntropy(instr.op)) logits = &plan.buffers[instr.inputs[0]];
+            if (IsCrossEntropy(KernelOpOfInstruction(instr.op))) logits = &plan.buffers[instr.inputs[0]];
           }
           ASSERT_NE(logits, nullptr);
           run.eval_logits.resize(logits->bytes / 4);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "compiler/ops/kernel_families.h"
 
 namespace trainc {
 namespace {
@@ -40,9 +41,10 @@ std::string LabelsPath(const std::string& dir, int rank) {
 std::string InstructionLabel(const Plan& plan, const Instruction& in) {
   for (const Bucket& b : plan.buckets) {
     if (b.all_reduce == in.id || b.all_gather == in.id) {
-      const char* what = in.op == "all_gather"       ? "all-gather"
-                         : in.op == "reduce_scatter" ? "reduce-scatter"
-                                                     : "all-reduce";
+      const StepOp op = StepOpOfInstruction(in.op);
+      const char* what = op == StepOp::kAllGather       ? "all-gather"
+                         : op == StepOp::kReduceScatter ? "reduce-scatter"
+                                                        : "all-reduce";
       return absl::StrCat(what, " of bucket ", b.id);
     }
   }

@@ -31,9 +31,8 @@ std::string EventJson(const Plan& plan, int rank, int64_t job_start_ns,
     cat = PhaseName(instr->phase);
     name = instr->label.empty() ? instr->op : instr->label;
     auto bucket_attr = instr->attrs.find("bucket");
-    const bool collective = instr->op == "all_reduce" ||
-                            instr->op == "reduce_scatter" ||
-                            instr->op == "all_gather";
+    // Collectives, and only they, run on the comm stream (ValidatePlan).
+    const bool collective = instr->stream == Stream::kComm;
     if (collective && bucket_attr != instr->attrs.end()) {
       const int b = static_cast<int>(bucket_attr->second);
       name = absl::StrCat(instr->op, " bucket ", b);

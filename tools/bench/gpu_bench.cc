@@ -150,7 +150,7 @@ TrainSpec MlpSpec(const Model& model) {
     const std::string stmt = last ? "logits" : absl::StrCat("h", i + 1);
     OpSpec lin;
     lin.name = last ? stmt : stmt + ".0";
-    lin.op = "linear";
+    lin.op = ops::ModelOp::kLinear;
     lin.inputs = {h};
     lin.args["out_features"] = ops::ArgValue::Int(out);
     lin.parameters = {stmt + ".weight", stmt + ".bias"};
@@ -164,7 +164,7 @@ TrainSpec MlpSpec(const Model& model) {
     if (!last) {
       OpSpec relu;
       relu.name = stmt;
-      relu.op = "relu";
+      relu.op = ops::ModelOp::kRelu;
       relu.inputs = {lin.name};
       relu.output = {stmt, ElementType::kF32, {out}, {}};
       m.ops.push_back(relu);
@@ -173,7 +173,7 @@ TrainSpec MlpSpec(const Model& model) {
   }
   OpSpec loss;
   loss.name = "loss";
-  loss.op = "cross_entropy";
+  loss.op = ops::ModelOp::kCrossEntropy;
   loss.inputs = {"logits", "y"};
   loss.output = {"loss", ElementType::kF32, {}, {}};
   m.ops.push_back(loss);

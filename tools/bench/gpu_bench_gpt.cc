@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/plan/plan.h"
 #include "compiler/planner/memory_search.h"
 #include "compiler/planner/planner.h"
@@ -54,7 +55,7 @@ double GptStepFlops(const Plan& plan) {
   double attention_per_token = 0;
   int64_t tokens = 0;
   for (const Instruction& in : plan.instructions) {
-    if (in.op != "attention" || in.phase != Phase::kForward || in.micro_step != 0) {
+    if (KernelOpOfInstruction(in.op) != KernelOp::kAttention || in.phase != Phase::kForward || in.micro_step != 0) {
       continue;
     }
     const std::vector<int64_t>& y = plan.buffers[in.outputs[0]].shape;  // [B, T, d]

@@ -12,6 +12,8 @@
 namespace trainc::hf {
 namespace {
 
+using ops::ModelOp;
+
 // The tensors of layer i, by trainc name suffix.
 constexpr const char* kLayer[] = {
     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
@@ -48,22 +50,22 @@ absl::Status ReadOps(const ModelSpec& model, Gpt2Layout& l) {
     for (const std::string& key : keys) l.sources.emplace(key, SourceOfOp(op));
   };
   for (const OpSpec& op : model.ops) {
-    if (op.op == "causal_attention") {
+    if (op.op == ModelOp::kCausalAttention) {
       heads.insert(op.args.at("heads").i);
       source({"n_head", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
               "add_cross_attention"},
              op);
     }
-    if (op.op == "layernorm") {
+    if (op.op == ModelOp::kLayerNorm) {
       eps.insert(op.args.at("eps").AsDouble());
       source({"layer_norm_epsilon"}, op);
     }
-    if (op.op == "dropout") dropout.insert(op.args.at("p").AsDouble());
-    if (op.op == "gelu") {
+    if (op.op == ModelOp::kDropout) dropout.insert(op.args.at("p").AsDouble());
+    if (op.op == ModelOp::kGelu) {
       activation.insert(op.args.at("approximate").s == "tanh" ? "gelu_new" : "gelu");
       source({"activation_function"}, op);
     }
-    if (op.op == "linear" && op.shared_parameters.count("weight") &&
+    if (op.op == ModelOp::kLinear && op.shared_parameters.count("weight") &&
         op.shared_parameters.at("weight") == "wte.weight") {
       tied = true;
       source({"tie_word_embeddings"}, op);
@@ -124,7 +126,7 @@ absl::StatusOr<Gpt2Layout> Gpt2LayoutOf(const ModelSpec& model) {
 }
 
 KeySource SourceOfOp(const OpSpec& op) {
-  return {op.location, absl::StrCat(op.name, " = ", op.op)};
+  return {op.location, absl::StrCat(op.name, " = ", ops::ModelOpName(op.op))};
 }
 
 KeySource SourceOfParameter(const ModelSpec& model, const std::string& name) {

@@ -10,6 +10,8 @@
 namespace trainc::hf {
 namespace {
 
+using ops::ModelOp;
+
 absl::Status NotLlama(const ModelSpec& model, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(
       "model ", model.name, " does not have Llama's layout (LlamaForCausalLM): ", why));
@@ -17,8 +19,8 @@ absl::Status NotLlama(const ModelSpec& model, const std::string& why) {
 
 // ACT2FN's name of an activation op ("" for another op).
 std::string ActivationOf(const OpSpec& op) {
-  if (op.op == "silu" || op.op == "relu") return op.op;
-  if (op.op == "gelu") return op.args.at("approximate").s == "tanh" ? "gelu_pytorch_tanh" : "gelu";
+  if (op.op == ModelOp::kSilu || op.op == ModelOp::kRelu) return ops::ModelOpName(op.op);
+  if (op.op == ModelOp::kGelu) return op.args.at("approximate").s == "tanh" ? "gelu_pytorch_tanh" : "gelu";
   return "";
 }
 
@@ -33,7 +35,7 @@ absl::Status ReadOps(const ModelSpec& model, LlamaLayout& l) {
     for (const std::string& key : keys) l.sources.emplace(key, SourceOfOp(op));
   };
   for (const OpSpec& op : model.ops) {
-    if (op.op == "causal_attention") {
+    if (op.op == ModelOp::kCausalAttention) {
       heads.insert(op.args.at("heads").i);
       const int64_t kv = op.args.at("kv_heads").i;
       kv_heads.insert(kv == 0 ? op.args.at("heads").i : kv);
@@ -41,7 +43,7 @@ absl::Status ReadOps(const ModelSpec& model, LlamaLayout& l) {
       no_rope |= !op.args.at("rope").b;
       source({"num_attention_heads", "num_key_value_heads", "rope_theta", "rope_scaling"}, op);
     }
-    if (op.op == "rmsnorm") {
+    if (op.op == ModelOp::kRmsNorm) {
       eps.insert(op.args.at("eps").AsDouble());
       source({"rms_norm_eps"}, op);
     }
@@ -49,8 +51,8 @@ absl::Status ReadOps(const ModelSpec& model, LlamaLayout& l) {
       act.insert(a);
       source({"hidden_act"}, op);
     }
-    if (op.op == "layernorm" || op.op == "dropout") {
-      return NotLlama(model, "it has a " + op.op + " (" + op.name + ")");
+    if (op.op == ModelOp::kLayerNorm || op.op == ModelOp::kDropout) {
+      return NotLlama(model, absl::StrCat("it has a ", ops::ModelOpName(op.op), " (", op.name, ")"));
     }
   }
   if (heads.size() != 1 || kv_heads.size() != 1 || theta.size() != 1) {

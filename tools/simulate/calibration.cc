@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/util/status_macros.h"
 #include "compiler/cost/cost_model.h"
 #include "compiler/cost/simulator.h"
@@ -219,7 +220,7 @@ void FitNetwork(const Plan& plan, const cost::MachineProfile& base, int64_t worl
   for (const auto& [key, col] : index.collective) {
     const Instruction& in = plan.instructions[key.second];
     auto bucket = in.attrs.find("bucket");
-    if (in.op != "all_reduce" || bucket == in.attrs.end()) continue;
+    if (StepOpOfInstruction(in.op) != StepOp::kAllReduce || bucket == in.attrs.end()) continue;
     const int b = static_cast<int>(bucket->second);
     if (b < 0 || b >= static_cast<int>(plan.buckets.size())) continue;
     collective_samples.push_back(

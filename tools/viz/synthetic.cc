@@ -54,7 +54,7 @@ class Builder {
     i.inputs = std::move(in);
     i.outputs = std::move(out);
     i.phase = phase;
-    i.stream = op == "all_reduce" ? Stream::kComm : Stream::kCompute;
+    i.stream = IsCollectiveOp(StepOpOfInstruction(op)) ? Stream::kComm : Stream::kCompute;
     i.micro_step = micro;
     i.label = label;
     p_->instructions.push_back(i);

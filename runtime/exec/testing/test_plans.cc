@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/kernel_families.h"
 #include "compiler/util/status_macros.h"
 
 namespace trainc {
@@ -59,7 +60,7 @@ class PlanWriter {
     i.phase = phase;
     i.micro_step = micro;
     i.label = label;
-    i.stream = op == "all_reduce" ? Stream::kComm : Stream::kCompute;
+    i.stream = IsCollectiveOp(StepOpOfInstruction(op)) ? Stream::kComm : Stream::kCompute;
     plan_->instructions.push_back(i);
     return plan_->instructions.back();
   }
