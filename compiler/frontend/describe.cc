@@ -48,12 +48,8 @@ std::string Dataset(const DatasetSpec& dataset) {
                       absl::StrJoin(dataset.paths, "\", \""), "\"", split, ")");
 }
 
-}  // namespace
-
-std::string DescribeSpec(const TrainSpec& spec) {
-  using frontend::FormatFloat;
-  std::string out;
-  const ModelSpec& model = spec.model;
+// The model's inputs, labels and ops, one a line.
+void DescribeModel(const ModelSpec& model, std::string& out) {
   absl::StrAppend(&out, "model ", model.name, "\n");
   size_t width = 0;
   for (const OpSpec& op : model.ops) width = std::max(width, op.name.size());
@@ -82,6 +78,10 @@ std::string DescribeSpec(const TrainSpec& spec) {
                           ops::ModelOpName(op.op), absl::StrJoin(args, ", "),
                           Type(op.output));
   }
+}
+
+// The parameters: shape, size and initialisation.
+void DescribeParameters(const ModelSpec& model, std::string& out) {
   absl::StrAppend(&out, "parameters: ", model.parameters.size(), " tensors, ",
                   Grouped(model.parameter_count), " values\n");
   size_t pwidth = 0;
@@ -109,8 +109,11 @@ std::string DescribeSpec(const TrainSpec& spec) {
     absl::StrAppendFormat(&out, "  %-*s %-12s %10s  %s\n", pwidth, p.name,
                           Shape(p.shape), Grouped(count), init);
   }
+}
 
-  const TrainConfig& t = spec.train;
+// The batch, the run's length, the optimizer and its schedule.
+void DescribeTraining(const TrainConfig& t, std::string& out) {
+  using frontend::FormatFloat;
   absl::StrAppend(&out, "batch: global_batch ", t.global_batch, " = ", t.gpus,
                   " gpus × ", t.micro_batch, " micro_batch × ", t.accumulate,
                   " accumulate\n");
@@ -137,6 +140,12 @@ std::string DescribeSpec(const TrainSpec& spec) {
   } else {
     absl::StrAppend(&out, "schedule: constant\n");
   }
+}
+
+// Buckets, seed and numerics, checkpoints.
+void DescribeRun(const TrainSpec& spec, std::string& out) {
+  using frontend::FormatFloat;
+  const TrainConfig& t = spec.train;
   if (t.bucket_mb_auto) {
     absl::StrAppend(&out, "buckets: auto (the least predicted step time on ",
                     t.machine.empty() ? "the device's profile" : t.machine, ")");
@@ -159,8 +168,10 @@ std::string DescribeSpec(const TrainSpec& spec) {
                                              : t.checkpoint_dir,
                     ", newest ", t.checkpoint_keep, " kept\n");
   }
+}
 
-  const DataSpec& d = spec.data;
+void DescribeData(const DataSpec& d, std::string& out) {
+  using frontend::FormatFloat;
   absl::StrAppend(&out, "data: train = ", Dataset(d.train), "\n");
   if (d.eval.format != DataFormat::kNone) {
     absl::StrAppend(&out, "      eval = ", Dataset(d.eval), "\n");
@@ -170,6 +181,17 @@ std::string DescribeSpec(const TrainSpec& spec) {
   if (d.random_crop > 0) absl::StrAppend(&out, ", random_crop = ", d.random_crop);
   if (d.random_flip) absl::StrAppend(&out, ", random_flip = true");
   absl::StrAppend(&out, "\n");
+}
+
+}  // namespace
+
+std::string DescribeSpec(const TrainSpec& spec) {
+  std::string out;
+  DescribeModel(spec.model, out);
+  DescribeParameters(spec.model, out);
+  DescribeTraining(spec.train, out);
+  DescribeRun(spec, out);
+  DescribeData(spec.data, out);
   return out;
 }
 

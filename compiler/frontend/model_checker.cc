@@ -556,25 +556,49 @@ class ModelChecker {
                   SuggestionHint(call.text, Callables(blocks_), "ops"));
       return std::nullopt;
     }
-    const std::string statement =
-        flattening->statement ? flattening->statement->name : "return";
-    if (op->is_loss && !(top && statement == "loss" && scope.root())) {
-      sink_.Error(call.name_span,
-                  absl::StrCat(op->name, " computes the loss: it must be the "
-                               "outermost op of the statement named 'loss'"),
-                  absl::StrCat("e.g. loss = ", op->Signature()));
+    if (!CheckLossPlacement(call, *op, scope, flattening, top)) return std::nullopt;
+    std::optional<std::vector<const ast::Expr*>> bound = BindArguments(call, *op);
+    if (!bound) return std::nullopt;
+    std::optional<CheckedArgs> args = CheckArguments(call, *op, *bound, scope, flattening);
+    if (!args) return std::nullopt;
+    if (op->op == ops::ModelOp::kCrossEntropy &&
+        !MatchLabel(call, args->tensor_args, args->inputs, &args->call)) {
       return std::nullopt;
     }
-    if (top && statement == "loss" && scope.root() && !op->is_loss) {
+    return Define(call, call.name_span, *op, args->call, args->inputs, args->shared,
+                  flattening, top, &*bound);
+  }
+
+  // A loss op is the outermost op of the statement named 'loss', and that
+  // statement's outermost op is a loss.
+  bool CheckLossPlacement(const ast::Expr& call, const ModelOpDef& op, const Scope& scope,
+                          const Flattening* flattening, bool top) {
+    const std::string statement =
+        flattening->statement ? flattening->statement->name : "return";
+    if (op.is_loss && !(top && statement == "loss" && scope.root())) {
+      sink_.Error(call.name_span,
+                  absl::StrCat(op.name, " computes the loss: it must be the "
+                               "outermost op of the statement named 'loss'"),
+                  absl::StrCat("e.g. loss = ", op.Signature()));
+      return false;
+    }
+    if (top && statement == "loss" && scope.root() && !op.is_loss) {
       sink_.Error(call.name_span,
                   absl::StrCat("'loss' must be computed by cross_entropy or "
                                "mse, got ",
-                               op->name),
+                               op.name),
                   "e.g. loss = cross_entropy(logits, class)");
-      return std::nullopt;
+      return false;
     }
-    // Match arguments to the op's: positional first, then by name.
-    std::vector<const ast::Expr*> bound(op->args.size(), nullptr);
+    return true;
+  }
+
+  // The call's arguments matched to the op's, positional first, then by
+  // name (nullptr: not given); nullopt after an error, or when a required
+  // one is missing.
+  std::optional<std::vector<const ast::Expr*>> BindArguments(const ast::Expr& call,
+                                                             const ModelOpDef& op) {
+    std::vector<const ast::Expr*> bound(op.args.size(), nullptr);
     size_t positional = 0;
     for (size_t i = 0; i < call.args.size(); ++i) {
       const std::string& name = call.arg_names[i];
@@ -583,24 +607,24 @@ class ModelChecker {
         if (positional != i) {
           sink_.Error(call.args[i].span,
                       "a positional argument cannot follow a named one",
-                      op->Signature());
+                      op.Signature());
           return std::nullopt;
         }
         index = static_cast<int>(positional++);
-        if (index >= static_cast<int>(op->args.size()) ||
-            op->args[index].kind == ArgDef::Kind::kParameter) {
-          sink_.Error(call.span, ArityMessage(*op, call.args.size()), "");
+        if (index >= static_cast<int>(op.args.size()) ||
+            op.args[index].kind == ArgDef::Kind::kParameter) {
+          sink_.Error(call.span, ArityMessage(op, call.args.size()), "");
           return std::nullopt;
         }
       } else {
-        index = op->ArgIndex(name);
+        index = op.ArgIndex(name);
         if (index < 0) {
           std::vector<std::string> names;
-          for (const ArgDef& a : op->args) names.push_back(a.name);
+          for (const ArgDef& a : op.args) names.push_back(a.name);
           sink_.Error(call.arg_name_spans[i],
-                      absl::StrCat(op->name, " has no argument '", name, "'"),
+                      absl::StrCat(op.name, " has no argument '", name, "'"),
                       absl::StrCat(SuggestionHint(name, names, "arguments"),
-                                   "; ", op->Signature()));
+                                   "; ", op.Signature()));
           return std::nullopt;
         }
         if (bound[index] != nullptr) {
@@ -611,74 +635,83 @@ class ModelChecker {
       }
       bound[index] = &call.args[i];
     }
-    for (size_t i = 0; i < op->args.size(); ++i) {
-      const ArgDef& def = op->args[i];
+    for (size_t i = 0; i < op.args.size(); ++i) {
+      const ArgDef& def = op.args[i];
       if (bound[i] == nullptr && def.default_value == nullptr &&
           def.kind != ArgDef::Kind::kParameter) {
-        sink_.Error(call.span, ArityMessage(*op, call.args.size()), "");
+        sink_.Error(call.span, ArityMessage(op, call.args.size()), "");
         return std::nullopt;
       }
     }
+    return bound;
+  }
 
-    // Tensor arguments first, nested calls in order (post-order =
-    // execution order); then constants and parameter references.
-    ops::OpCall op_call;
+  // A call's checked arguments: what its rule reads, the values it reads
+  // (and the expressions naming them), the parameters it was passed.
+  struct CheckedArgs {
+    ops::OpCall call;
     std::vector<std::string> inputs;
-    std::map<std::string, std::string> shared;  // arg -> parameter
     std::vector<const ast::Expr*> tensor_args;
-    for (size_t i = 0; i < op->args.size(); ++i) {
-      const ArgDef& def = op->args[i];
+    std::map<std::string, std::string> shared;  // arg -> parameter
+  };
+
+  // Tensor arguments first, nested calls in order (post-order = execution
+  // order); then constants and parameter references.
+  std::optional<CheckedArgs> CheckArguments(const ast::Expr& call, const ModelOpDef& op,
+                                            const std::vector<const ast::Expr*>& bound,
+                                            Scope& scope, Flattening* flattening) {
+    CheckedArgs out;
+    for (size_t i = 0; i < op.args.size(); ++i) {
+      const ArgDef& def = op.args[i];
       const ast::Expr* arg = bound[i];
       switch (def.kind) {
         case ArgDef::Kind::kValue:
         case ArgDef::Kind::kIndices: {
-          if (IsConstantExpr(*arg, &constants_) ||
-              (arg->kind != ast::Expr::Kind::kName &&
-               arg->kind != ast::Expr::Kind::kCall &&
-               arg->kind != ast::Expr::Kind::kBinary)) {
-            sink_.Error(arg->span,
-                        absl::StrCat("argument ", i + 1, " of ", op->name,
-                                     " must be a value (a name or an op "
-                                     "call), got ",
-                                     DescribeExpr(*arg)),
-                        op->Signature());
-            return std::nullopt;
-          }
-          std::optional<std::string> v =
-              CheckValueExpr(*arg, scope, flattening);
+          std::optional<std::string> v = CheckTensorArg(*arg, i, op, def, scope, flattening);
           if (!v) return std::nullopt;
-          if (!CheckTensorUse(*arg, *v, *op, def.kind)) {
-            return std::nullopt;
-          }
-          inputs.push_back(*v);
-          tensor_args.push_back(arg);
-          op_call.values.push_back(values_.at(*v).spec.shape);
-          op_call.value_names.push_back(*v);
+          out.inputs.push_back(*v);
+          out.tensor_args.push_back(arg);
+          out.call.values.push_back(values_.at(*v).spec.shape);
+          out.call.value_names.push_back(*v);
           break;
         }
         case ArgDef::Kind::kParameter: {
           if (arg == nullptr) break;
-          std::optional<std::string> p = LookupParameter(*arg, scope, *op, def);
+          std::optional<std::string> p = LookupParameter(*arg, scope, op, def);
           if (!p) return std::nullopt;
-          shared[def.name] = *p;
-          op_call.shared_parameters[def.name] =
-              model_.parameters[parameters_.at(*p)].shape;
+          out.shared[def.name] = *p;
+          out.call.shared_parameters[def.name] = model_.parameters[parameters_.at(*p)].shape;
           break;
         }
         default: {
-          std::optional<ArgValue> c = CheckConstantArg(
-              arg, def, *op, arg != nullptr ? arg->span : call.span);
+          std::optional<ArgValue> c =
+              CheckConstantArg(arg, def, op, arg != nullptr ? arg->span : call.span);
           if (!c) return std::nullopt;
-          op_call.constants[def.name] = *c;
+          out.call.constants[def.name] = *c;
         }
       }
     }
-    if (std::string(op->name) == "cross_entropy" &&
-        !MatchLabel(call, tensor_args, inputs, &op_call)) {
+    return out;
+  }
+
+  // Argument `i`, a tensor: a value expression, checked; its value's name.
+  std::optional<std::string> CheckTensorArg(const ast::Expr& arg, size_t i,
+                                            const ModelOpDef& op, const ArgDef& def,
+                                            Scope& scope, Flattening* flattening) {
+    if (IsConstantExpr(arg, &constants_) ||
+        (arg.kind != ast::Expr::Kind::kName && arg.kind != ast::Expr::Kind::kCall &&
+         arg.kind != ast::Expr::Kind::kBinary)) {
+      sink_.Error(arg.span,
+                  absl::StrCat("argument ", i + 1, " of ", op.name,
+                               " must be a value (a name or an op "
+                               "call), got ",
+                               DescribeExpr(arg)),
+                  op.Signature());
       return std::nullopt;
     }
-    return Define(call, call.name_span, *op, op_call, inputs, shared,
-                  flattening, top, &bound);
+    std::optional<std::string> v = CheckValueExpr(arg, scope, flattening);
+    if (!v || !CheckTensorUse(arg, *v, op, def.kind)) return std::nullopt;
+    return v;
   }
 
   static std::string ArityMessage(const ModelOpDef& op, size_t got) {

@@ -465,6 +465,16 @@ class TrainChecker {
       CheckDuration();
       CheckBatch();
     }
+    CheckOptimizerAndRun();
+    CheckDistribution();
+    CheckCheckpointsAndMemory();
+    if (sink_.error_count() > errors_before) return std::nullopt;
+    return config_;
+  }
+
+ private:
+  // The optimizer, its schedule, the buckets, the seed and the switches.
+  void CheckOptimizerAndRun() {
     if (const Setting* s = File("optimizer")) {
       CheckOptimizer(*s, &config_.optimizer, sink_);
     }
@@ -497,26 +507,11 @@ class TrainChecker {
     if (const Setting* s = Effective("clip_grad_norm")) {
       if (auto v = NumberAtLeast(*s, 0, true, sink_)) config_.clip_grad_norm = *v;
     }
-    if (const Setting* s = Effective("zero")) {
-      if (auto v = NonNegativeInt(*s, sink_)) {
-        if (*v > kMaxZeroStage) {
-          const std::vector<std::string> stages = FieldChoices("zero");
-          ReportSetting(*s, sink_,
-                        absl::StrCat("zero must be ",
-                                     absl::StrJoin(stages.begin(), stages.end() - 1, ", "),
-                                     " or ", stages.back(), ", got ", *v),
-                        "ZeRO stage 1 shards the optimizer state, stage 2 "
-                        "the gradients too, stage 3 the parameters too");
-        } else {
-          config_.zero = *v;
-          if (*v > 0 && config_.gpus == 1) {
-            NoteSetting(*s, absl::StrCat("zero = ", *v, " on one rank: there is nothing to "
-                                         "shard, the optimizer runs whole"),
-                        sink_);
-          }
-        }
-      }
-    }
+  }
+
+  // ZeRO's stage and placements, the gradients' format, the precision.
+  void CheckDistribution() {
+    if (const Setting* s = Effective("zero")) CheckZeroStage(*s);
     if (const Setting* s = Effective("grad_comm")) {
       CheckChoice(*s, "grad_comm", "gradient format", &config_.grad_comm, sink_);
       if (config_.grad_comm == GradComm::kBf16 && config_.deterministic) {
@@ -560,6 +555,10 @@ class TrainChecker {
                     sink_);
       }
     }
+  }
+
+  // The checkpoints and the memory budget.
+  void CheckCheckpointsAndMemory() {
     if (const Setting* s = Effective("checkpoint_every")) {
       if (auto v = NonNegativeInt(*s, sink_)) config_.checkpoint_every = *v;
     }
@@ -575,11 +574,30 @@ class TrainChecker {
                     "micro_batch = auto needs a memory budget",
                     "add memory = \"80GiB\" (each device's), or give micro_batch");
     }
-    if (sink_.error_count() > errors_before) return std::nullopt;
-    return config_;
   }
 
- private:
+  // zero = 0 to kMaxZeroStage (a note on one rank).
+  void CheckZeroStage(const Setting& s) {
+    if (auto v = NonNegativeInt(s, sink_)) {
+      if (*v > kMaxZeroStage) {
+        const std::vector<std::string> stages = FieldChoices("zero");
+        ReportSetting(s, sink_,
+                      absl::StrCat("zero must be ",
+                                   absl::StrJoin(stages.begin(), stages.end() - 1, ", "),
+                                   " or ", stages.back(), ", got ", *v),
+                      "ZeRO stage 1 shards the optimizer state, stage 2 "
+                      "the gradients too, stage 3 the parameters too");
+      } else {
+        config_.zero = *v;
+        if (*v > 0 && config_.gpus == 1) {
+          NoteSetting(s, absl::StrCat("zero = ", *v, " on one rank: there is nothing to "
+                                       "shard, the optimizer runs whole"),
+                      sink_);
+        }
+      }
+    }
+  }
+
   const Setting* File(const std::string& field) const {
     auto it = file_.find(field);
     return it == file_.end() ? nullptr : &it->second;

@@ -918,7 +918,8 @@ std::variant<Lowering, ShapeError> MseRule(const OpCall& call) {
   return l;
 }
 
-std::vector<ModelOpDef> MakeModelOps() {
+// Linear and the activations, element by element (dropout too).
+std::vector<ModelOpDef> LinearAndActivationModelOps() {
   return {
       {ModelOp::kLinear,
        {{"x", Kind::kValue},
@@ -944,6 +945,12 @@ std::vector<ModelOpDef> MakeModelOps() {
        "zeroes each element with probability p in training (scaling the rest "
        "by 1/(1-p)); the same elements whatever the split",
        DropoutRule},
+  };
+}
+
+// The normalizations, each with its weight (and bias).
+std::vector<ModelOpDef> NormalizationModelOps() {
+  return {
       {ModelOp::kLayerNorm, {{"x", Kind::kValue}, {"eps", Kind::kFloat, "1e-5"}},
        false,
        "LayerNorm over the last axis; <name>.weight (ones), <name>.bias "
@@ -960,6 +967,12 @@ std::vector<ModelOpDef> MakeModelOps() {
        "group of C / groups channels normalized over its elements, as nn.GroupNorm; "
        "<name>.weight (ones), <name>.bias (zeros)",
        GroupNormRule},
+  };
+}
+
+// Two tensors into one, and the lookups of learned tables.
+std::vector<ModelOpDef> CombiningModelOps() {
+  return {
       {ModelOp::kAdd, {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
        "a + b (same shapes); also written a + b", AddRule, "+"},
       {ModelOp::kMul, {{"a", Kind::kValue}, {"b", Kind::kValue}}, false,
@@ -977,6 +990,12 @@ std::vector<ModelOpDef> MakeModelOps() {
        "a learned [positions, dim] table, the same for every sample; "
        "<name>.weight, N(0, 0.02)",
        PositionEmbeddingRule},
+  };
+}
+
+// Attention over a sequence.
+std::vector<ModelOpDef> AttentionModelOps() {
+  return {
       {ModelOp::kCausalAttention,
        {{"qkv", Kind::kValue},
         {"heads", Kind::kInt},
@@ -989,6 +1008,12 @@ std::vector<ModelOpDef> MakeModelOps() {
        "grouped-query (0: heads); rope: rotary positions on q and k "
        "(transformers' rotate_half); stores no [T, T] tensor",
        AttentionRule},
+  };
+}
+
+// Images [C, H, W]: convolution, pooling, flattening.
+std::vector<ModelOpDef> ImageModelOps() {
+  return {
       {ModelOp::kConv2d,
        {{"x", Kind::kValue},
         {"out_channels", Kind::kInt},
@@ -1027,12 +1052,29 @@ std::vector<ModelOpDef> MakeModelOps() {
        "the same values as one axis: [C, H, W] -> [C H W], in PyTorch's "
        "(row-major) order",
        FlattenRule},
+  };
+}
+
+// The losses (ModelOpDef::is_loss).
+std::vector<ModelOpDef> LossModelOps() {
+  return {
       {ModelOp::kCrossEntropy, {{"logits", Kind::kValue}, {"label", Kind::kIndices}},
        true, "mean over every row (token) of -log softmax(logits)[label]",
        CrossEntropyRule},
       {ModelOp::kMse, {{"prediction", Kind::kValue}, {"target", Kind::kValue}}, true,
        "mean squared error", MseRule},
   };
+}
+
+// Every model op's definition (AllModelOps puts them in ModelOp order).
+std::vector<ModelOpDef> MakeModelOps() {
+  std::vector<ModelOpDef> ops;
+  using Part = std::vector<ModelOpDef> (*)();
+  for (Part part : {LinearAndActivationModelOps, NormalizationModelOps, CombiningModelOps,
+                    AttentionModelOps, ImageModelOps, LossModelOps}) {
+    for (ModelOpDef& def : part()) ops.push_back(std::move(def));
+  }
+  return ops;
 }
 
 }  // namespace
