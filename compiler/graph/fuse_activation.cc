@@ -45,9 +45,9 @@ int JoiningActivation(const Graph& graph, const Node& producer,
 }
 
 // `producer` replaced by `op` writing `outputs` (labelled by the first
-// `named`: "pre, y = linear_gelu_erf"), and the activation node dropped.
-void Fuse(Graph* graph, int producer, int activation, const std::string& op,
-          std::vector<int> outputs, size_t named, std::vector<bool>& drop) {
+// `named`: "pre, y = linear_gelu_erf"); returns the activation, absorbed.
+int Fuse(Graph* graph, int producer, int activation, const std::string& op,
+         std::vector<int> outputs, size_t named) {
   Node fused = graph->node(producer);
   std::vector<std::string> names;
   for (size_t j = 0; j < named; ++j) names.push_back(graph->value(outputs[j]).name);
@@ -55,7 +55,7 @@ void Fuse(Graph* graph, int producer, int activation, const std::string& op,
   fused.label = absl::StrCat(absl::StrJoin(names, ", "), " = ", op);
   fused.outputs = std::move(outputs);
   graph->ReplaceNode(producer, std::move(fused));
-  drop[activation] = true;
+  return activation;
 }
 
 }  // namespace
@@ -65,44 +65,33 @@ absl::StatusOr<bool> FuseLinearActivation::Run(Graph* graph) {
                                                       KernelOp::kGelu};
   static const std::vector<std::string> kFused = {"linear_relu", "linear_tanh",
                                                   "linear_gelu_erf"};
-  const int num_nodes = static_cast<int>(graph->nodes().size());
-  std::vector<bool> drop(num_nodes, false);
-  for (int id = 0; id < num_nodes; ++id) {
+  return FuseEach(graph, KernelOp::kLinear, [&](int id) {
     const Node& linear = graph->node(id);
-    if (linear.kernel != KernelOp::kLinear || linear.role != NodeRole::kForward ||
-        linear.outputs.size() != 1) {
-      continue;
-    }
+    if (linear.role != NodeRole::kForward || linear.outputs.size() != 1) return -1;
     int which = 0;
     const int act = JoiningActivation(*graph, linear, kActivations, /*sole=*/false, &which);
-    if (act < 0) continue;
+    if (act < 0) return -1;
     // pre stays in the plan only for a reader besides the activation.
     const int pre = linear.outputs[0];
     const int y = graph->node(act).outputs[0];
     std::vector<int> outputs = {y};
     if (graph->readers(pre).size() > 1) outputs.insert(outputs.begin(), pre);
-    Fuse(graph, id, act, kFused[which], outputs, outputs.size(), drop);
-  }
-  return graph->RemoveNodes(drop);
+    return Fuse(graph, id, act, kFused[which], outputs, outputs.size());
+  });
 }
 
 absl::StatusOr<bool> FuseConvRelu::Run(Graph* graph) {
   static const std::vector<KernelOp> kRelu = {KernelOp::kRelu};
-  const int num_nodes = static_cast<int>(graph->nodes().size());
-  std::vector<bool> drop(num_nodes, false);
-  for (int id = 0; id < num_nodes; ++id) {
+  return FuseEach(graph, KernelOp::kConv2d, [&](int id) {
     const Node& conv = graph->node(id);
-    if (conv.kernel != KernelOp::kConv2d || conv.role != NodeRole::kForward || conv.outputs.size() != 2) {
-      continue;
-    }
+    if (conv.role != NodeRole::kForward || conv.outputs.size() != 2) return -1;
     int which = 0;
     const int relu = JoiningActivation(*graph, conv, kRelu, /*sole=*/true, &which);
-    if (relu < 0) continue;
+    if (relu < 0) return -1;
     // The workspace stays the convolution's.
-    Fuse(graph, id, relu, "conv2d_relu", {graph->node(relu).outputs[0], conv.outputs[1]}, 1,
-         drop);
-  }
-  return graph->RemoveNodes(drop);
+    return Fuse(graph, id, relu, "conv2d_relu", {graph->node(relu).outputs[0], conv.outputs[1]},
+                1);
+  });
 }
 
 }  // namespace trainc

@@ -42,16 +42,14 @@ absl::StatusOr<bool> FuseAddLayerNorm::Run(Graph* graph) {
   for (size_t v = 0; v < producer.size(); ++v) {
     if (!graph->writers(v).empty()) producer[v] = graph->writers(v).back();
   }
-  const int num_nodes = static_cast<int>(graph->nodes().size());
-  std::vector<bool> drop(num_nodes, false);
-  for (int id = 0; id < num_nodes; ++id) {
+  return FuseEach(graph, KernelOp::kAdd, [&](int id) {
     const Node& add = graph->node(id);
-    if (add.kernel != KernelOp::kAdd || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
+    if (add.inputs.size() != 2 || add.outputs.size() != 1) return -1;
     const int norm_id = SoleLayerNorm(*graph, add);
-    if (norm_id < 0) continue;
+    if (norm_id < 0) return -1;
     const Node& norm = graph->node(norm_id);
     // The fused node runs at the add's place: weight and bias must exist.
-    if (producer[norm.inputs[1]] > id || producer[norm.inputs[2]] > id) continue;
+    if (producer[norm.inputs[1]] > id || producer[norm.inputs[2]] > id) return -1;
     const std::string recompute =
         absl::EndsWith(add.label, " (recompute)") ? " (recompute)" : "";
     Node fused = add;
@@ -62,9 +60,8 @@ absl::StatusOr<bool> FuseAddLayerNorm::Run(Graph* graph) {
     fused.outputs.insert(fused.outputs.end(), norm.outputs.begin(), norm.outputs.end());
     fused.attrs = norm.attrs;  // eps
     graph->ReplaceNode(id, std::move(fused));
-    drop[norm_id] = true;
-  }
-  return graph->RemoveNodes(drop);
+    return norm_id;
+  });
 }
 
 }  // namespace trainc

@@ -27,17 +27,12 @@ int SoleGelu(const Graph& graph, int pre) {
 }  // namespace
 
 absl::StatusOr<bool> FuseLinearGelu::Run(Graph* graph) {
-  const int num_nodes = static_cast<int>(graph->nodes().size());
-  std::vector<bool> drop(num_nodes, false);
-  for (int id = 0; id < num_nodes; ++id) {
+  return FuseEach(graph, KernelOp::kLinear, [&](int id) {
     const Node& linear = graph->node(id);
-    if (linear.kernel != KernelOp::kLinear || linear.role != NodeRole::kForward ||
-        linear.outputs.size() != 1) {
-      continue;
-    }
+    if (linear.role != NodeRole::kForward || linear.outputs.size() != 1) return -1;
     const int pre = linear.outputs[0];
     const int gelu = SoleGelu(*graph, pre);
-    if (gelu < 0) continue;
+    if (gelu < 0) return -1;
     const int y = graph->node(gelu).outputs[0];
     Node fused = linear;
     fused.op = "linear_gelu";
@@ -45,9 +40,8 @@ absl::StatusOr<bool> FuseLinearGelu::Run(Graph* graph) {
     fused.label = absl::StrCat(graph->value(pre).name, ", ", graph->value(y).name,
                                " = linear_gelu");
     graph->ReplaceNode(id, std::move(fused));
-    drop[gelu] = true;
-  }
-  return graph->RemoveNodes(drop);
+    return gelu;
+  });
 }
 
 }  // namespace trainc

@@ -28,17 +28,13 @@ int SoleProduct(const Graph& graph, int dh, const Node& grad) {
 }  // namespace
 
 absl::StatusOr<bool> FuseLinearGeluGrad::Run(Graph* graph) {
-  const int num_nodes = static_cast<int>(graph->nodes().size());
-  std::vector<bool> drop(num_nodes, false);
-  for (int id = 0; id < num_nodes; ++id) {
+  return FuseEach(graph, KernelOp::kGeluTanhGrad, [&](int id) {
     const Node& grad = graph->node(id);
-    if (grad.kernel != KernelOp::kGeluTanhGrad || grad.inputs.size() != 2 || grad.outputs.size() != 1) {
-      continue;
-    }
+    if (grad.inputs.size() != 2 || grad.outputs.size() != 1) return -1;
     const int dh = grad.inputs[0], pre = grad.inputs[1], dpre = grad.outputs[0];
-    if (dh == pre || graph->value(dh).dtype != graph->value(dpre).dtype) continue;
+    if (dh == pre || graph->value(dh).dtype != graph->value(dpre).dtype) return -1;
     const int product = SoleProduct(*graph, dh, grad);
-    if (product < 0) continue;
+    if (product < 0) return -1;
     // At the gelu's gradient's place: dy and w exist since the product's.
     Value workspace;
     workspace.name = absl::StrCat(graph->value(dpre).name, "/workspace.", id);
@@ -50,9 +46,8 @@ absl::StatusOr<bool> FuseLinearGeluGrad::Run(Graph* graph) {
     fused.outputs = {dpre, graph->AddValue(workspace)};
     fused.label = absl::StrCat(graph->value(dpre).name, " = linear_grad_input_gelu");
     graph->ReplaceNode(id, std::move(fused));
-    drop[product] = true;  // the fused node keeps grad's accumulate
-  }
-  return graph->RemoveNodes(drop);
+    return product;  // the fused node keeps grad's accumulate
+  });
 }
 
 }  // namespace trainc

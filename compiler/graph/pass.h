@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "compiler/graph/graph.h"
@@ -44,6 +45,13 @@ class PassPipeline {
   std::string name_;
   std::vector<std::unique_ptr<GraphPass>> passes_;
 };
+
+// The loop of a fusion pass: for each node whose kernel is `root`, in
+// program order, `fuse(id)` may replace it (Graph::ReplaceNode) by a fused
+// node and returns the id of the node that node absorbed, or -1; the
+// absorbed nodes are removed at the end, in one O(graph) step. Returns
+// whether any was.
+bool FuseEach(Graph* graph, KernelOp root, absl::FunctionRef<int(int id)> fuse);
 
 }  // namespace trainc
 
