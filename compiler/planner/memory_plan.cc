@@ -61,6 +61,45 @@ class FreeList {
   std::set<std::pair<int64_t, int64_t>> by_size_;  // (size, offset)
 };
 
+// Offsets by decreasing size (TFLite's greedy-by-size planner, XLA's
+// decreasing-size best fit): each buffer, largest first, goes into the
+// smallest gap between the placed buffers it meets in time that holds it,
+// else above them. Sets offsets and size. O(n^2): every placed buffer is
+// looked at per placement.
+void PlanBySize(const std::vector<LiveInterval>& intervals, MemoryPlan& plan) {
+  const int n = static_cast<int>(intervals.size());
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const int64_t sa = AlignUp(intervals[a].bytes), sb = AlignUp(intervals[b].bytes);
+    if (sa != sb) return sa > sb;
+    return intervals[a].first < intervals[b].first;
+  });
+  plan.offsets.assign(n, 0);
+  plan.size = 0;
+  std::vector<int> placed;  // by offset
+  for (int i : order) {
+    const LiveInterval& iv = intervals[i];
+    const int64_t size = AlignUp(iv.bytes);
+    if (size == 0) continue;
+    int64_t end = 0, best = -1, best_gap = 0;
+    for (int j : placed) {
+      if (intervals[j].last < iv.first || iv.last < intervals[j].first) continue;
+      const int64_t gap = plan.offsets[j] - end;
+      if (gap >= size && (best < 0 || gap < best_gap)) {
+        best = end;
+        best_gap = gap;
+      }
+      end = std::max(end, plan.offsets[j] + AlignUp(intervals[j].bytes));
+    }
+    plan.offsets[i] = best >= 0 ? best : end;
+    plan.size = std::max(plan.size, plan.offsets[i] + size);
+    auto at = std::upper_bound(placed.begin(), placed.end(), plan.offsets[i],
+                               [&](int64_t offset, int j) { return offset < plan.offsets[j]; });
+    placed.insert(at, i);
+  }
+}
+
 }  // namespace
 
 MemoryPlan PlanMemory(const std::vector<LiveInterval>& intervals) {
@@ -101,6 +140,17 @@ MemoryPlan PlanMemory(const std::vector<LiveInterval>& intervals) {
     live_bytes += size;
     plan.peak_live_bytes = std::max(plan.peak_live_bytes, live_bytes);
     live.push({iv.last, i});
+  }
+  // The packing by size, when it is smaller and the plan small enough for
+  // its O(n^2) (deep models keep the O(n log n) one: compile time stays
+  // linear).
+  if (n <= kPlanBySizeLimit) {
+    MemoryPlan by_size;
+    PlanBySize(intervals, by_size);
+    if (by_size.size < plan.size) {
+      plan.offsets = std::move(by_size.offsets);
+      plan.size = by_size.size;
+    }
   }
   return plan;
 }

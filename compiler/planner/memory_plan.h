@@ -7,6 +7,14 @@
 // to merge neighbours; by size, to find the best fit), so planning n
 // buffers costs O(n log n) — no pairwise overlap checks.
 //
+// Up to kPlanBySizeLimit buffers, a second packing is tried and kept when
+// it needs less: largest buffer first, each into the smallest gap among
+// the placed buffers it meets in time (TFLite's greedy-by-size planner;
+// XLA likewise keeps the best of several heap algorithms). Neither wins
+// everywhere: first-use order leaves holes where a large buffer is born
+// after smaller ones (fashion_cnn's convolutions), size order where
+// lifetimes interleave. Its O(n^2) is why deep models keep the first.
+//
 // Live ranges are inclusive: a buffer last read by instruction i and one
 // first written by instruction i never share memory (no in-place kernels).
 #ifndef TRAINC_COMPILER_PLANNER_MEMORY_PLAN_H_
@@ -22,6 +30,9 @@ inline constexpr int64_t kArenaAlignment = 64;
 inline int64_t AlignUp(int64_t n, int64_t alignment = kArenaAlignment) {
   return (n + alignment - 1) / alignment * alignment;
 }
+
+// The most buffers the size-ordered packing is tried for (O(n^2)).
+inline constexpr int kPlanBySizeLimit = 4096;
 
 struct LiveInterval {
   int64_t bytes = 0;

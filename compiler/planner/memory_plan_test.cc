@@ -35,6 +35,17 @@ TEST(PlanMemory, BestFitAndMerging) {
   EXPECT_EQ(std::min(m.offsets[0], m.offsets[1]), m.offsets[2]);
 }
 
+TEST(PlanMemory, KeepsTheSmallerOfTwoPackings) {
+  // In first-use order the 192 and the 128 come first, and the 256, born
+  // when the 192 dies, does not fit its hole: 576 bytes. Largest first,
+  // the 192 goes under the 256 (they never meet) and the 128 above: 384.
+  const MemoryPlan m = PlanMemory({{256, 2, 5}, {192, 1, 1}, {128, 1, 4}});
+  EXPECT_EQ(m.size, 384);
+  EXPECT_EQ(m.offsets[0], m.offsets[1]);
+  EXPECT_EQ(m.offsets[2], 256);
+  EXPECT_EQ(m.peak_live_bytes, 384);
+}
+
 TEST(PlanMemory, RandomIntervalsNeverOverlapWhileLive) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 20; ++trial) {
