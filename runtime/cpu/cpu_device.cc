@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/cpu/bf16_matmul.h"
 #include "runtime/cpu/blas_info.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/dnnl_ops.h"
@@ -59,6 +60,7 @@ struct CpuDevice::State {
   std::vector<KernelArgs> kernels;  // by instruction id
   AlignedBytes bf16_staging;    // f32 views of bf16 operands (kernel_args.h)
   cpu::DnnlOps dnnl;            // convolution and pooling
+  cpu::Bf16Matmuls matmuls;     // bf16 linear products (bf16_matmul.h)
 
   // Comm stream.
   struct Item {
@@ -243,11 +245,14 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
   ASSIGN_OR_RETURN(state_->kernels,
                    ResolveKernels(plan, state_->arena.get(),
                                   state_->arena_bytes, "cpu"));
+  state_->matmuls.Choose(state_->kernels);  // operands read natively: no staging
   if (const int64_t staging = Bf16StagingBytes(state_->kernels); staging > 0) {
     ASSIGN_OR_RETURN(state_->bf16_staging, AllocateZeroed(staging));
     state_->host_bytes += staging;
     AssignBf16Staging(state_->kernels, state_->bf16_staging.get());
   }
+  RETURN_IF_ERROR(state_->matmuls.Bind(state_->kernels));
+  state_->host_bytes += state_->matmuls.scratch_bytes();
   RETURN_IF_ERROR(state_->dnnl.Prepare(plan, state_->kernels));
   RETURN_IF_ERROR(CheckKernels(plan, state_->kernels, "cpu", [&](KernelOp op, int id) {
     return cpu::CpuKernels()[op] != nullptr || state_->dnnl.Runs(id);
@@ -264,10 +269,12 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
         "cpu: RunKernel for a plan that was not Prepare()d");
   }
   // precision = bf16: the kernel computes in f32 on staging, widened from
-  // the bf16 tensors before and rounded to nearest even into them after.
+  // the bf16 tensors before and rounded to nearest even into them after
+  // (a native operand, read by the kernel as bf16, has none).
   const KernelArgs& k = state_->kernels[instr.id];
   for (int i = 0; i < k.num_bf16; ++i) {
     const Bf16Operand& o = k.bf16[i];
+    if (o.native) continue;
     if (!o.output || k.accumulate) {
       WidenBf16(static_cast<const uint16_t*>(o.bf16), o.elems, o.f32);
     }
@@ -275,7 +282,7 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
   RETURN_IF_ERROR(RunF32Kernel(plan, instr, step));
   for (int i = 0; i < k.num_bf16; ++i) {
     const Bf16Operand& o = k.bf16[i];
-    if (o.output) NarrowToBf16(o.f32, o.elems, static_cast<uint16_t*>(o.bf16));
+    if (o.output && !o.native) NarrowToBf16(o.f32, o.elems, static_cast<uint16_t*>(o.bf16));
   }
   return absl::OkStatus();
 }
@@ -290,7 +297,7 @@ absl::Status CpuDevice::RunF32Kernel(const Plan& plan, const Instruction& instr,
   if (kernel == nullptr) {
     return absl::InvalidArgumentError("cpu: " + instr.op + " is not a compute kernel");
   }
-  return kernel({plan, instr, k, step, state_->dnnl});
+  return kernel({plan, instr, k, step, state_->dnnl, state_->matmuls});
 }
 
 absl::Status CpuDevice::OrderedSum(Stream stream, const float* src, int64_t n,

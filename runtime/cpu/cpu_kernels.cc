@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/ops/unit_family.h"
+#include "compiler/util/status_macros.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/device/bf16.h"
 
@@ -31,6 +32,14 @@ void RoundStagedOutput(const Bf16Operand& o, int64_t begin, int64_t n) {
   WidenBf16(bf16, n, o.f32 + begin);
 }
 
+// The instruction's matrix product (LinearGemmOf): the prepared bf16
+// primitive on the bf16 operands themselves, or the f32 GEMM.
+absl::Status Product(const KernelCall& c) {
+  if (c.matmuls.Runs(c.instr.id)) return c.matmuls.Run(c.instr.id);
+  RunF32(LinearGemmOf(c.k));
+  return Ok();
+}
+
 // linear_grad_input_gelu(dy, w, pre) -> dpre: the unfused plan's two
 // kernels in order, linear_grad_input into dh and then gelu_tanh_grad(dh,
 // pre) as that instruction would read dh (under bf16, dpre staged, dh was
@@ -38,7 +47,8 @@ void RoundStagedOutput(const Bf16Operand& o, int64_t begin, int64_t n) {
 // plan's bits. dh is the workspace where dpre accumulates; otherwise it is
 // dpre itself, each block of it copied aside (the pointwise kernel's
 // operands do not alias) before the gradient overwrites it.
-absl::Status LinearGradInputGelu(const KernelArgs& k) {
+absl::Status LinearGradInputGelu(const KernelCall& c) {
+  const KernelArgs& k = c.k;
   const PointwiseFn gelu_grad = PointwiseKernel(Op::kGeluTanhGrad);
   const bool round = StagedOutput(k, 0) != nullptr;
   const int64_t n = k.rows * k.in;
@@ -54,12 +64,12 @@ absl::Status LinearGradInputGelu(const KernelArgs& k) {
           ": compile the plan with the CPU's workspace sizes (PlanOptions::workspace)"));
     }
     float* dh = reinterpret_cast<float*>(k.workspace);
-    LinearGradInput(k.x[0], k.x[1], k.rows, k.in, k.out, false, dh);
+    RETURN_IF_ERROR(Product(c));  // into dh
     read_dh(dh, n, dh);
     gelu_grad(dh, k.x[2], n, true, k.y[0]);
     return Ok();
   }
-  LinearGradInput(k.x[0], k.x[1], k.rows, k.in, k.out, false, k.y[0]);
+  RETURN_IF_ERROR(Product(c));  // into dpre
   constexpr int64_t kBlock = 1024;
   float dh[kBlock];
   for (int64_t at = 0; at < n; at += kBlock) {
@@ -70,34 +80,41 @@ absl::Status LinearGradInputGelu(const KernelArgs& k) {
   return Ok();
 }
 
+// linear_grad_params: dw by the product, db from dy (bf16 when the
+// product read it natively).
+absl::Status LinearGradParams(const KernelCall& c) {
+  const KernelArgs& k = c.k;
+  RETURN_IF_ERROR(Product(c));
+  if (k.y[1] == nullptr) return Ok();
+  if (c.matmuls.Runs(c.instr.id)) {
+    LinearGradBias(reinterpret_cast<const uint16_t*>(k.x[0]), k.rows, k.out, k.accumulate,
+                   k.y[1]);
+  } else {
+    LinearGradBias(k.x[0], k.rows, k.out, k.accumulate, k.y[1]);
+  }
+  return Ok();
+}
+
 absl::Status Linear(const KernelCall& c) {
   const KernelArgs& k = c.k;
   switch (k.op) {
-    case Op::kLinear:
-    case Op::kLinearRelu:
-    case Op::kLinearTanh:
-    case Op::kLinearGeluErf:
-      LinearForward(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.y[0], k.act, k.y[1]);
-      break;
-    case Op::kLinearGelu: {
+    case Op::kLinearGradInput: return Product(c);
+    case Op::kLinearGradInputGelu: return LinearGradInputGelu(c);
+    case Op::kLinearGradParams: return LinearGradParams(c);
+    case Op::kLinearGelu:
       // The unfused plan's two kernels, in order: the linear into pre, then
       // gelu_tanh of pre as that instruction would read it (under bf16,
       // rounded to the bf16 tensor), so the fused plan trains on its bits.
-      LinearForward(k.x[0], k.x[1], k.x[2], k.rows, k.in, k.out, k.y[0], Activation::kNone,
-                    nullptr);
+      RETURN_IF_ERROR(Product(c));
+      LinearEpilogue(k.x[2], k.rows, k.out, k.y[0], Activation::kNone, nullptr);
       if (const Bf16Operand* pre = StagedOutput(k, 0)) RoundStagedOutput(*pre, 0, pre->elems);
       PointwiseKernel(Op::kGeluTanh)(k.y[0], nullptr, k.rows * k.out, false, k.y[1]);
-      break;
-    }
-    case Op::kLinearGradInput:
-      LinearGradInput(k.x[0], k.x[1], k.rows, k.in, k.out, k.accumulate, k.y[0]);
-      break;
-    case Op::kLinearGradInputGelu:
-      return LinearGradInputGelu(k);
-    default:
-      LinearGradParams(k.x[0], k.x[1], k.rows, k.in, k.out, k.accumulate, k.y[0], k.y[1]);
+      return Ok();
+    default:  // linear, linear_relu, linear_tanh, linear_gelu_erf
+      RETURN_IF_ERROR(Product(c));
+      LinearEpilogue(k.x[2], k.rows, k.out, k.y[0], k.act, k.y[1]);
+      return Ok();
   }
-  return Ok();
 }
 
 // dropout and dropout_grad: the same mask, regenerated.

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "compiler/plan/plan.h"
+#include "runtime/cpu/bf16_matmul.h"
 #include "runtime/cpu/dnnl_ops.h"
 #include "runtime/device/device.h"
 #include "runtime/device/kernel_args.h"
@@ -19,6 +20,7 @@ struct KernelCall {
   const KernelArgs& k;
   const StepState& step;
   DnnlOps& dnnl;  // convolution and pooling, prepared for the plan
+  Bf16Matmuls& matmuls;  // bf16 linear products, prepared for the plan
 };
 
 using CpuKernel = absl::Status (*)(const KernelCall& call);

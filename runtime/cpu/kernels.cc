@@ -12,6 +12,7 @@
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/store.h"
+#include "runtime/device/bf16.h"
 #include "runtime/device/philox.h"
 
 // The repository builds for x86-64-v2 (SSE4.2) so its binaries run anywhere;
@@ -30,13 +31,18 @@ namespace cpu {
 
 void SetBlasThreads(int threads) { openblas_set_num_threads(threads); }
 
-TRAINC_SIMD_CLONES
 void LinearForward(const float* x, const float* w, const float* b, int64_t rows,
                    int64_t in, int64_t out, float* y, Activation act, float* act_out) {
   Sgemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
-  // One pass over y adds the bias and applies a fused activation (into
-  // act_out, or over y itself), element by element as the activation's
-  // own kernel would.
+  LinearEpilogue(b, rows, out, y, act, act_out);
+}
+
+// One pass over y adds the bias and applies a fused activation (into
+// act_out, or over y itself), element by element as the activation's own
+// kernel would.
+TRAINC_SIMD_CLONES
+void LinearEpilogue(const float* b, int64_t rows, int64_t out, float* y, Activation act,
+                    float* act_out) {
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * out;
     float* ar = act_out ? act_out + r * out : yr;
@@ -64,18 +70,39 @@ void LinearGradInput(const float* dy, const float* w, int64_t rows, int64_t in,
   Sgemm(false, false, rows, in, out, 1.0f, dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in);
 }
 
-TRAINC_SIMD_CLONES
 void LinearGradParams(const float* dy, const float* x, int64_t rows,
                       int64_t in, int64_t out, bool accumulate, float* dw,
-                      float* __restrict db) {
+                      float* db) {
   Sgemm(true, false, out, in, rows, 1.0f, dy, out, x, in, accumulate ? 1.0f : 0.0f, dw, in);
-  if (db == nullptr) return;
-  // Row by row so the inner loop is a contiguous vector add.
+  if (db != nullptr) LinearGradBias(dy, rows, out, accumulate, db);
+}
+
+namespace {
+
+inline float Load(float v) { return v; }
+inline float Load(uint16_t v) { return Bf16ToFloat(v); }
+
+// Row by row so the inner loop is a contiguous vector add.
+template <typename T>
+inline __attribute__((always_inline)) void ColumnSums(const T* dy, int64_t rows, int64_t out,
+                                                      bool accumulate, float* __restrict db) {
   if (!accumulate) std::fill(db, db + out, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* __restrict dyr = dy + r * out;
-    for (int64_t j = 0; j < out; ++j) db[j] += dyr[j];
+    const T* __restrict dyr = dy + r * out;
+    for (int64_t j = 0; j < out; ++j) db[j] += Load(dyr[j]);
   }
+}
+
+}  // namespace
+
+TRAINC_SIMD_CLONES
+void LinearGradBias(const float* dy, int64_t rows, int64_t out, bool accumulate, float* db) {
+  ColumnSums(dy, rows, out, accumulate, db);
+}
+
+TRAINC_SIMD_CLONES
+void LinearGradBias(const uint16_t* dy, int64_t rows, int64_t out, bool accumulate, float* db) {
+  ColumnSums(dy, rows, out, accumulate, db);
 }
 
 // A unit family's Run<float>, or the backend's own kernel for a family

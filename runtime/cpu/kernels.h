@@ -37,6 +37,15 @@ void LinearGradParams(const float* dy, const float* x, int64_t rows,
                       int64_t in, int64_t out, bool accumulate, float* dw,
                       float* db);
 
+// LinearForward after its product y = x w^T: y += b (b may be null), then
+// the activation into act_out (or over y).
+void LinearEpilogue(const float* b, int64_t rows, int64_t out, float* y, Activation act,
+                    float* act_out);
+// LinearGradParams' db[out] (+)= column sums of dy[rows, out], rows in
+// order; the second reads dy as bf16 (widened exactly, so the same sums).
+void LinearGradBias(const float* dy, int64_t rows, int64_t out, bool accumulate, float* db);
+void LinearGradBias(const uint16_t* dy, int64_t rows, int64_t out, bool accumulate, float* db);
+
 // A pointwise op (compiler/ops/pointwise.h) over n elements:
 // y[i] (+)= F(a[i]) or F(a[i], b[i]); b is unused by a unary op. y may
 // not alias a or b unless it equals them exactly.

@@ -1,0 +1,94 @@
+// precision = bf16 on the CPU: the linear family's matrix products on
+// oneDNN's bf16 kernels (avx512_core_bf16, AMX). The two bf16 operands are
+// read from the arena as they are (marked native: no f32 staging); their
+// products are exact in f32 and accumulate in f32 into an f32 destination,
+// the output's staging when the output is bf16, which the device rounds to
+// nearest even after the kernel as before. The bias, the activation and
+// the bias gradient stay the f32 loops of kernels.h.
+//
+//   Bf16Matmuls matmuls;
+//   matmuls.Choose(kernels);              // before AssignBf16Staging
+//   AssignBf16Staging(kernels, staging);
+//   RETURN_IF_ERROR(matmuls.Bind(kernels));
+//   ... if (matmuls.Runs(id)) RETURN_IF_ERROR(matmuls.Run(id)); ...
+//
+// One primitive per product shape, shared by the instructions of that
+// shape; the scratchpad is one block, allocated in Bind (kernels run one at
+// a time). Where oneDNN offers no bf16 kernel (a CPU without avx512_bf16,
+// or ONEDNN_MAX_CPU_ISA below it) nothing is chosen: the operands stay
+// staged and the f32 GEMM (gemm.h) multiplies the widened values, as
+// before. Row i of a product depends on row i of its left operand and on
+// the right one alone, the same bits for any row count and wherever the
+// operands lie (bf16_matmul_test), so deterministic mode holds as with f32.
+#ifndef TRAINC_RUNTIME_CPU_BF16_MATMUL_H_
+#define TRAINC_RUNTIME_CPU_BF16_MATMUL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/device/kernel_args.h"
+
+namespace trainc::cpu {
+
+// A row-major product C[m,n] (+)= op(A) op(B), op(X) = X or X^T, with row
+// strides lda, ldb, ldc, as gemm.h's Sgemm takes it; A and B f32 or bf16.
+struct GemmCall {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;
+};
+
+// The linear family's ops with a matrix product: linear, linear_<act>,
+// linear_gelu, linear_grad_input(_gelu), linear_grad_params.
+bool IsLinearProduct(KernelOp op);
+
+// The product of such an instruction: y = x w^T; dx (+)= dy w; dw (+)=
+// dy^T x. linear_grad_input_gelu forms dh (in its workspace when dpre
+// accumulates, else in dpre).
+GemmCall LinearGemmOf(const KernelArgs& k);
+
+// `g` on f32 operands, through Sgemm.
+void RunF32(const GemmCall& g);
+
+// What the bf16 products run on, for the run summary and cpu_bench:
+// "oneDNN matmul, brg:avx512_core_amx_bf16 kernels", or why they are f32
+// GEMMs on widened operands. Probed once per process on a GPT-like shape.
+std::string Bf16GemmSummary();
+
+class Bf16Matmuls {
+ public:
+  Bf16Matmuls();
+  ~Bf16Matmuls();
+
+  // Marks native the two bf16 operands of every linear product that
+  // oneDNN runs with a bf16 kernel (both operands bf16; the output's type
+  // does not matter). Before AssignBf16Staging, while the x slots hold the
+  // tensors.
+  void Choose(std::vector<KernelArgs>& kernels);
+
+  // After AssignBf16Staging: every chosen instruction's operands and the
+  // scratchpad. Errors are oneDNN's.
+  absl::Status Bind(const std::vector<KernelArgs>& kernels);
+
+  bool Runs(int id) const;
+  absl::Status Run(int id);  // the product of LinearGemmOf, only
+
+  int64_t scratch_bytes() const;  // Bind's allocation
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace trainc::cpu
+
+#endif  // TRAINC_RUNTIME_CPU_BF16_MATMUL_H_
