@@ -76,6 +76,13 @@ Bf16Operand* Bf16Input(KernelArgs& k, const void* slot) {
   return nullptr;
 }
 
+// TRAINC_BF16_GEMM=widened: every product on the f32 GEMM of the widened
+// operands, whatever the CPU has.
+bool WidenedByEnv() {
+  const char* env = std::getenv("TRAINC_BF16_GEMM");
+  return env != nullptr && absl::string_view(env) == "widened";
+}
+
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
@@ -136,6 +143,7 @@ std::string Bf16GemmSummary() {
     probe.trans_b = true;
     probe.m = 256, probe.n = 768, probe.k = 768;
     probe.lda = probe.ldb = probe.k, probe.ldc = probe.n;
+    if (WidenedByEnv()) return new std::string("widened to f32 (TRAINC_BF16_GEMM=widened)");
     const std::optional<dnnl::matmul::primitive_desc> pd = Bf16Desc(probe);
     return new std::string(
         pd ? absl::StrCat("oneDNN matmul, ", pd->impl_info_str(), " kernels")
@@ -147,7 +155,7 @@ std::string Bf16GemmSummary() {
 struct Bf16Matmuls::State {
   struct Shape {
     dnnl::matmul::primitive_desc pd;
-    dnnl::matmul primitive;
+    dnnl::matmul primitive;  // created in Bind (JIT code)
   };
   std::map<Key, Shape> shapes;
   std::unordered_map<int, Key> chosen;  // by instruction id
@@ -165,6 +173,7 @@ void Bf16Matmuls::Choose(std::vector<KernelArgs>& kernels) {
   s.shapes.clear();
   s.chosen.clear();
   s.bound.clear();
+  if (WidenedByEnv()) return;
   for (size_t i = 0; i < kernels.size(); ++i) {
     KernelArgs& k = kernels[i];
     if (!IsLinearProduct(k.op)) continue;
@@ -176,7 +185,7 @@ void Bf16Matmuls::Choose(std::vector<KernelArgs>& kernels) {
     if (s.shapes.count(key) == 0) {
       std::optional<dnnl::matmul::primitive_desc> pd = Bf16Desc(g);
       if (!pd) continue;
-      s.shapes.emplace(key, State::Shape{*pd, dnnl::matmul(*pd)});
+      s.shapes.emplace(key, State::Shape{*pd, dnnl::matmul()});
     }
     a->native = b->native = true;
     s.chosen[static_cast<int>(i)] = key;
@@ -187,9 +196,14 @@ absl::Status Bf16Matmuls::Bind(const std::vector<KernelArgs>& kernels) {
   State& s = *state_;
   s.scratch_bytes = 0;
   if (s.chosen.empty()) return absl::OkStatus();
-  for (const auto& [key, shape] : s.shapes) {
-    s.scratch_bytes =
-        std::max<int64_t>(s.scratch_bytes, shape.pd.scratchpad_desc().get_size());
+  try {
+    for (auto& [key, shape] : s.shapes) {
+      s.scratch_bytes =
+          std::max<int64_t>(s.scratch_bytes, shape.pd.scratchpad_desc().get_size());
+      shape.primitive = dnnl::matmul(shape.pd);
+    }
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("cpu: oneDNN: ", e.what()));
   }
   const int64_t rounded = (s.scratch_bytes + 63) / 64 * 64 + 64;
   s.scratch.reset(static_cast<char*>(std::aligned_alloc(64, rounded)));

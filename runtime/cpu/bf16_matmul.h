@@ -15,11 +15,21 @@
 // One primitive per product shape, shared by the instructions of that
 // shape; the scratchpad is one block, allocated in Bind (kernels run one at
 // a time). Where oneDNN offers no bf16 kernel (a CPU without avx512_bf16,
-// or ONEDNN_MAX_CPU_ISA below it) nothing is chosen: the operands stay
-// staged and the f32 GEMM (gemm.h) multiplies the widened values, as
-// before. Row i of a product depends on row i of its left operand and on
-// the right one alone, the same bits for any row count and wherever the
-// operands lie (bf16_matmul_test), so deterministic mode holds as with f32.
+// or ONEDNN_MAX_CPU_ISA below it), or with TRAINC_BF16_GEMM=widened in the
+// environment, nothing is chosen: the operands stay staged and the f32
+// GEMM (gemm.h) multiplies the widened values, as before.
+//
+// Determinism: a shape gives the same bits call after call and wherever
+// its operands lie (bf16_matmul_test), and deterministic mode runs the same
+// shapes on every split, so it holds as with f32. Rows do depend on the row
+// count (oneDNN picks its K blocking, and below a few rows its kernel, by
+// shape; dnnl_sgemm does too).
+//
+// Rounding: each product is exact in f32 and the sums are f32 sums in
+// oneDNN's order, not OpenBLAS's (PyTorch's on Debian): a few outputs round
+// to the neighbouring bf16, and a relu gate at a pre-activation near 0 can
+// then open differently, which moves a short run's weights by up to ~1e-2
+// of their update (docs/train-settings.md).
 #ifndef TRAINC_RUNTIME_CPU_BF16_MATMUL_H_
 #define TRAINC_RUNTIME_CPU_BF16_MATMUL_H_
 
@@ -61,7 +71,8 @@ void RunF32(const GemmCall& g);
 
 // What the bf16 products run on, for the run summary and cpu_bench:
 // "oneDNN matmul, brg:avx512_core_amx_bf16 kernels", or why they are f32
-// GEMMs on widened operands. Probed once per process on a GPT-like shape.
+// GEMMs on widened operands (and that TRAINC_BF16_GEMM=widened asked for
+// it). Probed once per process on a GPT-like shape.
 std::string Bf16GemmSummary();
 
 class Bf16Matmuls {
@@ -75,8 +86,8 @@ class Bf16Matmuls {
   // tensors.
   void Choose(std::vector<KernelArgs>& kernels);
 
-  // After AssignBf16Staging: every chosen instruction's operands and the
-  // scratchpad. Errors are oneDNN's.
+  // After AssignBf16Staging: the primitives, every chosen instruction's
+  // operands and the scratchpad. Errors are oneDNN's.
   absl::Status Bind(const std::vector<KernelArgs>& kernels);
 
   bool Runs(int id) const;

@@ -110,7 +110,8 @@ void Compare(const Case& c, int64_t rows, int64_t in, int64_t out, std::mt19937&
   RunStaged(staged, a, b);
   if (integers) {
     EXPECT_EQ(std::memcmp(got.data(), want.data(), n.c * sizeof(float)), 0)
-        << "op " << static_cast<int>(c.op) << " accumulate " << c.accumulate;
+        << "op " << static_cast<int>(c.op) << " accumulate " << c.accumulate << " shape "
+        << rows << "x" << in << "x" << out;
     return;
   }
   // sum |a_i b_i| per element: the same product on |a|, |b|.
@@ -123,25 +124,35 @@ void Compare(const Case& c, int64_t rows, int64_t in, int64_t out, std::mt19937&
   const GemmCall g = LinearGemmOf(k);
   for (int64_t i = 0; i < n.c; ++i) {
     const double bound = 2.0 * (g.k + 1) * std::ldexp(1.0, -24) * (mag[i] + std::fabs(want[i]));
-    ASSERT_LE(std::fabs(got[i] - want[i]), bound) << "element " << i;
+    ASSERT_LE(std::fabs(got[i] - want[i]), bound)
+        << "element " << i << " op " << static_cast<int>(c.op) << " accumulate "
+        << c.accumulate << " shape " << rows << "x" << in << "x" << out;
   }
 }
 
+// rows, in, out: odd sizes, and the default MLP's layers and a GPT's.
+constexpr int64_t kShapes[][3] = {
+    {37, 70, 129}, {64, 784, 256}, {64, 256, 128}, {64, 128, 10}, {64, 768, 384}};
+
 TEST(Bf16MatmulTest, SameBitsAsTheStagedGemmWhereEverySumIsExact) {
   std::mt19937 rng(1);
-  for (const Case& c : kCases) {
-    bool ran = false;
-    Compare(c, 37, 70, 129, rng, /*integers=*/true, &ran);
-    if (!ran) GTEST_SKIP() << Bf16GemmSummary();
+  for (const auto& shape : kShapes) {
+    for (const Case& c : kCases) {
+      bool ran = false;
+      Compare(c, shape[0], shape[1], shape[2], rng, /*integers=*/true, &ran);
+      if (!ran) GTEST_SKIP() << Bf16GemmSummary();
+    }
   }
 }
 
 TEST(Bf16MatmulTest, WithinTwoF32SumsOfTheStagedGemm) {
   std::mt19937 rng(2);
-  for (const Case& c : kCases) {
-    bool ran = false;
-    Compare(c, 64, 768, 384, rng, /*integers=*/false, &ran);
-    if (!ran) GTEST_SKIP() << Bf16GemmSummary();
+  for (const auto& shape : kShapes) {
+    for (const Case& c : kCases) {
+      bool ran = false;
+      Compare(c, shape[0], shape[1], shape[2], rng, /*integers=*/false, &ran);
+      if (!ran) GTEST_SKIP() << Bf16GemmSummary();
+    }
   }
 }
 

@@ -48,6 +48,15 @@ absl::StatusOr<AlignedBytes> AllocateZeroed(int64_t bytes) {
 
 }  // namespace
 
+absl::StatusOr<int64_t> CpuBf16StagingBytes(const Plan& plan) {
+  // Pointers only, as Prepare derives them: nothing reads the arena.
+  char* const unread_arena = reinterpret_cast<char*>(uintptr_t{1} << 40);
+  ASSIGN_OR_RETURN(std::vector<KernelArgs> kernels,
+                   ResolveKernels(plan, unread_arena, plan.arena_bytes, "cpu"));
+  cpu::Bf16Matmuls().Choose(kernels);
+  return Bf16StagingBytes(kernels);
+}
+
 struct CpuDevice::State {
   CpuDeviceOptions options;
 

@@ -41,6 +41,11 @@ struct CpuDeviceOptions {
   cpu::BlasChoice blas = cpu::BlasChoice::kAuto;
 };
 
+// The f32 staging CpuDevice::Prepare allocates for `plan`'s bf16 operands
+// (PlanOptions::bf16_staging): none for those the bf16 matmuls read
+// themselves (bf16_matmul.h) on a CPU that has them.
+absl::StatusOr<int64_t> CpuBf16StagingBytes(const Plan& plan);
+
 class CpuDevice : public Device {
  public:
   explicit CpuDevice(CpuDeviceOptions options = {});

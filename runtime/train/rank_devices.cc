@@ -135,6 +135,7 @@ absl::StatusOr<PlanOptions> PlanOptionsForDevice(DeviceKind device, bool compile
     options.bf16_staging = CudaBf16StagingBytes;
   } else {
     options.workspace = cpu::WorkspaceBytes;
+    options.bf16_staging = CpuBf16StagingBytes;
   }
   return options;
 }

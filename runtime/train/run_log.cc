@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "runtime/cpu/bf16_matmul.h"
 #include "runtime/cpu/blas_info.h"
 #include "runtime/cpu/gemm.h"
 
@@ -155,6 +156,9 @@ void LogSummary(std::ostream& log, const Plan& plan, const TrainSummary& summary
   if (context.device == DeviceKind::kCpu) {
     log << "  matrix products "
         << cpu::GemmSummary(cpu::GemmLibraryInUse(), context.blas, cpu::DescribeBlas()) << "\n";
+    if (plan.precision == Precision::kBf16) {
+      log << "  bf16 GEMMs      " << cpu::Bf16GemmSummary() << "\n";
+    }
   }
   LogSummaryMemory(log, plan, summary, context.rank);
   if (context.capture != nullptr) LogSummaryCapture(log, *context.capture, summary.steps);
