@@ -6,6 +6,10 @@
 //   bazel run //tools/bench:cpu_bench -- --only cnn
 //   bazel run //tools/bench:cpu_bench -- --blas onednn   # or openblas; default auto
 //
+// The GPT and Llama also run one rank under precision = bf16, with the
+// linear products on oneDNN's bf16 kernels where the CPU has them and
+// widened to f32 (TRAINC_BF16_GEMM=widened; runtime/cpu/bf16_matmul.h).
+//
 // Three models, each compiled by the real front end (CompileFile with
 // overrides) and planner (BuildPlan), run by the shared Executor on a
 // CpuDevice with synthetic data (one random batch uploaded every
@@ -72,6 +76,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/comm/gloo/gloo_communicator.h"
 #include "runtime/comm/mpi/mpi_communicator.h"
+#include "runtime/cpu/bf16_matmul.h"
 #include "runtime/cpu/blas_info.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/gemm.h"
@@ -153,6 +158,7 @@ struct Args {
   int wide_warmup = 3;
   std::string only;  // empty: both models
   bool torch = true;
+  bool one_rank = false;  // --one-rank: no two-rank rows
   // Internal, for the re-executed workers: "overlap" or "no-overlap", and
   // the model's key (they take --steps and --warmup as given).
   std::string worker_mode;
@@ -232,6 +238,8 @@ OptionParser MakeParser(Args* args) {
       .Value({"--only"}, "M", "only the model M (mlp, gpt, gpt1024, llama, cnn or wide)",
              model(&args->only))
       .Switch({"--no-torch"}, "do not run the PyTorch reference", [args] { args->torch = false; })
+      .Switch({"--one-rank"}, "only the one-rank rows (fp32, and bf16 for the gpt and llama)",
+              [args] { args->one_rank = true; })
       .Value({"--blas"}, absl::StrJoin(EnumNames<cpu::BlasChoice>(), "|"),
              "the matrix products' library, as train's --blas (sets TRAINC_BLAS)", SetBlasEnv)
       // What RunTwoRanks passes its workers; not for people.
@@ -253,6 +261,7 @@ struct Variant {
   bool bf16 = false;
   bool mpi = false;  // Open MPI's shared memory (mpirun) instead of Gloo
   bool next_forward = false;  // zero_gather = next_forward
+  bool precision_bf16 = false;  // precision = bf16 (one rank only)
 
   std::string Mode() const {
     return absl::StrCat(overlap ? "overlap" : "no-overlap",
@@ -284,6 +293,7 @@ absl::StatusOr<Plan> CompilePlan(const ModelConfig& model, int gpus,
   if (variant.zero > 0) overrides.push_back({"zero", absl::StrCat(variant.zero)});
   if (variant.next_forward) overrides.push_back({"zero_gather", "next_forward"});
   if (variant.bf16) overrides.push_back({"grad_comm", "bf16"});
+  if (variant.precision_bf16) overrides.push_back({"precision", "bf16"});
   if (model.ctx > 0) overrides.push_back({"ctx", absl::StrCat(model.ctx)});
   PlanOptions options;
   options.workspace = cpu::WorkspaceBytes;  // oneDNN's, for the CNN
@@ -532,6 +542,10 @@ std::vector<std::pair<std::string, double>> RunTorch(const ModelConfig& model,
 // One model's figures (ms per step; 0: not measured).
 struct ModelResult {
   double one = 0;
+  // One rank under precision = bf16 (the GPT and Llama): the products on
+  // oneDNN's bf16 kernels where the CPU has them, and widened to f32.
+  double bf16 = 0;
+  double bf16_widened = 0;
   TwoRankResult overlap;
   std::optional<TwoRankResult> serial;  // the MLP only
   // Two ranks (overlap on) with ZeRO-1 and bf16 gradients (the MLP and
@@ -568,6 +582,23 @@ void RunTorchInto(const ModelConfig& model, bool torch_on, int warmup, int steps
   }
 }
 
+// r.bf16 and r.bf16_widened: one rank under precision = bf16, the second
+// with TRAINC_BF16_GEMM=widened (runtime/cpu/bf16_matmul.h).
+absl::Status MeasureBf16(const ModelConfig& model, int warmup, int steps, ModelResult& r) {
+  Variant variant;
+  variant.precision_bf16 = true;
+  absl::StatusOr<Plan> plan = CompilePlan(model, 1, variant);
+  if (!plan.ok()) return plan.status();
+  for (bool widened : {false, true}) {
+    if (widened) setenv("TRAINC_BF16_GEMM", "widened", 1);
+    absl::StatusOr<double> ms = TimeSteps(model, *plan, nullptr, {}, warmup, steps, 0);
+    if (widened) unsetenv("TRAINC_BF16_GEMM");
+    if (!ms.ok()) return ms.status();
+    (widened ? r.bf16_widened : r.bf16) = *ms;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
                                          const Args& args) {
   const int warmup = WarmupFor(model, args);
@@ -584,6 +615,11 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
                         absl::StrCat("1 rank: ", one.status().message()));
   }
   r.one = *one;
+  if (&model == &kGpt || &model == &kLlama) {
+    if (absl::Status s = MeasureBf16(model, warmup, steps, r); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("1 rank, bf16: ", s.message()));
+    }
+  }
   if (model.ctx > 0) {
     struct rusage usage;
     if (getrusage(RUSAGE_SELF, &usage) == 0) r.rss_kib = usage.ru_maxrss;
@@ -597,7 +633,7 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
     }
     return t;
   };
-  if (model.ctx > 0) {
+  if (model.ctx > 0 || args.one_rank) {
     RunTorchInto(model, args.torch, warmup, steps, r);
     return r;
   }
@@ -647,6 +683,7 @@ void PrintHeader() {
   const cpu::BlasChoice choice = cpu::BlasChoiceFromEnv().value_or(cpu::BlasChoice::kAuto);
   std::printf("matrix products: %s\n",
               cpu::GemmSummary(cpu::ResolveBlas(choice, info), choice, info).c_str());
+  std::printf("bf16 GEMMs (precision = bf16 rows): %s\n", cpu::Bf16GemmSummary().c_str());
 }
 
 void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
@@ -680,6 +717,11 @@ void PrintSection(const ModelConfig& model, const ModelResult& r, int warmup,
   };
   row(absl::StrCat("1 rank (mb ", model.global_batch, ")"), r.one,
       "eager, 1 thread", r.torch1);
+  if (r.bf16 > 0) {
+    row("1 rank, precision bf16", r.bf16, "eager fp32, 1 thread", r.torch1);
+    row("1 rank, bf16 widened to f32", r.bf16_widened, "", 0);
+  }
+  if (r.overlap.ms <= 0 && model.ctx == 0) return;  // --one-rank
   if (model.ctx > 0) {
     auto mib = [](int64_t kib) {
       return kib > 0 ? absl::StrFormat("%.0f MiB", kib / 1024.0) : std::string("-");
@@ -727,6 +769,26 @@ std::string VsTorch(const ModelResult& r) {
                          ratio <= 0.7 ? "met" : "NOT met");
 }
 
+// "; bf16 150.2 ms/step (0.52x fp32's; widened to f32: 400.1)" or "".
+std::string Bf16Summary(const ModelResult& r) {
+  if (r.bf16 <= 0) return "";
+  return absl::StrFormat("; bf16 %.1f ms/step (%.2fx fp32's; widened to f32: %.1f)", r.bf16,
+                         r.bf16 / r.one, r.bf16_widened);
+}
+
+// --one-rank's summary line: each model measured, by its key.
+void PrintOneRankSummary(
+    const std::vector<std::pair<const char*, const std::optional<ModelResult>*>>& results) {
+  std::vector<std::string> summary;
+  for (const auto& [key, r] : results) {
+    if (*r) {
+      summary.push_back(absl::StrFormat("%s 1 rank %.1f ms/step (%s)%s", key, (*r)->one,
+                                        VsTorch(**r), Bf16Summary(**r)));
+    }
+  }
+  std::printf("summary: %s\n", absl::StrJoin(summary, "; ").c_str());
+}
+
 int Main(const Args& args) {
   absl::StatusOr<std::optional<RankInfo>> rank = RankFromEnvironment();
   if (!rank.ok()) {
@@ -764,6 +826,11 @@ int Main(const Args& args) {
     PrintSection(kGpt1024, *gpt1024, WarmupFor(kGpt1024, args), StepsFor(kGpt1024, args));
   }
 
+  if (args.one_rank) {
+    PrintOneRankSummary({{"mlp", &mlp}, {"gpt", &gpt}, {"llama", &llama}, {"cnn", &cnn},
+                         {"wide", &wide}});
+    return 0;
+  }
   std::vector<std::string> summary;
   if (mlp) {
     const double speedup = mlp->one / mlp->overlap.ms;
@@ -776,12 +843,13 @@ int Main(const Args& args) {
   if (gpt) {
     summary.push_back(absl::StrFormat(
         "tiny gpt 1 rank %.1f ms/step (%s); 2 ranks %.1f ms/step = %.2fx one "
-        "rank%s",
+        "rank%s%s",
         gpt->one, VsTorch(*gpt), gpt->overlap.ms, gpt->one / gpt->overlap.ms,
         gpt->torch2 > 0
             ? absl::StrFormat(", %.2fx PyTorch DDP's time",
                               gpt->overlap.ms / gpt->torch2)
-            : ""));
+            : "",
+        Bf16Summary(*gpt)));
   }
   if (cnn) {
     summary.push_back(absl::StrFormat(
@@ -799,8 +867,9 @@ int Main(const Args& args) {
         wide->one / best, wide->one / best >= 1.7 ? "met" : "NOT met"));
   }
   if (llama) {
-    summary.push_back(absl::StrFormat("llama 1 rank %.1f ms/step (%s); 2 ranks %.1f ms/step",
-                                      llama->one, VsTorch(*llama), llama->overlap.ms));
+    summary.push_back(absl::StrFormat("llama 1 rank %.1f ms/step (%s); 2 ranks %.1f ms/step%s",
+                                      llama->one, VsTorch(*llama), llama->overlap.ms,
+                                      Bf16Summary(*llama)));
   }
   if (gpt1024) {
     summary.push_back(absl::StrFormat(
