@@ -3,12 +3,16 @@
 #include "runtime/cpu/cpu_device.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "runtime/cpu/bf16_matmul.h"
+#include "runtime/device/bf16.h"
 #include "runtime/device/device.h"
 
 namespace trainc {
@@ -309,6 +313,87 @@ TEST(CpuDeviceTest, Bf16OperandsAreStagedAndRoundedToNearestEven) {
   const float want[4] = {3.0f, 3.0f + 3 * 0x1p-6f, 3.0f + 0x1p-5f, -9.0f};
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(out[i], want[i]) << i << " (c = " << rounded[i] << ")";
+  }
+}
+
+// precision = bf16, a linear and its weight gradient on bf16 operands
+// (small integers: every sum is exact, whatever the order): oneDNN's bf16
+// matmul where the CPU has one, reading x, w and dy from the arena as they
+// are (less staging), gives the bits of the widened path
+// (TRAINC_BF16_GEMM=widened), db summed from the bf16 dy included.
+Plan Bf16LinearPlan() {
+  Plan plan;
+  plan.precision = Precision::kBf16;
+  auto add = [&](const char* name, std::vector<int64_t> shape, DType dtype) {
+    Buffer b;
+    b.id = static_cast<int>(plan.buffers.size());
+    b.name = name;
+    b.dtype = dtype;
+    b.shape = shape;
+    b.bytes = DTypeBytes(dtype);
+    for (int64_t d : shape) b.bytes *= d;
+    b.offset = plan.arena_bytes;
+    plan.arena_bytes += (b.bytes + 63) / 64 * 64;
+    plan.buffers.push_back(b);
+    return b.id;
+  };
+  const DType bf16 = DType::kBF16;
+  const int x = add("x", {4, 40}, bf16), w = add("w", {24, 40}, bf16), b = add("b", {24}, bf16),
+            y = add("y", {4, 24}, bf16), dy = add("dy", {4, 24}, bf16),
+            dw = add("dw", {24, 40}, DType::kF32), db = add("db", {24}, DType::kF32);
+  auto instr = [&](const char* op, std::vector<int> in, std::vector<int> out) {
+    Instruction i;
+    i.id = static_cast<int>(plan.instructions.size());
+    i.op = op;
+    i.inputs = std::move(in);
+    i.outputs = std::move(out);
+    plan.instructions.push_back(i);
+  };
+  instr("linear", {x, w, b}, {y});
+  instr("linear_grad_params", {dy, x}, {dw, db});
+  return plan;
+}
+
+// Runs Bf16LinearPlan on small integers; y, dw and db as bytes.
+std::vector<char> RunBf16Linear(const Plan& plan) {
+  CpuDevice device;
+  EXPECT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  for (int id : {0, 1, 2, 4}) {
+    const Buffer& buf = plan.buffers[id];
+    std::vector<uint16_t> v(buf.bytes / 2);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = FloatToBf16(static_cast<float>(i * 7 % 9) - 4);
+    EXPECT_TRUE(device.Upload(buf.offset, v.data(), buf.bytes).ok());
+  }
+  EXPECT_TRUE(device.Prepare(plan).ok());
+  for (const Instruction& i : plan.instructions) {
+    EXPECT_TRUE(device.RunKernel(plan, i, StepState{}).ok()) << i.op;
+  }
+  std::vector<char> out;
+  for (int id : {3, 5, 6}) {
+    const Buffer& buf = plan.buffers[id];
+    std::vector<char> bytes(buf.bytes);
+    EXPECT_TRUE(device.Download(buf.offset, bytes.data(), buf.bytes).ok());
+    out.insert(out.end(), bytes.begin(), bytes.end());
+  }
+  return out;
+}
+
+TEST(CpuDeviceTest, Bf16LinearOnOneDnnGivesTheWidenedBits) {
+  const Plan plan = Bf16LinearPlan();
+  const absl::StatusOr<int64_t> native_staging = CpuBf16StagingBytes(plan);
+  const std::vector<char> native = RunBf16Linear(plan);
+  setenv("TRAINC_BF16_GEMM", "widened", 1);
+  const absl::StatusOr<int64_t> widened_staging = CpuBf16StagingBytes(plan);
+  const std::vector<char> widened = RunBf16Linear(plan);
+  unsetenv("TRAINC_BF16_GEMM");
+  EXPECT_EQ(native, widened);
+  ASSERT_TRUE(native_staging.ok() && widened_staging.ok());
+  // Widened: the linear's x, w, b and y (y's staging 4 x 24 floats).
+  EXPECT_EQ(*widened_staging, 640 + 3840 + 128 + 384);
+  if (absl::StartsWith(cpu::Bf16GemmSummary(), "oneDNN matmul")) {
+    EXPECT_EQ(*native_staging, 128 + 384);  // b and y only
+  } else {
+    EXPECT_EQ(*native_staging, *widened_staging);
   }
 }
 
