@@ -3,12 +3,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "runtime/cpu/blocked_pool.h"
 
 namespace trainc::cpu {
 namespace {
@@ -67,10 +69,11 @@ Layouts LayoutsOf(const Instruction& instr, const std::vector<bool>& blocked) {
   return t;
 }
 
-// One primitive with its arguments.
+// One primitive with its arguments, or (custom set) a kernel of ours.
 struct Step {
   dnnl::primitive primitive;
   std::unordered_map<int, memory> args;
+  std::function<void()> custom;
 };
 
 // What one instruction runs: reorders into oneDNN's layouts, the
@@ -137,9 +140,16 @@ class Builder {
   memory Scratchpad(const memory::desc& md) { return Wrap(md, Take(md.get_size())); }
 
   Program Finish(dnnl::primitive primitive, std::unordered_map<int, memory> args) {
+    return Finish({std::move(primitive), std::move(args), nullptr});
+  }
+
+  // The same with our kernel in the primitive's place.
+  Program Finish(std::function<void()> custom) { return Finish({{}, {}, std::move(custom)}); }
+
+  Program Finish(Step main) {
     Program p;
     p.steps = std::move(before_);
-    p.steps.push_back({std::move(primitive), std::move(args)});
+    p.steps.push_back(std::move(main));
     for (Step& s : after_) p.steps.push_back(std::move(s));
     p.accumulate = std::move(accumulate_);
     return p;
@@ -305,6 +315,21 @@ absl::Status CheckArgmaxFits(const dnnl::pooling_forward::primitive_desc& pd,
                                           g.n * g.o * g.oh * g.ow * 4));
 }
 
+// Whether max pooling in `pd`'s layout runs on blocked_pool.h's kernels
+// rather than oneDNN's (whose workspace they read and write alike): only
+// where oneDNN's workspace is theirs, u8 window indices in the image's
+// nChw16c layout.
+bool OursPool(const WindowGeometry& g, KernelOp forward_op,
+              const dnnl::pooling_forward::primitive_desc& pd) {
+  if (forward_op != KernelOp::kMaxPool2d || !BlockedMaxPoolRuns(g, ChannelBlock())) {
+    return false;
+  }
+  const ConvShapes s = ShapesOf(g);
+  return pd.src_desc() == Plain(s.image, Tag::nChw16c) &&
+         pd.workspace_desc() ==
+             memory::desc(s.out, memory::data_type::u8, Tag::nChw16c);
+}
+
 absl::StatusOr<Program> BuildPool(const KernelArgs& k, const Layouts& t,
                                   const dnnl::engine& engine, Builder& b) {
   const WindowGeometry& g = k.window;
@@ -316,6 +341,13 @@ absl::StatusOr<Program> BuildPool(const KernelArgs& k, const Layouts& t,
   if (k.op == KernelOp::kMaxPool2d) {
     if (absl::Status fits = CheckArgmaxFits(pd, g); !fits.ok()) return fits;
     if (!b.dry()) args[DNNL_ARG_WORKSPACE] = memory(pd.workspace_desc(), engine, k.y[1]);
+  }
+  if (OursPool(g, k.op, pd)) {
+    if (b.dry()) return Program{};
+    const float* x = static_cast<const float*>(args[DNNL_ARG_SRC].get_data_handle());
+    float* y = static_cast<float*>(args[DNNL_ARG_DST].get_data_handle());
+    auto* argmax = reinterpret_cast<uint8_t*>(k.y[1]);
+    return b.Finish([g, x, y, argmax] { BlockedMaxPoolForward(g, x, y, argmax); });
   }
   args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
   if (b.dry()) return Program{};
@@ -344,6 +376,13 @@ absl::StatusOr<Program> BuildPoolGrad(const KernelArgs& k, const Layouts& t,
       args[DNNL_ARG_WORKSPACE] =
           memory(hint.workspace_desc(), engine, const_cast<float*>(k.x[3]));
     }
+  }
+  if (OursPool(g, forward_op, hint)) {
+    if (b.dry()) return Program{};
+    const float* dy = static_cast<const float*>(args[DNNL_ARG_DIFF_DST].get_data_handle());
+    float* dx = static_cast<float*>(args[DNNL_ARG_DIFF_SRC].get_data_handle());
+    const auto* argmax = reinterpret_cast<const uint8_t*>(k.x[3]);
+    return b.Finish([g, dy, argmax, dx] { BlockedMaxPoolBackward(g, dy, argmax, dx); });
   }
   args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
   if (b.dry()) return Program{};
@@ -517,7 +556,14 @@ absl::Status DnnlOps::Run(int id) {
         absl::StrCat("cpu: instruction ", id, " has no oneDNN primitive"));
   }
   try {
-    for (Step& step : it->second.steps) step.primitive.execute(state_->stream, step.args);
+    for (Step& step : it->second.steps) {
+      if (step.custom) {
+        state_->stream.wait();
+        step.custom();
+      } else {
+        step.primitive.execute(state_->stream, step.args);
+      }
+    }
     state_->stream.wait();
   } catch (const dnnl::error& e) {
     return absl::InternalError(absl::StrCat("cpu: oneDNN: ", e.what()));
