@@ -10,6 +10,7 @@
 #include "compiler/graph/fuse_linear_gelu_grad.h"
 #include "compiler/graph/precision.h"
 #include "compiler/graph/recompute.h"
+#include "compiler/graph/relu_after_max_pool.h"
 
 namespace trainc {
 namespace {
@@ -33,6 +34,10 @@ const std::vector<PipelineStep>& TrainPipelineSteps() {
   static const auto* steps = new std::vector<PipelineStep>{
       {"dce", "always: the lowered forward graph, before its gradients", Always,
        &Make<DeadCodeElimination>},
+      {"relu_after_max_pool",
+       "fusion; before autodiff, whose gradients of the swapped pair are the same bits; "
+       "before fuse_conv_relu, which then leaves such a convolution alone",
+       Fusion, &Make<ReluAfterMaxPool>},
       {"autodiff",
        "always: the backward of the live forward graph, the loss the mean over every term "
        "of the global batch",

@@ -23,7 +23,7 @@ TEST(Pipeline, DeclaresEveryPassInOrder) {
   all.bf16 = true;
   all.recompute = {"block"};
   EXPECT_EQ(Names(all), (std::vector<std::string>{
-                            "dce", "autodiff", "mixed_precision", "fuse_classifier",
+                            "dce", "relu_after_max_pool", "autodiff", "mixed_precision", "fuse_classifier",
                             "fuse_linear_gelu", "fuse_linear_activation", "fuse_conv_relu",
                             "fuse_linear_gelu_grad", "recompute", "fuse_add_layernorm"}));
   for (const PipelineStep& step : TrainPipelineSteps()) {

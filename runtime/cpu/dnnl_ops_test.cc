@@ -36,13 +36,15 @@ constexpr char kCnn[] = R"(
   p1     = max_pool2d(c1, 3)
   c2     = conv2d(p1, 16, kernel = 2, bias = false)
   a2     = avg_pool2d(c2, 2, stride = 1, padding = 1)
-  c3     = conv2d(a2, 5, kernel = 3, stride = 2, padding = 1)
+  c3     = relu(conv2d(a2, 5, kernel = 3, stride = 2, padding = 1))
   g      = linear(global_avg_pool(a2), 4)
   logits = linear(flatten(c3), 4) + g
   loss   = cross_entropy(logits, y)
 )";
 
-// fusion = false: c1's convolution and relu stay two instructions.
+// fusion = false: each convolution and its relu stay two instructions;
+// fusion = true: c3's are one (conv2d_relu), and c1's relu runs after the
+// max pooling (compiler/graph/relu_after_max_pool.h).
 absl::StatusOr<Plan> CompileCnn(int accumulate, PlanOptions options, bool fusion = true) {
   FrontendResult r = CompileSource(Source(kCnn, accumulate), "cnn.train");
   if (!r.spec) return absl::InvalidArgumentError(FormatDiagnostics(r.diagnostics, r.source));
@@ -139,7 +141,8 @@ TEST(DnnlOps, MatchesTheReferenceForwardAndBackward) {
   CompareWithReference(*plan, /*fused=*/false);
 }
 
-// c1's relu done by the convolution (conv2d_relu, oneDNN's post-op).
+// c3's relu done by the convolution (conv2d_relu, oneDNN's post-op), c1's
+// over p1.
 TEST(DnnlOps, FusedConvolutionAndRelu) {
   absl::StatusOr<Plan> plan = CompileCnn(2, CpuOptions());
   ASSERT_TRUE(plan.ok()) << plan.status();

@@ -5,7 +5,8 @@ the backward each MLP's projection input gradient with the GELU's gradient
 (compiler/graph/fuse_linear_gelu_grad.h), each residual add with the
 layernorm of its sum (compiler/graph/fuse_add_layernorm.h), and a linear or
 convolution with the activation after it (compiler/graph/fuse_activation.h:
-linear_relu, linear_tanh, linear_gelu_erf, conv2d_relu). The fused plan
+linear_relu, linear_tanh, linear_gelu_erf, conv2d_relu), and a relu before a
+max pooling moved after it (compiler/graph/relu_after_max_pool.h). The fused plan
 trains on the same bits as the unfused one (fp32, bf16 and fp32 with
 recomputation, two ranks, all four fusions), the plan file shows the
 fused instructions, and
@@ -42,12 +43,14 @@ class FusionTest(unittest.TestCase):
                                  f"{precision}, recompute {recompute}")
 
     def test_activation_fusions_train_the_same_bits(self):
-        # fashion_cnn: each conv2d and its relu as conv2d_relu, the hidden
-        # linear and its relu as linear_relu; autoencoder_mse: linear_tanh;
-        # residual_mlp: linear_gelu_erf (pre kept for gelu_grad). bf16
-        # leaves them apart; fp32 fuses (compiler/graph/fuse_activation.h).
+        # fashion_cnn: each conv block's relu after its max pooling
+        # (compiler/graph/relu_after_max_pool.h: "p1 = relu" of p1.pre), so
+        # no conv2d_relu, and the hidden linear and its relu as linear_relu;
+        # autoencoder_mse: linear_tanh; residual_mlp: linear_gelu_erf (pre
+        # kept for gelu_grad). bf16 leaves them apart; fp32 fuses
+        # (compiler/graph/fuse_activation.h).
         e2e.need_fashion_mnist(self)
-        fused_ops = {"fashion_cnn": {"conv2d_relu", "linear_relu"},
+        fused_ops = {"fashion_cnn": {"linear_relu"},
                      "autoencoder_mse": {"linear_tanh"},
                      "residual_mlp": {"linear_gelu_erf"}}
         for example, want in fused_ops.items():
@@ -57,6 +60,13 @@ class FusionTest(unittest.TestCase):
             with open(path) as f:
                 ops = set(re.findall(r"^instr \d+ op=(\w+) ", f.read(), re.M))
             self.assertLessEqual(want, ops, example)
+            if example == "fashion_cnn":
+                self.assertNotIn("conv2d_relu", ops)
+                with open(path) as f:
+                    text = f.read()
+                for p in ("p1", "p2"):
+                    self.assertRegex(text, rf'op=relu .*in=\d+ .*label="{p} = relu"')
+                    self.assertIn(f'label="{p}.pre = max_pool2d"', text)
             runs = {}
             for fusion in ("true", "false"):
                 out = f"{self.dir}/{example}_{fusion}.safetensors"
