@@ -318,16 +318,15 @@ absl::Status CheckArgmaxFits(const dnnl::pooling_forward::primitive_desc& pd,
 // Whether max pooling in `pd`'s layout runs on blocked_pool.h's kernels
 // rather than oneDNN's (whose workspace they read and write alike): only
 // where oneDNN's workspace is theirs, u8 window indices in the image's
-// nChw16c layout.
+// channel-blocked layout.
 bool OursPool(const WindowGeometry& g, KernelOp forward_op,
               const dnnl::pooling_forward::primitive_desc& pd) {
   if (forward_op != KernelOp::kMaxPool2d || !BlockedMaxPoolRuns(g, ChannelBlock())) {
     return false;
   }
   const ConvShapes s = ShapesOf(g);
-  return pd.src_desc() == Plain(s.image, Tag::nChw16c) &&
-         pd.workspace_desc() ==
-             memory::desc(s.out, memory::data_type::u8, Tag::nChw16c);
+  return pd.src_desc() == Plain(s.image, BlockedTag()) &&
+         pd.workspace_desc() == memory::desc(s.out, memory::data_type::u8, BlockedTag());
 }
 
 absl::StatusOr<Program> BuildPool(const KernelArgs& k, const Layouts& t,
@@ -347,7 +346,8 @@ absl::StatusOr<Program> BuildPool(const KernelArgs& k, const Layouts& t,
     const float* x = static_cast<const float*>(args[DNNL_ARG_SRC].get_data_handle());
     float* y = static_cast<float*>(args[DNNL_ARG_DST].get_data_handle());
     auto* argmax = reinterpret_cast<uint8_t*>(k.y[1]);
-    return b.Finish([g, x, y, argmax] { BlockedMaxPoolForward(g, x, y, argmax); });
+    const int64_t block = ChannelBlock();
+    return b.Finish([=] { BlockedMaxPoolForward(g, block, x, y, argmax); });
   }
   args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
   if (b.dry()) return Program{};
@@ -382,7 +382,8 @@ absl::StatusOr<Program> BuildPoolGrad(const KernelArgs& k, const Layouts& t,
     const float* dy = static_cast<const float*>(args[DNNL_ARG_DIFF_DST].get_data_handle());
     float* dx = static_cast<float*>(args[DNNL_ARG_DIFF_SRC].get_data_handle());
     const auto* argmax = reinterpret_cast<const uint8_t*>(k.x[3]);
-    return b.Finish([g, dy, argmax, dx] { BlockedMaxPoolBackward(g, dy, argmax, dx); });
+    const int64_t block = ChannelBlock();
+    return b.Finish([=] { BlockedMaxPoolBackward(g, block, dy, argmax, dx); });
   }
   args[DNNL_ARG_SCRATCHPAD] = b.Scratchpad(pd.scratchpad_desc());
   if (b.dry()) return Program{};
