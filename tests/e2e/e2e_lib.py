@@ -38,12 +38,13 @@ EXAMPLE = runfile("dsl_examples/fashion_mlp.train")
 MLP_LAYERS = [("h1", 784, 256), ("h2", 256, 128), ("logits", 128, 10)]
 
 
-def initial_mlp_weights(seed):
-    """The default MLP's weights as nn.Linear initialises them, U(+-1/sqrt(in)),
-    biases included, under PyTorch's names."""
+def initial_mlp_weights(seed, layers=MLP_LAYERS):
+    """The default MLP's weights (or those of `layers`: (name, in, out, ...))
+    as nn.Linear initialises them, U(+-1/sqrt(in)), biases included, under
+    PyTorch's names."""
     rng = np.random.RandomState(seed)
     w = {}
-    for name, fan_in, fan_out in MLP_LAYERS:
+    for name, fan_in, fan_out, *_ in layers:
         bound = 1 / np.sqrt(fan_in)
         w[name + ".weight"] = rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32)
         w[name + ".bias"] = rng.uniform(-bound, bound, fan_out).astype(np.float32)

@@ -13,6 +13,12 @@ within TOLERANCE of that reference's, and far from the float32 run's (the
 control: the comparison sees bf16 at all), on the f32 GEMM of the widened
 operands (see WIDENED).
 
+The default path (oneDNN's bf16 matmul where the CPU has it) has its own
+oracle that summation order cannot break: an MLP of smooth activations
+(tanh, gelu, silu: no relu gate) against a float64 emulation of the same
+rounding points, in norm, within a quarter of bf16's precision (see
+SMOOTH_TOLERANCE), far from a truncating bf16 and from no rounding.
+
 Also: the summary names the bf16 GEMM path, the split still does not
 change the result (bit for bit with deterministic = true), the plan
 summary shows the activation memory saved, the default example reaches its float32 accuracy, and a bad value
@@ -46,7 +52,8 @@ TOLERANCE = 1e-4
 # pre-activation near 0 then opens differently, one sample's share of an
 # update, far above TOLERANCE (seeds 1, 4 and 5 on AMX: 3e-3 to 1.7e-2,
 # against 4e-2 for the float32 run); runtime/cpu:bf16_matmul_test bounds
-# those kernels against the widened GEMM instead.
+# those kernels against the widened GEMM, and
+# test_native_bf16_matches_a_float64_reference checks them end to end.
 WIDENED = {"TRAINC_BF16_GEMM": "widened"}
 
 
@@ -120,6 +127,140 @@ def update_diff(got, want, init):
     return worst
 
 
+# The native path's oracle: a model of smooth activations only (no relu
+# gate, no max-pool), so a bf16 value rounded to its neighbour by another
+# summation order moves what follows it by about one bf16 ulp (2^-8
+# relative) of one sample's share, never by a gate's step. (name, in, out,
+# activation after the linear).
+SMOOTH_LAYERS = [("h1", 784, 64, "tanh"), ("h2", 64, 32, "gelu"), ("h3", 32, 32, "silu"),
+                 ("logits", 32, 10, None)]
+SMOOTH_STEPS, SMOOTH_MICRO, SMOOTH_ACCUMULATE = 3, 32, 2
+# Compared in norm (update_norm_diff): another summation order rounds a few
+# stored values to the neighbouring bf16, each changing one sample's term
+# of a sum by 2^-8 of it, a sparse error; a missing or wrong rounding moves
+# every value. A quarter of bf16's relative precision (2^-10 = 9.8e-4)
+# lies between them. Measured, seeds 0-7 on AMX, avx512_bf16 and AVX2
+# (widened): 2.7e-5 to 1.7e-4; against a float64 run (no rounding) 5.3e-3
+# to 9.2e-3, against truncating bf16 3.3e-2 to 4.6e-2. Planted once each
+# (seeds 0, 1): bf16_matmul.cc without its sum post-op (accumulate
+# overwrites) 0.76, 0.88; its forward reading a square weight untransposed
+# 1.28, 1.23; FloatToBf16 truncating 4.1e-2, 4.4e-2.
+SMOOTH_TOLERANCE = 2.0 ** -10
+
+
+def smooth_text(data_dir):
+    layers = []
+    prev = "image"
+    for name, _, out, act in SMOOTH_LAYERS:
+        expr = f"linear({prev}, {out})"
+        layers.append(f"  {name} = {act}({expr})" if act else f"  {name} = {expr}")
+        prev = name
+    body = "\n".join(layers)
+    return f"""
+model smooth_mlp {{
+  input image: f32[784]
+  label class: i32[10]
+{body}
+  loss = cross_entropy(logits, class)
+}}
+data {{
+  train = idx("{data_dir}/train-images-idx3-ubyte.gz", "{data_dir}/train-labels-idx1-ubyte.gz")
+  scale = 1/255
+  shuffle = false
+}}
+train {{ gpus = 1  micro_batch = {SMOOTH_MICRO}  accumulate = {SMOOTH_ACCUMULATE}
+        steps = {SMOOTH_STEPS}  seed = 0
+        {SGD_LINE} }}
+"""
+
+
+def _activation(name, pre, r):
+    """(y, dy -> dpre) in float64 for the bf16 `pre`, the formulas of
+    PyTorch's ops, y rounded by r: tanh's gradient reads the rounded
+    output, gelu's (erf) and silu's the input, as trainc's kernels do."""
+    if name == "tanh":
+        y = r(torch.tanh(pre))
+        return y, lambda dy: dy * (1 - y * y)
+    if name == "gelu":
+        cdf = 0.5 * (1 + torch.erf(pre / np.sqrt(2)))
+        pdf = torch.exp(-0.5 * pre * pre) / np.sqrt(2 * np.pi)
+        return r(pre * cdf), lambda dy: dy * (cdf + pre * pdf)
+    assert name == "silu", name
+    s = torch.sigmoid(pre)
+    return r(pre * s), lambda dy: dy * s * (1 + pre * (1 - s))
+
+
+def smooth_reference(init, images, labels, r):
+    """Float64 weights after SMOOTH_STEPS SGD steps of the smooth MLP, with
+    `r` at each of precision = bf16's rounding points (bf16: round to
+    nearest even; the identity: a plain run): the linears' inputs, weights
+    and biases, their outputs, the activations, each activation gradient;
+    sums, the softmax and the update in float64."""
+    p = {k: torch.tensor(v, dtype=torch.float64) for k, v in init.items()}
+    mom = {k: torch.zeros_like(v) for k, v in p.items()}
+    G = SMOOTH_MICRO * SMOOTH_ACCUMULATE
+    for s in range(SMOOTH_STEPS):
+        grads = {k: torch.zeros_like(v) for k, v in p.items()}
+        low = {k: r(v) for k, v in p.items()}
+        for m in range(SMOOTH_ACCUMULATE):
+            lo = s * G + m * SMOOTH_MICRO
+            x = torch.tensor(images[lo:lo + SMOOTH_MICRO].reshape(SMOOTH_MICRO, -1),
+                             dtype=torch.float64) / 255
+            y = torch.tensor(labels[lo:lo + SMOOTH_MICRO].astype(np.int64))
+            acts, grad_fns = [r(x)], []
+            for name, _, _, act in SMOOTH_LAYERS:
+                h = r(acts[-1] @ low[name + ".weight"].t() + low[name + ".bias"])
+                if act:
+                    h, grad = _activation(act, h, r)
+                    grad_fns.append(grad)
+                acts.append(h)
+            probs = torch.softmax(acts[-1], dim=1)
+            dy = r((probs - torch.nn.functional.one_hot(y, 10).to(torch.float64)) / G)
+            for i in reversed(range(len(SMOOTH_LAYERS))):
+                name = SMOOTH_LAYERS[i][0]
+                if i + 1 < len(SMOOTH_LAYERS):
+                    dy = r(grad_fns[i](dy))
+                grads[name + ".weight"] += dy.t() @ acts[i]
+                grads[name + ".bias"] += dy.sum(0)
+                if i > 0:
+                    dy = r(dy @ low[name + ".weight"])
+        for k, v in p.items():  # torch.optim.SGD's momentum
+            mom[k] = SGD["momentum"] * mom[k] + grads[k] if s else grads[k]
+            v -= SGD["lr"] * mom[k]
+    return {k: v.numpy().copy() for k, v in p.items()}
+
+
+def to_bf16(t):
+    return t.to(torch.bfloat16).to(torch.float64)
+
+
+def truncate_to_bf16(t):
+    """A wrong rounding (toward zero): the control the oracle must see."""
+    bits = t.to(torch.float32).numpy().view(np.uint32) & np.uint32(0xFFFF0000)
+    return torch.tensor(bits.view(np.float32), dtype=torch.float64)
+
+
+def bf16_gemm_expected(env):
+    """The regex the run summary's "bf16 GEMMs" line must match under
+    `env`: oneDNN's bf16 matmul where the CPU has avx512_bf16 and neither
+    ONEDNN_MAX_CPU_ISA nor TRAINC_BF16_GEMM keeps it off, else the widened
+    f32 GEMM."""
+    if env.get("TRAINC_BF16_GEMM") == "widened":
+        return r"widened to f32 \(TRAINC_BF16_GEMM=widened\)"
+    with open("/proc/cpuinfo") as f:
+        has_bf16 = "avx512_bf16" in f.read()
+    isa = env.get("ONEDNN_MAX_CPU_ISA", os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL")).upper()
+    if has_bf16 and isa in ("ALL", "AVX512_CORE_BF16", "AVX512_CORE_AMX"):
+        return r"oneDNN matmul, brg:avx512_core\w*_bf16 kernels"
+    return r"widened to f32 \(oneDNN [\d.]+, \w+ kernels: no bf16 matmul\)"
+
+
+def update_norm_diff(got, want, init):
+    """max ||(got - init) - (want - init)|| / ||want - init|| over tensors."""
+    return max(e2e.norm_rel(got[k].astype(np.float64) - init[k], want[k] - init[k])
+               for k in want)
+
+
 class PrecisionTest(unittest.TestCase):
 
     def setUp(self):
@@ -157,6 +298,36 @@ class PrecisionTest(unittest.TestCase):
         self.assertGreater(far, 30 * TOLERANCE)
         self.assertGreater(update_diff(bf16_ref, fp32_ref, init), 30 * TOLERANCE)
 
+    def test_native_bf16_matches_a_float64_reference(self):
+        # The oracle of the default path (oneDNN's bf16 matmul where the CPU
+        # has it): the smooth MLP against a float64 emulation of bf16's
+        # rounding points, which no summation order can move by more than a
+        # few ulp flips' worth; a wrong bf16 rounding and no rounding at
+        # all are far outside it.
+        e2e.need_torch_reference(torch)
+        n = SMOOTH_STEPS * SMOOTH_MICRO * SMOOTH_ACCUMULATE
+        images = e2e.read_idx(e2e.TRAIN_IMAGES, n)
+        labels = e2e.read_idx(e2e.TRAIN_LABELS, n)
+        init = e2e.initial_mlp_weights(seed=9 + e2e.SEED, layers=SMOOTH_LAYERS)
+        init_path = os.path.join(self.dir, "smooth_init.safetensors")
+        e2e.write_safetensors(init_path, init)
+        path = write(self.dir, "smooth.train", smooth_text(os.path.dirname(e2e.FASHION)))
+        got, log = self.run_trainc(path, "smooth", "--no-eval", "--init-from", init_path,
+                                   "--precision", "bf16")
+        m = re.search(r"bf16 GEMMs +(.*)", log)
+        self.assertIsNotNone(m, log)
+        near, wrong, fp32 = (
+            update_norm_diff(got, smooth_reference(init, images, labels, r), init)
+            for r in (to_bf16, truncate_to_bf16, lambda t: t))
+        print(f"\nsmooth MLP, {m.group(1)}: update vs float64 bf16 emulation {near:.3g} "
+              f"(tolerance {SMOOTH_TOLERANCE:.3g}), vs truncating bf16 {wrong:.3g}, "
+              f"vs float64 {fp32:.3g}")
+        self.assertRegex(m.group(1), "^" + bf16_gemm_expected({}) + "$")
+        self.assertLess(near, SMOOTH_TOLERANCE)
+        # Controls: a wrong rounding and no rounding at all are far out.
+        self.assertGreater(wrong, 4 * SMOOTH_TOLERANCE)
+        self.assertGreater(fp32, 4 * SMOOTH_TOLERANCE)
+
     def test_split_does_not_change_the_result(self):
         runs = {}
         for gpus, acc in [(1, 4), (2, 2)]:
@@ -172,20 +343,11 @@ class PrecisionTest(unittest.TestCase):
         # GEMM of the widened operands; the summary says which, an fp32 run
         # says nothing.
         run = (e2e.EXAMPLE, "--device", "cpu", "--steps", 2, "--no-eval")
-        line = r"bf16 GEMMs +(.*)"
-        native = r"oneDNN matmul, brg:avx512_core\w*_bf16 kernels"
-        widened = r"widened to f32 \(oneDNN [\d.]+, \w+ kernels: no bf16 matmul\)"
-        with open("/proc/cpuinfo") as f:
-            has_bf16 = "avx512_bf16" in f.read()
-        capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper() not in (
-            "ALL", "AVX512_CORE_BF16", "AVX512_CORE_AMX")
-        for env, want in (({}, native if has_bf16 and not capped else widened),
-                          ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, widened),
-                          (WIDENED, r"widened to f32 \(TRAINC_BF16_GEMM=widened\)")):
+        for env in ({}, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, WIDENED):
             out = e2e.train(*run, "--precision", "bf16", env=env).stdout
-            m = re.search(line, out)
+            m = re.search(r"bf16 GEMMs +(.*)", out)
             self.assertIsNotNone(m, out)
-            self.assertRegex(m.group(1), "^" + want + "$", env)
+            self.assertRegex(m.group(1), "^" + bf16_gemm_expected(env) + "$", env)
         self.assertNotIn("bf16 GEMMs", e2e.train(*run).stdout)
 
     def test_summary_shows_the_activation_saving(self):
