@@ -135,96 +135,6 @@ using RefOp = absl::Status (*)(KernelOp op, const Attrs& attr,
                                const std::vector<TensorRef>& in,
                                const std::vector<TensorRef>& out, bool acc);
 
-absl::Status RefLinear(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
-                       const std::vector<TensorRef>& out, bool acc) {
-  // x[.., in], w[out, in], b[out] (optional) -> y[.., out].
-  const int64_t I = in[1].shape[1], O = in[1].shape[0], B = in[0].size() / I;
-  const bool bias = in.size() > 2;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t o = 0; o < O; ++o) {
-      double s = bias ? in[2].data[o] : 0.0;
-      for (int64_t i = 0; i < I; ++i) s += in[0].data[b * I + i] * in[1].data[o * I + i];
-      out[0].data[b * O + o] = s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-// linear into pre (out[0]), then gelu_tanh of pre into y (out[1]).
-absl::Status RefLinearGelu(KernelOp op, const Attrs& attr,
-                           const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                           bool acc) {
-  const absl::Status product = RefLinear(op, attr, in, out, false);
-  if (!product.ok()) return product;
-  Pointwise<pointwise::GeluTanh, 1>({out[0]}, {out[1]}, false);
-  return absl::OkStatus();
-}
-
-// linear_relu, linear_tanh, linear_gelu_erf: the linear into pre (out[0]
-// when kept, else y itself), then the activation of pre into y (the last).
-template <typename F>
-absl::Status RefLinearActivation(KernelOp op, const Attrs& attr,
-                                 const std::vector<TensorRef>& in,
-                                 const std::vector<TensorRef>& out, bool acc) {
-  const absl::Status product = RefLinear(op, attr, in, {out[0]}, false);
-  if (!product.ok()) return product;
-  Pointwise<F, 1>({out[0]}, {out.back()}, false);
-  return absl::OkStatus();
-}
-constexpr RefOp RefLinearRelu = &RefLinearActivation<pointwise::Relu>,
-                RefLinearTanh = &RefLinearActivation<pointwise::Tanh>,
-                RefLinearGeluErf = &RefLinearActivation<pointwise::Gelu>;
-
-absl::Status RefLinearGradInput(KernelOp op, const Attrs& attr,
-                                const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
-                                bool acc) {
-  const int64_t O = in[1].shape[0], I = in[1].shape[1], B = in[0].size() / O;
-  Writer dx(out[0], acc);
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < I; ++i) {
-      double s = 0;
-      for (int64_t o = 0; o < O; ++o) s += in[0].data[b * O + o] * in[1].data[o * I + i];
-      dx.Set(b * I + i, s);
-    }
-  }
-  return absl::OkStatus();
-}
-
-// linear_grad_input into dh, then gelu_tanh_grad(dh, pre) into dpre
-// (out[0]; out[1] is the backend's workspace).
-absl::Status RefLinearGradInputGelu(KernelOp op, const Attrs& attr,
-                                    const std::vector<TensorRef>& in,
-                                    const std::vector<TensorRef>& out, bool acc) {
-  std::vector<double> dh(out[0].size());
-  const TensorRef product{dh.data(), out[0].shape};
-  const absl::Status linear = RefLinearGradInput(op, attr, {in[0], in[1]}, {product}, false);
-  if (!linear.ok()) return linear;
-  Pointwise<pointwise::GeluTanhGrad, 2>({product, in[2]}, {out[0]}, acc);
-  return absl::OkStatus();
-}
-
-absl::Status RefLinearGradParams(KernelOp op, const Attrs& attr,
-                                 const std::vector<TensorRef>& in,
-                                 const std::vector<TensorRef>& out, bool acc) {
-  // dy[.., out], x[.., in] -> dw[out, in], db[out] (optional).
-  const int64_t O = out[0].shape[0], I = out[0].shape[1], B = in[0].size() / O;
-  const bool bias = out.size() > 1;
-  Writer dw(out[0], acc);
-  for (int64_t o = 0; o < O; ++o) {
-    if (bias) {
-      double sb = 0;
-      for (int64_t b = 0; b < B; ++b) sb += in[0].data[b * O + o];
-      Writer(out[1], acc).Set(o, sb);
-    }
-    for (int64_t i = 0; i < I; ++i) {
-      double s = 0;
-      for (int64_t b = 0; b < B; ++b) s += in[0].data[b * O + o] * in[1].data[b * I + i];
-      dw.Set(o * I + i, s);
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RefConv2d(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
                        const std::vector<TensorRef>& out, bool acc) {
   // The image is x (conv2d, grad_params) or dx; w[O, C, kh, kw].
@@ -384,6 +294,11 @@ absl::Status RefUnit(KernelOp op, const Attrs& attr, const std::vector<TensorRef
   constexpr RefOp Ref##Name = &RefUnit<ops::Fam##Family>;
 TRAINC_UNIT_OPS(TRAINC_REFERENCE_UNIT)
 #undef TRAINC_REFERENCE_UNIT
+// The linear family (compiler/ops/linear_family.h): its Run<double>.
+constexpr RefOp RefLinear = &RefUnit<ops::LinearFamily>, RefLinearGelu = RefLinear,
+                RefLinearRelu = RefLinear, RefLinearTanh = RefLinear,
+                RefLinearGeluErf = RefLinear, RefLinearGradInput = RefLinear,
+                RefLinearGradInputGelu = RefLinear, RefLinearGradParams = RefLinear;
 
 // Ref<Name> of every kernel op (compiler/ops/kernel_families.h), indexed
 // by KernelOp; one missing fails to compile.

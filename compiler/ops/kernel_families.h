@@ -269,6 +269,7 @@ inline int PointwiseArity(KernelOp op) {
 #include "compiler/ops/mse_family.h"
 #include "compiler/ops/embedding_family.h"
 #include "compiler/ops/layer_norm_family.h"
+#include "compiler/ops/linear_family.h"
 #include "compiler/ops/rms_norm_family.h"
 #include "compiler/ops/softmax_family.h"
 

@@ -104,6 +104,7 @@ bool IsLinearProduct(KernelOp op) {
 }
 
 GemmCall LinearGemmOf(const KernelArgs& k) {
+  const ops::LinearFamily::Args& l = k.linear;
   GemmCall g;
   g.a = k.x[0];
   g.b = k.x[1];
@@ -111,14 +112,14 @@ GemmCall LinearGemmOf(const KernelArgs& k) {
   switch (k.op) {
     case KernelOp::kLinearGradParams:  // dw[out,in] (+)= dy[rows,out]^T x[rows,in]
       g.trans_a = true;
-      g.m = k.out, g.n = k.in, g.k = k.rows;
-      g.lda = k.out, g.ldb = k.in, g.ldc = k.in;
+      g.m = l.out, g.n = l.in, g.k = l.rows;
+      g.lda = l.out, g.ldb = l.in, g.ldc = l.in;
       g.accumulate = k.accumulate;
       return g;
     case KernelOp::kLinearGradInput:
     case KernelOp::kLinearGradInputGelu:  // dx[rows,in] (+)= dy[rows,out] w[out,in]
-      g.m = k.rows, g.n = k.in, g.k = k.out;
-      g.lda = k.out, g.ldb = k.in, g.ldc = k.in;
+      g.m = l.rows, g.n = l.in, g.k = l.out;
+      g.lda = l.out, g.ldb = l.in, g.ldc = l.in;
       g.accumulate = k.op == KernelOp::kLinearGradInput && k.accumulate;
       if (k.op == KernelOp::kLinearGradInputGelu && k.accumulate) {
         g.c = reinterpret_cast<float*>(k.workspace);
@@ -126,8 +127,8 @@ GemmCall LinearGemmOf(const KernelArgs& k) {
       return g;
     default:  // y[rows,out] = x[rows,in] w[out,in]^T
       g.trans_b = true;
-      g.m = k.rows, g.n = k.out, g.k = k.in;
-      g.lda = k.in, g.ldb = k.in, g.ldc = k.out;
+      g.m = l.rows, g.n = l.out, g.k = l.in;
+      g.lda = l.in, g.ldb = l.in, g.ldc = l.out;
       return g;
   }
 }

@@ -29,7 +29,7 @@ KernelArgs Args(KernelOp op, int64_t rows, int64_t in, int64_t out, const uint16
                 const uint16_t* b, float* y, bool accumulate) {
   KernelArgs k;
   k.op = op;
-  k.rows = rows, k.in = in, k.out = out;
+  k.linear.rows = rows, k.linear.in = in, k.linear.out = out;
   k.accumulate = accumulate;
   k.x[0] = reinterpret_cast<const float*>(a);
   k.x[1] = reinterpret_cast<const float*>(b);

@@ -49,9 +49,10 @@ absl::Status Product(const KernelCall& c) {
 // operands do not alias) before the gradient overwrites it.
 absl::Status LinearGradInputGelu(const KernelCall& c) {
   const KernelArgs& k = c.k;
+  const ops::LinearFamily::Args& l = k.linear;
   const PointwiseFn gelu_grad = PointwiseKernel(Op::kGeluTanhGrad);
   const bool round = StagedOutput(k, 0) != nullptr;
-  const int64_t n = k.rows * k.in;
+  const int64_t n = l.rows * l.in;
   auto read_dh = [round](const float* dh, int64_t count, float* to) {
     for (int64_t i = 0; i < count; ++i) to[i] = round ? Bf16ToFloat(FloatToBf16(dh[i])) : dh[i];
   };
@@ -84,19 +85,21 @@ absl::Status LinearGradInputGelu(const KernelCall& c) {
 // product read it natively).
 absl::Status LinearGradParams(const KernelCall& c) {
   const KernelArgs& k = c.k;
+  const ops::LinearFamily::Args& l = k.linear;
   RETURN_IF_ERROR(Product(c));
   if (k.y[1] == nullptr) return Ok();
   if (c.matmuls.Runs(c.instr.id)) {
-    LinearGradBias(reinterpret_cast<const uint16_t*>(k.x[0]), k.rows, k.out, k.accumulate,
+    LinearGradBias(reinterpret_cast<const uint16_t*>(k.x[0]), l.rows, l.out, k.accumulate,
                    k.y[1]);
   } else {
-    LinearGradBias(k.x[0], k.rows, k.out, k.accumulate, k.y[1]);
+    LinearGradBias(k.x[0], l.rows, l.out, k.accumulate, k.y[1]);
   }
   return Ok();
 }
 
 absl::Status Linear(const KernelCall& c) {
   const KernelArgs& k = c.k;
+  const ops::LinearFamily::Args& l = k.linear;
   switch (k.op) {
     case Op::kLinearGradInput: return Product(c);
     case Op::kLinearGradInputGelu: return LinearGradInputGelu(c);
@@ -106,13 +109,13 @@ absl::Status Linear(const KernelCall& c) {
       // gelu_tanh of pre as that instruction would read it (under bf16,
       // rounded to the bf16 tensor), so the fused plan trains on its bits.
       RETURN_IF_ERROR(Product(c));
-      LinearEpilogue(k.x[2], k.rows, k.out, k.y[0], Activation::kNone, nullptr);
+      LinearEpilogue(k.x[2], l.rows, l.out, k.y[0], Activation::kNone, nullptr);
       if (const Bf16Operand* pre = StagedOutput(k, 0)) RoundStagedOutput(*pre, 0, pre->elems);
-      PointwiseKernel(Op::kGeluTanh)(k.y[0], nullptr, k.rows * k.out, false, k.y[1]);
+      PointwiseKernel(Op::kGeluTanh)(k.y[0], nullptr, l.rows * l.out, false, k.y[1]);
       return Ok();
     default:  // linear, linear_relu, linear_tanh, linear_gelu_erf
       RETURN_IF_ERROR(Product(c));
-      LinearEpilogue(k.x[2], k.rows, k.out, k.y[0], k.act, k.y[1]);
+      LinearEpilogue(k.x[2], l.rows, l.out, k.y[0], l.act, k.y[1]);
       return Ok();
   }
 }

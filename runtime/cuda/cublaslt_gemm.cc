@@ -51,7 +51,7 @@ void CudaDeviceImpl::ReleaseLtMatmuls() {
 // fallback.
 absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
                                            int* index) {
-  const int64_t rows = k.rows, in = k.in, out = k.out;
+  const int64_t rows = k.linear.rows, in = k.linear.in, out = k.linear.out;
   const bool dgelu = k.op == Op::kLinearGradInputGelu;
   const bool bias = !dgelu && k.x[2] != nullptr, relu = ReluEpilogue(k);
   const bool gelu = k.op == Op::kLinearGelu;
@@ -180,7 +180,7 @@ void UseBf16Gemm(Kernel& k) {
   // The outputs cuBLAS writes: y, pre and y, or dx. A fused activation
   // (ReLU, GELU, tanh) reads y in f32 after the GEMM: those stay staged.
   const int outputs = k.op == Op::kLinearGelu ? 2 : 1;
-  if (k.op == Op::kLinearGradParams || k.act != Activation::kNone) return;
+  if (k.op == Op::kLinearGradParams || k.linear.act != Activation::kNone) return;
   for (int j = 0; j < outputs; ++j) {
     if (output[j] == nullptr) return;
   }
@@ -273,12 +273,12 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
   ASSIGN_OR_RETURN(const bool ran, RunLtMatmul(k));
   if (ran) return ReluEpilogue(k) ? absl::OkStatus() : RunFusedActivation(k);
   if (k.gemm_out_bf16[0] != nullptr) return RunLinearBf16Fallback(k);
-  RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1), k.in,
-                       GemmOperand(k, 0), k.in, 0.0f, k.y[0], k.out, GemmType(k)));
+  RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.linear.out, k.linear.rows, k.linear.in, GemmOperand(k, 1), k.linear.in,
+                       GemmOperand(k, 0), k.linear.in, 0.0f, k.y[0], k.linear.out, GemmType(k)));
   if (k.x[2] != nullptr) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchBiasAdd(k.y[0], k.x[2], k.rows, k.out, compute_));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchBiasAdd(k.y[0], k.x[2], k.linear.rows, k.linear.out, compute_));
   }
-  const int64_t n = k.rows * k.out;
+  const int64_t n = k.linear.rows * k.linear.out;
   if (k.op == Op::kLinearGelu) {
     // The fallback is the unfused plan's kernels: gelu_tanh reads pre as
     // that instruction would, under bf16 rounded to the bf16 tensor.
@@ -302,7 +302,7 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
 absl::Status CudaDeviceImpl::RunLinearGradInputGelu(const Kernel& k) {
   ASSIGN_OR_RETURN(const bool ran, RunLtMatmul(k));
   if (ran) return absl::OkStatus();
-  const int64_t n = k.rows * k.in;
+  const int64_t n = k.linear.rows * k.linear.in;
   void* dh = LinearOutput(k);
   if (k.accumulate) {
     if (k.workspace_bytes < LinearGradInputGeluWorkspaceBytes(k)) {
@@ -313,8 +313,8 @@ absl::Status CudaDeviceImpl::RunLinearGradInputGelu(const Kernel& k) {
     }
     dh = k.workspace;
   }
-  RETURN_IF_ERROR(Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.in, k.rows, k.out, GemmOperand(k, 1), k.in,
-                       GemmOperand(k, 0), k.out, 0.0f, dh, k.in, GemmType(k), OutType(k)));
+  RETURN_IF_ERROR(Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.linear.in, k.linear.rows, k.linear.out, GemmOperand(k, 1), k.linear.in,
+                       GemmOperand(k, 0), k.linear.out, 0.0f, dh, k.linear.in, GemmType(k), OutType(k)));
   if (k.gemm_out_bf16[0] != nullptr) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchPointwiseBf16(KernelOp::kGeluTanhGrad, dh, k.x[2],
                                                    k.gemm_out_bf16[0], n, k.accumulate,
@@ -340,14 +340,14 @@ absl::Status CudaDeviceImpl::RunLinearBf16Fallback(const Kernel& k) {
   const bool bias = k.x[2] != nullptr;
   if (bias) {
     CUDA_RETURN_IF_ERROR(
-        cuda::LaunchBiasRowsBf16(pre, k.x[2], k.bias_bf16, k.rows, k.out, compute_));
+        cuda::LaunchBiasRowsBf16(pre, k.x[2], k.bias_bf16, k.linear.rows, k.linear.out, compute_));
   }
-  RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.out, k.rows, k.in, GemmOperand(k, 1), k.in,
-                       GemmOperand(k, 0), k.in, bias ? 1.0f : 0.0f, pre, k.out, GemmType(k),
+  RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.linear.out, k.linear.rows, k.linear.in, GemmOperand(k, 1), k.linear.in,
+                       GemmOperand(k, 0), k.linear.in, bias ? 1.0f : 0.0f, pre, k.linear.out, GemmType(k),
                        CUDA_R_16BF));
   if (k.op == Op::kLinearGelu) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchPointwiseBf16(KernelOp::kGeluTanh, pre, nullptr,
-                                                   k.gemm_out_bf16[1], k.rows * k.out, false,
+                                                   k.gemm_out_bf16[1], k.linear.rows * k.linear.out, false,
                                                    compute_));
   }
   return absl::OkStatus();
@@ -357,9 +357,9 @@ absl::Status CudaDeviceImpl::RunLinearBf16Fallback(const Kernel& k) {
 // epilogue's): the activation of y[0] into y[1] (pre kept), or over y[0]
 // itself (no pre), an elementwise kernel as the unfused plan's.
 absl::Status CudaDeviceImpl::RunFusedActivation(const Kernel& k) {
-  const int64_t n = k.rows * k.out;
+  const int64_t n = k.linear.rows * k.linear.out;
   float* y = k.y[1] != nullptr ? k.y[1] : k.y[0];
-  switch (k.act) {
+  switch (k.linear.act) {
     case Activation::kNone:
       break;
     case Activation::kRelu:

@@ -163,7 +163,7 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   RETURN_IF_ERROR(CheckKernelTable(plan, kernels, name_));
   for (Kernel& k : kernels) {
     if (k.op != Op::kLinear && k.op != Op::kLinearGelu && k.op != Op::kLinearGradInputGelu &&
-        k.act == Activation::kNone) {
+        k.linear.act == Activation::kNone) {
       continue;
     }
     RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));

@@ -290,7 +290,7 @@ class CudaDeviceImpl final : public CudaDevice {
   // linear_relu without pre (the plan keeps none: nothing else reads it):
   // cublasLt's RELU(_BIAS) epilogue writes y, the only output.
   static bool ReluEpilogue(const Kernel& k) {
-    return k.act == Activation::kRelu && k.y[1] == nullptr;
+    return k.linear.act == Activation::kRelu && k.y[1] == nullptr;
   }
   // What a forward linear's GEMM writes as D: y[0] (the linear's output,
   // or linear_relu's y by the epilogue), or linear_gelu's y (the aux then

@@ -105,12 +105,12 @@ absl::Status Refuse(const Instruction& instr, const std::string& device_name,
 
 absl::Status PrepareLinear(const Kernel& k, const Instruction& instr,
                            const std::string& device_name, KernelNeeds* needs) {
-  if (k.rows > INT32_MAX || k.in > INT32_MAX || k.out > INT32_MAX) {
+  if (k.linear.rows > INT32_MAX || k.linear.in > INT32_MAX || k.linear.out > INT32_MAX) {
     return Refuse(instr, device_name, "matrix dimension beyond cuBLAS's int range");
   }
   if (k.op == Op::kLinearGradParams) {
     needs->scratch_floats =
-        std::max(needs->scratch_floats, cuda::ColumnSumScratchFloats(k.rows, k.out));
+        std::max(needs->scratch_floats, cuda::ColumnSumScratchFloats(k.linear.rows, k.linear.out));
   }
   return absl::OkStatus();
 }
@@ -169,22 +169,22 @@ struct CudaKernels {
       case Op::kLinearGradInput:
         // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B]
         // (a bf16 dx: accumulated in f32 onto the widened old dx, rounded once).
-        return d.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.in, k.rows, k.out,
-                      CudaDeviceImpl::GemmOperand(k, 1), k.in, CudaDeviceImpl::GemmOperand(k, 0),
-                      k.out, k.accumulate ? 1.0f : 0.0f, CudaDeviceImpl::LinearOutput(k), k.in,
+        return d.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.linear.in, k.linear.rows, k.linear.out,
+                      CudaDeviceImpl::GemmOperand(k, 1), k.linear.in, CudaDeviceImpl::GemmOperand(k, 0),
+                      k.linear.out, k.accumulate ? 1.0f : 0.0f, CudaDeviceImpl::LinearOutput(k), k.linear.in,
                       CudaDeviceImpl::GemmType(k), CudaDeviceImpl::OutType(k));
       default: {
         // dw[out,in] = dy^T x: DW'[in,out] = X'[in,B] DY'[out,B]^T.
-        RETURN_IF_ERROR(d.Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k.in, k.out, k.rows,
-                               CudaDeviceImpl::GemmOperand(k, 1), k.in, CudaDeviceImpl::GemmOperand(k, 0), k.out,
-                               k.accumulate ? 1.0f : 0.0f, k.y[0], k.in, CudaDeviceImpl::GemmType(k)));
+        RETURN_IF_ERROR(d.Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k.linear.in, k.linear.out, k.linear.rows,
+                               CudaDeviceImpl::GemmOperand(k, 1), k.linear.in, CudaDeviceImpl::GemmOperand(k, 0), k.linear.out,
+                               k.accumulate ? 1.0f : 0.0f, k.y[0], k.linear.in, CudaDeviceImpl::GemmType(k)));
         if (k.y[1] == nullptr) return absl::OkStatus();
         if (k.gemm_bf16[0] != nullptr) {
-          return Launched(c, cuda::LaunchColumnSumBf16(k.gemm_bf16[0], k.rows, k.out, k.y[1],
+          return Launched(c, cuda::LaunchColumnSumBf16(k.gemm_bf16[0], k.linear.rows, k.linear.out, k.y[1],
                                                        k.accumulate, d.kernel_scratch_,
                                                        d.compute_));
         }
-        return Launched(c, cuda::LaunchColumnSum(k.x[0], k.rows, k.out, k.y[1], k.accumulate,
+        return Launched(c, cuda::LaunchColumnSum(k.x[0], k.linear.rows, k.linear.out, k.y[1], k.accumulate,
                                                  d.kernel_scratch_, d.compute_));
       }
     }

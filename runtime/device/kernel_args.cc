@@ -187,7 +187,7 @@ void AssignBf16Staging(KernelArgs& k, char* staging) {
 }
 
 int64_t LinearGradInputGeluWorkspaceBytes(const KernelArgs& k) {
-  return k.accumulate ? k.rows * k.in * static_cast<int64_t>(sizeof(float)) : 0;
+  return k.accumulate ? k.linear.rows * k.linear.in * static_cast<int64_t>(sizeof(float)) : 0;
 }
 
 const Bf16Operand* StagedOutput(const KernelArgs& k, int j) {

@@ -52,18 +52,6 @@ struct Bf16Operand {
   bool native = false;
 };
 
-// The activation a fused forward linear applies (linear_relu, linear_tanh,
-// linear_gelu_erf; compiler/graph/fuse_activation.h).
-enum class Activation : uint8_t { kNone, kRelu, kGelu, kTanh };
-inline Activation ActivationOf(KernelOp op) {
-  switch (op) {
-    case KernelOp::kLinearRelu: return Activation::kRelu;
-    case KernelOp::kLinearTanh: return Activation::kTanh;
-    case KernelOp::kLinearGeluErf: return Activation::kGelu;
-    default: return Activation::kNone;
-  }
-}
-
 // Dropout: the mask is a Philox function of (plan seed, key, global
 // example, element).
 struct DropoutArgs {
@@ -89,15 +77,13 @@ struct OptimizerArgs {
 struct KernelArgs {
   KernelOp op = KernelOp::kNotCompute;
   bool accumulate = false;  // outputs += the result (gradients)
-  int64_t rows = 0;  // batch rows (or elements for elementwise ops)
-  int64_t in = 0;    // linear: in features
-  int64_t out = 0;   // linear: out features
+  int64_t rows = 0;  // elements (pointwise), examples (dropout), floats
+  int64_t in = 0;    // dropout: elements per example
   const float* x[5] = {};
   float* y[4] = {};  // add_layernorm writes four
 
-  // linear_<act>: the activation, applied to y[0] into y[1] (pre kept) or
-  // in place in y[0] (y[1] null: pre not in the plan).
-  Activation act = Activation::kNone;
+  // The linear family's sizes (compiler/ops/linear_family.h).
+  ops::LinearFamily::Args linear;
   DropoutArgs dropout;
   OptimizerArgs optimizer;
   // ZeRO-1 optimizer / sum_squares: floats of one rank's shard (0: the

@@ -64,8 +64,14 @@ TEST(KernelArgs, ResolvesEachInstructionAsItsOwnKernel) {
       ResolveKernels(LinearRelu(/*fused=*/false), arena.data(), arena.size(), "test");
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_EQ((*k)[0].op, KernelOp::kLinear);
-  EXPECT_EQ((*k)[0].act, Activation::kNone);
+  EXPECT_EQ((*k)[0].linear.act, Activation::kNone);
   EXPECT_EQ((*k)[0].y[1], nullptr);
+  // Its sizes are the linear family's Args alone.
+  EXPECT_GT((*k)[0].linear.rows, 0);
+  EXPECT_GT((*k)[0].linear.in, 0);
+  EXPECT_GT((*k)[0].linear.out, 0);
+  EXPECT_EQ((*k)[0].rows, 0);
+  EXPECT_EQ((*k)[0].in, 0);
   EXPECT_EQ((*k)[1].op, KernelOp::kRelu);
 }
 
@@ -77,7 +83,8 @@ TEST(KernelArgs, ALinearActivationWritesPreOnlyWhenThePlanKeepsIt) {
       ResolveKernels(LinearRelu(/*fused=*/true), arena.data(), arena.size(), "test");
   ASSERT_TRUE(alone.ok()) << alone.status();
   EXPECT_EQ((*alone)[0].op, KernelOp::kLinearRelu);
-  EXPECT_EQ((*alone)[0].act, Activation::kRelu);
+  EXPECT_EQ((*alone)[0].linear.act, Activation::kRelu);
+  EXPECT_FALSE((*alone)[0].linear.pre_kept);
   EXPECT_EQ((*alone)[0].y[0], reinterpret_cast<float*>(arena.data() + 384));
   EXPECT_EQ((*alone)[0].y[1], nullptr);
   EXPECT_EQ((*alone)[0].rows, 2);
@@ -222,7 +229,6 @@ TEST(KernelArgs, AttentionResolvesItsGeometryAndKeepsLseF32) {
   // Its sizes are its Args' alone.
   EXPECT_EQ((*k)[0].rows, 0);
   EXPECT_EQ((*k)[0].in, 0);
-  EXPECT_EQ((*k)[0].out, 0);
 
   k = ResolveKernels(Attention(DType::kBF16), arena.data(), arena.size(), "test");
   ASSERT_FALSE(k.ok());

@@ -136,46 +136,6 @@ absl::Status ResolveWindow(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
-absl::Status ResolveLinear(const Resolving& r, KernelArgs& k) {
-  // The weight fixes [out, in]; the batch is whatever is left.
-  const Buffer& w =
-      k.op == KernelOp::kLinearGradParams ? r.out(0) : r.in(1);
-  if (w.shape.size() != 2) return r.Fail("weight is not [out, in]");
-  k.out = w.shape[0];
-  k.in = w.shape[1];
-  const Buffer& batch_side = r.in(0);  // x or dy
-  k.act = ActivationOf(k.op);
-  const bool forward =
-      k.op == KernelOp::kLinear || k.op == KernelOp::kLinearGelu || k.act != Activation::kNone;
-  const int64_t per_row = forward ? k.in : k.out;
-  if (per_row == 0 || Elements(batch_side) % per_row != 0) {
-    return r.Fail("batch input does not match the weight");
-  }
-  k.rows = Elements(batch_side) / per_row;
-  if (forward) {
-    // linear_gelu, and linear_<act> with pre kept: y[0] is pre (the
-    // linear's output), y[1] its activation. linear_<act> without pre:
-    // y[0] is the activation, y[1] null.
-    for (size_t j = 0; j < r.instr.outputs.size(); ++j) {
-      if (Elements(r.out(static_cast<int>(j))) != k.rows * k.out) return r.Fail("y size");
-    }
-    if (r.instr.inputs.size() < 3) k.x[2] = nullptr;  // no bias
-    else if (Elements(r.in(2)) != k.out) return r.Fail("bias size");
-  } else if (k.op == KernelOp::kLinearGradInput) {
-    if (Elements(r.out(0)) != k.rows * k.in) return r.Fail("dx size");
-  } else if (k.op == KernelOp::kLinearGradInputGelu) {
-    // dy, w, pre -> dpre, workspace (dh where dpre accumulates).
-    if (Elements(r.in(2)) != k.rows * k.in) return r.Fail("pre size");
-    if (Elements(r.out(0)) != k.rows * k.in) return r.Fail("dpre size");
-    RETURN_IF_ERROR(TakeWorkspace(r, k));
-  } else {
-    if (Elements(r.in(1)) != k.rows * k.in) return r.Fail("x size");
-    if (r.instr.outputs.size() < 2) k.y[1] = nullptr;  // no bias
-    else if (Elements(r.out(1)) != k.out) return r.Fail("db size");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ResolvePointwise(const Resolving& r, KernelArgs& k) {
   k.rows = Elements(r.in(0));
   for (int id : r.instr.inputs) {
@@ -373,6 +333,19 @@ absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Arg
   }
 TRAINC_UNIT_FAMILIES(TRAINC_UNIT_RESOLVER)
 #undef TRAINC_UNIT_RESOLVER
+
+// The linear family's sizes (ops::LinearFamily::Resolve) into
+// KernelArgs::linear; an absent bias (db) leaves its slot null, and
+// linear_grad_input_gelu's last output is its workspace.
+absl::Status ResolveLinear(const Resolving& r, KernelArgs& k) {
+  RETURN_IF_ERROR(ResolveUnit<ops::LinearFamily>(r, k, k.linear));
+  if (k.op == KernelOp::kLinearGradInputGelu) RETURN_IF_ERROR(TakeWorkspace(r, k));
+  if (!k.linear.bias) {
+    if (k.op == KernelOp::kLinearGradParams) k.y[1] = nullptr;
+    else if (ops::LinearFamily::IsForward(k.op)) k.x[2] = nullptr;
+  }
+  return absl::OkStatus();
+}
 
 Resolver ResolverOf(KernelOp op) {
 #define TRAINC_RESOLVER_ENTRY(Family) &Resolve##Family,
