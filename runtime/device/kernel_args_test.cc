@@ -87,12 +87,13 @@ TEST(KernelArgs, ALinearActivationWritesPreOnlyWhenThePlanKeepsIt) {
   EXPECT_FALSE((*alone)[0].linear.pre_kept);
   EXPECT_EQ((*alone)[0].y[0], reinterpret_cast<float*>(arena.data() + 384));
   EXPECT_EQ((*alone)[0].y[1], nullptr);
-  EXPECT_EQ((*alone)[0].rows, 2);
+  EXPECT_EQ((*alone)[0].linear.rows, 2);
   absl::StatusOr<std::vector<KernelArgs>> kept = ResolveKernels(
       LinearRelu(/*fused=*/true, /*keep_pre=*/true), arena.data(), arena.size(), "test");
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ((*kept)[0].y[0], reinterpret_cast<float*>(arena.data() + 320));
   EXPECT_EQ((*kept)[0].y[1], reinterpret_cast<float*>(arena.data() + 384));
+  EXPECT_TRUE((*kept)[0].linear.pre_kept);
 }
 
 // group_norm of x (`shape`, weight and bias of `channels`) in `groups`.
