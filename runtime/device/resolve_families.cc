@@ -335,15 +335,11 @@ TRAINC_UNIT_FAMILIES(TRAINC_UNIT_RESOLVER)
 #undef TRAINC_UNIT_RESOLVER
 
 // The linear family's sizes (ops::LinearFamily::Resolve) into
-// KernelArgs::linear; an absent bias (db) leaves its slot null, and
-// linear_grad_input_gelu's last output is its workspace.
+// KernelArgs::linear (an absent bias or db leaves its slot null, as every
+// absent operand's); linear_grad_input_gelu's last output is its workspace.
 absl::Status ResolveLinear(const Resolving& r, KernelArgs& k) {
   RETURN_IF_ERROR(ResolveUnit<ops::LinearFamily>(r, k, k.linear));
   if (k.op == KernelOp::kLinearGradInputGelu) RETURN_IF_ERROR(TakeWorkspace(r, k));
-  if (!k.linear.bias) {
-    if (k.op == KernelOp::kLinearGradParams) k.y[1] = nullptr;
-    else if (ops::LinearFamily::IsForward(k.op)) k.x[2] = nullptr;
-  }
   return absl::OkStatus();
 }
 
