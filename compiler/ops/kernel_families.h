@@ -272,5 +272,6 @@ inline int PointwiseArity(KernelOp op) {
 #include "compiler/ops/linear_family.h"
 #include "compiler/ops/rms_norm_family.h"
 #include "compiler/ops/softmax_family.h"
+#include "compiler/ops/window_family.h"
 
 #endif  // TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_

@@ -24,17 +24,6 @@
 
 namespace trainc {
 
-// An NCHW convolution or pooling window: the image side [n, c, h, w]
-// (x or dx), the other side [n, o, oh, ow] (y or dy; o = c for pooling),
-// the window kh x kw moved by `stride` over the image padded by `padding`
-// on every side.
-struct WindowGeometry {
-  int64_t n = 0, c = 0, h = 0, w = 0;
-  int64_t o = 0, oh = 0, ow = 0;
-  int64_t kh = 0, kw = 0, stride = 1, padding = 0;
-  bool has_bias = false;  // conv2d / conv2d_grad_params
-};
-
 // precision = bf16: an operand stored as bf16 in the arena. The kernels
 // compute in f32 on KernelArgs::x / y as usual; for a staged operand those
 // point at f32 staging (AssignBf16Staging), which the device fills from
@@ -95,7 +84,8 @@ struct KernelArgs {
   bool grads_sharded = false;
   // ZeRO-3: y[0] (the parameters) is the rank's shard alone, not advanced.
   bool params_sharded = false;
-  WindowGeometry window;     // convolution and pooling
+  // Convolution and pooling (ops::WindowFamily, compiler/ops/window_family.h).
+  WindowGeometry window;
   // Each unit family's sizes (compiler/ops/kernel_families.h):
   // ops::<Family>Family::Args <snake>.
 #define TRAINC_UNIT_ARGS_FIELD(Fam, snake) ops::Fam##Family::Args snake;

@@ -59,79 +59,22 @@ absl::Status TakeWorkspace(const Resolving& r, KernelArgs& k) {
 
 }  // namespace
 
-// Convolution and pooling: the geometry from the image-side buffer, the
-// weight and the attributes, checked against the other side.
+// Convolution and pooling: the family's Resolve (compiler/ops/window_family.h)
+// over the operands' shapes; the last output is the workspace.
 absl::Status ResolveWindow(const Resolving& r, KernelArgs& k) {
-  auto attr = [&](const char* name) { return static_cast<int64_t>(r.attr(name, -1)); };
   RETURN_IF_ERROR(TakeWorkspace(r, k));
-
-  WindowGeometry& g = k.window;
-  // conv2d_relu: conv2d's operands, y the relu of the convolution.
-  const bool conv_forward = k.op == KernelOp::kConv2d || k.op == KernelOp::kConv2dRelu;
-  const bool conv = conv_forward || k.op == KernelOp::kConv2dGradInput ||
-                    k.op == KernelOp::kConv2dGradParams;
-  // The image side: x for the forward ops and grad_params, dx otherwise.
-  const bool image_is_output = k.op == KernelOp::kConv2dGradInput ||
-                               k.op == KernelOp::kMaxPool2dGrad ||
-                               k.op == KernelOp::kAvgPool2dGrad;
-  const Buffer& image = image_is_output ? r.out(0)
-                        : k.op == KernelOp::kConv2dGradParams ? r.in(1)
-                                                              : r.in(0);
-  const Buffer& other = conv_forward || k.op == KernelOp::kMaxPool2d ||
-                                k.op == KernelOp::kAvgPool2d
-                            ? r.out(0)
-                            : r.in(0);
-  if (image.shape.size() != 4) return r.Fail("the image is not [N, C, H, W]");
-  g.n = image.shape[0];
-  g.c = image.shape[1];
-  g.h = image.shape[2];
-  g.w = image.shape[3];
-  g.stride = attr("stride");
-  g.padding = attr("padding");
-  if (conv) {
-    const Buffer& weight = k.op == KernelOp::kConv2dGradParams ? r.out(0) : r.in(1);
-    if (weight.shape.size() != 4 || weight.shape[1] != g.c) {
-      return r.Fail("the weight is not [O, C, kh, kw] for the image's C");
-    }
-    g.o = weight.shape[0];
-    g.kh = weight.shape[2];
-    g.kw = weight.shape[3];
-    if (conv_forward) {
-      g.has_bias = r.instr.inputs.size() == 3;
-      if (g.has_bias && Elements(r.in(2)) != g.o) return r.Fail("bias size");
-      if (!g.has_bias) k.x[2] = nullptr;
-    } else if (k.op == KernelOp::kConv2dGradParams) {
-      g.has_bias = r.instr.outputs.size() == 3;
-      if (g.has_bias && Elements(r.out(1)) != g.o) return r.Fail("db size");
-    }
-  } else {
-    g.o = g.c;
-    g.kh = attr("kernel_h");
-    g.kw = attr("kernel_w");
-  }
-  if (g.stride < 1 || g.padding < 0 || g.kh < 1 || g.kw < 1) {
-    return r.Fail("attrs stride, padding and the kernel size are missing or out of range");
-  }
-  const int64_t span_h = g.h + 2 * g.padding - g.kh, span_w = g.w + 2 * g.padding - g.kw;
-  if (span_h < 0 || span_w < 0 || span_h % g.stride || span_w % g.stride) {
-    return r.Fail("the windows do not tile the padded image");
-  }
-  g.oh = span_h / g.stride + 1;
-  g.ow = span_w / g.stride + 1;
-  if (Elements(other) != g.n * g.o * g.oh * g.ow) {
-    return r.Fail(absl::StrCat("the output side holds ", Elements(other),
-                             " elements, the geometry gives ", g.n, "x", g.o, "x", g.oh,
-                             "x", g.ow));
-  }
+  std::vector<std::vector<int64_t>> in, out;
+  for (int id : r.instr.inputs) in.push_back(r.plan.buffers[id].shape);
+  for (int id : r.instr.outputs) out.push_back(r.plan.buffers[id].shape);
+  const std::string why = ops::WindowFamily::Resolve(k.op, in, out, r.instr.attrs, &k.window);
+  if (!why.empty()) return r.Fail(why);
+  if (ops::WindowFamily::ConvForward(k.op) && !k.window.has_bias) k.x[2] = nullptr;
   if (k.op == KernelOp::kMaxPool2d || k.op == KernelOp::kMaxPool2dGrad) {
     const Buffer& argmax = k.op == KernelOp::kMaxPool2d ? r.out(1) : r.in(3);
-    if (argmax.dtype != DType::kI32 || Elements(argmax) != Elements(other)) {
+    const WindowGeometry& g = k.window;
+    if (argmax.dtype != DType::kI32 || Elements(argmax) != g.n * g.o * g.oh * g.ow) {
       return r.Fail("argmax is not i32 shaped like y");
     }
-  }
-  if (k.op == KernelOp::kMaxPool2dGrad &&
-      (Elements(r.in(1)) != g.n * g.c * g.h * g.w || Elements(r.in(2)) != Elements(other))) {
-    return r.Fail("x or y does not match the geometry");
   }
   return absl::OkStatus();
 }
