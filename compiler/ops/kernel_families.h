@@ -34,7 +34,10 @@
 // bf16_outputs mask, f32 operands, a CPU kernel of its own) is
 // compiler/ops/unit_family.h. layernorm, rmsnorm, softmax, group_norm,
 // embedding, mse, cross_entropy and attention are unit families
-// (compiler/ops/*_family.h).
+// (compiler/ops/*_family.h). The window family (convolution, pooling) has
+// a header of the same shape, compiler/ops/window_family.h (Args, Resolve,
+// the float64 reference), but is not in the unit list: its backends run
+// oneDNN and cuDNN programs prepared per plan.
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 
