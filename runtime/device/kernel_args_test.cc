@@ -3,7 +3,8 @@
 // (compiler/ops/kernel_families.h), group_norm's: its typed sizes from the
 // shapes, its refusals naming the instruction; cross_entropy's labels, an
 // i32 operand read through its Args; attention's geometry and its
-// log-sum-exp, f32 under any precision.
+// log-sum-exp, f32 under any precision; a convolution's window
+// (compiler/ops/window_family.h).
 #include "runtime/device/kernel_args.h"
 
 #include <vector>
@@ -235,6 +236,53 @@ TEST(KernelArgs, AttentionResolvesItsGeometryAndKeepsLseF32) {
   ASSERT_FALSE(k.ok());
   EXPECT_EQ(k.status().message(),
             "test: instruction 0 (attention \"attn\"): output 1 (lse) is not f32");
+}
+
+// conv2d(x[2, 3, 6, 6], w[4, 3, 3, 3]) -> y[2, 4, 6, 6], workspace: no
+// bias, padding 1, `stride`.
+Plan Conv2d(double stride) {
+  Plan plan;
+  plan.micro_batch = 2;
+  plan.buffers = {Make(0, "x", BufferKind::kActivation, {2, 3, 6, 6}, 0),
+                  Make(1, "w", BufferKind::kParameter, {4, 3, 3, 3}, 896),
+                  Make(2, "y", BufferKind::kActivation, {2, 4, 6, 6}, 1344),
+                  Make(3, "ws", BufferKind::kWorkspace, {16}, 2496)};
+  Instruction conv;
+  conv.id = 0;
+  conv.op = "conv2d";
+  conv.label = "c";
+  conv.inputs = {0, 1};
+  conv.outputs = {2, 3};
+  conv.attrs = {{"stride", stride}, {"padding", 1}};
+  plan.instructions = {conv};
+  plan.arena_bytes = 2560;
+  return plan;
+}
+
+TEST(KernelArgs, AConvolutionResolvesItsWindow) {
+  std::vector<char> arena(2560);
+  absl::StatusOr<std::vector<KernelArgs>> k =
+      ResolveKernels(Conv2d(1), arena.data(), arena.size(), "test");
+  ASSERT_TRUE(k.ok()) << k.status();
+  const WindowGeometry& g = (*k)[0].window;
+  EXPECT_EQ(g.n, 2);
+  EXPECT_EQ(g.c, 3);
+  EXPECT_EQ(g.h, 6);
+  EXPECT_EQ(g.o, 4);
+  EXPECT_EQ(g.kh, 3);
+  EXPECT_EQ(g.oh, 6);
+  EXPECT_EQ(g.ow, 6);
+  EXPECT_EQ(g.padding, 1);
+  EXPECT_FALSE(g.has_bias);
+  EXPECT_EQ((*k)[0].x[2], nullptr);
+  EXPECT_EQ((*k)[0].workspace, arena.data() + 2496);
+  EXPECT_EQ((*k)[0].y[1], nullptr);
+  EXPECT_EQ((*k)[0].rows, 0);
+
+  k = ResolveKernels(Conv2d(4), arena.data(), arena.size(), "test");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(),
+            "test: instruction 0 (conv2d \"c\"): the windows do not tile the padded image");
 }
 
 }  // namespace
