@@ -59,26 +59,6 @@ absl::Status TakeWorkspace(const Resolving& r, KernelArgs& k) {
 
 }  // namespace
 
-// Convolution and pooling: the family's Resolve (compiler/ops/window_family.h)
-// over the operands' shapes; the last output is the workspace.
-absl::Status ResolveWindow(const Resolving& r, KernelArgs& k) {
-  RETURN_IF_ERROR(TakeWorkspace(r, k));
-  std::vector<std::vector<int64_t>> in, out;
-  for (int id : r.instr.inputs) in.push_back(r.plan.buffers[id].shape);
-  for (int id : r.instr.outputs) out.push_back(r.plan.buffers[id].shape);
-  const std::string why = ops::WindowFamily::Resolve(k.op, in, out, r.instr.attrs, &k.window);
-  if (!why.empty()) return r.Fail(why);
-  if (ops::WindowFamily::ConvForward(k.op) && !k.window.has_bias) k.x[2] = nullptr;
-  if (k.op == KernelOp::kMaxPool2d || k.op == KernelOp::kMaxPool2dGrad) {
-    const Buffer& argmax = k.op == KernelOp::kMaxPool2d ? r.out(1) : r.in(3);
-    const WindowGeometry& g = k.window;
-    if (argmax.dtype != DType::kI32 || Elements(argmax) != g.n * g.o * g.oh * g.ow) {
-      return r.Fail("argmax is not i32 shaped like y");
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ResolvePointwise(const Resolving& r, KernelArgs& k) {
   k.rows = Elements(r.in(0));
   for (int id : r.instr.inputs) {
@@ -283,6 +263,21 @@ TRAINC_UNIT_FAMILIES(TRAINC_UNIT_RESOLVER)
 absl::Status ResolveLinear(const Resolving& r, KernelArgs& k) {
   RETURN_IF_ERROR(ResolveUnit<ops::LinearFamily>(r, k, k.linear));
   if (k.op == KernelOp::kLinearGradInputGelu) RETURN_IF_ERROR(TakeWorkspace(r, k));
+  return absl::OkStatus();
+}
+
+// Convolution and pooling: the family's Resolve (compiler/ops/window_family.h)
+// over the operands' shapes; the last output is the workspace, argmax i32.
+absl::Status ResolveWindow(const Resolving& r, KernelArgs& k) {
+  RETURN_IF_ERROR(TakeWorkspace(r, k));
+  RETURN_IF_ERROR(ResolveUnit<ops::WindowFamily>(r, k, k.window));
+  if (k.op == KernelOp::kMaxPool2d || k.op == KernelOp::kMaxPool2dGrad) {
+    const Buffer& argmax = k.op == KernelOp::kMaxPool2d ? r.out(1) : r.in(3);
+    const WindowGeometry& g = k.window;
+    if (argmax.dtype != DType::kI32 || Elements(argmax) != g.n * g.o * g.oh * g.ow) {
+      return r.Fail("argmax is not i32 shaped like y");
+    }
+  }
   return absl::OkStatus();
 }
 
