@@ -58,8 +58,11 @@ bool RunPointwise(KernelOp op, const std::vector<TensorRef>& in,
 // An instruction's attributes.
 class Attrs {
  public:
-  explicit Attrs(const std::map<std::string, double>& attrs) : attrs_(attrs) {}
+  Attrs(const std::map<std::string, double>& attrs, const ops::unit::PlanFacts& facts)
+      : attrs_(attrs), facts_(facts) {}
   const std::map<std::string, double>& map() const { return attrs_; }
+  // What the plan says about the instruction (defaults without a plan).
+  const ops::unit::PlanFacts& facts() const { return facts_; }
   // 0 when absent.
   double operator()(const char* name) const {
     auto it = attrs_.find(name);
@@ -68,6 +71,7 @@ class Attrs {
 
  private:
   const std::map<std::string, double>& attrs_;
+  const ops::unit::PlanFacts& facts_;
 };
 
 // The float64 semantics of each op that is not pointwise, one function
@@ -85,7 +89,7 @@ absl::Status RefReshape(KernelOp op, const Attrs& attr, const std::vector<Tensor
 
 // Kernel ops with no float64 reference here: each is checked by a test
 // of its own (runtime/conformance's CheckedElsewhere).
-constexpr RefOp RefDropout = nullptr, RefDropoutGrad = nullptr, RefCastToBf16 = nullptr,
+constexpr RefOp RefCastToBf16 = nullptr,
                 RefCastToF32 = nullptr, RefSumSquares = nullptr, RefAdamW = nullptr,
                 RefSgd = nullptr;
 
@@ -100,7 +104,8 @@ absl::Status RefUnit(KernelOp op, const Attrs& attr, const std::vector<TensorRef
   for (const TensorRef& t : in) in_shapes.push_back(t.shape), x.push_back(t.data);
   for (const TensorRef& t : out) out_shapes.push_back(t.shape), y.push_back(t.data);
   typename Family::Args args;
-  std::string why = Family::Resolve(op, in_shapes, out_shapes, attr.map(), &args);
+  std::string why =
+      ops::unit::ResolveUnit<Family>(op, in_shapes, out_shapes, attr.map(), attr.facts(), &args);
   // The i32 operand (compiler/ops/unit_family.h), held in the double arena.
   std::vector<int32_t> ids;
   if (const int j = ops::unit::IdsInputOf<Family>(op); j >= 0 && why.empty()) {
@@ -155,15 +160,26 @@ int64_t TensorRef::size() const {
   return n;
 }
 
-absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& attrs,
-                    const std::vector<TensorRef>& in, const std::vector<TensorRef>& out) {
-  const Attrs attr(attrs);
+namespace {
+
+// EvalOp, given what the plan says about the instruction.
+absl::Status Eval(const std::string& op, const std::map<std::string, double>& attrs,
+                  const ops::unit::PlanFacts& facts, const std::vector<TensorRef>& in,
+                  const std::vector<TensorRef>& out) {
+  const Attrs attr(attrs, facts);
   const bool acc = attr("accumulate") != 0;
   const KernelOp kernel = KernelOpOfInstruction(op);
   if (RunPointwise(kernel, in, out, acc)) return absl::OkStatus();
   const RefOp ref = ReferenceOf(kernel);
   if (ref == nullptr) return absl::UnimplementedError(absl::StrCat("reference_eval: op ", op));
   return ref(kernel, attr, in, out, acc);
+}
+
+}  // namespace
+
+absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& attrs,
+                    const std::vector<TensorRef>& in, const std::vector<TensorRef>& out) {
+  return Eval(op, attrs, ops::unit::PlanFacts{}, in, out);
 }
 
 PlanInterpreter::PlanInterpreter(const Plan& plan)
@@ -202,7 +218,7 @@ absl::Status PlanInterpreter::Run(const Instruction& instr) {
   std::vector<TensorRef> in, out;
   for (int id : instr.inputs) in.push_back(buffer(id));
   for (int id : instr.outputs) out.push_back(buffer(id));
-  return EvalOp(instr.op, instr.attrs, in, out);
+  return Eval(instr.op, instr.attrs, UnitFactsOf(plan_, instr), in, out);
 }
 
 }  // namespace trainc

@@ -31,9 +31,10 @@
 // the reference's table pick it up from the lists below; adding one is
 // lines here plus those three files. What a family may declare beyond
 // Args, Resolve and Run (a refusal, an i32 operand, a training flag, a
-// bf16_outputs mask, f32 operands, a CPU kernel of its own) is
+// bf16_outputs mask, f32 operands, a CPU kernel of its own, the step, the
+// plan's facts, several kernels for one instruction op) is
 // compiler/ops/unit_family.h. layernorm, rmsnorm, softmax, group_norm,
-// embedding, mse, cross_entropy and attention are unit families
+// embedding, mse, cross_entropy, attention and dropout are unit families
 // (compiler/ops/*_family.h). The window family (convolution, pooling) has
 // a header of the same shape, compiler/ops/window_family.h (Args, Resolve,
 // the float64 reference), but is not in the unit list: its backends run
@@ -77,7 +78,8 @@
   U(GroupNorm, group_norm)        \
   U(CrossEntropy, cross_entropy)  \
   U(Mse, mse)                     \
-  U(Embedding, embedding)
+  U(Embedding, embedding)          \
+  U(Dropout, dropout)
 
 // X(Family, Name, instruction op): the kernels that are not pointwise. The
 // operands of each are in its OpDef::doc (compiler/ops/op_table.cc).
@@ -90,8 +92,6 @@
   X(Linear, LinearTanh, linear_tanh)                           \
   X(Linear, LinearGeluErf, linear_gelu_erf)                    \
   X(Linear, LinearGradInputGelu, linear_grad_input_gelu)       \
-  X(Dropout, Dropout, dropout)                                 \
-  X(Dropout, DropoutGrad, dropout_grad)                        \
   X(Window, Conv2d, conv2d)                                    \
   X(Window, Conv2dRelu, conv2d_relu)                           \
   X(Window, Conv2dGradInput, conv2d_grad_input)                \
@@ -132,7 +132,9 @@
   X(Embedding, Embedding, embedding)                           \
   X(Embedding, EmbeddingGrad, embedding_grad)                  \
   X(Embedding, PositionEmbedding, position_embedding)          \
-  X(Embedding, PositionEmbeddingGrad, position_embedding_grad)
+  X(Embedding, PositionEmbeddingGrad, position_embedding_grad) \
+  X(Dropout, Dropout, dropout)                                 \
+  X(Dropout, DropoutGrad, dropout_grad)
 
 namespace trainc {
 
@@ -276,5 +278,6 @@ inline int PointwiseArity(KernelOp op) {
 #include "compiler/ops/rms_norm_family.h"
 #include "compiler/ops/softmax_family.h"
 #include "compiler/ops/window_family.h"
+#include "compiler/ops/dropout_family.h"
 
 #endif  // TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_

@@ -15,6 +15,11 @@
 //   - Training: an Args with a `bool training` member gets the step's
 //     (false in evaluation) from the backend before each run (ForStep);
 //     the reference runs it as training.
+//   - The step: an Args with a `unit::Step step` member gets the whole step
+//     (training, step number, rank) from the backend before each run
+//     (ForStep); the reference runs step 1 of rank 0, training. On CUDA the
+//     step number comes from device memory instead (cuda::UnitLaunch), so
+//     that a captured step replays with the next step's.
 //   - bf16 outputs: an Args with a `uint32_t bf16_outputs` mask learns from
 //     the resolver which outputs are bf16 tensors (bit j: output j), so a
 //     kernel that reads back its own output rounds it first; the reference
@@ -30,6 +35,17 @@
 //     `cpu::OwnCpuKernel(op, args, x, y, accumulate)` instead: an overload
 //     for its Args with Run's signature in f32, returning "" or why not,
 //     declared beside that kernel (runtime/cpu/attention.h).
+//   - The plan: a family whose Resolve takes a trailing
+//     `const unit::PlanFacts&` learns what the plan says beyond the
+//     operands' shapes (the batch's layout and seed, the bucket the
+//     instruction names, what each operand is to that bucket): the
+//     resolver and the reference's plan interpreter fill it
+//     (compiler/plan/plan.h's UnitFactsOf); a reference run without a plan
+//     gets the defaults.
+//   - Several kernels for one instruction op: a family declares
+//     `static KernelOp KernelOf(KernelOp op, const unit::PlanFacts&)`, the
+//     kernel that runs (the cast's direction, from its operands' dtypes);
+//     the resolver and the reference ask it before Resolve.
 // It needs only KernelOp's declaration, so that the families' headers,
 // which kernel_families.h includes, may include it.
 #ifndef TRAINC_COMPILER_OPS_UNIT_FAMILY_H_
@@ -47,6 +63,46 @@ enum class KernelOp : uint8_t;  // compiler/ops/kernel_families.h
 }  // namespace trainc
 
 namespace trainc::ops::unit {
+
+// The step a kernel runs in (see above): runtime/device's StepState less
+// the learning rate.
+struct Step {
+  bool training = true;  // false in evaluation
+  int64_t step = 1;      // 1-based optimizer step
+  int rank = 0;
+};
+
+// What an operand is to the bucket its instruction names (attr bucket).
+enum class BucketRole : uint8_t {
+  kOther,
+  kGrads,       // the bucket's gradients (slot 0 holds the reduced sum)
+  kGradShard,   // ZeRO-2: this rank's shard of the reduced gradients
+  kParams,      // the bucket's parameter span
+  kParamShard,  // ZeRO-3: this rank's shard of the parameters
+  kState,       // one of its optimizer state spans
+  kStepScalar,  // a step scalar (the squared gradient norm)
+};
+
+// What the plan says about one instruction (see above).
+struct PlanFacts {
+  // Dropout's global examples: micro-batches are rank-major (rank *
+  // accumulate + micro_step), micro_batch examples each.
+  uint64_t seed = 0;
+  int64_t global_batch = 0;
+  int64_t micro_batch = 0;
+  int64_t accumulate = 1;
+  int micro_step = 0;  // the instruction's (0 outside the micro-steps)
+  // The operands' element types: bit j set where input (output) j is f32,
+  // or bf16.
+  uint32_t f32_inputs = 0, bf16_inputs = 0, f32_outputs = 0, bf16_outputs = 0;
+  // The bucket of attr bucket (sum_squares, optimizer): its gradient slot
+  // in floats, -1 when the instruction names no bucket of the plan; one
+  // rank's ZeRO shard in floats (0: none); and what each input is to it.
+  int64_t bucket_elems = -1;
+  int64_t shard_elems = 0;
+  static constexpr int kMaxInputs = 8;
+  BucketRole inputs[kMaxInputs] = {};
+};
 
 // Elements of a tensor of `shape` (1 for a scalar []).
 inline int64_t Elements(const std::vector<int64_t>& shape) {
@@ -120,12 +176,60 @@ template <typename Family>
 struct HasOwnCpuKernel<Family, std::void_t<decltype(Family::kOwnCpuKernel)>>
     : std::bool_constant<Family::kOwnCpuKernel> {};
 
-// `a` for one step: its `training` set, if it has one.
+template <typename Args, typename = void>
+struct HasStep : std::false_type {};
 template <typename Args>
-Args ForStep(const Args& a, bool training) {
-  Args step = a;
-  if constexpr (HasTraining<Args>::value) step.training = training;
-  return step;
+struct HasStep<Args, std::void_t<decltype(std::declval<Args&>().step)>>
+    : std::is_same<decltype(std::declval<Args&>().step), Step> {};
+
+template <typename Family, typename = void>
+struct HasPlanFacts : std::false_type {};
+template <typename Family>
+struct HasPlanFacts<Family,
+                    std::void_t<decltype(Family::Resolve(
+                        KernelOp{}, std::declval<const std::vector<std::vector<int64_t>>&>(),
+                        std::declval<const std::vector<std::vector<int64_t>>&>(),
+                        std::declval<const std::map<std::string, double>&>(),
+                        std::declval<const PlanFacts&>(),
+                        static_cast<typename Family::Args*>(nullptr)))>> : std::true_type {};
+
+// `a` for one step: its `training` or `step` set, if it has one.
+template <typename Args>
+Args ForStep(const Args& a, const Step& step) {
+  Args now = a;
+  if constexpr (HasTraining<Args>::value) now.training = step.training;
+  if constexpr (HasStep<Args>::value) now.step = step;
+  return now;
+}
+
+template <typename Family, typename = void>
+struct HasKernelOf : std::false_type {};
+template <typename Family>
+struct HasKernelOf<Family, std::void_t<decltype(Family::KernelOf(KernelOp{},
+                                                                 std::declval<const PlanFacts&>()))>>
+    : std::true_type {};
+
+// The kernel of `Family` that runs instruction op `op` (its first kernel).
+template <typename Family>
+KernelOp KernelOfUnit(KernelOp op, const PlanFacts& facts) {
+  if constexpr (HasKernelOf<Family>::value) {
+    return Family::KernelOf(op, facts);
+  } else {
+    return op;
+  }
+}
+
+// Family::Resolve, given `facts` where it reads them: "" or why not.
+template <typename Family>
+std::string ResolveUnit(KernelOp op, const std::vector<std::vector<int64_t>>& in,
+                        const std::vector<std::vector<int64_t>>& out,
+                        const std::map<std::string, double>& attrs, const PlanFacts& facts,
+                        typename Family::Args* a) {
+  if constexpr (HasPlanFacts<Family>::value) {
+    return Family::Resolve(op, in, out, attrs, facts, a);
+  } else {
+    return Family::Resolve(op, in, out, attrs, a);
+  }
 }
 
 // Runs kernel `op` of `Family` on element type T: "" or why not.

@@ -13,6 +13,58 @@ int64_t DTypeBytes(DType t) {
   return 4;
 }
 
+namespace {
+
+// What buffer `id` is to `bucket`.
+ops::unit::BucketRole RoleOf(const Plan& plan, const Bucket& bucket, int id) {
+  using Role = ops::unit::BucketRole;
+  if (id == bucket.grad_buffer) return Role::kGrads;
+  if (id == bucket.grad_shard) return Role::kGradShard;
+  if (id == bucket.param_span) return Role::kParams;
+  if (id == bucket.param_shard) return Role::kParamShard;
+  for (int s : bucket.state_spans) {
+    if (id == s) return Role::kState;
+  }
+  if (id >= 0 && id < static_cast<int>(plan.buffers.size()) &&
+      plan.buffers[id].kind == BufferKind::kStepScalar) {
+    return Role::kStepScalar;
+  }
+  return Role::kOther;
+}
+
+}  // namespace
+
+ops::unit::PlanFacts UnitFactsOf(const Plan& plan, const Instruction& instr) {
+  ops::unit::PlanFacts f;
+  f.seed = static_cast<uint64_t>(plan.seed);
+  f.global_batch = plan.global_batch;
+  f.micro_batch = plan.micro_batch;
+  f.accumulate = plan.accumulate;
+  f.micro_step = instr.micro_step > 0 ? instr.micro_step : 0;
+  auto mark = [&](const std::vector<int>& ids, uint32_t* f32, uint32_t* bf16) {
+    for (size_t j = 0; j < ids.size() && j < 32; ++j) {
+      if (ids[j] < 0 || ids[j] >= static_cast<int>(plan.buffers.size())) continue;
+      const DType t = plan.buffers[ids[j]].dtype;
+      if (t == DType::kF32) *f32 |= 1u << j;
+      if (t == DType::kBF16) *bf16 |= 1u << j;
+    }
+  };
+  mark(instr.inputs, &f.f32_inputs, &f.bf16_inputs);
+  mark(instr.outputs, &f.f32_outputs, &f.bf16_outputs);
+  auto it = instr.attrs.find("bucket");
+  if (it == instr.attrs.end() || it->second < 0 ||
+      it->second >= static_cast<double>(plan.buckets.size())) {
+    return f;
+  }
+  const Bucket& bucket = plan.buckets[static_cast<size_t>(it->second)];
+  f.bucket_elems = bucket.bytes / 4;
+  f.shard_elems = bucket.shard_elems;
+  for (size_t j = 0; j < instr.inputs.size() && j < ops::unit::PlanFacts::kMaxInputs; ++j) {
+    f.inputs[j] = RoleOf(plan, bucket, instr.inputs[j]);
+  }
+  return f;
+}
+
 const char* BufferKindName(BufferKind kind) {
   switch (kind) {
     case BufferKind::kInput: return "input";

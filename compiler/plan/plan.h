@@ -116,6 +116,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ops/unit_family.h"
 #include "compiler/plan/settings.h"
 
 namespace trainc {
@@ -381,6 +382,10 @@ struct Plan {
   int loss_buffer = -1;             // loss_sum of the current micro-step
   std::vector<int> parameter_buffers;  // in model (forward) order
 };
+
+// What `plan` says about `instr` to a unit family's Resolve
+// (compiler/ops/unit_family.h): the resolver's and the reference's.
+ops::unit::PlanFacts UnitFactsOf(const Plan& plan, const Instruction& instr);
 
 const char* BufferKindName(BufferKind kind);
 const char* StreamName(Stream stream);

@@ -120,22 +120,6 @@ absl::Status Linear(const KernelCall& c) {
   }
 }
 
-// dropout and dropout_grad: the same mask, regenerated.
-absl::Status DropoutFamily(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  const Plan& plan = c.plan;
-  // The global example of row 0: the global batch's micro-batches are
-  // rank-major (rank * accumulate + micro), as the data loader fills them,
-  // so the mask does not depend on the split.
-  const uint64_t base =
-      static_cast<uint64_t>(c.step.step - 1) * plan.global_batch +
-      static_cast<uint64_t>(c.step.rank * plan.accumulate + k.dropout.micro) *
-          plan.micro_batch;
-  Dropout(k.x[0], k.rows, k.in, c.step.training ? k.dropout.p : 0.0f,
-          static_cast<uint64_t>(plan.seed), k.dropout.key, base, k.accumulate, k.y[0]);
-  return Ok();
-}
-
 // Convolution and pooling: oneDNN's primitives, prepared with the plan.
 absl::Status Window(const KernelCall& c) { return c.dnnl.Run(c.instr.id); }
 
@@ -219,8 +203,9 @@ absl::Status SgdKernel(const KernelCall& c) {
 // the instruction's error.
 template <typename Args>
 absl::Status UnitKernel(const KernelCall& c, UnitRunFn<Args> run, const Args& args) {
+  const ops::unit::Step step{c.step.training, c.step.step, c.step.rank};
   const std::string why =
-      run(c.k.op, ops::unit::ForStep(args, c.step.training), c.k.x, c.k.y, c.k.accumulate);
+      run(c.k.op, ops::unit::ForStep(args, step), c.k.x, c.k.y, c.k.accumulate);
   if (why.empty()) return Ok();
   return absl::InvalidArgumentError(absl::StrCat("cpu: ", c.instr.label, ": ", why));
 }
@@ -237,7 +222,6 @@ KernelTable<CpuKernel> MakeTable() {
   return KernelTable<CpuKernel>::OfFamilies({
       {F::kPointwise, &Pointwise},
       {F::kLinear, &Linear},
-      {F::kDropout, &DropoutFamily},
       {F::kWindow, &Window},
       {F::kReshape, &Reshape},
       {F::kCast, &Cast},

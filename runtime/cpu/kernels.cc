@@ -13,7 +13,6 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/store.h"
 #include "runtime/device/bf16.h"
-#include "runtime/device/philox.h"
 
 // The repository builds for x86-64-v2 (SSE4.2) so its binaries run anywhere;
 // the elementwise loops below are the only hand-written hot code, so they
@@ -125,22 +124,7 @@ std::string RunOnCpu(KernelOp op, const typename Family::Args& a, const float* c
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
 #undef TRAINC_CPU_UNIT_RUN
 
-// ---- Transformer ops ------------------------------------------------------
-
-TRAINC_SIMD_CLONES
-void Dropout(const float* __restrict x, int64_t batch, int64_t per_example,
-             float p, uint64_t seed, uint32_t key, uint64_t example_base,
-             bool accumulate, float* __restrict y) {
-  for (int64_t b = 0; b < batch; ++b) {
-    const float* __restrict xr = x + b * per_example;
-    float* __restrict yr = y + b * per_example;
-    const uint64_t example = example_base + static_cast<uint64_t>(b);
-    for (int64_t j = 0; j < per_example; ++j) {
-      const float v = xr[j] * DropoutFactor(seed, key, example, j, p);
-      yr[j] = accumulate ? yr[j] + v : v;
-    }
-  }
-}
+// ---- The step's tail: gradient sums and the optimizers -------------------
 
 TRAINC_SIMD_CLONES
 void OrderedSum(const float* src, int64_t n, int64_t count, float* dst) {

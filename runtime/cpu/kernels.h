@@ -68,14 +68,7 @@ using UnitRunFn = std::string (*)(KernelOp op, const Args& a, const float* const
 TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
 #undef TRAINC_CPU_UNIT_RUN
 
-// ---- Transformer ops ------------------------------------------------------
-
-// Dropout (forward and backward alike): y[b, j] (+)= x[b, j] *
-// DropoutFactor(seed, key, example_base + b, j, p) (runtime/device/philox.h)
-// for x[batch, per_example]; p = 0 copies.
-void Dropout(const float* x, int64_t batch, int64_t per_example, float p,
-             uint64_t seed, uint32_t key, uint64_t example_base,
-             bool accumulate, float* y);
+// ---- The step's tail: gradient sums and the optimizers -------------------
 
 // dst[i] = sum over k in [0, n) of src[k * count + i], k in increasing order
 // (bit-reproducible). dst may be src itself (slot 0), nothing else of src.

@@ -45,6 +45,15 @@ void MseGrad(const float* pred, const float* target, int64_t rows, int64_t n, fl
   a.rows = rows, a.width = n, a.loss_scale = scale;
   ops::MseFamily::Grad(a, pred, target, accumulate, dpred);
 }
+// Dropout through the CPU kernel (RunDropout): step 1 of rank 0, the
+// example base the micro-step's offset.
+void Dropout(const float* x, int64_t batch, int64_t per_example, float p, uint64_t seed,
+             uint32_t key, uint64_t example_base, bool accumulate, float* y) {
+  ops::DropoutFamily::Args a;
+  a.rows = batch, a.per_example = per_example, a.p = p, a.key = key, a.seed = seed;
+  a.micro_offset = static_cast<int64_t>(example_base);
+  RunDropout(KernelOp::kDropout, a, &x, &y, accumulate);
+}
 ops::EmbeddingFamily::Args TokenArgs(const int32_t* ids, int64_t rows, int64_t vocab,
                                      int64_t dim) {
   ops::EmbeddingFamily::Args a;
@@ -680,7 +689,7 @@ TEST(KernelsTest, GeluTanhForwardAndGrad) {
 }
 
 // Dropout's factor written here from the Philox4x32-10 paper (Salmon et
-// al., SC'11) and the mask's definition, not from runtime/device/philox.h:
+// al., SC'11) and the mask's definition, not from compiler/ops/philox.h:
 // counter (element / 4, example lo, example hi, key), key (seed lo, seed
 // hi), ten rounds; word element % 4, its top 24 bits a uniform u in [0, 1);
 // dropped if u < p, else scaled by the float 1 / (1 - p).

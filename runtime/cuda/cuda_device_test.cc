@@ -340,7 +340,7 @@ TEST(CudaDeviceTest, Activations) {
   }
 }
 
-// The same Philox masks as the CPU (runtime/device/philox.h): bit for bit,
+// The same Philox masks as the CPU (compiler/ops/philox.h): bit for bit,
 // at a later step, on another rank and micro-step, and the identity in
 // evaluation.
 TEST(CudaDeviceTest, DropoutMatchesCpuBitForBit) {

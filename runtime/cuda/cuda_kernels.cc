@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/unit_family.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/cuda/cuda_device_impl.h"
 #include "runtime/cuda/cuda_status.h"
@@ -54,7 +55,7 @@ bool NativeInAndOut(Kernel& k, int out) {
 
 void UseBf16Dropout(Kernel& k) {
   // x and y both bf16, read and written as they are.
-  if (k.op == Op::kDropout || k.op == Op::kDropoutGrad) k.dropout_bf16 = NativeInAndOut(k, 0);
+  if (k.op == Op::kDropout || k.op == Op::kDropoutGrad) k.unit_bf16 = NativeInAndOut(k, 0);
 }
 
 void UseBf16Reshape(Kernel& k) {
@@ -207,21 +208,6 @@ struct CudaKernels {
                                              k.accumulate, d.compute_));
   }
 
-  static absl::Status Dropout(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    // The step comes from device memory (uploaded here when eager, by
-    // Replay in a captured graph); the rest is fixed for this rank.
-    if (!d.capturing_) RETURN_IF_ERROR(d.UploadStepScalars(c.plan, c.step));
-    const int64_t position =
-        (static_cast<int64_t>(c.step.rank) * c.plan.accumulate + k.dropout.micro) *
-        c.plan.micro_batch;
-    return Launched(c, cuda::LaunchDropout(k.x[0], k.y[0], k.dropout_bf16, k.rows, k.in,
-                                           c.step.training ? k.dropout.p : 0.0f,
-                                           static_cast<uint64_t>(c.plan.seed), k.dropout.key,
-                                           d.device_scalars_, c.plan.global_batch, position,
-                                           k.accumulate, d.compute_));
-  }
-
   static absl::Status Optimizer(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
     // In a capture the scalars are uploaded by Replay instead, so every
@@ -281,12 +267,27 @@ struct CudaKernels {
     env.scratch = d.kernel_scratch_;
     env.scratch_floats = d.kernel_scratch_floats_;
     env.error = d.device_error_;
+    env.scalars = d.device_scalars_;
     env.stream = d.compute_;
     return env;
   }
-#define TRAINC_CUDA_UNIT(Family, snake)                                                 \
-  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) {            \
-    return Launched(c, cuda::Launch##Family(c.k.op, c.k.snake, c.k.x, c.k.y, UnitEnv(d, c))); \
+  template <typename Args>
+  static absl::Status LaunchUnit(CudaDeviceImpl& d, const KernelCall& c, const Args& args,
+                                 cudaError_t (*launch)(KernelOp, const Args&,
+                                                       const float* const*, float* const*,
+                                                       const cuda::UnitLaunch&)) {
+    // The step's scalars: uploaded here when eager, by Replay in a
+    // captured graph.
+    if constexpr (ops::unit::HasStep<Args>::value) {
+      if (!d.capturing_) RETURN_IF_ERROR(d.UploadStepScalars(c.plan, c.step));
+    }
+    const ops::unit::Step step{c.step.training, c.step.step, c.step.rank};
+    return Launched(c, launch(c.k.op, ops::unit::ForStep(args, step), c.k.x, c.k.y,
+                              UnitEnv(d, c)));
+  }
+#define TRAINC_CUDA_UNIT(Family, snake)                                      \
+  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) { \
+    return LaunchUnit(d, c, c.k.snake, &cuda::Launch##Family);               \
   }
   TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT)
 #undef TRAINC_CUDA_UNIT
@@ -300,7 +301,6 @@ struct CudaKernels {
     return KernelTable<CudaBinding>::OfFamilies({
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},
-        {F::kDropout, {&Dropout}},
         {F::kWindow, {&Window}},
         {F::kReshape, {&Reshape}},
         {F::kCast, {&Cast}},

@@ -1,9 +1,9 @@
 // Launchers for the CUDA backend's kernels, one .cu file per layer (llm.c
-// style): linear.cu, pointwise.cu, optimizer.cu, elementwise.cu,
-// transformer.cu; and one per unit family (layer_norm.cu, rms_norm.cu,
-// softmax.cu, group_norm.cu, embedding.cu, mse.cu, cross_entropy.cu,
-// attention.cu, with attention_mma.cu). Included by nvcc and by the host compiler, so it uses
-// only the CUDA runtime API types.
+// style): linear.cu, pointwise.cu, optimizer.cu, elementwise.cu; and one
+// per unit family (layer_norm.cu, rms_norm.cu, softmax.cu, group_norm.cu,
+// embedding.cu, mse.cu, cross_entropy.cu, attention.cu with
+// attention_mma.cu, dropout.cu). Included by nvcc and by the host
+// compiler, so it uses only the CUDA runtime API types.
 //
 // Conventions. Tensors are row-major f32 (labels i32) device pointers.
 // `accumulate` selects out = v (false) or out += v (true), as the plan's
@@ -28,8 +28,11 @@ namespace cuda {
 inline constexpr int kErrorLabelOutOfRange = 1;
 inline constexpr int kErrorTokenOutOfRange = 2;  // an embedding id
 
+struct OptimizerStepScalars;  // optimizer.cu, below
+
 // ---- a unit family's <snake>.cu (compiler/ops/kernel_families.h) ----------
-// What its kernels get besides their operands and sizes.
+// What its kernels get besides their operands and sizes (an Args with a
+// unit::Step gets the step too, its number to be read from `scalars`).
 struct UnitLaunch {
   bool accumulate = false;  // outputs += the result
   bool training = true;     // false: an evaluation step
@@ -40,6 +43,10 @@ struct UnitLaunch {
   float* scratch = nullptr;  // the kernel scratch, at least what Prepare asked for
   int64_t scratch_floats = 0;
   int* error = nullptr;  // the device's error word (kError* bits above)
+  // The step's scalars in device memory (the step number, the learning
+  // rate), uploaded before the kernel, or by a captured step's replay:
+  // what a family whose Args has a unit::Step reads for them.
+  const OptimizerStepScalars* scalars = nullptr;
   cudaStream_t stream = nullptr;
 };
 // Prepare<Family>: null, or why its kernels cannot run `op` at the sizes
@@ -121,24 +128,6 @@ cudaError_t LaunchOrderedSum(const float* src, int64_t n, int64_t count,
 cudaError_t LaunchToBf16(const float* f32, void* bf16, int64_t n, cudaStream_t s);
 // f32[i] = bf16[i], exactly.
 cudaError_t LaunchFromBf16(const void* bf16, float* f32, int64_t n, cudaStream_t s);
-
-// ---- transformer.cu ------------------------------------------------------
-// The same semantics as runtime/cpu/kernels.h (the CPU device is the
-// reference these are tested against).
-
-struct OptimizerStepScalars;  // optimizer.cu, below
-
-// Dropout (forward and backward alike), the CPU's Dropout bit for bit:
-// y (+)= x * DropoutFactor(seed, key, example, j, p) for x[batch,
-// per_example], example = (scalars->step - 1) * global_batch + position + b
-// (the step read from device memory, so a replayed CUDA graph draws each
-// step's own mask). x and y f32, or both bf16 when `bf16` (widened on
-// load, rounded once on store).
-cudaError_t LaunchDropout(const void* x, void* y, bool bf16, int64_t batch,
-                          int64_t per_example, float p, uint64_t seed,
-                          uint32_t key, const OptimizerStepScalars* scalars,
-                          int64_t global_batch, int64_t position,
-                          bool accumulate, cudaStream_t s);
 
 // ---- optimizer.cu --------------------------------------------------------
 // What changes per step, read from device memory (not kernel arguments) so

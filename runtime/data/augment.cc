@@ -1,6 +1,6 @@
 #include "runtime/data/augment.h"
 
-#include "runtime/device/philox.h"
+#include "compiler/ops/philox.h"
 
 namespace trainc {
 namespace {

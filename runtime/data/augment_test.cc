@@ -77,7 +77,7 @@ TEST(AugmentTest, DrawsArePureAndCoverTheRange) {
 //   (x0, x1, x2, x3) -> (hi(M1 x2) ^ x1 ^ k0, lo(M1 x2), hi(M0 x0) ^ x3 ^ k1, lo(M0 x0))
 // with M0 = 0xD2511F53, M1 = 0xCD9E8D57, the key bumped by the Weyl
 // constants (0x9E3779B9, 0xBB67AE85) between rounds. Written from the
-// paper, not from runtime/device/philox.h, and checked here against
+// paper, not from compiler/ops/philox.h, and checked here against
 // Random123's known answers before it judges anything.
 struct Words {
   uint32_t w[4];

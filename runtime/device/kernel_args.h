@@ -41,14 +41,6 @@ struct Bf16Operand {
   bool native = false;
 };
 
-// Dropout: the mask is a Philox function of (plan seed, key, global
-// example, element).
-struct DropoutArgs {
-  float p = 0;       // probability of zeroing an element
-  uint32_t key = 0;  // the op's key
-  int micro = 0;     // the instruction's micro-step
-};
-
 // The optimizer over one bucket.
 struct OptimizerArgs {
   float* state[2] = {};      // AdamW: m, v; SGD: the momentum buffer
@@ -66,14 +58,12 @@ struct OptimizerArgs {
 struct KernelArgs {
   KernelOp op = KernelOp::kNotCompute;
   bool accumulate = false;  // outputs += the result (gradients)
-  int64_t rows = 0;  // elements (pointwise), examples (dropout), floats
-  int64_t in = 0;    // dropout: elements per example
+  int64_t rows = 0;  // elements (pointwise), floats
   const float* x[5] = {};
   float* y[4] = {};  // add_layernorm writes four
 
   // The linear family's sizes (compiler/ops/linear_family.h).
   ops::LinearFamily::Args linear;
-  DropoutArgs dropout;
   OptimizerArgs optimizer;
   // ZeRO-1 optimizer / sum_squares: floats of one rank's shard (0: the
   // whole bucket). The device runs the kernel on x[0] / y[0] advanced by

@@ -68,19 +68,6 @@ absl::Status ResolvePointwise(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
-absl::Status ResolveDropout(const Resolving& r, KernelArgs& k) {
-  const Buffer& x = r.in(0);
-  if (x.shape.empty() || x.shape[0] == 0) return r.Fail("x has no batch axis");
-  if (Elements(r.out(0)) != Elements(x)) return r.Fail("output size");
-  k.rows = x.shape[0];
-  k.in = Elements(x) / k.rows;
-  k.dropout.p = static_cast<float>(r.attr("p", -1));
-  if (!(k.dropout.p >= 0 && k.dropout.p < 1)) return r.Fail("attr p outside [0, 1)");
-  k.dropout.key = static_cast<uint32_t>(r.attr("key", 0));
-  k.dropout.micro = std::max(r.instr.micro_step, 0);
-  return absl::OkStatus();
-}
-
 absl::Status ResolveReshape(const Resolving& r, KernelArgs& k) {
   k.rows = Elements(r.in(0));
   if (Elements(r.out(0)) != k.rows) return r.Fail("sizes differ");
@@ -239,7 +226,8 @@ absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Arg
   std::vector<std::vector<int64_t>> in, out;
   for (int id : r.instr.inputs) in.push_back(r.plan.buffers[id].shape);
   for (int id : r.instr.outputs) out.push_back(r.plan.buffers[id].shape);
-  const std::string why = Family::Resolve(k.op, in, out, r.instr.attrs, &args);
+  const std::string why = ops::unit::ResolveUnit<Family>(k.op, in, out, r.instr.attrs,
+                                                         UnitFactsOf(r.plan, r.instr), &args);
   if (!why.empty()) return r.Fail(why);
   RETURN_IF_ERROR(CheckF32Operands<Family>(r, k.op));
   if constexpr (ops::unit::HasBf16Outputs<typename Family::Args>::value) {

@@ -8,8 +8,8 @@
 // element index): no generator state, nothing stored between forward and
 // backward, and the same units are dropped however the global batch is
 // split into ranks and micro-steps.
-#ifndef TRAINC_RUNTIME_DEVICE_PHILOX_H_
-#define TRAINC_RUNTIME_DEVICE_PHILOX_H_
+#ifndef TRAINC_COMPILER_OPS_PHILOX_H_
+#define TRAINC_COMPILER_OPS_PHILOX_H_
 
 #include <cstdint>
 
@@ -60,4 +60,4 @@ TRAINC_HOST_DEVICE inline float DropoutFactor(uint64_t seed, uint32_t key,
 
 }  // namespace trainc
 
-#endif  // TRAINC_RUNTIME_DEVICE_PHILOX_H_
+#endif  // TRAINC_COMPILER_OPS_PHILOX_H_

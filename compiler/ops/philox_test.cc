@@ -1,4 +1,4 @@
-#include "runtime/device/philox.h"
+#include "compiler/ops/philox.h"
 
 #include <cmath>
 #include <cstdint>
