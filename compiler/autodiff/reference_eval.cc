@@ -81,16 +81,9 @@ using RefOp = absl::Status (*)(KernelOp op, const Attrs& attr,
                                const std::vector<TensorRef>& in,
                                const std::vector<TensorRef>& out, bool acc);
 
-absl::Status RefReshape(KernelOp op, const Attrs& attr, const std::vector<TensorRef>& in,
-                        const std::vector<TensorRef>& out, bool acc) {
-  std::copy(in[0].data, in[0].data + in[0].size(), out[0].data);
-  return absl::OkStatus();
-}
-
 // Kernel ops with no float64 reference here: each is checked by a test
 // of its own (runtime/conformance's CheckedElsewhere).
-constexpr RefOp RefCastToBf16 = nullptr,
-                RefCastToF32 = nullptr, RefSumSquares = nullptr, RefAdamW = nullptr,
+constexpr RefOp RefSumSquares = nullptr, RefAdamW = nullptr,
                 RefSgd = nullptr;
 
 // A unit family's reference: its Resolve and its loops in float64
@@ -104,6 +97,7 @@ absl::Status RefUnit(KernelOp op, const Attrs& attr, const std::vector<TensorRef
   for (const TensorRef& t : in) in_shapes.push_back(t.shape), x.push_back(t.data);
   for (const TensorRef& t : out) out_shapes.push_back(t.shape), y.push_back(t.data);
   typename Family::Args args;
+  op = ops::unit::KernelOfUnit<Family>(op, attr.facts());
   std::string why =
       ops::unit::ResolveUnit<Family>(op, in_shapes, out_shapes, attr.map(), attr.facts(), &args);
   // The i32 operand (compiler/ops/unit_family.h), held in the double arena.

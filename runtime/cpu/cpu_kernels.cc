@@ -123,24 +123,6 @@ absl::Status Linear(const KernelCall& c) {
 // Convolution and pooling: oneDNN's primitives, prepared with the plan.
 absl::Status Window(const KernelCall& c) { return c.dnnl.Run(c.instr.id); }
 
-// A copy (or, when a layout changes, oneDNN's reorder, which
-// RunF32Kernel hands to oneDNN first).
-absl::Status Reshape(const KernelCall& c) {
-  if (c.k.y[0] == c.k.x[0]) return Ok();
-  PointwiseKernel(Op::kCopyGrad)(c.k.x[0], nullptr, c.k.rows, false, c.k.y[0]);
-  return Ok();
-}
-
-absl::Status Cast(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  if (k.op == Op::kCastToBf16) {
-    NarrowToBf16(k.x[0], k.rows, reinterpret_cast<uint16_t*>(k.y[0]));
-  } else {
-    WidenBf16(reinterpret_cast<const uint16_t*>(k.x[0]), k.rows, k.y[0]);
-  }
-  return Ok();
-}
-
 absl::Status SumSquaresKernel(const KernelCall& c) {
   const ShardRange sh = ShardOf(c.k, c.step.rank);
   SumSquares(c.k.x[0] + sh.grad_begin, sh.count, c.k.accumulate, c.k.y[0]);
@@ -223,8 +205,6 @@ KernelTable<CpuKernel> MakeTable() {
       {F::kPointwise, &Pointwise},
       {F::kLinear, &Linear},
       {F::kWindow, &Window},
-      {F::kReshape, &Reshape},
-      {F::kCast, &Cast},
       {F::kSumSquares, &SumSquaresKernel},
       {F::kOptimizer, &OptimizerKernel},
       TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_ENTRY)

@@ -97,12 +97,10 @@ struct Kernel : KernelArgs {
   // write as bf16 themselves (cuda::UnitLaunch::bf16): cross_entropy_fused
   // whose logits (x[0]) and dlogits (y[1]) are bf16 (UseBf16Classifier),
   // add_layernorm whose b (x[1]) is (UseBf16AddLayerNorm), attention(_grad)
-  // whose qkv, y, dy and dqkv are (UseBf16Attention), dropout(_grad) of a
-  // bf16 tensor into one (UseBf16Dropout); their slots hold the
-  // tensors.
+  // whose qkv, y, dy and dqkv are (UseBf16Attention), dropout(_grad) and
+  // reshape of a bf16 tensor into one (UseBf16Dropout, UseBf16Reshape);
+  // their slots hold the tensors.
   bool unit_bf16 = false;
-  // precision = bf16, reshape of a bf16 tensor into one (UseBf16Reshape).
-  bool reshape_bf16 = false;
   // precision = bf16, a pointwise op: bit 0, 1, 2 set where a, b, y is a
   // bf16 tensor (its x / y slot then holds it), which the kernel reads or
   // writes itself (UseBf16Pointwise); 0: f32 operands.

@@ -60,7 +60,7 @@ void UseBf16Dropout(Kernel& k) {
 
 void UseBf16Reshape(Kernel& k) {
   // A copy: bf16 in and out move as 2-byte values, nothing widened.
-  if (k.op == Op::kReshape) k.reshape_bf16 = NativeInAndOut(k, 0);
+  if (k.op == Op::kReshape) k.unit_bf16 = NativeInAndOut(k, 0);
 }
 
 void UseBf16AddLayerNorm(Kernel& k) {
@@ -241,22 +241,6 @@ struct CudaKernels {
     return d.cudnn_->Run(c.instr.id);
   }
 
-  static absl::Status Reshape(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    if (k.y[0] == k.x[0]) return absl::OkStatus();
-    // bf16 in and out: the 2-byte values as they are (UseBf16Reshape).
-    const size_t width = k.reshape_bf16 ? 2 : 4;
-    return Launched(c, cudaMemcpyAsync(k.y[0], k.x[0], static_cast<size_t>(k.rows) * width,
-                                       cudaMemcpyDeviceToDevice, d.compute_));
-  }
-
-  static absl::Status Cast(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    return Launched(c, k.op == Op::kCastToBf16
-                           ? cuda::LaunchToBf16(k.x[0], k.y[0], k.rows, d.compute_)
-                           : cuda::LaunchFromBf16(k.x[0], k.y[0], k.rows, d.compute_));
-  }
-
   // A unit family's CUDA kernels: its launcher
   // (compiler/ops/kernel_families.h, runtime/cuda/kernels.h).
   static cuda::UnitLaunch UnitEnv(CudaDeviceImpl& d, const KernelCall& c) {
@@ -302,8 +286,6 @@ struct CudaKernels {
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},
         {F::kWindow, {&Window}},
-        {F::kReshape, {&Reshape}},
-        {F::kCast, {&Cast}},
         {F::kSumSquares, {&SumSquares}},
         {F::kOptimizer, {&Optimizer}},
         TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_ENTRY)

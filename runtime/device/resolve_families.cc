@@ -68,26 +68,6 @@ absl::Status ResolvePointwise(const Resolving& r, KernelArgs& k) {
   return absl::OkStatus();
 }
 
-absl::Status ResolveReshape(const Resolving& r, KernelArgs& k) {
-  k.rows = Elements(r.in(0));
-  if (Elements(r.out(0)) != k.rows) return r.Fail("sizes differ");
-  return absl::OkStatus();
-}
-
-absl::Status ResolveCast(const Resolving& r, KernelArgs& k) {
-  const DType from = r.in(0).dtype, to = r.out(0).dtype;
-  if (from == DType::kF32 && to == DType::kBF16) {
-    k.op = KernelOp::kCastToBf16;
-  } else if (from == DType::kBF16 && to == DType::kF32) {
-    k.op = KernelOp::kCastToF32;
-  } else {
-    return r.Fail(absl::StrCat("no cast from ", DTypeName(from), " to ", DTypeName(to)));
-  }
-  k.rows = Elements(r.in(0));
-  if (Elements(r.out(0)) != k.rows) return r.Fail("sizes differ");
-  return absl::OkStatus();
-}
-
 absl::Status ResolveSumSquares(const Resolving& r, KernelArgs& k) {
   const int b = static_cast<int>(r.attr("bucket", -1));
   if (b < 0 || b >= static_cast<int>(r.plan.buckets.size())) {
@@ -213,6 +193,8 @@ absl::Status CheckF32Operands(const Resolving& r, KernelOp op) {
 // which outputs are bf16 tensors.
 template <typename Family>
 absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Args& args) {
+  const ops::unit::PlanFacts facts = UnitFactsOf(r.plan, r.instr);
+  k.op = ops::unit::KernelOfUnit<Family>(k.op, facts);
   // The i32 operand, if any (compiler/ops/unit_family.h): read through
   // Args, not its x slot.
   const int ids = ops::unit::IdsInputOf<Family>(k.op);
@@ -226,8 +208,8 @@ absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Arg
   std::vector<std::vector<int64_t>> in, out;
   for (int id : r.instr.inputs) in.push_back(r.plan.buffers[id].shape);
   for (int id : r.instr.outputs) out.push_back(r.plan.buffers[id].shape);
-  const std::string why = ops::unit::ResolveUnit<Family>(k.op, in, out, r.instr.attrs,
-                                                         UnitFactsOf(r.plan, r.instr), &args);
+  const std::string why =
+      ops::unit::ResolveUnit<Family>(k.op, in, out, r.instr.attrs, facts, &args);
   if (!why.empty()) return r.Fail(why);
   RETURN_IF_ERROR(CheckF32Operands<Family>(r, k.op));
   if constexpr (ops::unit::HasBf16Outputs<typename Family::Args>::value) {
