@@ -83,7 +83,7 @@ using RefOp = absl::Status (*)(KernelOp op, const Attrs& attr,
 
 // Kernel ops with no float64 reference here: each is checked by a test
 // of its own (runtime/conformance's CheckedElsewhere).
-constexpr RefOp RefSumSquares = nullptr, RefAdamW = nullptr,
+constexpr RefOp RefAdamW = nullptr,
                 RefSgd = nullptr;
 
 // A unit family's reference: its Resolve and its loops in float64

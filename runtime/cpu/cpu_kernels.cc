@@ -123,12 +123,6 @@ absl::Status Linear(const KernelCall& c) {
 // Convolution and pooling: oneDNN's primitives, prepared with the plan.
 absl::Status Window(const KernelCall& c) { return c.dnnl.Run(c.instr.id); }
 
-absl::Status SumSquaresKernel(const KernelCall& c) {
-  const ShardRange sh = ShardOf(c.k, c.step.rank);
-  SumSquares(c.k.x[0] + sh.grad_begin, sh.count, c.k.accumulate, c.k.y[0]);
-  return Ok();
-}
-
 // A non-finite gradient (clipping or skip_nonfinite computed its norm):
 // the weights and the state stay as they were.
 bool SkipStep(const OptimizerArgs& o) {
@@ -205,7 +199,6 @@ KernelTable<CpuKernel> MakeTable() {
       {F::kPointwise, &Pointwise},
       {F::kLinear, &Linear},
       {F::kWindow, &Window},
-      {F::kSumSquares, &SumSquaresKernel},
       {F::kOptimizer, &OptimizerKernel},
       TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_ENTRY)
   });

@@ -143,12 +143,6 @@ float ClipScale(float grad_sq, float clip) {
   return std::min(1.0f, clip / (std::sqrt(grad_sq) + 1e-6f));
 }
 
-void SumSquares(const float* x, int64_t n, bool accumulate, float* out) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  out[0] = accumulate ? out[0] + static_cast<float>(s) : static_cast<float>(s);
-}
-
 TRAINC_SIMD_CLONES
 void AdamW(const AdamWParams& h, const float* __restrict grad, int64_t n,
            float* __restrict param, float* __restrict m,

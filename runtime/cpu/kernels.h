@@ -97,8 +97,6 @@ struct SgdParams {
 // computed for skip_nonfinite only), as the CUDA kernels.
 float ClipScale(float grad_sq, float clip);
 
-// out[0] (+)= sum of x[0..n) squared, accumulated in double.
-void SumSquares(const float* x, int64_t n, bool accumulate, float* out);
 void Sgd(const SgdParams& h, const float* grad, int64_t n, float* param,
          float* momentum_buf);
 

@@ -230,12 +230,6 @@ struct CudaKernels {
                            o.nesterov, a.grad_sq, a.clip_norm, d.compute_));
   }
 
-  static absl::Status SumSquares(CudaDeviceImpl& d, const KernelCall& c) {
-    const ShardRange sh = ShardOf(c.k, c.step.rank);
-    return Launched(c, cuda::LaunchSumSquares(c.k.x[0] + sh.grad_begin, sh.count, c.k.y[0],
-                                              c.k.accumulate, d.compute_));
-  }
-
   // Convolution and pooling: cuDNN, with the descriptors Prepare made.
   static absl::Status Window(CudaDeviceImpl& d, const KernelCall& c) {
     return d.cudnn_->Run(c.instr.id);
@@ -286,7 +280,6 @@ struct CudaKernels {
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},
         {F::kWindow, {&Window}},
-        {F::kSumSquares, {&SumSquares}},
         {F::kOptimizer, {&Optimizer}},
         TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_ENTRY)
     });

@@ -149,10 +149,6 @@ struct OptimizerStepScalars {
 // Gradient clipping: with clip > 0 the optimizers scale each gradient by
 // min(1, clip / (sqrt(*grad_sq) + 1e-6)) (torch's clip_grad_norm_), read
 // from device memory; grad_sq may be null without clipping.
-// *out (+)= sum of x[0..n) squared, in double, one block, fixed order.
-cudaError_t LaunchSumSquares(const float* x, int64_t n, float* out,
-                             bool accumulate, cudaStream_t s);
-
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
                         int64_t n, const OptimizerStepScalars* scalars,
                         double beta1, double beta2, double eps,

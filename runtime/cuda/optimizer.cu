@@ -22,26 +22,6 @@ __device__ inline float ClipScale(const float* grad_sq, float clip) {
   return fminf(1.0f, clip / (sqrtf(*grad_sq) + 1e-6f));
 }
 
-// out (+)= sum of x[0..n) squared: one block, fixed order, in double.
-__global__ void SumSquaresKernel(const float* x, int64_t n, float* out,
-                                 bool accumulate) {
-  __shared__ double shared[kBlockSize];
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += kBlockSize) {
-    s += static_cast<double>(x[i]) * x[i];
-  }
-  shared[threadIdx.x] = s;
-  __syncthreads();
-  for (int width = kBlockSize / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    const float total = static_cast<float>(shared[0]);
-    out[0] = accumulate ? out[0] + total : total;
-  }
-}
-
 // torch.optim.AdamW: decoupled decay, then Adam with bias correction
 // folded into the step size and the denominator. The per-element sequence
 // and the scalars' rounding are the CPU reference's (runtime/cpu/kernels.cc):
@@ -104,12 +84,6 @@ cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
       params, grads, m, v, n, scalars, static_cast<float>(beta1),
       static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
       static_cast<float>(1.0 - beta2), static_cast<float>(eps), grad_sq, clip);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchSumSquares(const float* x, int64_t n, float* out,
-                             bool accumulate, cudaStream_t s) {
-  SumSquaresKernel<<<1, kBlockSize, 0, s>>>(x, n, out, accumulate);
   return cudaGetLastError();
 }
 

@@ -65,7 +65,7 @@ struct KernelArgs {
   // The linear family's sizes (compiler/ops/linear_family.h).
   ops::LinearFamily::Args linear;
   OptimizerArgs optimizer;
-  // ZeRO-1 optimizer / sum_squares: floats of one rank's shard (0: the
+  // ZeRO-1 optimizer: floats of one rank's shard (0: the
   // whole bucket). The device runs the kernel on x[0] / y[0] advanced by
   // StepState::rank * shard, over `shard` floats; state spans hold the
   // shard alone.
@@ -113,7 +113,7 @@ int64_t LinearGradInputGeluWorkspaceBytes(const KernelArgs& k);
 // tensor a separate instruction would read.
 const Bf16Operand* StagedOutput(const KernelArgs& k, int j);
 
-// The floats an optimizer or sum_squares kernel covers: the whole bucket,
+// The floats an optimizer kernel covers (sum_squares': its Args): the whole bucket,
 // or under ZeRO this rank's shard: `begin` into the parameters,
 // `grad_begin` into the gradients (0 when they are the shard alone).
 struct ShardRange {

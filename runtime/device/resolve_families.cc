@@ -26,7 +26,7 @@ std::string ResolveShard(const Bucket& bucket, bool shard, KernelArgs& k) {
   return "";
 }
 
-// The gradients an optimizer or sum_squares reads: the bucket (slot 0),
+// The gradients an optimizer reads (sum_squares': its family's GradsOf): the bucket (slot 0),
 // or under ZeRO-2 its gradient shard, which holds this rank's shard alone
 // (k.grads_sharded). Returns why not, or "".
 std::string ResolveGrads(const Plan& plan, const Bucket& bucket, int id, KernelArgs& k) {
@@ -66,19 +66,6 @@ absl::Status ResolvePointwise(const Resolving& r, KernelArgs& k) {
   }
   if (Elements(r.out(0)) != k.rows) return r.Fail("output size");
   return absl::OkStatus();
-}
-
-absl::Status ResolveSumSquares(const Resolving& r, KernelArgs& k) {
-  const int b = static_cast<int>(r.attr("bucket", -1));
-  if (b < 0 || b >= static_cast<int>(r.plan.buckets.size())) {
-    return r.Fail("attr bucket out of range");
-  }
-  // Slot 0 only: deterministic mode leaves the reduced sum there.
-  k.rows = r.plan.buckets[b].bytes / 4;
-  if (Elements(r.out(0)) != 1) return r.Fail("grad_sq is not [1]");
-  std::string why = ResolveShard(r.plan.buckets[b], r.attr("shard", 0) != 0, k);
-  if (why.empty()) why = ResolveGrads(r.plan, r.plan.buckets[b], r.instr.inputs[0], k);
-  return why.empty() ? absl::OkStatus() : r.Fail(why);
 }
 
 namespace {
