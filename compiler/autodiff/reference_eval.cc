@@ -81,11 +81,6 @@ using RefOp = absl::Status (*)(KernelOp op, const Attrs& attr,
                                const std::vector<TensorRef>& in,
                                const std::vector<TensorRef>& out, bool acc);
 
-// Kernel ops with no float64 reference here: each is checked by a test
-// of its own (runtime/conformance's CheckedElsewhere).
-constexpr RefOp RefAdamW = nullptr,
-                RefSgd = nullptr;
-
 // A unit family's reference: its Resolve and its loops in float64
 // (compiler/ops/kernel_families.h).
 template <typename Family>

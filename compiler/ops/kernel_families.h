@@ -34,12 +34,12 @@
 // bf16_outputs mask, f32 operands, a CPU kernel of its own, the step, the
 // plan's facts, several kernels for one instruction op) is
 // compiler/ops/unit_family.h. layernorm, rmsnorm, softmax, group_norm,
-// embedding, mse, cross_entropy, attention, dropout, reshape, cast and
-// sum_squares are unit families (compiler/ops/*_family.h). The window
-// family (convolution, pooling) has a header of the same shape,
-// compiler/ops/window_family.h (Args, Resolve, the float64 reference), but
-// is not in the unit list: its backends run oneDNN and cuDNN programs
-// prepared per plan.
+// embedding, mse, cross_entropy, attention, dropout, reshape, cast,
+// sum_squares and optimizer are unit families (compiler/ops/*_family.h).
+// The window family (convolution, pooling) has a header of the same
+// shape, compiler/ops/window_family.h (Args, Resolve, the float64
+// reference), but is not in the unit list: its backends run oneDNN and
+// cuDNN programs prepared per plan.
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 
@@ -83,7 +83,8 @@
   U(Dropout, dropout)              \
   U(Reshape, reshape)              \
   U(Cast, cast)                    \
-  U(SumSquares, sum_squares)
+  U(SumSquares, sum_squares)       \
+  U(Optimizer, optimizer)
 
 // X(Family, Name, instruction op): the kernels that are not pointwise. The
 // operands of each are in its OpDef::doc (compiler/ops/op_table.cc).
@@ -104,8 +105,6 @@
   X(Window, MaxPool2dGrad, max_pool2d_grad)                    \
   X(Window, AvgPool2d, avg_pool2d)                             \
   X(Window, AvgPool2dGrad, avg_pool2d_grad)                    \
-  X(Optimizer, AdamW, optimizer)                               \
-  X(Optimizer, Sgd, optimizer)                                 \
   TRAINC_UNIT_OPS(X)
 
 // X(Family, Name, instruction op): the unit families' kernels.
@@ -138,7 +137,9 @@
   X(Reshape, Reshape, reshape)                                 \
   X(Cast, CastToBf16, cast)                                    \
   X(Cast, CastToF32, cast)                                     \
-  X(SumSquares, SumSquares, sum_squares)
+  X(SumSquares, SumSquares, sum_squares)                       \
+  X(Optimizer, AdamW, optimizer)                               \
+  X(Optimizer, Sgd, optimizer)
 
 namespace trainc {
 
@@ -286,5 +287,6 @@ inline int PointwiseArity(KernelOp op) {
 #include "compiler/ops/reshape_family.h"
 #include "compiler/ops/cast_family.h"
 #include "compiler/ops/sum_squares_family.h"
+#include "compiler/ops/optimizer_family.h"
 
 #endif  // TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_

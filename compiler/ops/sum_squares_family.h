@@ -44,27 +44,12 @@ struct SumSquaresFamily {
     if (plan.bucket_elems < 0) return "attr bucket out of range";
     a->bucket = plan.bucket_elems;
     if (unit::Elements(out[0]) != 1) return "grad_sq is not [1]";
-    if (unit::Attr(attrs, "shard", 0) != 0) {
-      if (plan.shard_elems <= 0) return "attr shard on a bucket without shards";
-      if (plan.shard_elems > a->bucket) return "shard larger than its bucket";
-      a->shard = plan.shard_elems;
+    std::string why = unit::ShardOfBucket(attrs, plan, a->bucket, &a->shard);
+    if (why.empty()) {
+      why = unit::BucketGrads(plan.inputs[0], unit::Elements(in[0]), a->bucket, a->shard,
+                              &a->grads_sharded);
     }
-    return GradsOf(plan.inputs[0], unit::Elements(in[0]), a);
-  }
-
-  // The gradients, input 0 (`role` to the bucket, `elements` floats): the
-  // bucket's, or under ZeRO-2 its gradient shard. "" or why not.
-  static std::string GradsOf(unit::BucketRole role, int64_t elements, Args* a) {
-    if (role == unit::BucketRole::kGrads) {
-      return a->bucket > elements ? "bucket larger than its buffer" : "";
-    }
-    if (role != unit::BucketRole::kGradShard) {
-      return "the gradients are neither its bucket nor its gradient shard";
-    }
-    if (a->shard == 0) return "a gradient shard needs attr shard";
-    if (elements != a->shard) return "gradient shard of the wrong size";
-    a->grads_sharded = true;
-    return "";
+    return why;
   }
 
   template <typename T>

@@ -1,7 +1,8 @@
 // What a unit family (compiler/ops/kernel_families.h) may declare beyond
 // Args, Resolve and Run, the helpers with which the resolver, both
 // backends and the float64 reference treat every unit family alike, and
-// the shape arithmetic and attributes the families' Resolve share:
+// the shape arithmetic, attributes and bucket checks the families' Resolve
+// share:
 //
 //   - Run<T> returns void, or std::string: "" or why the operands were
 //     refused (a label outside the classes). RunUnit returns the string
@@ -16,10 +17,11 @@
 //     (false in evaluation) from the backend before each run (ForStep);
 //     the reference runs it as training.
 //   - The step: an Args with a `unit::Step step` member gets the whole step
-//     (training, step number, rank) from the backend before each run
-//     (ForStep); the reference runs step 1 of rank 0, training. On CUDA the
-//     step number comes from device memory instead (cuda::UnitLaunch), so
-//     that a captured step replays with the next step's.
+//     (training, step number, rank, learning rate) from the backend before
+//     each run (ForStep); the reference runs step 1 of rank 0, training, at
+//     learning rate 0. On CUDA the step number and the learning rate come
+//     from device memory instead (cuda::UnitLaunch::scalars), so that a
+//     captured step replays with the next step's.
 //   - bf16 outputs: an Args with a `uint32_t bf16_outputs` mask learns from
 //     the resolver which outputs are bf16 tensors (bit j: output j), so a
 //     kernel that reads back its own output rounds it first; the reference
@@ -64,12 +66,12 @@ enum class KernelOp : uint8_t;  // compiler/ops/kernel_families.h
 
 namespace trainc::ops::unit {
 
-// The step a kernel runs in (see above): runtime/device's StepState less
-// the learning rate.
+// The step a kernel runs in (see above): runtime/device's StepState.
 struct Step {
   bool training = true;  // false in evaluation
   int64_t step = 1;      // 1-based optimizer step
   int rank = 0;
+  double lr = 0;  // the schedule's learning rate at this step
 };
 
 // What an operand is to the bucket its instruction names (attr bucket).
@@ -81,6 +83,16 @@ enum class BucketRole : uint8_t {
   kParamShard,  // ZeRO-3: this rank's shard of the parameters
   kState,       // one of its optimizer state spans
   kStepScalar,  // a step scalar (the squared gradient norm)
+};
+
+// The plan's optimizer (compiler/plan/plan.h's OptimizerConfig) over the
+// bucket an instruction names.
+struct OptimizerFacts {
+  enum class Kind : uint8_t { kOther, kAdamW, kSgd } kind = Kind::kOther;
+  double beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, momentum = 0;
+  bool nesterov = false;
+  bool bucket_decayed = true;  // the bucket's parameters are decayed
+  int64_t param_elems = -1;    // its parameter span; -1: it has none (or no gradients)
 };
 
 // What the plan says about one instruction (see above).
@@ -102,6 +114,7 @@ struct PlanFacts {
   int64_t shard_elems = 0;
   static constexpr int kMaxInputs = 8;
   BucketRole inputs[kMaxInputs] = {};
+  OptimizerFacts optimizer;
 };
 
 // Elements of a tensor of `shape` (1 for a scalar []).
@@ -126,6 +139,35 @@ inline std::string RowsOf(const std::vector<int64_t>& x, const std::vector<int64
   *width = Elements(per_feature);
   if (*width == 0 || Elements(x) % *width != 0) return "x is not [B, d]";
   *rows = Elements(x) / *width;
+  return "";
+}
+
+// A kernel over a bucket (sum_squares, the optimizer) that covers `floats`
+// of it: under ZeRO (attr shard) one rank's shard, *shard its floats (0:
+// the whole). "" or why not.
+inline std::string ShardOfBucket(const std::map<std::string, double>& attrs,
+                                 const PlanFacts& plan, int64_t floats, int64_t* shard) {
+  *shard = 0;
+  if (Attr(attrs, "shard", 0) == 0) return "";
+  if (plan.shard_elems <= 0) return "attr shard on a bucket without shards";
+  if (plan.shard_elems > floats) return "shard larger than its bucket";
+  *shard = plan.shard_elems;
+  return "";
+}
+
+// Its gradients (`role` to the bucket, `elements` floats): the bucket's,
+// holding at least `floats`, or under ZeRO-2 its gradient shard, which
+// holds the rank's `shard` alone (*sharded). "" or why not.
+inline std::string BucketGrads(BucketRole role, int64_t elements, int64_t floats, int64_t shard,
+                               bool* sharded) {
+  *sharded = false;
+  if (role == BucketRole::kGrads) return floats > elements ? "bucket larger than its buffer" : "";
+  if (role != BucketRole::kGradShard) {
+    return "the gradients are neither its bucket nor its gradient shard";
+  }
+  if (shard == 0) return "a gradient shard needs attr shard";
+  if (elements != shard) return "gradient shard of the wrong size";
+  *sharded = true;
   return "";
 }
 

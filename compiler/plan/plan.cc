@@ -32,6 +32,25 @@ ops::unit::BucketRole RoleOf(const Plan& plan, const Bucket& bucket, int id) {
   return Role::kOther;
 }
 
+ops::unit::OptimizerFacts OptimizerFactsOf(const Plan& plan, const Bucket& bucket) {
+  const OptimizerConfig& o = plan.optimizer;
+  ops::unit::OptimizerFacts f;
+  using Kind = ops::unit::OptimizerFacts::Kind;
+  f.kind = o.kind == OptimizerKind::kAdamW ? Kind::kAdamW
+           : o.kind == OptimizerKind::kSgd ? Kind::kSgd
+                                           : Kind::kOther;
+  f.beta1 = o.beta1, f.beta2 = o.beta2, f.eps = o.eps;
+  f.weight_decay = o.weight_decay, f.momentum = o.momentum, f.nesterov = o.nesterov;
+  f.bucket_decayed = bucket.weight_decay;
+  const int n = static_cast<int>(plan.buffers.size());
+  if (bucket.param_span >= 0 && bucket.param_span < n && bucket.grad_buffer >= 0 &&
+      bucket.grad_buffer < n) {
+    const Buffer& span = plan.buffers[bucket.param_span];
+    f.param_elems = span.bytes / DTypeBytes(span.dtype);
+  }
+  return f;
+}
+
 }  // namespace
 
 ops::unit::PlanFacts UnitFactsOf(const Plan& plan, const Instruction& instr) {
@@ -58,6 +77,7 @@ ops::unit::PlanFacts UnitFactsOf(const Plan& plan, const Instruction& instr) {
   }
   const Bucket& bucket = plan.buckets[static_cast<size_t>(it->second)];
   f.bucket_elems = bucket.bytes / 4;
+  f.optimizer = OptimizerFactsOf(plan, bucket);
   f.shard_elems = bucket.shard_elems;
   for (size_t j = 0; j < instr.inputs.size() && j < ops::unit::PlanFacts::kMaxInputs; ++j) {
     f.inputs[j] = RoleOf(plan, bucket, instr.inputs[j]);

@@ -123,63 +123,13 @@ absl::Status Linear(const KernelCall& c) {
 // Convolution and pooling: oneDNN's primitives, prepared with the plan.
 absl::Status Window(const KernelCall& c) { return c.dnnl.Run(c.instr.id); }
 
-// A non-finite gradient (clipping or skip_nonfinite computed its norm):
-// the weights and the state stay as they were.
-bool SkipStep(const OptimizerArgs& o) {
-  return o.grad_sq != nullptr && !std::isfinite(*o.grad_sq);
-}
-
-absl::Status AdamWKernel(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  if (SkipStep(k.optimizer)) return Ok();
-  const OptimizerConfig& o = c.plan.optimizer;
-  AdamWParams h;
-  h.lr = c.step.lr;
-  h.beta1 = o.beta1;
-  h.beta2 = o.beta2;
-  h.eps = o.eps;
-  h.weight_decay = k.optimizer.weight_decay ? o.weight_decay : 0.0;
-  h.step = c.step.step;
-  if (k.optimizer.grad_sq != nullptr) {
-    h.grad_scale = ClipScale(*k.optimizer.grad_sq, k.optimizer.clip_norm);
-  }
-  const ShardRange sh = ShardOf(k, c.step.rank);
-  AdamW(h, k.x[0] + sh.grad_begin, sh.count, k.y[0] + sh.begin, k.optimizer.state[0],
-        k.optimizer.state[1]);
-  return Ok();
-}
-
-absl::Status SgdKernel(const KernelCall& c);
-
-absl::Status OptimizerKernel(const KernelCall& c) {
-  return c.k.op == Op::kAdamW ? AdamWKernel(c) : SgdKernel(c);
-}
-
-absl::Status SgdKernel(const KernelCall& c) {
-  const KernelArgs& k = c.k;
-  if (SkipStep(k.optimizer)) return Ok();
-  const OptimizerConfig& o = c.plan.optimizer;
-  SgdParams h;
-  h.lr = c.step.lr;
-  h.momentum = o.momentum;
-  h.weight_decay = k.optimizer.weight_decay ? o.weight_decay : 0.0;
-  h.nesterov = o.nesterov;
-  h.step = c.step.step;
-  if (k.optimizer.grad_sq != nullptr) {
-    h.grad_scale = ClipScale(*k.optimizer.grad_sq, k.optimizer.clip_norm);
-  }
-  const ShardRange sh = ShardOf(k, c.step.rank);
-  Sgd(h, k.x[0] + sh.grad_begin, sh.count, k.y[0] + sh.begin, k.optimizer.state[0]);
-  return Ok();
-}
-
 // A unit family's CPU kernel: its loops in f32
 // (compiler/ops/kernel_families.h, compiler/ops/unit_family.h), compiled
 // with the kernels (kernels.h); a refusal (a label outside the classes) is
 // the instruction's error.
 template <typename Args>
 absl::Status UnitKernel(const KernelCall& c, UnitRunFn<Args> run, const Args& args) {
-  const ops::unit::Step step{c.step.training, c.step.step, c.step.rank};
+  const ops::unit::Step step{c.step.training, c.step.step, c.step.rank, c.step.lr};
   const std::string why =
       run(c.k.op, ops::unit::ForStep(args, step), c.k.x, c.k.y, c.k.accumulate);
   if (why.empty()) return Ok();
@@ -199,7 +149,6 @@ KernelTable<CpuKernel> MakeTable() {
       {F::kPointwise, &Pointwise},
       {F::kLinear, &Linear},
       {F::kWindow, &Window},
-      {F::kOptimizer, &OptimizerKernel},
       TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_ENTRY)
   });
 #undef TRAINC_CPU_UNIT_ENTRY

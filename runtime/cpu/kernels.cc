@@ -138,66 +138,6 @@ void OrderedSum(const float* src, int64_t n, int64_t count, float* dst) {
   }
 }
 
-float ClipScale(float grad_sq, float clip) {
-  if (clip <= 0.0f) return 1.0f;  // skip_nonfinite alone: the norm, no clipping
-  return std::min(1.0f, clip / (std::sqrt(grad_sq) + 1e-6f));
-}
-
-TRAINC_SIMD_CLONES
-void AdamW(const AdamWParams& h, const float* __restrict grad, int64_t n,
-           float* __restrict param, float* __restrict m,
-           float* __restrict v) {
-  // Scalars are formed in double and rounded once, like torch's Python-side
-  // arithmetic followed by the fp32 tensor ops; the per-element sequence is
-  // torch's: p *= 1 - lr wd; m = m b1 + (1 - b1) g; v = v b2 + (1 - b2) g g;
-  // p += (-(lr / bc1) * m) / (sqrt(v) / sqrt(bc2) + eps).
-  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
-  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
-  const float decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
-  const float b1 = static_cast<float>(h.beta1);
-  const float one_minus_b1 = static_cast<float>(1.0 - h.beta1);
-  const float b2 = static_cast<float>(h.beta2);
-  const float one_minus_b2 = static_cast<float>(1.0 - h.beta2);
-  const float neg_step_size = static_cast<float>(-(h.lr / bc1));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float eps = static_cast<float>(h.eps);
-  const float scale = h.grad_scale;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] * scale;  // torch: grads.mul_(clip_coef)
-    const float p = param[i] * decay;
-    const float mi = m[i] * b1 + one_minus_b1 * g;
-    const float vi = v[i] * b2 + one_minus_b2 * g * g;
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = p + neg_step_size * mi / denom;  // torch's addcdiv order
-  }
-}
-
-TRAINC_SIMD_CLONES
-void Sgd(const SgdParams& h, const float* __restrict grad, int64_t n,
-         float* __restrict param, float* __restrict momentum_buf) {
-  const float wd = static_cast<float>(h.weight_decay);
-  const float mom = static_cast<float>(h.momentum);
-  const float neg_lr = static_cast<float>(-h.lr);
-  const float scale = h.grad_scale;
-  if (h.momentum == 0.0) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float d = grad[i] * scale + wd * param[i];
-      param[i] = param[i] + neg_lr * d;
-    }
-    return;
-  }
-  const bool first = h.step == 1;
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = grad[i] * scale + wd * param[i];
-    const float buf = first ? d : momentum_buf[i] * mom + d;
-    momentum_buf[i] = buf;
-    const float step = h.nesterov ? d + mom * buf : buf;
-    param[i] = param[i] + neg_lr * step;
-  }
-}
-
 // ---------------------------------------------------------------------------
 // Pointwise ops: one loop pair per arity, instantiated per formula. Two
 // loops, not a select per element: that keeps both vectorised.

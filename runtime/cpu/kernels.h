@@ -74,32 +74,6 @@ TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
 // (bit-reproducible). dst may be src itself (slot 0), nothing else of src.
 void OrderedSum(const float* src, int64_t n, int64_t count, float* dst);
 
-// torch.optim.AdamW (amsgrad off), in torch's own float operation order.
-struct AdamWParams {
-  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
-  int64_t step = 1;  // 1-based
-  float grad_scale = 1.0f;  // gradient clipping's factor (ClipScale)
-};
-void AdamW(const AdamWParams& h, const float* grad, int64_t n, float* param,
-           float* m, float* v);
-
-// torch.optim.SGD (dampening 0). `momentum_buf` is unused (may be null) when
-// momentum is 0; on step 1 it is initialised to the decayed gradient.
-struct SgdParams {
-  double lr = 0, momentum = 0, weight_decay = 0;
-  bool nesterov = false;
-  int64_t step = 1;  // 1-based
-  float grad_scale = 1.0f;  // gradient clipping's factor (ClipScale)
-};
-
-// torch.nn.utils.clip_grad_norm_'s factor, in float as torch's tensor ops:
-// min(1, clip / (sqrt(grad_sq) + 1e-6)); 1 when clip <= 0 (the norm was
-// computed for skip_nonfinite only), as the CUDA kernels.
-float ClipScale(float grad_sq, float clip);
-
-void Sgd(const SgdParams& h, const float* grad, int64_t n, float* param,
-         float* momentum_buf);
-
 // Sets OpenBLAS's thread count for this process (see CpuDeviceOptions).
 void SetBlasThreads(int threads);
 

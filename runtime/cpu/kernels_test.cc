@@ -54,6 +54,39 @@ void Dropout(const float* x, int64_t batch, int64_t per_example, float p, uint64
   a.micro_offset = static_cast<int64_t>(example_base);
   RunDropout(KernelOp::kDropout, a, &x, &y, accumulate);
 }
+// The optimizers through the CPU kernel (RunOptimizer) over a whole span
+// of n floats, no clipping.
+struct AdamWParams {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int64_t step = 1;
+};
+struct SgdParams {
+  double lr = 0, momentum = 0, weight_decay = 0;
+  bool nesterov = false;
+  int64_t step = 1;
+};
+ops::OptimizerFamily::Args OptimizerArgs(int64_t n, double lr, int64_t step) {
+  ops::OptimizerFamily::Args a;
+  a.params = n;
+  a.step.lr = lr, a.step.step = step;
+  return a;
+}
+void AdamW(const AdamWParams& h, const float* grad, int64_t n, float* param, float* m, float* v) {
+  ops::OptimizerFamily::Args a = OptimizerArgs(n, h.lr, h.step);
+  a.hyper.beta1 = h.beta1, a.hyper.beta2 = h.beta2, a.hyper.eps = h.eps;
+  a.hyper.weight_decay = h.weight_decay;
+  const float* x[] = {param, grad, m, v};
+  float* y[] = {param, m, v};
+  RunOptimizer(KernelOp::kAdamW, a, x, y, false);
+}
+void Sgd(const SgdParams& h, const float* grad, int64_t n, float* param, float* momentum_buf) {
+  ops::OptimizerFamily::Args a = OptimizerArgs(n, h.lr, h.step);
+  a.hyper.momentum = h.momentum, a.hyper.weight_decay = h.weight_decay;
+  a.hyper.nesterov = h.nesterov;
+  const float* x[] = {param, grad, momentum_buf};
+  float* y[] = {param, momentum_buf};
+  RunOptimizer(KernelOp::kSgd, a, x, y, false);
+}
 ops::EmbeddingFamily::Args TokenArgs(const int32_t* ids, int64_t rows, int64_t vocab,
                                      int64_t dim) {
   ops::EmbeddingFamily::Args a;

@@ -208,28 +208,6 @@ struct CudaKernels {
                                              k.accumulate, d.compute_));
   }
 
-  static absl::Status Optimizer(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    // In a capture the scalars are uploaded by Replay instead, so every
-    // replay sees its own step's learning rate.
-    if (!d.capturing_) RETURN_IF_ERROR(d.UploadStepScalars(c.plan, c.step));
-    const OptimizerConfig& o = c.plan.optimizer;
-    const OptimizerArgs& a = k.optimizer;
-    const ShardRange sh = ShardOf(k, c.step.rank);
-    if (k.op == Op::kAdamW) {
-      return Launched(c, cuda::LaunchAdamW(k.y[0] + sh.begin, k.x[0] + sh.grad_begin, a.state[0],
-                                           a.state[1], sh.count,
-                                           d.device_scalars_ + (a.weight_decay ? 0 : 1),
-                                           o.beta1, o.beta2, o.eps, a.grad_sq, a.clip_norm,
-                                           d.compute_));
-    }
-    return Launched(
-        c, cuda::LaunchSgd(k.y[0] + sh.begin, k.x[0] + sh.grad_begin, a.state[0], sh.count,
-                           d.device_scalars_, static_cast<float>(o.momentum),
-                           a.weight_decay ? static_cast<float>(o.weight_decay) : 0.0f,
-                           o.nesterov, a.grad_sq, a.clip_norm, d.compute_));
-  }
-
   // Convolution and pooling: cuDNN, with the descriptors Prepare made.
   static absl::Status Window(CudaDeviceImpl& d, const KernelCall& c) {
     return d.cudnn_->Run(c.instr.id);
@@ -259,7 +237,7 @@ struct CudaKernels {
     if constexpr (ops::unit::HasStep<Args>::value) {
       if (!d.capturing_) RETURN_IF_ERROR(d.UploadStepScalars(c.plan, c.step));
     }
-    const ops::unit::Step step{c.step.training, c.step.step, c.step.rank};
+    const ops::unit::Step step{c.step.training, c.step.step, c.step.rank, c.step.lr};
     return Launched(c, launch(c.k.op, ops::unit::ForStep(args, step), c.k.x, c.k.y,
                               UnitEnv(d, c)));
   }
@@ -280,7 +258,6 @@ struct CudaKernels {
         {F::kPointwise, {&Pointwise}},
         {F::kLinear, {&Linear, &PrepareLinear}},
         {F::kWindow, {&Window}},
-        {F::kOptimizer, {&Optimizer}},
         TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_ENTRY)
     });
 #undef TRAINC_CUDA_UNIT_ENTRY

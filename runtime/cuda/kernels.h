@@ -1,9 +1,9 @@
 // Launchers for the CUDA backend's kernels, one .cu file per layer (llm.c
-// style): linear.cu, pointwise.cu, optimizer.cu, elementwise.cu; and one
-// per unit family (layer_norm.cu, rms_norm.cu, softmax.cu, group_norm.cu,
-// embedding.cu, mse.cu, cross_entropy.cu, attention.cu with
-// attention_mma.cu, dropout.cu). Included by nvcc and by the host
-// compiler, so it uses only the CUDA runtime API types.
+// style): linear.cu, pointwise.cu, elementwise.cu; and one per unit family
+// (layer_norm.cu, rms_norm.cu, softmax.cu, group_norm.cu, embedding.cu,
+// mse.cu, cross_entropy.cu, attention.cu with attention_mma.cu, dropout.cu,
+// reshape.cu, cast.cu, sum_squares.cu, optimizer.cu). Included by nvcc and
+// by the host compiler, so it uses only the CUDA runtime API types.
 //
 // Conventions. Tensors are row-major f32 (labels i32) device pointers.
 // `accumulate` selects out = v (false) or out += v (true), as the plan's
@@ -129,9 +129,10 @@ cudaError_t LaunchToBf16(const float* f32, void* bf16, int64_t n, cudaStream_t s
 // f32[i] = bf16[i], exactly.
 cudaError_t LaunchFromBf16(const void* bf16, float* f32, int64_t n, cudaStream_t s);
 
-// ---- optimizer.cu --------------------------------------------------------
+// ---- the step's scalars (UnitLaunch::scalars) ------------------------------
 // What changes per step, read from device memory (not kernel arguments) so
-// that a captured CUDA graph can be replayed with a new learning rate.
+// that a captured CUDA graph can be replayed with a new learning rate: the
+// optimizer's and dropout's.
 // Each is formed on the host in double and rounded once, as torch (Python
 // floats) and the CPU reference do.
 struct OptimizerStepScalars {
@@ -142,23 +143,6 @@ struct OptimizerStepScalars {
   int first_step = 1;                  // SGD momentum buffer = grad
   int64_t step = 1;                    // dropout: which global examples
 };
-
-// torch.optim.AdamW, one fused pass over a bucket's flat span. The
-// hyperparameters are the config's doubles, uncast: 1 - beta is formed in
-// double and rounded once, as torch and the CPU do.
-// Gradient clipping: with clip > 0 the optimizers scale each gradient by
-// min(1, clip / (sqrt(*grad_sq) + 1e-6)) (torch's clip_grad_norm_), read
-// from device memory; grad_sq may be null without clipping.
-cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
-                        int64_t n, const OptimizerStepScalars* scalars,
-                        double beta1, double beta2, double eps,
-                        const float* grad_sq, float clip, cudaStream_t s);
-// torch.optim.SGD (dampening 0); `momentum_buf` may be null when
-// momentum == 0.
-cudaError_t LaunchSgd(float* params, const float* grads, float* momentum_buf,
-                      int64_t n, const OptimizerStepScalars* scalars,
-                      float momentum, float weight_decay, bool nesterov,
-                      const float* grad_sq, float clip, cudaStream_t s);
 
 }  // namespace cuda
 }  // namespace trainc

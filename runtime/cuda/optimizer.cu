@@ -1,13 +1,17 @@
-// Fused optimizer steps over a bucket's flat parameter span: one read and
-// one write of every parameter, gradient and state element. The update
+// The optimizer's CUDA kernels (compiler/ops/optimizer_family.h): fused
+// steps over a bucket's flat parameter span (or this rank's shard of it),
+// one read and one write of every parameter, gradient and state element. The update
 // formulas follow PyTorch's single-tensor implementations operation for
 // operation, so a CPU/GPU/PyTorch comparison differs only by rounding.
+#include "compiler/ops/kernel_families.h"
 #include "runtime/cuda/common.cuh"
 #include "runtime/cuda/kernels.h"
 
 namespace trainc {
 namespace cuda {
 namespace {
+
+using Args = ops::OptimizerFamily::Args;
 
 // torch.nn.utils.clip_grad_norm_'s factor, in float as torch's tensor ops:
 // min(1, clip / (sqrt(sum of squares) + 1e-6)); 1 without clipping.
@@ -76,24 +80,31 @@ __global__ void SgdKernel(float* params, const float* grads,
 
 }  // namespace
 
-cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v,
-                        int64_t n, const OptimizerStepScalars* scalars,
-                        double beta1, double beta2, double eps,
-                        const float* grad_sq, float clip, cudaStream_t s) {
-  AdamWKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
-      params, grads, m, v, n, scalars, static_cast<float>(beta1),
-      static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
-      static_cast<float>(1.0 - beta2), static_cast<float>(eps), grad_sq, clip);
-  return cudaGetLastError();
-}
+const char* PrepareOptimizer(KernelOp, const Args&, int64_t*) { return nullptr; }
 
-cudaError_t LaunchSgd(float* params, const float* grads, float* momentum_buf,
-                      int64_t n, const OptimizerStepScalars* scalars,
-                      float momentum, float weight_decay, bool nesterov,
-                      const float* grad_sq, float clip, cudaStream_t s) {
-  SgdKernel<<<ElementwiseBlocks(n), kBlockSize, 0, s>>>(
-      params, grads, momentum_buf, n, scalars, momentum, weight_decay,
-      nesterov, grad_sq, clip);
+// AdamW or SGD over this rank's floats of the bucket (Args' shard): the
+// learning rate and the step from env.scalars (AdamW's decay from the
+// second copy, 1, for a bucket without weight decay).
+cudaError_t LaunchOptimizer(KernelOp op, const Args& a, const float* const* x, float* const* y,
+                            const UnitLaunch& env) {
+  const ops::unit::OptimizerFacts& h = a.hyper;
+  const int rank = a.step.rank;
+  float* params = y[0] + a.ParamBegin(rank);
+  const float* grads = x[1] + a.GradBegin(rank);
+  const float* grad_sq = a.grad_sq >= 0 ? x[a.grad_sq] : nullptr;
+  const int64_t n = a.Count();
+  if (op == KernelOp::kAdamW) {
+    AdamWKernel<<<ElementwiseBlocks(n), kBlockSize, 0, env.stream>>>(
+        params, grads, y[1], y[2], n, env.scalars + (h.bucket_decayed ? 0 : 1),
+        static_cast<float>(h.beta1), static_cast<float>(1.0 - h.beta1),
+        static_cast<float>(h.beta2), static_cast<float>(1.0 - h.beta2),
+        static_cast<float>(h.eps), grad_sq, a.clip);
+  } else {
+    SgdKernel<<<ElementwiseBlocks(n), kBlockSize, 0, env.stream>>>(
+        params, grads, h.momentum != 0 ? y[1] : nullptr, n, env.scalars,
+        static_cast<float>(h.momentum), static_cast<float>(h.weight_decay), h.nesterov, grad_sq,
+        a.clip);
+  }
   return cudaGetLastError();
 }
 

@@ -41,39 +41,18 @@ struct Bf16Operand {
   bool native = false;
 };
 
-// The optimizer over one bucket.
-struct OptimizerArgs {
-  float* state[2] = {};      // AdamW: m, v; SGD: the momentum buffer
-  bool weight_decay = true;  // this bucket is decayed
-  // With clipping or skip_nonfinite: the step's squared gradient norm (a
-  // step scalar), null otherwise. Not finite: the optimizer changes
-  // nothing.
-  const float* grad_sq = nullptr;
-  float clip_norm = 0;  // clip_grad_norm; 0: no clipping
-};
-
 // One instruction with everything a kernel needs as plain values. The
 // sizes and operands are common to all; each field below them belongs to
 // one family of ops and means one thing.
 struct KernelArgs {
   KernelOp op = KernelOp::kNotCompute;
   bool accumulate = false;  // outputs += the result (gradients)
-  int64_t rows = 0;  // elements (pointwise), floats
+  int64_t rows = 0;  // pointwise: elements
   const float* x[5] = {};
   float* y[4] = {};  // add_layernorm writes four
 
   // The linear family's sizes (compiler/ops/linear_family.h).
   ops::LinearFamily::Args linear;
-  OptimizerArgs optimizer;
-  // ZeRO-1 optimizer: floats of one rank's shard (0: the
-  // whole bucket). The device runs the kernel on x[0] / y[0] advanced by
-  // StepState::rank * shard, over `shard` floats; state spans hold the
-  // shard alone.
-  int64_t shard = 0;
-  // ZeRO-2: x[0] (the gradients) is the rank's shard alone, not advanced.
-  bool grads_sharded = false;
-  // ZeRO-3: y[0] (the parameters) is the rank's shard alone, not advanced.
-  bool params_sharded = false;
   // Convolution and pooling (ops::WindowFamily, compiler/ops/window_family.h).
   WindowGeometry window;
   // Each unit family's sizes (compiler/ops/kernel_families.h):
@@ -112,20 +91,6 @@ int64_t LinearGradInputGeluWorkspaceBytes(const KernelArgs& k);
 // ops::LayerNormFamily::Args::bf16_outputs) rounds it first, as the bf16
 // tensor a separate instruction would read.
 const Bf16Operand* StagedOutput(const KernelArgs& k, int j);
-
-// The floats an optimizer kernel covers (sum_squares': its Args): the whole bucket,
-// or under ZeRO this rank's shard: `begin` into the parameters,
-// `grad_begin` into the gradients (0 when they are the shard alone).
-struct ShardRange {
-  int64_t begin = 0;
-  int64_t count = 0;
-  int64_t grad_begin = 0;
-};
-inline ShardRange ShardOf(const KernelArgs& k, int rank) {
-  if (k.shard == 0) return {0, k.rows, 0};
-  const int64_t begin = rank * k.shard;
-  return {k.params_sharded ? 0 : begin, k.shard, k.grads_sharded ? 0 : begin};
-}
 
 // True for the ops a device runs (everything but load_batch and
 // all_reduce, which the executor handles).
