@@ -833,10 +833,11 @@ Plan OptimizerPlan(const OptimizerConfig& config) {
                                        BufferKind::kStateSpan));
   }
   p.plan.buckets.push_back(bucket);
+  // The planner's operands: params, grads, state spans -> params, state spans.
+  std::vector<int> ins = {bucket.param_span, bucket.grad_buffer};
   std::vector<int> outs = {bucket.param_span};
-  for (int s : bucket.state_spans) outs.push_back(s);
-  p.Instr("optimizer", {bucket.param_span, bucket.grad_buffer}, outs,
-          {{"bucket", 0}});
+  for (int s : bucket.state_spans) ins.push_back(s), outs.push_back(s);
+  p.Instr("optimizer", ins, outs, {{"bucket", 0}});
   return p.plan;
 }
 
@@ -1013,7 +1014,7 @@ TEST(CudaDeviceTest, GraphCaptureMatchesEager) {
   int y = p.Add("y", {B, OUT});
   p.Instr("linear", {x, bucket.param_span}, {y});
   p.Instr("linear_grad_params", {y, x}, {bucket.grad_buffer});
-  p.Instr("optimizer", {bucket.param_span, bucket.grad_buffer},
+  p.Instr("optimizer", {bucket.param_span, bucket.grad_buffer, bucket.state_spans[0]},
           {bucket.param_span, bucket.state_spans[0]}, {{"bucket", 0}});
   const Plan& plan = p.plan;
   const Buffer& xb = plan.buffers[x];

@@ -219,11 +219,13 @@ Plan MakeMlpPlan(const MlpPlanOptions& o) {
     }
   }
   for (int b = 0; b < nb; ++b) {
-    Instruction& opt =
-        w.Emit("optimizer", {plan.buckets[b].param_span,
-                             plan.buckets[b].grad_buffer},
-               {plan.buckets[b].param_span}, Phase::kOptimizer, -1,
-               absl::StrCat("optimizer bucket ", b));
+    // The planner's operands: params, grads, state spans -> params, state
+    // spans.
+    std::vector<int> ins = {plan.buckets[b].param_span, plan.buckets[b].grad_buffer};
+    std::vector<int> outs = {plan.buckets[b].param_span};
+    for (int s : plan.buckets[b].state_spans) ins.push_back(s), outs.push_back(s);
+    Instruction& opt = w.Emit("optimizer", ins, outs, Phase::kOptimizer, -1,
+                              absl::StrCat("optimizer bucket ", b));
     opt.attrs["bucket"] = b;
     opt.wait_events.push_back(2 * b + 1);
   }
