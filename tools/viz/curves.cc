@@ -152,13 +152,14 @@ std::string PathData(const std::vector<double>& xs, const std::vector<double>& y
 
 std::string FormatValue(double v) { return absl::StrFormat("%.4g", v); }
 
-std::string RenderPanel(const Panel& panel, const std::vector<RunMetrics>& runs,
-                        int index, double px, double py, double step_lo,
-                        double step_hi) {
-  const double x0 = px + kPlotLeft, y0 = py + kPlotTop;
-  const double w = kPanelW - kPlotLeft - kPlotRight;
-  const double h = kPanelH - kPlotTop - kPlotBottom;
+// The y range of a panel: the values' extent with some room, from zero
+// where the panel asks for it, in decades on a log axis.
+struct YRange {
+  double lo = 0, hi = 1;
+  bool log_y = false;
+};
 
+YRange PanelYRange(const Panel& panel) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (const Line& line : panel.lines) {
     if (line.style == Style::kRaw && !panel.raw_in_range) continue;
@@ -192,15 +193,115 @@ std::string RenderPanel(const Panel& panel, const std::vector<RunMetrics>& runs,
     if (!(panel.from_zero && lo == 0)) lo -= pad;
     hi += pad;
   }
-  auto x_of = [&](double step) {
+  return {lo, hi, log_y};
+}
+
+// A panel's plot area in pixels and the maps from (step, value) into it.
+struct PlotArea {
+  double x0, y0, w, h;
+  double step_lo, step_hi;
+  YRange y;
+
+  double X(double step) const {
     return x0 + (step - step_lo) / (step_hi - step_lo) * w;
-  };
-  auto y_of = [&](double v) {
-    const double u = log_y ? std::log10(v) : v;
-    return y0 + h - (u - lo) / (hi - lo) * h;
-  };
+  }
+  double Y(double v) const {
+    const double u = y.log_y ? std::log10(v) : v;
+    return y0 + h - (u - y.lo) / (y.hi - y.lo) * h;
+  }
+};
+
+// The grid lines, their tick labels and the x axis' title.
+std::string RenderGrid(const PlotArea& a) {
+  std::string svg;
+  std::vector<double> yt;
+  double ys = 0;
+  if (a.y.log_y) {
+    yt = LogTicks(std::pow(10.0, a.y.lo), std::pow(10.0, a.y.hi));
+  } else {
+    yt = NiceTicks(a.y.lo, a.y.hi, 5);
+    ys = yt.size() > 1 ? yt[1] - yt[0] : a.y.hi - a.y.lo;
+  }
+  for (double t : yt) {
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#555\">%s</text>\n",
+        a.x0, a.Y(t), a.x0 + a.w, a.Y(t), a.x0 - 5, a.Y(t) + 4,
+        a.y.log_y ? absl::StrFormat("%g", t) : FormatTick(t, ys)));
+  }
+  const std::vector<double> xt = NiceTicks(a.step_lo, a.step_hi, 6);
+  const double xs = xt.size() > 1 ? xt[1] - xt[0] : a.step_hi - a.step_lo;
+  for (double t : xt) {
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#555\">%s</text>\n",
+        a.X(t), a.y0, a.X(t), a.y0 + a.h, a.X(t), a.y0 + a.h + 15,
+        FormatTick(t, xs)));
+  }
+  absl::StrAppend(&svg, absl::StrFormat(
+      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#555\">step</text>\n",
+      a.x0 + a.w / 2, a.y0 + a.h + 30));
+  return svg;
+}
+
+// One line of a panel as a path, and an evaluation line's dots; empty when
+// the line has no finite value.
+std::string RenderLine(const Line& line, const Panel& panel,
+                       const std::vector<RunMetrics>& runs, const PlotArea& a) {
+  const std::string color = RunColor(line.run);
+  std::vector<double> px_x, px_y;
+  for (size_t i = 0; i < line.values.size(); ++i) {
+    if (!std::isfinite(line.values[i])) continue;
+    px_x.push_back(a.X(static_cast<double>(line.series->steps[i])));
+    px_y.push_back(a.Y(line.values[i]));
+  }
+  if (px_x.empty()) return "";
+  const char* cls = line.style == Style::kRaw      ? "raw"
+                    : line.style == Style::kSmooth ? "smooth"
+                    : line.style == Style::kEval   ? "eval"
+                                                   : "plain";
+  // Earlier runs are drawn wider, so that a run lying exactly on
+  // another (as gpus=1 accumulate=4 and gpus=4 accumulate=1 should)
+  // shows as a rim around it rather than vanishing.
+  const int later = static_cast<int>(runs.size()) - 1 - line.run;
+  const double wide = 1.7 * later;
+  const std::string extra =
+      line.style == Style::kRaw
+          ? " stroke-width=\"1\" stroke-opacity=\"0.28\""
+      : line.style == Style::kEval
+          ? absl::StrFormat(" stroke-width=\"%.1f\" stroke-dasharray=\"5,3\"",
+                            1.5 + wide)
+          : absl::StrFormat(" stroke-width=\"%.1f\"",
+                            (line.style == Style::kSmooth ? 2.0 : 1.6) + wide);
+  std::string svg = absl::StrFormat(
+      "<path class=\"series %s\" data-run=\"%s\" d=\"%s\" fill=\"none\" "
+      "stroke=\"%s\"%s stroke-linejoin=\"round\"/>\n",
+      cls, XmlEscape(runs[line.run].label), PathData(px_x, px_y), color, extra);
+  if (line.style == Style::kEval) {
+    for (size_t i = 0; i < px_x.size(); ++i) {
+      absl::StrAppend(&svg, absl::StrFormat(
+          "<circle class=\"eval-point\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" "
+          "fill=\"%s\"><title>%s: %s %s at step %d</title></circle>\n",
+          px_x[i], px_y[i], 3.2 + wide, color, XmlEscape(runs[line.run].label),
+          XmlEscape(panel.title.substr(0, panel.title.find(" ("))),
+          FormatValue(line.values[i]), line.series->steps[i]));
+    }
+  }
+  return svg;
+}
+
+std::string RenderPanel(const Panel& panel, const std::vector<RunMetrics>& runs,
+                        int index, double px, double py, double step_lo,
+                        double step_hi) {
+  const PlotArea a{px + kPlotLeft,
+                   py + kPlotTop,
+                   kPanelW - kPlotLeft - kPlotRight,
+                   kPanelH - kPlotTop - kPlotBottom,
+                   step_lo,
+                   step_hi,
+                   PanelYRange(panel)};
   const std::string title =
-      log_y ? absl::StrCat(panel.title, " (log scale)") : panel.title;
+      a.y.log_y ? absl::StrCat(panel.title, " (log scale)") : panel.title;
 
   std::string svg = absl::StrFormat(
       "<g class=\"panel\" id=\"curves-%s\">\n"
@@ -209,80 +310,16 @@ std::string RenderPanel(const Panel& panel, const std::vector<RunMetrics>& runs,
       "height=\"%.1f\"/></clipPath>\n"
       "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fcfcfc\" "
       "stroke=\"#bbb\"/>\n",
-      panel.id, x0, py + 18, XmlEscape(title), index, x0, y0, w, h, x0, y0,
-      w, h);
-  // Grid and tick labels.
-  std::vector<double> yt;
-  double ys = 0;
-  if (log_y) {
-    yt = LogTicks(std::pow(10.0, lo), std::pow(10.0, hi));
-  } else {
-    yt = NiceTicks(lo, hi, 5);
-    ys = yt.size() > 1 ? yt[1] - yt[0] : hi - lo;
-  }
-  for (double t : yt) {
-    absl::StrAppend(&svg, absl::StrFormat(
-        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>"
-        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#555\">%s</text>\n",
-        x0, y_of(t), x0 + w, y_of(t), x0 - 5, y_of(t) + 4,
-        log_y ? absl::StrFormat("%g", t) : FormatTick(t, ys)));
-  }
-  const std::vector<double> xt = NiceTicks(step_lo, step_hi, 6);
-  const double xs = xt.size() > 1 ? xt[1] - xt[0] : step_hi - step_lo;
-  for (double t : xt) {
-    absl::StrAppend(&svg, absl::StrFormat(
-        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>"
-        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#555\">%s</text>\n",
-        x_of(t), y0, x_of(t), y0 + h, x_of(t), y0 + h + 15, FormatTick(t, xs)));
-  }
-  absl::StrAppend(&svg, absl::StrFormat(
-      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#555\">step</text>\n",
-      x0 + w / 2, y0 + h + 30));
+      panel.id, a.x0, py + 18, XmlEscape(title), index, a.x0, a.y0, a.w, a.h,
+      a.x0, a.y0, a.w, a.h);
+  absl::StrAppend(&svg, RenderGrid(a));
 
   // Faint lines first, so that bold ones and dots stay on top.
   absl::StrAppend(&svg, absl::StrFormat("<g clip-path=\"url(#curves-clip-%d)\">\n", index));
   for (int pass = 0; pass < 2; ++pass) {
     for (const Line& line : panel.lines) {
       if ((pass == 0) != (line.style == Style::kRaw)) continue;
-      const std::string color = RunColor(line.run);
-      std::vector<double> px_x, px_y;
-      for (size_t i = 0; i < line.values.size(); ++i) {
-        if (!std::isfinite(line.values[i])) continue;
-        px_x.push_back(x_of(static_cast<double>(line.series->steps[i])));
-        px_y.push_back(y_of(line.values[i]));
-      }
-      if (px_x.empty()) continue;
-      const char* cls = line.style == Style::kRaw      ? "raw"
-                        : line.style == Style::kSmooth ? "smooth"
-                        : line.style == Style::kEval   ? "eval"
-                                                       : "plain";
-      // Earlier runs are drawn wider, so that a run lying exactly on
-      // another (as gpus=1 accumulate=4 and gpus=4 accumulate=1 should)
-      // shows as a rim around it rather than vanishing.
-      const int later = static_cast<int>(runs.size()) - 1 - line.run;
-      const double wide = 1.7 * later;
-      const std::string extra =
-          line.style == Style::kRaw
-              ? " stroke-width=\"1\" stroke-opacity=\"0.28\""
-          : line.style == Style::kEval
-              ? absl::StrFormat(" stroke-width=\"%.1f\" stroke-dasharray=\"5,3\"",
-                                1.5 + wide)
-              : absl::StrFormat(" stroke-width=\"%.1f\"",
-                                (line.style == Style::kSmooth ? 2.0 : 1.6) + wide);
-      absl::StrAppend(&svg, absl::StrFormat(
-          "<path class=\"series %s\" data-run=\"%s\" d=\"%s\" fill=\"none\" "
-          "stroke=\"%s\"%s stroke-linejoin=\"round\"/>\n",
-          cls, XmlEscape(runs[line.run].label), PathData(px_x, px_y), color, extra));
-      if (line.style == Style::kEval) {
-        for (size_t i = 0; i < px_x.size(); ++i) {
-          absl::StrAppend(&svg, absl::StrFormat(
-              "<circle class=\"eval-point\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" "
-              "fill=\"%s\"><title>%s: %s %s at step %d</title></circle>\n",
-              px_x[i], px_y[i], 3.2 + wide, color, XmlEscape(runs[line.run].label),
-              XmlEscape(panel.title.substr(0, panel.title.find(" ("))),
-              FormatValue(line.values[i]), line.series->steps[i]));
-        }
-      }
+      absl::StrAppend(&svg, RenderLine(line, panel, runs, a));
     }
   }
   absl::StrAppend(&svg, "</g>\n</g>\n");

@@ -35,11 +35,22 @@ struct Panel {
   double floor_hi = 0;          // the y axis reaches at least this
 };
 
-std::string RenderPanel(const Panel& panel, const std::vector<simulate::ScalingCurve>& curves,
-                        double px, double py, double gpus_lo, double gpus_hi) {
-  const double x0 = px + kPlotLeft, y0 = py + kPlotTop;
-  const double w = kPanelW - kPlotLeft - kPlotRight;
-  const double h = kPanelH - kPlotTop - kPlotBottom;
+// A panel's plot area in pixels: GPUs on a log2 axis, values from 0 to hi.
+struct PlotArea {
+  double x0, y0, w, h;
+  double gpus_lo, gpus_hi;
+  double lo2, hi2;  // log2 of the GPUs at the axis' ends
+  double hi;
+  static constexpr double kPad = 12;  // room for the dots at either end
+
+  double X(double gpus) const {
+    return x0 + kPad + (std::log2(gpus) - lo2) / (hi2 - lo2) * (w - 2 * kPad);
+  }
+  double Y(double v) const { return y0 + h - v / hi * h; }
+};
+
+PlotArea PanelArea(const Panel& panel, double px, double py, double gpus_lo,
+                   double gpus_hi) {
   double hi = panel.floor_hi;
   for (const Line& line : panel.lines) {
     for (double v : line.values) {
@@ -53,29 +64,24 @@ std::string RenderPanel(const Panel& panel, const std::vector<simulate::ScalingC
     lo2 -= 1;
     hi2 += 1;
   }
-  const double pad = 12;
-  auto x_of = [&](double gpus) {
-    return x0 + pad + (std::log2(gpus) - lo2) / (hi2 - lo2) * (w - 2 * pad);
-  };
-  auto y_of = [&](double v) { return y0 + h - v / hi * h; };
+  return {px + kPlotLeft, py + kPlotTop, kPanelW - kPlotLeft - kPlotRight,
+          kPanelH - kPlotTop - kPlotBottom, gpus_lo, gpus_hi, lo2, hi2, hi};
+}
 
-  std::string svg = absl::StrFormat(
-      "<g class=\"panel\" id=\"scaling-%s\">\n"
-      "<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\" font-size=\"13\">%s</text>\n"
-      "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-      "fill=\"#fcfcfc\" stroke=\"#bbb\"/>\n",
-      panel.id, x0, py + 18, XmlEscape(panel.title), x0, y0, w, h);
-  const std::vector<double> yt = NiceTicks(0, hi, 5);
-  const double ys = yt.size() > 1 ? yt[1] - yt[0] : hi;
+// The grid lines, their tick labels and the GPU axis' title.
+std::string RenderGrid(const PlotArea& a) {
+  std::string svg;
+  const std::vector<double> yt = NiceTicks(0, a.hi, 5);
+  const double ys = yt.size() > 1 ? yt[1] - yt[0] : a.hi;
   for (double t : yt) {
     absl::StrAppend(&svg, absl::StrFormat(
         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>"
         "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#555\">%s</text>\n",
-        x0, y_of(t), x0 + w, y_of(t), x0 - 5, y_of(t) + 4, FormatTick(t, ys)));
+        a.x0, a.Y(t), a.x0 + a.w, a.Y(t), a.x0 - 5, a.Y(t) + 4, FormatTick(t, ys)));
   }
   // A tick at every power of two in range (every other one past 16 of them).
-  const int first = static_cast<int>(std::ceil(std::log2(gpus_lo) - 1e-9));
-  const int last = static_cast<int>(std::floor(std::log2(gpus_hi) + 1e-9));
+  const int first = static_cast<int>(std::ceil(std::log2(a.gpus_lo) - 1e-9));
+  const int last = static_cast<int>(std::floor(std::log2(a.gpus_hi) + 1e-9));
   const int every = last - first >= 16 ? 2 : 1;
   for (int e = first; e <= last; e += every) {
     const double g = std::ldexp(1.0, e);
@@ -83,44 +89,66 @@ std::string RenderPanel(const Panel& panel, const std::vector<simulate::ScalingC
         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>"
         "<text class=\"gpus-tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" "
         "fill=\"#555\">%d</text>\n",
-        x_of(g), y0, x_of(g), y0 + h, x_of(g), y0 + h + 15, static_cast<int64_t>(g)));
+        a.X(g), a.y0, a.X(g), a.y0 + a.h, a.X(g), a.y0 + a.h + 15,
+        static_cast<int64_t>(g)));
   }
   absl::StrAppend(&svg, absl::StrFormat(
       "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#555\">GPUs (log "
       "scale)</text>\n",
-      x0 + w / 2, y0 + h + 32));
+      a.x0 + a.w / 2, a.y0 + a.h + 32));
+  return svg;
+}
 
-  for (const Line& line : panel.lines) {
-    const std::string color = RunColor(line.curve);
-    // Earlier curves are drawn wider, so that one lying exactly on another
-    // shows as a rim around it.
-    const double wide = 1.5 * (static_cast<int>(curves.size()) - 1 - line.curve);
-    const std::string& label = curves[line.curve].label;
-    std::string d;
-    for (size_t i = 0; i < line.values.size(); ++i) {
-      if (!std::isfinite(line.values[i])) continue;
-      absl::StrAppend(&d, d.empty() ? "M" : " L",
-                      absl::StrFormat("%.1f,%.1f", x_of(line.gpus[i]), y_of(line.values[i])));
-    }
-    if (d.empty()) continue;
+// One line of a panel as a path, with its dots when it has them; empty
+// when the line has no finite value.
+std::string RenderLine(const Line& line, const Panel& panel,
+                       const std::vector<simulate::ScalingCurve>& curves,
+                       const PlotArea& a) {
+  const std::string color = RunColor(line.curve);
+  // Earlier curves are drawn wider, so that one lying exactly on another
+  // shows as a rim around it.
+  const double wide = 1.5 * (static_cast<int>(curves.size()) - 1 - line.curve);
+  const std::string& label = curves[line.curve].label;
+  std::string d;
+  for (size_t i = 0; i < line.values.size(); ++i) {
+    if (!std::isfinite(line.values[i])) continue;
+    absl::StrAppend(&d, d.empty() ? "M" : " L",
+                    absl::StrFormat("%.1f,%.1f", a.X(line.gpus[i]), a.Y(line.values[i])));
+  }
+  if (d.empty()) return "";
+  std::string svg = absl::StrFormat(
+      "<path class=\"series %s\" data-curve=\"%s\" d=\"%s\" fill=\"none\" "
+      "stroke=\"%s\" stroke-width=\"%.1f\"%s stroke-linejoin=\"round\"/>\n",
+      line.kind, XmlEscape(label), d, color, (line.dots ? 2.2 : 1.6) + wide,
+      line.dash.empty() ? "" : absl::StrCat(" stroke-dasharray=\"", line.dash, "\""));
+  if (!line.dots) return svg;
+  for (size_t i = 0; i < line.values.size(); ++i) {
+    if (!std::isfinite(line.values[i])) continue;
+    const std::string value = absl::StrFormat("%.4g", line.values[i]);
     absl::StrAppend(&svg, absl::StrFormat(
-        "<path class=\"series %s\" data-curve=\"%s\" d=\"%s\" fill=\"none\" "
-        "stroke=\"%s\" stroke-width=\"%.1f\"%s stroke-linejoin=\"round\"/>\n",
-        line.kind, XmlEscape(label), d, color, (line.dots ? 2.2 : 1.6) + wide,
-        line.dash.empty() ? "" : absl::StrCat(" stroke-dasharray=\"", line.dash, "\"")));
-    if (!line.dots) continue;
-    for (size_t i = 0; i < line.values.size(); ++i) {
-      if (!std::isfinite(line.values[i])) continue;
-      const std::string value = absl::StrFormat("%.4g", line.values[i]);
-      absl::StrAppend(&svg, absl::StrFormat(
-          "<circle class=\"point %s\" data-curve=\"%s\" data-gpus=\"%d\" data-%s=\"%s\" "
-          "cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"%s\"><title>%s, %d GPUs: %s %s%s"
-          "</title></circle>\n",
-          line.kind, XmlEscape(label), static_cast<int64_t>(line.gpus[i]), panel.unit, value,
-          x_of(line.gpus[i]), y_of(line.values[i]), 3.2 + wide, color, XmlEscape(label),
-          static_cast<int64_t>(line.gpus[i]), line.kind, value,
-          panel.unit == "ms" ? " ms" : "%"));
-    }
+        "<circle class=\"point %s\" data-curve=\"%s\" data-gpus=\"%d\" data-%s=\"%s\" "
+        "cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"%s\"><title>%s, %d GPUs: %s %s%s"
+        "</title></circle>\n",
+        line.kind, XmlEscape(label), static_cast<int64_t>(line.gpus[i]), panel.unit, value,
+        a.X(line.gpus[i]), a.Y(line.values[i]), 3.2 + wide, color, XmlEscape(label),
+        static_cast<int64_t>(line.gpus[i]), line.kind, value,
+        panel.unit == "ms" ? " ms" : "%"));
+  }
+  return svg;
+}
+
+std::string RenderPanel(const Panel& panel, const std::vector<simulate::ScalingCurve>& curves,
+                        double px, double py, double gpus_lo, double gpus_hi) {
+  const PlotArea a = PanelArea(panel, px, py, gpus_lo, gpus_hi);
+  std::string svg = absl::StrFormat(
+      "<g class=\"panel\" id=\"scaling-%s\">\n"
+      "<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\" font-size=\"13\">%s</text>\n"
+      "<rect class=\"frame\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+      "fill=\"#fcfcfc\" stroke=\"#bbb\"/>\n",
+      panel.id, a.x0, py + 18, XmlEscape(panel.title), a.x0, a.y0, a.w, a.h);
+  absl::StrAppend(&svg, RenderGrid(a));
+  for (const Line& line : panel.lines) {
+    absl::StrAppend(&svg, RenderLine(line, panel, curves, a));
   }
   absl::StrAppend(&svg, "</g>\n");
   return svg;

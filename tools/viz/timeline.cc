@@ -133,39 +133,112 @@ std::string FormatOverlapTable(const std::vector<RankOverlap>& overlap) {
   return out;
 }
 
-std::string RenderTimelineSvg(const Trace& trace) {
-  constexpr double kWidth = 1300, kLeft = 110, kRight = 20, kLane = 22,
-                   kLaneGap = 4, kRankGap = 14, kTop = 30;
-  std::vector<int> ranks;
+namespace {
+
+constexpr double kWidth = 1300, kLeft = 110, kRight = 20, kLane = 22, kLaneGap = 4,
+                 kRankGap = 14, kTop = 30;
+constexpr double kPlotW = kWidth - kLeft - kRight;
+constexpr double kRankH = 2 * kLane + kLaneGap + kRankGap;
+
+// Where the timeline draws: a row of two lanes per rank, time [t0, t1]
+// across.
+struct TimelineLayout {
+  std::vector<int> ranks;  // sorted
+  std::map<int, int> rank_row;
   double t0 = 1e300, t1 = -1e300;
+
+  double X(double t) const { return kLeft + (t - t0) / (t1 - t0) * kPlotW; }
+  double LaneY(int rank, int stream) const {
+    return kTop + rank_row.at(rank) * kRankH + stream * (kLane + kLaneGap);
+  }
+};
+
+TimelineLayout LayOutTimeline(const Trace& trace) {
+  TimelineLayout l;
+  std::vector<int>& ranks = l.ranks;
   for (const TraceEvent& e : trace.events) {
     ranks.push_back(e.rank);
-    t0 = std::min(t0, e.ts_us);
-    t1 = std::max(t1, e.ts_us + e.dur_us);
+    l.t0 = std::min(l.t0, e.ts_us);
+    l.t1 = std::max(l.t1, e.ts_us + e.dur_us);
   }
   for (const StopPosition& p : trace.positions) {
     ranks.push_back(p.rank);
-    t0 = std::min(t0, p.ts_us);
-    t1 = std::max(t1, p.ts_us);
+    l.t0 = std::min(l.t0, p.ts_us);
+    l.t1 = std::max(l.t1, p.ts_us);
   }
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   if (ranks.empty()) {
-    t0 = 0;
-    t1 = 1;
+    l.t0 = 0;
+    l.t1 = 1;
   }
-  if (t1 <= t0) t1 = t0 + 1;
-  if (!trace.positions.empty()) t1 += (t1 - t0) * 0.02;  // room for the markers' lines
-  std::map<int, int> rank_row;
-  for (size_t i = 0; i < ranks.size(); ++i) rank_row[ranks[i]] = i;
-  const double plot_w = kWidth - kLeft - kRight;
-  const double rank_h = 2 * kLane + kLaneGap + kRankGap;
-  const double height = kTop + ranks.size() * rank_h + 30;
-  auto x_of = [&](double t) { return kLeft + (t - t0) / (t1 - t0) * plot_w; };
-  auto lane_y = [&](int rank, int stream) {
-    return kTop + rank_row[rank] * rank_h + stream * (kLane + kLaneGap);
-  };
+  if (l.t1 <= l.t0) l.t1 = l.t0 + 1;
+  if (!trace.positions.empty()) l.t1 += (l.t1 - l.t0) * 0.02;  // room for the markers' lines
+  for (size_t i = 0; i < ranks.size(); ++i) l.rank_row[ranks[i]] = i;
+  return l;
+}
 
+// The two labelled lanes (compute, comm) of every rank.
+std::string LanesSvg(const TimelineLayout& l) {
+  std::string svg;
+  for (int rank : l.ranks) {
+    for (int stream = 0; stream < 2; ++stream) {
+      double y = l.LaneY(rank, stream);
+      absl::StrAppend(&svg, absl::StrFormat(
+          "<text x=\"4\" y=\"%.1f\">rank %d %s</text>\n"
+          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.0f\" "
+          "fill=\"%s\"/>\n",
+          y + kLane * 0.7, rank, stream == 0 ? "compute" : "comm", kLeft, y,
+          kPlotW, kLane, stream == 0 ? "#f7f7f7" : "#f3eef7"));
+    }
+  }
+  return svg;
+}
+
+// One event's bar in its lane, an all-reduce's labelled with its bucket.
+std::string EventBarSvg(const TraceEvent& e, const TimelineLayout& l) {
+  double x = l.X(e.ts_us);
+  double w = std::max(0.5, l.X(e.ts_us + e.dur_us) - x);
+  double y = l.LaneY(e.rank, e.stream);
+  bool ar = IsAllReduce(e);
+  std::string fill = ar ? BucketColor(e.bucket) : PhaseColor(e.cat);
+  std::string svg = absl::StrFormat(
+      "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
+      "height=\"%.0f\" fill=\"%s\" stroke=\"%s\" stroke-width=\"%s\">"
+      "<title>%s (instr %d, step %d, micro %d): %.1f us at %.1f us"
+      "</title></rect>\n",
+      ar ? "bar allreduce" : "bar op", x, y, w, kLane, fill,
+      ar ? "#6a3d9a" : "#555555",
+      // Outlines would turn a run of thin bars into a dark block.
+      w > 3 ? "0.5" : "0", XmlEscape(e.name), e.instr, e.step,
+      e.micro, e.dur_us, e.ts_us);
+  if (ar && e.bucket >= 0 && w > 14) {
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\">b%d</text>\n", x + 2,
+        y + kLane * 0.7, e.bucket));
+  }
+  return svg;
+}
+
+// The time axis under the lanes: five ticks.
+std::string TimeAxisSvg(const TimelineLayout& l) {
+  std::string svg;
+  double axis_y = kTop + l.ranks.size() * kRankH + 4;
+  for (int i = 0; i <= 4; ++i) {
+    double t = l.t0 + (l.t1 - l.t0) * i / 4;
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.3f ms</text>\n",
+        l.X(t), kTop - 4, l.X(t), axis_y, l.X(t), axis_y + 14, t / 1e3));
+  }
+  return svg;
+}
+
+}  // namespace
+
+std::string RenderTimelineSvg(const Trace& trace) {
+  const TimelineLayout l = LayOutTimeline(trace);
+  const double height = kTop + l.ranks.size() * kRankH + 30;
   std::string svg = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"timeline\" "
       "width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
@@ -174,50 +247,14 @@ std::string RenderTimelineSvg(const Trace& trace) {
   absl::StrAppend(&svg, "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
   absl::StrAppend(&svg, absl::StrFormat(
       "<text x=\"%.0f\" y=\"16\" font-weight=\"bold\">Timeline: %.3f ms, "
-      "%d events</text>\n", kLeft, (t1 - t0) / 1e3, trace.events.size()));
-  for (int rank : ranks) {
-    for (int stream = 0; stream < 2; ++stream) {
-      double y = lane_y(rank, stream);
-      absl::StrAppend(&svg, absl::StrFormat(
-          "<text x=\"4\" y=\"%.1f\">rank %d %s</text>\n"
-          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.0f\" "
-          "fill=\"%s\"/>\n",
-          y + kLane * 0.7, rank, stream == 0 ? "compute" : "comm", kLeft, y,
-          plot_w, kLane, stream == 0 ? "#f7f7f7" : "#f3eef7"));
-    }
-  }
-  for (const TraceEvent& e : trace.events) {
-    double x = x_of(e.ts_us);
-    double w = std::max(0.5, x_of(e.ts_us + e.dur_us) - x);
-    double y = lane_y(e.rank, e.stream);
-    bool ar = IsAllReduce(e);
-    std::string fill = ar ? BucketColor(e.bucket) : PhaseColor(e.cat);
-    absl::StrAppend(&svg, absl::StrFormat(
-        "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
-        "height=\"%.0f\" fill=\"%s\" stroke=\"%s\" stroke-width=\"%s\">"
-        "<title>%s (instr %d, step %d, micro %d): %.1f us at %.1f us"
-        "</title></rect>\n",
-        ar ? "bar allreduce" : "bar op", x, y, w, kLane, fill,
-        ar ? "#6a3d9a" : "#555555",
-        // Outlines would turn a run of thin bars into a dark block.
-        w > 3 ? "0.5" : "0", XmlEscape(e.name), e.instr, e.step,
-        e.micro, e.dur_us, e.ts_us));
-    if (ar && e.bucket >= 0 && w > 14) {
-      absl::StrAppend(&svg, absl::StrFormat(
-          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\">b%d</text>\n", x + 2,
-          y + kLane * 0.7, e.bucket));
-    }
-  }
-  absl::StrAppend(&svg, StopMarkersSvg(trace, x_of, lane_y, kLane, kLeft + plot_w / 2));
-  // Time axis: five ticks.
-  double axis_y = kTop + ranks.size() * rank_h + 4;
-  for (int i = 0; i <= 4; ++i) {
-    double t = t0 + (t1 - t0) * i / 4;
-    absl::StrAppend(&svg, absl::StrFormat(
-        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>"
-        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.3f ms</text>\n",
-        x_of(t), kTop - 4, x_of(t), axis_y, x_of(t), axis_y + 14, t / 1e3));
-  }
+      "%d events</text>\n", kLeft, (l.t1 - l.t0) / 1e3, trace.events.size()));
+  absl::StrAppend(&svg, LanesSvg(l));
+  for (const TraceEvent& e : trace.events) absl::StrAppend(&svg, EventBarSvg(e, l));
+  absl::StrAppend(&svg, StopMarkersSvg(
+                            trace, [&l](double t) { return l.X(t); },
+                            [&l](int rank, int stream) { return l.LaneY(rank, stream); },
+                            kLane, kLeft + kPlotW / 2));
+  absl::StrAppend(&svg, TimeAxisSvg(l));
   absl::StrAppend(&svg, "</svg>\n");
   return svg;
 }

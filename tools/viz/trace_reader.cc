@@ -81,6 +81,74 @@ absl::StatusOr<StopPosition> ParsePosition(const JsonValue& e, const std::string
   return p;
 }
 
+// A complete ("X") event: an instruction's span on one rank's stream.
+absl::StatusOr<TraceEvent> ParseSpan(const JsonValue& e, const std::string& source_name,
+                                     size_t i) {
+  TraceEvent ev;
+  RETURN_IF_ERROR(GetString(e, "name", &ev.name));
+  RETURN_IF_ERROR(GetString(e, "cat", &ev.cat));
+  RETURN_IF_ERROR(GetNumber(e, "ts", &ev.ts_us, source_name, i));
+  RETURN_IF_ERROR(GetNumber(e, "dur", &ev.dur_us, source_name, i));
+  if (ev.dur_us < 0) return FieldError(source_name, i, "negative \"dur\"");
+  int64_t pid = 0, tid = 0;
+  RETURN_IF_ERROR(GetInt(e, "pid", true, &pid, source_name, i));
+  RETURN_IF_ERROR(GetInt(e, "tid", true, &tid, source_name, i));
+  if (tid != 0 && tid != 1) {
+    return FieldError(source_name, i,
+                      absl::StrCat("tid ", tid, " is neither 0 (compute) nor 1 (comm)"));
+  }
+  ev.rank = static_cast<int>(pid);
+  ev.stream = static_cast<int>(tid);
+  const JsonValue* args = e.Find("args");
+  if (args == nullptr || !args->is_object()) {
+    return FieldError(source_name, i, "missing \"args\" (instr, step, op)");
+  }
+  int64_t instr = -1, micro = -1, bucket = -1;
+  RETURN_IF_ERROR(GetInt(*args, "instr", true, &instr, source_name, i));
+  RETURN_IF_ERROR(GetInt(*args, "step", true, &ev.step, source_name, i));
+  RETURN_IF_ERROR(GetInt(*args, "micro", false, &micro, source_name, i));
+  RETURN_IF_ERROR(GetInt(*args, "bucket", false, &bucket, source_name, i));
+  RETURN_IF_ERROR(GetInt(*args, "bytes", false, &ev.bytes, source_name, i));
+  RETURN_IF_ERROR(GetString(*args, "op", &ev.op));
+  ev.instr = static_cast<int>(instr);
+  ev.micro = static_cast<int>(micro);
+  ev.bucket = static_cast<int>(bucket);
+  return ev;
+}
+
+// The trace's "metadata" object: the plan's model and size, the world
+// size, the steps traced, why the job stopped and the plan's identity.
+absl::Status ParseMetadata(const JsonValue& meta, const std::string& source_name,
+                           Trace* trace) {
+  RETURN_IF_ERROR(GetString(meta, "plan_model", &trace->plan_model));
+  auto get = [&](const char* key, int64_t* out) -> absl::Status {
+    const JsonValue* v = meta.Find(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source_name, ": metadata \"", key, "\" must be a number"));
+    }
+    *out = static_cast<int64_t>(v->number_value());
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(get("plan_instructions", &trace->plan_instructions));
+  RETURN_IF_ERROR(get("world_size", &trace->world_size));
+  RETURN_IF_ERROR(get("steps_traced", &trace->steps_traced));
+  if (const JsonValue* stopped = meta.Find("stopped");
+      stopped != nullptr && stopped->is_object()) {
+    RETURN_IF_ERROR(GetString(*stopped, "reason", &trace->stop_reason));
+  }
+  if (const JsonValue* plan = meta.Find("plan")) {
+    absl::StatusOr<PlanIdentity> id = PlanIdentityFromJson(*plan);
+    if (!id.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source_name, ": metadata ", id.status().message()));
+    }
+    trace->plan = *std::move(id);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Trace> ParseTrace(const std::string& json_text,
@@ -116,65 +184,12 @@ absl::StatusOr<Trace> ParseTrace(const std::string& json_text,
       continue;
     }
     if (ph->string_value() != "X") continue;  // metadata, other instants, ...
-    TraceEvent ev;
-    RETURN_IF_ERROR(GetString(e, "name", &ev.name));
-    RETURN_IF_ERROR(GetString(e, "cat", &ev.cat));
-    RETURN_IF_ERROR(GetNumber(e, "ts", &ev.ts_us, source_name, i));
-    RETURN_IF_ERROR(GetNumber(e, "dur", &ev.dur_us, source_name, i));
-    if (ev.dur_us < 0) return FieldError(source_name, i, "negative \"dur\"");
-    int64_t pid = 0, tid = 0;
-    RETURN_IF_ERROR(GetInt(e, "pid", true, &pid, source_name, i));
-    RETURN_IF_ERROR(GetInt(e, "tid", true, &tid, source_name, i));
-    if (tid != 0 && tid != 1) {
-      return FieldError(source_name, i,
-                        absl::StrCat("tid ", tid, " is neither 0 (compute) nor 1 (comm)"));
-    }
-    ev.rank = static_cast<int>(pid);
-    ev.stream = static_cast<int>(tid);
-    const JsonValue* args = e.Find("args");
-    if (args == nullptr || !args->is_object()) {
-      return FieldError(source_name, i, "missing \"args\" (instr, step, op)");
-    }
-    int64_t instr = -1, micro = -1, bucket = -1;
-    RETURN_IF_ERROR(GetInt(*args, "instr", true, &instr, source_name, i));
-    RETURN_IF_ERROR(GetInt(*args, "step", true, &ev.step, source_name, i));
-    RETURN_IF_ERROR(GetInt(*args, "micro", false, &micro, source_name, i));
-    RETURN_IF_ERROR(GetInt(*args, "bucket", false, &bucket, source_name, i));
-    RETURN_IF_ERROR(GetInt(*args, "bytes", false, &ev.bytes, source_name, i));
-    RETURN_IF_ERROR(GetString(*args, "op", &ev.op));
-    ev.instr = static_cast<int>(instr);
-    ev.micro = static_cast<int>(micro);
-    ev.bucket = static_cast<int>(bucket);
+    ASSIGN_OR_RETURN(TraceEvent ev, ParseSpan(e, source_name, i));
     trace.events.push_back(std::move(ev));
   }
   if (const JsonValue* meta = doc->Find("metadata");
       meta != nullptr && meta->is_object()) {
-    RETURN_IF_ERROR(GetString(*meta, "plan_model", &trace.plan_model));
-    auto get = [&](const char* key, int64_t* out) -> absl::Status {
-      const JsonValue* v = meta->Find(key);
-      if (v == nullptr) return absl::OkStatus();
-      if (!v->is_number()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            source_name, ": metadata \"", key, "\" must be a number"));
-      }
-      *out = static_cast<int64_t>(v->number_value());
-      return absl::OkStatus();
-    };
-    RETURN_IF_ERROR(get("plan_instructions", &trace.plan_instructions));
-    RETURN_IF_ERROR(get("world_size", &trace.world_size));
-    RETURN_IF_ERROR(get("steps_traced", &trace.steps_traced));
-    if (const JsonValue* stopped = meta->Find("stopped");
-        stopped != nullptr && stopped->is_object()) {
-      RETURN_IF_ERROR(GetString(*stopped, "reason", &trace.stop_reason));
-    }
-    if (const JsonValue* plan = meta->Find("plan")) {
-      absl::StatusOr<PlanIdentity> id = PlanIdentityFromJson(*plan);
-      if (!id.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(source_name, ": metadata ", id.status().message()));
-      }
-      trace.plan = *std::move(id);
-    }
+    RETURN_IF_ERROR(ParseMetadata(*meta, source_name, &trace));
   }
   return trace;
 }

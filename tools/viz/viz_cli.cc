@@ -35,26 +35,18 @@ namespace {
 
 constexpr char kDefaultMachine[] = "h100_nvlink_ib";
 
-// The command line's table, setting `*args`; its Help() is --help.
-OptionParser MakeParser(VizArgs* args) {
-  auto into = [](std::string* out) {
-    return [out](const std::string& v) {
-      *out = v;
-      return absl::OkStatus();
-    };
+// An option's setter that stores its value in `*out`.
+auto Into(std::string* out) {
+  return [out](const std::string& v) {
+    *out = v;
+    return absl::OkStatus();
   };
-  OptionParser parser;
+}
+
+// "Inputs and output:": INPUT, --trace, -o and --metrics.
+void AddInputOptions(OptionParser* parser, VizArgs* args) {
   parser
-      .Usage({"bazel run //tools/viz -- INPUT [--trace TRACE.json] [-o OUT]",
-              "bazel run //tools/viz -- INPUT --scaling [--machine PROFILE] [-o OUT]",
-              "bazel run //tools/viz -- [INPUT] --metrics [LABEL=]RUN.jsonl ... [-o OUT]"})
-      .Description(
-          "Draws a trainc execution plan: forward and backward ops, parameters,\n"
-          "gradient buckets (one colour each), all-reduces on the comm stream, the\n"
-          "optimizer, data edges (solid) and stream-event edges (dashed). One\n"
-          "micro-step is drawn once with its repeat count; runs of identical layers\n"
-          "collapse into one node (\"h2..h99 (x98)\").\n")
-      .Group("Inputs and output:")
+      ->Group("Inputs and output:")
       .HelpRow("INPUT",
                "a plan file (compiler/plan/plan_io.h text), or a .train file (compiled "
                "in-process when the front end and planner are linked)")
@@ -65,7 +57,7 @@ OptionParser MakeParser(VizArgs* args) {
              "rank, mean over steps. The trace (and a metrics log) records the plan that ran: "
              "INPUT is compiled with the run's --FIELD VALUE overrides, and refused when "
              "edited since (or when the trace and the metrics log are of two runs)",
-             into(&args->trace))
+             Into(&args->trace))
       .Value({"-o", "--output"}, "OUT",
              "output, format by extension:\n"
              "  .dot   Graphviz source\n"
@@ -75,7 +67,7 @@ OptionParser MakeParser(VizArgs* args) {
              "and timeline + overlap with --trace\n"
              "with --trace, the timeline is also written as OUT_timeline.svg\n"
              "default: <model>.html in the current directory",
-             into(&args->output))
+             Into(&args->output))
       .Value({"--metrics"}, "[LABEL=]F",
              "a metrics log written by `train` (--metrics PATH, or beside --save: "
              "model.metrics.jsonl); repeat it to overlay runs. Draws loss (train and "
@@ -87,8 +79,13 @@ OptionParser MakeParser(VizArgs* args) {
              [args](const std::string& v) {
                args->metrics.push_back(v);
                return absl::OkStatus();
-             })
-      .Group("Predicted scaling:")
+             });
+}
+
+// "Predicted scaling:": --scaling and the options that go with it.
+void AddScalingOptions(OptionParser* parser, VizArgs* args) {
+  parser
+      ->Group("Predicted scaling:")
       .Switch({"--scaling"},
               "predicted scaling (tools/simulate): INPUT compiled for each world size as "
               "`train --gpus N` compiles it and one step of each plan replayed on a machine "
@@ -101,7 +98,7 @@ OptionParser MakeParser(VizArgs* args) {
              absl::StrCat("machine profile (default ", kDefaultMachine, "); bundled: ",
                           absl::StrJoin(cost::BundledProfileNames(), ", "),
                           "\nor a `key = value` file (tools/simulate/README.md)"),
-             into(&args->machine))
+             Into(&args->machine))
       .Value({"--gpus"}, "N[,N...]", "world sizes (default 1,2,4,...,1024)",
              [args](const std::string& v) -> absl::Status {
                ASSIGN_OR_RETURN(args->gpus, simulate::ParseWorldSizes(v));
@@ -113,8 +110,13 @@ OptionParser MakeParser(VizArgs* args) {
                args->bucket_mb = absl::StrSplit(v, ',', absl::SkipEmpty());
                if (args->bucket_mb.empty()) return absl::InvalidArgumentError("needs a value");
                return absl::OkStatus();
-             })
-      .Group("Other options:")
+             });
+}
+
+// "Other options:": how repeated layers collapse.
+void AddOtherOptions(OptionParser* parser, VizArgs* args) {
+  parser
+      ->Group("Other options:")
       .Switch({"--no-collapse"}, "draw every layer, even long runs of identical ones",
               [args] { args->collapse = false; })
       .Value({"--min-repeats"}, "N",
@@ -124,10 +126,29 @@ OptionParser MakeParser(VizArgs* args) {
                  return absl::InvalidArgumentError("needs an integer >= 2");
                }
                return absl::OkStatus();
-             })
+             });
+}
+
+// The command line's table, setting `*args`; its Help() is --help.
+OptionParser MakeParser(VizArgs* args) {
+  OptionParser parser;
+  parser
+      .Usage({"bazel run //tools/viz -- INPUT [--trace TRACE.json] [-o OUT]",
+              "bazel run //tools/viz -- INPUT --scaling [--machine PROFILE] [-o OUT]",
+              "bazel run //tools/viz -- [INPUT] --metrics [LABEL=]RUN.jsonl ... [-o OUT]"})
+      .Description(
+          "Draws a trainc execution plan: forward and backward ops, parameters,\n"
+          "gradient buckets (one colour each), all-reduces on the comm stream, the\n"
+          "optimizer, data edges (solid) and stream-event edges (dashed). One\n"
+          "micro-step is drawn once with its repeat count; runs of identical layers\n"
+          "collapse into one node (\"h2..h99 (x98)\").\n");
+  AddInputOptions(&parser, args);
+  AddScalingOptions(&parser, args);
+  AddOtherOptions(&parser, args);
+  parser
       .Epilogue(
           "Relative paths are taken from the directory `bazel run` was started in.\n"
-          "Exit status: 0 ok, 1 error (message on stderr), 2 bad usage.\n");
+          "Exit status: 0 ok, 1 error (message on stderr), 2 bad usage.\n");;
   return parser;
 }
 
@@ -413,21 +434,11 @@ absl::Status RunCurvesOnly(const VizArgs& args, const std::vector<RunMetrics>& r
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
-  ASSIGN_OR_RETURN(std::vector<RunMetrics> runs, LoadRuns(args, err));
-  const std::string curves_svg = runs.empty() ? "" : RenderCurvesSvg(runs);
-  if (args.input.empty()) return RunCurvesOnly(args, runs, curves_svg, out);
-
-  const std::string input = ResolveUserPath(args.input);
-  Trace trace;
-  bool have_trace = !args.trace.empty();
-  if (have_trace) {
-    ASSIGN_OR_RETURN(trace, ReadTraceFile(ResolveUserPath(args.trace)));
-  }
-  ASSIGN_OR_RETURN(const std::optional<RanPlan> ran,
-                   FindRanPlan(args, have_trace ? &trace : nullptr, runs, err));
+// The plan to draw: INPUT, compiled as the run recorded when it did, and
+// checked against the run's plan (saying so on `out`, differences on `err`).
+absl::StatusOr<Plan> LoadPlanThatRan(const VizArgs& args, const std::string& input,
+                                     const std::optional<RanPlan>& ran,
+                                     std::ostream& out, std::ostream& err) {
   ASSIGN_OR_RETURN(Plan plan, LoadPlanForViz(input, ran ? &ran->id : nullptr));
   if (ran) {
     ASSIGN_OR_RETURN(const std::vector<std::string> differences,
@@ -440,112 +451,157 @@ absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
           << ran->id.device << ") one: " << d << "\n";
     }
   }
-  VizOptions options;
-  options.collapse_repeats = args.collapse;
-  options.min_repeats = args.min_repeats;
-  ASSIGN_OR_RETURN(VizGraph graph, BuildVizGraph(plan, options));
-  for (const RunMetrics& run : runs) {
-    if (!run.model.empty() && run.model != plan.model) {
-      err << "viz: warning: " << run.path << " is a run of model " << run.model
-          << ", not of " << plan.model << "\n";
-    }
-  }
+  return plan;
+}
 
+// What `viz INPUT` draws: the plan's graph and what goes with it.
+struct Drawing {
+  std::optional<RanPlan> ran;
+  Plan plan;
+  VizGraph graph;
+  const Trace* trace = nullptr;  // with --trace
   std::vector<RankOverlap> overlap;
   std::string timeline_svg;
-  if (have_trace) {
-    RETURN_IF_ERROR(CheckTraceMatchesPlan(trace, plan));
-    overlap = ComputeOverlap(trace);
-    timeline_svg = RenderTimelineSvg(trace);
-  }
+  const std::vector<RunMetrics>* runs = nullptr;
+  std::string curves_svg;
+  Scaling scaling;  // with --scaling
+};
 
-  Scaling scaling;
-  if (args.scaling) {
-    ASSIGN_OR_RETURN(scaling, SimulateForViz(args, input));
+// The self-contained HTML report of `d` at `output`; without Graphviz it
+// lacks the graph's picture, saying why on `err`.
+absl::Status WriteHtmlReport(const VizArgs& args, const Drawing& d, const std::string& dot,
+                             const std::string& output, std::ostream& err) {
+  HtmlReportInput report;
+  report.plan = &d.plan;
+  report.graph = &d.graph;
+  report.input_path = args.input;
+  if (d.ran) {
+    absl::StrAppend(&report.input_path, d.ran->id.overrides.empty() ? "" : " ",
+                    OverridesText(d.ran->id.overrides), " (the plan that ran, as recorded in ",
+                    d.ran->where, ")");
   }
-
-  const std::string dot = WriteDot(graph, plan);
-  std::string output = args.output.empty()
-                           ? ResolveUserPath(absl::StrCat(plan.model, ".html"))
-                           : ResolveUserPath(args.output);
-  const std::string ext = FileExtension(output);
-  if (ext == "dot") {
-    RETURN_IF_ERROR(WriteStringToFile(output, dot));
-  } else if (ext == "svg" || ext == "png") {
-    ASSIGN_OR_RETURN(std::string rendered, RenderDot(dot, ext));
-    RETURN_IF_ERROR(WriteStringToFile(output, rendered));
+  absl::StatusOr<std::string> svg = RenderDot(dot, "svg");
+  if (svg.ok()) {
+    report.graph_svg = *std::move(svg);
   } else {
-    HtmlReportInput report;
-    report.plan = &plan;
-    report.graph = &graph;
-    report.input_path = args.input;
-    if (ran) {
-      absl::StrAppend(&report.input_path, ran->id.overrides.empty() ? "" : " ",
-                      OverridesText(ran->id.overrides), " (the plan that ran, as recorded in ",
-                      ran->where, ")");
-    }
-    absl::StatusOr<std::string> svg = RenderDot(dot, "svg");
-    if (svg.ok()) {
-      report.graph_svg = *std::move(svg);
-    } else {
-      // The report is still worth having without the picture.
-      report.graph_error = std::string(svg.status().message());
-      err << "viz: warning: " << report.graph_error << "\n";
-    }
-    if (have_trace) {
-      report.trace = &trace;
-      report.overlap = overlap;
-      report.timeline_svg = timeline_svg;
-    }
-    if (!runs.empty()) {
-      report.runs = &runs;
-      report.curves_svg = curves_svg;
-    }
-    if (args.scaling) {
-      report.scaling = &scaling.curves;
-      report.scaling_title = scaling.title;
-      report.scaling_svg = scaling.svg;
-    }
-    RETURN_IF_ERROR(WriteStringToFile(output, RenderHtmlReport(report)));
+    // The report is still worth having without the picture.
+    report.graph_error = std::string(svg.status().message());
+    err << "viz: warning: " << report.graph_error << "\n";
   }
+  if (d.trace != nullptr) {
+    report.trace = d.trace;
+    report.overlap = d.overlap;
+    report.timeline_svg = d.timeline_svg;
+  }
+  if (!d.runs->empty()) {
+    report.runs = d.runs;
+    report.curves_svg = d.curves_svg;
+  }
+  if (args.scaling) {
+    report.scaling = &d.scaling.curves;
+    report.scaling_title = d.scaling.title;
+    report.scaling_svg = d.scaling.svg;
+  }
+  return WriteStringToFile(output, RenderHtmlReport(report));
+}
 
-  out << Summary(plan, graph);
-  if (have_trace) {
+// -o's file, in the format its extension names.
+absl::Status WriteDrawing(const VizArgs& args, const Drawing& d, const std::string& output,
+                          std::ostream& err) {
+  const std::string dot = WriteDot(d.graph, d.plan);
+  const std::string ext = FileExtension(output);
+  if (ext == "dot") return WriteStringToFile(output, dot);
+  if (ext == "svg" || ext == "png") {
+    ASSIGN_OR_RETURN(std::string rendered, RenderDot(dot, ext));
+    return WriteStringToFile(output, rendered);
+  }
+  return WriteHtmlReport(args, d, dot, output, err);
+}
+
+// The summaries on `out`, and with -o the timeline, curves and scaling
+// plots beside `output` (the curves only when it is not a report).
+absl::Status ReportDrawing(const VizArgs& args, const Drawing& d, const std::string& output,
+                           std::ostream& out) {
+  const std::vector<RunMetrics>& runs = *d.runs;
+  out << Summary(d.plan, d.graph);
+  if (d.trace != nullptr) {
     out << "\noverlap (per rank, mean over traced steps):\n"
-        << FormatOverlapTable(overlap);
-    if (!trace.positions.empty()) {
-      out << "\nthe job stopped: " << trace.stop_reason << "\nwhere each rank was:\n";
-      for (const StopPosition& p : trace.positions) {
+        << FormatOverlapTable(d.overlap);
+    if (!d.trace->positions.empty()) {
+      out << "\nthe job stopped: " << d.trace->stop_reason << "\nwhere each rank was:\n";
+      for (const StopPosition& p : d.trace->positions) {
         out << "  rank " << p.rank << ": " << p.where << (p.behind ? "  <- behind" : "") << "\n";
       }
     }
     if (!args.output.empty()) {
       std::string timeline_path =
           absl::StrCat(StripExtension(output), "_timeline.svg");
-      RETURN_IF_ERROR(WriteStringToFile(timeline_path, timeline_svg));
+      RETURN_IF_ERROR(WriteStringToFile(timeline_path, d.timeline_svg));
       out << "wrote " << timeline_path << "\n";
     }
   }
   if (!runs.empty()) {
     out << "\n" << RunsSummary(runs);
-    if (!args.output.empty() && ext != "html") {
+    if (!args.output.empty() && FileExtension(output) != "html") {
       const std::string curves_path =
           absl::StrCat(StripExtension(output), "_curves.svg");
-      RETURN_IF_ERROR(WriteStringToFile(curves_path, curves_svg));
+      RETURN_IF_ERROR(WriteStringToFile(curves_path, d.curves_svg));
       out << "wrote " << curves_path << "\n";
     }
   }
   if (args.scaling) {
-    out << "\n" << ScalingSummary(scaling);
+    out << "\n" << ScalingSummary(d.scaling);
     if (!args.output.empty()) {
       const std::string scaling_path =
           absl::StrCat(StripExtension(output), "_scaling.svg");
-      RETURN_IF_ERROR(WriteStringToFile(scaling_path, scaling.svg));
+      RETURN_IF_ERROR(WriteStringToFile(scaling_path, d.scaling.svg));
       out << "wrote " << scaling_path << "\n";
     }
   }
   out << "wrote " << output << "\n";
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunViz(const VizArgs& args, std::ostream& out, std::ostream& err) {
+  ASSIGN_OR_RETURN(std::vector<RunMetrics> runs, LoadRuns(args, err));
+  Drawing d;
+  d.runs = &runs;
+  d.curves_svg = runs.empty() ? "" : RenderCurvesSvg(runs);
+  if (args.input.empty()) return RunCurvesOnly(args, runs, d.curves_svg, out);
+
+  const std::string input = ResolveUserPath(args.input);
+  Trace trace;
+  if (!args.trace.empty()) {
+    ASSIGN_OR_RETURN(trace, ReadTraceFile(ResolveUserPath(args.trace)));
+    d.trace = &trace;
+  }
+  ASSIGN_OR_RETURN(d.ran, FindRanPlan(args, d.trace, runs, err));
+  ASSIGN_OR_RETURN(d.plan, LoadPlanThatRan(args, input, d.ran, out, err));
+  VizOptions options;
+  options.collapse_repeats = args.collapse;
+  options.min_repeats = args.min_repeats;
+  ASSIGN_OR_RETURN(d.graph, BuildVizGraph(d.plan, options));
+  for (const RunMetrics& run : runs) {
+    if (!run.model.empty() && run.model != d.plan.model) {
+      err << "viz: warning: " << run.path << " is a run of model " << run.model
+          << ", not of " << d.plan.model << "\n";
+    }
+  }
+  if (d.trace != nullptr) {
+    RETURN_IF_ERROR(CheckTraceMatchesPlan(trace, d.plan));
+    d.overlap = ComputeOverlap(trace);
+    d.timeline_svg = RenderTimelineSvg(trace);
+  }
+  if (args.scaling) {
+    ASSIGN_OR_RETURN(d.scaling, SimulateForViz(args, input));
+  }
+  const std::string output = args.output.empty()
+                                  ? ResolveUserPath(absl::StrCat(d.plan.model, ".html"))
+                                  : ResolveUserPath(args.output);
+  RETURN_IF_ERROR(WriteDrawing(args, d, output, err));
+  return ReportDrawing(args, d, output, out);
 }
 
 }  // namespace trainc::viz
