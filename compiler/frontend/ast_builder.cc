@@ -84,71 +84,91 @@ class AstBuilder {
         }
         block->items.emplace_back(std::move(out));
       } else if (auto* c = dynamic_cast<TrainParser::ConstantsContext*>(item)) {
-        ast::Constants out;
-        out.kind = c->kind->getText();
-        out.kind_span = TokenSpan(c->kind);
-        if (out.kind != "const") {
-          return Fail(out.kind_span,
-                      absl::StrCat("unknown item '", Clip(out.kind), "'"),
-                      "constants are written const name = value, ...");
-        }
-        if (!in_model) {
-          return Fail(out.kind_span,
-                      absl::StrCat("constants belong in the model block, not ",
-                                   block->kind),
-                      "move them into model { }");
-        }
-        for (TrainParser::ConstDefContext* def : c->constDef()) {
-          out.definitions.emplace_back();
-          if (!BuildAssignment(def->name, def->expr(), def,
-                               &out.definitions.back())) {
-            return false;
-          }
-        }
-        block->items.emplace_back(std::move(out));
+        if (!BuildConstants(c, in_model, block)) return false;
       } else if (auto* r = dynamic_cast<TrainParser::ReturnContext*>(item)) {
-        ast::Return out;
-        out.kind = "return";
-        out.kind_span = TokenSpan(r->RETURN()->getSymbol());
-        if (depth == 0) {
-          return Fail(out.kind_span,
-                      "return is only allowed inside a nested block",
-                      "e.g. block mlp(x) { h = relu(linear(x, 64)) return h }");
-        }
-        if (!BuildExpr(r->expr(), 0, &out.value)) return false;
-        block->items.emplace_back(std::move(out));
+        if (!BuildReturn(r, depth, block)) return false;
       } else if (auto* b = dynamic_cast<TrainParser::SubBlockContext*>(item)) {
-        auto nested = std::make_shared<ast::Block>();
-        nested->kind = b->kind->getText();
-        nested->kind_span = TokenSpan(b->kind);
-        nested->name = b->name->getText();
-        nested->name_span = TokenSpan(b->name);
-        if (nested->kind != "block") {
-          return Fail(nested->kind_span,
-                      absl::StrCat("unknown item '", Clip(nested->kind), "'"),
-                      "a reusable block is written block name(x) { ... }");
-        }
-        if (!in_model) {
-          return Fail(nested->kind_span,
-                      "blocks belong in the model block", "");
-        }
-        if (depth >= 1) {
-          return Fail(nested->kind_span,
-                      "blocks are defined at the top of the model block, "
-                      "not inside another block",
-                      "define it beside the others; blocks can call each "
-                      "other");
-        }
-        for (antlr4::Token* param : b->params) {
-          nested->params.push_back(param->getText());
-          nested->param_spans.push_back(TokenSpan(param));
-        }
-        if (!BuildItems(b->item(), depth + 1, nested.get())) return false;
-        block->items.emplace_back(ast::NestedBlock{std::move(nested)});
+        if (!BuildSubBlock(b, depth, in_model, block)) return false;
       } else {
         return Fail(ContextSpan(item), "malformed item");
       }
     }
+    return true;
+  }
+
+  // const name = value, ...: only in the model block (or a nested one).
+  bool BuildConstants(TrainParser::ConstantsContext* c, bool in_model, ast::Block* block) {
+    ast::Constants out;
+    out.kind = c->kind->getText();
+    out.kind_span = TokenSpan(c->kind);
+    if (out.kind != "const") {
+      return Fail(out.kind_span,
+                  absl::StrCat("unknown item '", Clip(out.kind), "'"),
+                  "constants are written const name = value, ...");
+    }
+    if (!in_model) {
+      return Fail(out.kind_span,
+                  absl::StrCat("constants belong in the model block, not ",
+                               block->kind),
+                  "move them into model { }");
+    }
+    for (TrainParser::ConstDefContext* def : c->constDef()) {
+      out.definitions.emplace_back();
+      if (!BuildAssignment(def->name, def->expr(), def,
+                           &out.definitions.back())) {
+        return false;
+      }
+    }
+    block->items.emplace_back(std::move(out));
+    return true;
+  }
+
+  // return EXPR: only inside a nested block.
+  bool BuildReturn(TrainParser::ReturnContext* r, int depth, ast::Block* block) {
+    ast::Return out;
+    out.kind = "return";
+    out.kind_span = TokenSpan(r->RETURN()->getSymbol());
+    if (depth == 0) {
+      return Fail(out.kind_span,
+                  "return is only allowed inside a nested block",
+                  "e.g. block mlp(x) { h = relu(linear(x, 64)) return h }");
+    }
+    if (!BuildExpr(r->expr(), 0, &out.value)) return false;
+    block->items.emplace_back(std::move(out));
+    return true;
+  }
+
+  // block name(params) { items }: a reusable block, defined at the top of
+  // the model block.
+  bool BuildSubBlock(TrainParser::SubBlockContext* b, int depth, bool in_model,
+                     ast::Block* block) {
+    auto nested = std::make_shared<ast::Block>();
+    nested->kind = b->kind->getText();
+    nested->kind_span = TokenSpan(b->kind);
+    nested->name = b->name->getText();
+    nested->name_span = TokenSpan(b->name);
+    if (nested->kind != "block") {
+      return Fail(nested->kind_span,
+                  absl::StrCat("unknown item '", Clip(nested->kind), "'"),
+                  "a reusable block is written block name(x) { ... }");
+    }
+    if (!in_model) {
+      return Fail(nested->kind_span,
+                  "blocks belong in the model block", "");
+    }
+    if (depth >= 1) {
+      return Fail(nested->kind_span,
+                  "blocks are defined at the top of the model block, "
+                  "not inside another block",
+                  "define it beside the others; blocks can call each "
+                  "other");
+    }
+    for (antlr4::Token* param : b->params) {
+      nested->params.push_back(param->getText());
+      nested->param_spans.push_back(TokenSpan(param));
+    }
+    if (!BuildItems(b->item(), depth + 1, nested.get())) return false;
+    block->items.emplace_back(ast::NestedBlock{std::move(nested)});
     return true;
   }
 
@@ -205,18 +225,7 @@ class AstBuilder {
       out->kind = Kind::kInt;
       return ParseInt(c->getText(), out->span, &out->int_value);
     }
-    if (auto* c = dynamic_cast<TrainParser::FloatContext*>(ctx)) {
-      out->kind = Kind::kFloat;
-      const std::string text = c->getText();
-      errno = 0;
-      out->float_value = std::strtod(text.c_str(), nullptr);
-      if (!std::isfinite(out->float_value)) {
-        return Fail(out->span,
-                    absl::StrCat("number ", Clip(text), " is out of range"),
-                    "the largest number is about 1.8e308");
-      }
-      return true;
-    }
+    if (auto* c = dynamic_cast<TrainParser::FloatContext*>(ctx)) return BuildFloat(c, out);
     if (auto* c = dynamic_cast<TrainParser::BoolContext*>(ctx)) {
       out->kind = Kind::kBool;
       out->bool_value = c->getText() == "true";
@@ -234,55 +243,86 @@ class AstBuilder {
       return true;
     }
     if (auto* c = dynamic_cast<TrainParser::CallContext*>(ctx)) {
-      out->kind = Kind::kCall;
-      if (c->callee == nullptr) return Fail(out->span, "malformed call");
-      out->text = c->callee->getText();
-      out->name_span = TokenSpan(c->callee);
-      for (TrainParser::ArgContext* arg : c->arg()) {
-        out->args.emplace_back();
-        if (!BuildExpr(arg->expr(), depth + 1, &out->args.back())) return false;
-        out->arg_names.push_back(arg->name ? arg->name->getText() : "");
-        out->arg_name_spans.push_back(arg->name ? TokenSpan(arg->name)
-                                                : out->args.back().span);
-      }
-      return true;
+      return BuildCall(c, depth, out);
     }
     if (auto* c = dynamic_cast<TrainParser::GroupContext*>(ctx)) {
-      const std::vector<TrainParser::ExprContext*> elements = c->expr();
-      if (c->COMMA().empty() && elements.size() == 1) {
-        // A parenthesised expression: the group itself leaves no trace.
-        const Span span = out->span;
-        if (!BuildExpr(elements[0], depth + 1, out)) return false;
-        out->span = span;
-        return true;
-      }
-      out->kind = Kind::kTuple;
-      for (TrainParser::ExprContext* element : elements) {
-        out->args.emplace_back();
-        if (!BuildExpr(element, depth + 1, &out->args.back())) return false;
-      }
-      return true;
+      return BuildGroup(c, depth, out);
     }
     if (auto* c = dynamic_cast<TrainParser::UnaryContext*>(ctx)) {
-      out->kind = Kind::kUnary;
-      if (c->op == nullptr) return Fail(out->span, "malformed expression");
-      out->text = c->op->getText();
-      out->name_span = TokenSpan(c->op);
-      out->args.emplace_back();
-      return BuildExpr(c->expr(), depth + 1, &out->args.back());
+      return BuildUnary(c, depth, out);
     }
     if (auto* c = dynamic_cast<TrainParser::BinaryContext*>(ctx)) {
-      out->kind = Kind::kBinary;
-      if (c->op == nullptr || c->expr().size() != 2) {
-        return Fail(out->span, "malformed expression");
-      }
-      out->text = c->op->getText();
-      out->name_span = TokenSpan(c->op);
-      out->args.resize(2);
-      return BuildExpr(c->expr(0), depth + 1, &out->args[0]) &&
-             BuildExpr(c->expr(1), depth + 1, &out->args[1]);
+      return BuildBinary(c, depth, out);
     }
     return Fail(out->span, "malformed expression");
+  }
+
+  bool BuildFloat(TrainParser::FloatContext* c, ast::Expr* out) {
+    out->kind = ast::Expr::Kind::kFloat;
+    const std::string text = c->getText();
+    errno = 0;
+    out->float_value = std::strtod(text.c_str(), nullptr);
+    if (!std::isfinite(out->float_value)) {
+      return Fail(out->span,
+                  absl::StrCat("number ", Clip(text), " is out of range"),
+                  "the largest number is about 1.8e308");
+    }
+    return true;
+  }
+
+  // callee(args...), each argument positional or name = value.
+  bool BuildCall(TrainParser::CallContext* c, int depth, ast::Expr* out) {
+    out->kind = ast::Expr::Kind::kCall;
+    if (c->callee == nullptr) return Fail(out->span, "malformed call");
+    out->text = c->callee->getText();
+    out->name_span = TokenSpan(c->callee);
+    for (TrainParser::ArgContext* arg : c->arg()) {
+      out->args.emplace_back();
+      if (!BuildExpr(arg->expr(), depth + 1, &out->args.back())) return false;
+      out->arg_names.push_back(arg->name ? arg->name->getText() : "");
+      out->arg_name_spans.push_back(arg->name ? TokenSpan(arg->name)
+                                              : out->args.back().span);
+    }
+    return true;
+  }
+
+  // (a, b, ...): a tuple; (a) alone: a, with the parentheses' span.
+  bool BuildGroup(TrainParser::GroupContext* c, int depth, ast::Expr* out) {
+    const std::vector<TrainParser::ExprContext*> elements = c->expr();
+    if (c->COMMA().empty() && elements.size() == 1) {
+      // A parenthesised expression: the group itself leaves no trace.
+      const Span span = out->span;
+      if (!BuildExpr(elements[0], depth + 1, out)) return false;
+      out->span = span;
+      return true;
+    }
+    out->kind = ast::Expr::Kind::kTuple;
+    for (TrainParser::ExprContext* element : elements) {
+      out->args.emplace_back();
+      if (!BuildExpr(element, depth + 1, &out->args.back())) return false;
+    }
+    return true;
+  }
+
+  bool BuildUnary(TrainParser::UnaryContext* c, int depth, ast::Expr* out) {
+    out->kind = ast::Expr::Kind::kUnary;
+    if (c->op == nullptr) return Fail(out->span, "malformed expression");
+    out->text = c->op->getText();
+    out->name_span = TokenSpan(c->op);
+    out->args.emplace_back();
+    return BuildExpr(c->expr(), depth + 1, &out->args.back());
+  }
+
+  bool BuildBinary(TrainParser::BinaryContext* c, int depth, ast::Expr* out) {
+    out->kind = ast::Expr::Kind::kBinary;
+    if (c->op == nullptr || c->expr().size() != 2) {
+      return Fail(out->span, "malformed expression");
+    }
+    out->text = c->op->getText();
+    out->name_span = TokenSpan(c->op);
+    out->args.resize(2);
+    return BuildExpr(c->expr(0), depth + 1, &out->args[0]) &&
+           BuildExpr(c->expr(1), depth + 1, &out->args[1]);
   }
 
   // Strips the quotes (an unterminated string has only the first) and

@@ -274,122 +274,138 @@ bool CheckTokenizer(const ast::Expr& arg, const std::string& base_dir, bool read
   return true;
 }
 
+// The named argument `i` of text(...) / tokens(...): split = "A:B", and
+// for text(...) also tokenizer = "file.model" (a SentencePiece model).
+// `seen`: the names given so far, to refuse one given twice.
+bool CheckSourceOption(const ast::Expr& expr, size_t i, DataFormat format,
+                       const std::string& base_dir, bool read_files,
+                       std::vector<std::string>* seen, DatasetSpec* dataset,
+                       DiagnosticSink& sink) {
+  const ast::Expr& arg = expr.args[i];
+  const std::string& name = expr.arg_names[i];
+  const std::vector<std::string> named = format == DataFormat::kText
+                                             ? std::vector<std::string>{"split", "tokenizer"}
+                                             : std::vector<std::string>{"split"};
+  if (std::find(named.begin(), named.end(), name) == named.end()) {
+    sink.Error(expr.arg_name_spans[i],
+               absl::StrCat("unknown argument '", name, "' to ", EnumName(format)),
+               SuggestionHint(name, named, "arguments"));
+    return false;
+  }
+  if (std::find(seen->begin(), seen->end(), name) != seen->end()) {
+    sink.Error(expr.arg_name_spans[i], absl::StrCat(name, " is given twice"));
+    return false;
+  }
+  seen->push_back(name);
+  if (name == "split") return CheckSplit(arg, dataset, sink);
+  return CheckTokenizer(arg, base_dir, read_files, dataset, sink);
+}
+
+// Why a glob `written` matched nothing to train on: what it matched, and
+// why each match was skipped.
+std::string NoFileMatched(const GlobMatches& matches, const std::string& written, bool text) {
+  if (matches.matched == 0) return absl::StrCat("'", written, "' matches no file");
+  std::vector<std::string> skipped;
+  if (matches.symlinks > 0) skipped.push_back(Plural(matches.symlinks, "symlink"));
+  if (matches.not_regular > 0) {
+    skipped.push_back(absl::StrCat(matches.not_regular,
+                                   matches.not_regular == 1
+                                       ? " directory or special file"
+                                       : " directories or special files"));
+  }
+  if (matches.binary > 0) {
+    skipped.push_back(absl::StrCat(Plural(matches.binary, "file"),
+                                   " with a NUL byte in the first 4 KiB"));
+  }
+  const std::string what = text ? "text file" : "regular file";
+  return absl::StrCat("'", written, "' matches ", Plural(matches.matched, "path"),
+                      " but no ", what, " (skipped: ", absl::StrJoin(skipped, ", "), ")");
+}
+
+// A glob argument: the files it matches, which must hold something to
+// train on, appended to the dataset's paths.
+bool CheckSourceGlob(const ast::Expr& arg, bool text, const std::string& base_dir,
+                     DatasetSpec* dataset, DiagnosticSink& sink) {
+  const bool relative = ResolvePath(base_dir, arg.text) != arg.text;
+  const std::string pattern =
+      relative ? absl::StrCat(EscapeGlob(base_dir), "/", arg.text) : arg.text;
+  GlobMatches matches = ExpandGlob(pattern, text);
+  if (!matches.error.empty()) {
+    sink.Error(arg.span, absl::StrCat("'", arg.text, "': ", matches.error));
+    return false;
+  }
+  if (matches.files.empty()) {
+    sink.Error(arg.span, NoFileMatched(matches, arg.text, text),
+               relative ? RelativePathHint(arg.text, pattern)
+                        : "a glob matches regular files only, not symlinks");
+    return false;
+  }
+  if (const std::string empty = NothingToTrainOn(matches.files, text, arg.text);
+      !empty.empty()) {
+    sink.Error(arg.span, empty);
+    return false;
+  }
+  for (std::string& path : matches.files) dataset->paths.push_back(std::move(path));
+  return true;
+}
+
+// A positional argument of text(...) / tokens(...): a file path or glob,
+// resolved against the .train file's directory; with `read_files` its
+// files must be readable and hold something to train on.
+bool CheckSourcePath(const ast::Expr& arg, DataFormat format, const std::string& base_dir,
+                     bool read_files, DatasetSpec* dataset, DiagnosticSink& sink) {
+  const bool text = format == DataFormat::kText;
+  if (arg.kind != ast::Expr::Kind::kString) {
+    sink.Error(arg.span,
+               absl::StrCat("expected a file path or glob (a string), got ",
+                            DescribeExpr(arg)),
+               ExampleFor(format));
+    return false;
+  }
+  const std::string resolved = ResolvePath(base_dir, arg.text);
+  if (!read_files) {  // the form only: a path or glob as written, resolved
+    dataset->paths.push_back(resolved);
+    return true;
+  }
+  if (IsGlob(arg.text)) return CheckSourceGlob(arg, text, base_dir, dataset, sink);
+  const std::string& path = resolved;
+  const std::string reason = NotARegularFile(path);
+  if (!reason.empty()) {
+    sink.Error(arg.span, absl::StrCat("cannot read '", arg.text, "': ", reason),
+               RelativePathHint(arg.text, path));
+    return false;
+  }
+  if (const std::string empty = NothingToTrainOn({path}, text, arg.text); !empty.empty()) {
+    sink.Error(arg.span, empty);
+    return false;
+  }
+  dataset->paths.push_back(path);
+  return true;
+}
+
 // text(paths..., split = "A:B"[, tokenizer = "file.model"]) /
 // tokens(paths..., split = "A:B").
 // `format`: kText or kTokens, `expr`'s name.
 std::optional<DatasetSpec> CheckTokenSource(const ast::Expr& expr, DataFormat format,
                                             const std::string& base_dir, bool read_files,
                                             DiagnosticSink& sink) {
-  const bool text = format == DataFormat::kText;
-  const std::string example = ExampleFor(format);
   DatasetSpec dataset;
   dataset.format = format;
   bool ok = true;
-  bool has_split = false, has_tokenizer = false;
+  std::vector<std::string> seen;
   int positional = 0;
-  // text(...) also takes tokenizer = "file.model" (a SentencePiece model).
-  const std::vector<std::string> named =
-      text ? std::vector<std::string>{"split", "tokenizer"} : std::vector<std::string>{"split"};
   for (size_t i = 0; i < expr.args.size(); ++i) {
-    const ast::Expr& arg = expr.args[i];
-    const std::string& name = expr.arg_names[i];
-    if (!name.empty()) {
-      bool& seen = name == "tokenizer" ? has_tokenizer : has_split;
-      if (std::find(named.begin(), named.end(), name) == named.end()) {
-        sink.Error(expr.arg_name_spans[i],
-                   absl::StrCat("unknown argument '", name, "' to ", EnumName(format)),
-                   SuggestionHint(name, named, "arguments"));
-        ok = false;
-      } else if (seen) {
-        sink.Error(expr.arg_name_spans[i], absl::StrCat(name, " is given twice"));
-        ok = false;
-      } else if (name == "split") {
-        seen = true;
-        ok &= CheckSplit(arg, &dataset, sink);
-      } else {
-        seen = true;
-        ok &= CheckTokenizer(arg, base_dir, read_files, &dataset, sink);
-      }
+    if (!expr.arg_names[i].empty()) {
+      ok &= CheckSourceOption(expr, i, format, base_dir, read_files, &seen, &dataset, sink);
       continue;
     }
     ++positional;
-    if (arg.kind != ast::Expr::Kind::kString) {
-      sink.Error(arg.span,
-                 absl::StrCat("expected a file path or glob (a string), got ",
-                              DescribeExpr(arg)),
-                 example);
-      ok = false;
-      continue;
-    }
-    const std::string resolved = ResolvePath(base_dir, arg.text);
-    const bool relative = resolved != arg.text;
-    if (!read_files) {  // the form only: a path or glob as written, resolved
-      dataset.paths.push_back(resolved);
-      continue;
-    }
-    if (!IsGlob(arg.text)) {
-      const std::string& path = resolved;
-      const std::string reason = NotARegularFile(path);
-      if (!reason.empty()) {
-        sink.Error(arg.span, absl::StrCat("cannot read '", arg.text, "': ", reason),
-                   RelativePathHint(arg.text, path));
-        ok = false;
-        continue;
-      }
-      if (const std::string empty = NothingToTrainOn({path}, text, arg.text); !empty.empty()) {
-        sink.Error(arg.span, empty);
-        ok = false;
-        continue;
-      }
-      dataset.paths.push_back(path);
-      continue;
-    }
-    const std::string pattern =
-        relative ? absl::StrCat(EscapeGlob(base_dir), "/", arg.text) : arg.text;
-    GlobMatches matches = ExpandGlob(pattern, text);
-    if (!matches.error.empty()) {
-      sink.Error(arg.span, absl::StrCat("'", arg.text, "': ", matches.error));
-      ok = false;
-      continue;
-    }
-    if (matches.files.empty()) {
-      std::vector<std::string> skipped;
-      if (matches.symlinks > 0) skipped.push_back(Plural(matches.symlinks, "symlink"));
-      if (matches.not_regular > 0) {
-        skipped.push_back(absl::StrCat(matches.not_regular,
-                                       matches.not_regular == 1
-                                           ? " directory or special file"
-                                           : " directories or special files"));
-      }
-      if (matches.binary > 0) {
-        skipped.push_back(absl::StrCat(Plural(matches.binary, "file"),
-                                       " with a NUL byte in the first 4 KiB"));
-      }
-      const std::string what = text ? "text file" : "regular file";
-      sink.Error(arg.span,
-                 matches.matched == 0
-                     ? absl::StrCat("'", arg.text, "' matches no file")
-                     : absl::StrCat("'", arg.text, "' matches ",
-                                    Plural(matches.matched, "path"), " but no ",
-                                    what, " (skipped: ",
-                                    absl::StrJoin(skipped, ", "), ")"),
-                 relative ? RelativePathHint(arg.text, pattern)
-                          : "a glob matches regular files only, not symlinks");
-      ok = false;
-      continue;
-    }
-    if (const std::string empty = NothingToTrainOn(matches.files, text, arg.text);
-        !empty.empty()) {
-      sink.Error(arg.span, empty);
-      ok = false;
-      continue;
-    }
-    for (std::string& path : matches.files) dataset.paths.push_back(std::move(path));
+    ok &= CheckSourcePath(expr.args[i], format, base_dir, read_files, &dataset, sink);
   }
   if (positional == 0) {
     sink.Error(expr.span,
                absl::StrCat(EnumName(format), " needs at least one file path or glob"),
-               example);
+               ExampleFor(format));
     ok = false;
   }
   if (!ok) return std::nullopt;

@@ -923,6 +923,65 @@ class ModelChecker {
     }
   }
 
+  // A statement holds at most one op that creates parameters (they are
+  // named after the statement): counts `op` when it does.
+  bool CountParameterisedOp(const ModelOpDef& op, const ops::Lowering& lowering,
+                            const Span& name_span, Flattening* flattening) {
+    bool creates_parameters = false;
+    for (const ops::ParamSlot& slot : lowering.params) {
+      creates_parameters |= slot.shared_arg.empty();
+    }
+    if (creates_parameters && ++flattening->parameterised_ops > 1) {
+      sink_.Error(name_span,
+                  absl::StrCat("a statement holds at most one op with "
+                               "parameters; this ",
+                               op.name, " is the second in '",
+                               flattening->global_name, "'"),
+                  absl::StrCat("give it its own statement, e.g. h = ", op.name,
+                               "(...), so its parameters get a name"));
+      return false;
+    }
+    return true;
+  }
+
+  // The parameters of `spec`, one per slot of the lowering: a shared one
+  // by its name in `shared`, else a new one, "<statement>.<suffix>", added
+  // to the model and its parameter count.
+  bool AddParameters(const ops::Lowering& lowering,
+                     const std::map<std::string, std::string>& shared,
+                     const Span& name_span, const Flattening& flattening, OpSpec* spec) {
+    for (const ops::ParamSlot& slot : lowering.params) {
+      if (!slot.shared_arg.empty()) {
+        spec->parameters.push_back(shared.at(slot.shared_arg));
+        continue;
+      }
+      const std::string name =
+          absl::StrCat(flattening.global_name, ".", slot.suffix);
+      if (parameters_.count(name)) {
+        sink_.Error(name_span,
+                    absl::StrCat("parameter '", name, "' is created twice"));
+        return false;
+      }
+      ParameterSpec parameter;
+      parameter.name = name;
+      parameter.shape = slot.shape;
+      parameter.init = slot.init;
+      parameter.init_scale = slot.init_scale;
+      int64_t count = 1;
+      for (int64_t d : parameter.shape) {
+        if (__builtin_mul_overflow(count, d, &count)) count = INT64_MAX;
+      }
+      if (__builtin_add_overflow(model_.parameter_count, count,
+                                 &model_.parameter_count)) {
+        model_.parameter_count = INT64_MAX;
+      }
+      spec->parameters.push_back(name);
+      parameters_[name] = model_.parameters.size();
+      model_.parameters.push_back(std::move(parameter));
+    }
+    return true;
+  }
+
   // Applies the op table's rule to a checked call and defines its value.
   std::optional<std::string> Define(
       const ast::Expr& call, const Span& name_span, const ModelOpDef& op,
@@ -943,20 +1002,7 @@ class ModelChecker {
       return std::nullopt;
     }
     const ops::Lowering& lowering = std::get<ops::Lowering>(result);
-    bool creates_parameters = false;
-    for (const ops::ParamSlot& slot : lowering.params) {
-      creates_parameters |= slot.shared_arg.empty();
-    }
-    if (creates_parameters && ++flattening->parameterised_ops > 1) {
-      sink_.Error(name_span,
-                  absl::StrCat("a statement holds at most one op with "
-                               "parameters; this ",
-                               op.name, " is the second in '",
-                               flattening->global_name, "'"),
-                  absl::StrCat("give it its own statement, e.g. h = ", op.name,
-                               "(...), so its parameters get a name"));
-      return std::nullopt;
-    }
+    if (!CountParameterisedOp(op, lowering, name_span, flattening)) return std::nullopt;
     OpSpec spec;
     spec.name = NewValueName(flattening, top);
     spec.op = op.op;
@@ -968,35 +1014,7 @@ class ModelChecker {
     spec.output.type = ElementType::kF32;
     spec.output.shape = lowering.shape;
     spec.output.location = spec.location;
-    for (const ops::ParamSlot& slot : lowering.params) {
-      if (!slot.shared_arg.empty()) {
-        spec.parameters.push_back(shared.at(slot.shared_arg));
-        continue;
-      }
-      const std::string name =
-          absl::StrCat(flattening->global_name, ".", slot.suffix);
-      if (parameters_.count(name)) {
-        sink_.Error(name_span,
-                    absl::StrCat("parameter '", name, "' is created twice"));
-        return std::nullopt;
-      }
-      ParameterSpec parameter;
-      parameter.name = name;
-      parameter.shape = slot.shape;
-      parameter.init = slot.init;
-      parameter.init_scale = slot.init_scale;
-      int64_t count = 1;
-      for (int64_t d : parameter.shape) {
-        if (__builtin_mul_overflow(count, d, &count)) count = INT64_MAX;
-      }
-      if (__builtin_add_overflow(model_.parameter_count, count,
-                                 &model_.parameter_count)) {
-        model_.parameter_count = INT64_MAX;
-      }
-      spec.parameters.push_back(name);
-      parameters_[name] = model_.parameters.size();
-      model_.parameters.push_back(std::move(parameter));
-    }
+    if (!AddParameters(lowering, shared, name_span, *flattening, &spec)) return std::nullopt;
     if (op.is_loss) model_.loss_terms = lowering.loss_terms;
     if (values_.count(spec.name)) {
       sink_.Error(name_span,

@@ -170,6 +170,48 @@ std::optional<double> Fraction(const Setting& setting, DiagnosticSink& sink) {
   return value;
 }
 
+// decay = "matrices" (the default) or "all": which parameters weight
+// decay applies to.
+void CheckDecay(const Setting& s, OptimizerSpec* optimizer, DiagnosticSink& sink) {
+  if (auto v = String(s, sink)) {
+    if (*v == "matrices" || *v == "all") {
+      optimizer->decay_all = *v == "all";
+    } else {
+      ReportSetting(s, sink,
+                    absl::StrCat("decay must be \"matrices\" (parameters "
+                                 "with 2 or more dimensions, the default) "
+                                 "or \"all\", got \"",
+                                 *v, "\""),
+                    "e.g. adamw(lr = 1e-3, weight_decay = 0.1, decay = "
+                    "\"all\")");
+    }
+  }
+}
+
+// betas = (beta1, beta2): AdamW's pair of fractions.
+void CheckBetas(const Setting& s, OptimizerSpec* optimizer, DiagnosticSink& sink) {
+  const ast::Expr& e = *s.expr;
+  if (e.kind != ast::Expr::Kind::kTuple || e.args.size() != 2) {
+    ReportSetting(s, sink,
+                  absl::StrCat("betas must be a pair of numbers, got ",
+                               e.kind == ast::Expr::Kind::kTuple
+                                   ? absl::StrCat("a tuple of ",
+                                                  e.args.size())
+                                   : DescribeExpr(e)),
+                  "e.g. betas = (0.9, 0.999)");
+  } else {
+    double betas[2] = {optimizer->beta1, optimizer->beta2};
+    for (int i = 0; i < 2; ++i) {
+      Setting element;
+      element.field = absl::StrCat("betas[", i, "]");
+      element.expr = &e.args[i];
+      if (auto v = Fraction(element, sink)) betas[i] = *v;
+    }
+    optimizer->beta1 = betas[0];
+    optimizer->beta2 = betas[1];
+  }
+}
+
 void CheckOptimizer(const Setting& setting, OptimizerSpec* optimizer,
                     DiagnosticSink& sink) {
   std::optional<NamedCall> call =
@@ -200,21 +242,7 @@ void CheckOptimizer(const Setting& setting, OptimizerSpec* optimizer,
   if (const Setting* s = arg("weight_decay")) {
     if (auto v = NumberAtLeast(*s, 0, true, sink)) optimizer->weight_decay = *v;
   }
-  if (const Setting* s = arg("decay")) {
-    if (auto v = String(*s, sink)) {
-      if (*v == "matrices" || *v == "all") {
-        optimizer->decay_all = *v == "all";
-      } else {
-        ReportSetting(*s, sink,
-                      absl::StrCat("decay must be \"matrices\" (parameters "
-                                   "with 2 or more dimensions, the default) "
-                                   "or \"all\", got \"",
-                                   *v, "\""),
-                      "e.g. adamw(lr = 1e-3, weight_decay = 0.1, decay = "
-                      "\"all\")");
-      }
-    }
-  }
+  if (const Setting* s = arg("decay")) CheckDecay(*s, optimizer, sink);
   if (const Setting* s = arg("momentum")) {
     if (auto v = Fraction(*s, sink)) optimizer->momentum = *v;
   }
@@ -230,28 +258,7 @@ void CheckOptimizer(const Setting& setting, OptimizerSpec* optimizer,
   if (const Setting* s = arg("eps")) {
     if (auto v = NumberAtLeast(*s, 0, false, sink)) optimizer->eps = *v;
   }
-  if (const Setting* s = arg("betas")) {
-    const ast::Expr& e = *s->expr;
-    if (e.kind != ast::Expr::Kind::kTuple || e.args.size() != 2) {
-      ReportSetting(*s, sink,
-                    absl::StrCat("betas must be a pair of numbers, got ",
-                                 e.kind == ast::Expr::Kind::kTuple
-                                     ? absl::StrCat("a tuple of ",
-                                                    e.args.size())
-                                     : DescribeExpr(e)),
-                    "e.g. betas = (0.9, 0.999)");
-    } else {
-      double betas[2] = {optimizer->beta1, optimizer->beta2};
-      for (int i = 0; i < 2; ++i) {
-        Setting element;
-        element.field = absl::StrCat("betas[", i, "]");
-        element.expr = &e.args[i];
-        if (auto v = Fraction(element, sink)) betas[i] = *v;
-      }
-      optimizer->beta1 = betas[0];
-      optimizer->beta2 = betas[1];
-    }
-  }
+  if (const Setting* s = arg("betas")) CheckBetas(*s, optimizer, sink);
 }
 
 void CheckSchedule(const Setting& setting, ScheduleSpec* schedule,
@@ -727,9 +734,6 @@ class TrainChecker {
   }
 
   void CheckBatch() {
-    BatchRequest request;
-    bool ok = true;
-    std::vector<std::string> flag_names;
     // micro_batch = auto: the planner searches micro_batch x accumulate
     // for the global batch; start from one micro-step.
     config_.micro_batch_auto = MicroBatchAuto();
@@ -742,6 +746,28 @@ class TrainChecker {
         return;
       }
     }
+    std::vector<std::string> flag_names;
+    const std::optional<BatchRequest> request = ReadBatchRequest(&flag_names);
+    if (!request) return;
+    const std::variant<BatchSizes, BatchError> result = ResolveBatch(*request);
+    if (const auto* error = std::get_if<BatchError>(&result)) {
+      ReportBatchError(*error, flag_names);
+      return;
+    }
+    const BatchSizes& sizes = std::get<BatchSizes>(result);
+    config_.gpus = sizes.gpus;
+    config_.micro_batch = sizes.micro_batch;
+    config_.accumulate = sizes.accumulate;
+    config_.global_batch = sizes.global_batch;
+    if (sizes.dropped) NoteDroppedBatchField(sizes, flag_names);
+  }
+
+  // The four batch fields as given (file or flag), each a positive integer;
+  // with micro_batch = auto, one micro-step of an unknown size. The flags
+  // that set them go to `flag_names`.
+  std::optional<BatchRequest> ReadBatchRequest(std::vector<std::string>* flag_names) {
+    BatchRequest request;
+    bool ok = true;
     for (BatchField field :
          {BatchField::kGpus, BatchField::kMicroBatch, BatchField::kAccumulate,
           BatchField::kGlobalBatch}) {
@@ -763,52 +789,53 @@ class TrainChecker {
       request.at(field).value = *v;
       request.at(field).source = s->from_flag() ? BatchValue::Source::kFlag
                                                 : BatchValue::Source::kFile;
-      if (s->from_flag()) flag_names.push_back(absl::StrCat("--", s->flag));
+      if (s->from_flag()) flag_names->push_back(absl::StrCat("--", s->flag));
     }
-    if (!ok) return;
-    const std::variant<BatchSizes, BatchError> result = ResolveBatch(request);
-    if (const auto* error = std::get_if<BatchError>(&result)) {
-      std::string hint = error->hint;
-      if (!flag_names.empty()) {
-        absl::StrAppend(&hint, hint.empty() ? "" : "; ", "flags given: ",
-                        absl::StrJoin(flag_names, ", "));
-      }
-      const Setting* blamed = Effective(BatchFieldName(error->blame));
-      if (blamed != nullptr) {
-        ReportSetting(*blamed, sink_, error->message, hint);
-      } else if (block_ != nullptr) {
-        ReportMissing(error->message, hint);
-      } else {
-        sink_.CommandLineError(error->message, hint);
-      }
-      return;
+    if (!ok) return std::nullopt;
+    return request;
+  }
+
+  // The batch arithmetic's error, at the setting it blames, with the flags
+  // given.
+  void ReportBatchError(const BatchError& error, const std::vector<std::string>& flag_names) {
+    std::string hint = error.hint;
+    if (!flag_names.empty()) {
+      absl::StrAppend(&hint, hint.empty() ? "" : "; ", "flags given: ",
+                      absl::StrJoin(flag_names, ", "));
     }
-    const BatchSizes& sizes = std::get<BatchSizes>(result);
-    config_.gpus = sizes.gpus;
-    config_.micro_batch = sizes.micro_batch;
-    config_.accumulate = sizes.accumulate;
-    config_.global_batch = sizes.global_batch;
-    if (sizes.dropped) {
-      const char* name = BatchFieldName(sizes.dropped_field);
-      const int64_t now = sizes.dropped_field == BatchField::kGpus ? sizes.gpus
-                          : sizes.dropped_field == BatchField::kMicroBatch
-                              ? sizes.micro_batch
-                          : sizes.dropped_field == BatchField::kAccumulate
-                              ? sizes.accumulate
-                              : sizes.global_batch;
-      const std::string message = absl::StrCat(
-          name, " = ", sizes.dropped_value, " from the file is re-inferred as ",
-          now, " because of ", absl::StrJoin(flag_names, ", "));
-      const std::string hint = absl::StrCat(
-          "global_batch ", sizes.global_batch, " = ", sizes.gpus, " gpus × ",
-          sizes.micro_batch, " micro_batch × ", sizes.accumulate,
-          " accumulate");
-      const Setting* dropped = File(name);
-      if (dropped != nullptr && dropped->expr != nullptr) {
-        sink_.Note(dropped->expr->span, message, hint);
-      } else {
-        sink_.CommandLineNote(message, hint);
-      }
+    const Setting* blamed = Effective(BatchFieldName(error.blame));
+    if (blamed != nullptr) {
+      ReportSetting(*blamed, sink_, error.message, hint);
+    } else if (block_ != nullptr) {
+      ReportMissing(error.message, hint);
+    } else {
+      sink_.CommandLineError(error.message, hint);
+    }
+  }
+
+  // A note that flags made the file's value of one batch field give way
+  // to a re-inferred one.
+  void NoteDroppedBatchField(const BatchSizes& sizes,
+                             const std::vector<std::string>& flag_names) {
+    const char* name = BatchFieldName(sizes.dropped_field);
+    const int64_t now = sizes.dropped_field == BatchField::kGpus ? sizes.gpus
+                        : sizes.dropped_field == BatchField::kMicroBatch
+                            ? sizes.micro_batch
+                        : sizes.dropped_field == BatchField::kAccumulate
+                            ? sizes.accumulate
+                            : sizes.global_batch;
+    const std::string message = absl::StrCat(
+        name, " = ", sizes.dropped_value, " from the file is re-inferred as ",
+        now, " because of ", absl::StrJoin(flag_names, ", "));
+    const std::string hint = absl::StrCat(
+        "global_batch ", sizes.global_batch, " = ", sizes.gpus, " gpus × ",
+        sizes.micro_batch, " micro_batch × ", sizes.accumulate,
+        " accumulate");
+    const Setting* dropped = File(name);
+    if (dropped != nullptr && dropped->expr != nullptr) {
+      sink_.Note(dropped->expr->span, message, hint);
+    } else {
+      sink_.CommandLineNote(message, hint);
     }
   }
 
