@@ -157,74 +157,68 @@ int32_t SampleToken(const float* logits, int64_t vocab, const Args& args,
   return scored[k - 1].second;
 }
 
-absl::Status Run(const Args& args) {
-  // Sampling needs the model, not the training data: the checkpoint may
-  // have come from another machine.
-  CompileOptions model_only;
-  model_only.read_data = false;
-  FrontendResult compiled = CompileFile(args.file, {}, model_only);
-  std::cerr << FormatDiagnostics(compiled.diagnostics, compiled.source);
-  if (!compiled.spec) return absl::InvalidArgumentError("the .train file has errors");
-  TrainSpec spec = *compiled.spec;
-  spec.train.gpus = spec.train.micro_batch = spec.train.accumulate = 1;
-  spec.train.global_batch = 1;
-  ASSIGN_OR_RETURN(Plan plan, BuildPlan(spec));
-
-  // The model's token input and its logits (the cross_entropy's operand).
+// The buffers sampling reads and writes: the model's token input, its
+// labels (when it has them) and its logits (the cross_entropy's operand).
+struct LanguageModel {
   const Buffer* tokens = nullptr;
   const Buffer* labels = nullptr;
+  const Buffer* logits = nullptr;
+};
+
+absl::StatusOr<LanguageModel> FindLanguageModel(const Plan& plan, const std::string& file) {
+  LanguageModel lm;
   for (int id : plan.input_buffers) {
     const Buffer& b = plan.buffers[id];
-    if (b.kind == BufferKind::kInput && b.dtype == DType::kI32) tokens = &b;
-    if (b.kind == BufferKind::kLabel) labels = &b;
+    if (b.kind == BufferKind::kInput && b.dtype == DType::kI32) lm.tokens = &b;
+    if (b.kind == BufferKind::kLabel) lm.labels = &b;
   }
-  const Buffer* logits = nullptr;
   for (const Instruction& in : plan.instructions) {
     if (IsCrossEntropy(KernelOpOfInstruction(in.op))) {
-      logits = &plan.buffers[in.inputs[0]];
+      lm.logits = &plan.buffers[in.inputs[0]];
       break;
     }
   }
-  if (tokens == nullptr || logits == nullptr || logits->shape.size() != 3) {
+  if (lm.tokens == nullptr || lm.logits == nullptr || lm.logits->shape.size() != 3) {
     return absl::InvalidArgumentError(absl::StrCat(
-        args.file, ": sample needs a language model: an i32 token input [T] "
-                   "and loss = cross_entropy(logits [T, V], ...)"));
+        file, ": sample needs a language model: an i32 token input [T] "
+              "and loss = cross_entropy(logits [T, V], ...)"));
   }
-  const int64_t ctx = logits->shape[1], vocab = logits->shape[2];
+  return lm;
+}
 
-  CpuDevice device;
-  Executor executor(plan, &device, nullptr);
-  RETURN_IF_ERROR(executor.Prepare());
-  TrainingState state;
-  RETURN_IF_ERROR(LoadCheckpoint(args.checkpoint, plan, device, &state,
-                                 /*weights_only=*/true));
-
-  // A model trained on text(..., tokenizer = M) reads and writes text
-  // through M; a byte-level one (vocab 256) bytes; any other token ids.
+// The tokenizer of a model trained on text(..., tokenizer = M): M, whose
+// pieces must fit the model's `vocab` logits; none for other models.
+absl::StatusOr<std::optional<Tokenizer>> LoadModelTokenizer(const Plan& plan,
+                                                            int64_t vocab) {
   std::optional<Tokenizer> tokenizer;
-  if (!plan.data.tokenizer.empty()) {
-    ASSIGN_OR_RETURN(tokenizer, Tokenizer::Load(plan.data.tokenizer));
-    if (tokenizer->vocab() > vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          plan.data.tokenizer, " has ", tokenizer->vocab(), " pieces, more than the model's ",
-          vocab, " logits"));
-    }
+  if (plan.data.tokenizer.empty()) return tokenizer;
+  ASSIGN_OR_RETURN(tokenizer, Tokenizer::Load(plan.data.tokenizer));
+  if (tokenizer->vocab() > vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        plan.data.tokenizer, " has ", tokenizer->vocab(), " pieces, more than the model's ",
+        vocab, " logits"));
   }
-  const bool bytes = !tokenizer && vocab == 256;
-  ContextSource source(*tokens, labels);
+  return tokenizer;
+}
+
+// --prompt as token ids: through the tokenizer, as bytes for a byte-level
+// model, else ids written space separated. An empty prompt starts from a
+// newline (token 0 for a model of bare ids).
+absl::StatusOr<std::vector<int32_t>> EncodePrompt(const std::string& prompt,
+                                                  const std::optional<Tokenizer>& tokenizer,
+                                                  bool bytes, int64_t vocab) {
   std::vector<int32_t> all;
   if (tokenizer) {
-    ASSIGN_OR_RETURN(all, tokenizer->Encode(args.prompt));
+    ASSIGN_OR_RETURN(all, tokenizer->Encode(prompt));
   } else if (bytes) {
-    for (unsigned char c : args.prompt) all.push_back(c);
+    for (unsigned char c : prompt) all.push_back(c);
   } else {
-    // Token ids, space separated.
-    for (size_t pos = 0; pos < args.prompt.size();) {
-      size_t end = args.prompt.find(' ', pos);
-      if (end == std::string::npos) end = args.prompt.size();
+    for (size_t pos = 0; pos < prompt.size();) {
+      size_t end = prompt.find(' ', pos);
+      if (end == std::string::npos) end = prompt.size();
       int32_t id;
       if (end > pos) {
-        if (!absl::SimpleAtoi(args.prompt.substr(pos, end - pos), &id) || id < 0 ||
+        if (!absl::SimpleAtoi(prompt.substr(pos, end - pos), &id) || id < 0 ||
             id >= vocab) {
           return absl::InvalidArgumentError(absl::StrCat(
               "--prompt: this model reads token ids in [0, ", vocab,
@@ -241,6 +235,37 @@ absl::Status Run(const Args& args) {
     }
     if (all.empty()) all.push_back(bytes ? '\n' : 0);
   }
+  return all;
+}
+
+absl::Status Run(const Args& args) {
+  // Sampling needs the model, not the training data: the checkpoint may
+  // have come from another machine.
+  CompileOptions model_only;
+  model_only.read_data = false;
+  FrontendResult compiled = CompileFile(args.file, {}, model_only);
+  std::cerr << FormatDiagnostics(compiled.diagnostics, compiled.source);
+  if (!compiled.spec) return absl::InvalidArgumentError("the .train file has errors");
+  TrainSpec spec = *compiled.spec;
+  spec.train.gpus = spec.train.micro_batch = spec.train.accumulate = 1;
+  spec.train.global_batch = 1;
+  ASSIGN_OR_RETURN(Plan plan, BuildPlan(spec));
+  ASSIGN_OR_RETURN(const LanguageModel lm, FindLanguageModel(plan, args.file));
+  const int64_t ctx = lm.logits->shape[1], vocab = lm.logits->shape[2];
+
+  CpuDevice device;
+  Executor executor(plan, &device, nullptr);
+  RETURN_IF_ERROR(executor.Prepare());
+  TrainingState state;
+  RETURN_IF_ERROR(LoadCheckpoint(args.checkpoint, plan, device, &state,
+                                 /*weights_only=*/true));
+
+  // A model trained on text(..., tokenizer = M) reads and writes text
+  // through M; a byte-level one (vocab 256) bytes; any other token ids.
+  ASSIGN_OR_RETURN(const std::optional<Tokenizer> tokenizer, LoadModelTokenizer(plan, vocab));
+  const bool bytes = !tokenizer && vocab == 256;
+  ContextSource source(*lm.tokens, lm.labels);
+  ASSIGN_OR_RETURN(std::vector<int32_t> all, EncodePrompt(args.prompt, tokenizer, bytes, vocab));
   // Under a tokenizer, the text decoded so far: each new token prints what
   // it adds to it.
   std::string shown;
@@ -258,7 +283,7 @@ absl::Status Run(const Args& args) {
     source.context().assign(all.end() - n, all.end());
     RETURN_IF_ERROR(executor.RunForward(source));
     // The last position's logits (bf16 under precision = bf16).
-    RETURN_IF_ERROR(DownloadFloats(device, *logits, (n - 1) * vocab, vocab, row.data()));
+    RETURN_IF_ERROR(DownloadFloats(device, *lm.logits, (n - 1) * vocab, vocab, row.data()));
     const int32_t next = SampleToken(row.data(), vocab, args, rng);
     all.push_back(next);
     if (tokenizer) {

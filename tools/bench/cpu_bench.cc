@@ -801,48 +801,50 @@ void PrintOneRankSummary(
   std::printf("summary: %s\n", absl::StrJoin(summary, "; ").c_str());
 }
 
-int Main(const Args& args) {
-  absl::StatusOr<std::optional<RankInfo>> rank = RankFromEnvironment();
-  if (!rank.ok()) {
-    std::fprintf(stderr, "cpu_bench: %s\n", rank.status().ToString().c_str());
-    return 1;
-  }
-  if (rank->has_value() && !args.worker_mode.empty()) {
-    return RunWorker(**rank, args);
-  }
-
+// Each model's measurements; a model not measured (--only) is none.
+struct BenchResults {
   std::optional<ModelResult> mlp, gpt, cnn, wide, gpt1024, llama;
+};
+
+// Measures the models --only selects into `*results`; false (having said
+// why on stderr) when one fails.
+bool MeasureModels(const Args& args, BenchResults* results) {
   for (const ModelConfig* model : kModels) {
     if (!args.only.empty() && args.only != model->key) continue;
     absl::StatusOr<ModelResult> r = MeasureModel(*model, args);
     if (!r.ok()) {
       std::fprintf(stderr, "cpu_bench: %s: %s\n", model->key,
                    r.status().ToString().c_str());
-      return 1;
+      return false;
     }
-    (model == &kMlp      ? mlp
-     : model == &kGpt    ? gpt
-     : model == &kLlama  ? llama
-     : model == &kCnn    ? cnn
-     : model == &kWide   ? wide
-                         : gpt1024) = *std::move(r);
+    (model == &kMlp      ? results->mlp
+     : model == &kGpt    ? results->gpt
+     : model == &kLlama  ? results->llama
+     : model == &kCnn    ? results->cnn
+     : model == &kWide   ? results->wide
+                         : results->gpt1024) = *std::move(r);
   }
+  return true;
+}
 
+void PrintSections(const BenchResults& r, const Args& args) {
   PrintHeader();
-  if (mlp) PrintSection(kMlp, *mlp, args.warmup, args.steps);
-  if (gpt) PrintSection(kGpt, *gpt, args.gpt_warmup, args.gpt_steps);
-  if (llama) PrintSection(kLlama, *llama, WarmupFor(kLlama, args), StepsFor(kLlama, args));
-  if (cnn) PrintSection(kCnn, *cnn, args.cnn_warmup, args.cnn_steps);
-  if (wide) PrintSection(kWide, *wide, args.wide_warmup, args.wide_steps);
-  if (gpt1024) {
-    PrintSection(kGpt1024, *gpt1024, WarmupFor(kGpt1024, args), StepsFor(kGpt1024, args));
+  if (r.mlp) PrintSection(kMlp, *r.mlp, args.warmup, args.steps);
+  if (r.gpt) PrintSection(kGpt, *r.gpt, args.gpt_warmup, args.gpt_steps);
+  if (r.llama) {
+    PrintSection(kLlama, *r.llama, WarmupFor(kLlama, args), StepsFor(kLlama, args));
   }
+  if (r.cnn) PrintSection(kCnn, *r.cnn, args.cnn_warmup, args.cnn_steps);
+  if (r.wide) PrintSection(kWide, *r.wide, args.wide_warmup, args.wide_steps);
+  if (r.gpt1024) {
+    PrintSection(kGpt1024, *r.gpt1024, WarmupFor(kGpt1024, args), StepsFor(kGpt1024, args));
+  }
+}
 
-  if (args.one_rank) {
-    PrintOneRankSummary({{"mlp", &mlp}, {"gpt", &gpt}, {"llama", &llama}, {"cnn", &cnn},
-                         {"wide", &wide}});
-    return 0;
-  }
+// The full run's summary line, one clause per model measured, against
+// issue 37's goals, then why PyTorch figures are missing.
+void PrintSummary(const BenchResults& r) {
+  const auto& [mlp, gpt, cnn, wide, gpt1024, llama] = r;
   std::vector<std::string> summary;
   if (mlp) {
     const double speedup = mlp->one / mlp->overlap.ms;
@@ -892,16 +894,36 @@ int Main(const Args& args) {
   }
   // Why PyTorch figures are missing, once per distinct reason.
   std::vector<std::string> why;
-  for (const std::optional<ModelResult>* r : {&mlp, &gpt, &llama, &cnn, &wide, &gpt1024}) {
-    if (*r && !(*r)->torch_why.empty() &&
-        std::find(why.begin(), why.end(), (*r)->torch_why) == why.end()) {
-      why.push_back((*r)->torch_why);
+  for (const std::optional<ModelResult>* m : {&mlp, &gpt, &llama, &cnn, &wide, &gpt1024}) {
+    if (*m && !(*m)->torch_why.empty() &&
+        std::find(why.begin(), why.end(), (*m)->torch_why) == why.end()) {
+      why.push_back((*m)->torch_why);
     }
   }
   if (!why.empty()) {
     summary.push_back(absl::StrCat("torch: ", absl::StrJoin(why, "; ")));
   }
   std::printf("summary: %s\n", absl::StrJoin(summary, "; ").c_str());
+}
+
+int Main(const Args& args) {
+  absl::StatusOr<std::optional<RankInfo>> rank = RankFromEnvironment();
+  if (!rank.ok()) {
+    std::fprintf(stderr, "cpu_bench: %s\n", rank.status().ToString().c_str());
+    return 1;
+  }
+  if (rank->has_value() && !args.worker_mode.empty()) {
+    return RunWorker(**rank, args);
+  }
+  BenchResults r;
+  if (!MeasureModels(args, &r)) return 1;
+  PrintSections(r, args);
+  if (args.one_rank) {
+    PrintOneRankSummary({{"mlp", &r.mlp}, {"gpt", &r.gpt}, {"llama", &r.llama},
+                         {"cnn", &r.cnn}, {"wide", &r.wide}});
+    return 0;
+  }
+  PrintSummary(r);
   return 0;
 }
 
