@@ -380,11 +380,11 @@ absl::StatusOr<SafetensorsFile> ReadTrainingState(const std::string& path,
   return state;
 }
 
-}  // namespace
-
-absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
-                            Device& device, TrainingState* state,
-                            bool weights_only, int rank) {
+// The files a checkpoint at `path` is read from: its weights (a file or a
+// Hugging Face folder) and, unless `weights_only` or an old single-file
+// checkpoint, its training state.
+absl::StatusOr<Sources> OpenSources(const std::string& path, const Plan& plan,
+                                    bool weights_only) {
   Sources sources;
   if (IsHfFolder(path) && !weights_only) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -408,42 +408,54 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
     sources.files.push_back(std::move(training));
     sources.paths.push_back(TrainingStatePath(path));
   }
-  // Where training stands: in the training state, or in an old single file.
+  return sources;
+}
+
+// Where training stands: in the training state, or in an old single file.
+// Its seed and global batch must be the plan's, or the data order changes.
+absl::StatusOr<TrainingState> ReadTrainingPosition(const Sources& sources,
+                                                   const std::string& path, const Plan& plan) {
   const SafetensorsFile& meta = sources.files.back();
   const std::string& meta_path = sources.paths.back();
   TrainingState loaded;
-  if (!weights_only) {
-    ASSIGN_OR_RETURN(loaded.step, MetadataInt(meta, meta_path, "step"));
-    ASSIGN_OR_RETURN(loaded.epoch, MetadataInt(meta, meta_path, "epoch"));
-    ASSIGN_OR_RETURN(loaded.step_in_epoch, MetadataInt(meta, meta_path, "step_in_epoch"));
-    ASSIGN_OR_RETURN(int64_t seed, MetadataInt(meta, meta_path, "seed"));
-    ASSIGN_OR_RETURN(int64_t global_batch, MetadataInt(meta, meta_path, "global_batch"));
-    if (seed != plan.seed || global_batch != plan.global_batch) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, ": saved with seed ", seed, " and global batch ", global_batch,
-          ", the plan has seed ", plan.seed, " and global batch ",
-          plan.global_batch, "; resuming would change the data order"));
-    }
+  ASSIGN_OR_RETURN(loaded.step, MetadataInt(meta, meta_path, "step"));
+  ASSIGN_OR_RETURN(loaded.epoch, MetadataInt(meta, meta_path, "epoch"));
+  ASSIGN_OR_RETURN(loaded.step_in_epoch, MetadataInt(meta, meta_path, "step_in_epoch"));
+  ASSIGN_OR_RETURN(int64_t seed, MetadataInt(meta, meta_path, "seed"));
+  ASSIGN_OR_RETURN(int64_t global_batch, MetadataInt(meta, meta_path, "global_batch"));
+  if (seed != plan.seed || global_batch != plan.global_batch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": saved with seed ", seed, " and global batch ", global_batch,
+        ", the plan has seed ", plan.seed, " and global batch ",
+        plan.global_batch, "; resuming would change the data order"));
   }
+  return loaded;
+}
 
-  ASSIGN_OR_RETURN(std::vector<Slot> slots, Slots(plan, !weights_only));
+// Records which file holds each of the plan's tensors; a tensor the plan
+// lacks is refused (optimizer state is skipped under `weights_only`).
+absl::Status MatchTensors(const std::vector<Slot>& slots, const Plan& plan, bool weights_only,
+                          Sources* sources) {
   absl::flat_hash_map<std::string, const Slot*> wanted;
   for (const Slot& slot : slots) wanted[slot.name] = &slot;
-  for (size_t f = 0; f < sources.files.size(); ++f) {
-    for (const auto& [name, tensor] : sources.files[f].tensors()) {
+  for (size_t f = 0; f < sources->files.size(); ++f) {
+    for (const auto& [name, tensor] : sources->files[f].tensors()) {
       if (wanted.contains(name)) {
-        sources.file_of[name] = static_cast<int>(f);
+        sources->file_of[name] = static_cast<int>(f);
         continue;
       }
       if (weights_only && absl::StartsWith(name, kOptimizerPrefix)) continue;
       absl::Status unknown = absl::InvalidArgumentError(absl::StrCat(
-          sources.paths[f], ": tensor '", name, "' is not in the plan of model '",
+          sources->paths[f], ": tensor '", name, "' is not in the plan of model '",
           plan.model, "' (a checkpoint of another model?)"));
       return f == 0 ? OtherModel(unknown) : unknown;  // a parameter, or optimizer state
     }
   }
-  // Check everything before uploading anything, so that a bad file leaves
-  // the arena untouched.
+  return absl::OkStatus();
+}
+
+// Every slot's tensor is there, F32 of the plan's shape, and finite.
+absl::Status CheckSlots(const std::vector<Slot>& slots, const Sources& sources) {
   for (const Slot& slot : slots) {
     auto found = sources.file_of.find(slot.name);
     if (found == sources.file_of.end()) {
@@ -464,6 +476,24 @@ absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
     }
     RETURN_IF_ERROR(CheckFinite(file.Data(*t), file_path, slot.name));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LoadCheckpoint(const std::string& path, const Plan& plan,
+                            Device& device, TrainingState* state,
+                            bool weights_only, int rank) {
+  ASSIGN_OR_RETURN(Sources sources, OpenSources(path, plan, weights_only));
+  TrainingState loaded;
+  if (!weights_only) {
+    ASSIGN_OR_RETURN(loaded, ReadTrainingPosition(sources, path, plan));
+  }
+  ASSIGN_OR_RETURN(std::vector<Slot> slots, Slots(plan, !weights_only));
+  RETURN_IF_ERROR(MatchTensors(slots, plan, weights_only, &sources));
+  // Check everything before uploading anything, so that a bad file leaves
+  // the arena untouched.
+  RETURN_IF_ERROR(CheckSlots(slots, sources));
   for (const Slot& slot : slots) {
     const SafetensorsFile& file = sources.files[sources.file_of.at(slot.name)];
     RETURN_IF_ERROR(UploadSlot(plan, device, slot, file.Data(*file.Find(slot.name)), rank));

@@ -191,6 +191,97 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
   return Parse(std::move(bytes), path);
 }
 
+namespace {
+
+// The errors below are what is wrong, without the file's name: Parse
+// prefixes it.
+absl::Status Bad(const std::string& what) { return absl::DataLossError(what); }
+
+// "__metadata__": string values only.
+absl::Status ParseMetadata(const JsonValue& value, std::map<std::string, std::string>* out) {
+  if (!value.is_object()) return Bad("__metadata__ is not an object");
+  for (const auto& [mkey, mvalue] : value.object_items()) {
+    if (!mvalue.is_string()) {
+      return Bad(absl::StrCat("metadata '", mkey, "' is not a string"));
+    }
+    (*out)[mkey] = mvalue.string_value();
+  }
+  return absl::OkStatus();
+}
+
+// A tensor's header entry: its dtype, shape and data offsets, which must
+// agree and lie within the `data_bytes` of the data section.
+absl::StatusOr<SafetensorsFile::Tensor> ParseTensorEntry(const std::string& key,
+                                                         const JsonValue& value,
+                                                         int64_t data_bytes) {
+  const std::string where = absl::StrCat("tensor '", key, "'");
+  if (!value.is_object() || value.object_items().size() != 3) {
+    return Bad(absl::StrCat(where, " must be an object of dtype, shape and data_offsets"));
+  }
+  const JsonValue* dtype = value.Find("dtype");
+  const JsonValue* shape = value.Find("shape");
+  const JsonValue* offsets = value.Find("data_offsets");
+  if (dtype == nullptr || shape == nullptr || offsets == nullptr || !dtype->is_string()) {
+    return Bad(absl::StrCat(where, " must be an object of dtype, shape and data_offsets"));
+  }
+  SafetensorsFile::Tensor t;
+  t.dtype = dtype->string_value();
+  auto element_bytes = SafetensorsDTypeBytes(t.dtype);
+  if (!element_bytes.ok()) {
+    return Bad(absl::StrCat(where, ": ", element_bytes.status().message()));
+  }
+  auto dims = IntegerArray(*shape, where + " shape");
+  if (!dims.ok()) return Bad(std::string(dims.status().message()));
+  t.shape = *std::move(dims);
+  auto range = IntegerArray(*offsets, where + " data_offsets");
+  if (!range.ok()) return Bad(std::string(range.status().message()));
+  if (range->size() != 2 || (*range)[0] > (*range)[1]) {
+    return Bad(absl::StrCat(where, ": data_offsets must be [begin, end]"));
+  }
+  t.begin = (*range)[0];
+  t.end = (*range)[1];
+  int64_t elements = 1;
+  for (int64_t d : t.shape) {
+    if (d != 0 && elements > (INT64_MAX / 8) / d) {
+      return Bad(absl::StrCat(where, ": shape [", absl::StrJoin(t.shape, ","),
+                              "] is too large to be real"));
+    }
+    elements *= d;
+  }
+  if (elements * *element_bytes != t.end - t.begin) {
+    return Bad(absl::StrCat(where, ": ", t.dtype, "[", absl::StrJoin(t.shape, ","),
+                            "] needs ", elements * *element_bytes,
+                            " bytes, its offsets span ", t.end - t.begin));
+  }
+  if (t.end > data_bytes) {
+    return Bad(absl::StrCat("truncated: ", where, " ends at data byte ", t.end,
+                            " but the file holds ", data_bytes));
+  }
+  return t;
+}
+
+// The tensors must tile the data section: no holes, no overlaps.
+absl::Status CheckTiling(const std::map<std::string, SafetensorsFile::Tensor>& tensors,
+                         int64_t data_bytes) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const auto& [key, t] : tensors) ranges.emplace_back(t.begin, t.end);
+  std::sort(ranges.begin(), ranges.end());
+  int64_t expected = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin != expected) {
+      return Bad(absl::StrCat("tensor data overlaps or leaves a gap at byte ",
+                              std::min(begin, expected)));
+    }
+    expected = end;
+  }
+  if (expected != data_bytes) {
+    return Bad(absl::StrCat(data_bytes - expected, " bytes after the last tensor's data"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
     std::string bytes, const std::string& name) {
   auto error = [&name](const std::string& what) {
@@ -220,83 +311,17 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
   const int64_t data_bytes = bytes.size() - file.data_start_;
   for (const auto& [key, value] : json->object_items()) {
     if (key == "__metadata__") {
-      if (!value.is_object()) {
-        return error("__metadata__ is not an object");
-      }
-      for (const auto& [mkey, mvalue] : value.object_items()) {
-        if (!mvalue.is_string()) {
-          return error(absl::StrCat("metadata '", mkey, "' is not a string"));
-        }
-        file.metadata_[mkey] = mvalue.string_value();
+      if (absl::Status s = ParseMetadata(value, &file.metadata_); !s.ok()) {
+        return error(std::string(s.message()));
       }
       continue;
     }
-    const std::string where = absl::StrCat("tensor '", key, "'");
-    if (!value.is_object() || value.object_items().size() != 3) {
-      return error(absl::StrCat(
-          where, " must be an object of dtype, shape and data_offsets"));
-    }
-    const JsonValue* dtype = value.Find("dtype");
-    const JsonValue* shape = value.Find("shape");
-    const JsonValue* offsets = value.Find("data_offsets");
-    if (dtype == nullptr || shape == nullptr || offsets == nullptr ||
-        !dtype->is_string()) {
-      return error(absl::StrCat(
-          where, " must be an object of dtype, shape and data_offsets"));
-    }
-    Tensor t;
-    t.dtype = dtype->string_value();
-    auto element_bytes = SafetensorsDTypeBytes(t.dtype);
-    if (!element_bytes.ok()) {
-      return error(absl::StrCat(where, ": ", element_bytes.status().message()));
-    }
-    auto dims = IntegerArray(*shape, where + " shape");
-    if (!dims.ok()) return error(std::string(dims.status().message()));
-    t.shape = *std::move(dims);
-    auto range = IntegerArray(*offsets, where + " data_offsets");
-    if (!range.ok()) return error(std::string(range.status().message()));
-    if (range->size() != 2 || (*range)[0] > (*range)[1]) {
-      return error(absl::StrCat(where, ": data_offsets must be [begin, end]"));
-    }
-    t.begin = (*range)[0];
-    t.end = (*range)[1];
-    int64_t elements = 1;
-    for (int64_t d : t.shape) {
-      if (d != 0 && elements > (INT64_MAX / 8) / d) {
-        return error(absl::StrCat(where, ": shape [",
-                                  absl::StrJoin(t.shape, ","),
-                                  "] is too large to be real"));
-      }
-      elements *= d;
-    }
-    if (elements * *element_bytes != t.end - t.begin) {
-      return error(absl::StrCat(where, ": ", t.dtype, "[",
-                                absl::StrJoin(t.shape, ","), "] needs ",
-                                elements * *element_bytes, " bytes, its offsets span ",
-                                t.end - t.begin));
-    }
-    if (t.end > data_bytes) {
-      return error(absl::StrCat("truncated: ", where, " ends at data byte ",
-                                t.end, " but the file holds ", data_bytes));
-    }
-    file.tensors_.emplace(key, std::move(t));
+    absl::StatusOr<Tensor> t = ParseTensorEntry(key, value, data_bytes);
+    if (!t.ok()) return error(std::string(t.status().message()));
+    file.tensors_.emplace(key, *std::move(t));
   }
-
-  // The tensors must tile the data section: no holes, no overlaps.
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  for (const auto& [key, t] : file.tensors_) ranges.emplace_back(t.begin, t.end);
-  std::sort(ranges.begin(), ranges.end());
-  int64_t expected = 0;
-  for (const auto& [begin, end] : ranges) {
-    if (begin != expected) {
-      return error(absl::StrCat("tensor data overlaps or leaves a gap at byte ",
-                                std::min(begin, expected)));
-    }
-    expected = end;
-  }
-  if (expected != data_bytes) {
-    return error(absl::StrCat(data_bytes - expected,
-                              " bytes after the last tensor's data"));
+  if (absl::Status s = CheckTiling(file.tensors_, data_bytes); !s.ok()) {
+    return error(std::string(s.message()));
   }
   file.bytes_ = std::move(bytes);
   return file;
