@@ -22,8 +22,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -83,6 +85,79 @@ void WaitUntilStopped(const std::string& pid_dir, int rank) {
   }
 }
 
+// This rank and its command line.
+struct Worker {
+  int argc;
+  char** argv;
+  int rank;
+  std::string pid_dir;
+  int restarts;  // TRAINC_RESTART_COUNT
+
+  int Flag(const std::string& name, int fallback) const {
+    return IntFlag(argc, argv, name, fallback);
+  }
+};
+
+// --error_rank: "train: error: TEXT" (once --stop_rank has stopped, with
+// --pid_dir, which then records that it errored), exit 1 after
+// --error_exit_delay_ms.
+int PrintErrorAndExit(const Worker& w) {
+  const int stopped = w.Flag("stop_rank", -1);
+  if (stopped >= 0 && !w.pid_dir.empty()) WaitUntilStopped(w.pid_dir, stopped);
+  std::string text = "failed";
+  for (int i = 1; i < w.argc; ++i) {
+    if (absl::StartsWith(w.argv[i], "--error=")) text = w.argv[i] + 8;
+  }
+  std::fprintf(stderr, "\ntrain: error: %s\n", text.c_str());
+  std::fflush(stderr);
+  if (!w.pid_dir.empty()) std::ofstream(w.pid_dir + "/errored") << w.rank << "\n";
+  std::this_thread::sleep_for(std::chrono::milliseconds(w.Flag("error_exit_delay_ms", 0)));
+  return 1;
+}
+
+// --crash_rank: SIGKILL, after --sigpipe_rank's casualty is dead (with
+// --pid_dir), deaf to the launcher's SIGTERM meanwhile.
+void Crash(const Worker& w) {
+  const int casualty = w.Flag("sigpipe_rank", -1);
+  if (casualty >= 0 && !w.pid_dir.empty()) {
+    // Already dying, as far as the launcher's SIGTERM is concerned.
+    signal(SIGTERM, SIG_IGN);
+    std::ofstream(w.pid_dir + "/crashing") << w.rank << "\n";
+    WaitUntilDead(w.pid_dir, casualty);
+  }
+  raise(SIGKILL);
+}
+
+// From 200 ms on: the failure the flags ask of this rank, `elapsed` ms
+// after its start, as its exit status; none while it keeps running.
+std::optional<int> Misbehave(const Worker& w, int64_t elapsed) {
+  if (w.rank == w.Flag("fail_rank", -1)) return w.Flag("exit_code", 1);
+  if (w.rank == w.Flag("error_rank", -1)) return PrintErrorAndExit(w);
+  // After the error rank has printed its error (with --pid_dir: it says
+  // so in a file), so that the launcher sees the cause's words whatever
+  // the two ranks' start-up times.
+  const int peer_error_ms = w.Flag("peer_error_ms", -1);
+  if (w.rank == w.Flag("peer_error_rank", -1) &&
+      (peer_error_ms >= 0 ? elapsed >= peer_error_ms
+       : w.pid_dir.empty() ? elapsed >= 250
+                           : std::ifstream(w.pid_dir + "/errored").good())) {
+    std::fprintf(stderr, "\ntrain: error: gloo: Connection closed by peer\n");
+    return 1;
+  }
+  if (w.rank == w.Flag("crash_rank", -1) && w.restarts < w.Flag("crash_restarts", 1 << 30)) {
+    Crash(w);
+  }
+  if (w.rank == w.Flag("sigpipe_rank", -1) && !w.pid_dir.empty() &&
+      std::ifstream(w.pid_dir + "/crashing").good()) {
+    signal(SIGPIPE, SIG_DFL);
+    raise(SIGPIPE);
+  }
+  if (w.rank == w.Flag("hang_rank", -1)) {
+    for (;;) pause();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,84 +166,37 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "test_worker: no rank in the environment\n");
     return 2;
   }
-  const int rank = (*info)->rank;
-  const std::string pid_dir = StringFlag(argc, argv, "pid_dir");
-  if (!pid_dir.empty()) {
-    std::ofstream(pid_dir + "/rank" + std::to_string(rank) + ".pid")
+  const char* restarts_env = std::getenv("TRAINC_RESTART_COUNT");
+  const Worker w{argc, argv, (*info)->rank, StringFlag(argc, argv, "pid_dir"),
+                 restarts_env != nullptr ? std::atoi(restarts_env) : 0};
+  if (!w.pid_dir.empty()) {
+    std::ofstream(w.pid_dir + "/rank" + std::to_string(w.rank) + ".pid")
         << getpid() << "\n";
   }
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--ignore_sigterm") signal(SIGTERM, SIG_IGN);
   }
-  const char* restarts_env = std::getenv("TRAINC_RESTART_COUNT");
-  const int restarts = restarts_env != nullptr ? std::atoi(restarts_env) : 0;
-  std::printf("hello from rank %d of %d via %s, rendezvous %s, restart %d\n", rank,
+  std::printf("hello from rank %d of %d via %s, rendezvous %s, restart %d\n", w.rank,
               (*info)->world_size, (*info)->source.c_str(),
-              (*info)->rendezvous.c_str(), restarts);
+              (*info)->rendezvous.c_str(), w.restarts);
   std::fflush(stdout);
-  std::fprintf(stderr, "partial line without newline from %d", rank);
+  std::fprintf(stderr, "partial line without newline from %d", w.rank);
 
-  if (rank == IntFlag(argc, argv, "stop_rank", -1)) raise(SIGSTOP);
-  if (rank == IntFlag(argc, argv, "silent_rank", -1)) {
+  if (w.rank == w.Flag("stop_rank", -1)) raise(SIGSTOP);
+  if (w.rank == w.Flag("silent_rank", -1)) {
     for (;;) pause();
   }
   trainc::Heartbeat heartbeat = trainc::Heartbeat::FromEnvironment();
   heartbeat.Beat();
-  const int run_ms = IntFlag(argc, argv, "run_ms", 200);
+  const int run_ms = w.Flag("run_ms", 200);
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+    const int64_t elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
     if (run_ms >= 0 && elapsed >= run_ms) return 0;
     if (elapsed >= 200) {
-      if (rank == IntFlag(argc, argv, "fail_rank", -1)) {
-        return IntFlag(argc, argv, "exit_code", 1);
-      }
-      if (rank == IntFlag(argc, argv, "error_rank", -1)) {
-        const int stopped = IntFlag(argc, argv, "stop_rank", -1);
-        if (stopped >= 0 && !pid_dir.empty()) WaitUntilStopped(pid_dir, stopped);
-        std::string text = "failed";
-        for (int i = 1; i < argc; ++i) {
-          if (absl::StartsWith(argv[i], "--error=")) text = argv[i] + 8;
-        }
-        std::fprintf(stderr, "\ntrain: error: %s\n", text.c_str());
-        std::fflush(stderr);
-        if (!pid_dir.empty()) std::ofstream(pid_dir + "/errored") << rank << "\n";
-        std::this_thread::sleep_for(
-            std::chrono::milliseconds(IntFlag(argc, argv, "error_exit_delay_ms", 0)));
-        return 1;
-      }
-      // After the error rank has printed its error (with --pid_dir: it says
-      // so in a file), so that the launcher sees the cause's words whatever
-      // the two ranks' start-up times.
-      const int peer_error_ms = IntFlag(argc, argv, "peer_error_ms", -1);
-      if (rank == IntFlag(argc, argv, "peer_error_rank", -1) &&
-          (peer_error_ms >= 0 ? elapsed >= peer_error_ms
-           : pid_dir.empty()  ? elapsed >= 250
-                              : std::ifstream(pid_dir + "/errored").good())) {
-        std::fprintf(stderr, "\ntrain: error: gloo: Connection closed by peer\n");
-        return 1;
-      }
-      if (rank == IntFlag(argc, argv, "crash_rank", -1) &&
-          restarts < IntFlag(argc, argv, "crash_restarts", 1 << 30)) {
-        const int casualty = IntFlag(argc, argv, "sigpipe_rank", -1);
-        if (casualty >= 0 && !pid_dir.empty()) {
-          // Already dying, as far as the launcher's SIGTERM is concerned.
-          signal(SIGTERM, SIG_IGN);
-          std::ofstream(pid_dir + "/crashing") << rank << "\n";
-          WaitUntilDead(pid_dir, casualty);
-        }
-        raise(SIGKILL);
-      }
-      if (rank == IntFlag(argc, argv, "sigpipe_rank", -1) && !pid_dir.empty() &&
-          std::ifstream(pid_dir + "/crashing").good()) {
-        signal(SIGPIPE, SIG_DFL);
-        raise(SIGPIPE);
-      }
-      if (rank == IntFlag(argc, argv, "hang_rank", -1)) {
-        for (;;) pause();
-      }
+      if (std::optional<int> status = Misbehave(w, elapsed)) return *status;
     }
     heartbeat.Beat();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
