@@ -114,15 +114,12 @@ class Lowerer {
     return graph_.AddValue(v);
   }
 
-  // One call through its op-table rule: the rule says which instruction,
-  // attributes, parameters and saved outputs; the spec's parameters fill
-  // the slots in order.
-  absl::Status LowerOp(const OpSpec& op) {
-    const ops::ModelOpDef* def = &ops::DefOf(op.op);
-    std::vector<int> in;
-    ops::OpCall call;
+  // The call's value inputs (`in`: their ids, `call->values`: their
+  // per-sample shapes) and constant arguments, as the op table lists them.
+  absl::Status BindArgs(const OpSpec& op, const ops::ModelOpDef& def, std::vector<int>* in,
+                        ops::OpCall* call) {
     size_t next_input = 0;
-    for (const ops::ArgDef& arg : def->args) {
+    for (const ops::ArgDef& arg : def.args) {
       switch (arg.kind) {
         case ops::ArgDef::Kind::kValue:
         case ops::ArgDef::Kind::kIndices: {
@@ -133,8 +130,8 @@ class Lowerer {
           if ((v.dtype == DType::kI32) != want_i32) {
             return Bad(op, absl::StrCat(v.name, " is not ", want_i32 ? "i32" : "f32"));
           }
-          in.push_back(id);
-          call.values.emplace_back(v.shape.begin() + 1, v.shape.end());
+          in->push_back(id);
+          call->values.emplace_back(v.shape.begin() + 1, v.shape.end());
           break;
         }
         case ops::ArgDef::Kind::kParameter:
@@ -145,11 +142,17 @@ class Lowerer {
               it != op.args.end() ? std::optional<ops::ArgValue>(it->second)
                                   : ops::DefaultValue(arg);
           if (!value) return Bad(op, absl::StrCat("missing argument ", arg.name));
-          call.constants[arg.name] = *value;
+          call->constants[arg.name] = *value;
         }
       }
     }
     if (next_input != op.inputs.size()) return Bad(op, "too many inputs");
+    return absl::OkStatus();
+  }
+
+  // The spec's parameters, in slot order, by value id; the shared ones'
+  // shapes go to the call.
+  absl::StatusOr<std::vector<int>> BindParameters(const OpSpec& op, ops::OpCall* call) {
     std::vector<int> params;
     for (const std::string& name : op.parameters) {
       ASSIGN_OR_RETURN(int id, Lookup(op, name));
@@ -157,12 +160,14 @@ class Lowerer {
     }
     for (const auto& [arg, name] : op.shared_parameters) {
       ASSIGN_OR_RETURN(int id, Lookup(op, name));
-      call.shared_parameters[arg] = graph_.value(id).shape;
+      call->shared_parameters[arg] = graph_.value(id).shape;
     }
-    call.name = op.name;
-    auto rule = def->rule(call);
-    if (auto* e = std::get_if<ops::ShapeError>(&rule)) return Bad(op, e->message);
-    const ops::Lowering& l = std::get<ops::Lowering>(rule);
+    return params;
+  }
+
+  // The parameters fill the rule's slots: as many, of the slots' shapes.
+  absl::Status CheckParameterSlots(const OpSpec& op, const ops::Lowering& l,
+                                   const std::vector<int>& params) {
     if (l.params.size() != params.size()) {
       return Bad(op, absl::StrCat("has ", params.size(), " parameters, the op takes ",
                                   l.params.size()));
@@ -172,6 +177,49 @@ class Lowerer {
         return Bad(op, absl::StrCat("parameter ", op.parameters[i], " has the wrong shape"));
       }
     }
+    return absl::OkStatus();
+  }
+
+  // The node's outputs: its value (the loss, or a batched activation), the
+  // outputs it saves for the backward pass and its workspace if it has
+  // one. Returns the value's id.
+  int AddOutputs(const OpSpec& op, const ops::ModelOpDef& def, const ops::Lowering& l,
+                 Node* node) {
+    int out;
+    if (def.is_loss) {
+      out = NewValue(op.name, ValueKind::kLoss, {1});
+    } else {
+      out = NewValue(op.name, ValueKind::kActivation, Batched(batch_, l.shape));
+    }
+    node->outputs = {out};
+    for (const ops::SavedOutput& saved : l.saved) {
+      // A v1 class label's logits are [B, C]; saved shapes are per sample.
+      node->outputs.push_back(NewValue(absl::StrCat(op.name, "/", saved.suffix),
+                                       ValueKind::kActivation, Batched(batch_, saved.shape),
+                                       saved.i32 ? DType::kI32 : DType::kF32));
+    }
+    if (const ops::OpDef* instr = ops::FindOp(l.instruction); instr && instr->workspace) {
+      // Sized by the planner for the backend (ops::OpDef::workspace).
+      node->outputs.push_back(
+          NewValue(absl::StrCat(op.name, "/workspace"), ValueKind::kActivation, {0}));
+    }
+    return out;
+  }
+
+  // One call through its op-table rule: the rule says which instruction,
+  // attributes, parameters and saved outputs; the spec's parameters fill
+  // the slots in order.
+  absl::Status LowerOp(const OpSpec& op) {
+    const ops::ModelOpDef* def = &ops::DefOf(op.op);
+    std::vector<int> in;
+    ops::OpCall call;
+    RETURN_IF_ERROR(BindArgs(op, *def, &in, &call));
+    ASSIGN_OR_RETURN(const std::vector<int> params, BindParameters(op, &call));
+    call.name = op.name;
+    auto rule = def->rule(call);
+    if (auto* e = std::get_if<ops::ShapeError>(&rule)) return Bad(op, e->message);
+    const ops::Lowering& l = std::get<ops::Lowering>(rule);
+    RETURN_IF_ERROR(CheckParameterSlots(op, l, params));
     Node node;
     node.op = l.instruction;
     node.role = NodeRole::kForward;
@@ -179,24 +227,7 @@ class Lowerer {
     node.attrs = l.attrs;
     node.inputs = in;
     node.inputs.insert(node.inputs.end(), params.begin(), params.end());
-    int out;
-    if (def->is_loss) {
-      out = NewValue(op.name, ValueKind::kLoss, {1});
-    } else {
-      out = NewValue(op.name, ValueKind::kActivation, Batched(batch_, l.shape));
-    }
-    node.outputs = {out};
-    for (const ops::SavedOutput& saved : l.saved) {
-      // A v1 class label's logits are [B, C]; saved shapes are per sample.
-      node.outputs.push_back(NewValue(absl::StrCat(op.name, "/", saved.suffix),
-                                      ValueKind::kActivation, Batched(batch_, saved.shape),
-                                      saved.i32 ? DType::kI32 : DType::kF32));
-    }
-    if (const ops::OpDef* instr = ops::FindOp(l.instruction); instr && instr->workspace) {
-      // Sized by the planner for the backend (ops::OpDef::workspace).
-      node.outputs.push_back(
-          NewValue(absl::StrCat(op.name, "/workspace"), ValueKind::kActivation, {0}));
-    }
+    const int out = AddOutputs(op, *def, l, &node);
     if (!by_name_.emplace(op.name, out).second) {
       return Bad(op, "value defined twice");
     }
