@@ -97,6 +97,76 @@ double FinishCompute(double start, double work,
   return t + work;
 }
 
+// A class of ranks: every rank but one runs at the modelled speed; with
+// compute.rank_imbalance the slowest runs (1 + imbalance) times slower,
+// and every collective starts when it arrives.
+struct SimRank {
+  double speed = 1;              // compute time multiplier
+  double host = 0;               // when the host issues the next instruction
+  double free_at[2] = {0, 0};    // per stream: when its last work ends
+  std::vector<double> recorded;  // per event: when it was recorded
+  std::vector<std::pair<double, double>> moving;  // collectives moving data
+  std::vector<SimulatedSpan> spans;
+};
+
+constexpr int kComputeStream = static_cast<int>(Stream::kCompute);
+constexpr int kCommStream = static_cast<int>(Stream::kComm);
+
+// Instruction `i` on every rank class: it starts when its stream, the host
+// and the events it waits for are ready (a collective when the last rank
+// arrives) and takes its modelled time.
+void Issue(const Plan& plan, int i, const MachineProfile& profile, int64_t world_size,
+           std::vector<SimRank>* ranks) {
+  const Instruction& in = plan.instructions[i];
+  const int s = static_cast<int>(in.stream);
+  const double us = InstructionUs(plan, in, profile, world_size);
+  std::vector<double> ready(ranks->size());
+  double last_arrival = 0;
+  for (size_t k = 0; k < ranks->size(); ++k) {
+    const SimRank& r = (*ranks)[k];
+    ready[k] = std::max(r.host, r.free_at[s]);
+    for (int e : in.wait_events) ready[k] = std::max(ready[k], r.recorded[e]);
+    last_arrival = std::max(last_arrival, ready[k]);
+  }
+  const bool collective = IsCollective(in);
+  for (size_t k = 0; k < ranks->size(); ++k) {
+    SimRank& r = (*ranks)[k];
+    // A rank inside a collective waits there for the last to arrive.
+    const double end =
+        collective ? last_arrival + us
+        : profile.comm_contention > 0
+            ? FinishCompute(ready[k], us * r.speed, r.moving, profile.comm_contention)
+            : ready[k] + us * r.speed;
+    if (collective && us > 0) r.moving.emplace_back(last_arrival, end);
+    r.free_at[s] = end;
+    for (int e : in.record_events) r.recorded[e] = end;
+    if (profile.host_synchronous && in.stream == Stream::kCompute) r.host = end;
+    // The executor submits nothing for an all-reduce over one rank.
+    if (us > 0 || !collective) r.spans.push_back({i, in.stream, ready[k], end});
+  }
+}
+
+// Compute, backward, all-reduce, hidden and exposed time of `p`'s spans,
+// as tools/viz's ComputeOverlap of the same spans as a trace.
+void MeasureOverlap(const Plan& plan, StepPrediction* p) {
+  std::vector<Interval> compute, backward, comm;
+  for (const SimulatedSpan& span : p->spans) {
+    const Interval iv{span.begin_us, span.end_us};
+    if (span.stream == Stream::kCompute) {
+      p->compute_us += span.end_us - span.begin_us;
+      compute.push_back(iv);
+      if (plan.instructions[span.instr].phase == Phase::kBackward) backward.push_back(iv);
+    } else {
+      comm.push_back(iv);
+    }
+  }
+  const std::vector<Interval> cu = Union(compute), au = Union(comm);
+  p->backward_us = Length(Union(backward));
+  p->all_reduce_us = Length(au);
+  p->hidden_us = IntersectionLength(au, cu);
+  p->exposed_us = p->all_reduce_us - p->hidden_us;
+}
+
 }  // namespace
 
 absl::StatusOr<StepPrediction> SimulateStep(const Plan& plan,
@@ -105,82 +175,24 @@ absl::StatusOr<StepPrediction> SimulateStep(const Plan& plan,
   RETURN_IF_ERROR(CheckPlan(plan));
   StepPrediction p;
   p.world_size = options.world_size > 0 ? options.world_size : plan.world_size;
-
-  // Rank classes: every rank but one runs at the modelled speed; with
-  // compute.rank_imbalance the slowest runs (1 + imbalance) times slower,
-  // and every collective starts when it arrives.
-  struct Rank {
-    double speed = 1;              // compute time multiplier
-    double host = 0;               // when the host issues the next instruction
-    double free_at[2] = {0, 0};    // per stream: when its last work ends
-    std::vector<double> recorded;  // per event: when it was recorded
-    std::vector<std::pair<double, double>> moving;  // collectives moving data
-    std::vector<SimulatedSpan> spans;
-  };
-  std::vector<Rank> ranks(p.world_size > 1 && profile.rank_imbalance > 0 ? 2 : 1);
+  std::vector<SimRank> ranks(p.world_size > 1 && profile.rank_imbalance > 0 ? 2 : 1);
   if (ranks.size() > 1) ranks[1].speed = 1 + profile.rank_imbalance;
-  for (Rank& r : ranks) r.recorded.assign(plan.num_events, 0.0);
-
-  const int kComputeStream = static_cast<int>(Stream::kCompute);
-  const int kCommStream = static_cast<int>(Stream::kComm);
+  for (SimRank& r : ranks) r.recorded.assign(plan.num_events, 0.0);
   for (int i : IssueOrder(plan, options.overlap)) {
     if (i == kHold) {
-      for (Rank& r : ranks) {
+      for (SimRank& r : ranks) {
         r.free_at[kCommStream] = std::max(r.free_at[kCommStream], r.free_at[kComputeStream]);
       }
       continue;
     }
-    const Instruction& in = plan.instructions[i];
-    const int s = static_cast<int>(in.stream);
-    const double us = InstructionUs(plan, in, profile, p.world_size);
-    std::vector<double> ready(ranks.size());
-    double last_arrival = 0;
-    for (size_t k = 0; k < ranks.size(); ++k) {
-      const Rank& r = ranks[k];
-      ready[k] = std::max(r.host, r.free_at[s]);
-      for (int e : in.wait_events) ready[k] = std::max(ready[k], r.recorded[e]);
-      last_arrival = std::max(last_arrival, ready[k]);
-    }
-    const bool collective = IsCollective(in);
-    for (size_t k = 0; k < ranks.size(); ++k) {
-      Rank& r = ranks[k];
-      // A rank inside a collective waits there for the last to arrive.
-      const double end =
-          collective ? last_arrival + us
-          : profile.comm_contention > 0
-              ? FinishCompute(ready[k], us * r.speed, r.moving, profile.comm_contention)
-              : ready[k] + us * r.speed;
-      if (collective && us > 0) r.moving.emplace_back(last_arrival, end);
-      r.free_at[s] = end;
-      for (int e : in.record_events) r.recorded[e] = end;
-      if (profile.host_synchronous && in.stream == Stream::kCompute) r.host = end;
-      // The executor submits nothing for an all-reduce over one rank.
-      if (us > 0 || !collective) r.spans.push_back({i, in.stream, ready[k], end});
-    }
+    Issue(plan, i, profile, p.world_size, &ranks);
   }
   p.spans = std::move(ranks[0].spans);
   double drained = 0;
-  for (const Rank& r : ranks) {
+  for (const SimRank& r : ranks) {
     drained = std::max({drained, r.free_at[kComputeStream], r.free_at[kCommStream]});
   }
-
-  // As tools/viz's ComputeOverlap of the same spans as a trace.
-  std::vector<Interval> compute, backward, comm;
-  for (const SimulatedSpan& span : p.spans) {
-    const Interval iv{span.begin_us, span.end_us};
-    if (span.stream == Stream::kCompute) {
-      p.compute_us += span.end_us - span.begin_us;
-      compute.push_back(iv);
-      if (plan.instructions[span.instr].phase == Phase::kBackward) backward.push_back(iv);
-    } else {
-      comm.push_back(iv);
-    }
-  }
-  const std::vector<Interval> cu = Union(compute), au = Union(comm);
-  p.backward_us = Length(Union(backward));
-  p.all_reduce_us = Length(au);
-  p.hidden_us = IntersectionLength(au, cu);
-  p.exposed_us = p.all_reduce_us - p.hidden_us;
+  MeasureOverlap(plan, &p);
   p.step_us = drained + profile.step_overhead_us;
   return p;
 }
