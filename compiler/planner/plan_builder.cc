@@ -843,13 +843,20 @@ class PlanBuilder::Impl {
     // sum of squares as soon as its all-reduce is done, in bucket order
     // (the same sum on every rank), then the optimizers.
     const bool clip = NeedsGradSq();
+    const int grad_sq_event = clip ? EmitGradNorm() : -1;
+    for (size_t b = 0; b < buckets_.size(); ++b) EmitBucketUpdate(b, clip, grad_sq_event);
+  }
+
+  // grad_sq = the squared norm of the reduced gradient, bucket by bucket.
+  // Returns the event its ZeRO-1 all-reduce records, else -1.
+  int EmitGradNorm() {
     // ZeRO-1 sums the squares of its own shard, then over ranks; except in
     // deterministic mode, whose reduce-scatter leaves the whole reduced
     // bucket on every rank: the whole-bucket sum there gives zero = 0's bits.
     // ZeRO-2 reads its gradient shard (copied from that whole bucket in
     // deterministic mode, which then lives until its sum_squares).
     const bool shard_norm = Sharded() && !plan_.deterministic;
-    for (size_t b = 0; clip && b < buckets_.size(); ++b) {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
       Instruction in;
       in.op = "sum_squares";
       in.inputs = {shard_norm && ShardedGrads() ? plan_.buckets[b].grad_shard
@@ -864,63 +871,66 @@ class PlanBuilder::Impl {
       in.label = absl::StrCat("grad_sq += |bucket ", b, shard_norm ? " shard" : "", "|^2");
       Emit(std::move(in));
     }
+    if (!shard_norm) return -1;
     // ZeRO-1: each rank summed its own shards; the norm is their sum.
-    int grad_sq_event = -1;
-    if (clip && shard_norm) {
-      const int ready = plan_.num_events++;
-      plan_.instructions.back().record_events.push_back(ready);
-      grad_sq_event = plan_.num_events++;
-      Instruction in;
-      in.op = "all_reduce";
-      in.inputs = {grad_sq_};
-      in.outputs = {grad_sq_};
-      in.stream = Stream::kComm;
-      in.phase = Phase::kComm;
-      in.micro_step = -1;
-      in.wait_events = {ready};
-      in.record_events = {grad_sq_event};
-      in.label = "all_reduce grad_sq";
-      Emit(std::move(in));
+    const int ready = plan_.num_events++;
+    plan_.instructions.back().record_events.push_back(ready);
+    const int grad_sq_event = plan_.num_events++;
+    Instruction in;
+    in.op = "all_reduce";
+    in.inputs = {grad_sq_};
+    in.outputs = {grad_sq_};
+    in.stream = Stream::kComm;
+    in.phase = Phase::kComm;
+    in.micro_step = -1;
+    in.wait_events = {ready};
+    in.record_events = {grad_sq_event};
+    in.label = "all_reduce grad_sq";
+    Emit(std::move(in));
+    return grad_sq_event;
+  }
+
+  // Bucket b's optimizer step (on its shard under ZeRO), after its
+  // all-reduce and the norm; under ZeRO-1 followed by the all-gather of
+  // the updated parameters unless they are gathered later.
+  void EmitBucketUpdate(size_t b, bool clip, int grad_sq_event) {
+    const Bucket& bucket = plan_.buckets[b];
+    Instruction in;
+    in.op = "optimizer";
+    const int params = ShardedParams() ? bucket.param_shard : bucket.param_span;
+    in.inputs = {params, ShardedGrads() ? bucket.grad_shard : bucket.grad_buffer};
+    in.outputs = {params};
+    for (int s : bucket.state_spans) {
+      in.inputs.push_back(s);
+      in.outputs.push_back(s);
     }
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      const Bucket& bucket = plan_.buckets[b];
-      Instruction in;
-      in.op = "optimizer";
-      const int params = ShardedParams() ? bucket.param_shard : bucket.param_span;
-      in.inputs = {params, ShardedGrads() ? bucket.grad_shard : bucket.grad_buffer};
-      in.outputs = {params};
-      for (int s : bucket.state_spans) {
-        in.inputs.push_back(s);
-        in.outputs.push_back(s);
-      }
-      in.attrs["bucket"] = static_cast<double>(b);
-      if (clip) {
-        in.inputs.push_back(grad_sq_);
-        in.attrs["clip"] = spec_.train.clip_grad_norm;  // 0: skip_nonfinite only
-      }
-      in.phase = Phase::kOptimizer;
-      in.micro_step = -1;
-      in.wait_events = {buckets_[b].done_event};
-      if (grad_sq_event >= 0) in.wait_events.push_back(grad_sq_event);
-      in.label = absl::StrCat("optimizer bucket ", b);
-      if (!Sharded()) {
-        Emit(std::move(in));
-        continue;
-      }
-      in.attrs["shard"] = 1;
-      in.label += " shard";
-      // Gathered at the next step's start, or (ZeRO-3) before each use.
-      if (GatherInNextForward() || ShardedParams()) {
-        Emit(std::move(in));
-        continue;
-      }
-      // ZeRO-1: the shard's update, then its all-gather on the comm stream
-      // while the next bucket's shard is updated.
-      const int updated = plan_.num_events++;
-      in.record_events = {updated};
-      Emit(std::move(in));
-      EmitParameterGather(static_cast<int>(b), /*wait=*/updated, /*record=*/-1, "");
+    in.attrs["bucket"] = static_cast<double>(b);
+    if (clip) {
+      in.inputs.push_back(grad_sq_);
+      in.attrs["clip"] = spec_.train.clip_grad_norm;  // 0: skip_nonfinite only
     }
+    in.phase = Phase::kOptimizer;
+    in.micro_step = -1;
+    in.wait_events = {buckets_[b].done_event};
+    if (grad_sq_event >= 0) in.wait_events.push_back(grad_sq_event);
+    in.label = absl::StrCat("optimizer bucket ", b);
+    if (!Sharded()) {
+      Emit(std::move(in));
+      return;
+    }
+    in.attrs["shard"] = 1;
+    in.label += " shard";
+    // Gathered at the next step's start, or (ZeRO-3) before each use.
+    if (GatherInNextForward() || ShardedParams()) {
+      Emit(std::move(in));
+      return;
+    }
+    // ZeRO-1: the shard's update, then its all-gather on the comm stream
+    // while the next bucket's shard is updated.
+    const int updated = plan_.num_events++;
+    in.record_events = {updated};
+    Emit(std::move(in));
+    EmitParameterGather(static_cast<int>(b), /*wait=*/updated, /*record=*/-1, "");
   }
 
   // ZeRO-1: bucket b's all_gather of its parameter span on the comm stream,
