@@ -58,11 +58,14 @@ bool RunPointwise(KernelOp op, const std::vector<TensorRef>& in,
 // An instruction's attributes.
 class Attrs {
  public:
-  Attrs(const std::map<std::string, double>& attrs, const ops::unit::PlanFacts& facts)
-      : attrs_(attrs), facts_(facts) {}
+  Attrs(const std::map<std::string, double>& attrs, const ops::unit::PlanFacts& facts,
+        const ops::unit::Step& step)
+      : attrs_(attrs), facts_(facts), step_(step) {}
   const std::map<std::string, double>& map() const { return attrs_; }
   // What the plan says about the instruction (defaults without a plan).
   const ops::unit::PlanFacts& facts() const { return facts_; }
+  // The step the kernel runs in.
+  const ops::unit::Step& step() const { return step_; }
   // 0 when absent.
   double operator()(const char* name) const {
     auto it = attrs_.find(name);
@@ -72,6 +75,7 @@ class Attrs {
  private:
   const std::map<std::string, double>& attrs_;
   const ops::unit::PlanFacts& facts_;
+  const ops::unit::Step& step_;
 };
 
 // The float64 semantics of each op that is not pointwise, one function
@@ -104,7 +108,10 @@ absl::Status RefUnit(KernelOp op, const Attrs& attr, const std::vector<TensorRef
     }
     if constexpr (ops::unit::HasIds<Family>::value) args.*Family::kIds = ids.data();
   }
-  if (why.empty()) why = ops::unit::RunUnit<Family, double>(op, args, x.data(), y.data(), acc);
+  if (why.empty()) {
+    why = ops::unit::RunUnit<Family, double>(op, ops::unit::ForStep(args, attr.step()), x.data(),
+                                             y.data(), acc);
+  }
   if (!why.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("reference_eval: ", InstructionOpOf(op), ": ", why));
@@ -153,9 +160,9 @@ namespace {
 
 // EvalOp, given what the plan says about the instruction.
 absl::Status Eval(const std::string& op, const std::map<std::string, double>& attrs,
-                  const ops::unit::PlanFacts& facts, const std::vector<TensorRef>& in,
-                  const std::vector<TensorRef>& out) {
-  const Attrs attr(attrs, facts);
+                  const ops::unit::PlanFacts& facts, const ops::unit::Step& step,
+                  const std::vector<TensorRef>& in, const std::vector<TensorRef>& out) {
+  const Attrs attr(attrs, facts, step);
   const bool acc = attr("accumulate") != 0;
   const KernelOp kernel = KernelOpOfInstruction(op);
   if (RunPointwise(kernel, in, out, acc)) return absl::OkStatus();
@@ -168,7 +175,13 @@ absl::Status Eval(const std::string& op, const std::map<std::string, double>& at
 
 absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& attrs,
                     const std::vector<TensorRef>& in, const std::vector<TensorRef>& out) {
-  return Eval(op, attrs, ops::unit::PlanFacts{}, in, out);
+  return Eval(op, attrs, ops::unit::PlanFacts{}, ops::unit::Step{}, in, out);
+}
+
+absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& attrs,
+                    const ops::unit::PlanFacts& facts, const ops::unit::Step& step,
+                    const std::vector<TensorRef>& in, const std::vector<TensorRef>& out) {
+  return Eval(op, attrs, facts, step, in, out);
 }
 
 PlanInterpreter::PlanInterpreter(const Plan& plan)
@@ -207,7 +220,7 @@ absl::Status PlanInterpreter::Run(const Instruction& instr) {
   std::vector<TensorRef> in, out;
   for (int id : instr.inputs) in.push_back(buffer(id));
   for (int id : instr.outputs) out.push_back(buffer(id));
-  return Eval(instr.op, instr.attrs, UnitFactsOf(plan_, instr), in, out);
+  return Eval(instr.op, instr.attrs, UnitFactsOf(plan_, instr), ops::unit::Step{}, in, out);
 }
 
 }  // namespace trainc

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "compiler/ops/unit_family.h"
 #include "compiler/plan/plan.h"
 
 namespace trainc {
@@ -26,9 +27,16 @@ struct TensorRef {
 // Writes `out` from `in` as plan.h and the op table (compiler/ops/
 // op_table.cc, runtime/cpu/kernels.h) specify (attr accumulate: += instead
 // of =). Tensors are [.., n]: row-wise ops work over the last axis, i32
-// operands (ids, labels) hold integral doubles. load_batch, all_reduce and
-// optimizer are not ops here.
+// operands (ids, labels) hold integral doubles. load_batch and the
+// collectives are not ops here.
 absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& attrs,
+                    const std::vector<TensorRef>& in, const std::vector<TensorRef>& out);
+// EvalOp as instruction of a plan: `facts` what the plan says about it
+// (UnitFactsOf: the operands' dtypes, the batch's layout and seed, its
+// bucket), `step` the step its kernel runs in (EvalOp's: step 1 of rank 0,
+// training, at learning rate 0).
+absl::Status EvalOp(const std::string& op, const std::map<std::string, double>& attrs,
+                    const ops::unit::PlanFacts& facts, const ops::unit::Step& step,
                     const std::vector<TensorRef>& in, const std::vector<TensorRef>& out);
 
 class PlanInterpreter {

@@ -18,7 +18,8 @@
 //     the reference runs it as training.
 //   - The step: an Args with a `unit::Step step` member gets the whole step
 //     (training, step number, rank, learning rate) from the backend before
-//     each run (ForStep); the reference runs step 1 of rank 0, training, at
+//     each run (ForStep); the reference runs the step its caller gives
+//     (EvalOp's plan overload), by default step 1 of rank 0, training, at
 //     learning rate 0. On CUDA the step number and the learning rate come
 //     from device memory instead (cuda::UnitLaunch::scalars), so that a
 //     captured step replays with the next step's.
