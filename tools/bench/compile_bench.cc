@@ -14,13 +14,15 @@
 // size: instructions, buffers, each phase's time and the time per layer,
 // best of `reps`; wall time and the process's CPU time (what a loaded
 // machine does not inflate). Compile time should grow linearly: the
-// summary line compares the CPU time per layer of the sizes.
+// summary lines compare the CPU time per layer of the sizes and give the
+// growth exponent between consecutive sizes (1 linear, 2 quadratic).
 //
 // --repeat writes the blocks as `repeat(layer, n, x)` (nested past 10,000,
 // repeat's limit), --recompute adds train { recompute = true } (implies
 // --repeat), --bf16 precision = bf16.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -207,6 +209,15 @@ int Main(const Args& args) {
   const auto [lo, hi] = std::minmax_element(per_layer.begin(), per_layer.end());
   std::printf("# CPU ms/layer from %.4f to %.4f (ratio %.2f; ~1 means linear growth)\n", *lo,
               *hi, *hi / *lo);
+  // CPU time ~ layers^k between consecutive sizes: 1 linear, 2 a quadratic
+  // pass (k = 1 + log(per-layer ratio) / log(size ratio)).
+  std::printf("# growth exponent of CPU time between sizes:");
+  for (size_t i = 1; i < per_layer.size(); ++i) {
+    const double sizes = static_cast<double>(args.layers[i]) / args.layers[i - 1];
+    std::printf(" %d->%d %.2f", args.layers[i - 1], args.layers[i],
+                1 + std::log(per_layer[i] / per_layer[i - 1]) / std::log(sizes));
+  }
+  std::printf(" (1: linear, 2: quadratic)\n");
   return 0;
 }
 
