@@ -102,6 +102,16 @@ struct CpuDevice::State {
     absl::MutexLock lock(&mu);
     if (!error.ok()) return error;
     if (item.kind != Item::kWork) RETURN_IF_ERROR(CheckEvent(item.event));
+    // What the worker would do at once is done here, without waking it (a
+    // one-rank step's collectives are no-ops between event pairs, and each
+    // wake-up is a thread switch): a wait on an event already recorded
+    // (events stay recorded until ResetEvents, which needs an idle stream),
+    // and a record with nothing queued or running ahead of it.
+    if (item.kind == Item::kWait && recorded[item.event] != 0) return absl::OkStatus();
+    if (item.kind == Item::kRecord && pending == 0) {
+      recorded[item.event] = 1;
+      return absl::OkStatus();
+    }
     queue.push_back(std::move(item));
     ++pending;
     return absl::OkStatus();
