@@ -14,6 +14,7 @@
 #ifndef TRAINC_RUNTIME_DATA_DATASET_H_
 #define TRAINC_RUNTIME_DATA_DATASET_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -60,6 +61,9 @@ class Dataset {
   // once from double (the correctly rounded pixel / 255 for scale 1/255,
   // as PyTorch's x.float() / 255).
   void CopyFeatures(int64_t i, float* out) const;
+  // Asks the CPU to start loading example i's pixels (a hint; no effect on
+  // results): a shuffled batch reads its images from all over the set.
+  void PrefetchFeatures(int64_t i) const;
   // Images mapped from the machine's pixel cache (one copy for all ranks).
   bool shares_pixels() const { return pixels_ != nullptr && pixels_->shared; }
   int32_t label(int64_t i) const { return labels_[i]; }
@@ -80,6 +84,7 @@ class Dataset {
   std::vector<float> features_;
   std::shared_ptr<const PixelBlock> pixels_;  // or images as bytes
   double scale_ = 1.0;
+  std::array<float, 256> pixel_value_{};  // float(pixel * scale_), each byte
   std::vector<int32_t> labels_;
   int64_t context_ = 0;  // 0: labelled examples
   double bytes_per_token_ = 0;

@@ -87,16 +87,18 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
                        "input buffer '", b.name, "' of ", rows, " rows"));
     }
     // Gathered where the device copies from (pinned memory), or into our
-    // own. Zero the padding rows too: the previous batch must not leak
-    // into them.
+    // own. Every example's row is written whole below; the padding rows
+    // are zeroed: the previous batch must not leak into them.
     const int64_t bytes = rows * width * 4;
     char* data = static_cast<char*>(device.UploadBuffer(bytes));
-    if (data != nullptr) {
-      std::memset(data, 0, static_cast<size_t>(bytes));
-    } else {
-      staging_.assign(bytes, 0);
+    if (data == nullptr) {
+      // Never shrunk: the next buffer (images after labels) would
+      // zero-fill it again when it grows.
+      if (static_cast<int64_t>(staging_.size()) < bytes) staging_.resize(bytes);
       data = staging_.data();
     }
+    const int64_t filled = static_cast<int64_t>(indices.size()) * width * 4;
+    std::memset(data + filled, 0, static_cast<size_t>(bytes - filled));
     const bool augment = first_example >= 0 && field == Field::kFeatures &&
                          b.kind == BufferKind::kInput && b.shape.size() == 4 &&
                          (plan.data.random_crop > 0 || plan.data.random_flip);
@@ -107,6 +109,10 @@ absl::Status MicroBatchLoader::Fill(absl::Span<const int64_t> indices,
             "example ", i, " is outside the data set of ", dataset_->size()));
       }
       char* row = data + r * width * 4;
+      constexpr size_t kPrefetchAhead = 4;  // rows: ~4 images' latency ahead
+      if (field == Field::kFeatures && r + kPrefetchAhead < indices.size()) {
+        dataset_->PrefetchFeatures(indices[r + kPrefetchAhead]);
+      }
       switch (field) {
         case Field::kFeatures:
           if (augment) {
