@@ -118,25 +118,11 @@ absl::Status RefUnit(KernelOp op, const Attrs& attr, const std::vector<TensorRef
   }
   return absl::OkStatus();
 }
-#define TRAINC_REFERENCE_UNIT(Fam, Name, op) \
-  constexpr RefOp Ref##Name = &RefUnit<ops::Fam##Family>;
-TRAINC_UNIT_OPS(TRAINC_REFERENCE_UNIT)
-#undef TRAINC_REFERENCE_UNIT
-// The linear family (compiler/ops/linear_family.h): its Run<double>.
-constexpr RefOp RefLinear = &RefUnit<ops::LinearFamily>, RefLinearGelu = RefLinear,
-                RefLinearRelu = RefLinear, RefLinearTanh = RefLinear,
-                RefLinearGeluErf = RefLinear, RefLinearGradInput = RefLinear,
-                RefLinearGradInputGelu = RefLinear, RefLinearGradParams = RefLinear;
-// The window family (compiler/ops/window_family.h): its Run<double>.
-constexpr RefOp RefConv2d = &RefUnit<ops::WindowFamily>, RefConv2dRelu = RefConv2d,
-                RefConv2dGradInput = RefConv2d, RefConv2dGradParams = RefConv2d,
-                RefMaxPool2d = RefConv2d, RefMaxPool2dGrad = RefConv2d,
-                RefAvgPool2d = RefConv2d, RefAvgPool2dGrad = RefConv2d;
 
-// Ref<Name> of every kernel op (compiler/ops/kernel_families.h), indexed
-// by KernelOp; one missing fails to compile.
+// Every kernel op's reference, its family's (compiler/ops/kernel_families.h),
+// indexed by KernelOp.
 RefOp ReferenceOf(KernelOp op) {
-#define TRAINC_REFERENCE_ENTRY(Family, Name, op) Ref##Name,
+#define TRAINC_REFERENCE_ENTRY(Family, Name, op) &RefUnit<ops::Family##Family>,
   static constexpr RefOp kRefs[] = {
       nullptr,
 #define TRAINC_REFERENCE_NOT_POINTWISE(op, Name, arity) nullptr,

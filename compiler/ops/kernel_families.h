@@ -68,23 +68,37 @@
   F(Optimizer)                    \
   F(GroupNorm)
 
-// U(Family, snake): the unit families (above), each also in
-// TRAINC_KERNEL_FAMILIES: ops::<Family>Family in compiler/ops/<snake>_family.h,
-// KernelArgs::<snake> its Args.
+// U(Family, snake): the unit families, every family but Pointwise, each
+// also in TRAINC_KERNEL_FAMILIES: ops::<Family>Family in
+// compiler/ops/<snake>_family.h, KernelArgs::<snake> its Args.
 #define TRAINC_UNIT_FAMILIES(U) \
-  U(LayerNorm, layer_norm)        \
-  U(RmsNorm, rms_norm)            \
-  U(Softmax, softmax)             \
-  U(Attention, attention)         \
-  U(GroupNorm, group_norm)        \
-  U(CrossEntropy, cross_entropy)  \
-  U(Mse, mse)                     \
-  U(Embedding, embedding)          \
-  U(Dropout, dropout)              \
-  U(Reshape, reshape)              \
-  U(Cast, cast)                    \
-  U(SumSquares, sum_squares)       \
+  TRAINC_STATELESS_FAMILIES(U)  \
+  TRAINC_PREPARED_FAMILIES(U)
+
+// The unit families whose kernels are functions of their Args and
+// operands alone: Run<float> (or the CPU kernel of its own) on the CPU,
+// cuda::Launch<Family> on CUDA.
+#define TRAINC_STATELESS_FAMILIES(U) \
+  U(LayerNorm, layer_norm)           \
+  U(RmsNorm, rms_norm)               \
+  U(Softmax, softmax)                \
+  U(Attention, attention)            \
+  U(GroupNorm, group_norm)           \
+  U(CrossEntropy, cross_entropy)     \
+  U(Mse, mse)                        \
+  U(Embedding, embedding)            \
+  U(Dropout, dropout)                \
+  U(Reshape, reshape)                \
+  U(Cast, cast)                      \
+  U(SumSquares, sum_squares)         \
   U(Optimizer, optimizer)
+
+// The unit families prepared per plan (compiler/ops/unit_family.h): each
+// backend runs library programs it built once for the plan (oneDNN's and
+// cuBLASLt's matmuls; oneDNN's and cuDNN's convolutions and pooling).
+#define TRAINC_PREPARED_FAMILIES(U) \
+  U(Linear, linear)                 \
+  U(Window, window)
 
 // X(Family, Name, instruction op): the kernels that are not pointwise. The
 // operands of each are in its OpDef::doc (compiler/ops/op_table.cc).
@@ -105,23 +119,19 @@
   X(Window, MaxPool2dGrad, max_pool2d_grad)                    \
   X(Window, AvgPool2d, avg_pool2d)                             \
   X(Window, AvgPool2dGrad, avg_pool2d_grad)                    \
-  TRAINC_UNIT_OPS(X)
-
-// X(Family, Name, instruction op): the unit families' kernels.
-#define TRAINC_UNIT_OPS(X)                                \
-  X(LayerNorm, LayerNorm, layernorm)                      \
-  X(LayerNorm, LayerNormGradInput, layernorm_grad_input)  \
-  X(LayerNorm, LayerNormGradParams, layernorm_grad_params) \
-  X(LayerNorm, AddLayerNorm, add_layernorm)               \
-  X(RmsNorm, RmsNorm, rmsnorm)                            \
-  X(RmsNorm, RmsNormGradInput, rmsnorm_grad_input)        \
-  X(RmsNorm, RmsNormGradParams, rmsnorm_grad_params)      \
-  X(Softmax, Softmax, softmax)                            \
-  X(Softmax, SoftmaxGrad, softmax_grad)                   \
-  X(Attention, Attention, attention)                      \
-  X(Attention, AttentionGrad, attention_grad)             \
-  X(GroupNorm, GroupNorm, group_norm)                     \
-  X(GroupNorm, GroupNormGradInput, group_norm_grad_input) \
+  X(LayerNorm, LayerNorm, layernorm)                           \
+  X(LayerNorm, LayerNormGradInput, layernorm_grad_input)       \
+  X(LayerNorm, LayerNormGradParams, layernorm_grad_params)     \
+  X(LayerNorm, AddLayerNorm, add_layernorm)                    \
+  X(RmsNorm, RmsNorm, rmsnorm)                                 \
+  X(RmsNorm, RmsNormGradInput, rmsnorm_grad_input)             \
+  X(RmsNorm, RmsNormGradParams, rmsnorm_grad_params)           \
+  X(Softmax, Softmax, softmax)                                 \
+  X(Softmax, SoftmaxGrad, softmax_grad)                        \
+  X(Attention, Attention, attention)                           \
+  X(Attention, AttentionGrad, attention_grad)                  \
+  X(GroupNorm, GroupNorm, group_norm)                          \
+  X(GroupNorm, GroupNormGradInput, group_norm_grad_input)      \
   X(GroupNorm, GroupNormGradParams, group_norm_grad_params)    \
   X(CrossEntropy, CrossEntropy, cross_entropy)                 \
   X(CrossEntropy, CrossEntropyGrad, cross_entropy_grad)        \

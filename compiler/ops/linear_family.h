@@ -1,11 +1,10 @@
-// linear: a unit family (compiler/ops/kernel_families.h,
+// linear: a unit family prepared per plan (compiler/ops/kernel_families.h,
 // compiler/ops/unit_family.h) in its typed sizes (Args), their resolution
 // from the operands' shapes (Resolve) and its loops, Run<double> the
-// float64 reference. Its CPU kernels are the backend's GEMM path
-// (runtime/cpu/cpu_kernels.cc over OpenBLAS / oneDNN sgemm and oneDNN's
-// bf16 matmul, runtime/cpu/bf16_matmul.h), its CUDA ones
-// runtime/cuda/linear.cu and cublaslt_gemm.cc; both read these Args
-// (KernelArgs::linear). The op table entries are in
+// float64 reference. Its CPU kernel is runtime/cpu/linear.cc (OpenBLAS /
+// oneDNN sgemm, or the plan's oneDNN bf16 matmuls: bf16_matmul.h), its
+// CUDA one the plan's cuBLASLt matmuls (runtime/cuda/cublaslt_gemm.cc)
+// with linear.cu's bias kernels. The op table entries are in
 // compiler/ops/op_table.cc.
 //
 //   linear                  x[M, K], w[N, K], b[N] (optional) -> y[M, N]
@@ -59,9 +58,6 @@ struct LinearFamily {
     // The forward reads a bias, linear_grad_params writes db.
     bool bias = false;
   };
-  // The CPU runs its GEMM path (runtime/cpu/cpu_kernels.cc), not Run.
-  static constexpr bool kOwnCpuKernel = true;
-
   // The forward products: linear, linear_gelu and linear_<act>.
   static bool IsForward(KernelOp op) {
     return op == KernelOp::kLinear || op == KernelOp::kLinearGelu ||

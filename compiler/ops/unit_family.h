@@ -38,6 +38,22 @@
 //     `cpu::OwnCpuKernel(op, args, x, y, accumulate)` instead: an overload
 //     for its Args with Run's signature in f32, returning "" or why not,
 //     declared beside that kernel (runtime/cpu/attention.h).
+//   - Prepared per plan: a family whose backends run library programs
+//     built once for the plan (primitives and descriptors bound to the
+//     arena, layouts chosen across instructions) is listed in
+//     TRAINC_PREPARED_FAMILIES (compiler/ops/kernel_families.h), not
+//     TRAINC_STATELESS_FAMILIES. Its Run<T> is then the float64 reference
+//     alone. Each backend builds the programs when it prepares the plan
+//     and hands them to the family's kernel, an overload on its Args:
+//     on the CPU `absl::Status cpu::OwnCpuKernel(op, args, const
+//     cpu::Prepared&)` (runtime/cpu/prepared.h: the instruction as
+//     resolved, its id, the plan's oneDNN programs and bf16 matmuls),
+//     declared beside those programs (runtime/cpu/linear.h, dnnl_ops.h);
+//     on CUDA `CudaDeviceImpl::PreparePrograms(args, kernel, ...)`, once
+//     per instruction when the plan is prepared (its limits, scratch and
+//     descriptors), and `CudaDeviceImpl::RunPrograms(args, kernel, id)`
+//     (runtime/cuda/cuda_device_impl.h: the device holds the libraries'
+//     handles).
 //   - The plan: a family whose Resolve takes a trailing
 //     `const unit::PlanFacts&` learns what the plan says beyond the
 //     operands' shapes (the batch's layout and seed, the bucket the

@@ -1,13 +1,13 @@
-// Convolution and pooling, the window family (KernelFamily::kWindow): its
-// sizes (WindowGeometry, its Args), their resolution from the operands'
-// shapes and attributes (Resolve), and its loops, Run<double> the float64
-// reference. Its CPU kernels are oneDNN's and runtime/cpu/blocked_pool's
-// (runtime/cpu/dnnl_ops.cc), its CUDA kernels cuDNN's
-// (runtime/cuda/cudnn_ops.cc): both prepare a program per plan (layouts
-// chosen across instructions, library descriptors), so the family is not
-// in TRAINC_UNIT_FAMILIES; the runtime's resolver (ResolveWindow) and the
-// reference call its Resolve, every backend reads KernelArgs::window.
-// The last output of each op is the instruction's workspace.
+// Convolution and pooling, the window family (KernelFamily::kWindow), a
+// unit family prepared per plan (compiler/ops/kernel_families.h,
+// compiler/ops/unit_family.h): its sizes (WindowGeometry, its Args), their
+// resolution from the operands' shapes and attributes (Resolve), and its
+// loops, Run<double> the float64 reference. Its CPU kernels are oneDNN's
+// and runtime/cpu/blocked_pool's (runtime/cpu/dnnl_ops.cc), its CUDA
+// kernels cuDNN's (runtime/cuda/cudnn_ops.cc): programs each backend
+// prepares for the plan (layouts chosen across instructions, library
+// descriptors). The last output of each op is the instruction's workspace;
+// max pooling's argmax is i32.
 //
 //   conv2d[_relu]       x[N,C,H,W], w[O,C,kh,kw], b[O] (optional) -> y[N,O,OH,OW]
 //   conv2d_grad_input   dy, w -> dx (+)=
@@ -59,10 +59,30 @@ struct WindowFamily {
   }
 
   // The geometry from the image side, the weight and the attributes,
-  // checked against the other side. `out` includes the workspace (last).
+  // checked against the other side and max pooling's argmax (i32: neither
+  // f32 nor bf16 in `plan`). `out` includes the workspace (last).
   static std::string Resolve(KernelOp op, const std::vector<std::vector<int64_t>>& in,
                              const std::vector<std::vector<int64_t>>& out,
-                             const std::map<std::string, double>& attrs, Args* g) {
+                             const std::map<std::string, double>& attrs,
+                             const unit::PlanFacts& plan, Args* g) {
+    std::string why = Geometry(op, in, out, attrs, g);
+    if (!why.empty() || (op != KernelOp::kMaxPool2d && op != KernelOp::kMaxPool2dGrad)) {
+      return why;
+    }
+    const bool forward = op == KernelOp::kMaxPool2d;
+    const uint32_t bit = forward ? 2u : 8u;  // output 1, input 3
+    const uint32_t floats = forward ? plan.f32_outputs | plan.bf16_outputs
+                                    : plan.f32_inputs | plan.bf16_inputs;
+    const std::vector<int64_t>& argmax = forward ? out[1] : in[3];
+    if ((floats & bit) != 0 || unit::Elements(argmax) != g->n * g->o * g->oh * g->ow) {
+      return "argmax is not i32 shaped like y";
+    }
+    return "";
+  }
+
+  static std::string Geometry(KernelOp op, const std::vector<std::vector<int64_t>>& in,
+                              const std::vector<std::vector<int64_t>>& out,
+                              const std::map<std::string, double>& attrs, Args* g) {
     auto attr = [&](const char* name) {
       return static_cast<int64_t>(unit::Attr(attrs, name, -1));
     };

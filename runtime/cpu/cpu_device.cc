@@ -273,8 +273,8 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
   RETURN_IF_ERROR(state_->matmuls.Bind(state_->kernels));
   state_->host_bytes += state_->matmuls.scratch_bytes();
   RETURN_IF_ERROR(state_->dnnl.Prepare(plan, state_->kernels));
-  RETURN_IF_ERROR(CheckKernels(plan, state_->kernels, "cpu", [&](KernelOp op, int id) {
-    return cpu::CpuKernels()[op] != nullptr || state_->dnnl.Runs(id);
+  RETURN_IF_ERROR(CheckKernels(plan, state_->kernels, "cpu", [&](KernelOp op, int) {
+    return cpu::CpuKernels()[op] != nullptr;
   }));
   state_->prepared_plan = &plan;
   return absl::OkStatus();
@@ -308,9 +308,9 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
 
 absl::Status CpuDevice::RunF32Kernel(const Plan& plan, const Instruction& instr,
                                      const StepState& step) {
-  // oneDNN runs what it prepared (convolution, pooling, layout-changing
-  // copies); the kernel table the rest.
-  if (state_->dnnl.Runs(instr.id)) return state_->dnnl.Run(instr.id);
+  // A copy that changes a buffer's layout is oneDNN's reorder; the rest
+  // the kernel table's.
+  if (state_->dnnl.Converts(instr.id)) return state_->dnnl.Run(instr.id);
   const KernelArgs& k = state_->kernels[instr.id];
   const cpu::CpuKernel kernel = cpu::CpuKernels()[k.op];
   if (kernel == nullptr) {

@@ -8,6 +8,7 @@
 #include "compiler/plan/plan.h"
 #include "runtime/cpu/bf16_matmul.h"
 #include "runtime/cpu/dnnl_ops.h"
+#include "runtime/cpu/prepared.h"
 #include "runtime/device/device.h"
 #include "runtime/device/kernel_args.h"
 
@@ -19,8 +20,9 @@ struct KernelCall {
   const Instruction& instr;
   const KernelArgs& k;
   const StepState& step;
-  DnnlOps& dnnl;  // convolution and pooling, prepared for the plan
-  Bf16Matmuls& matmuls;  // bf16 linear products, prepared for the plan
+  // The programs prepared for the plan (prepared.h).
+  DnnlOps& dnnl;
+  Bf16Matmuls& matmuls;
 };
 
 using CpuKernel = absl::Status (*)(const KernelCall& call);

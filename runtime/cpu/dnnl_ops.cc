@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -514,6 +515,7 @@ absl::StatusOr<int64_t> WorkspaceBytes(const Plan& plan, const Instruction& inst
 struct DnnlOps::State {
   dnnl::stream stream{CpuEngine()};
   std::unordered_map<int, Program> programs;  // by instruction id
+  std::unordered_set<int> converts;           // the layout copies among them
 };
 
 DnnlOps::DnnlOps() : state_(std::make_unique<State>()) {}
@@ -521,6 +523,7 @@ DnnlOps::~DnnlOps() = default;
 
 absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels) {
   state_->programs.clear();
+  state_->converts.clear();
   const std::vector<bool> blocked = BlockedBuffers(plan);
   for (size_t i = 0; i < kernels.size(); ++i) {
     const KernelArgs& k = kernels[i];
@@ -544,11 +547,12 @@ absl::Status DnnlOps::Prepare(const Plan& plan, const std::vector<KernelArgs>& k
                                "--device cpu)"));
     }
     state_->programs[static_cast<int>(i)] = *std::move(program);
+    if (!IsDnnlOp(k.op)) state_->converts.insert(static_cast<int>(i));
   }
   return absl::OkStatus();
 }
 
-bool DnnlOps::Runs(int id) const { return state_->programs.count(id) > 0; }
+bool DnnlOps::Converts(int id) const { return state_->converts.count(id) > 0; }
 
 absl::Status DnnlOps::Run(int id) {
   auto it = state_->programs.find(id);
@@ -573,6 +577,10 @@ absl::Status DnnlOps::Run(int id) {
     for (int64_t j = 0; j < a.n; ++j) a.out[j] += a.temp[j];
   }
   return absl::OkStatus();
+}
+
+absl::Status OwnCpuKernel(KernelOp, const WindowGeometry&, const Prepared& p) {
+  return p.dnnl.Run(p.id);
 }
 
 }  // namespace trainc::cpu

@@ -2,7 +2,7 @@
 //
 //   DnnlOps ops;
 //   RETURN_IF_ERROR(ops.Prepare(plan, kernels));  // primitives, once
-//   ... RETURN_IF_ERROR(ops.Run(instr.id, kernels[instr.id])); ...
+//   ... RETURN_IF_ERROR(ops.Run(instr.id)); ...
 //
 // Layouts. Weights stay in PyTorch's OIHW. Images (4-D activations and
 // their gradients) whose channels fill whole vector blocks are kept in
@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
+#include "runtime/cpu/prepared.h"
 #include "runtime/device/kernel_args.h"
 
 namespace trainc::cpu {
@@ -63,9 +64,10 @@ class DnnlOps {
   // the convolution's post-op (the plan's fusion, compiler/graph).
   absl::Status Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels);
 
-  // Whether instruction `id` was prepared here (convolution, pooling, a
-  // flatten between layouts).
-  bool Runs(int id) const;
+  // Whether instruction `id` is a copy prepared here to change a buffer's
+  // layout (a flatten between a blocked and an NCHW buffer): run in place
+  // of its op's kernel.
+  bool Converts(int id) const;
 
   // Runs instruction `id` (one of those prepared).
   absl::Status Run(int id);
@@ -74,6 +76,10 @@ class DnnlOps {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// The window family's CPU kernel (compiler/ops/unit_family.h: prepared
+// per plan, prepared.h): instruction p.id's program, from p.dnnl.
+absl::Status OwnCpuKernel(KernelOp op, const WindowGeometry& g, const Prepared& p);
 
 }  // namespace trainc::cpu
 

@@ -121,7 +121,7 @@ std::string RunOnCpu(KernelOp op, const typename Family::Args& a, const float* c
                                           bool accumulate) {                            \
     return RunOnCpu<ops::Fam##Family>(op, a, x, y, accumulate);                         \
   }
-TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
+TRAINC_STATELESS_FAMILIES(TRAINC_CPU_UNIT_RUN)
 #undef TRAINC_CPU_UNIT_RUN
 
 // ---- The step's tail: gradient sums and the optimizers -------------------

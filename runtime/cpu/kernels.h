@@ -54,8 +54,8 @@ using PointwiseFn = void (*)(const float* a, const float* b, int64_t n,
 // nullptr for an op that is not pointwise.
 PointwiseFn PointwiseKernel(KernelOp op);
 
-// A unit family's loops in f32 (compiler/ops/kernel_families.h: its
-// Run<float>), compiled here with the loops above and below: -O3, cloned
+// A stateless unit family's loops in f32 (compiler/ops/kernel_families.h:
+// its Run<float>), compiled here with the loops above and below: -O3, cloned
 // for AVX2/AVX-512, no FMA contraction; or, for a family with a CPU kernel
 // of its own, that kernel (OwnCpuKernel: attention.h). "" or why the
 // operands were refused (compiler/ops/unit_family.h).
@@ -65,7 +65,7 @@ using UnitRunFn = std::string (*)(KernelOp op, const Args& a, const float* const
 #define TRAINC_CPU_UNIT_RUN(Fam, snake)                                                     \
   std::string Run##Fam(KernelOp op, const ops::Fam##Family::Args& a, const float* const* x, \
                        float* const* y, bool accumulate);
-TRAINC_UNIT_FAMILIES(TRAINC_CPU_UNIT_RUN)
+TRAINC_STATELESS_FAMILIES(TRAINC_CPU_UNIT_RUN)
 #undef TRAINC_CPU_UNIT_RUN
 
 // ---- The step's tail: gradient sums and the optimizers -------------------

@@ -29,9 +29,9 @@ std::optional<KernelOp> FindKernel(absl::string_view name) {
 
 // Fills `k` for `instr` (already checked for arity and ids): the operand
 // slots, then its family's resolver.
-absl::Status ResolveOne(const Plan& plan, const Instruction& instr, char* base,
-                        const std::string& device_name, KernelArgs& k) {
-  const resolve::Resolving r{plan, instr, base, device_name};
+absl::Status ResolveOne(const Plan& plan, const Instruction& instr, const ops::OpDef& def,
+                        char* base, const std::string& device_name, KernelArgs& k) {
+  const resolve::Resolving r{plan, instr, base, device_name, def.workspace};
   for (size_t j = 0; j < instr.inputs.size() && j < std::size(k.x); ++j) {
     k.x[j] = r.ptr(r.in(static_cast<int>(j)));
   }
@@ -113,7 +113,7 @@ absl::Status ResolveInstruction(const Plan& plan, const Instruction& instr,
   k.op = *kernel;
   if (k.op == KernelOp::kNotCompute) return absl::OkStatus();
   if (instr.stream != Stream::kCompute) return fail("not on compute stream");
-  RETURN_IF_ERROR(ResolveOne(plan, instr, base, device_name, k));
+  RETURN_IF_ERROR(ResolveOne(plan, instr, *def, base, device_name, k));
   return RecordBf16Operands(plan, instr, base, fail, k);
 }
 

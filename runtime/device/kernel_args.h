@@ -51,12 +51,8 @@ struct KernelArgs {
   const float* x[5] = {};
   float* y[4] = {};  // add_layernorm writes four
 
-  // The linear family's sizes (compiler/ops/linear_family.h).
-  ops::LinearFamily::Args linear;
-  // Convolution and pooling (ops::WindowFamily, compiler/ops/window_family.h).
-  WindowGeometry window;
   // Each unit family's sizes (compiler/ops/kernel_families.h):
-  // ops::<Family>Family::Args <snake>.
+  // ops::<Family>Family::Args <snake> (linear, window, layer_norm, ...).
 #define TRAINC_UNIT_ARGS_FIELD(Fam, snake) ops::Fam##Family::Args snake;
   TRAINC_UNIT_FAMILIES(TRAINC_UNIT_ARGS_FIELD)
 #undef TRAINC_UNIT_ARGS_FIELD

@@ -22,6 +22,7 @@ struct Resolving {
   const Instruction& instr;
   char* base;  // the arena; null without one (DescribeKernel): pointers stay null
   const std::string& device_name;
+  bool workspace;  // its last output is its workspace (ops::OpDef::workspace)
 
   const Buffer& in(int j) const { return plan.buffers[instr.inputs[j]]; }
   const Buffer& out(int j) const { return plan.buffers[instr.outputs[j]]; }

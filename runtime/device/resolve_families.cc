@@ -62,9 +62,11 @@ absl::Status CheckF32Operands(const Resolving& r, KernelOp op) {
 
 // A unit family's sizes: its Resolve (compiler/ops/kernel_families.h) over
 // the operands' shapes, into KernelArgs::<snake>; and, where its Args asks,
-// which outputs are bf16 tensors.
+// which outputs are bf16 tensors. An op with a workspace leaves it in
+// KernelArgs::workspace, its y slot null (as every absent operand's).
 template <typename Family>
 absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Args& args) {
+  if (r.workspace) RETURN_IF_ERROR(TakeWorkspace(r, k));
   const ops::unit::PlanFacts facts = UnitFactsOf(r.plan, r.instr);
   k.op = ops::unit::KernelOfUnit<Family>(k.op, facts);
   // The i32 operand, if any (compiler/ops/unit_family.h): read through
@@ -98,30 +100,6 @@ absl::Status ResolveUnit(const Resolving& r, KernelArgs& k, typename Family::Arg
   }
 TRAINC_UNIT_FAMILIES(TRAINC_UNIT_RESOLVER)
 #undef TRAINC_UNIT_RESOLVER
-
-// The linear family's sizes (ops::LinearFamily::Resolve) into
-// KernelArgs::linear (an absent bias or db leaves its slot null, as every
-// absent operand's); linear_grad_input_gelu's last output is its workspace.
-absl::Status ResolveLinear(const Resolving& r, KernelArgs& k) {
-  RETURN_IF_ERROR(ResolveUnit<ops::LinearFamily>(r, k, k.linear));
-  if (k.op == KernelOp::kLinearGradInputGelu) RETURN_IF_ERROR(TakeWorkspace(r, k));
-  return absl::OkStatus();
-}
-
-// Convolution and pooling: the family's Resolve (compiler/ops/window_family.h)
-// over the operands' shapes; the last output is the workspace, argmax i32.
-absl::Status ResolveWindow(const Resolving& r, KernelArgs& k) {
-  RETURN_IF_ERROR(TakeWorkspace(r, k));
-  RETURN_IF_ERROR(ResolveUnit<ops::WindowFamily>(r, k, k.window));
-  if (k.op == KernelOp::kMaxPool2d || k.op == KernelOp::kMaxPool2dGrad) {
-    const Buffer& argmax = k.op == KernelOp::kMaxPool2d ? r.out(1) : r.in(3);
-    const WindowGeometry& g = k.window;
-    if (argmax.dtype != DType::kI32 || Elements(argmax) != g.n * g.o * g.oh * g.ow) {
-      return r.Fail("argmax is not i32 shaped like y");
-    }
-  }
-  return absl::OkStatus();
-}
 
 Resolver ResolverOf(KernelOp op) {
 #define TRAINC_RESOLVER_ENTRY(Family) &Resolve##Family,
