@@ -122,7 +122,7 @@ absl::Status RefUnit(KernelOp op, const Attrs& attr, const std::vector<TensorRef
 // Every kernel op's reference, its family's (compiler/ops/kernel_families.h),
 // indexed by KernelOp.
 RefOp ReferenceOf(KernelOp op) {
-#define TRAINC_REFERENCE_ENTRY(Family, Name, op) &RefUnit<ops::Family##Family>,
+#define TRAINC_REFERENCE_ENTRY(Fam, Name, op) &RefUnit<ops::Fam##Family>,
   static constexpr RefOp kRefs[] = {
       nullptr,
 #define TRAINC_REFERENCE_NOT_POINTWISE(op, Name, arity) nullptr,

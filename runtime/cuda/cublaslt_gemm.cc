@@ -4,6 +4,7 @@
 // linear_grad_input_gelu; or cublasGemmEx).
 #include "runtime/cuda/cuda_device_impl.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -376,6 +377,60 @@ absl::Status CudaDeviceImpl::RunFusedActivation(const Kernel& k) {
       break;
   }
   return absl::OkStatus();
+}
+
+// The linear family's preparation (a family prepared per plan): cuBLAS's
+// int range, the bias gradient's scratch, and a cublasLt matmul with its
+// epilogue for the forward products and linear_grad_input_gelu.
+absl::Status CudaDeviceImpl::PreparePrograms(const ops::LinearFamily::Args& l, Kernel& k,
+                                             const Instruction& instr, KernelNeeds* needs) {
+  if (l.rows > INT32_MAX || l.in > INT32_MAX || l.out > INT32_MAX) {
+    return Refuse(instr, name_, "matrix dimension beyond cuBLAS's int range");
+  }
+  if (k.op == Op::kLinearGradParams) {
+    needs->scratch_floats =
+        std::max(needs->scratch_floats, cuda::ColumnSumScratchFloats(l.rows, l.out));
+  }
+  if (k.op == Op::kLinear || k.op == Op::kLinearGelu || k.op == Op::kLinearGradInputGelu ||
+      l.act != Activation::kNone) {
+    RETURN_IF_ERROR(BuildLtMatmul(k, tf32_, &k.lt));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDeviceImpl::RunPrograms(const ops::LinearFamily::Args& l, const Kernel& k,
+                                         int) {
+  switch (k.op) {
+    case Op::kLinear:
+    case Op::kLinearRelu:  // linear_relu without pre: the RELU epilogue
+    case Op::kLinearTanh:
+    case Op::kLinearGeluErf:
+    case Op::kLinearGelu:  // one cublasLt GEMM with the GELU epilogue
+      return RunLinear(k);
+    case Op::kLinearGradInputGelu:  // ... with the DGELU epilogue
+      return RunLinearGradInputGelu(k);
+    case Op::kLinearGradInput:
+      // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B]
+      // (a bf16 dx: accumulated in f32 onto the widened old dx, rounded once).
+      return Gemm(CUBLAS_OP_N, CUBLAS_OP_N, l.in, l.rows, l.out, GemmOperand(k, 1), l.in,
+                  GemmOperand(k, 0), l.out, k.accumulate ? 1.0f : 0.0f, LinearOutput(k), l.in,
+                  GemmType(k), OutType(k));
+    default: {
+      // dw[out,in] = dy^T x: DW'[in,out] = X'[in,B] DY'[out,B]^T.
+      RETURN_IF_ERROR(Gemm(CUBLAS_OP_N, CUBLAS_OP_T, l.in, l.out, l.rows, GemmOperand(k, 1),
+                           l.in, GemmOperand(k, 0), l.out, k.accumulate ? 1.0f : 0.0f, k.y[0],
+                           l.in, GemmType(k)));
+      if (k.y[1] == nullptr) return absl::OkStatus();
+      if (k.gemm_bf16[0] != nullptr) {
+        CUDA_RETURN_IF_ERROR(cuda::LaunchColumnSumBf16(k.gemm_bf16[0], l.rows, l.out, k.y[1],
+                                                       k.accumulate, kernel_scratch_, compute_));
+        return absl::OkStatus();
+      }
+      CUDA_RETURN_IF_ERROR(cuda::LaunchColumnSum(k.x[0], l.rows, l.out, k.y[1], k.accumulate,
+                                                 kernel_scratch_, compute_));
+      return absl::OkStatus();
+    }
+  }
 }
 
 }  // namespace trainc::cuda_internal

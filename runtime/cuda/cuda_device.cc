@@ -142,32 +142,20 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
     CUDA_RETURN_IF_ERROR(cudaMalloc(&bf16_staging_, static_cast<size_t>(staging)));
     bf16_staging_bytes_ = staging;
   }
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    AssignBf16Staging(kernels[i], bf16_staging_);
-    resolved[i] = kernels[i];
-  }
-  // A plan cuDNN refuses (too little workspace: compiled for another
-  // device) leaves the previous preparation as it was.
-  RETURN_IF_ERROR(cudnn_->Prepare(plan, resolved, name_));
-  // From here a failure leaves no plan prepared (the old one's matmul
-  // descriptors are gone).
+  for (Kernel& k : kernels) AssignBf16Staging(k, bf16_staging_);
+  // From here a failure leaves no plan prepared (the old one's programs
+  // are gone).
   prepared_plan_ = nullptr;
   ReleaseLtMatmuls();
+  cudnn_->Clear();
   tf32_ = plan.tf32;
+  // Each instruction's limits, scratch and, for the families prepared per
+  // plan, programs (cuBLASLt matmuls, cuDNN descriptors).
   KernelNeeds needs;
   for (size_t i = 0; i < kernels.size(); ++i) {
-    Kernel& k = kernels[i];
-    const Instruction& instr = plan.instructions[i];
-    RETURN_IF_ERROR(PrepareKernel(k, instr, name_, &needs));
+    RETURN_IF_ERROR(PrepareKernel(kernels[i], plan.instructions[i], &needs));
   }
   RETURN_IF_ERROR(CheckKernelTable(plan, kernels, name_));
-  for (Kernel& k : kernels) {
-    if (k.op != Op::kLinear && k.op != Op::kLinearGelu && k.op != Op::kLinearGradInputGelu &&
-        k.linear.act == Activation::kNone) {
-      continue;
-    }
-    RETURN_IF_ERROR(BuildLtMatmul(k, plan.tf32, &k.lt));
-  }
   RETURN_IF_ERROR(EnsureKernelScratch(needs.scratch_floats));
   kernels_ = std::move(kernels);
   prepared_plan_ = &plan;

@@ -161,11 +161,10 @@ struct KernelNeeds {
   int64_t scratch_floats = 1;  // kernel_scratch_, the largest kernel's
 };
 
-// Checks `k` (of `instr`) against the limits of its family's CUDA kernels
-// and adds what they need to *needs: the family's preparation in the
-// kernel table (cuda_kernels.cc); nothing for a family without one.
-absl::Status PrepareKernel(const Kernel& k, const Instruction& instr,
-                           const std::string& device_name, KernelNeeds* needs);
+// "<device>: instruction <id> (<op> "<label>"): <why>", a plan refused at
+// Prepare. (cuda_kernels.cc)
+absl::Status Refuse(const Instruction& instr, const std::string& device_name,
+                    const std::string& why);
 
 // Fails for the first instruction whose op the kernel table
 // (cuda_kernels.cc) lacks.
@@ -262,6 +261,23 @@ class CudaDeviceImpl final : public CudaDevice {
   absl::Status LaunchWithInputs();
   absl::Status FreeInputSlots();
   absl::Status EnsureKernelScratch(int64_t floats);
+  // Checks `k` (of `instr`) against the limits of its family's CUDA
+  // kernels, adds what they need to *needs and builds a family's programs
+  // prepared per plan: the family's preparation in the kernel table
+  // (cuda_kernels.cc); nothing for a family without one.
+  absl::Status PrepareKernel(Kernel& k, const Instruction& instr, KernelNeeds* needs);
+  // The families prepared per plan (compiler/ops/unit_family.h), one
+  // overload each on its Args: PreparePrograms checks instruction `instr`
+  // (resolved as `k`) against the libraries' limits, adds the scratch it
+  // needs to *needs and builds its programs, once per plan; RunPrograms
+  // enqueues them. Linear: cuBLAS and cublasLt (cublaslt_gemm.cc); window:
+  // cuDNN (cudnn_ops.cc).
+  absl::Status PreparePrograms(const ops::LinearFamily::Args& l, Kernel& k,
+                               const Instruction& instr, KernelNeeds* needs);
+  absl::Status RunPrograms(const ops::LinearFamily::Args& l, const Kernel& k, int id);
+  absl::Status PreparePrograms(const WindowGeometry& g, Kernel& k, const Instruction& instr,
+                               KernelNeeds* needs);
+  absl::Status RunPrograms(const WindowGeometry& g, const Kernel& k, int id);
   absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
   absl::Status RunLinear(const Kernel& k);
   absl::Status RunLinearGradInputGelu(const Kernel& k);

@@ -93,42 +93,17 @@ void UseBf16Classifier(Kernel& k) {
   if (k.op == Op::kCrossEntropyFused) k.unit_bf16 = NativeInAndOut(k, 1);
 }
 
-// Each family's preparation: the limits of its CUDA kernels and the
-// scratch they need (KernelNeeds), checked once in Prepare.
-using CudaPrepare = absl::Status (*)(const Kernel& k, const Instruction& instr,
-                                     const std::string& device_name, KernelNeeds* needs);
+// Each family's preparation, once per instruction in Prepare: the limits
+// of its CUDA kernels, the scratch they need (KernelNeeds) and, for a
+// family prepared per plan, its programs.
+using CudaPrepare = absl::Status (*)(CudaDeviceImpl& d, Kernel& k, const Instruction& instr,
+                                     KernelNeeds* needs);
 
 absl::Status Refuse(const Instruction& instr, const std::string& device_name,
                     const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(device_name, ": instruction ", instr.id, " (",
                                                  instr.op, " \"", instr.label, "\"): ", why));
 }
-
-absl::Status PrepareLinear(const Kernel& k, const Instruction& instr,
-                           const std::string& device_name, KernelNeeds* needs) {
-  if (k.linear.rows > INT32_MAX || k.linear.in > INT32_MAX || k.linear.out > INT32_MAX) {
-    return Refuse(instr, device_name, "matrix dimension beyond cuBLAS's int range");
-  }
-  if (k.op == Op::kLinearGradParams) {
-    needs->scratch_floats =
-        std::max(needs->scratch_floats, cuda::ColumnSumScratchFloats(k.linear.rows, k.linear.out));
-  }
-  return absl::OkStatus();
-}
-
-// A unit family's preparation: its Prepare<Family> (runtime/cuda/kernels.h).
-absl::Status UnitPrepared(const char* why, const Instruction& instr,
-                          const std::string& device_name) {
-  return why == nullptr ? absl::OkStatus() : Refuse(instr, device_name, why);
-}
-#define TRAINC_CUDA_UNIT_PREPARE(Family, snake)                                            \
-  absl::Status Prepare##Family##Unit(const Kernel& k, const Instruction& instr,            \
-                                     const std::string& device_name, KernelNeeds* needs) { \
-    return UnitPrepared(cuda::Prepare##Family(k.op, k.snake, &needs->scratch_floats), instr, \
-                        device_name);                                                      \
-  }
-TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_PREPARE)
-#undef TRAINC_CUDA_UNIT_PREPARE
 
 // One instruction to enqueue.
 struct KernelCall {
@@ -156,41 +131,6 @@ struct CudaKernels {
                : cuda::CudaErrorToStatus(err, c.instr.op.c_str(), __FILE__, __LINE__);
   }
 
-  static absl::Status Linear(CudaDeviceImpl& d, const KernelCall& c) {
-    const Kernel& k = c.k;
-    switch (k.op) {
-      case Op::kLinear:
-      case Op::kLinearRelu:  // linear_relu without pre: the RELU epilogue
-      case Op::kLinearTanh:
-      case Op::kLinearGeluErf:
-      case Op::kLinearGelu:  // one cublasLt GEMM with the GELU epilogue
-        return d.RunLinear(k);
-      case Op::kLinearGradInputGelu:  // ... with the DGELU epilogue
-        return d.RunLinearGradInputGelu(k);
-      case Op::kLinearGradInput:
-        // dx[B,in] = dy[B,out] w[out,in]: DX'[in,B] = W'[in,out] DY'[out,B]
-        // (a bf16 dx: accumulated in f32 onto the widened old dx, rounded once).
-        return d.Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k.linear.in, k.linear.rows, k.linear.out,
-                      CudaDeviceImpl::GemmOperand(k, 1), k.linear.in, CudaDeviceImpl::GemmOperand(k, 0),
-                      k.linear.out, k.accumulate ? 1.0f : 0.0f, CudaDeviceImpl::LinearOutput(k), k.linear.in,
-                      CudaDeviceImpl::GemmType(k), CudaDeviceImpl::OutType(k));
-      default: {
-        // dw[out,in] = dy^T x: DW'[in,out] = X'[in,B] DY'[out,B]^T.
-        RETURN_IF_ERROR(d.Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k.linear.in, k.linear.out, k.linear.rows,
-                               CudaDeviceImpl::GemmOperand(k, 1), k.linear.in, CudaDeviceImpl::GemmOperand(k, 0), k.linear.out,
-                               k.accumulate ? 1.0f : 0.0f, k.y[0], k.linear.in, CudaDeviceImpl::GemmType(k)));
-        if (k.y[1] == nullptr) return absl::OkStatus();
-        if (k.gemm_bf16[0] != nullptr) {
-          return Launched(c, cuda::LaunchColumnSumBf16(k.gemm_bf16[0], k.linear.rows, k.linear.out, k.y[1],
-                                                       k.accumulate, d.kernel_scratch_,
-                                                       d.compute_));
-        }
-        return Launched(c, cuda::LaunchColumnSum(k.x[0], k.linear.rows, k.linear.out, k.y[1], k.accumulate,
-                                                 d.kernel_scratch_, d.compute_));
-      }
-    }
-  }
-
   static absl::Status Pointwise(CudaDeviceImpl& d, const KernelCall& c) {
     const Kernel& k = c.k;
     // bf16 operands as they are (UseBf16Pointwise): all, some or none.
@@ -206,11 +146,6 @@ struct CudaKernels {
     }
     return Launched(c, cuda::LaunchPointwise(k.op, k.x[0], k.x[1], k.y[0], k.rows,
                                              k.accumulate, d.compute_));
-  }
-
-  // Convolution and pooling: cuDNN, with the descriptors Prepare made.
-  static absl::Status Window(CudaDeviceImpl& d, const KernelCall& c) {
-    return d.cudnn_->Run(c.instr.id);
   }
 
   // A unit family's CUDA kernels: its launcher
@@ -241,12 +176,35 @@ struct CudaKernels {
     return Launched(c, launch(c.k.op, ops::unit::ForStep(args, step), c.k.x, c.k.y,
                               UnitEnv(d, c)));
   }
-#define TRAINC_CUDA_UNIT(Family, snake)                                      \
-  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) { \
-    return LaunchUnit(d, c, c.k.snake, &cuda::Launch##Family);               \
+  // Its preparation: its Prepare<Family> (runtime/cuda/kernels.h).
+  static absl::Status PrepareUnit(CudaDeviceImpl& d, const char* why, const Instruction& instr) {
+    return why == nullptr ? absl::OkStatus() : Refuse(instr, d.name_, why);
   }
-  TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT)
+#define TRAINC_CUDA_UNIT(Family, snake)                                                   \
+  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) {              \
+    return LaunchUnit(d, c, c.k.snake, &cuda::Launch##Family);                            \
+  }                                                                                       \
+  static absl::Status Prepare##Family##Unit(CudaDeviceImpl& d, Kernel& k,                 \
+                                            const Instruction& instr, KernelNeeds* needs) { \
+    return PrepareUnit(d, cuda::Prepare##Family(k.op, k.snake, &needs->scratch_floats), instr); \
+  }
+  TRAINC_STATELESS_FAMILIES(TRAINC_CUDA_UNIT)
 #undef TRAINC_CUDA_UNIT
+
+  // A family prepared per plan (compiler/ops/unit_family.h): the device's
+  // programs for it, built per instruction in Prepare and enqueued here
+  // (PreparePrograms and RunPrograms, overloads on its Args:
+  // cuda_device_impl.h).
+#define TRAINC_CUDA_PREPARED(Family, snake)                                               \
+  static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) {              \
+    return d.RunPrograms(c.k.snake, c.k, c.instr.id);                                     \
+  }                                                                                       \
+  static absl::Status Prepare##Family##Unit(CudaDeviceImpl& d, Kernel& k,                 \
+                                            const Instruction& instr, KernelNeeds* needs) { \
+    return d.PreparePrograms(k.snake, k, instr, needs);                                   \
+  }
+  TRAINC_PREPARED_FAMILIES(TRAINC_CUDA_PREPARED)
+#undef TRAINC_CUDA_PREPARED
 
   // One kernel per family (compiler/ops/kernel_families.h); a family left
   // out has no CUDA kernel.
@@ -256,8 +214,6 @@ struct CudaKernels {
   {F::k##Family, {&Family##Unit, &Prepare##Family##Unit}},
     return KernelTable<CudaBinding>::OfFamilies({
         {F::kPointwise, {&Pointwise}},
-        {F::kLinear, {&Linear, &PrepareLinear}},
-        {F::kWindow, {&Window}},
         TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_ENTRY)
     });
 #undef TRAINC_CUDA_UNIT_ENTRY
@@ -287,11 +243,11 @@ absl::Status CheckKernelTable(const Plan& plan, const std::vector<Kernel>& kerne
   });
 }
 
-absl::Status PrepareKernel(const Kernel& k, const Instruction& instr,
-                           const std::string& device_name, KernelNeeds* needs) {
+absl::Status CudaDeviceImpl::PrepareKernel(Kernel& k, const Instruction& instr,
+                                           KernelNeeds* needs) {
   if (k.op == Op::kNotCompute) return absl::OkStatus();
   const CudaPrepare prepare = CudaKernels::Table()[k.op].prepare;
-  return prepare == nullptr ? absl::OkStatus() : prepare(k, instr, device_name, needs);
+  return prepare == nullptr ? absl::OkStatus() : prepare(*this, k, instr, needs);
 }
 
 }  // namespace cuda_internal

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "compiler/util/status_macros.h"
+#include "runtime/cuda/cuda_device_impl.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/kernels.h"
 
@@ -244,40 +245,38 @@ absl::Status CudnnOps::Init(cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-absl::Status CudnnOps::Prepare(const Plan& plan,
-                               const std::vector<KernelArgs>& kernels,
-                               const std::string& device_name) {
+void CudnnOps::Clear() { state_->programs.clear(); }
+
+absl::Status CudnnOps::Add(const Instruction& instr, const KernelArgs& k, bool tf32,
+                           const std::string& device_name) {
   if (state_->handle == nullptr) {
-    return absl::FailedPreconditionError("cuDNN: Prepare before Init");
+    return absl::FailedPreconditionError("cuDNN: Add before Init");
   }
-  std::vector<std::unique_ptr<Program>> programs(kernels.size());
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    const KernelArgs& k = kernels[i];
-    if (!IsCudnnOp(k.op)) continue;
-    const Instruction& instr = plan.instructions[i];
-    auto fail = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(device_name, ": instruction ", i, " (", instr.op, " \"",
-                       instr.label, "\"): ", why));
-    };
-    auto program = std::make_unique<Program>();
-    program->k = k;
-    if (absl::Status s = Describe(k, plan.tf32, program->d); !s.ok()) {
-      return fail(s.message());
-    }
-    absl::StatusOr<int64_t> need = WorkspaceOf(state_->handle, k, program->d);
-    if (!need.ok()) return fail(need.status().message());
-    if (*need > k.workspace_bytes) {
-      return fail(absl::StrCat(
-          "cuDNN needs ", *need, " bytes of workspace, the plan reserves ",
-          k.workspace_bytes,
-          " (a plan compiled for another device? compile it with --device "
-          "cuda)"));
-    }
-    program->workspace_bytes = *need;
-    programs[i] = std::move(program);
+  auto fail = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(device_name, ": instruction ", instr.id,
+                                                   " (", instr.op, " \"", instr.label,
+                                                   "\"): ", why));
+  };
+  if (!IsCudnnOp(k.op)) return fail("not a cuDNN op");
+  auto program = std::make_unique<Program>();
+  program->k = k;
+  if (absl::Status s = Describe(k, tf32, program->d); !s.ok()) {
+    return fail(s.message());
   }
-  state_->programs = std::move(programs);
+  absl::StatusOr<int64_t> need = WorkspaceOf(state_->handle, k, program->d);
+  if (!need.ok()) return fail(need.status().message());
+  if (*need > k.workspace_bytes) {
+    return fail(absl::StrCat(
+        "cuDNN needs ", *need, " bytes of workspace, the plan reserves ",
+        k.workspace_bytes,
+        " (a plan compiled for another device? compile it with --device "
+        "cuda)"));
+  }
+  program->workspace_bytes = *need;
+  if (instr.id >= static_cast<int>(state_->programs.size())) {
+    state_->programs.resize(instr.id + 1);
+  }
+  state_->programs[instr.id] = std::move(program);
   return absl::OkStatus();
 }
 
@@ -358,3 +357,18 @@ absl::Status CudnnOps::Run(int id) {
 }
 
 }  // namespace trainc::cuda
+
+namespace trainc::cuda_internal {
+
+// The window family's preparation (a family prepared per plan): its cuDNN
+// descriptors, checked against the plan's workspace.
+absl::Status CudaDeviceImpl::PreparePrograms(const WindowGeometry&, Kernel& k,
+                                             const Instruction& instr, KernelNeeds*) {
+  return cudnn_->Add(instr, k, tf32_, name_);
+}
+
+absl::Status CudaDeviceImpl::RunPrograms(const WindowGeometry&, const Kernel&, int id) {
+  return cudnn_->Run(id);
+}
+
+}  // namespace trainc::cuda_internal

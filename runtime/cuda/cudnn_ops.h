@@ -3,7 +3,8 @@
 //
 //   CudnnOps ops;
 //   RETURN_IF_ERROR(ops.Init(compute_stream));             // the handle
-//   RETURN_IF_ERROR(ops.Prepare(plan, kernels, name));     // descriptors
+//   ops.Clear();                                           // a new plan
+//   RETURN_IF_ERROR(ops.Add(instr, k, tf32, name));        // descriptors
 //   ... RETURN_IF_ERROR(ops.Run(instr.id)); ...            // enqueues only
 //
 // Tensors stay in PyTorch's layouts in the arena (NCHW activations, OIHW
@@ -58,13 +59,15 @@ class CudnnOps {
   // call of Run enqueues there.
   absl::Status Init(cudaStream_t stream);
 
-  // Describes every convolution and pooling instruction of `kernels`
-  // (ResolveKernels of `plan`, with arena pointers). Fails, naming the
+  // Forgets every instruction described (no queued work may use them).
+  void Clear();
+
+  // Describes convolution or pooling instruction `instr`, resolved as `k`
+  // (with arena pointers), TF32 math when `tf32`. Fails, naming the
   // instruction, when cuDNN refuses a shape or the plan reserves less
-  // workspace than cuDNN needs (a plan compiled for another device). On
-  // failure the previous plan's descriptors stay.
-  absl::Status Prepare(const Plan& plan, const std::vector<KernelArgs>& kernels,
-                       const std::string& device_name);
+  // workspace than cuDNN needs (a plan compiled for another device).
+  absl::Status Add(const Instruction& instr, const KernelArgs& k, bool tf32,
+                   const std::string& device_name);
 
   // Enqueues instruction `id` (one of those prepared) on the stream.
   absl::Status Run(int id);

@@ -30,7 +30,9 @@ inline constexpr int kErrorTokenOutOfRange = 2;  // an embedding id
 
 struct OptimizerStepScalars;  // optimizer.cu, below
 
-// ---- a unit family's <snake>.cu (compiler/ops/kernel_families.h) ----------
+// ---- a stateless unit family's <snake>.cu (compiler/ops/kernel_families.h;
+// a family prepared per plan runs library programs instead:
+// cuda_device_impl.h's PreparePrograms, RunPrograms) -----------------------
 // What its kernels get besides their operands and sizes (an Args with a
 // unit::Step gets the step too, its number to be read from `scalars`).
 struct UnitLaunch {
@@ -58,7 +60,7 @@ struct UnitLaunch {
                            int64_t* scratch_floats);                                         \
   cudaError_t Launch##Fam(KernelOp op, const ops::Fam##Family::Args& a, const float* const* x, \
                           float* const* y, const UnitLaunch& env);
-TRAINC_UNIT_FAMILIES(TRAINC_CUDA_UNIT_LAUNCHER)
+TRAINC_STATELESS_FAMILIES(TRAINC_CUDA_UNIT_LAUNCHER)
 #undef TRAINC_CUDA_UNIT_LAUNCHER
 
 // ---- attention_mma.cu: attention on tensor cores ---------------------------
