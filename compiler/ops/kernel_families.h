@@ -9,37 +9,38 @@
 //     runtime/cuda/cuda_kernels.cc): one binding per family, expanded to
 //     the family's ops; a missing binding fails the conformance test by
 //     name, and Prepare refuses a plan that needs it;
-//   - the float64 reference's table (compiler/autodiff/reference_eval.cc):
-//     one Ref<Name> per kernel op, a missing one fails to compile;
+//   - the float64 reference's table (compiler/autodiff/reference_eval.cc);
 //   - oneDNN's lists (runtime/cpu/dnnl_ops.cc) from the pointwise and
 //     window families.
 //
-// A *unit* family keeps everything but its op table entries
+// Every family but Pointwise (compiler/ops/pointwise.h) is a *unit*
+// family, which keeps everything but its op table entries
 // (compiler/ops/op_table.cc: model op, instruction ops, gradient rules) in
-// two files:
-//   - compiler/ops/<snake>_family.h, a struct ops::<Family>Family with its
-//     typed sizes (Args), their resolution from the operands' shapes
-//     (Resolve), and its loops templated on the element type: Run<float>
-//     is the CPU kernel, Run<double> the float64 reference;
-//   - runtime/cuda/<snake>.cu, its CUDA kernels behind one launcher,
-//     cuda::Launch<Family> (given a cuda::UnitLaunch: accumulate, training,
-//     native bf16, scratch, error word, stream), and cuda::Prepare<Family>,
-//     its limits and the scratch it needs (declared from
-//     TRAINC_UNIT_FAMILIES in runtime/cuda/kernels.h; the .cu files are a
-//     glob).
+// compiler/ops/<snake>_family.h, a struct ops::<Family>Family with its
+// typed sizes (Args), their resolution from the operands' shapes
+// (Resolve), and its loops templated on the element type, Run<double> the
+// float64 reference; and in its backends' kernels, which come in two
+// kinds:
+//   - a *stateless* family (TRAINC_STATELESS_FAMILIES): Run<float> is the
+//     CPU kernel (or a CPU kernel of its own), and runtime/cuda/<snake>.cu
+//     its CUDA kernels behind one launcher, cuda::Launch<Family> (given a
+//     cuda::UnitLaunch: accumulate, training, native bf16, scratch, error
+//     word, stream), with cuda::Prepare<Family>, its limits and the
+//     scratch it needs (declared in runtime/cuda/kernels.h; the .cu files
+//     are a glob);
+//   - a family *prepared per plan* (TRAINC_PREPARED_FAMILIES: linear,
+//     window): its backends run library programs built once for the plan
+//     (oneDNN, cuBLASLt, cuDNN), handed to its kernel in a context: the
+//     CPU's cpu::OwnCpuKernel(op, args, const cpu::Prepared&), CUDA's
+//     CudaDeviceImpl::PreparePrograms and RunPrograms, overloads on its
+//     Args (compiler/ops/unit_family.h).
 // The resolver, both backends' tables, KernelArgs' field for its Args and
-// the reference's table pick it up from the lists below; adding one is
-// lines here plus those three files. What a family may declare beyond
-// Args, Resolve and Run (a refusal, an i32 operand, a training flag, a
-// bf16_outputs mask, f32 operands, a CPU kernel of its own, the step, the
-// plan's facts, several kernels for one instruction op) is
-// compiler/ops/unit_family.h. layernorm, rmsnorm, softmax, group_norm,
-// embedding, mse, cross_entropy, attention, dropout, reshape, cast,
-// sum_squares and optimizer are unit families (compiler/ops/*_family.h).
-// The window family (convolution, pooling) has a header of the same
-// shape, compiler/ops/window_family.h (Args, Resolve, the float64
-// reference), but is not in the unit list: its backends run oneDNN and
-// cuDNN programs prepared per plan.
+// the reference's table pick a unit family up from the lists below; adding
+// a stateless one is lines here plus its two files. What a family may
+// declare beyond Args, Resolve and Run (a refusal, an i32 operand, a
+// training flag, a bf16_outputs mask, f32 operands, a CPU kernel of its
+// own, programs prepared per plan, the step, the plan's facts, several
+// kernels for one instruction op) is compiler/ops/unit_family.h.
 #ifndef TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 #define TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_
 
