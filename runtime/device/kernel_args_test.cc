@@ -3,8 +3,8 @@
 // (compiler/ops/kernel_families.h), group_norm's: its typed sizes from the
 // shapes, its refusals naming the instruction; cross_entropy's labels, an
 // i32 operand read through its Args; attention's geometry and its
-// log-sum-exp, f32 under any precision; a convolution's window
-// (compiler/ops/window_family.h).
+// log-sum-exp, f32 under any precision; a convolution's window and max
+// pooling's i32 argmax (compiler/ops/window_family.h).
 #include "runtime/device/kernel_args.h"
 
 #include <vector>
@@ -281,6 +281,42 @@ TEST(KernelArgs, AConvolutionResolvesItsWindow) {
   ASSERT_FALSE(k.ok());
   EXPECT_EQ(k.status().message(),
             "test: instruction 0 (conv2d \"c\"): the windows do not tile the padded image");
+}
+
+// max_pool2d(x[1, 2, 4, 4]) -> y[1, 2, 2, 2], argmax, workspace: 2 x 2
+// windows, stride 2; argmax of `argmax_dtype`.
+Plan MaxPool(DType argmax_dtype) {
+  Plan plan;
+  plan.micro_batch = 1;
+  plan.buffers = {Make(0, "x", BufferKind::kActivation, {1, 2, 4, 4}, 0),
+                  Make(1, "y", BufferKind::kActivation, {1, 2, 2, 2}, 128),
+                  Make(2, "argmax", BufferKind::kActivation, {1, 2, 2, 2}, 192),
+                  Make(3, "ws", BufferKind::kWorkspace, {16}, 256)};
+  plan.buffers[2].dtype = argmax_dtype;
+  Instruction pool;
+  pool.id = 0;
+  pool.op = "max_pool2d";
+  pool.label = "p";
+  pool.inputs = {0};
+  pool.outputs = {1, 2, 3};
+  pool.attrs = {{"kernel_h", 2}, {"kernel_w", 2}, {"stride", 2}, {"padding", 0}};
+  plan.instructions = {pool};
+  plan.arena_bytes = 320;
+  return plan;
+}
+
+TEST(KernelArgs, MaxPoolingsArgmaxIsI32) {
+  std::vector<char> arena(320);
+  absl::StatusOr<std::vector<KernelArgs>> k =
+      ResolveKernels(MaxPool(DType::kI32), arena.data(), arena.size(), "test");
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ((*k)[0].window.oh, 2);
+  EXPECT_EQ((*k)[0].workspace, arena.data() + 256);
+
+  k = ResolveKernels(MaxPool(DType::kF32), arena.data(), arena.size(), "test");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(),
+            "test: instruction 0 (max_pool2d \"p\"): argmax is not i32 shaped like y");
 }
 
 }  // namespace
