@@ -50,54 +50,70 @@ void CudaDeviceImpl::ReleaseLtMatmuls() {
 // accumulate (the epilogue would apply to the sum): an accumulating one,
 // in not a multiple of 8 or no algorithm is RunLinearGradInputGelu's
 // fallback.
-absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
-                                           int* index) {
+namespace {
+
+absl::Status LtOk(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return cuda::CublasErrorToStatus(st, what, __FILE__, __LINE__);
+}
+
+// Sets one attribute of the matmul's descriptor.
+template <typename T>
+absl::Status SetLtAttribute(const LtMatmul& m, cublasLtMatmulDescAttributes_t attr,
+                            const T& value, const char* what) {
+  return LtOk(cublasLtMatmulDescSetAttribute(m.desc, attr, &value, sizeof(value)), what);
+}
+
+}  // namespace
+
+absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32, int* index) {
+  const bool dgelu = k.op == Op::kLinearGradInputGelu, gelu = k.op == Op::kLinearGelu;
+  LtMatmul m;
+  // No aux layout cublasLt accepts (RunLinear's fallback): kept unusable.
+  const bool no_aux = (gelu && k.linear.out % 8 != 0) ||
+                      (dgelu && (k.linear.in % 8 != 0 || k.accumulate));
+  if (!no_aux) {
+    if (absl::Status s = DescribeLtMatmul(k, tf32, m); !s.ok()) {
+      m.Destroy();
+      return s;
+    }
+    FindLtAlgorithm(k, m);
+  }
+  lt_matmuls_.push_back(m);
+  *index = static_cast<int>(lt_matmuls_.size()) - 1;
+  return absl::OkStatus();
+}
+
+// The descriptor (compute type, transposes, epilogue with its bias and aux
+// operands) and the three layouts.
+absl::Status CudaDeviceImpl::DescribeLtMatmul(const Kernel& k, bool tf32, LtMatmul& m) {
   const int64_t rows = k.linear.rows, in = k.linear.in, out = k.linear.out;
   const bool dgelu = k.op == Op::kLinearGradInputGelu;
   const bool bias = !dgelu && k.x[2] != nullptr, relu = ReluEpilogue(k);
   const bool gelu = k.op == Op::kLinearGelu;
-  LtMatmul m;
-  auto keep = [&] {
-    lt_matmuls_.push_back(m);
-    *index = static_cast<int>(lt_matmuls_.size()) - 1;
-    return absl::OkStatus();
-  };
-  // No aux layout cublasLt accepts: RunLinear's fallback.
-  if (gelu && out % 8 != 0) return keep();
-  if (dgelu && (in % 8 != 0 || k.accumulate)) return keep();
-  auto fail = [&](absl::Status s) {
-    m.Destroy();
-    return s;
-  };
-  auto lt_ok = [&](cublasStatus_t st, const char* what) -> absl::Status {
-    if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-    return fail(cuda::CublasErrorToStatus(st, what, __FILE__, __LINE__));
-  };
-  auto set = [&](cublasLtMatmulDescAttributes_t attr, const auto& value, const char* what) {
-    return lt_ok(cublasLtMatmulDescSetAttribute(m.desc, attr, &value, sizeof(value)), what);
-  };
   const cudaDataType_t ab = GemmType(k);
   // bf16 products are exact in f32: TF32 changes nothing there.
   const cublasComputeType_t compute =
       tf32 && ab == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  RETURN_IF_ERROR(lt_ok(cublasLtMatmulDescCreate(&m.desc, compute, CUDA_R_32F),
-                        "cublasLtMatmulDescCreate"));
+  RETURN_IF_ERROR(LtOk(cublasLtMatmulDescCreate(&m.desc, compute, CUDA_R_32F),
+                       "cublasLtMatmulDescCreate"));
   const cublasOperation_t ta = dgelu ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA"));
-  RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB"));
+  RETURN_IF_ERROR(SetLtAttribute(m, CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA"));
+  RETURN_IF_ERROR(SetLtAttribute(m, CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB"));
   const cublasLtEpilogue_t epilogue =
       dgelu  ? CUBLASLT_EPILOGUE_DGELU
       : gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
       : bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
              : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-  RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "EPILOGUE"));
+  RETURN_IF_ERROR(SetLtAttribute(m, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "EPILOGUE"));
   if (bias) {
     // f32, or bf16 beside a bf16 D (Kernel::bias_bf16); said outright. The
     // pointer is fixed by Prepare; set now, the heuristic sees its
     // alignment (64 bytes) rather than assuming a null one's.
     const cudaDataType_t bias_type = k.bias_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type, "BIAS_DATA_TYPE"));
-    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, k.x[2], "BIAS_POINTER"));
+    RETURN_IF_ERROR(
+        SetLtAttribute(m, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type, "BIAS_DATA_TYPE"));
+    RETURN_IF_ERROR(SetLtAttribute(m, CUBLASLT_MATMUL_DESC_BIAS_POINTER, k.x[2], "BIAS_POINTER"));
   }
   const cudaDataType_t d_type = OutType(k);
   if (gelu || dgelu) {
@@ -106,23 +122,26 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
     // the bias's).
     const void* aux = dgelu ? static_cast<const void*>(k.x[2]) : LinearPre(k);
     const int64_t aux_ld = dgelu ? in : out;
-    const cudaDataType_t aux_type = d_type;
-    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "AUX_POINTER"));
-    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld, "AUX_LD"));
-    RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, aux_type, "AUX_DATA_TYPE"));
+    RETURN_IF_ERROR(SetLtAttribute(m, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "AUX_POINTER"));
+    RETURN_IF_ERROR(SetLtAttribute(m, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld, "AUX_LD"));
+    RETURN_IF_ERROR(
+        SetLtAttribute(m, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, d_type, "AUX_DATA_TYPE"));
   }
-  RETURN_IF_ERROR(lt_ok(cublasLtMatrixLayoutCreate(&m.a, ab, in, out, in), "layout A"));
+  RETURN_IF_ERROR(LtOk(cublasLtMatrixLayoutCreate(&m.a, ab, in, out, in), "layout A"));
   // B and D: X'[in, B] and Y'[out, B]; for the input gradient DY'[out, B]
   // and DX'[in, B].
   const int64_t b_rows = dgelu ? out : in, d_rows = dgelu ? in : out;
-  RETURN_IF_ERROR(
-      lt_ok(cublasLtMatrixLayoutCreate(&m.b, ab, b_rows, rows, b_rows), "layout B"));
-  RETURN_IF_ERROR(lt_ok(
-      cublasLtMatrixLayoutCreate(&m.d, d_type, d_rows, rows, d_rows),
-      "layout D"));
+  RETURN_IF_ERROR(LtOk(cublasLtMatrixLayoutCreate(&m.b, ab, b_rows, rows, b_rows), "layout B"));
+  return LtOk(cublasLtMatrixLayoutCreate(&m.d, d_type, d_rows, rows, d_rows), "layout D");
+}
+
+// cublasLt's best algorithm for the described matmul within the workspace
+// and the operands' real alignment: m.usable when one was found. None (or
+// an unsupported epilogue) is not an error: RunLinear falls back to
+// cublasGemmEx plus the bias kernel.
+void CudaDeviceImpl::FindLtAlgorithm(const Kernel& k, LtMatmul& m) {
   cublasLtMatmulPreference_t pref = nullptr;
-  RETURN_IF_ERROR(lt_ok(cublasLtMatmulPreferenceCreate(&pref),
-                        "cublasLtMatmulPreferenceCreate"));
+  if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return;
   size_t ws = kBlasWorkspaceBytes;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
@@ -139,23 +158,19 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32,
     const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
     uint32_t align = 256;
     while (align > 4 && address % align != 0) align /= 2;
-    st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align,
-                                              sizeof(align));
+    st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
   }
   cublasLtMatmulHeuristicResult_t result;
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(lt_, m.desc, m.a, m.b, m.d, m.d, pref,
-                                        1, &result, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(lt_, m.desc, m.a, m.b, m.d, m.d, pref, 1, &result,
+                                        &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
     m.algo = result.algo;
     m.usable = true;
   }
-  // No algorithm (or an unsupported epilogue) is not an error: RunLinear
-  // falls back to cublasGemmEx plus the bias kernel.
-  return keep();
 }
 
 void UseBf16Gemm(Kernel& k) {
