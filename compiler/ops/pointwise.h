@@ -57,19 +57,12 @@ TRAINC_HD double Erf(double x) { return erf(x); }
 TRAINC_HD float Tanh(float x) { return tanhf(x); }
 TRAINC_HD double Tanh(double x) { return tanh(x); }
 
-// 1 + tanh(u). In f32 without libm, so the loops around it vectorise
-// (libm's tanhf is a scalar call: it was 40% of a tiny GPT's CPU step).
-// With e = exp(-2|u|) (Cody-Waite range reduction and Cephes' degree-6
-// polynomial, ~1 ulp), 1 + tanh u = 2 / (1 + e) for u >= 0 and
-// 2e / (1 + e) for u < 0: no cancellation where tanh u is near -1 (x well
-// below 0 in GELU), which PyTorch's 1 + tanh(u) loses to |x| 2^-24.
-TRAINC_HD float OnePlusTanh(float u) {
-  // e stays a normal float (exp(-86) ~ 4e-38); 2e / (1 + e) keeps its
-  // relative precision down there, where GELU's tail lives. The select
-  // (not fminf) keeps a NaN a NaN.
-  const float abs_u = fabsf(u);
-  const float a = 43.0f < abs_u ? 43.0f : abs_u;
-  const float z = -2.0f * a;
+// e^z for z in [-86, 0] in f32 without libm, so the loops around it
+// vectorise (libm's expf and tanhf are scalar calls: tanhf was 40% of a
+// tiny GPT's CPU step, expf the Llama's SiLU): Cody-Waite range reduction
+// and Cephes' degree-6 polynomial, ~1 ulp. The result stays a normal float
+// (e^-86 ~ 4e-38).
+TRAINC_HD float ExpNonPositive(float z) {
   const float k = floorf(z * 1.44269504088896341f + 0.5f);
   const float r = z - k * 0.693359375f + k * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -87,10 +80,46 @@ TRAINC_HD float OnePlusTanh(float u) {
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
 #endif
-  const float e = er * scale;
+  return er * scale;
+}
+
+// 1 + tanh(u). With e = exp(-2|u|), 1 + tanh u = 2 / (1 + e) for u >= 0
+// and 2e / (1 + e) for u < 0: no cancellation where tanh u is near -1 (x
+// well below 0 in GELU), which PyTorch's 1 + tanh(u) loses to |x| 2^-24.
+TRAINC_HD float OnePlusTanh(float u) {
+  // e stays a normal float (|u| clamped to 43); 2e / (1 + e) keeps its
+  // relative precision down there, where GELU's tail lives. The select
+  // (not fminf) keeps a NaN a NaN.
+  const float abs_u = fabsf(u);
+  const float a = 43.0f < abs_u ? 43.0f : abs_u;
+  const float e = ExpNonPositive(-2.0f * a);
   return (u >= 0.0f ? 2.0f : 2.0f * e) / (1.0f + e);
 }
 TRAINC_HD double OnePlusTanh(double u) { return 1 + tanh(u); }
+
+// The logistic sigmoid 1 / (1 + e^-x) and SiLU x sigmoid(x), in f32 through
+// ExpNonPositive (vectorised; libm's expf was SiLU's cost): with
+// e = e^-|x|, sigmoid is 1 / (1 + e) for x >= 0 and e / (1 + e) below, so
+// e^-x never overflows. |x| is clamped to 86: below x = -86, where sigmoid
+// is under 4.4e-38, it stays 4.4e-38 (x sigmoid(x) then under 1e-35 in
+// magnitude; libm's form gave -0). A NaN stays a NaN.
+TRAINC_HD float SigmoidParts(float x, float* e) {
+  const float abs_x = fabsf(x);
+  *e = ExpNonPositive(-(86.0f < abs_x ? 86.0f : abs_x));
+  return 1.0f + *e;
+}
+TRAINC_HD float Sigmoid(float x) {
+  float e;
+  const float d = SigmoidParts(x, &e);
+  return (x >= 0.0f ? 1.0f : e) / d;
+}
+TRAINC_HD double Sigmoid(double x) { return 1 / (1 + exp(-x)); }
+TRAINC_HD float Silu(float x) {
+  float e;
+  const float d = SigmoidParts(x, &e);
+  return (x >= 0.0f ? x : x * e) / d;
+}
+TRAINC_HD double Silu(double x) { return x / (1 + exp(-x)); }
 
 }  // namespace math
 
@@ -154,12 +183,12 @@ struct GeluTanhGrad {  // (dy, x)
 // SiLU (swish): x sigmoid(x).
 struct Silu {
   template <typename T>
-  TRAINC_HD static T F(T x) { return x / (T(1) + math::Exp(-x)); }
+  TRAINC_HD static T F(T x) { return math::Silu(x); }
 };
 struct SiluGrad {  // (dy, x)
   template <typename T>
   TRAINC_HD static T F(T dy, T x) {
-    const T s = T(1) / (T(1) + math::Exp(-x));
+    const T s = math::Sigmoid(x);
     return dy * s * (T(1) + x * (T(1) - s));
   }
 };

@@ -160,6 +160,7 @@ struct Args {
   std::string only;  // empty: both models
   bool torch = true;
   bool one_rank = false;  // --one-rank: no two-rank rows
+  bool bf16 = true;       // --no-bf16: no precision = bf16 rows
   // Internal, for the re-executed workers: "overlap" or "no-overlap", and
   // the model's key (they take --steps and --warmup as given).
   std::string worker_mode;
@@ -241,6 +242,8 @@ OptionParser MakeParser(Args* args) {
       .Switch({"--no-torch"}, "do not run the PyTorch reference", [args] { args->torch = false; })
       .Switch({"--one-rank"}, "only the one-rank rows (fp32, and bf16 for the gpt and llama)",
               [args] { args->one_rank = true; })
+      .Switch({"--no-bf16"}, "no precision = bf16 rows (the gpt and llama)",
+              [args] { args->bf16 = false; })
       .Value({"--blas"}, absl::StrJoin(EnumNames<cpu::BlasChoice>(), "|"),
              "the matrix products' library, as train's --blas (sets TRAINC_BLAS)", SetBlasEnv)
       // What RunTwoRanks passes its workers; not for people.
@@ -616,7 +619,7 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
                         absl::StrCat("1 rank: ", one.status().message()));
   }
   r.one = *one;
-  if (&model == &kGpt || &model == &kLlama) {
+  if (args.bf16 && (&model == &kGpt || &model == &kLlama)) {
     if (absl::Status s = MeasureBf16(model, warmup, steps, r); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("1 rank, bf16: ", s.message()));
     }
