@@ -52,13 +52,28 @@ absl::StatusOr<BlasChoice> WithBlasEnv(BlasChoice choice) {
   return BlasChoiceFromEnv();
 }
 
-GemmLibrary ResolveBlas(BlasChoice choice, const BlasInfo& info) {
+IsaLevel OneDnnLevel() {
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return IsaLevel::kSse;
+    case dnnl_cpu_isa_avx: return IsaLevel::kAvx;
+    case dnnl_cpu_isa_avx2:
+    case dnnl_cpu_isa_avx2_vnni: return IsaLevel::kAvx2;
+    case dnnl_cpu_isa_avx512_core:
+    case dnnl_cpu_isa_avx512_core_vnni:
+    case dnnl_cpu_isa_avx512_core_bf16:
+    case dnnl_cpu_isa_avx512_core_amx: return IsaLevel::kAvx512;
+    default: return IsaLevel::kUnknown;  // Xeon Phi's avx512_mic, or none
+  }
+}
+
+GemmLibrary ResolveBlas(BlasChoice choice, const BlasInfo& info, IsaLevel onednn) {
   switch (choice) {
     case BlasChoice::kOpenBlas: return GemmLibrary::kOpenBlas;
     case BlasChoice::kOneDnn: return GemmLibrary::kOneDnn;
     case BlasChoice::kAuto: break;
   }
-  return info.fallback ? GemmLibrary::kOneDnn : GemmLibrary::kOpenBlas;
+  return info.fallback || onednn == IsaLevel::kAvx512 ? GemmLibrary::kOneDnn
+                                                      : GemmLibrary::kOpenBlas;
 }
 
 void SetGemmLibrary(GemmLibrary library) { library_in_use.store(library); }
@@ -74,11 +89,12 @@ std::string OneDnnSummary() {
 std::string GemmSummary(GemmLibrary library, BlasChoice choice, const BlasInfo& info) {
   if (library == GemmLibrary::kOpenBlas) return BlasSummary(info);
   const std::string why =
-      choice == BlasChoice::kAuto
+      choice != BlasChoice::kAuto ? "asked for (--blas or TRAINC_BLAS)"
+      : info.fallback
           ? absl::StrCat("auto: ", info.library, " would run its ", info.core, " kernels",
                          info.core_from_env ? " (OPENBLAS_CORETYPE set by the environment)" : "",
                          ", a fallback")
-          : "asked for (--blas or TRAINC_BLAS)";
+          : "auto: AVX-512 kernels (--blas openblas for OpenBLAS's)";
   return absl::StrCat(OneDnnSummary(), " (CPU: ", IsaName(info.isa), "); ", why);
 }
 

@@ -4,9 +4,12 @@
 //
 // OpenBLAS picks its kernels from a table of CPU models and falls back to
 // SSE-era ones on a model newer than its build (blas_info.h); oneDNN picks
-// them from the instruction set the CPU reports. `auto` runs OpenBLAS unless
-// its kernels are such a fallback, and then oneDNN: on a CPU that OpenBLAS
-// knows, results stay what they were (the two libraries round differently).
+// them from the instruction set the CPU reports. `auto` runs oneDNN where
+// its kernels are AVX-512 ones (on trainc's models it beat OpenBLAS's
+// SkylakeX kernels: docs/numbers.md) or where OpenBLAS's kernels are such a
+// fallback, and OpenBLAS elsewhere (AVX2 and older, where neither won
+// throughout, or under ONEDNN_MAX_CPU_ISA=AVX2). The two libraries round
+// differently: --blas openblas keeps the results OpenBLAS gave.
 // An OPENBLAS_CORETYPE set in the environment is never overridden: OpenBLAS
 // runs that core wherever OpenBLAS runs.
 //
@@ -50,10 +53,15 @@ absl::StatusOr<BlasChoice> BlasChoiceFromEnv();
 // `choice`, or for kAuto BlasChoiceFromEnv().
 absl::StatusOr<BlasChoice> WithBlasEnv(BlasChoice choice);
 
-// The library `choice` runs on this machine: kAuto is oneDNN when
-// `info.fallback` (OpenBLAS's kernels, whoever chose them, are far below the
-// CPU's instruction set), else OpenBLAS.
-GemmLibrary ResolveBlas(BlasChoice choice, const BlasInfo& info);
+// The instruction set of the kernels oneDNN runs here: the CPU's, or less
+// under ONEDNN_MAX_CPU_ISA.
+IsaLevel OneDnnLevel();
+
+// The library `choice` runs on this machine: kAuto is oneDNN when `onednn`
+// is kAvx512 or when `info.fallback` (OpenBLAS's kernels, whoever chose
+// them, are far below the CPU's instruction set), else OpenBLAS.
+GemmLibrary ResolveBlas(BlasChoice choice, const BlasInfo& info,
+                        IsaLevel onednn = OneDnnLevel());
 
 // Process-wide, like OpenBLAS's and OpenMP's thread counts (CpuDevice sets
 // it). OpenBLAS until set.
@@ -66,7 +74,7 @@ std::string OneDnnSummary();
 
 // What runs the matrix products, for the run summary and cpu_bench:
 // BlasSummary(info) for OpenBLAS; for oneDNN, OneDnnSummary() with the CPU
-// and why (auto over a fallback OpenBLAS, or asked for).
+// and why (auto over a fallback OpenBLAS or on AVX-512, or asked for).
 std::string GemmSummary(GemmLibrary library, BlasChoice choice, const BlasInfo& info);
 
 // The warning to print at start, empty when nothing slow runs: OpenBLAS

@@ -33,11 +33,22 @@ class GemmTest : public ::testing::Test {
 TEST_F(GemmTest, AutoLeavesAFallbackOpenBlasForOneDnn) {
   for (bool env : {false, true}) {
     // OPENBLAS_CORETYPE=Prescott is kept for OpenBLAS; auto does not use it.
-    EXPECT_EQ(ResolveBlas(BlasChoice::kAuto, Info("Prescott", env)), GemmLibrary::kOneDnn);
-    EXPECT_EQ(ResolveBlas(BlasChoice::kAuto, Info("SkylakeX", env)), GemmLibrary::kOpenBlas);
-    EXPECT_EQ(ResolveBlas(BlasChoice::kAuto, Info("Haswell", env)), GemmLibrary::kOpenBlas);
+    for (IsaLevel onednn : {IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+      EXPECT_EQ(ResolveBlas(BlasChoice::kAuto, Info("Prescott", env), onednn),
+                GemmLibrary::kOneDnn);
+    }
+    // OpenBLAS's own kernels: oneDNN only where its kernels are AVX-512
+    // ones (not under ONEDNN_MAX_CPU_ISA=AVX2).
+    EXPECT_EQ(ResolveBlas(BlasChoice::kAuto, Info("SkylakeX", env), IsaLevel::kAvx2),
+              GemmLibrary::kOpenBlas);
+    EXPECT_EQ(ResolveBlas(BlasChoice::kAuto, Info("Haswell", env), IsaLevel::kAvx2),
+              GemmLibrary::kOpenBlas);
+    EXPECT_EQ(ResolveBlas(BlasChoice::kAuto, Info("SkylakeX", env), IsaLevel::kAvx512),
+              GemmLibrary::kOneDnn);
   }
   EXPECT_EQ(ResolveBlas(BlasChoice::kOpenBlas, Info("Prescott", false)), GemmLibrary::kOpenBlas);
+  EXPECT_EQ(ResolveBlas(BlasChoice::kOpenBlas, Info("SkylakeX", false), IsaLevel::kAvx512),
+            GemmLibrary::kOpenBlas);
   EXPECT_EQ(ResolveBlas(BlasChoice::kOneDnn, Info("SkylakeX", false)), GemmLibrary::kOneDnn);
 }
 
@@ -69,6 +80,8 @@ TEST_F(GemmTest, SummarySaysWhichLibraryAndWhy) {
                 "the environment), a fallback");
   EXPECT_EQ(GemmSummary(GemmLibrary::kOneDnn, BlasChoice::kOneDnn, Info("SkylakeX", false)),
             OneDnnSummary() + cpu + "asked for (--blas or TRAINC_BLAS)");
+  EXPECT_EQ(GemmSummary(GemmLibrary::kOneDnn, BlasChoice::kAuto, Info("SkylakeX", false)),
+            OneDnnSummary() + cpu + "auto: AVX-512 kernels (--blas openblas for OpenBLAS's)");
   EXPECT_EQ(OneDnnSummary().rfind("oneDNN ", 0), 0u) << OneDnnSummary();
   EXPECT_NE(OneDnnSummary().find(" kernels"), std::string::npos) << OneDnnSummary();
 }

@@ -55,6 +55,9 @@ TOLERANCE = 1e-4
 # those kernels against the widened GEMM, and
 # test_native_bf16_matches_a_float64_reference checks them end to end.
 WIDENED = {"TRAINC_BF16_GEMM": "widened"}
+# The oracle's run: widened, on OpenBLAS's f32 GEMM (PyTorch's), which
+# --blas auto leaves for oneDNN's where oneDNN runs AVX-512 kernels.
+WIDENED_OPENBLAS = dict(WIDENED, TRAINC_BLAS="openblas")
 
 
 def example_text(sgd=False, shuffle=True):
@@ -285,7 +288,7 @@ class PrecisionTest(unittest.TestCase):
         got, _ = self.run_trainc(path, "bf16", "--gpus", 1, "--micro_batch", MICRO,
                                  "--accumulate", ACCUMULATE, "--steps", STEPS,
                                  "--no-eval", "--init-from", init_path,
-                                 "--precision", "bf16", env=WIDENED)
+                                 "--precision", "bf16", env=WIDENED_OPENBLAS)
         bf16_ref = torch_reference(init, images, labels, bf16=True)
         fp32_ref = torch_reference(init, images, labels, bf16=False)
         near = update_diff(got, bf16_ref, init)
