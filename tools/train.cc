@@ -261,8 +261,8 @@ void AddRunExecutionOptions(Args* args, OptionParser& parser) {
              InRange(&train->blas_threads, 1, 1024))
       .Value({"--blas"}, absl::StrJoin(EnumNames<cpu::BlasChoice>(), "|"),
              "CPU: the library of the matrix products (default auto: oneDNN when "
-             "OpenBLAS runs a fallback far below the CPU's instruction set, else "
-             "OpenBLAS; TRAINC_BLAS sets what auto means)",
+             "its kernels are AVX-512 ones or OpenBLAS runs a fallback far below the "
+             "CPU's instruction set, else OpenBLAS; TRAINC_BLAS sets what auto means)",
              EnumInto(&train->blas))
       .Value({"--comm"}, absl::StrJoin(EnumNames<CommKind>(), "|"),
              "the ranks' communicator (default auto: mpi when started by mpirun, else "

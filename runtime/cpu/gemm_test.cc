@@ -30,7 +30,7 @@ class GemmTest : public ::testing::Test {
   ~GemmTest() override { SetGemmLibrary(GemmLibrary::kOpenBlas); }
 };
 
-TEST_F(GemmTest, AutoLeavesAFallbackOpenBlasForOneDnn) {
+TEST_F(GemmTest, AutoRunsOneDnnOnAvx512OrOverAFallbackOpenBlas) {
   for (bool env : {false, true}) {
     // OPENBLAS_CORETYPE=Prescott is kept for OpenBLAS; auto does not use it.
     for (IsaLevel onednn : {IsaLevel::kAvx2, IsaLevel::kAvx512}) {
