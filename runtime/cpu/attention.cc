@@ -5,8 +5,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/cpu/bf16_matmul.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/store.h"
+#include "runtime/device/bf16.h"
 
 namespace trainc::cpu {
 namespace {
@@ -130,6 +134,19 @@ void BlockSoftmax(int64_t i0, int64_t i1, float* s, float* lse) {
   }
 }
 
+// delta = rowsum(dy y) of one head's T rows (in y's head columns), the
+// sums in double.
+void RowDots(const attention::Geometry& g, const float* dyh, const float* yh, float* dh) {
+  const int64_t Y = g.OutWidth();
+  for (int64_t i = 0; i < g.seq; ++i) {
+    double dot = 0;
+    for (int64_t c = 0; c < g.head_dim; ++c) {
+      dot += static_cast<double>(dyh[i * Y + c]) * yh[i * Y + c];
+    }
+    dh[i] = static_cast<float>(dot);
+  }
+}
+
 // One head's [T, d] gradient (rotated back when rope is on) into its
 // columns of dqkv.
 void StoreHead(const attention::Geometry& g, const RopeTable& rope, bool rotate,
@@ -188,11 +205,7 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
         const float* dyh = dy + b * T * Y + h * d;
         const float* yh = y + b * T * Y + h * d;
         float* dh = delta + (b * g.heads + h) * T;
-        for (int64_t i = 0; i < T; ++i) {
-          double dot = 0;
-          for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(dyh[i * Y + c]) * yh[i * Y + c];
-          dh[i] = static_cast<float>(dot);
-        }
+        RowDots(g, dyh, yh, dh);
         for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
           const int64_t i1 = std::min(T, i0 + kBlock), rows = i1 - i0;
           float* p = s.p.data();
@@ -219,6 +232,342 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
       StoreHead(g, s.rope, false, s.dv, b, g.VOffset(kv), accumulate, dqkv);
     }
   }
+}
+
+// ---- precision = bf16: the products on oneDNN's bf16 kernels -------------
+//
+// The rounding points are the CUDA tensor-core kernels'
+// (runtime/cuda/attention_mma.cu). q' and k' are rotated in f32 and
+// rounded to nearest even bf16; v and dy are bf16 already (their staging
+// widened them exactly). S = q' k'^T is summed in f32 and scaled in f32;
+// the softmax, lse and delta are the f32 path's. P is rounded to bf16 for
+// P V and P^T dY; dP = dY V^T is f32; dS = P (dP - delta) in f32 from the
+// f32 P, rounded to bf16 for dS K' and dS^T Q', whose f32 sums are scaled
+// after. y and dqkv leave in f32, into the staging the device rounds to
+// the bf16 tensors.
+//
+// Layout. The G query heads of a key/value head share its keys, so their
+// rows stack into one product: a block of rows [i0, i1) is the [G rows, d]
+// matrix of those rows of every head of the group (bf16, contiguous, in a
+// copy), against k'[0, i1) and v[0, i1). Up to kWholeSeq positions the
+// block is the whole sequence (the square's upper half is masked: twice the
+// triangle's work, on kernels fast enough for it) and one product covers
+// every (batch, kv head) pair of a chunk; longer sequences go in blocks of
+// kBlock rows, pair by pair. Each shape's primitive is made once
+// (Bf16Gemm) and gives the same bits call after call.
+
+namespace {
+
+constexpr int64_t kWholeSeq = 128;
+// Scores of a chunk's products, at most: C G T^2 floats (4 MiB).
+constexpr int64_t kChunkScores = int64_t{1} << 20;
+
+// How a call is cut: pairs (b, kv) per product, rows per block.
+struct Tiling {
+  int64_t pairs, chunk, block;
+  Tiling(const attention::Geometry& g) {
+    pairs = g.batch * g.kv_heads;
+    const bool whole = g.seq <= kWholeSeq;
+    block = whole ? g.seq : kBlock;
+    const int64_t scores = g.Group() * g.seq * g.seq;
+    chunk = whole ? std::clamp<int64_t>(kChunkScores / scores, 1, pairs) : 1;
+  }
+};
+
+struct Bf16Scratch {
+  Bf16Gemm gemm;
+  RopeTable rope;
+  std::vector<uint16_t> q, k, v, dy;  // a chunk's rows (q and dy by blocks)
+  std::vector<uint16_t> p, ds;        // a block's P and dS
+  std::vector<float> s, dp, o;        // its scores, dP, and P V or dS K'
+  std::vector<float> dk, dv;          // a chunk's key and value gradients
+  std::vector<float> row;             // one row, rotated
+};
+
+Bf16Scratch& ThreadBf16Scratch(const attention::Geometry& g, const Tiling& t) {
+  thread_local Bf16Scratch s;
+  const size_t G = g.Group(), T = g.seq, d = g.head_dim, C = t.chunk;
+  s.q.resize(C * G * T * d);
+  s.dy.resize(C * G * T * d);
+  for (std::vector<uint16_t>* v : {&s.k, &s.v}) v->resize(C * T * d);
+  for (std::vector<float>* v : {&s.dk, &s.dv}) v->resize(C * T * d);
+  const size_t block = C * G * std::min<size_t>(t.block, T) * T;
+  for (std::vector<uint16_t>* v : {&s.p, &s.ds}) v->resize(block);
+  for (std::vector<float>* v : {&s.s, &s.dp}) v->resize(block);
+  s.o.resize(C * G * std::min<size_t>(t.block, T) * d);
+  s.row.resize(d);
+  s.rope.Fill(g);
+  return s;
+}
+
+// Where row i of head g (of the group) lies in a chunk pair's q or dy copy:
+// by blocks of rows, the group's heads stacked inside each.
+int64_t StackedRow(const attention::Geometry& g, const Tiling& t, int64_t head, int64_t i) {
+  const int64_t i0 = i / t.block * t.block;
+  const int64_t rows = std::min(g.seq, i0 + t.block) - i0;
+  return i0 * g.Group() + head * rows + (i - i0);
+}
+
+// d values of `src` (rotated by position t's angles when `rotate`) rounded
+// to bf16 into dst.
+void RoundRow(const float* src, int64_t d, const RopeTable* rotate, int64_t t,
+              std::vector<float>& row, uint16_t* dst) {
+  const float* x = src;
+  if (rotate != nullptr) {
+    std::copy(src, src + d, row.begin());
+    rotate->Rotate(t, false, row.data());
+    x = row.data();
+  }
+  NarrowToBf16(x, d, dst);
+}
+
+// The bf16 copies of pairs [p0, p0 + n): q' (and dy when given), k', v.
+void FillChunk(const attention::Geometry& g, const Tiling& t, const float* qkv, const float* dy,
+               int64_t p0, int64_t n, Bf16Scratch& s) {
+  const int64_t T = g.seq, d = g.head_dim, G = g.Group(), W = g.QkvWidth(), Y = g.OutWidth();
+  const RopeTable* rope = g.rope ? &s.rope : nullptr;
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
+    for (int64_t i = 0; i < T; ++i) {
+      const float* row = qkv + (b * T + i) * W;
+      uint16_t* kr = &s.k[(c * T + i) * d];
+      RoundRow(row + g.KOffset(kv), d, rope, i, s.row, kr);
+      NarrowToBf16(row + g.VOffset(kv), d, &s.v[(c * T + i) * d]);
+      for (int64_t h = 0; h < G; ++h) {
+        const int64_t at = (c * G * T + StackedRow(g, t, h, i)) * d;
+        RoundRow(row + g.QOffset(kv * G + h), d, rope, i, s.row, &s.q[at]);
+        if (dy != nullptr) NarrowToBf16(dy + (b * T + i) * Y + (kv * G + h) * d, d, &s.dy[at]);
+      }
+    }
+  }
+}
+
+// A product of the chunk's n pairs (batched when n > 1): C[m, n] (+)= A B.
+absl::Status Product(Bf16Scratch& s, int64_t n, GemmCall g, int64_t stride_a, int64_t stride_b,
+                     int64_t stride_c) {
+  g.batch = n;
+  g.stride_a = stride_a;
+  g.stride_b = stride_b;
+  g.stride_c = stride_c;
+  return s.gemm.Run(g);
+}
+
+GemmCall Call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+              const void* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  GemmCall g;
+  g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k;
+  g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = c, g.ldc = ldc;
+  g.accumulate = accumulate;
+  return g;
+}
+
+// One block of the chunk: rows [i0, i1) of every head, R = G (i1 - i0)
+// rows per pair; S = q' k'^T into s[n][R, i1], unscaled.
+struct Block {
+  int64_t i0, i1, R;
+};
+
+absl::Status BlockScoresBf16(const attention::Geometry& g, int64_t n, const Block& blk,
+                             Bf16Scratch& s) {
+  const int64_t T = g.seq, d = g.head_dim, G = g.Group();
+  return Product(s, n,
+                 Call(false, true, blk.R, blk.i1, d, &s.q[G * blk.i0 * d], d, s.k.data(), d,
+                      s.s.data(), blk.i1, false),
+                 G * T * d, T * d, blk.R * blk.i1);
+}
+
+// Scales S (as stored by BlockScoresBf16) and replaces it with the
+// forward's P (softmax, lse) or the backward's (from lse), head by head.
+void BlockProbsBf16(const attention::Geometry& g, int64_t p0, int64_t n, const Block& blk,
+                    bool forward, float* lse, Bf16Scratch& s) {
+  const int64_t T = g.seq, G = g.Group(), rows = blk.i1 - blk.i0;
+  const float scale = g.Scale();
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
+    for (int64_t h = 0; h < G; ++h) {
+      float* sr = &s.s[(c * blk.R + h * rows) * blk.i1];
+      for (int64_t e = 0; e < rows * blk.i1; ++e) sr[e] *= scale;
+      float* lh = lse + (b * g.heads + kv * G + h) * T;
+      if (forward) {
+        BlockSoftmax(blk.i0, blk.i1, sr, lh);
+      } else {
+        BlockProbs(lh, blk.i0, blk.i1, sr);
+      }
+    }
+  }
+}
+
+// A chunk's f32 result rows o[n][R, d] (times `scale`, rotated back when
+// `rope`) into the columns of every head's rows [i0, i1) in `out`, rows of
+// width `width` at column `column(h)` of head h of the group (stored or
+// added).
+template <typename Column>
+void ScatterRows(const attention::Geometry& g, int64_t p0, int64_t n, const Block& blk,
+                 float scale, const RopeTable* rope, int64_t width, Column column,
+                 bool accumulate, Bf16Scratch& s, float* out) {
+  const int64_t T = g.seq, d = g.head_dim, G = g.Group(), rows = blk.i1 - blk.i0;
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
+    for (int64_t h = 0; h < G; ++h) {
+      for (int64_t i = blk.i0; i < blk.i1; ++i) {
+        const float* src = &s.o[(c * blk.R + h * rows + i - blk.i0) * d];
+        for (int64_t e = 0; e < d; ++e) s.row[e] = src[e] * scale;
+        if (rope != nullptr) rope->Rotate(i, true, s.row.data());
+        Store(s.row.data(), d, accumulate, out + (b * T + i) * width + column(kv * G + h));
+      }
+    }
+  }
+}
+
+// A chunk's dK' (times scale, rotated back) and dV into dqkv.
+void StoreKeyGrads(const attention::Geometry& g, int64_t p0, int64_t n, bool accumulate,
+                   Bf16Scratch& s, float* dqkv) {
+  const int64_t T = g.seq, d = g.head_dim, W = g.QkvWidth();
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
+    for (int64_t i = 0; i < T; ++i) {
+      const float* dk = &s.dk[(c * T + i) * d];
+      for (int64_t e = 0; e < d; ++e) s.row[e] = dk[e] * g.Scale();
+      if (g.rope) s.rope.Rotate(i, true, s.row.data());
+      float* dst = dqkv + (b * T + i) * W;
+      Store(s.row.data(), d, accumulate, dst + g.KOffset(kv));
+      Store(&s.dv[(c * T + i) * d], d, accumulate, dst + g.VOffset(kv));
+    }
+  }
+}
+
+absl::Status AttentionBf16(const attention::Geometry& g, const float* qkv, float* y,
+                           float* lse) {
+  const Tiling t(g);
+  Bf16Scratch& s = ThreadBf16Scratch(g, t);
+  const int64_t T = g.seq, d = g.head_dim, G = g.Group();
+  const auto y_column = [&](int64_t h) { return g.QOffset(h); };  // y's head columns
+  for (int64_t p0 = 0; p0 < t.pairs; p0 += t.chunk) {
+    const int64_t n = std::min(t.chunk, t.pairs - p0);
+    FillChunk(g, t, qkv, nullptr, p0, n, s);
+    for (int64_t i0 = 0; i0 < T; i0 += t.block) {
+      const int64_t i1 = std::min(T, i0 + t.block);
+      const Block blk{i0, i1, G * (i1 - i0)};
+      if (absl::Status st = BlockScoresBf16(g, n, blk, s); !st.ok()) return st;
+      BlockProbsBf16(g, p0, n, blk, true, lse, s);
+      NarrowToBf16(s.s.data(), n * blk.R * i1, s.p.data());
+      // Y = P V.
+      if (absl::Status st = Product(s, n,
+                                    Call(false, false, blk.R, d, i1, s.p.data(), i1, s.v.data(),
+                                         d, s.o.data(), d, false),
+                                    blk.R * i1, T * d, blk.R * d);
+          !st.ok()) {
+        return st;
+      }
+      ScatterRows(g, p0, n, blk, 1.0f, nullptr, g.OutWidth(), y_column, false, s, y);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One block of the backward: dQ' rows into dqkv, dK' and dV sums into the
+// chunk's dk, dv (added to when `add`).
+absl::Status GradBlockBf16(const attention::Geometry& g, int64_t p0, int64_t n, const Block& blk,
+                           const float* lse, const float* delta, bool add, bool accumulate,
+                           Bf16Scratch& s, float* dqkv) {
+  const int64_t T = g.seq, d = g.head_dim, G = g.Group(), i0 = blk.i0, i1 = blk.i1, R = blk.R;
+  const int64_t rows = i1 - i0;
+  if (absl::Status st = BlockScoresBf16(g, n, blk, s); !st.ok()) return st;
+  BlockProbsBf16(g, p0, n, blk, false, const_cast<float*>(lse), s);
+  const uint16_t* q = &s.q[G * i0 * d];
+  const uint16_t* dy = &s.dy[G * i0 * d];
+  // dP = dY V^T, then in place dS = P (dP - delta), f32.
+  if (absl::Status st = Product(s, n,
+                                Call(false, true, R, i1, d, dy, d, s.v.data(), d, s.dp.data(),
+                                     i1, false),
+                                G * T * d, T * d, R * i1);
+      !st.ok()) {
+    return st;
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
+    for (int64_t h = 0; h < G; ++h) {
+      const float* dh = delta + (b * g.heads + kv * G + h) * T;
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t at = (c * R + h * rows + i - i0) * i1;
+        for (int64_t j = 0; j < i1; ++j) s.dp[at + j] = s.s[at + j] * (s.dp[at + j] - dh[i]);
+      }
+    }
+  }
+  NarrowToBf16(s.s.data(), n * R * i1, s.p.data());
+  NarrowToBf16(s.dp.data(), n * R * i1, s.ds.data());
+  // dQ' = dS K' (scaled and rotated back as it is stored); dK' += dS^T Q';
+  // dV += P^T dY.
+  const GemmCall calls[] = {
+      Call(false, false, R, d, i1, s.ds.data(), i1, s.k.data(), d, s.o.data(), d, false),
+      Call(true, false, i1, d, R, s.ds.data(), i1, q, d, s.dk.data(), d, add),
+      Call(true, false, i1, d, R, s.p.data(), i1, dy, d, s.dv.data(), d, add)};
+  const int64_t strides[][3] = {{R * i1, T * d, R * d}, {R * i1, G * T * d, T * d},
+                                {R * i1, G * T * d, T * d}};
+  for (int e = 0; e < 3; ++e) {
+    if (absl::Status st = Product(s, n, calls[e], strides[e][0], strides[e][1], strides[e][2]);
+        !st.ok()) {
+      return st;
+    }
+  }
+  ScatterRows(g, p0, n, blk, g.Scale(), g.rope ? &s.rope : nullptr, g.QkvWidth(),
+              [&](int64_t h) { return g.QOffset(h); }, accumulate, s, dqkv);
+  return absl::OkStatus();
+}
+
+absl::Status AttentionGradBf16(const attention::Geometry& g, const float* dy, const float* qkv,
+                               const float* y, const float* lse, bool accumulate, float* dqkv,
+                               float* delta) {
+  const Tiling t(g);
+  Bf16Scratch& s = ThreadBf16Scratch(g, t);
+  const int64_t T = g.seq, G = g.Group(), Y = g.OutWidth();
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t h = 0; h < g.heads; ++h) {
+      RowDots(g, dy + b * T * Y + h * g.head_dim, y + b * T * Y + h * g.head_dim,
+              delta + (b * g.heads + h) * T);
+    }
+  }
+  const bool blocks = t.block < T;  // sums over blocks into dk, dv
+  for (int64_t p0 = 0; p0 < t.pairs; p0 += t.chunk) {
+    const int64_t n = std::min(t.chunk, t.pairs - p0);
+    FillChunk(g, t, qkv, dy, p0, n, s);
+    if (blocks) {
+      std::fill(s.dk.begin(), s.dk.end(), 0.0f);
+      std::fill(s.dv.begin(), s.dv.end(), 0.0f);
+    }
+    for (int64_t i0 = 0; i0 < T; i0 += t.block) {
+      const int64_t i1 = std::min(T, i0 + t.block);
+      const Block blk{i0, i1, G * (i1 - i0)};
+      if (absl::Status st = GradBlockBf16(g, p0, n, blk, lse, delta, blocks, accumulate, s, dqkv);
+          !st.ok()) {
+        return st;
+      }
+    }
+    StoreKeyGrads(g, p0, n, accumulate, s, dqkv);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool RunsBf16Attention(const KernelArgs& k) {
+  const float* qkv = k.op == KernelOp::kAttention ? k.x[0] : k.op == KernelOp::kAttentionGrad
+                                                               ? k.x[1]
+                                                               : nullptr;
+  if (qkv == nullptr || !Bf16Gemm::Native()) return false;
+  for (int i = 0; i < k.num_bf16; ++i) {
+    if (!k.bf16[i].output && !k.bf16[i].native && k.bf16[i].f32 == qkv) return true;
+  }
+  return false;
+}
+
+std::string OwnCpuKernelBf16(KernelOp op, const attention::Geometry& g, const float* const* x,
+                             float* const* y, bool accumulate) {
+  const absl::Status status = op == KernelOp::kAttention
+                                  ? AttentionBf16(g, x[0], y[0], y[1])
+                                  : AttentionGradBf16(g, x[0], x[1], x[2], x[3], accumulate,
+                                                      y[0], y[1]);
+  return status.ok() ? "" : std::string(status.message());
 }
 
 std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float* const* x,

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "compiler/ops/attention_family.h"
+#include "runtime/device/kernel_args.h"
 
 namespace trainc::cpu {
 
@@ -33,6 +34,17 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
 // attention_grad on the operands in op table order. Always "".
 std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float* const* x,
                          float* const* y, bool accumulate);
+
+// precision = bf16 with the products on oneDNN's bf16 kernels
+// (bf16_matmul.h's Bf16Gemm; the rounding points are the CUDA tensor-core
+// kernels', attention.cc says where): whether instruction `k` runs so (an
+// attention op whose q|k|v is a staged bf16 tensor, on a CPU with the
+// kernels and without TRAINC_BF16_GEMM=widened), and the kernel, on the
+// same operands as OwnCpuKernel ("" or oneDNN's error). Else
+// OwnCpuKernel's f32 products on the widened values, as before.
+bool RunsBf16Attention(const KernelArgs& k);
+std::string OwnCpuKernelBf16(KernelOp op, const attention::Geometry& g, const float* const* x,
+                             float* const* y, bool accumulate);
 
 }  // namespace trainc::cpu
 

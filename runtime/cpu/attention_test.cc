@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/cpu/bf16_matmul.h"
+#include "runtime/device/bf16.h"
 
 namespace trainc::cpu {
 namespace {
@@ -222,6 +225,118 @@ TEST(AttentionTest, BatchSplitIsBitIdentical) {
     Vec part(n);
     RunGrad(one, q, wb, false, part);
     ASSERT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + b * n)) << b;
+  }
+}
+
+// ---- precision = bf16: the products on oneDNN's bf16 kernels ----
+
+// Values bf16 represents, as the device's staging hands them over.
+Vec RoundedToBf16(Vec v) {
+  for (float& x : v) x = Bf16ToFloat(FloatToBf16(x));
+  return v;
+}
+
+// ||got - want|| / ||want||.
+template <typename A, typename B>
+double RelativeError(const A& got, const B& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double(got[i]) - double(want[i])) * (double(got[i]) - double(want[i]));
+    norm += double(want[i]) * double(want[i]);
+  }
+  return std::sqrt(diff / norm);
+}
+
+// y, lse and dqkv of sum(w * y) by the bf16 kernel, as the device runs it.
+void RunBf16(const attention::Geometry& g, const Vec& qkv, const Vec& w, Vec* y, Vec* lse,
+             Vec* dqkv, bool accumulate = false) {
+  y->assign(g.batch * g.seq * g.OutWidth(), std::nanf(""));
+  lse->assign(g.batch * g.heads * g.seq, std::nanf(""));
+  const float* fx[] = {qkv.data()};
+  float* fy[] = {y->data(), lse->data()};
+  ASSERT_EQ(OwnCpuKernelBf16(KernelOp::kAttention, g, fx, fy, false), "");
+  if (!accumulate) dqkv->assign(qkv.size(), std::nanf(""));
+  Vec delta(lse->size(), std::nanf(""));
+  const Vec y_bf16 = RoundedToBf16(*y);  // the device stores y in bf16
+  const float* gx[] = {w.data(), qkv.data(), y_bf16.data(), lse->data()};
+  float* gy[] = {dqkv->data(), delta.data()};
+  ASSERT_EQ(OwnCpuKernelBf16(KernelOp::kAttentionGrad, g, gx, gy, accumulate), "");
+}
+
+class Bf16AttentionCases : public AttentionCases {
+ protected:
+  void SetUp() override {
+    if (!Bf16Gemm::Native()) GTEST_SKIP() << "no bf16 matmul kernels here: " << Bf16GemmSummary();
+  }
+};
+
+// Within bf16's tolerance of the float64 attention on the same (bf16)
+// operands, forward and backward; the gradient's reference is the f32
+// kernel, itself within 1e-5 of float64 above.
+TEST_P(Bf16AttentionCases, MatchesFloat64WithinBf16Tolerance) {
+  const attention::Geometry g = G();
+  const Vec qkv = RoundedToBf16(Random(g.batch * g.seq * g.QkvWidth(), 72, -2.0f, 2.0f));
+  const Vec w = RoundedToBf16(Random(g.batch * g.seq * g.OutWidth(), 73));
+  DVec y_ref, lse_ref;
+  Naive(g, qkv, &y_ref, &lse_ref);
+  Vec y, lse, dqkv;
+  RunBf16(g, qkv, w, &y, &lse, &dqkv);
+  // Rounding q', k' and P to bf16 (8 bits) moves y by ~2^-9 of its size.
+  EXPECT_LT(RelativeError(y, y_ref), 1e-2);
+  EXPECT_LT(RelativeError(lse, lse_ref), 1e-2);
+  Vec dqkv_ref(qkv.size());
+  RunGrad(g, qkv, w, false, dqkv_ref);
+  EXPECT_LT(RelativeError(dqkv, dqkv_ref), 1e-2);
+  // Not the f32 path by accident: bf16's rounding shows (one token's y is
+  // its v, exactly).
+  if (g.seq > 1) {
+    EXPECT_GT(RelativeError(y, y_ref), 1e-6);
+  }
+  std::printf("bf16 attention: y %.2e, lse %.2e, dqkv %.2e relative error\n",
+              RelativeError(y, y_ref), RelativeError(lse, lse_ref),
+              RelativeError(dqkv, dqkv_ref));
+  // accumulate adds exactly the same gradient.
+  const Vec prior = Random(qkv.size(), 74);
+  Vec acc = prior, y2, lse2;
+  RunBf16(g, qkv, w, &y2, &lse2, &acc, true);
+  for (size_t i = 0; i < acc.size(); ++i) ASSERT_EQ(acc[i], prior[i] + dqkv[i]) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Bf16AttentionCases,
+    testing::Values(Case{2, 5, 2, 2, 4, false},  // GPT-2's layout
+                    Case{1, 1, 1, 1, 4, false},  // a single token
+                    Case{2, 64, 4, 4, 32, false},  // tiny_gpt's heads
+                    Case{2, 64, 8, 2, 32, true},   // llama_tiny's
+                    // Past the whole-sequence length: blocks of rows, a
+                    // partial last one.
+                    Case{2, 150, 3, 3, 4, false},
+                    Case{2, 200, 4, 1, 8, true},  // and multi-query, rope
+                    // More pairs than a product takes: two chunks.
+                    Case{5, 128, 16, 4, 8, true}));
+
+// Bit for bit from call to call, and whatever the batch split (as the f32
+// kernel: BatchSplitIsBitIdentical).
+TEST(Bf16AttentionTest, BatchSplitIsBitIdentical) {
+  if (!Bf16Gemm::Native()) GTEST_SKIP() << Bf16GemmSummary();
+  for (int64_t t : {100, 150}) {
+    SCOPED_TRACE(t);
+    const attention::Geometry g = Shape(3, t, 4, 2, 8, true);
+    attention::Geometry one = g;
+    one.batch = 1;
+    const int64_t n = g.seq * g.QkvWidth(), m = g.seq * g.OutWidth();
+    const Vec qkv = RoundedToBf16(Random(3 * n, 90)), w = RoundedToBf16(Random(3 * m, 91));
+    Vec y, lse, whole, again;
+    RunBf16(g, qkv, w, &y, &lse, &whole);
+    RunBf16(g, qkv, w, &y, &lse, &again);
+    ASSERT_TRUE(std::equal(whole.begin(), whole.end(), again.begin()));
+    for (int64_t b = 0; b < 3; ++b) {
+      const Vec q(qkv.begin() + b * n, qkv.begin() + (b + 1) * n);
+      const Vec wb(w.begin() + b * m, w.begin() + (b + 1) * m);
+      Vec part;
+      RunBf16(one, q, wb, &y, &lse, &part);
+      ASSERT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + b * n)) << b;
+    }
   }
 }
 

@@ -18,10 +18,11 @@ namespace trainc::cpu {
 namespace {
 
 using dnnl::memory;
-using Key = std::array<int64_t, 9>;  // a product's shape, strides and accumulate
+using Key = std::array<int64_t, 13>;  // a product's shape, strides and accumulate
 
 Key KeyOf(const GemmCall& g) {
-  return {g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.accumulate};
+  return {g.trans_a, g.trans_b, g.m,     g.n,        g.k,        g.lda,     g.ldb,
+          g.ldc,     g.accumulate, g.batch, g.stride_a, g.stride_b, g.stride_c};
 }
 
 const dnnl::engine& Engine() {
@@ -30,10 +31,13 @@ const dnnl::engine& Engine() {
 }
 
 // Row-major [rows, cols] with row stride ld, or its transpose when `trans`
-// (the matrix stored [cols, rows]).
-memory::desc Matrix(int64_t rows, int64_t cols, int64_t ld, bool trans, memory::data_type type) {
+// (the matrix stored [cols, rows]); `batch` of them `stride` apart when
+// batch > 1.
+memory::desc Matrix(int64_t rows, int64_t cols, int64_t ld, bool trans, memory::data_type type,
+                    int64_t batch = 1, int64_t stride = 0) {
   const memory::dims strides = trans ? memory::dims{1, ld} : memory::dims{ld, 1};
-  return memory::desc({rows, cols}, type, strides);
+  if (batch == 1) return memory::desc({rows, cols}, type, strides);
+  return memory::desc({batch, rows, cols}, type, {stride, strides[0], strides[1]});
 }
 
 struct Descs {
@@ -41,8 +45,9 @@ struct Descs {
 };
 Descs DescsOf(const GemmCall& g) {
   constexpr auto kBf16 = memory::data_type::bf16;
-  return {Matrix(g.m, g.k, g.lda, g.trans_a, kBf16), Matrix(g.k, g.n, g.ldb, g.trans_b, kBf16),
-          Matrix(g.m, g.n, g.ldc, false, memory::data_type::f32)};
+  return {Matrix(g.m, g.k, g.lda, g.trans_a, kBf16, g.batch, g.stride_a),
+          Matrix(g.k, g.n, g.ldb, g.trans_b, kBf16, g.batch, g.stride_b),
+          Matrix(g.m, g.n, g.ldc, false, memory::data_type::f32, g.batch, g.stride_c)};
 }
 
 // The primitive of `g`'s shape with bf16 operands, when oneDNN has a bf16
@@ -151,6 +156,60 @@ std::string Bf16GemmSummary() {
            : absl::StrCat("widened to f32 (", OneDnnSummary(), ": no bf16 matmul)"));
   }();
   return *summary;
+}
+
+bool Bf16Gemm::Native() {
+  static const bool native = [] {
+    return !WidenedByEnv() && !absl::StartsWith(Bf16GemmSummary(), "widened");
+  }();
+  return native;
+}
+
+struct Bf16Gemm::State {
+  struct Shape {
+    dnnl::matmul primitive;
+    memory::desc scratchpad;
+  };
+  std::map<Key, Shape> shapes;
+  std::unique_ptr<char, FreeDeleter> scratch;
+  int64_t scratch_bytes = 0;
+  dnnl::stream stream{Engine()};
+};
+
+Bf16Gemm::Bf16Gemm() : state_(std::make_unique<State>()) {}
+Bf16Gemm::~Bf16Gemm() = default;
+
+absl::Status Bf16Gemm::Run(const GemmCall& g) {
+  State& s = *state_;
+  const Descs d = DescsOf(g);
+  try {
+    auto it = s.shapes.find(KeyOf(g));
+    if (it == s.shapes.end()) {
+      const std::optional<dnnl::matmul::primitive_desc> pd = Bf16Desc(g);
+      if (!pd) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cpu: oneDNN has no bf16 kernel for a ", g.batch, " x ", g.m, " x ", g.n, " x ",
+            g.k, " product"));
+      }
+      it = s.shapes.emplace(KeyOf(g), State::Shape{dnnl::matmul(*pd), pd->scratchpad_desc()})
+               .first;
+    }
+    const State::Shape& shape = it->second;
+    if (const int64_t bytes = shape.scratchpad.get_size(); bytes > s.scratch_bytes) {
+      s.scratch_bytes = (bytes + 63) / 64 * 64;
+      s.scratch.reset(static_cast<char*>(std::aligned_alloc(64, s.scratch_bytes)));
+      if (s.scratch == nullptr) return absl::ResourceExhaustedError("cpu: bf16 gemm scratchpad");
+    }
+    shape.primitive.execute(
+        s.stream, {{DNNL_ARG_SRC, memory(d.src, Engine(), const_cast<void*>(g.a))},
+                   {DNNL_ARG_WEIGHTS, memory(d.weights, Engine(), const_cast<void*>(g.b))},
+                   {DNNL_ARG_DST, memory(d.dst, Engine(), g.c)},
+                   {DNNL_ARG_SCRATCHPAD, memory(shape.scratchpad, Engine(), s.scratch.get())}});
+    s.stream.wait();
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("cpu: oneDNN: ", e.what()));
+  }
+  return absl::OkStatus();
 }
 
 struct Bf16Matmuls::State {

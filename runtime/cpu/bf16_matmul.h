@@ -55,6 +55,11 @@ struct GemmCall {
   float* c = nullptr;
   int64_t ldc = 0;
   bool accumulate = false;
+  // Bf16Gemm only: `batch` such products, the i-th at a + i stride_a (in
+  // elements), b + i stride_b, c + i stride_c. oneDNN's bf16 kernels take
+  // a batch only when it is dense (each stride the size of its matrix).
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
 // The linear family's ops with a matrix product: linear, linear_<act>,
@@ -74,6 +79,29 @@ void RunF32(const GemmCall& g);
 // GEMMs on widened operands (and that TRAINC_BF16_GEMM=widened asked for
 // it). Probed once per process on a GPT-like shape.
 std::string Bf16GemmSummary();
+
+// bf16 products for a kernel that forms its own bf16 operands (attention's
+// blocks: attention.h), each shape's primitive created on its first Run
+// and kept (JIT code and all; one scratchpad, grown to the largest). One
+// per thread: Run is not thread-safe.
+class Bf16Gemm {
+ public:
+  // Whether products run on oneDNN's bf16 kernels in this process: the
+  // CPU has them (Bf16GemmSummary) and TRAINC_BF16_GEMM is not "widened".
+  static bool Native();
+
+  Bf16Gemm();
+  ~Bf16Gemm();
+
+  // g with bf16 a and b, f32 c. An error when oneDNN has no bf16 kernel
+  // for g's shape (not its reference loops, nor a gemm that widens), or
+  // its own.
+  absl::Status Run(const GemmCall& g);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 class Bf16Matmuls {
  public:

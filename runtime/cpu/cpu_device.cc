@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "compiler/util/status_macros.h"
 #include "runtime/cpu/bf16_matmul.h"
+#include "runtime/cpu/attention.h"
 #include "runtime/cpu/blas_info.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/dnnl_ops.h"
@@ -312,6 +313,11 @@ absl::Status CpuDevice::RunF32Kernel(const Plan& plan, const Instruction& instr,
   // the kernel table's.
   if (state_->dnnl.Converts(instr.id)) return state_->dnnl.Run(instr.id);
   const KernelArgs& k = state_->kernels[instr.id];
+  if (cpu::RunsBf16Attention(k)) {  // precision = bf16's attention on bf16 products
+    const std::string why = cpu::OwnCpuKernelBf16(k.op, k.attention, k.x, k.y, k.accumulate);
+    if (why.empty()) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("cpu: ", instr.label, ": ", why));
+  }
   const cpu::CpuKernel kernel = cpu::CpuKernels()[k.op];
   if (kernel == nullptr) {
     return absl::InvalidArgumentError("cpu: " + instr.op + " is not a compute kernel");
