@@ -88,6 +88,20 @@ bool WidenedByEnv() {
   return env != nullptr && absl::string_view(env) == "widened";
 }
 
+// The bf16 matmul's kernel on a GPT block's projection (256 rows), or ""
+// where oneDNN has none. Probed once per process.
+const std::string& ProbedBf16Kernel() {
+  static const std::string* kernel = [] {
+    GemmCall probe;
+    probe.trans_b = true;
+    probe.m = 256, probe.n = 768, probe.k = 768;
+    probe.lda = probe.ldb = probe.k, probe.ldc = probe.n;
+    const std::optional<dnnl::matmul::primitive_desc> pd = Bf16Desc(probe);
+    return new std::string(pd ? pd->impl_info_str() : "");
+  }();
+  return *kernel;
+}
+
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
@@ -145,24 +159,19 @@ void RunF32(const GemmCall& g) {
 
 std::string Bf16GemmSummary() {
   static const std::string* summary = [] {
-    GemmCall probe;  // a GPT block's projection, 256 rows
-    probe.trans_b = true;
-    probe.m = 256, probe.n = 768, probe.k = 768;
-    probe.lda = probe.ldb = probe.k, probe.ldc = probe.n;
     if (WidenedByEnv()) return new std::string("widened to f32 (TRAINC_BF16_GEMM=widened)");
-    const std::optional<dnnl::matmul::primitive_desc> pd = Bf16Desc(probe);
+    const std::string& kernel = ProbedBf16Kernel();
     return new std::string(
-        pd ? absl::StrCat("oneDNN matmul, ", pd->impl_info_str(), " kernels")
-           : absl::StrCat("widened to f32 (", OneDnnSummary(), ": no bf16 matmul)"));
+        kernel.empty() ? absl::StrCat("widened to f32 (", OneDnnSummary(), ": no bf16 matmul)")
+                       : absl::StrCat("oneDNN matmul, ", kernel, " kernels"));
   }();
   return *summary;
 }
 
 bool Bf16Gemm::Native() {
-  static const bool native = [] {
-    return !WidenedByEnv() && !absl::StartsWith(Bf16GemmSummary(), "widened");
-  }();
-  return native;
+  // The environment is read on each call, as Bf16Matmuls::Choose reads it
+  // (a benchmark sets it between runs); the kernels are probed once.
+  return !ProbedBf16Kernel().empty() && !WidenedByEnv();
 }
 
 struct Bf16Gemm::State {
