@@ -240,11 +240,12 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
 // (runtime/cuda/attention_mma.cu). q' and k' are rotated in f32 and
 // rounded to nearest even bf16; v and dy are bf16 already (their staging
 // widened them exactly). S = q' k'^T is summed in f32 and scaled in f32;
-// the softmax, lse and delta are the f32 path's. P is rounded to bf16 for
-// P V and P^T dY; dP = dY V^T is f32; dS = P (dP - delta) in f32 from the
-// f32 P, rounded to bf16 for dS K' and dS^T Q', whose f32 sums are scaled
-// after. y and dqkv leave in f32, into the staging the device rounds to
-// the bf16 tensors.
+// the softmax and lse are f32 (with a vectorised exp, ExpNonPositive);
+// delta is the f32 path's. P is rounded to bf16 for P V and P^T dY;
+// dP = dY V^T is f32; dS = P (dP - delta) in f32 from the f32 P, rounded
+// to bf16 for dS K' and dS^T Q', whose f32 sums are scaled after. y and
+// dqkv leave in f32, into the staging the device rounds to the bf16
+// tensors.
 //
 // Layout. The G query heads of a key/value head share its keys, so their
 // rows stack into one product: a block of rows [i0, i1) is the [G rows, d]
@@ -300,6 +301,10 @@ Bf16Scratch& ThreadBf16Scratch(const attention::Geometry& g, const Tiling& t) {
   return s;
 }
 
+// NarrowToBf16 (round to nearest even), in the clones.
+TRAINC_SIMD_CLONES
+void RoundToBf16(const float* src, int64_t n, uint16_t* dst) { NarrowToBf16(src, n, dst); }
+
 // Where row i of head g (of the group) lies in a chunk pair's q or dy copy:
 // by blocks of rows, the group's heads stacked inside each.
 int64_t StackedRow(const attention::Geometry& g, const Tiling& t, int64_t head, int64_t i) {
@@ -322,6 +327,7 @@ void RoundRow(const float* src, int64_t d, const RopeTable* rotate, int64_t t,
 }
 
 // The bf16 copies of pairs [p0, p0 + n): q' (and dy when given), k', v.
+TRAINC_SIMD_CLONES
 void FillChunk(const attention::Geometry& g, const Tiling& t, const float* qkv, const float* dy,
                int64_t p0, int64_t n, Bf16Scratch& s) {
   const int64_t T = g.seq, d = g.head_dim, G = g.Group(), W = g.QkvWidth(), Y = g.OutWidth();
@@ -376,62 +382,142 @@ absl::Status BlockScoresBf16(const attention::Geometry& g, int64_t n, const Bloc
                  G * T * d, T * d, blk.R * blk.i1);
 }
 
-// Scales S (as stored by BlockScoresBf16) and replaces it with the
-// forward's P (softmax, lse) or the backward's (from lse), head by head.
+// exp(x) for x <= ~0 in f32: Cephes' expf (a degree-6 polynomial on
+// [-ln2/2, ln2/2] times 2^n), written so that the loops around it
+// vectorise and every clone gives the same bits (no FMA contraction;
+// rounding by adding 1.5 * 2^23). Within 2 ulp of std::exp, far below
+// bf16's rounding of P; below -87 it gives exp(-87) (~1.6e-38).
+inline float ExpNonPositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) * (int32_t{1} << 23);
+  return p * __builtin_bit_cast(float, bits);
+}
+
+// max (or sum) of x[0, n) over 16 lanes, then the lanes in order: an order
+// fixed by n.
+template <bool kMax>
+inline float Reduce(const float* __restrict x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lane[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) lane[l] = kMax ? x[0] : 0.0f;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) {
+      lane[l] = kMax ? (x[j + l] > lane[l] ? x[j + l] : lane[l]) : lane[l] + x[j + l];
+    }
+  }
+  float r = kMax ? x[0] : 0.0f;
+  for (; j < n; ++j) r = kMax ? (x[j] > r ? x[j] : r) : r + x[j];
+  for (int64_t l = 0; l < kLanes; ++l) r = kMax ? (lane[l] > r ? lane[l] : r) : r + lane[l];
+  return r;
+}
+
+// Rows [i0, i1) of one head's block of scores s[i1 - i0, i1] (unscaled,
+// as BlockScoresBf16 leaves them) become P: the forward's softmax over
+// j <= i (lse[i] its log-sum-exp) or, when !forward, the backward's
+// exp(scale s - lse[i]); exact zeros for i < j < i1.
+TRAINC_SIMD_CLONES
+void ProbRowsBf16(int64_t i0, int64_t i1, float scale, bool forward, float* s, float* lse) {
+  for (int64_t i = i0; i < i1; ++i) {
+    float* __restrict pr = s + (i - i0) * i1;
+    const int64_t n = i + 1;
+    for (int64_t j = 0; j < n; ++j) pr[j] *= scale;
+    const float sub = forward ? Reduce<true>(pr, n) : lse[i];
+    for (int64_t j = 0; j < n; ++j) pr[j] = ExpNonPositive(pr[j] - sub);
+    for (int64_t j = n; j < i1; ++j) pr[j] = 0.0f;
+    if (!forward) continue;
+    const float sum = Reduce<false>(pr, n);
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; ++j) pr[j] *= inv;
+    lse[i] = sub + std::log(sum);
+  }
+}
+
+// dS = P (dP - delta[i]) over rows [i0, i1) of [i1 - i0, i1] blocks, in
+// place of dP.
+TRAINC_SIMD_CLONES
+void GradScoresBf16(int64_t i0, int64_t i1, const float* p, const float* delta, float* dp) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* __restrict pr = p + (i - i0) * i1;
+    float* __restrict dr = dp + (i - i0) * i1;
+    const float dh = delta[i];
+    for (int64_t j = 0; j < i1; ++j) dr[j] = pr[j] * (dr[j] - dh);
+  }
+}
+
+// The chunk's blocks of S become P (ProbRowsBf16), head by head.
 void BlockProbsBf16(const attention::Geometry& g, int64_t p0, int64_t n, const Block& blk,
                     bool forward, float* lse, Bf16Scratch& s) {
   const int64_t T = g.seq, G = g.Group(), rows = blk.i1 - blk.i0;
-  const float scale = g.Scale();
   for (int64_t c = 0; c < n; ++c) {
     const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
     for (int64_t h = 0; h < G; ++h) {
-      float* sr = &s.s[(c * blk.R + h * rows) * blk.i1];
-      for (int64_t e = 0; e < rows * blk.i1; ++e) sr[e] *= scale;
-      float* lh = lse + (b * g.heads + kv * G + h) * T;
-      if (forward) {
-        BlockSoftmax(blk.i0, blk.i1, sr, lh);
-      } else {
-        BlockProbs(lh, blk.i0, blk.i1, sr);
-      }
+      ProbRowsBf16(blk.i0, blk.i1, g.Scale(), forward, &s.s[(c * blk.R + h * rows) * blk.i1],
+                   lse + (b * g.heads + kv * G + h) * T);
     }
   }
 }
 
+// out[d] (+)= scale * src[d], rotated back by position t's angles when
+// `rope`.
+inline void StoreRow(const float* __restrict src, int64_t d, float scale, const RopeTable* rope,
+                     int64_t t, bool accumulate, float* row, float* __restrict out) {
+  if (rope != nullptr) {
+    for (int64_t e = 0; e < d; ++e) row[e] = src[e] * scale;
+    rope->Rotate(t, true, row);
+    src = row;
+    scale = 1.0f;
+  }
+  if (accumulate) {
+    for (int64_t e = 0; e < d; ++e) out[e] += src[e] * scale;
+  } else {
+    for (int64_t e = 0; e < d; ++e) out[e] = src[e] * scale;
+  }
+}
+
 // A chunk's f32 result rows o[n][R, d] (times `scale`, rotated back when
-// `rope`) into the columns of every head's rows [i0, i1) in `out`, rows of
-// width `width` at column `column(h)` of head h of the group (stored or
-// added).
-template <typename Column>
+// `rope`) into every head's columns (QOffset) of rows [i0, i1) of `out`,
+// rows `width` wide: y, or dq' into dqkv.
+TRAINC_SIMD_CLONES
 void ScatterRows(const attention::Geometry& g, int64_t p0, int64_t n, const Block& blk,
-                 float scale, const RopeTable* rope, int64_t width, Column column,
-                 bool accumulate, Bf16Scratch& s, float* out) {
+                 float scale, const RopeTable* rope, int64_t width, bool accumulate,
+                 Bf16Scratch& s, float* out) {
   const int64_t T = g.seq, d = g.head_dim, G = g.Group(), rows = blk.i1 - blk.i0;
   for (int64_t c = 0; c < n; ++c) {
     const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
     for (int64_t h = 0; h < G; ++h) {
       for (int64_t i = blk.i0; i < blk.i1; ++i) {
-        const float* src = &s.o[(c * blk.R + h * rows + i - blk.i0) * d];
-        for (int64_t e = 0; e < d; ++e) s.row[e] = src[e] * scale;
-        if (rope != nullptr) rope->Rotate(i, true, s.row.data());
-        Store(s.row.data(), d, accumulate, out + (b * T + i) * width + column(kv * G + h));
+        StoreRow(&s.o[(c * blk.R + h * rows + i - blk.i0) * d], d, scale, rope, i, accumulate,
+                 s.row.data(), out + (b * T + i) * width + g.QOffset(kv * G + h));
       }
     }
   }
 }
 
 // A chunk's dK' (times scale, rotated back) and dV into dqkv.
+TRAINC_SIMD_CLONES
 void StoreKeyGrads(const attention::Geometry& g, int64_t p0, int64_t n, bool accumulate,
                    Bf16Scratch& s, float* dqkv) {
   const int64_t T = g.seq, d = g.head_dim, W = g.QkvWidth();
+  const RopeTable* rope = g.rope ? &s.rope : nullptr;
   for (int64_t c = 0; c < n; ++c) {
     const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
     for (int64_t i = 0; i < T; ++i) {
-      const float* dk = &s.dk[(c * T + i) * d];
-      for (int64_t e = 0; e < d; ++e) s.row[e] = dk[e] * g.Scale();
-      if (g.rope) s.rope.Rotate(i, true, s.row.data());
       float* dst = dqkv + (b * T + i) * W;
-      Store(s.row.data(), d, accumulate, dst + g.KOffset(kv));
-      Store(&s.dv[(c * T + i) * d], d, accumulate, dst + g.VOffset(kv));
+      StoreRow(&s.dk[(c * T + i) * d], d, g.Scale(), rope, i, accumulate, s.row.data(),
+               dst + g.KOffset(kv));
+      StoreRow(&s.dv[(c * T + i) * d], d, 1.0f, nullptr, i, accumulate, s.row.data(),
+               dst + g.VOffset(kv));
     }
   }
 }
@@ -441,7 +527,6 @@ absl::Status AttentionBf16(const attention::Geometry& g, const float* qkv, float
   const Tiling t(g);
   Bf16Scratch& s = ThreadBf16Scratch(g, t);
   const int64_t T = g.seq, d = g.head_dim, G = g.Group();
-  const auto y_column = [&](int64_t h) { return g.QOffset(h); };  // y's head columns
   for (int64_t p0 = 0; p0 < t.pairs; p0 += t.chunk) {
     const int64_t n = std::min(t.chunk, t.pairs - p0);
     FillChunk(g, t, qkv, nullptr, p0, n, s);
@@ -450,7 +535,7 @@ absl::Status AttentionBf16(const attention::Geometry& g, const float* qkv, float
       const Block blk{i0, i1, G * (i1 - i0)};
       if (absl::Status st = BlockScoresBf16(g, n, blk, s); !st.ok()) return st;
       BlockProbsBf16(g, p0, n, blk, true, lse, s);
-      NarrowToBf16(s.s.data(), n * blk.R * i1, s.p.data());
+      RoundToBf16(s.s.data(), n * blk.R * i1, s.p.data());
       // Y = P V.
       if (absl::Status st = Product(s, n,
                                     Call(false, false, blk.R, d, i1, s.p.data(), i1, s.v.data(),
@@ -459,7 +544,7 @@ absl::Status AttentionBf16(const attention::Geometry& g, const float* qkv, float
           !st.ok()) {
         return st;
       }
-      ScatterRows(g, p0, n, blk, 1.0f, nullptr, g.OutWidth(), y_column, false, s, y);
+      ScatterRows(g, p0, n, blk, 1.0f, nullptr, g.OutWidth(), false, s, y);
     }
   }
   return absl::OkStatus();
@@ -488,14 +573,12 @@ absl::Status GradBlockBf16(const attention::Geometry& g, int64_t p0, int64_t n, 
     const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
     for (int64_t h = 0; h < G; ++h) {
       const float* dh = delta + (b * g.heads + kv * G + h) * T;
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t at = (c * R + h * rows + i - i0) * i1;
-        for (int64_t j = 0; j < i1; ++j) s.dp[at + j] = s.s[at + j] * (s.dp[at + j] - dh[i]);
-      }
+      const int64_t at = (c * R + h * rows) * i1;
+      GradScoresBf16(i0, i1, &s.s[at], dh, &s.dp[at]);
     }
   }
-  NarrowToBf16(s.s.data(), n * R * i1, s.p.data());
-  NarrowToBf16(s.dp.data(), n * R * i1, s.ds.data());
+  RoundToBf16(s.s.data(), n * R * i1, s.p.data());
+  RoundToBf16(s.dp.data(), n * R * i1, s.ds.data());
   // dQ' = dS K' (scaled and rotated back as it is stored); dK' += dS^T Q';
   // dV += P^T dY.
   const GemmCall calls[] = {
@@ -510,8 +593,8 @@ absl::Status GradBlockBf16(const attention::Geometry& g, int64_t p0, int64_t n, 
       return st;
     }
   }
-  ScatterRows(g, p0, n, blk, g.Scale(), g.rope ? &s.rope : nullptr, g.QkvWidth(),
-              [&](int64_t h) { return g.QOffset(h); }, accumulate, s, dqkv);
+  ScatterRows(g, p0, n, blk, g.Scale(), g.rope ? &s.rope : nullptr, g.QkvWidth(), accumulate, s,
+              dqkv);
   return absl::OkStatus();
 }
 

@@ -14,16 +14,6 @@
 #include "runtime/cpu/store.h"
 #include "runtime/device/bf16.h"
 
-// The repository builds for x86-64-v2 (SSE4.2) so its binaries run anywhere;
-// the elementwise loops below are the only hand-written hot code, so they
-// get AVX2 and AVX-512 clones chosen by the loader (GNU ifunc). OpenBLAS
-// and oneDNN do their own dispatch.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TRAINC_SIMD_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TRAINC_SIMD_CLONES
-#endif
 
 namespace trainc {
 namespace cpu {

@@ -1,0 +1,119 @@
+// cpu_attention_bench: the CPU's attention kernel alone (runtime/cpu/
+// attention.h), forward + backward on one micro-batch of tiny_gpt's and
+// llama_tiny's layer shapes, in f32 (the kernel every f32 run uses, and
+// bf16's when widened) and with the products on oneDNN's bf16 kernels
+// (precision = bf16 where the CPU has them). Prints ms per layer and per
+// step (times the model's layers), the median of the timed repetitions.
+//
+// One thread (OpenBLAS's and oneDNN's), as cpu_bench's one-rank rows.
+//
+//   bazel run -c opt //tools/bench:cpu_attention_bench [-- --reps 20]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <ctime>
+#include <vector>
+
+#include "compiler/ops/bf16.h"
+#include "runtime/cpu/attention.h"
+#include "runtime/cpu/bf16_matmul.h"
+#include "runtime/cpu/dnnl_ops.h"
+#include "runtime/cpu/kernels.h"
+
+namespace trainc {
+namespace {
+
+struct Shape {
+  const char* key;  // --only
+  const char* name;
+  attention::Geometry g;
+  int layers;
+};
+
+attention::Geometry Geometry(int64_t b, int64_t t, int64_t h, int64_t kv, int64_t d, bool rope) {
+  attention::Geometry g;
+  g.batch = b, g.seq = t, g.heads = h, g.kv_heads = kv, g.head_dim = d, g.rope = rope;
+  return g;
+}
+
+// This thread's CPU time: on a machine shared with other work, wall time
+// counts the others' turns too.
+double ThreadMs() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+// The fastest forward + backward of `reps` (after 2 untimed): on a shared
+// machine the minimum is the least disturbed.
+double Time(const attention::Geometry& g, bool bf16, int reps) {
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = Bf16ToFloat(FloatToBf16(dist(gen)));
+    return v;
+  };
+  const std::vector<float> qkv = random(g.batch * g.seq * g.QkvWidth());
+  const std::vector<float> dy = random(g.batch * g.seq * g.OutWidth());
+  std::vector<float> y(dy.size()), lse(g.batch * g.heads * g.seq), delta(lse.size());
+  std::vector<float> dqkv(qkv.size());
+  const float* fx[] = {qkv.data()};
+  float* fy[] = {y.data(), lse.data()};
+  const float* gx[] = {dy.data(), qkv.data(), y.data(), lse.data()};
+  float* gy[] = {dqkv.data(), delta.data()};
+  auto run = bf16 ? &cpu::OwnCpuKernelBf16 : &cpu::OwnCpuKernel;
+  std::vector<double> ms;
+  for (int r = 0; r < reps + 2; ++r) {
+    const double start = ThreadMs();
+    std::string why = run(KernelOp::kAttention, g, fx, fy, false);
+    if (why.empty()) why = run(KernelOp::kAttentionGrad, g, gx, gy, false);
+    if (!why.empty()) {
+      std::fprintf(stderr, "cpu_attention_bench: %s\n", why.c_str());
+      std::exit(1);
+    }
+    if (r >= 2) ms.push_back(ThreadMs() - start);
+  }
+  return *std::min_element(ms.begin(), ms.end());
+}
+
+}  // namespace
+}  // namespace trainc
+
+int main(int argc, char** argv) {
+  using namespace trainc;
+  int reps = 20;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: cpu_attention_bench [--reps N] [--only gpt|llama|gpt1024]\n");
+      return a == "-h" || a == "--help" ? 0 : 2;
+    }
+  }
+  cpu::SetBlasThreads(1);
+  cpu::SetDnnlThreads(1);
+  const bool native = cpu::Bf16Gemm::Native();
+  std::printf("attention forward + backward, fastest of %d; bf16 products: %s\n", reps,
+              native ? cpu::Bf16GemmSummary().c_str() : "none here (widened)");
+  const Shape shapes[] = {
+      {"gpt", "tiny_gpt (32 x 64, 4 heads x 32)", Geometry(32, 64, 4, 4, 32, false), 4},
+      {"llama", "llama_tiny (32 x 64, 8 heads / 2 kv x 32, rope)", Geometry(32, 64, 8, 2, 32, true), 6},
+      {"gpt1024", "tiny_gpt at ctx 1024 (2 x 1024)", Geometry(2, 1024, 4, 4, 32, false), 4}};
+  std::printf("%-48s %12s %12s %12s %12s\n", "shape", "f32 ms/layer", "f32 ms/step",
+              "bf16 ms/layer", "bf16 ms/step");
+  for (const Shape& s : shapes) {
+    if (!only.empty() && only != s.key) continue;
+    const double f32 = Time(s.g, false, reps);
+    const double bf16 = native ? Time(s.g, true, reps) : 0;
+    std::printf("%-48s %12.2f %12.1f %12.2f %12.1f\n", s.name, f32, f32 * s.layers, bf16,
+                bf16 * s.layers);
+  }
+  return 0;
+}
