@@ -148,6 +148,10 @@ const ModelConfig* FindModel(const std::string& key) {
   return nullptr;
 }
 
+// --cpu-time: TimeSteps reads the process's CPU clock (one rank: the
+// compute thread's work, and the comm thread's, which only waits).
+bool cpu_time_steps = false;
+
 struct Args {
   int steps = 300;
   int warmup = 30;
@@ -244,6 +248,10 @@ OptionParser MakeParser(Args* args) {
               [args] { args->one_rank = true; })
       .Switch({"--no-bf16"}, "no precision = bf16 rows (the gpt and llama)",
               [args] { args->bf16 = false; })
+      .Switch({"--cpu-time"},
+              "our steps in the process's CPU time, not wall time (a machine shared with\n"
+              "other work; one-rank rows)",
+              [] { cpu_time_steps = true; })
       .Value({"--blas"}, absl::StrJoin(EnumNames<cpu::BlasChoice>(), "|"),
              "the matrix products' library, as train's --blas (sets TRAINC_BLAS)", SetBlasEnv)
       // What RunTwoRanks passes its workers; not for people.
@@ -351,6 +359,13 @@ int64_t LoopbackBytesSent() {
 // With a communicator, a barrier lines the ranks up before the timed steps;
 // *loopback_bytes (if given) gets what the loopback interface sent during
 // them, -1 if unknown.
+absl::Time StepClock() {
+  if (!cpu_time_steps) return absl::Now();
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return absl::TimeFromTimespec(t);
+}
+
 absl::StatusOr<double> TimeSteps(const ModelConfig& model, const Plan& plan,
                                  Communicator* comm, ExecutorOptions options,
                                  int warmup, int steps, int rank,
@@ -368,11 +383,11 @@ absl::StatusOr<double> TimeSteps(const ModelConfig& model, const Plan& plan,
       if (absl::Status s = comm->Barrier(); !s.ok()) return s;
       loopback_before = LoopbackBytesSent();
     }
-    const absl::Time begin = absl::Now();
+    const absl::Time begin = StepClock();
     absl::StatusOr<double> loss = executor.RunStep({step, 1e-3}, batches);
     if (!loss.ok()) return loss.status();
     if (step > warmup) {
-      ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - begin));
+      ms.push_back(absl::ToDoubleMilliseconds(StepClock() - begin));
     }
   }
   if (loopback_bytes != nullptr) {
@@ -681,8 +696,9 @@ absl::StatusOr<ModelResult> MeasureModel(const ModelConfig& model,
 void PrintHeader() {
   std::printf(
       "cpu_bench: 1 BLAS thread per rank (PyTorch: 1 thread per rank); %ld "
-      "CPUs; ratio = our step time / PyTorch's\n",
-      sysconf(_SC_NPROCESSORS_ONLN));
+      "CPUs; ratio = our step time / PyTorch's%s\n",
+      sysconf(_SC_NPROCESSORS_ONLN),
+      cpu_time_steps ? "; our steps in process CPU time (--cpu-time)" : "");
   const cpu::BlasInfo info = cpu::DescribeBlas();
   const cpu::BlasChoice choice = cpu::BlasChoiceFromEnv().value_or(cpu::BlasChoice::kAuto);
   std::printf("matrix products: %s\n",
