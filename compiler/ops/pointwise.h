@@ -59,7 +59,8 @@ TRAINC_HD double Tanh(double x) { return tanh(x); }
 
 // e^z for z in [-86, 0] in f32 without libm, so the loops around it
 // vectorise (libm's expf and tanhf are scalar calls: tanhf was 40% of a
-// tiny GPT's CPU step, expf the Llama's SiLU): Cody-Waite range reduction
+// tiny GPT's CPU step, expf the Llama's SiLU; bf16 attention's softmax
+// uses it too): Cody-Waite range reduction
 // and Cephes' degree-6 polynomial, ~1 ulp. The result stays a normal float
 // (e^-86 ~ 4e-38).
 TRAINC_HD float ExpNonPositive(float z) {

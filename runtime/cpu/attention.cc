@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/ops/pointwise.h"
 #include "runtime/cpu/bf16_matmul.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/store.h"
@@ -240,7 +241,7 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
 // (runtime/cuda/attention_mma.cu). q' and k' are rotated in f32 and
 // rounded to nearest even bf16; v and dy are bf16 already (their staging
 // widened them exactly). S = q' k'^T is summed in f32 and scaled in f32;
-// the softmax and lse are f32 (with a vectorised exp, ExpNonPositive);
+// the softmax and lse are f32 (with a vectorised exp, ExpOfScore);
 // delta is the f32 path's. P is rounded to bf16 for P V and P^T dY;
 // dP = dY V^T is f32; dS = P (dP - delta) in f32 from the f32 P, rounded
 // to bf16 for dS K' and dS^T Q', whose f32 sums are scaled after. y and
@@ -382,25 +383,12 @@ absl::Status BlockScoresBf16(const attention::Geometry& g, int64_t n, const Bloc
                  G * T * d, T * d, blk.R * blk.i1);
 }
 
-// exp(x) for x <= ~0 in f32: Cephes' expf (a degree-6 polynomial on
-// [-ln2/2, ln2/2] times 2^n), written so that the loops around it
-// vectorise and every clone gives the same bits (no FMA contraction;
-// rounding by adding 1.5 * 2^23). Within 2 ulp of std::exp, far below
-// bf16's rounding of P; below -87 it gives exp(-87) (~1.6e-38).
-inline float ExpNonPositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) * (int32_t{1} << 23);
-  return p * __builtin_bit_cast(float, bits);
+// exp(x) for x <= ~0 (the scores less their max or lse) without libm, so
+// the loops vectorise and every clone gives the same bits (no FMA
+// contraction): within ~1 ulp of std::exp, far below bf16's rounding of
+// P; below -86 it gives exp(-86) (~4e-38).
+inline float ExpOfScore(float x) {
+  return pointwise::math::ExpNonPositive(x < -86.0f ? -86.0f : x);
 }
 
 // max (or sum) of x[0, n) over 16 lanes, then the lanes in order: an order
@@ -431,10 +419,11 @@ void ProbRowsBf16(int64_t i0, int64_t i1, float scale, bool forward, float* s, f
   for (int64_t i = i0; i < i1; ++i) {
     float* __restrict pr = s + (i - i0) * i1;
     const int64_t n = i + 1;
-    for (int64_t j = 0; j < n; ++j) pr[j] *= scale;
+    // Whole rows with a select, not rows of n: the loops have no scalar
+    // tails (i1 is mostly a multiple of the vector width).
+    for (int64_t j = 0; j < i1; ++j) pr[j] *= scale;
     const float sub = forward ? Reduce<true>(pr, n) : lse[i];
-    for (int64_t j = 0; j < n; ++j) pr[j] = ExpNonPositive(pr[j] - sub);
-    for (int64_t j = n; j < i1; ++j) pr[j] = 0.0f;
+    for (int64_t j = 0; j < i1; ++j) pr[j] = j < n ? ExpOfScore(pr[j] - sub) : 0.0f;
     if (!forward) continue;
     const float sum = Reduce<false>(pr, n);
     const float inv = 1.0f / sum;
