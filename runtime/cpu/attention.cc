@@ -302,10 +302,6 @@ Bf16Scratch& ThreadBf16Scratch(const attention::Geometry& g, const Tiling& t) {
   return s;
 }
 
-// NarrowToBf16 (round to nearest even), in the clones.
-TRAINC_SIMD_CLONES
-void RoundToBf16(const float* src, int64_t n, uint16_t* dst) { NarrowToBf16(src, n, dst); }
-
 // Where row i of head g (of the group) lies in a chunk pair's q or dy copy:
 // by blocks of rows, the group's heads stacked inside each.
 int64_t StackedRow(const attention::Geometry& g, const Tiling& t, int64_t head, int64_t i) {
@@ -411,11 +407,13 @@ inline float Reduce(const float* __restrict x, int64_t n) {
 }
 
 // Rows [i0, i1) of one head's block of scores s[i1 - i0, i1] (unscaled,
-// as BlockScoresBf16 leaves them) become P: the forward's softmax over
-// j <= i (lse[i] its log-sum-exp) or, when !forward, the backward's
-// exp(scale s - lse[i]); exact zeros for i < j < i1.
+// as BlockScoresBf16 leaves them) become P, exact zeros for i < j < i1:
+// the forward's softmax over j <= i, rounded to bf16 into pb (lse[i] its
+// log-sum-exp), or, when !forward, the backward's exp(scale s - lse[i]),
+// in place in f32.
 TRAINC_SIMD_CLONES
-void ProbRowsBf16(int64_t i0, int64_t i1, float scale, bool forward, float* s, float* lse) {
+void ProbRowsBf16(int64_t i0, int64_t i1, float scale, bool forward, float* s, float* lse,
+                  uint16_t* pb) {
   for (int64_t i = i0; i < i1; ++i) {
     float* __restrict pr = s + (i - i0) * i1;
     const int64_t n = i + 1;
@@ -427,20 +425,28 @@ void ProbRowsBf16(int64_t i0, int64_t i1, float scale, bool forward, float* s, f
     if (!forward) continue;
     const float sum = Reduce<false>(pr, n);
     const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < n; ++j) pr[j] *= inv;
+    uint16_t* __restrict pbr = pb + (i - i0) * i1;
+    for (int64_t j = 0; j < i1; ++j) pbr[j] = FloatToBf16(pr[j] * inv);
     lse[i] = sub + std::log(sum);
   }
 }
 
-// dS = P (dP - delta[i]) over rows [i0, i1) of [i1 - i0, i1] blocks, in
-// place of dP.
+// dS = P (dP - delta[i]) over rows [i0, i1) of [i1 - i0, i1] blocks in
+// f32, rounded to bf16 into dsb, and P rounded into pb.
 TRAINC_SIMD_CLONES
-void GradScoresBf16(int64_t i0, int64_t i1, const float* p, const float* delta, float* dp) {
+void GradScoresBf16(int64_t i0, int64_t i1, const float* p, const float* delta,
+                    const float* dp, uint16_t* pb, uint16_t* dsb) {
   for (int64_t i = i0; i < i1; ++i) {
-    const float* __restrict pr = p + (i - i0) * i1;
-    float* __restrict dr = dp + (i - i0) * i1;
+    const int64_t at = (i - i0) * i1;
+    const float* __restrict pr = p + at;
+    const float* __restrict dr = dp + at;
+    uint16_t* __restrict pbr = pb + at;
+    uint16_t* __restrict dsr = dsb + at;
     const float dh = delta[i];
-    for (int64_t j = 0; j < i1; ++j) dr[j] = pr[j] * (dr[j] - dh);
+    for (int64_t j = 0; j < i1; ++j) {
+      dsr[j] = FloatToBf16(pr[j] * (dr[j] - dh));
+      pbr[j] = FloatToBf16(pr[j]);
+    }
   }
 }
 
@@ -451,8 +457,9 @@ void BlockProbsBf16(const attention::Geometry& g, int64_t p0, int64_t n, const B
   for (int64_t c = 0; c < n; ++c) {
     const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
     for (int64_t h = 0; h < G; ++h) {
-      ProbRowsBf16(blk.i0, blk.i1, g.Scale(), forward, &s.s[(c * blk.R + h * rows) * blk.i1],
-                   lse + (b * g.heads + kv * G + h) * T);
+      const int64_t at = (c * blk.R + h * rows) * blk.i1;
+      ProbRowsBf16(blk.i0, blk.i1, g.Scale(), forward, &s.s[at],
+                   lse + (b * g.heads + kv * G + h) * T, &s.p[at]);
     }
   }
 }
@@ -524,7 +531,6 @@ absl::Status AttentionBf16(const attention::Geometry& g, const float* qkv, float
       const Block blk{i0, i1, G * (i1 - i0)};
       if (absl::Status st = BlockScoresBf16(g, n, blk, s); !st.ok()) return st;
       BlockProbsBf16(g, p0, n, blk, true, lse, s);
-      RoundToBf16(s.s.data(), n * blk.R * i1, s.p.data());
       // Y = P V.
       if (absl::Status st = Product(s, n,
                                     Call(false, false, blk.R, d, i1, s.p.data(), i1, s.v.data(),
@@ -563,11 +569,9 @@ absl::Status GradBlockBf16(const attention::Geometry& g, int64_t p0, int64_t n, 
     for (int64_t h = 0; h < G; ++h) {
       const float* dh = delta + (b * g.heads + kv * G + h) * T;
       const int64_t at = (c * R + h * rows) * i1;
-      GradScoresBf16(i0, i1, &s.s[at], dh, &s.dp[at]);
+      GradScoresBf16(i0, i1, &s.s[at], dh, &s.dp[at], &s.p[at], &s.ds[at]);
     }
   }
-  RoundToBf16(s.s.data(), n * R * i1, s.p.data());
-  RoundToBf16(s.dp.data(), n * R * i1, s.ds.data());
   // dQ' = dS K' (scaled and rotated back as it is stored); dK' += dS^T Q';
   // dV += P^T dY.
   const GemmCall calls[] = {
