@@ -296,13 +296,13 @@ absl::Status CpuDevice::RunKernel(const Plan& plan, const Instruction& instr,
     const Bf16Operand& o = k.bf16[i];
     if (o.native) continue;
     if (!o.output || k.accumulate) {
-      WidenBf16(static_cast<const uint16_t*>(o.bf16), o.elems, o.f32);
+      cpu::WidenStaged(static_cast<const uint16_t*>(o.bf16), o.elems, o.f32);
     }
   }
   RETURN_IF_ERROR(RunF32Kernel(plan, instr, step));
   for (int i = 0; i < k.num_bf16; ++i) {
     const Bf16Operand& o = k.bf16[i];
-    if (o.output && !o.native) NarrowToBf16(o.f32, o.elems, static_cast<uint16_t*>(o.bf16));
+    if (o.output && !o.native) cpu::NarrowStaged(o.f32, o.elems, static_cast<uint16_t*>(o.bf16));
   }
   return absl::OkStatus();
 }

@@ -117,6 +117,12 @@ TRAINC_STATELESS_FAMILIES(TRAINC_CPU_UNIT_RUN)
 // ---- The step's tail: gradient sums and the optimizers -------------------
 
 TRAINC_SIMD_CLONES
+void WidenStaged(const uint16_t* src, int64_t n, float* dst) { WidenBf16(src, n, dst); }
+
+TRAINC_SIMD_CLONES
+void NarrowStaged(const float* src, int64_t n, uint16_t* dst) { NarrowToBf16(src, n, dst); }
+
+TRAINC_SIMD_CLONES
 void OrderedSum(const float* src, int64_t n, int64_t count, float* dst) {
   // k outer, i inner: a vector loop per slot, and the additions for each i
   // still happen in increasing k, so the result is fixed bit for bit.

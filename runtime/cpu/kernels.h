@@ -74,6 +74,11 @@ TRAINC_STATELESS_FAMILIES(TRAINC_CPU_UNIT_RUN)
 // (bit-reproducible). dst may be src itself (slot 0), nothing else of src.
 void OrderedSum(const float* src, int64_t n, int64_t count, float* dst);
 
+// precision = bf16's staging: runtime/device/bf16.h's WidenBf16 and
+// NarrowToBf16 (the same bits), in the SIMD clones.
+void WidenStaged(const uint16_t* src, int64_t n, float* dst);
+void NarrowStaged(const float* src, int64_t n, uint16_t* dst);
+
 // Sets OpenBLAS's thread count for this process (see CpuDeviceOptions).
 void SetBlasThreads(int threads);
 
