@@ -4,7 +4,9 @@
 // products are exact in f32 and accumulate in f32 into an f32 destination,
 // the output's staging when the output is bf16, which the device rounds to
 // nearest even after the kernel as before. The bias, the activation and
-// the bias gradient stay the f32 loops of kernels.h.
+// the bias gradient stay the f32 loops of kernels.h. Bf16Gemm below runs
+// the products of a kernel that makes its own bf16 operands (attention's
+// blocks, attention.h).
 //
 //   Bf16Matmuls matmuls;
 //   matmuls.Choose(kernels);              // before AssignBf16Staging
