@@ -267,7 +267,7 @@ constexpr int64_t kChunkScores = int64_t{1} << 20;
 // How a call is cut: pairs (b, kv) per product, rows per block.
 struct Tiling {
   int64_t pairs, chunk, block;
-  Tiling(const attention::Geometry& g) {
+  explicit Tiling(const attention::Geometry& g) {
     pairs = g.batch * g.kv_heads;
     const bool whole = g.seq <= kWholeSeq;
     block = whole ? g.seq : kBlock;
@@ -409,25 +409,26 @@ inline float Reduce(const float* __restrict x, int64_t n) {
 // Rows [i0, i1) of one head's block of scores s[i1 - i0, i1] (unscaled,
 // as BlockScoresBf16 leaves them) become P, exact zeros for i < j < i1:
 // the forward's softmax over j <= i, rounded to bf16 into pb (lse[i] its
-// log-sum-exp), or, when !forward, the backward's exp(scale s - lse[i]),
-// in place in f32.
+// log-sum-exp into lse_out), or, with lse_out null, the backward's
+// exp(scale s - lse_in[i]), in place in f32.
 TRAINC_SIMD_CLONES
-void ProbRowsBf16(int64_t i0, int64_t i1, float scale, bool forward, float* s, float* lse,
-                  uint16_t* pb) {
+void ProbRowsBf16(int64_t i0, int64_t i1, float scale, float* s, const float* lse_in,
+                  float* lse_out, uint16_t* pb) {
+  const bool forward = lse_out != nullptr;
   for (int64_t i = i0; i < i1; ++i) {
     float* __restrict pr = s + (i - i0) * i1;
     const int64_t n = i + 1;
     // Whole rows with a select, not rows of n: the loops have no scalar
     // tails (i1 is mostly a multiple of the vector width).
     for (int64_t j = 0; j < i1; ++j) pr[j] *= scale;
-    const float sub = forward ? Reduce<true>(pr, n) : lse[i];
+    const float sub = forward ? Reduce<true>(pr, n) : lse_in[i];
     for (int64_t j = 0; j < i1; ++j) pr[j] = j < n ? ExpOfScore(pr[j] - sub) : 0.0f;
     if (!forward) continue;
     const float sum = Reduce<false>(pr, n);
     const float inv = 1.0f / sum;
     uint16_t* __restrict pbr = pb + (i - i0) * i1;
     for (int64_t j = 0; j < i1; ++j) pbr[j] = FloatToBf16(pr[j] * inv);
-    lse[i] = sub + std::log(sum);
+    lse_out[i] = sub + std::log(sum);
   }
 }
 
@@ -450,16 +451,18 @@ void GradScoresBf16(int64_t i0, int64_t i1, const float* p, const float* delta,
   }
 }
 
-// The chunk's blocks of S become P (ProbRowsBf16), head by head.
+// The chunk's blocks of S become P (ProbRowsBf16), head by head: the
+// forward's into lse_out, the backward's (lse_out null) from lse_in.
 void BlockProbsBf16(const attention::Geometry& g, int64_t p0, int64_t n, const Block& blk,
-                    bool forward, float* lse, Bf16Scratch& s) {
+                    const float* lse_in, float* lse_out, Bf16Scratch& s) {
   const int64_t T = g.seq, G = g.Group(), rows = blk.i1 - blk.i0;
   for (int64_t c = 0; c < n; ++c) {
     const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
     for (int64_t h = 0; h < G; ++h) {
       const int64_t at = (c * blk.R + h * rows) * blk.i1;
-      ProbRowsBf16(blk.i0, blk.i1, g.Scale(), forward, &s.s[at],
-                   lse + (b * g.heads + kv * G + h) * T, &s.p[at]);
+      const int64_t head = (b * g.heads + kv * G + h) * T;
+      ProbRowsBf16(blk.i0, blk.i1, g.Scale(), &s.s[at], lse_in ? lse_in + head : nullptr,
+                   lse_out ? lse_out + head : nullptr, &s.p[at]);
     }
   }
 }
@@ -530,7 +533,7 @@ absl::Status AttentionBf16(const attention::Geometry& g, const float* qkv, float
       const int64_t i1 = std::min(T, i0 + t.block);
       const Block blk{i0, i1, G * (i1 - i0)};
       if (absl::Status st = BlockScoresBf16(g, n, blk, s); !st.ok()) return st;
-      BlockProbsBf16(g, p0, n, blk, true, lse, s);
+      BlockProbsBf16(g, p0, n, blk, nullptr, lse, s);
       // Y = P V.
       if (absl::Status st = Product(s, n,
                                     Call(false, false, blk.R, d, i1, s.p.data(), i1, s.v.data(),
@@ -553,7 +556,7 @@ absl::Status GradBlockBf16(const attention::Geometry& g, int64_t p0, int64_t n, 
   const int64_t T = g.seq, d = g.head_dim, G = g.Group(), i0 = blk.i0, i1 = blk.i1, R = blk.R;
   const int64_t rows = i1 - i0;
   if (absl::Status st = BlockScoresBf16(g, n, blk, s); !st.ok()) return st;
-  BlockProbsBf16(g, p0, n, blk, false, const_cast<float*>(lse), s);
+  BlockProbsBf16(g, p0, n, blk, lse, nullptr, s);
   const uint16_t* q = &s.q[G * i0 * d];
   const uint16_t* dy = &s.dy[G * i0 * d];
   // dP = dY V^T, then in place dS = P (dP - delta), f32.
