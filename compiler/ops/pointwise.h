@@ -64,7 +64,10 @@ TRAINC_HD double Tanh(double x) { return tanh(x); }
 // and Cephes' degree-6 polynomial, ~1 ulp. The result stays a normal float
 // (e^-86 ~ 4e-38).
 TRAINC_HD float ExpNonPositive(float z) {
-  const float k = floorf(z * 1.44269504088896341f + 0.5f);
+  // k from z clamped by a select (a NaN becomes -87, so the conversion
+  // below stays defined; z itself carries the NaN into the result).
+  const float z_k = z > -87.0f ? z : -87.0f;
+  const float k = floorf(z_k * 1.44269504088896341f + 0.5f);
   const float r = z - k * 0.693359375f + k * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -101,9 +104,9 @@ TRAINC_HD double OnePlusTanh(double u) { return 1 + tanh(u); }
 // The logistic sigmoid 1 / (1 + e^-x) and SiLU x sigmoid(x), in f32 through
 // ExpNonPositive (vectorised; libm's expf was SiLU's cost): with
 // e = e^-|x|, sigmoid is 1 / (1 + e) for x >= 0 and e / (1 + e) below, so
-// e^-x never overflows. |x| is clamped to 86: below x = -86, where sigmoid
-// is under 4.4e-38, it stays 4.4e-38 (x sigmoid(x) then under 1e-35 in
-// magnitude; libm's form gave -0). A NaN stays a NaN.
+// e^-x never overflows. Below x = -86, where sigmoid is under 4.4e-38,
+// sigmoid is 0 and SiLU x * 0 (-0, and NaN at -inf, as libm's form
+// x / (1 + e^-x) gave). A NaN stays a NaN.
 TRAINC_HD float SigmoidParts(float x, float* e) {
   const float abs_x = fabsf(x);
   *e = ExpNonPositive(-(86.0f < abs_x ? 86.0f : abs_x));
@@ -112,13 +115,15 @@ TRAINC_HD float SigmoidParts(float x, float* e) {
 TRAINC_HD float Sigmoid(float x) {
   float e;
   const float d = SigmoidParts(x, &e);
-  return (x >= 0.0f ? 1.0f : e) / d;
+  const float s = (x >= 0.0f ? 1.0f : e) / d;
+  return x < -86.0f ? 0.0f : s;
 }
 TRAINC_HD double Sigmoid(double x) { return 1 / (1 + exp(-x)); }
 TRAINC_HD float Silu(float x) {
   float e;
   const float d = SigmoidParts(x, &e);
-  return (x >= 0.0f ? x : x * e) / d;
+  const float y = (x >= 0.0f ? x : x * e) / d;
+  return x < -86.0f ? x * 0.0f : y;
 }
 TRAINC_HD double Silu(double x) { return x / (1 + exp(-x)); }
 

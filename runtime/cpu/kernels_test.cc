@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -686,6 +687,31 @@ TEST(KernelsTest, SiluForwardAndGrad) {
   SiluGrad(&one, &x15, 1, false, &d15);
   EXPECT_NEAR(y15, 1.2263617142904655, 1e-6);
   EXPECT_NEAR(d15, 1.041294154299143, 1e-6);
+}
+
+// The far tail and non-finite inputs, as x / (1 + e^-x) in libm (and
+// torch.nn.functional.silu) give them: -0 and a zero gradient far below 0,
+// NaN at -inf and for NaN; x itself far above 0.
+TEST(KernelsTest, SiluTails) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const Vec x = {-1e38f, -1000.0f, -90.0f, -inf, std::nanf(""), 1e38f, 100.0f};
+  const int64_t n = static_cast<int64_t>(x.size());
+  const Vec dy(x.size(), 1.0f);
+  Vec y(x.size()), dx(x.size());
+  Silu(x.data(), n, y.data());
+  SiluGrad(dy.data(), x.data(), n, false, dx.data());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(y[i], 0.0f) << x[i];
+    EXPECT_TRUE(std::signbit(y[i])) << x[i];
+    EXPECT_EQ(dx[i], 0.0f) << x[i];
+  }
+  EXPECT_TRUE(std::isnan(y[3]));
+  EXPECT_TRUE(std::isnan(dx[3]));
+  EXPECT_TRUE(std::isnan(y[4]));
+  EXPECT_TRUE(std::isnan(dx[4]));
+  EXPECT_EQ(y[5], 1e38f);
+  EXPECT_EQ(y[6], 100.0f);
+  EXPECT_EQ(dx[6], 1.0f);
 }
 
 TEST(KernelsTest, GeluTanhForwardAndGrad) {
