@@ -72,8 +72,11 @@ GemmLibrary ResolveBlas(BlasChoice choice, const BlasInfo& info, IsaLevel onednn
     case BlasChoice::kOneDnn: return GemmLibrary::kOneDnn;
     case BlasChoice::kAuto: break;
   }
-  return info.fallback || onednn == IsaLevel::kAvx512 ? GemmLibrary::kOneDnn
-                                                      : GemmLibrary::kOpenBlas;
+  if (info.fallback) return GemmLibrary::kOneDnn;
+  // A core pinned by hand (OPENBLAS_CORETYPE) that is not a fallback: the
+  // user chose OpenBLAS's kernels, for speed or for its results.
+  if (info.core_from_env) return GemmLibrary::kOpenBlas;
+  return onednn == IsaLevel::kAvx512 ? GemmLibrary::kOneDnn : GemmLibrary::kOpenBlas;
 }
 
 void SetGemmLibrary(GemmLibrary library) { library_in_use.store(library); }

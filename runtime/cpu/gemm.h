@@ -11,7 +11,8 @@
 // throughout, or under ONEDNN_MAX_CPU_ISA=AVX2). The two libraries round
 // differently: --blas openblas keeps the results OpenBLAS gave.
 // An OPENBLAS_CORETYPE set in the environment is never overridden: OpenBLAS
-// runs that core wherever OpenBLAS runs.
+// runs that core wherever OpenBLAS runs, and `auto` runs OpenBLAS when that
+// core is not a fallback (whoever pinned it chose OpenBLAS's kernels).
 //
 // Both are bitwise reproducible from call to call for a given shape, thread
 // count and ISA, which is what deterministic mode needs (every split runs

@@ -43,8 +43,9 @@ TEST_F(GemmTest, AutoRunsOneDnnOnAvx512OrOverAFallbackOpenBlas) {
               GemmLibrary::kOpenBlas);
     EXPECT_EQ(ResolveBlas(BlasChoice::kAuto, Info("Haswell", env), IsaLevel::kAvx2),
               GemmLibrary::kOpenBlas);
+    // A core pinned by OPENBLAS_CORETYPE that is not a fallback is kept.
     EXPECT_EQ(ResolveBlas(BlasChoice::kAuto, Info("SkylakeX", env), IsaLevel::kAvx512),
-              GemmLibrary::kOneDnn);
+              env ? GemmLibrary::kOpenBlas : GemmLibrary::kOneDnn);
   }
   EXPECT_EQ(ResolveBlas(BlasChoice::kOpenBlas, Info("Prescott", false)), GemmLibrary::kOpenBlas);
   EXPECT_EQ(ResolveBlas(BlasChoice::kOpenBlas, Info("SkylakeX", false), IsaLevel::kAvx512),
