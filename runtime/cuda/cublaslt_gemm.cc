@@ -77,7 +77,10 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32, int* inde
       m.Destroy();
       return s;
     }
-    FindLtAlgorithm(k, m);
+    if (absl::Status s = FindLtAlgorithm(k, m); !s.ok()) {
+      m.Destroy();
+      return s;
+    }
   }
   lt_matmuls_.push_back(m);
   *index = static_cast<int>(lt_matmuls_.size()) - 1;
@@ -139,9 +142,10 @@ absl::Status CudaDeviceImpl::DescribeLtMatmul(const Kernel& k, bool tf32, LtMatm
 // and the operands' real alignment: m.usable when one was found. None (or
 // an unsupported epilogue) is not an error: RunLinear falls back to
 // cublasGemmEx plus the bias kernel.
-void CudaDeviceImpl::FindLtAlgorithm(const Kernel& k, LtMatmul& m) {
+absl::Status CudaDeviceImpl::FindLtAlgorithm(const Kernel& k, LtMatmul& m) {
   cublasLtMatmulPreference_t pref = nullptr;
-  if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return;
+  RETURN_IF_ERROR(
+      LtOk(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
   size_t ws = kBlasWorkspaceBytes;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
@@ -171,6 +175,7 @@ void CudaDeviceImpl::FindLtAlgorithm(const Kernel& k, LtMatmul& m) {
     m.algo = result.algo;
     m.usable = true;
   }
+  return absl::OkStatus();
 }
 
 void UseBf16Gemm(Kernel& k) {

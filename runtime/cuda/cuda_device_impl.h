@@ -282,7 +282,7 @@ class CudaDeviceImpl final : public CudaDevice {
   // cublasLt has an algorithm for it (cublaslt_gemm.cc).
   absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
   absl::Status DescribeLtMatmul(const Kernel& k, bool tf32, LtMatmul& m);
-  void FindLtAlgorithm(const Kernel& k, LtMatmul& m);
+  absl::Status FindLtAlgorithm(const Kernel& k, LtMatmul& m);
   absl::Status RunLinear(const Kernel& k);
   absl::Status RunLinearGradInputGelu(const Kernel& k);
   // Runs lt_matmuls_[k.lt] when usable (alpha 1, beta 0): false when it
