@@ -64,7 +64,9 @@ double Time(const attention::Geometry& g, bool bf16, int reps) {
   float* fy[] = {y.data(), lse.data()};
   const float* gx[] = {dy.data(), qkv.data(), y.data(), lse.data()};
   float* gy[] = {dqkv.data(), delta.data()};
-  auto run = bf16 ? &cpu::OwnCpuKernelBf16 : &cpu::OwnCpuKernel;
+  using Kernel = std::string (*)(KernelOp, const attention::Geometry&, const float* const*,
+                                 float* const*, bool);
+  const Kernel run = bf16 ? Kernel{&cpu::OwnCpuKernelBf16} : Kernel{&cpu::OwnCpuKernel};
   std::vector<double> ms;
   for (int r = 0; r < reps + 2; ++r) {
     const double start = ThreadMs();
