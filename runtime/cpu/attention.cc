@@ -93,6 +93,57 @@ Rows HeadRows(const attention::Geometry& g, const float* qkv, int64_t b, int64_t
   return {copy.data(), d};
 }
 
+// exp(x) for x <= ~0 (the scores less their max or lse) without libm, so
+// the loops vectorise and every clone gives the same bits (no FMA
+// contraction): within ~1 ulp of std::exp (far below bf16's rounding of
+// P, and inside the f32 oracles' tolerance); below -86 it gives exp(-86)
+// (~4e-38).
+inline float ExpOfScore(float x) {
+  return pointwise::math::ExpNonPositive(x < -86.0f ? -86.0f : x);
+}
+
+// max (or sum) of x[0, n) over 16 lanes, then the lanes in order: an order
+// fixed by n.
+template <bool kMax>
+inline float Reduce(const float* __restrict x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lane[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) lane[l] = kMax ? x[0] : 0.0f;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) {
+      lane[l] = kMax ? (x[j + l] > lane[l] ? x[j + l] : lane[l]) : lane[l] + x[j + l];
+    }
+  }
+  float r = kMax ? x[0] : 0.0f;
+  for (; j < n; ++j) r = kMax ? (x[j] > r ? x[j] : r) : r + x[j];
+  for (int64_t l = 0; l < kLanes; ++l) r = kMax ? (lane[l] > r ? lane[l] : r) : r + lane[l];
+  return r;
+}
+
+// sum of x[0, n) in double over 8 lanes, then the lanes in order (an
+// order fixed by n): the f32 softmax's denominator, rows as long as the
+// context.
+inline double SumInDouble(const float* __restrict x, int64_t n) {
+  constexpr int64_t kLanes = 8;
+  double lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] += x[j + l];
+  }
+  double r = 0;
+  for (; j < n; ++j) r += x[j];
+  for (int64_t l = 0; l < kLanes; ++l) r += lane[l];
+  return r;
+}
+
+// Row pr[0, i1) becomes exp(pr[j] - sub) for j < n and exact zeros after:
+// the whole row with a select, not n entries, so the loop has no scalar
+// tail (i1 is mostly a multiple of the vector width).
+inline void ExpRow(float* __restrict pr, int64_t n, int64_t i1, float sub) {
+  for (int64_t j = 0; j < i1; ++j) pr[j] = j < n ? ExpOfScore(pr[j] - sub) : 0.0f;
+}
+
 // Rows [i0, i1) of the scaled scores, S = scale Q' K'^T, into s[i1 - i0, i1]
 // (keys [0, i1) only).
 void BlockScores(const attention::Geometry& g, Rows q, Rows k, int64_t i0, int64_t i1,
@@ -104,34 +155,38 @@ void BlockScores(const attention::Geometry& g, Rows q, Rows k, int64_t i0, int64
 // In place over BlockScores' s, the backward's probabilities from the
 // saved log-sum-exp: P = exp(S - lse) for j <= i, exact zeros for
 // i < j < i1.
+TRAINC_SIMD_CLONES
 void BlockProbs(const float* lse, int64_t i0, int64_t i1, float* p) {
-  for (int64_t i = i0; i < i1; ++i) {
-    float* pr = p + (i - i0) * i1;
-    const float l = lse[i];
-    for (int64_t j = 0; j <= i; ++j) pr[j] = std::exp(pr[j] - l);
-    std::fill(pr + i + 1, pr + i1, 0.0f);
-  }
+  for (int64_t i = i0; i < i1; ++i) ExpRow(p + (i - i0) * i1, i + 1, i1, lse[i]);
 }
 
 // In place over BlockScores' s, the forward's softmax: rows [i0, i1) of
 // P = softmax over j <= i (exact zeros for i < j < i1) and their
 // log-sum-exp (the sum in double: rows are as long as the context). One
-// exp per score, as a plain softmax; the backward's exp(S - lse) equals
-// this P to within rounding.
+// exp per score (ExpOfScore, vectorised), as a plain softmax; the
+// backward's exp(S - lse) equals this P to within rounding.
+TRAINC_SIMD_CLONES
 void BlockSoftmax(int64_t i0, int64_t i1, float* s, float* lse) {
   for (int64_t i = i0; i < i1; ++i) {
-    float* pr = s + (i - i0) * i1;
-    float m = pr[0];
-    for (int64_t j = 1; j <= i; ++j) m = std::max(m, pr[j]);
-    double sum = 0;
-    for (int64_t j = 0; j <= i; ++j) {
-      pr[j] = std::exp(pr[j] - m);
-      sum += pr[j];
-    }
+    float* __restrict pr = s + (i - i0) * i1;
+    const float m = Reduce<true>(pr, i + 1);
+    ExpRow(pr, i + 1, i1, m);
+    const double sum = SumInDouble(pr, i + 1);
     const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j <= i; ++j) pr[j] *= inv;
-    std::fill(pr + i + 1, pr + i1, 0.0f);
+    for (int64_t j = 0; j < i1; ++j) pr[j] *= inv;
     lse[i] = static_cast<float>(m + std::log(sum));
+  }
+}
+
+// In place over dP's block ds: dS = P (dP - delta[i]) scale (0 where P is).
+TRAINC_SIMD_CLONES
+void BlockGradScores(const float* p, const float* dh, float scale, int64_t i0, int64_t i1,
+                     float* ds) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* __restrict pr = p + (i - i0) * i1;
+    float* __restrict dsr = ds + (i - i0) * i1;
+    const float delta = dh[i];
+    for (int64_t j = 0; j < i1; ++j) dsr[j] = pr[j] * (dsr[j] - delta) * scale;
   }
 }
 
@@ -215,11 +270,7 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
           BlockProbs(lh, i0, i1, p);
           // dP = dY V^T, then in place dS = P (dP - delta) scale (0 where P is).
           Sgemm(false, true, rows, i1, d, 1.0f, dyh + i0 * Y, Y, v.data, v.ld, 0.0f, ds, i1);
-          for (int64_t i = i0; i < i1; ++i) {
-            const float* pr = p + (i - i0) * i1;
-            float* dsr = ds + (i - i0) * i1;
-            for (int64_t j = 0; j < i1; ++j) dsr[j] = pr[j] * (dsr[j] - dh[i]) * scale;
-          }
+          BlockGradScores(p, dh, scale, i0, i1, ds);
           // dQ'[i0:i1] = dS K'; dK'[0:i1] += dS^T Q'; dV[0:i1] += P^T dY.
           Sgemm(false, false, rows, d, i1, 1.0f, ds, i1, k.data, k.ld, 0.0f,
                 s.dq.data() + i0 * d, d);
@@ -379,33 +430,6 @@ absl::Status BlockScoresBf16(const attention::Geometry& g, int64_t n, const Bloc
                  G * T * d, T * d, blk.R * blk.i1);
 }
 
-// exp(x) for x <= ~0 (the scores less their max or lse) without libm, so
-// the loops vectorise and every clone gives the same bits (no FMA
-// contraction): within ~1 ulp of std::exp, far below bf16's rounding of
-// P; below -86 it gives exp(-86) (~4e-38).
-inline float ExpOfScore(float x) {
-  return pointwise::math::ExpNonPositive(x < -86.0f ? -86.0f : x);
-}
-
-// max (or sum) of x[0, n) over 16 lanes, then the lanes in order: an order
-// fixed by n.
-template <bool kMax>
-inline float Reduce(const float* __restrict x, int64_t n) {
-  constexpr int64_t kLanes = 16;
-  float lane[kLanes];
-  for (int64_t l = 0; l < kLanes; ++l) lane[l] = kMax ? x[0] : 0.0f;
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) {
-      lane[l] = kMax ? (x[j + l] > lane[l] ? x[j + l] : lane[l]) : lane[l] + x[j + l];
-    }
-  }
-  float r = kMax ? x[0] : 0.0f;
-  for (; j < n; ++j) r = kMax ? (x[j] > r ? x[j] : r) : r + x[j];
-  for (int64_t l = 0; l < kLanes; ++l) r = kMax ? (lane[l] > r ? lane[l] : r) : r + lane[l];
-  return r;
-}
-
 // Rows [i0, i1) of one head's block of scores s[i1 - i0, i1] (unscaled,
 // as BlockScoresBf16 leaves them) become P, exact zeros for i < j < i1:
 // the forward's softmax over j <= i, rounded to bf16 into pb (lse[i] its
@@ -418,11 +442,9 @@ void ProbRowsBf16(int64_t i0, int64_t i1, float scale, float* s, const float* ls
   for (int64_t i = i0; i < i1; ++i) {
     float* __restrict pr = s + (i - i0) * i1;
     const int64_t n = i + 1;
-    // Whole rows with a select, not rows of n: the loops have no scalar
-    // tails (i1 is mostly a multiple of the vector width).
     for (int64_t j = 0; j < i1; ++j) pr[j] *= scale;
     const float sub = forward ? Reduce<true>(pr, n) : lse_in[i];
-    for (int64_t j = 0; j < i1; ++j) pr[j] = j < n ? ExpOfScore(pr[j] - sub) : 0.0f;
+    ExpRow(pr, n, i1, sub);
     if (!forward) continue;
     const float sum = Reduce<false>(pr, n);
     const float inv = 1.0f / sum;
