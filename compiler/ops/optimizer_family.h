@@ -158,18 +158,32 @@ struct OptimizerFamily {
     const T b2 = static_cast<T>(h.beta2), one_minus_b2 = static_cast<T>(1.0 - h.beta2);
     const T neg_step_size = static_cast<T>(-(lr / bc1));
     const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+    const double inv_bc2_sqrt = 1.0 / static_cast<double>(bc2_sqrt);
     const T eps = static_cast<T>(h.eps);
     for (int64_t i = 0, n = a.Count(); i < n; ++i) {
       const T g = grad[i] * scale;  // torch: grads.mul_(clip_coef)
       const T p = param[i] * decay;
       const T mi = m[i] * b1 + one_minus_b1 * g;
       const T vi = v[i] * b2 + one_minus_b2 * g * g;
-      const T denom = std::sqrt(vi) / bc2_sqrt + eps;
+      const T denom = DivideByConstant(std::sqrt(vi), bc2_sqrt, inv_bc2_sqrt) + eps;
       m[i] = mi;
       v[i] = vi;
       param[i] = p + neg_step_size * mi / denom;  // torch's addcdiv order
     }
   }
+
+  // x / c for a constant c > 0 (inv_c = 1 / c in double), the same bits as
+  // the division. In float, x * inv_c in double rounded once to float: the
+  // quotient of two floats is either a float or at least 2^-49 (relative)
+  // away from every midpoint between floats, and the double product is
+  // within 2^-52 of it, so both round to the same float (inf, NaN, zeros
+  // and subnormals included). A multiplication instead of a division: the
+  // AdamW loop is bound by the divider (a square root and two divisions
+  // per float).
+  static float DivideByConstant(float x, float, double inv_c) {
+    return static_cast<float>(static_cast<double>(x) * inv_c);
+  }
+  static double DivideByConstant(double x, double c, double) { return x / c; }
 
   // torch.optim.SGD (dampening 0): on step 1 the momentum buffer is the
   // decayed gradient itself.

@@ -554,6 +554,50 @@ TEST(KernelsTest, AdamWMatchesTorchFormulaOverSteps) {
   }
 }
 
+// Bit for bit torch's fp32 AdamW (a square root and two true divisions per
+// float), over gradients from 2^-70 to 2^20, zeros and a remainder past the
+// vector width, at steps where sqrt(bias_correction2) takes many values and
+// finally rounds to 1: the kernel's division by that constant is a
+// multiplication in double and must give the division's bits.
+TEST(KernelsTest, AdamWBitForBitWithTorchFp32Order) {
+  constexpr int64_t n = 4099;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mantissa(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-70, 20);
+  Vec g(n), p(n), m(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = i % 97 == 0 ? 0.0f : std::ldexp(mantissa(rng), exponent(rng));
+    p[i] = mantissa(rng);
+    m[i] = std::ldexp(mantissa(rng), exponent(rng));
+    v[i] = std::ldexp(std::fabs(mantissa(rng)), exponent(rng));
+  }
+  AdamWParams h;
+  h.lr = 3e-3;
+  h.weight_decay = 0.1;
+  for (int64_t step : {1, 2, 3, 7, 60, 1000, 5000, 30000}) {
+    h.step = step;
+    Vec pk = p, mk = m, vk = v;
+    AdamW(h, g.data(), n, pk.data(), mk.data(), vk.data());
+    const double bc1 = 1 - std::pow(h.beta1, static_cast<double>(step));
+    const double bc2 = 1 - std::pow(h.beta2, static_cast<double>(step));
+    const float decay = static_cast<float>(1 - h.lr * h.weight_decay);
+    const float b1 = static_cast<float>(h.beta1), c1 = static_cast<float>(1 - h.beta1);
+    const float b2 = static_cast<float>(h.beta2), c2 = static_cast<float>(1 - h.beta2);
+    const float step_size = static_cast<float>(-(h.lr / bc1));
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    const float eps = static_cast<float>(h.eps);
+    for (int64_t i = 0; i < n; ++i) {
+      const float mi = m[i] * b1 + c1 * g[i];
+      const float vi = v[i] * b2 + c2 * g[i] * g[i];
+      const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+      const float pi = p[i] * decay + step_size * mi / denom;
+      ASSERT_EQ(mk[i], mi) << "step " << step << " i " << i;
+      ASSERT_EQ(vk[i], vi) << "step " << step << " i " << i;
+      ASSERT_EQ(pk[i], pi) << "step " << step << " i " << i << " v " << vi;
+    }
+  }
+}
+
 TEST(KernelsTest, SgdMatchesTorchFormula) {
   constexpr int64_t n = 129;
   struct Case {
