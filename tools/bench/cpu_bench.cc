@@ -54,6 +54,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -181,15 +182,37 @@ absl::Status SetBlasEnv(const std::string& v) {
 }
 
 // The command line's table, setting `*args`; its Help() is --help.
-OptionParser MakeParser(Args* args) {
-  auto positive = [](int* out) {
-    return [out](const std::string& v) -> absl::Status {
-      if (!absl::SimpleAtoi(v, out) || *out < 1) {
-        return absl::InvalidArgumentError(absl::StrCat("not a positive integer: ", v));
-      }
-      return absl::OkStatus();
-    };
+// A flag's parser: a positive integer into *out.
+std::function<absl::Status(const std::string&)> Positive(int* out) {
+  return [out](const std::string& v) -> absl::Status {
+    if (!absl::SimpleAtoi(v, out) || *out < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("not a positive integer: ", v));
+    }
+    return absl::OkStatus();
   };
+}
+
+// --steps, --warmup and their per-model variants.
+void AddStepCounts(OptionParser& parser, Args* args) {
+  parser
+      .Value({"--steps"}, "N", "timed steps per MLP configuration (default 300)",
+             Positive(&args->steps))
+      .Value({"--warmup"}, "N", "untimed MLP steps first (default 30)", Positive(&args->warmup))
+      .Value({"--gpt-steps"}, "N", "timed steps per GPT configuration (default 40)",
+             Positive(&args->gpt_steps))
+      .Value({"--gpt-warmup"}, "N", "untimed GPT steps first (default 5)",
+             Positive(&args->gpt_warmup))
+      .Value({"--cnn-steps"}, "N", "timed steps per CNN configuration (default 20)",
+             Positive(&args->cnn_steps))
+      .Value({"--cnn-warmup"}, "N", "untimed CNN steps first (default 3)",
+             Positive(&args->cnn_warmup))
+      .Value({"--wide-steps"}, "N", "timed steps per wide-MLP configuration (default 30)",
+             Positive(&args->wide_steps))
+      .Value({"--wide-warmup"}, "N", "untimed wide-MLP steps first (default 3)",
+             Positive(&args->wide_warmup));
+}
+
+OptionParser MakeParser(Args* args) {
   auto model = [](std::string* out) {
     return [out](const std::string& v) -> absl::Status {
       if (FindModel(v) == nullptr) {
@@ -225,22 +248,9 @@ OptionParser MakeParser(Args* args) {
           "Where Open MPI's mpirun is installed, the mlp, gpt and wide models also\n"
           "run two ranks over MPI's shared memory (runtime/comm/mpi).\n"
           "Synthetic data; each figure is the median step time of the timed steps;\n"
-          "\"ratio\" is our step time / PyTorch's (below 1: faster than PyTorch).\n")
-      .Value({"--steps"}, "N", "timed steps per MLP configuration (default 300)",
-             positive(&args->steps))
-      .Value({"--warmup"}, "N", "untimed MLP steps first (default 30)", positive(&args->warmup))
-      .Value({"--gpt-steps"}, "N", "timed steps per GPT configuration (default 40)",
-             positive(&args->gpt_steps))
-      .Value({"--gpt-warmup"}, "N", "untimed GPT steps first (default 5)",
-             positive(&args->gpt_warmup))
-      .Value({"--cnn-steps"}, "N", "timed steps per CNN configuration (default 20)",
-             positive(&args->cnn_steps))
-      .Value({"--cnn-warmup"}, "N", "untimed CNN steps first (default 3)",
-             positive(&args->cnn_warmup))
-      .Value({"--wide-steps"}, "N", "timed steps per wide-MLP configuration (default 30)",
-             positive(&args->wide_steps))
-      .Value({"--wide-warmup"}, "N", "untimed wide-MLP steps first (default 3)",
-             positive(&args->wide_warmup))
+          "\"ratio\" is our step time / PyTorch's (below 1: faster than PyTorch).\n");
+  AddStepCounts(parser, args);
+  parser
       .Value({"--only"}, "M", "only the model M (mlp, gpt, gpt1024, llama, cnn or wide)",
              model(&args->only))
       .Switch({"--no-torch"}, "do not run the PyTorch reference", [args] { args->torch = false; })
