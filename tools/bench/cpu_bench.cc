@@ -259,8 +259,7 @@ OptionParser MakeParser(Args* args) {
       .Switch({"--no-bf16"}, "no precision = bf16 rows (the gpt and llama)",
               [args] { args->bf16 = false; })
       .Switch({"--cpu-time"},
-              "our steps in the process's CPU time, not wall time (a machine shared with\n"
-              "other work; one-rank rows)",
+              "one-rank steps in the process's CPU time (for a shared machine)",
               [] { cpu_time_steps = true; })
       .Value({"--blas"}, absl::StrJoin(EnumNames<cpu::BlasChoice>(), "|"),
              "the matrix products' library, as train's --blas (sets TRAINC_BLAS)", SetBlasEnv)
