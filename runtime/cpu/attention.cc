@@ -496,8 +496,8 @@ inline void StoreRow(const float* __restrict src, int64_t d, float scale, const 
   if (rope != nullptr) {
     for (int64_t e = 0; e < d; ++e) row[e] = src[e] * scale;
     rope->Rotate(t, true, row);
-    src = row;
-    scale = 1.0f;
+    Store(row, d, accumulate, out);
+    return;
   }
   if (accumulate) {
     for (int64_t e = 0; e < d; ++e) out[e] += src[e] * scale;
