@@ -54,6 +54,8 @@ absl::StatusOr<int64_t> CpuBf16StagingBytes(const Plan& plan) {
   char* const unread_arena = reinterpret_cast<char*>(uintptr_t{1} << 40);
   ASSIGN_OR_RETURN(std::vector<KernelArgs> kernels,
                    ResolveKernels(plan, unread_arena, plan.arena_bytes, "cpu"));
+  // Native operands as PlanPrograms::ChooseNative marks them: the linear
+  // family's alone (the window family reads no bf16 operand).
   cpu::Bf16Matmuls().Choose(kernels);
   return Bf16StagingBytes(kernels);
 }
@@ -265,15 +267,15 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
   ASSIGN_OR_RETURN(state_->kernels,
                    ResolveKernels(plan, state_->arena.get(),
                                   state_->arena_bytes, "cpu"));
-  state_->matmuls.Choose(state_->kernels);  // operands read natively: no staging
+  // The families prepared per plan (prepared.h), around the staging.
+  const cpu::PlanPrograms programs{state_->dnnl, state_->matmuls};
+  programs.ChooseNative(state_->kernels);  // operands read natively: no staging
   if (const int64_t staging = Bf16StagingBytes(state_->kernels); staging > 0) {
     ASSIGN_OR_RETURN(state_->bf16_staging, AllocateZeroed(staging));
     state_->host_bytes += staging;
     AssignBf16Staging(state_->kernels, state_->bf16_staging.get());
   }
-  RETURN_IF_ERROR(state_->matmuls.Bind(state_->kernels));
-  state_->host_bytes += state_->matmuls.scratch_bytes();
-  RETURN_IF_ERROR(state_->dnnl.Prepare(plan, state_->kernels));
+  RETURN_IF_ERROR(programs.Build(plan, state_->kernels, &state_->host_bytes));
   RETURN_IF_ERROR(CheckKernels(plan, state_->kernels, "cpu", [&](KernelOp op, int) {
     return cpu::CpuKernels()[op] != nullptr;
   }));

@@ -6,6 +6,7 @@
 #include "compiler/ops/unit_family.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/linear.h"
+#include "runtime/cpu/window.h"
 
 namespace trainc::cpu {
 namespace {
@@ -36,8 +37,8 @@ TRAINC_STATELESS_FAMILIES(TRAINC_CPU_UNIT)
 #undef TRAINC_CPU_UNIT
 
 // A family prepared per plan (compiler/ops/unit_family.h): its kernel
-// over the programs CpuDevice::Prepare built (OwnCpuKernel, declared beside
-// them: linear.h, dnnl_ops.h).
+// over the programs CpuDevice::Prepare built (PlanPrograms; OwnCpuKernel,
+// declared beside them: linear.h, window.h).
 #define TRAINC_CPU_PREPARED(Fam, snake)                                                   \
   absl::Status Fam##Unit(const KernelCall& c) {                                           \
     return OwnCpuKernel(c.k.op, c.k.snake, Prepared{c.k, c.instr.id, c.dnnl, c.matmuls}); \

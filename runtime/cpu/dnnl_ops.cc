@@ -579,8 +579,4 @@ absl::Status DnnlOps::Run(int id) {
   return absl::OkStatus();
 }
 
-absl::Status OwnCpuKernel(KernelOp, const WindowGeometry&, const Prepared& p) {
-  return p.dnnl.Run(p.id);
-}
-
 }  // namespace trainc::cpu

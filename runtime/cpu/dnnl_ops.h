@@ -29,7 +29,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
-#include "runtime/cpu/prepared.h"
 #include "runtime/device/kernel_args.h"
 
 namespace trainc::cpu {
@@ -76,10 +75,6 @@ class DnnlOps {
   struct State;
   std::unique_ptr<State> state_;
 };
-
-// The window family's CPU kernel (compiler/ops/unit_family.h: prepared
-// per plan, prepared.h): instruction p.id's program, from p.dnnl.
-absl::Status OwnCpuKernel(KernelOp op, const WindowGeometry& g, const Prepared& p);
 
 }  // namespace trainc::cpu
 

@@ -1,21 +1,57 @@
-// What the kernel of a unit family prepared per plan
-// (compiler/ops/unit_family.h: linear, window) runs one instruction with
-// on the CPU: the instruction as resolved and the programs CpuDevice built
-// for the whole plan when it prepared it. The family's kernel is
+// The CPU's families prepared per plan (compiler/ops/unit_family.h:
+// linear, window): the programs the device builds for a whole plan, and
+// what the kernel of such a family runs one instruction with.
+//
+// CpuDevice::Prepare asks the families to prepare in two passes around
+// the bf16 staging (runtime/device/kernel_args.h):
+//
+//   cpu::PlanPrograms programs{dnnl, matmuls};  // owned by the device
+//   programs.ChooseNative(kernels);             // before AssignBf16Staging
+//   ... AssignBf16Staging(kernels, staging) ...
+//   RETURN_IF_ERROR(programs.Build(plan, kernels, &host_bytes));
+//
+// The family's kernel is
 //
 //   absl::Status OwnCpuKernel(KernelOp op, const <Family>::Args& args,
 //                             const Prepared& p);
 //
-// declared beside the programs it runs (linear.h, dnnl_ops.h).
+// declared beside the programs it runs (linear.h, window.h).
 #ifndef TRAINC_RUNTIME_CPU_PREPARED_H_
 #define TRAINC_RUNTIME_CPU_PREPARED_H_
 
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "compiler/plan/plan.h"
 #include "runtime/device/kernel_args.h"
 
 namespace trainc::cpu {
 
 class Bf16Matmuls;  // bf16_matmul.h
 class DnnlOps;      // dnnl_ops.h
+
+// The families' programs for one plan, one object per library (the
+// device's), rebuilt by each Prepare.
+struct PlanPrograms {
+  DnnlOps& dnnl;         // window: oneDNN convolution and pooling
+  Bf16Matmuls& matmuls;  // linear: the products on bf16 operands (oneDNN)
+
+  // Before the staging, while a bf16 operand's slot holds its tensor:
+  // marks native the operands the families' programs read as bf16
+  // themselves (linear: both operands of each product oneDNN's bf16
+  // matmul runs), which then get no staging.
+  void ChooseNative(std::vector<KernelArgs>& kernels) const;
+
+  // After the staging: every family's programs for `plan` (`kernels`, its
+  // instructions resolved and staged): the bf16 matmuls bound to their
+  // operands; oneDNN's convolutions, pooling and layout reorders, the
+  // layouts chosen across the plan's instructions (dnnl_ops.h). Adds the
+  // host memory they allocate to *host_bytes. Errors name the instruction
+  // refused.
+  absl::Status Build(const Plan& plan, const std::vector<KernelArgs>& kernels,
+                     int64_t* host_bytes) const;
+};
 
 struct Prepared {
   // The instruction as resolved, with its bf16 operands staged: operands,
