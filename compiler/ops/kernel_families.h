@@ -33,7 +33,8 @@
 //     (oneDNN, cuBLASLt, cuDNN), handed to its kernel in a context: the
 //     CPU's cpu::OwnCpuKernel(op, args, const cpu::Prepared&), CUDA's
 //     CudaDeviceImpl::PreparePrograms and RunPrograms, overloads on its
-//     Args (compiler/ops/unit_family.h).
+//     Args handing it to the family's class (CublasLinear, CudnnOps)
+//     (compiler/ops/unit_family.h).
 // The resolver, both backends' tables, KernelArgs' field for its Args and
 // the reference's table pick a unit family up from the lists below; adding
 // a stateless one is lines here plus its two files. What a family may

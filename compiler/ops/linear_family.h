@@ -3,7 +3,7 @@
 // from the operands' shapes (Resolve) and its loops, Run<double> the
 // float64 reference. Its CPU kernel is runtime/cpu/linear.cc (OpenBLAS /
 // oneDNN sgemm, or the plan's oneDNN bf16 matmuls: bf16_matmul.h), its
-// CUDA one the plan's cuBLASLt matmuls (runtime/cuda/cublaslt_gemm.cc)
+// CUDA one the plan's cuBLASLt matmuls (runtime/cuda/cublas_linear.h)
 // with linear.cu's bias kernels. The op table entries are in
 // compiler/ops/op_table.cc.
 //

@@ -47,13 +47,14 @@
 //     and hands them to the family's kernel, an overload on its Args:
 //     on the CPU `absl::Status cpu::OwnCpuKernel(op, args, const
 //     cpu::Prepared&)` (runtime/cpu/prepared.h: the instruction as
-//     resolved, its id, the plan's oneDNN programs and bf16 matmuls),
-//     declared beside those programs (runtime/cpu/linear.h, dnnl_ops.h);
-//     on CUDA `CudaDeviceImpl::PreparePrograms(args, kernel, ...)`, once
-//     per instruction when the plan is prepared (its limits, scratch and
-//     descriptors), and `CudaDeviceImpl::RunPrograms(args, kernel, id)`
-//     (runtime/cuda/cuda_device_impl.h: the device holds the libraries'
-//     handles).
+//     resolved, its id, the plan's oneDNN programs and bf16 matmuls,
+//     which cpu::PlanPrograms prepares for the whole plan), declared
+//     beside those programs (runtime/cpu/linear.h, window.h); on CUDA
+//     `CudaDeviceImpl::PreparePrograms(args, kernel, ...)`, once per
+//     instruction when the plan is prepared (its limits, scratch and
+//     descriptors), and `CudaDeviceImpl::RunPrograms(args, kernel, id)`,
+//     which hand the instruction to the family's class, owned by the
+//     device (runtime/cuda/cublas_linear.h, cudnn_ops.h).
 //   - The plan: a family whose Resolve takes a trailing
 //     `const unit::PlanFacts&` learns what the plan says beyond the
 //     operands' shapes (the batch's layout and seed, the bucket the

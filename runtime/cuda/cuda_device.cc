@@ -38,7 +38,7 @@ CudaDeviceImpl::~CudaDeviceImpl() {
   for (cudaEvent_t e : consumed_) {
     if (e) cudaEventDestroy(e);
   }
-  ReleaseLtMatmuls();
+  linear_.reset();  // its handles are bound to compute_, destroyed below
   cudnn_.reset();  // its handle is bound to compute_, destroyed below
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : timing_pool_) cudaEventDestroy(e);
@@ -59,9 +59,6 @@ CudaDeviceImpl::~CudaDeviceImpl() {
   if (device_scalars_) cudaFree(device_scalars_);
   if (device_error_) cudaFree(device_error_);
   if (arena_) cudaFree(arena_);
-  if (blas_workspace_) cudaFree(blas_workspace_);
-  if (lt_) cublasLtDestroy(lt_);
-  if (blas_) cublasDestroy(blas_);
   if (copy_) cudaStreamDestroy(copy_);
   if (comm_) cudaStreamDestroy(comm_);
   if (compute_) cudaStreamDestroy(compute_);
@@ -83,12 +80,8 @@ absl::Status CudaDeviceImpl::Init() {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&landed_[set], cudaEventDisableTiming));
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&consumed_[set], cudaEventDisableTiming));
   }
-  CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas_));
-  CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, compute_));
-  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_));
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&blas_workspace_, kBlasWorkspaceBytes));
-  CUBLAS_RETURN_IF_ERROR(
-      cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
+  linear_ = std::make_unique<CublasLinear>();
+  RETURN_IF_ERROR(linear_->Init(compute_));
   // cuDNN's scratch is each instruction's workspace in the arena, so the
   // handle needs nothing but the stream.
   cudnn_ = std::make_unique<cuda::CudnnOps>();
@@ -146,7 +139,7 @@ absl::Status CudaDeviceImpl::Prepare(const Plan& plan) {
   // From here a failure leaves no plan prepared (the old one's programs
   // are gone).
   prepared_plan_ = nullptr;
-  ReleaseLtMatmuls();
+  linear_->Clear();
   cudnn_->Clear();
   tf32_ = plan.tf32;
   // Each instruction's limits, scratch and, for the families prepared per

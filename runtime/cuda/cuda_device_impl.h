@@ -7,8 +7,11 @@
 // cuda_memory.cc (arena, scratch, staged copies),
 // cuda_streams.cc (streams, events, Synchronize), cuda_timing.cc
 // (SubmitTimed), cuda_graph.cc (step capture and replay),
-// cuda_replay_inputs.cc (a replay's double-buffered inputs), cublaslt_gemm.cc
-// (cuBLAS/cublasLt: GEMMs, linear).
+// cuda_replay_inputs.cc (a replay's double-buffered inputs). The families
+// prepared per plan run programs of their own classes, which the device
+// owns and the kernel table dispatches to: CublasLinear (cublas_linear.h:
+// linear on cuBLAS and cublasLt) and CudnnOps (cudnn_ops.h: convolution
+// and pooling on cuDNN); Kernel is prepared.h's.
 #ifndef TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
 #define TRAINC_RUNTIME_CUDA_CUDA_DEVICE_IMPL_H_
 
@@ -19,17 +22,17 @@
 #include <string>
 #include <vector>
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 // cuda_runtime.h (not _api.h) for the typed cudaMalloc<T> overloads.
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compiler/plan/plan.h"
+#include "runtime/cuda/cublas_linear.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/cudnn_ops.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/cuda/prepared.h"
 #include "runtime/device/kernel_args.h"
 
 namespace trainc {
@@ -37,10 +40,6 @@ namespace cuda_internal {
 
 using cuda::OptimizerStepScalars;
 
-// cuBLAS/cublasLt share one workspace: they run on the compute stream only,
-// so their uses never overlap. A fixed workspace (instead of cuBLAS's own
-// allocations) is also what CUDA-graph capture requires.
-constexpr size_t kBlasWorkspaceBytes = 32u << 20;
 // Pinned staging buffers for Upload: a ring, so that up to this many
 // chunks can be in flight before the host waits for the oldest. Uploads are
 // cut into chunks of at most kStagingChunkBytes, which bounds the pinned
@@ -52,75 +51,10 @@ constexpr int64_t kStagingChunkBytes = 8 << 20;
 // (cuda_timing.cc).
 int64_t SteadyNowNs();
 
-// Instructions resolved once by Prepare (runtime/device/kernel_args.h).
-using Op = KernelOp;
-
-// A forward linear as one cublasLt call: y = x w^T + b (D = op(A) B + bias
-// in cuBLAS's column-major view, see Prepare), optionally with ReLU; or
-// linear_gelu's GEMM with the GELU epilogue writing pre as its aux; or
-// linear_grad_input_gelu's dy w with the DGELU epilogue reading pre.
-struct LtMatmul {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo;
-  bool usable = false;  // false: fall back to cublasGemmEx + bias kernel
-
-  void Destroy() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    *this = LtMatmul();
-  }
-};
-
-// A resolved instruction plus what only this backend needs.
-struct Kernel : KernelArgs {
-  Kernel() = default;
-  explicit Kernel(const KernelArgs& args) : KernelArgs(args) {}
-  int lt = -1;  // linear: index into lt_matmuls_
-  // precision = bf16, the linear ops: x[0] and x[1] as the bf16 tensors
-  // they are staged from, multiplied by a bf16 GEMM with f32 accumulation
-  // and an f32 result (null: an f32 GEMM on x).
-  const void* gemm_bf16[2] = {nullptr, nullptr};
-  // precision = bf16, linear, linear_gelu and linear_grad_input with bf16
-  // GEMM operands: their bf16 outputs (y[0]; linear_gelu's y[1] too),
-  // which cuBLAS writes itself, rounding its f32 result (plus the bias)
-  // once (UseBf16Gemm); null: f32 outputs (staged or not).
-  void* gemm_out_bf16[2] = {nullptr, nullptr};
-  // ... and then a bf16 bias read as it is (x[2] holds the tensor).
-  bool bias_bf16 = false;
-  // ... linear_grad_input_gelu with bf16 dpre: its bf16 pre read as it is
-  // (x[2] holds the tensor), the DGELU epilogue's aux of D's type.
-  bool pre_bf16 = false;
-  // precision = bf16, a unit family's operands its CUDA kernels read or
-  // write as bf16 themselves (cuda::UnitLaunch::bf16): cross_entropy_fused
-  // whose logits (x[0]) and dlogits (y[1]) are bf16 (UseBf16Classifier),
-  // add_layernorm whose b (x[1]) is (UseBf16AddLayerNorm), attention(_grad)
-  // whose qkv, y, dy and dqkv are (UseBf16Attention), dropout(_grad) and
-  // reshape of a bf16 tensor into one (UseBf16Dropout, UseBf16Reshape);
-  // their slots hold the tensors.
-  bool unit_bf16 = false;
-  // precision = bf16, a pointwise op: bit 0, 1, 2 set where a, b, y is a
-  // bf16 tensor (its x / y slot then holds it), which the kernel reads or
-  // writes itself (UseBf16Pointwise); 0: f32 operands.
-  unsigned pointwise_bf16 = 0;
-};
-
 // The rules below run before the staging is assigned (kernel_args.h): an
 // operand they mark native gets none, and its x / y slot keeps the bf16
 // tensor's address.
 //
-// precision = bf16: a linear op whose two GEMM operands are both bf16
-// reads them as they are (Kernel::gemm_bf16), the bias gradient's column
-// sum reading dy as bf16 too; its bf16 outputs are cuBLAS's D (and
-// linear_gelu's aux); linear_relu, linear_tanh and linear_gelu_erf (their
-// activation reads y in f32 after the GEMM) stay staged;
-// linear_grad_input_gelu's bf16 dpre with its bf16 pre (the DGELU aux),
-// both or neither.
-// (cublaslt_gemm.cc)
-void UseBf16Gemm(Kernel& k);
-
 // precision = bf16: cross_entropy_fused with bf16 logits and dlogits
 // reads and writes them itself. (cuda_kernels.cc)
 void UseBf16Classifier(Kernel& k);
@@ -149,22 +83,13 @@ std::vector<Kernel> WithNativeBf16(const std::vector<KernelArgs>& resolved, int6
 // precision = bf16: a pointwise op reads and writes its bf16 operands
 // itself, all or some of them (widened on load, rounded to nearest even on
 // store, as the staging would: the same bits) in one pass instead of three.
+// (cuda_kernels.cc)
 void UseBf16Pointwise(Kernel& k);
 
 // precision = bf16: attention and its gradient read and write their bf16
 // tensors directly (widened on load, f32 arithmetic, rounded on store: the
 // staged path's bits), lse and delta staying f32. (cuda_kernels.cc)
 void UseBf16Attention(Kernel& k);
-
-// What a plan's kernels need from Prepare besides their arguments.
-struct KernelNeeds {
-  int64_t scratch_floats = 1;  // kernel_scratch_, the largest kernel's
-};
-
-// "<device>: instruction <id> (<op> "<label>"): <why>", a plan refused at
-// Prepare. (cuda_kernels.cc)
-absl::Status Refuse(const Instruction& instr, const std::string& device_name,
-                    const std::string& why);
 
 // Fails for the first instruction whose op the kernel table
 // (cuda_kernels.cc) lacks.
@@ -270,79 +195,32 @@ class CudaDeviceImpl final : public CudaDevice {
   // overload each on its Args: PreparePrograms checks instruction `instr`
   // (resolved as `k`) against the libraries' limits, adds the scratch it
   // needs to *needs and builds its programs, once per plan; RunPrograms
-  // enqueues them. Linear: cuBLAS and cublasLt (cublaslt_gemm.cc); window:
-  // cuDNN (cudnn_ops.cc).
+  // enqueues them. Each hands the instruction to its family's programs
+  // (cuda_kernels.cc): linear to linear_ (cuBLAS and cublasLt), window to
+  // cudnn_ (cuDNN).
   absl::Status PreparePrograms(const ops::LinearFamily::Args& l, Kernel& k,
                                const Instruction& instr, KernelNeeds* needs);
   absl::Status RunPrograms(const ops::LinearFamily::Args& l, const Kernel& k, int id);
   absl::Status PreparePrograms(const WindowGeometry& g, Kernel& k, const Instruction& instr,
                                KernelNeeds* needs);
   absl::Status RunPrograms(const WindowGeometry& g, const Kernel& k, int id);
-  // Appends k's cublasLt matmul to lt_matmuls_ (at *index), usable when
-  // cublasLt has an algorithm for it (cublaslt_gemm.cc).
-  absl::Status BuildLtMatmul(const Kernel& k, bool tf32, int* index);
-  absl::Status DescribeLtMatmul(const Kernel& k, bool tf32, LtMatmul& m);
-  absl::Status FindLtAlgorithm(const Kernel& k, LtMatmul& m);
-  absl::Status RunLinear(const Kernel& k);
-  absl::Status RunLinearGradInputGelu(const Kernel& k);
-  // Runs lt_matmuls_[k.lt] when usable (alpha 1, beta 0): false when it
-  // has no algorithm, or cublasLt rejects the call (nothing enqueued; the
-  // kernel falls back from then on).
-  absl::StatusOr<bool> RunLtMatmul(const Kernel& k);
-  absl::Status RunLinearBf16Fallback(const Kernel& k);
-  absl::Status RunFusedActivation(const Kernel& k);
   // RunKernel's kernel proper, on f32 operands (bf16 ones staged): the
   // kernel table's entry (cuda_kernels.cc).
   absl::Status RunF32Kernel(const Plan& plan, const Instruction& instr,
                             const StepState& step);
   friend struct CudaKernels;
-  // C = A B (+ beta C), accumulated in f32; A and B f32, or bf16 when
-  // `ab` says so; C f32, or bf16 (rounded once) when `c_type` says so.
-  absl::Status Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m,
-                    int64_t n, int64_t k, const void* a, int64_t lda,
-                    const void* b, int64_t ldb, float beta, void* c,
-                    int64_t ldc, cudaDataType_t ab = CUDA_R_32F,
-                    cudaDataType_t c_type = CUDA_R_32F);
-  // linear_relu without pre (the plan keeps none: nothing else reads it):
-  // cublasLt's RELU(_BIAS) epilogue writes y, the only output.
-  static bool ReluEpilogue(const Kernel& k) {
-    return k.linear.act == Activation::kRelu && k.y[1] == nullptr;
-  }
-  // What a forward linear's GEMM writes as D: y[0] (the linear's output,
-  // or linear_relu's y by the epilogue), or linear_gelu's y (the aux then
-  // pre); bf16 where gemm_out_bf16 says so.
-  static void* LinearOutput(const Kernel& k) {
-    const int j = k.op == Op::kLinearGelu ? 1 : 0;
-    return k.gemm_out_bf16[0] != nullptr ? k.gemm_out_bf16[j] : static_cast<void*>(k.y[j]);
-  }
-  // linear_gelu's pre-activation (the epilogue's aux).
-  static void* LinearPre(const Kernel& k) {
-    return k.gemm_out_bf16[0] != nullptr ? k.gemm_out_bf16[0] : static_cast<void*>(k.y[0]);
-  }
-  static cudaDataType_t OutType(const Kernel& k) {
-    return k.gemm_out_bf16[0] != nullptr ? CUDA_R_16BF : CUDA_R_32F;
-  }
-  // The two operands of a linear op's GEMM: bf16 when gemm_bf16 is set.
-  static const void* GemmOperand(const Kernel& k, int i) {
-    return k.gemm_bf16[i] != nullptr ? k.gemm_bf16[i] : k.x[i];
-  }
-  static cudaDataType_t GemmType(const Kernel& k) {
-    return k.gemm_bf16[0] != nullptr ? CUDA_R_16BF : CUDA_R_32F;
-  }
   absl::StatusOr<cudaEvent_t> TimingEvent();
   // Reports (report) or drops the timed work of the step, and returns its
   // events to the pool either way.
   absl::Status ResolveTimings(bool report);
-  void ReleaseLtMatmuls();
 
   const int ordinal_;
   std::string name_;
   cudaStream_t compute_ = nullptr;
   cudaStream_t comm_ = nullptr;
   cudaStream_t copy_ = nullptr;  // replay inputs, host -> device
-  cublasHandle_t blas_ = nullptr;
-  cublasLtHandle_t lt_ = nullptr;
-  void* blas_workspace_ = nullptr;
+  // The linear family's programs and cuBLAS handles, on compute_.
+  std::unique_ptr<CublasLinear> linear_;
   // Convolution and pooling; its handle runs on compute_, like cuBLAS's.
   std::unique_ptr<cuda::CudnnOps> cudnn_;
 
@@ -374,7 +252,6 @@ class CudaDeviceImpl final : public CudaDevice {
 
   const Plan* prepared_plan_ = nullptr;
   std::vector<Kernel> kernels_;
-  std::vector<LtMatmul> lt_matmuls_;
   bool tf32_ = false;
 
   bool capturing_ = false;

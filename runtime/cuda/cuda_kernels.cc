@@ -1,7 +1,7 @@
 // The CUDA backend's kernel table: for every KernelOp
 // (runtime/device/kernel_ops.h) the function that enqueues one resolved
 // instruction on the compute stream, over the launchers of kernels.h,
-// cuBLAS(Lt) (cublaslt_gemm.cc) and cuDNN (cudnn_ops.h).
+// cuBLAS(Lt) (cublas_linear.h) and cuDNN (cudnn_ops.h).
 #include "runtime/cuda/cuda_kernels.h"
 
 #include <algorithm>
@@ -85,6 +85,25 @@ void UseBf16Attention(Kernel& k) {
   const Bf16Operand& out = k.bf16[inputs];
   if (!out.output || out.bf16 != k.y[0]) return;
   k.unit_bf16 = true;
+  for (int i = 0; i < k.num_bf16; ++i) k.bf16[i].native = true;
+}
+
+void UseBf16Pointwise(Kernel& k) {
+  const int arity = PointwiseArity(k.op);
+  if (arity == 0) return;
+  // Before the staging: a bf16 operand's x / y slot holds its tensor.
+  unsigned mask = 0;
+  for (int i = 0; i < k.num_bf16; ++i) {
+    const Bf16Operand& o = k.bf16[i];
+    if (o.output) {
+      if (k.y[0] == o.bf16) mask |= 4u;
+      continue;
+    }
+    for (int j = 0; j < arity; ++j) {
+      if (k.x[j] == o.bf16) mask |= 1u << j;
+    }
+  }
+  k.pointwise_bf16 = mask;
   for (int i = 0; i < k.num_bf16; ++i) k.bf16[i].native = true;
 }
 
@@ -193,8 +212,7 @@ struct CudaKernels {
 
   // A family prepared per plan (compiler/ops/unit_family.h): the device's
   // programs for it, built per instruction in Prepare and enqueued here
-  // (PreparePrograms and RunPrograms, overloads on its Args:
-  // cuda_device_impl.h).
+  // (PreparePrograms and RunPrograms, overloads on its Args, below).
 #define TRAINC_CUDA_PREPARED(Family, snake)                                               \
   static absl::Status Family##Unit(CudaDeviceImpl& d, const KernelCall& c) {              \
     return d.RunPrograms(c.k.snake, c.k, c.instr.id);                                     \
@@ -234,6 +252,29 @@ absl::Status CudaDeviceImpl::RunF32Kernel(const Plan& plan, const Instruction& i
   }
   absl::Status status = kernel(*this, {plan, instr, k, step});
   return status.ok() ? status : Fail(std::move(status));
+}
+
+// The families prepared per plan: each instruction handed to the programs
+// of its family, which the device owns.
+absl::Status CudaDeviceImpl::PreparePrograms(const ops::LinearFamily::Args& l, Kernel& k,
+                                             const Instruction& instr, KernelNeeds* needs) {
+  return linear_->Add(l, k, instr, tf32_, name_, needs);
+}
+
+absl::Status CudaDeviceImpl::RunPrograms(const ops::LinearFamily::Args& l, const Kernel& k,
+                                         int) {
+  return linear_->Run(l, k, kernel_scratch_);
+}
+
+// The window family's: its cuDNN descriptors, checked against the plan's
+// workspace.
+absl::Status CudaDeviceImpl::PreparePrograms(const WindowGeometry&, Kernel& k,
+                                             const Instruction& instr, KernelNeeds*) {
+  return cudnn_->Add(instr, k, tf32_, name_);
+}
+
+absl::Status CudaDeviceImpl::RunPrograms(const WindowGeometry&, const Kernel&, int id) {
+  return cudnn_->Run(id);
 }
 
 absl::Status CheckKernelTable(const Plan& plan, const std::vector<Kernel>& kernels,

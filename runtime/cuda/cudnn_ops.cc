@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "compiler/util/status_macros.h"
-#include "runtime/cuda/cuda_device_impl.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/kernels.h"
 
@@ -357,18 +356,3 @@ absl::Status CudnnOps::Run(int id) {
 }
 
 }  // namespace trainc::cuda
-
-namespace trainc::cuda_internal {
-
-// The window family's preparation (a family prepared per plan): its cuDNN
-// descriptors, checked against the plan's workspace.
-absl::Status CudaDeviceImpl::PreparePrograms(const WindowGeometry&, Kernel& k,
-                                             const Instruction& instr, KernelNeeds*) {
-  return cudnn_->Add(instr, k, tf32_, name_);
-}
-
-absl::Status CudaDeviceImpl::RunPrograms(const WindowGeometry&, const Kernel&, int id) {
-  return cudnn_->Run(id);
-}
-
-}  // namespace trainc::cuda_internal

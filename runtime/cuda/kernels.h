@@ -32,7 +32,7 @@ struct OptimizerStepScalars;  // optimizer.cu, below
 
 // ---- a stateless unit family's <snake>.cu (compiler/ops/kernel_families.h;
 // a family prepared per plan runs library programs instead:
-// cuda_device_impl.h's PreparePrograms, RunPrograms) -----------------------
+// cublas_linear.h, cudnn_ops.h) ---------------------------------------------
 // What its kernels get besides their operands and sizes (an Args with a
 // unit::Step gets the step too, its number to be read from `scalars`).
 struct UnitLaunch {

@@ -1,11 +1,12 @@
-// CudaDeviceImpl's matrix products through cuBLAS and cublasLt: the linear
-// ops (a cublasLt matmul with fused bias/ReLU, or bias/GELU writing the
-// pre-activation too for linear_gelu, or the GELU gradient reading it for
-// linear_grad_input_gelu; or cublasGemmEx).
-#include "runtime/cuda/cuda_device_impl.h"
+// The linear family on cuBLAS and cublasLt (cublas_linear.h): a cublasLt
+// matmul with fused bias/ReLU, or bias/GELU writing the pre-activation too
+// for linear_gelu, or the GELU gradient reading it for
+// linear_grad_input_gelu; or cublasGemmEx.
+#include "runtime/cuda/cublas_linear.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,11 +15,6 @@
 #include "runtime/cuda/kernels.h"
 
 namespace trainc::cuda_internal {
-
-void CudaDeviceImpl::ReleaseLtMatmuls() {
-  for (LtMatmul& m : lt_matmuls_) m.Destroy();
-  lt_matmuls_.clear();
-}
 
 // Row-major y[B,out] = x[B,in] w[out,in]^T is, in cuBLAS's column-major
 // view, Y'[out,B] = W'^T X' with W' = w as [in,out] (ld in) and X' = x as
@@ -57,16 +53,74 @@ absl::Status LtOk(cublasStatus_t st, const char* what) {
   return cuda::CublasErrorToStatus(st, what, __FILE__, __LINE__);
 }
 
-// Sets one attribute of the matmul's descriptor.
-template <typename T>
-absl::Status SetLtAttribute(const LtMatmul& m, cublasLtMatmulDescAttributes_t attr,
+// Sets one attribute of the matmul's descriptor (m: a CublasLinear's
+// LtMatmul).
+template <typename Matmul, typename T>
+absl::Status SetLtAttribute(const Matmul& m, cublasLtMatmulDescAttributes_t attr,
                             const T& value, const char* what) {
   return LtOk(cublasLtMatmulDescSetAttribute(m.desc, attr, &value, sizeof(value)), what);
 }
 
+// linear_relu without pre (the plan keeps none: nothing else reads it):
+// cublasLt's RELU(_BIAS) epilogue writes y, the only output.
+bool ReluEpilogue(const Kernel& k) {
+  return k.linear.act == Activation::kRelu && k.y[1] == nullptr;
+}
+// What a forward linear's GEMM writes as D: y[0] (the linear's output,
+// or linear_relu's y by the epilogue), or linear_gelu's y (the aux then
+// pre); bf16 where gemm_out_bf16 says so.
+void* LinearOutput(const Kernel& k) {
+  const int j = k.op == Op::kLinearGelu ? 1 : 0;
+  return k.gemm_out_bf16[0] != nullptr ? k.gemm_out_bf16[j] : static_cast<void*>(k.y[j]);
+}
+// linear_gelu's pre-activation (the epilogue's aux).
+void* LinearPre(const Kernel& k) {
+  return k.gemm_out_bf16[0] != nullptr ? k.gemm_out_bf16[0] : static_cast<void*>(k.y[0]);
+}
+cudaDataType_t OutType(const Kernel& k) {
+  return k.gemm_out_bf16[0] != nullptr ? CUDA_R_16BF : CUDA_R_32F;
+}
+// The two operands of a linear op's GEMM: bf16 when gemm_bf16 is set.
+const void* GemmOperand(const Kernel& k, int i) {
+  return k.gemm_bf16[i] != nullptr ? k.gemm_bf16[i] : k.x[i];
+}
+cudaDataType_t GemmType(const Kernel& k) {
+  return k.gemm_bf16[0] != nullptr ? CUDA_R_16BF : CUDA_R_32F;
+}
+
 }  // namespace
 
-absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32, int* index) {
+void CublasLinear::LtMatmul::Destroy() {
+  if (d) cublasLtMatrixLayoutDestroy(d);
+  if (b) cublasLtMatrixLayoutDestroy(b);
+  if (a) cublasLtMatrixLayoutDestroy(a);
+  if (desc) cublasLtMatmulDescDestroy(desc);
+  *this = LtMatmul();
+}
+
+CublasLinear::~CublasLinear() {
+  Clear();
+  if (workspace_) cudaFree(workspace_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (blas_) cublasDestroy(blas_);
+}
+
+absl::Status CublasLinear::Init(cudaStream_t stream) {
+  stream_ = stream;
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas_));
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, stream_));
+  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, kBlasWorkspaceBytes));
+  CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(blas_, workspace_, kBlasWorkspaceBytes));
+  return absl::OkStatus();
+}
+
+void CublasLinear::Clear() {
+  for (LtMatmul& m : lt_matmuls_) m.Destroy();
+  lt_matmuls_.clear();
+}
+
+absl::Status CublasLinear::BuildLtMatmul(const Kernel& k, bool tf32, int* index) {
   const bool dgelu = k.op == Op::kLinearGradInputGelu, gelu = k.op == Op::kLinearGelu;
   LtMatmul m;
   // No aux layout cublasLt accepts (RunLinear's fallback): kept unusable.
@@ -89,7 +143,7 @@ absl::Status CudaDeviceImpl::BuildLtMatmul(const Kernel& k, bool tf32, int* inde
 
 // The descriptor (compute type, transposes, epilogue with its bias and aux
 // operands) and the three layouts.
-absl::Status CudaDeviceImpl::DescribeLtMatmul(const Kernel& k, bool tf32, LtMatmul& m) {
+absl::Status CublasLinear::DescribeLtMatmul(const Kernel& k, bool tf32, LtMatmul& m) {
   const int64_t rows = k.linear.rows, in = k.linear.in, out = k.linear.out;
   const bool dgelu = k.op == Op::kLinearGradInputGelu;
   const bool bias = !dgelu && k.x[2] != nullptr, relu = ReluEpilogue(k);
@@ -142,7 +196,7 @@ absl::Status CudaDeviceImpl::DescribeLtMatmul(const Kernel& k, bool tf32, LtMatm
 // and the operands' real alignment: m.usable when one was found. None (or
 // an unsupported epilogue) is not an error: RunLinear falls back to
 // cublasGemmEx plus the bias kernel.
-absl::Status CudaDeviceImpl::FindLtAlgorithm(const Kernel& k, LtMatmul& m) {
+absl::Status CublasLinear::FindLtAlgorithm(const Kernel& k, LtMatmul& m) {
   cublasLtMatmulPreference_t pref = nullptr;
   RETURN_IF_ERROR(
       LtOk(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
@@ -232,26 +286,7 @@ void UseBf16Gemm(Kernel& k) {
   }
 }
 
-void UseBf16Pointwise(Kernel& k) {
-  const int arity = PointwiseArity(k.op);
-  if (arity == 0) return;
-  // Before the staging: a bf16 operand's x / y slot holds its tensor.
-  unsigned mask = 0;
-  for (int i = 0; i < k.num_bf16; ++i) {
-    const Bf16Operand& o = k.bf16[i];
-    if (o.output) {
-      if (k.y[0] == o.bf16) mask |= 4u;
-      continue;
-    }
-    for (int j = 0; j < arity; ++j) {
-      if (k.x[j] == o.bf16) mask |= 1u << j;
-    }
-  }
-  k.pointwise_bf16 = mask;
-  for (int i = 0; i < k.num_bf16; ++i) k.bf16[i].native = true;
-}
-
-absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
+absl::Status CublasLinear::Gemm(cublasOperation_t ta, cublasOperation_t tb,
                                   int64_t m, int64_t n, int64_t k,
                                   const void* a, int64_t lda, const void* b,
                                   int64_t ldb, float beta, void* c,
@@ -268,7 +303,7 @@ absl::Status CudaDeviceImpl::Gemm(cublasOperation_t ta, cublasOperation_t tb,
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> CudaDeviceImpl::RunLtMatmul(const Kernel& k) {
+absl::StatusOr<bool> CublasLinear::RunLtMatmul(const Kernel& k) {
   LtMatmul& m = lt_matmuls_[k.lt];
   if (!m.usable) return false;
   void* d = LinearOutput(k);
@@ -276,8 +311,8 @@ absl::StatusOr<bool> CudaDeviceImpl::RunLtMatmul(const Kernel& k) {
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st =
       cublasLtMatmul(lt_, m.desc, &alpha, GemmOperand(k, 1), m.a, GemmOperand(k, 0), m.b,
-                     &beta, d, m.d, d, m.d, &m.algo, blas_workspace_,
-                     kBlasWorkspaceBytes, compute_);
+                     &beta, d, m.d, d, m.d, &m.algo, workspace_,
+                     kBlasWorkspaceBytes, stream_);
   // An algorithm the heuristic offered but the call rejects (nothing was
   // enqueued) is not fatal: this instruction uses cublasGemmEx from now on.
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
@@ -290,25 +325,25 @@ absl::StatusOr<bool> CudaDeviceImpl::RunLtMatmul(const Kernel& k) {
   return true;
 }
 
-absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
+absl::Status CublasLinear::RunLinear(const Kernel& k) {
   ASSIGN_OR_RETURN(const bool ran, RunLtMatmul(k));
   if (ran) return ReluEpilogue(k) ? absl::OkStatus() : RunFusedActivation(k);
   if (k.gemm_out_bf16[0] != nullptr) return RunLinearBf16Fallback(k);
   RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.linear.out, k.linear.rows, k.linear.in, GemmOperand(k, 1), k.linear.in,
                        GemmOperand(k, 0), k.linear.in, 0.0f, k.y[0], k.linear.out, GemmType(k)));
   if (k.x[2] != nullptr) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchBiasAdd(k.y[0], k.x[2], k.linear.rows, k.linear.out, compute_));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchBiasAdd(k.y[0], k.x[2], k.linear.rows, k.linear.out, stream_));
   }
   const int64_t n = k.linear.rows * k.linear.out;
   if (k.op == Op::kLinearGelu) {
     // The fallback is the unfused plan's kernels: gelu_tanh reads pre as
     // that instruction would, under bf16 rounded to the bf16 tensor.
     if (const Bf16Operand* pre = StagedOutput(k, 0)) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchToBf16(pre->f32, pre->bf16, pre->elems, compute_));
-      CUDA_RETURN_IF_ERROR(cuda::LaunchFromBf16(pre->bf16, pre->f32, pre->elems, compute_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchToBf16(pre->f32, pre->bf16, pre->elems, stream_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchFromBf16(pre->bf16, pre->f32, pre->elems, stream_));
     }
     CUDA_RETURN_IF_ERROR(
-        cuda::LaunchPointwise(KernelOp::kGeluTanh, k.y[0], nullptr, k.y[1], n, false, compute_));
+        cuda::LaunchPointwise(KernelOp::kGeluTanh, k.y[0], nullptr, k.y[1], n, false, stream_));
   }
   return RunFusedActivation(k);
 }
@@ -320,7 +355,7 @@ absl::Status CudaDeviceImpl::RunLinear(const Kernel& k) {
 // written). Staged (bf16 dpre not native): dh rounded to bf16 first, as
 // the unfused plan's bf16 dh, through dpre's bf16 tensor (overwritten by
 // the staging after the kernel).
-absl::Status CudaDeviceImpl::RunLinearGradInputGelu(const Kernel& k) {
+absl::Status CublasLinear::RunLinearGradInputGelu(const Kernel& k) {
   ASSIGN_OR_RETURN(const bool ran, RunLtMatmul(k));
   if (ran) return absl::OkStatus();
   const int64_t n = k.linear.rows * k.linear.in;
@@ -339,16 +374,16 @@ absl::Status CudaDeviceImpl::RunLinearGradInputGelu(const Kernel& k) {
   if (k.gemm_out_bf16[0] != nullptr) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchPointwiseBf16(KernelOp::kGeluTanhGrad, dh, k.x[2],
                                                    k.gemm_out_bf16[0], n, k.accumulate,
-                                                   compute_));
+                                                   stream_));
     return absl::OkStatus();
   }
   float* dh_f32 = static_cast<float*>(dh);
   if (const Bf16Operand* dpre = StagedOutput(k, 0)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchToBf16(dh_f32, dpre->bf16, n, compute_));
-    CUDA_RETURN_IF_ERROR(cuda::LaunchFromBf16(dpre->bf16, dh_f32, n, compute_));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchToBf16(dh_f32, dpre->bf16, n, stream_));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchFromBf16(dpre->bf16, dh_f32, n, stream_));
   }
   CUDA_RETURN_IF_ERROR(cuda::LaunchPointwise(KernelOp::kGeluTanhGrad, dh_f32, k.x[2], k.y[0], n,
-                                             k.accumulate, compute_));
+                                             k.accumulate, stream_));
   return absl::OkStatus();
 }
 
@@ -356,12 +391,12 @@ absl::Status CudaDeviceImpl::RunLinearGradInputGelu(const Kernel& k) {
 // (exact: under bf16 it is a bf16 tensor) into every row of y (pre), then
 // a bf16 GEMM adding its product to it (beta 1) with one rounding; then
 // linear_gelu's gelu_tanh on the bf16 pre, as the unfused plan runs it.
-absl::Status CudaDeviceImpl::RunLinearBf16Fallback(const Kernel& k) {
+absl::Status CublasLinear::RunLinearBf16Fallback(const Kernel& k) {
   void* pre = k.gemm_out_bf16[0];
   const bool bias = k.x[2] != nullptr;
   if (bias) {
     CUDA_RETURN_IF_ERROR(
-        cuda::LaunchBiasRowsBf16(pre, k.x[2], k.bias_bf16, k.linear.rows, k.linear.out, compute_));
+        cuda::LaunchBiasRowsBf16(pre, k.x[2], k.bias_bf16, k.linear.rows, k.linear.out, stream_));
   }
   RETURN_IF_ERROR(Gemm(CUBLAS_OP_T, CUBLAS_OP_N, k.linear.out, k.linear.rows, k.linear.in, GemmOperand(k, 1), k.linear.in,
                        GemmOperand(k, 0), k.linear.in, bias ? 1.0f : 0.0f, pre, k.linear.out, GemmType(k),
@@ -369,7 +404,7 @@ absl::Status CudaDeviceImpl::RunLinearBf16Fallback(const Kernel& k) {
   if (k.op == Op::kLinearGelu) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchPointwiseBf16(KernelOp::kGeluTanh, pre, nullptr,
                                                    k.gemm_out_bf16[1], k.linear.rows * k.linear.out, false,
-                                                   compute_));
+                                                   stream_));
   }
   return absl::OkStatus();
 }
@@ -377,7 +412,7 @@ absl::Status CudaDeviceImpl::RunLinearBf16Fallback(const Kernel& k) {
 // linear_relu, linear_tanh, linear_gelu_erf after their GEMM (not an
 // epilogue's): the activation of y[0] into y[1] (pre kept), or over y[0]
 // itself (no pre), an elementwise kernel as the unfused plan's.
-absl::Status CudaDeviceImpl::RunFusedActivation(const Kernel& k) {
+absl::Status CublasLinear::RunFusedActivation(const Kernel& k) {
   const int64_t n = k.linear.rows * k.linear.out;
   float* y = k.y[1] != nullptr ? k.y[1] : k.y[0];
   switch (k.linear.act) {
@@ -385,15 +420,15 @@ absl::Status CudaDeviceImpl::RunFusedActivation(const Kernel& k) {
       break;
     case Activation::kRelu:
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, y, n, false, compute_));
+          cuda::LaunchPointwise(KernelOp::kRelu, k.y[0], nullptr, y, n, false, stream_));
       break;
     case Activation::kGelu:
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchPointwise(KernelOp::kGelu, k.y[0], nullptr, y, n, false, compute_));
+          cuda::LaunchPointwise(KernelOp::kGelu, k.y[0], nullptr, y, n, false, stream_));
       break;
     case Activation::kTanh:
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchPointwise(KernelOp::kTanh, k.y[0], nullptr, y, n, false, compute_));
+          cuda::LaunchPointwise(KernelOp::kTanh, k.y[0], nullptr, y, n, false, stream_));
       break;
   }
   return absl::OkStatus();
@@ -402,10 +437,12 @@ absl::Status CudaDeviceImpl::RunFusedActivation(const Kernel& k) {
 // The linear family's preparation (a family prepared per plan): cuBLAS's
 // int range, the bias gradient's scratch, and a cublasLt matmul with its
 // epilogue for the forward products and linear_grad_input_gelu.
-absl::Status CudaDeviceImpl::PreparePrograms(const ops::LinearFamily::Args& l, Kernel& k,
-                                             const Instruction& instr, KernelNeeds* needs) {
+absl::Status CublasLinear::Add(const ops::LinearFamily::Args& l, Kernel& k,
+                               const Instruction& instr, bool tf32,
+                               const std::string& device_name, KernelNeeds* needs) {
+  tf32_ = tf32;
   if (l.rows > INT32_MAX || l.in > INT32_MAX || l.out > INT32_MAX) {
-    return Refuse(instr, name_, "matrix dimension beyond cuBLAS's int range");
+    return Refuse(instr, device_name, "matrix dimension beyond cuBLAS's int range");
   }
   if (k.op == Op::kLinearGradParams) {
     needs->scratch_floats =
@@ -413,13 +450,13 @@ absl::Status CudaDeviceImpl::PreparePrograms(const ops::LinearFamily::Args& l, K
   }
   if (k.op == Op::kLinear || k.op == Op::kLinearGelu || k.op == Op::kLinearGradInputGelu ||
       l.act != Activation::kNone) {
-    RETURN_IF_ERROR(BuildLtMatmul(k, tf32_, &k.lt));
+    RETURN_IF_ERROR(BuildLtMatmul(k, tf32, &k.lt));
   }
   return absl::OkStatus();
 }
 
-absl::Status CudaDeviceImpl::RunPrograms(const ops::LinearFamily::Args& l, const Kernel& k,
-                                         int) {
+absl::Status CublasLinear::Run(const ops::LinearFamily::Args& l, const Kernel& k,
+                               float* scratch) {
   switch (k.op) {
     case Op::kLinear:
     case Op::kLinearRelu:  // linear_relu without pre: the RELU epilogue
@@ -435,22 +472,28 @@ absl::Status CudaDeviceImpl::RunPrograms(const ops::LinearFamily::Args& l, const
       return Gemm(CUBLAS_OP_N, CUBLAS_OP_N, l.in, l.rows, l.out, GemmOperand(k, 1), l.in,
                   GemmOperand(k, 0), l.out, k.accumulate ? 1.0f : 0.0f, LinearOutput(k), l.in,
                   GemmType(k), OutType(k));
-    default: {
-      // dw[out,in] = dy^T x: DW'[in,out] = X'[in,B] DY'[out,B]^T.
-      RETURN_IF_ERROR(Gemm(CUBLAS_OP_N, CUBLAS_OP_T, l.in, l.out, l.rows, GemmOperand(k, 1),
-                           l.in, GemmOperand(k, 0), l.out, k.accumulate ? 1.0f : 0.0f, k.y[0],
-                           l.in, GemmType(k)));
-      if (k.y[1] == nullptr) return absl::OkStatus();
-      if (k.gemm_bf16[0] != nullptr) {
-        CUDA_RETURN_IF_ERROR(cuda::LaunchColumnSumBf16(k.gemm_bf16[0], l.rows, l.out, k.y[1],
-                                                       k.accumulate, kernel_scratch_, compute_));
-        return absl::OkStatus();
-      }
-      CUDA_RETURN_IF_ERROR(cuda::LaunchColumnSum(k.x[0], l.rows, l.out, k.y[1], k.accumulate,
-                                                 kernel_scratch_, compute_));
-      return absl::OkStatus();
-    }
+    default:
+      return RunLinearGradParams(k, scratch);
   }
+}
+
+// linear_grad_params: dw[out,in] = dy^T x: DW'[in,out] = X'[in,B]
+// DY'[out,B]^T; then db, dy's column sums (dy bf16 when the GEMM read it
+// so).
+absl::Status CublasLinear::RunLinearGradParams(const Kernel& k, float* scratch) {
+  const ops::LinearFamily::Args& l = k.linear;
+  RETURN_IF_ERROR(Gemm(CUBLAS_OP_N, CUBLAS_OP_T, l.in, l.out, l.rows, GemmOperand(k, 1), l.in,
+                       GemmOperand(k, 0), l.out, k.accumulate ? 1.0f : 0.0f, k.y[0], l.in,
+                       GemmType(k)));
+  if (k.y[1] == nullptr) return absl::OkStatus();
+  if (k.gemm_bf16[0] != nullptr) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchColumnSumBf16(k.gemm_bf16[0], l.rows, l.out, k.y[1],
+                                                   k.accumulate, scratch, stream_));
+    return absl::OkStatus();
+  }
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchColumnSum(k.x[0], l.rows, l.out, k.y[1], k.accumulate, scratch, stream_));
+  return absl::OkStatus();
 }
 
 }  // namespace trainc::cuda_internal
