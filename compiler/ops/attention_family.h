@@ -61,6 +61,12 @@ struct Geometry {
   int64_t head_dim = 0;  // d
   bool rope = false;
   float rope_theta = 10000.0f;
+  // precision = bf16: bit j set where input j is a bf16 tensor (q|k|v, and
+  // the backward's dy and y; lse never is), from the plan's facts. The
+  // CPU's kernel runs its products on bf16 where q|k|v is and reads such
+  // inputs as they are (runtime/cpu/attention.h); the reference and the
+  // CUDA kernels (which choose from their operands) ignore it.
+  uint32_t bf16_inputs = 0;
 
   // The width of one q|k|v row, (H + 2 KV) d, and of one output row, H d.
   TRAINC_ATTN_HD int64_t QkvWidth() const { return (heads + 2 * kv_heads) * head_dim; }
@@ -139,12 +145,15 @@ struct AttentionFamily {
   }
 
   // "" or why `in` / `out` (full buffer shapes) and `attrs` (heads,
-  // kv_heads: heads when absent, rope, rope_theta) do not fit `op`.
+  // kv_heads: heads when absent, rope, rope_theta) do not fit `op`; the
+  // plan's facts say which inputs are bf16 (Args::bf16_inputs).
   static std::string Resolve(KernelOp op, const std::vector<std::vector<int64_t>>& in,
                              const std::vector<std::vector<int64_t>>& out,
-                             const std::map<std::string, double>& attrs, Args* a) {
+                             const std::map<std::string, double>& attrs,
+                             const unit::PlanFacts& plan, Args* a) {
     using unit::Elements;
     const bool forward = op == KernelOp::kAttention;
+    a->bf16_inputs = plan.bf16_inputs & (forward ? 0b1u : 0b111u);  // not lse
     const std::vector<int64_t>& qkv = forward ? in[0] : in[1];
     const std::vector<int64_t>& y = forward ? out[0] : in[2];
     const std::vector<int64_t>& lse = forward ? out[1] : in[3];

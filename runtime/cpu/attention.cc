@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -190,14 +191,18 @@ void BlockGradScores(const float* p, const float* dh, float scale, int64_t i0, i
   }
 }
 
+inline float Wide(float x) { return x; }
+inline float Wide(uint16_t x) { return Bf16ToFloat(x); }
+
 // delta = rowsum(dy y) of one head's T rows (in y's head columns), the
-// sums in double.
-void RowDots(const attention::Geometry& g, const float* dyh, const float* yh, float* dh) {
+// sums in double; dy and y f32 or bf16 (widened exactly: the same sums).
+template <typename Dy, typename Yv>
+void RowDots(const attention::Geometry& g, const Dy* dyh, const Yv* yh, float* dh) {
   const int64_t Y = g.OutWidth();
   for (int64_t i = 0; i < g.seq; ++i) {
     double dot = 0;
     for (int64_t c = 0; c < g.head_dim; ++c) {
-      dot += static_cast<double>(dyh[i * Y + c]) * yh[i * Y + c];
+      dot += static_cast<double>(Wide(dyh[i * Y + c])) * Wide(yh[i * Y + c]);
     }
     dh[i] = static_cast<float>(dot);
   }
@@ -290,14 +295,15 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
 //
 // The rounding points are the CUDA tensor-core kernels'
 // (runtime/cuda/attention_mma.cu). q' and k' are rotated in f32 and
-// rounded to nearest even bf16; v and dy are bf16 already (their staging
-// widened them exactly). S = q' k'^T is summed in f32 and scaled in f32;
+// rounded to nearest even bf16; v and dy are bf16 already, read as they
+// are (an f32 input is rounded). S = q' k'^T is summed in f32 and scaled in f32;
 // the softmax and lse are f32 (with a vectorised exp, ExpOfScore);
 // delta is the f32 path's. P is rounded to bf16 for P V and P^T dY;
 // dP = dY V^T is f32; dS = P (dP - delta) in f32 from the f32 P, rounded
 // to bf16 for dS K' and dS^T Q', whose f32 sums are scaled after. y and
 // dqkv leave in f32, into the staging the device rounds to the bf16
-// tensors.
+// tensors. A bf16 q|k|v is read directly: rounding its exactly widened
+// values, as a staged copy was, gives the same bits.
 //
 // Layout. The G query heads of a key/value head share its keys, so their
 // rows stack into one product: a block of rows [i0, i1) is the [G rows, d]
@@ -353,6 +359,14 @@ Bf16Scratch& ThreadBf16Scratch(const attention::Geometry& g, const Tiling& t) {
   return s;
 }
 
+// An input of the bf16 path: a bf16 tensor, read as it is, or f32 values.
+struct Input {
+  const void* data;
+  bool bf16;
+  const uint16_t* b16(int64_t at) const { return static_cast<const uint16_t*>(data) + at; }
+  const float* f32(int64_t at) const { return static_cast<const float*>(data) + at; }
+};
+
 // Where row i of head g (of the group) lies in a chunk pair's q or dy copy:
 // by blocks of rows, the group's heads stacked inside each.
 int64_t StackedRow(const attention::Geometry& g, const Tiling& t, int64_t head, int64_t i) {
@@ -361,13 +375,22 @@ int64_t StackedRow(const attention::Geometry& g, const Tiling& t, int64_t head, 
   return i0 * g.Group() + head * rows + (i - i0);
 }
 
-// d values of `src` (rotated by position t's angles when `rotate`) rounded
-// to bf16 into dst.
-void RoundRow(const float* src, int64_t d, const RopeTable* rotate, int64_t t,
+// The d values of `in` at `at` (rotated by position t's angles when
+// `rotate`) as bf16 into dst: a bf16 row as it is, else rounded (rotated
+// in f32, from the exact f32 values of a bf16 row).
+void RoundRow(Input in, int64_t at, int64_t d, const RopeTable* rotate, int64_t t,
               std::vector<float>& row, uint16_t* dst) {
-  const float* x = src;
+  if (in.bf16 && rotate == nullptr) {
+    std::memcpy(dst, in.b16(at), d * sizeof(uint16_t));
+    return;
+  }
+  const float* x = in.bf16 ? nullptr : in.f32(at);
   if (rotate != nullptr) {
-    std::copy(src, src + d, row.begin());
+    if (in.bf16) {
+      WidenBf16(in.b16(at), d, row.data());
+    } else {
+      std::copy(x, x + d, row.begin());
+    }
     rotate->Rotate(t, false, row.data());
     x = row.data();
   }
@@ -376,21 +399,22 @@ void RoundRow(const float* src, int64_t d, const RopeTable* rotate, int64_t t,
 
 // The bf16 copies of pairs [p0, p0 + n): q' (and dy when given), k', v.
 TRAINC_SIMD_CLONES
-void FillChunk(const attention::Geometry& g, const Tiling& t, const float* qkv, const float* dy,
+void FillChunk(const attention::Geometry& g, const Tiling& t, Input qkv, const Input* dy,
                int64_t p0, int64_t n, Bf16Scratch& s) {
   const int64_t T = g.seq, d = g.head_dim, G = g.Group(), W = g.QkvWidth(), Y = g.OutWidth();
   const RopeTable* rope = g.rope ? &s.rope : nullptr;
   for (int64_t c = 0; c < n; ++c) {
     const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
     for (int64_t i = 0; i < T; ++i) {
-      const float* row = qkv + (b * T + i) * W;
-      uint16_t* kr = &s.k[(c * T + i) * d];
-      RoundRow(row + g.KOffset(kv), d, rope, i, s.row, kr);
-      NarrowToBf16(row + g.VOffset(kv), d, &s.v[(c * T + i) * d]);
+      const int64_t row = (b * T + i) * W;
+      RoundRow(qkv, row + g.KOffset(kv), d, rope, i, s.row, &s.k[(c * T + i) * d]);
+      RoundRow(qkv, row + g.VOffset(kv), d, nullptr, i, s.row, &s.v[(c * T + i) * d]);
       for (int64_t h = 0; h < G; ++h) {
         const int64_t at = (c * G * T + StackedRow(g, t, h, i)) * d;
-        RoundRow(row + g.QOffset(kv * G + h), d, rope, i, s.row, &s.q[at]);
-        if (dy != nullptr) NarrowToBf16(dy + (b * T + i) * Y + (kv * G + h) * d, d, &s.dy[at]);
+        RoundRow(qkv, row + g.QOffset(kv * G + h), d, rope, i, s.row, &s.q[at]);
+        if (dy != nullptr) {
+          RoundRow(*dy, (b * T + i) * Y + (kv * G + h) * d, d, nullptr, i, s.row, &s.dy[at]);
+        }
       }
     }
   }
@@ -543,8 +567,7 @@ void StoreKeyGrads(const attention::Geometry& g, int64_t p0, int64_t n, bool acc
   }
 }
 
-absl::Status AttentionBf16(const attention::Geometry& g, const float* qkv, float* y,
-                           float* lse) {
+absl::Status AttentionBf16(const attention::Geometry& g, Input qkv, float* y, float* lse) {
   const Tiling t(g);
   Bf16Scratch& s = ThreadBf16Scratch(g, t);
   const int64_t T = g.seq, d = g.head_dim, G = g.Group();
@@ -616,22 +639,36 @@ absl::Status GradBlockBf16(const attention::Geometry& g, int64_t p0, int64_t n, 
   return absl::OkStatus();
 }
 
-absl::Status AttentionGradBf16(const attention::Geometry& g, const float* dy, const float* qkv,
-                               const float* y, const float* lse, bool accumulate, float* dqkv,
-                               float* delta) {
-  const Tiling t(g);
-  Bf16Scratch& s = ThreadBf16Scratch(g, t);
-  const int64_t T = g.seq, G = g.Group(), Y = g.OutWidth();
+// delta = rowsum(dy y) of every head, dy and y f32 or bf16.
+void Deltas(const attention::Geometry& g, Input dy, Input y, float* delta) {
+  const int64_t T = g.seq, Y = g.OutWidth();
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t h = 0; h < g.heads; ++h) {
-      RowDots(g, dy + b * T * Y + h * g.head_dim, y + b * T * Y + h * g.head_dim,
-              delta + (b * g.heads + h) * T);
+      const int64_t at = b * T * Y + h * g.head_dim;
+      float* dh = delta + (b * g.heads + h) * T;
+      if (dy.bf16 && y.bf16) {
+        RowDots(g, dy.b16(at), y.b16(at), dh);
+      } else if (dy.bf16) {
+        RowDots(g, dy.b16(at), y.f32(at), dh);
+      } else if (y.bf16) {
+        RowDots(g, dy.f32(at), y.b16(at), dh);
+      } else {
+        RowDots(g, dy.f32(at), y.f32(at), dh);
+      }
     }
   }
+}
+
+absl::Status AttentionGradBf16(const attention::Geometry& g, Input dy, Input qkv, Input y,
+                               const float* lse, bool accumulate, float* dqkv, float* delta) {
+  const Tiling t(g);
+  Bf16Scratch& s = ThreadBf16Scratch(g, t);
+  const int64_t T = g.seq, G = g.Group();
+  Deltas(g, dy, y, delta);
   const bool blocks = t.block < T;  // sums over blocks into dk, dv
   for (int64_t p0 = 0; p0 < t.pairs; p0 += t.chunk) {
     const int64_t n = std::min(t.chunk, t.pairs - p0);
-    FillChunk(g, t, qkv, dy, p0, n, s);
+    FillChunk(g, t, qkv, &dy, p0, n, s);
     if (blocks) {
       std::fill(s.dk.begin(), s.dk.end(), 0.0f);
       std::fill(s.dv.begin(), s.dv.end(), 0.0f);
@@ -649,36 +686,57 @@ absl::Status AttentionGradBf16(const attention::Geometry& g, const float* dy, co
   return absl::OkStatus();
 }
 
+// Input j of `op` as the bf16 path reads it.
+Input InputOf(const attention::Geometry& g, const float* const* x, int j) {
+  return {x[j], (g.bf16_inputs >> j & 1u) != 0};
+}
+
+// q|k|v's input: the forward's 0, the backward's 1.
+int QkvInput(KernelOp op) { return op == KernelOp::kAttention ? 0 : 1; }
+
 }  // namespace
-
-bool RunsBf16Attention(const KernelArgs& k) {
-  const float* qkv = k.op == KernelOp::kAttention ? k.x[0] : k.op == KernelOp::kAttentionGrad
-                                                               ? k.x[1]
-                                                               : nullptr;
-  if (qkv == nullptr || !Bf16Gemm::Native()) return false;
-  for (int i = 0; i < k.num_bf16; ++i) {
-    if (!k.bf16[i].output && !k.bf16[i].native && k.bf16[i].f32 == qkv) return true;
-  }
-  return false;
-}
-
-std::string OwnCpuKernelBf16(KernelOp op, const attention::Geometry& g, const float* const* x,
-                             float* const* y, bool accumulate) {
-  const absl::Status status = op == KernelOp::kAttention
-                                  ? AttentionBf16(g, x[0], y[0], y[1])
-                                  : AttentionGradBf16(g, x[0], x[1], x[2], x[3], accumulate,
-                                                      y[0], y[1]);
-  return status.ok() ? "" : std::string(status.message());
-}
 
 std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float* const* x,
                          float* const* y, bool accumulate) {
+  if (g.bf16_inputs >> QkvInput(op) & 1u) {
+    const absl::Status status =
+        op == KernelOp::kAttention
+            ? AttentionBf16(g, InputOf(g, x, 0), y[0], y[1])
+            : AttentionGradBf16(g, InputOf(g, x, 0), InputOf(g, x, 1), InputOf(g, x, 2), x[3],
+                                accumulate, y[0], y[1]);
+    return status.ok() ? "" : std::string(status.message());
+  }
+  if (g.bf16_inputs != 0) return "bf16 inputs without a bf16 q|k|v";
   if (op == KernelOp::kAttention) {
     Attention(g, x[0], y[0], y[1]);
   } else {
     AttentionGrad(g, x[0], x[1], x[2], x[3], accumulate, y[0], y[1]);
   }
   return "";
+}
+
+void PrepareAttention(std::vector<KernelArgs>& kernels) {
+  const bool products = Bf16Gemm::Native();  // the environment, read once per plan
+  for (KernelArgs& k : kernels) {
+    if (k.op != KernelOp::kAttention && k.op != KernelOp::kAttentionGrad) continue;
+    attention::Geometry& g = k.attention;
+    if (!products || (g.bf16_inputs >> QkvInput(k.op) & 1u) == 0) {
+      g.bf16_inputs = 0;  // staged: the f32 kernel on the widened values
+      continue;
+    }
+    for (int j = 0; j < 3; ++j) {  // dy, q|k|v, y at most (never lse)
+      if ((g.bf16_inputs >> j & 1u) == 0) continue;
+      Bf16Operand* o = nullptr;
+      for (int i = 0; i < k.num_bf16; ++i) {
+        if (!k.bf16[i].output && k.bf16[i].bf16 == k.x[j]) o = &k.bf16[i];
+      }
+      if (o != nullptr) {
+        o->native = true;
+      } else {
+        g.bf16_inputs &= ~(1u << j);  // not a bf16 operand after all: read in f32
+      }
+    }
+  }
 }
 
 }  // namespace trainc::cpu

@@ -13,6 +13,7 @@
 #define TRAINC_RUNTIME_CPU_ATTENTION_H_
 
 #include <string>
+#include <vector>
 
 #include "compiler/ops/attention_family.h"
 #include "runtime/device/kernel_args.h"
@@ -31,20 +32,26 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
 
 // The attention family's CPU kernel (compiler/ops/unit_family.h: a CPU
 // kernel of its own, which kernels.h's RunAttention runs): attention or
-// attention_grad on the operands in op table order. Always "".
+// attention_grad on the operands in op table order. "" or oneDNN's error.
+//
+// precision = bf16 (g.bf16_inputs has q|k|v's bit: the plan's facts, left
+// there by PrepareAttention below): the products run on oneDNN's bf16
+// kernels (bf16_matmul.h's Bf16Gemm; the rounding points are the CUDA
+// tensor-core kernels', attention.cc says where), and every input whose
+// bit is set is read as the bf16 tensor it is (its x slot holds uint16_t
+// values); the outputs stay f32. Else Attention and AttentionGrad above,
+// on f32 inputs (bf16_inputs must be 0).
 std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float* const* x,
                          float* const* y, bool accumulate);
 
-// precision = bf16 with the products on oneDNN's bf16 kernels
-// (bf16_matmul.h's Bf16Gemm; the rounding points are the CUDA tensor-core
-// kernels', attention.cc says where): whether instruction `k` runs so (an
-// attention op whose q|k|v is a staged bf16 tensor, on a CPU with the
-// kernels and without TRAINC_BF16_GEMM=widened), and the kernel, on the
-// same operands as OwnCpuKernel ("" or oneDNN's error). Else
-// OwnCpuKernel's f32 products on the widened values, as before.
-bool RunsBf16Attention(const KernelArgs& k);
-std::string OwnCpuKernelBf16(KernelOp op, const attention::Geometry& g, const float* const* x,
-                             float* const* y, bool accumulate);
+// The family's decision for a plan, once (CpuDevice::Prepare, while the x
+// slots hold the tensors, before AssignBf16Staging): where the plan's
+// products can run on bf16 (Bf16Gemm::Native: the CPU's kernels, and
+// TRAINC_BF16_GEMM is not "widened"), the bf16 inputs of every attention
+// instruction whose q|k|v is bf16 become native operands, read by the
+// kernel as they are; elsewhere bf16_inputs is cleared and they stay
+// staged, the f32 kernel on the widened values.
+void PrepareAttention(std::vector<KernelArgs>& kernels);
 
 }  // namespace trainc::cpu
 

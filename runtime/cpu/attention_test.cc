@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -247,20 +248,36 @@ double RelativeError(const A& got, const B& want) {
   return std::sqrt(diff / norm);
 }
 
-// y, lse and dqkv of sum(w * y) by the bf16 kernel, as the device runs it.
-void RunBf16(const attention::Geometry& g, const Vec& qkv, const Vec& w, Vec* y, Vec* lse,
-             Vec* dqkv, bool accumulate = false) {
+std::vector<uint16_t> Bf16Of(const Vec& v) {
+  std::vector<uint16_t> out(v.size());
+  NarrowToBf16(v.data(), static_cast<int64_t>(v.size()), out.data());
+  return out;
+}
+
+// y, lse and dqkv of sum(w * y) by the bf16 kernel, as the device runs it:
+// q|k|v read as bf16 and, where `bf16_dy_y`, the backward's dy and y too
+// (else as f32 values, as from an f32 tensor).
+void RunBf16(const attention::Geometry& shape, const Vec& qkv, const Vec& w, Vec* y, Vec* lse,
+             Vec* dqkv, bool accumulate = false, bool bf16_dy_y = true) {
+  attention::Geometry g = shape;
   y->assign(g.batch * g.seq * g.OutWidth(), std::nanf(""));
   lse->assign(g.batch * g.heads * g.seq, std::nanf(""));
-  const float* fx[] = {qkv.data()};
+  const std::vector<uint16_t> qkv16 = Bf16Of(qkv), w16 = Bf16Of(w);
+  g.bf16_inputs = 0b1;
+  const float* fx[] = {reinterpret_cast<const float*>(qkv16.data())};
   float* fy[] = {y->data(), lse->data()};
-  ASSERT_EQ(OwnCpuKernelBf16(KernelOp::kAttention, g, fx, fy, false), "");
+  ASSERT_EQ(OwnCpuKernel(KernelOp::kAttention, g, fx, fy, false), "");
   if (!accumulate) dqkv->assign(qkv.size(), std::nanf(""));
   Vec delta(lse->size(), std::nanf(""));
   const Vec y_bf16 = RoundedToBf16(*y);  // the device stores y in bf16
-  const float* gx[] = {w.data(), qkv.data(), y_bf16.data(), lse->data()};
+  const std::vector<uint16_t> y16 = Bf16Of(y_bf16);
+  g.bf16_inputs = bf16_dy_y ? 0b111 : 0b010;
+  const float* gx[] = {bf16_dy_y ? reinterpret_cast<const float*>(w16.data()) : w.data(),
+                       fx[0],
+                       bf16_dy_y ? reinterpret_cast<const float*>(y16.data()) : y_bf16.data(),
+                       lse->data()};
   float* gy[] = {dqkv->data(), delta.data()};
-  ASSERT_EQ(OwnCpuKernelBf16(KernelOp::kAttentionGrad, g, gx, gy, accumulate), "");
+  ASSERT_EQ(OwnCpuKernel(KernelOp::kAttentionGrad, g, gx, gy, accumulate), "");
 }
 
 class Bf16AttentionCases : public AttentionCases {
@@ -300,6 +317,18 @@ TEST_P(Bf16AttentionCases, MatchesFloat64WithinBf16Tolerance) {
   Vec acc = prior, y2, lse2;
   RunBf16(g, qkv, w, &y2, &lse2, &acc, true);
   for (size_t i = 0; i < acc.size(); ++i) ASSERT_EQ(acc[i], prior[i] + dqkv[i]) << i;
+}
+
+// dy and y read as the bf16 tensors they are give the bits their f32
+// values give (rounding an exactly widened bf16 value is the identity).
+TEST_P(Bf16AttentionCases, Bf16InputsGiveTheBitsOfTheirF32Values) {
+  const attention::Geometry g = G();
+  const Vec qkv = RoundedToBf16(Random(g.batch * g.seq * g.QkvWidth(), 75, -2.0f, 2.0f));
+  const Vec w = RoundedToBf16(Random(g.batch * g.seq * g.OutWidth(), 76));
+  Vec y, lse, dqkv, y2, lse2, dqkv2;
+  RunBf16(g, qkv, w, &y, &lse, &dqkv, false, true);
+  RunBf16(g, qkv, w, &y2, &lse2, &dqkv2, false, false);
+  ASSERT_EQ(std::memcmp(dqkv.data(), dqkv2.data(), dqkv.size() * sizeof(float)), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

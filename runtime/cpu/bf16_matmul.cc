@@ -170,7 +170,7 @@ std::string Bf16GemmSummary() {
 
 bool Bf16Gemm::Native() {
   // The environment is read on each call, as Bf16Matmuls::Choose reads it
-  // (a benchmark sets it between runs); the kernels are probed once.
+  // (a benchmark sets it between plans); the kernels are probed once.
   return !ProbedBf16Kernel().empty() && !WidenedByEnv();
 }
 

@@ -88,8 +88,10 @@ std::string Bf16GemmSummary();
 // per thread: Run is not thread-safe.
 class Bf16Gemm {
  public:
-  // Whether products run on oneDNN's bf16 kernels in this process: the
-  // CPU has them (Bf16GemmSummary) and TRAINC_BF16_GEMM is not "widened".
+  // Whether products can run on oneDNN's bf16 kernels: the CPU has them
+  // (probed once per process: Bf16GemmSummary) and TRAINC_BF16_GEMM is not
+  // "widened" (read on each call: ask once per plan, as
+  // attention.h's PrepareAttention does, not per product).
   static bool Native();
 
   Bf16Gemm();

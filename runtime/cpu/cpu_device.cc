@@ -54,9 +54,9 @@ absl::StatusOr<int64_t> CpuBf16StagingBytes(const Plan& plan) {
   char* const unread_arena = reinterpret_cast<char*>(uintptr_t{1} << 40);
   ASSIGN_OR_RETURN(std::vector<KernelArgs> kernels,
                    ResolveKernels(plan, unread_arena, plan.arena_bytes, "cpu"));
-  // Native operands as PlanPrograms::ChooseNative marks them: the linear
-  // family's alone (the window family reads no bf16 operand).
-  cpu::Bf16Matmuls().Choose(kernels);
+  // Native operands as Prepare marks them (no oneDNN stream made here).
+  cpu::Bf16Matmuls matmuls;
+  cpu::ChooseNative(matmuls, kernels);
   return Bf16StagingBytes(kernels);
 }
 
@@ -315,11 +315,6 @@ absl::Status CpuDevice::RunF32Kernel(const Plan& plan, const Instruction& instr,
   // the kernel table's.
   if (state_->dnnl.Converts(instr.id)) return state_->dnnl.Run(instr.id);
   const KernelArgs& k = state_->kernels[instr.id];
-  if (cpu::RunsBf16Attention(k)) {  // precision = bf16's attention on bf16 products
-    const std::string why = cpu::OwnCpuKernelBf16(k.op, k.attention, k.x, k.y, k.accumulate);
-    if (why.empty()) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("cpu: ", instr.label, ": ", why));
-  }
   const cpu::CpuKernel kernel = cpu::CpuKernels()[k.op];
   if (kernel == nullptr) {
     return absl::InvalidArgumentError("cpu: " + instr.op + " is not a compute kernel");

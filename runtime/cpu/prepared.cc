@@ -1,13 +1,20 @@
 #include "runtime/cpu/prepared.h"
 
 #include "compiler/util/status_macros.h"
+#include "runtime/cpu/attention.h"
 #include "runtime/cpu/bf16_matmul.h"
 #include "runtime/cpu/dnnl_ops.h"
 
 namespace trainc::cpu {
 
+void ChooseNative(Bf16Matmuls& matmuls, std::vector<KernelArgs>& kernels) {
+  matmuls.Choose(kernels);   // linear's products on bf16 operands
+  PrepareAttention(kernels);  // attention's, each decided once per plan
+  // The window family reads no bf16 operand.
+}
+
 void PlanPrograms::ChooseNative(std::vector<KernelArgs>& kernels) const {
-  matmuls.Choose(kernels);  // the window family reads no bf16 operand
+  cpu::ChooseNative(matmuls, kernels);
 }
 
 absl::Status PlanPrograms::Build(const Plan& plan, const std::vector<KernelArgs>& kernels,

@@ -31,16 +31,21 @@ namespace trainc::cpu {
 class Bf16Matmuls;  // bf16_matmul.h
 class DnnlOps;      // dnnl_ops.h
 
+// Before the staging, while a bf16 operand's slot holds its tensor: marks
+// native the operands that kernels read as bf16 themselves, which then get
+// no staging: both operands of each product oneDNN's bf16 matmul runs
+// (linear), and attention's q|k|v, dy, y and outputs where its block
+// products run on bf16 (attention.h's PrepareAttention). Prepare and the
+// planner's staging estimate (CpuBf16StagingBytes) both mark them so.
+void ChooseNative(Bf16Matmuls& matmuls, std::vector<KernelArgs>& kernels);
+
 // The families' programs for one plan, one object per library (the
 // device's), rebuilt by each Prepare.
 struct PlanPrograms {
   DnnlOps& dnnl;         // window: oneDNN convolution and pooling
   Bf16Matmuls& matmuls;  // linear: the products on bf16 operands (oneDNN)
 
-  // Before the staging, while a bf16 operand's slot holds its tensor:
-  // marks native the operands the families' programs read as bf16
-  // themselves (linear: both operands of each product oneDNN's bf16
-  // matmul runs), which then get no staging.
+  // cpu::ChooseNative above, with the device's matmuls.
   void ChooseNative(std::vector<KernelArgs>& kernels) const;
 
   // After the staging: every family's programs for `plan` (`kernels`, its

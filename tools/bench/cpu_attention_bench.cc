@@ -9,6 +9,7 @@
 //
 //   bazel run -c opt //tools/bench:cpu_attention_bench [-- --reps 20]
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -46,6 +47,12 @@ double ThreadMs() {
   return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
 
+std::vector<uint16_t> Bf16Of(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBf16(v[i]);
+  return out;
+}
+
 // The fastest forward + backward of `reps` (after 2 untimed): on a shared
 // machine the minimum is the least disturbed.
 double Time(const attention::Geometry& g, bool bf16, int reps) {
@@ -60,18 +67,26 @@ double Time(const attention::Geometry& g, bool bf16, int reps) {
   const std::vector<float> dy = random(g.batch * g.seq * g.OutWidth());
   std::vector<float> y(dy.size()), lse(g.batch * g.heads * g.seq), delta(lse.size());
   std::vector<float> dqkv(qkv.size());
-  const float* fx[] = {qkv.data()};
+  // precision = bf16: q|k|v, dy and y are the bf16 tensors the kernel
+  // reads as they are (attention.h).
+  const std::vector<uint16_t> qkv16 = Bf16Of(qkv), dy16 = Bf16Of(dy), y16 = Bf16Of(y);
+  auto in = [&](const std::vector<float>& f, const std::vector<uint16_t>& b) {
+    return bf16 ? reinterpret_cast<const float*>(b.data()) : f.data();
+  };
+  const float* fx[] = {in(qkv, qkv16)};
   float* fy[] = {y.data(), lse.data()};
-  const float* gx[] = {dy.data(), qkv.data(), y.data(), lse.data()};
+  const float* gx[] = {in(dy, dy16), in(qkv, qkv16), in(y, y16), lse.data()};
   float* gy[] = {dqkv.data(), delta.data()};
-  using Kernel = std::string (*)(KernelOp, const attention::Geometry&, const float* const*,
-                                 float* const*, bool);
-  const Kernel run = bf16 ? Kernel{&cpu::OwnCpuKernelBf16} : Kernel{&cpu::OwnCpuKernel};
+  attention::Geometry forward = g, backward = g;
+  forward.bf16_inputs = bf16 ? 0b1 : 0;
+  backward.bf16_inputs = bf16 ? 0b111 : 0;
   std::vector<double> ms;
   for (int r = 0; r < reps + 2; ++r) {
     const double start = ThreadMs();
-    std::string why = run(KernelOp::kAttention, g, fx, fy, false);
-    if (why.empty()) why = run(KernelOp::kAttentionGrad, g, gx, gy, false);
+    std::string why = cpu::OwnCpuKernel(KernelOp::kAttention, forward, fx, fy, false);
+    if (why.empty()) {
+      why = cpu::OwnCpuKernel(KernelOp::kAttentionGrad, backward, gx, gy, false);
+    }
     if (!why.empty()) {
       std::fprintf(stderr, "cpu_attention_bench: %s\n", why.c_str());
       std::exit(1);
