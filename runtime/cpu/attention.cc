@@ -296,8 +296,8 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
 // The rounding points are the CUDA tensor-core kernels'
 // (runtime/cuda/attention_mma.cu). q' and k' are rotated in f32 and
 // rounded to nearest even bf16; v and dy are bf16 already, read as they
-// are (an f32 input is rounded). S = q' k'^T is summed in f32 and scaled in f32;
-// the softmax and lse are f32 (with a vectorised exp, ExpOfScore);
+// are (an f32 input is rounded). S = q' k'^T is summed in f32 and scaled
+// in f32; the softmax and lse are f32 (with a vectorised exp, ExpOfScore);
 // delta is the f32 path's. P is rounded to bf16 for P V and P^T dY;
 // dP = dY V^T is f32; dS = P (dP - delta) in f32 from the f32 P, rounded
 // to bf16 for dS K' and dS^T Q', whose f32 sums are scaled after. y and
@@ -378,8 +378,10 @@ int64_t StackedRow(const attention::Geometry& g, const Tiling& t, int64_t head, 
 // The d values of `in` at `at` (rotated by position t's angles when
 // `rotate`) as bf16 into dst: a bf16 row as it is, else rounded (rotated
 // in f32, from the exact f32 values of a bf16 row).
-void RoundRow(Input in, int64_t at, int64_t d, const RopeTable* rotate, int64_t t,
-              std::vector<float>& row, uint16_t* dst) {
+// Inlined into FillChunk's SIMD clones.
+__attribute__((always_inline)) inline void RoundRow(Input in, int64_t at, int64_t d,
+                                                    const RopeTable* rotate, int64_t t,
+                                                    std::vector<float>& row, uint16_t* dst) {
   if (in.bf16 && rotate == nullptr) {
     std::memcpy(dst, in.b16(at), d * sizeof(uint16_t));
     return;

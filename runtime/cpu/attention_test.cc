@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -367,6 +368,42 @@ TEST(Bf16AttentionTest, BatchSplitIsBitIdentical) {
       ASSERT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + b * n)) << b;
     }
   }
+}
+
+// The family's decision for a plan: where the products run on bf16, an
+// attention_grad whose q|k|v is bf16 reads its bf16 inputs as they are
+// (native: no staging); with TRAINC_BF16_GEMM=widened, read when the plan
+// is prepared, they stay staged and the kernel is the f32 one.
+TEST(Bf16AttentionTest, PrepareAttentionDecidesOncePerPlan) {
+  uint16_t dy[1], qkv[1], y[1];
+  float lse[1];
+  KernelArgs k;
+  k.op = KernelOp::kAttentionGrad;
+  k.attention.bf16_inputs = 0b111;  // the plan's facts: dy, q|k|v, y
+  k.x[0] = reinterpret_cast<const float*>(dy);
+  k.x[1] = reinterpret_cast<const float*>(qkv);
+  k.x[2] = reinterpret_cast<const float*>(y);
+  k.x[3] = lse;
+  for (void* t : {static_cast<void*>(dy), static_cast<void*>(qkv), static_cast<void*>(y)}) {
+    k.bf16[k.num_bf16++].bf16 = t;
+  }
+  std::vector<KernelArgs> plan = {k};
+  PrepareAttention(plan);
+  const bool native = Bf16Gemm::Native();
+  EXPECT_EQ(plan[0].attention.bf16_inputs, native ? 0b111u : 0u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(plan[0].bf16[i].native, native) << i;
+  setenv("TRAINC_BF16_GEMM", "widened", 1);
+  plan = {k};
+  PrepareAttention(plan);
+  unsetenv("TRAINC_BF16_GEMM");
+  EXPECT_EQ(plan[0].attention.bf16_inputs, 0u);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(plan[0].bf16[i].native) << i;
+  // Only q|k|v's bit decides: a bf16 dy beside an f32 q|k|v is staged.
+  k.attention.bf16_inputs = 0b001;
+  plan = {k};
+  PrepareAttention(plan);
+  EXPECT_EQ(plan[0].attention.bf16_inputs, 0u);
+  EXPECT_FALSE(plan[0].bf16[0].native);
 }
 
 }  // namespace
