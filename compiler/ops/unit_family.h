@@ -39,10 +39,11 @@
 //     for its Args with Run's signature in f32, returning "" or why not,
 //     declared beside that kernel (runtime/cpu/attention.h). Under
 //     precision = bf16 attention's Resolve reads the plan's facts (below)
-//     for which inputs are bf16 tensors (Args::bf16_inputs), and the CPU
-//     asks the family once per plan (cpu::PrepareAttention, in
-//     CpuDevice::Prepare) which of them its kernel reads as they are (no
-//     f32 staging) with its products on bf16.
+//     for which inputs are bf16 tensors (Args::bf16_inputs; its outputs:
+//     bf16_outputs, below), and the CPU asks the family once per plan
+//     (cpu::PrepareAttention, in CpuDevice::Prepare) which of them its
+//     kernel reads and writes as they are (no f32 staging) with its
+//     products on bf16.
 //   - Prepared per plan: a family whose backends run library programs
 //     built once for the plan (primitives and descriptors bound to the
 //     arena, layouts chosen across instructions) is listed in

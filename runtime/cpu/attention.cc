@@ -301,9 +301,10 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
 // delta is the f32 path's. P is rounded to bf16 for P V and P^T dY;
 // dP = dY V^T is f32; dS = P (dP - delta) in f32 from the f32 P, rounded
 // to bf16 for dS K' and dS^T Q', whose f32 sums are scaled after. y and
-// dqkv leave in f32, into the staging the device rounds to the bf16
-// tensors. A bf16 q|k|v is read directly: rounding its exactly widened
-// values, as a staged copy was, gives the same bits.
+// dqkv are rounded to nearest even into their bf16 tensors (dqkv added to
+// in f32 first). Read and written directly, the bf16 operands give the
+// bits their f32 staging gave: rounding an exactly widened value is the
+// identity.
 //
 // Layout. The G query heads of a key/value head share its keys, so their
 // rows stack into one product: a block of rows [i0, i1) is the [G rows, d]
@@ -515,10 +516,36 @@ void BlockProbsBf16(const attention::Geometry& g, int64_t p0, int64_t n, const B
   }
 }
 
-// out[d] (+)= scale * src[d], rotated back by position t's angles when
-// `rope`.
+// An output of the bf16 path: a bf16 tensor, written as it is, or f32.
+struct Output {
+  void* data;
+  bool bf16;
+  uint16_t* b16(int64_t at) const { return static_cast<uint16_t*>(data) + at; }
+  float* f32(int64_t at) const { return static_cast<float*>(data) + at; }
+};
+
+// d values of a bf16 output (+)= row[d]: the sum in f32, rounded to
+// nearest even, as the output's staging was widened, added to and rounded.
+inline void StoreBf16(const float* __restrict row, int64_t d, bool accumulate,
+                      uint16_t* __restrict out) {
+  if (accumulate) {
+    for (int64_t e = 0; e < d; ++e) out[e] = FloatToBf16(Bf16ToFloat(out[e]) + row[e]);
+  } else {
+    NarrowToBf16(row, d, out);
+  }
+}
+
+// `to` at `at`, d values, (+)= scale * src[d], rotated back by position t's
+// angles when `rope`.
 inline void StoreRow(const float* __restrict src, int64_t d, float scale, const RopeTable* rope,
-                     int64_t t, bool accumulate, float* row, float* __restrict out) {
+                     int64_t t, bool accumulate, float* row, Output to, int64_t at) {
+  if (to.bf16) {
+    for (int64_t e = 0; e < d; ++e) row[e] = src[e] * scale;
+    if (rope != nullptr) rope->Rotate(t, true, row);
+    StoreBf16(row, d, accumulate, to.b16(at));
+    return;
+  }
+  float* __restrict out = to.f32(at);
   if (rope != nullptr) {
     for (int64_t e = 0; e < d; ++e) row[e] = src[e] * scale;
     rope->Rotate(t, true, row);
@@ -538,14 +565,14 @@ inline void StoreRow(const float* __restrict src, int64_t d, float scale, const 
 TRAINC_SIMD_CLONES
 void ScatterRows(const attention::Geometry& g, int64_t p0, int64_t n, const Block& blk,
                  float scale, const RopeTable* rope, int64_t width, bool accumulate,
-                 Bf16Scratch& s, float* out) {
+                 Bf16Scratch& s, Output out) {
   const int64_t T = g.seq, d = g.head_dim, G = g.Group(), rows = blk.i1 - blk.i0;
   for (int64_t c = 0; c < n; ++c) {
     const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
     for (int64_t h = 0; h < G; ++h) {
       for (int64_t i = blk.i0; i < blk.i1; ++i) {
         StoreRow(&s.o[(c * blk.R + h * rows + i - blk.i0) * d], d, scale, rope, i, accumulate,
-                 s.row.data(), out + (b * T + i) * width + g.QOffset(kv * G + h));
+                 s.row.data(), out, (b * T + i) * width + g.QOffset(kv * G + h));
       }
     }
   }
@@ -554,22 +581,22 @@ void ScatterRows(const attention::Geometry& g, int64_t p0, int64_t n, const Bloc
 // A chunk's dK' (times scale, rotated back) and dV into dqkv.
 TRAINC_SIMD_CLONES
 void StoreKeyGrads(const attention::Geometry& g, int64_t p0, int64_t n, bool accumulate,
-                   Bf16Scratch& s, float* dqkv) {
+                   Bf16Scratch& s, Output dqkv) {
   const int64_t T = g.seq, d = g.head_dim, W = g.QkvWidth();
   const RopeTable* rope = g.rope ? &s.rope : nullptr;
   for (int64_t c = 0; c < n; ++c) {
     const int64_t b = (p0 + c) / g.kv_heads, kv = (p0 + c) % g.kv_heads;
     for (int64_t i = 0; i < T; ++i) {
-      float* dst = dqkv + (b * T + i) * W;
-      StoreRow(&s.dk[(c * T + i) * d], d, g.Scale(), rope, i, accumulate, s.row.data(),
-               dst + g.KOffset(kv));
-      StoreRow(&s.dv[(c * T + i) * d], d, 1.0f, nullptr, i, accumulate, s.row.data(),
-               dst + g.VOffset(kv));
+      const int64_t at = (b * T + i) * W;
+      StoreRow(&s.dk[(c * T + i) * d], d, g.Scale(), rope, i, accumulate, s.row.data(), dqkv,
+               at + g.KOffset(kv));
+      StoreRow(&s.dv[(c * T + i) * d], d, 1.0f, nullptr, i, accumulate, s.row.data(), dqkv,
+               at + g.VOffset(kv));
     }
   }
 }
 
-absl::Status AttentionBf16(const attention::Geometry& g, Input qkv, float* y, float* lse) {
+absl::Status AttentionBf16(const attention::Geometry& g, Input qkv, Output y, float* lse) {
   const Tiling t(g);
   Bf16Scratch& s = ThreadBf16Scratch(g, t);
   const int64_t T = g.seq, d = g.head_dim, G = g.Group();
@@ -599,7 +626,7 @@ absl::Status AttentionBf16(const attention::Geometry& g, Input qkv, float* y, fl
 // chunk's dk, dv (added to when `add`).
 absl::Status GradBlockBf16(const attention::Geometry& g, int64_t p0, int64_t n, const Block& blk,
                            const float* lse, const float* delta, bool add, bool accumulate,
-                           Bf16Scratch& s, float* dqkv) {
+                           Bf16Scratch& s, Output dqkv) {
   const int64_t T = g.seq, d = g.head_dim, G = g.Group(), i0 = blk.i0, i1 = blk.i1, R = blk.R;
   const int64_t rows = i1 - i0;
   if (absl::Status st = BlockScoresBf16(g, n, blk, s); !st.ok()) return st;
@@ -662,7 +689,7 @@ void Deltas(const attention::Geometry& g, Input dy, Input y, float* delta) {
 }
 
 absl::Status AttentionGradBf16(const attention::Geometry& g, Input dy, Input qkv, Input y,
-                               const float* lse, bool accumulate, float* dqkv, float* delta) {
+                               const float* lse, bool accumulate, Output dqkv, float* delta) {
   const Tiling t(g);
   Bf16Scratch& s = ThreadBf16Scratch(g, t);
   const int64_t T = g.seq, G = g.Group();
@@ -688,13 +715,29 @@ absl::Status AttentionGradBf16(const attention::Geometry& g, Input dy, Input qkv
   return absl::OkStatus();
 }
 
-// Input j of `op` as the bf16 path reads it.
+// Input j of `op` as the bf16 path reads it, and output 0 (y, dqkv) as it
+// writes it.
 Input InputOf(const attention::Geometry& g, const float* const* x, int j) {
   return {x[j], (g.bf16_inputs >> j & 1u) != 0};
+}
+Output OutputOf(const attention::Geometry& g, float* const* y) {
+  return {y[0], (g.bf16_outputs & 1u) != 0};
 }
 
 // q|k|v's input: the forward's 0, the backward's 1.
 int QkvInput(KernelOp op) { return op == KernelOp::kAttention ? 0 : 1; }
+
+// Marks native k's bf16 input (output) whose tensor is `slot`; false where
+// it has none.
+bool MarkNative(KernelArgs& k, bool output, const void* slot) {
+  for (int i = 0; i < k.num_bf16; ++i) {
+    if (k.bf16[i].output == output && k.bf16[i].bf16 == slot) {
+      k.bf16[i].native = true;
+      return true;
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -703,12 +746,12 @@ std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float*
   if (g.bf16_inputs >> QkvInput(op) & 1u) {
     const absl::Status status =
         op == KernelOp::kAttention
-            ? AttentionBf16(g, InputOf(g, x, 0), y[0], y[1])
+            ? AttentionBf16(g, InputOf(g, x, 0), OutputOf(g, y), y[1])
             : AttentionGradBf16(g, InputOf(g, x, 0), InputOf(g, x, 1), InputOf(g, x, 2), x[3],
-                                accumulate, y[0], y[1]);
+                                accumulate, OutputOf(g, y), y[1]);
     return status.ok() ? "" : std::string(status.message());
   }
-  if (g.bf16_inputs != 0) return "bf16 inputs without a bf16 q|k|v";
+  if (g.bf16_inputs != 0 || g.bf16_outputs != 0) return "bf16 operands without a bf16 q|k|v";
   if (op == KernelOp::kAttention) {
     Attention(g, x[0], y[0], y[1]);
   } else {
@@ -723,21 +766,16 @@ void PrepareAttention(std::vector<KernelArgs>& kernels) {
     if (k.op != KernelOp::kAttention && k.op != KernelOp::kAttentionGrad) continue;
     attention::Geometry& g = k.attention;
     if (!products || (g.bf16_inputs >> QkvInput(k.op) & 1u) == 0) {
-      g.bf16_inputs = 0;  // staged: the f32 kernel on the widened values
+      g.bf16_inputs = g.bf16_outputs = 0;  // staged: the f32 kernel on the widened values
       continue;
     }
     for (int j = 0; j < 3; ++j) {  // dy, q|k|v, y at most (never lse)
-      if ((g.bf16_inputs >> j & 1u) == 0) continue;
-      Bf16Operand* o = nullptr;
-      for (int i = 0; i < k.num_bf16; ++i) {
-        if (!k.bf16[i].output && k.bf16[i].bf16 == k.x[j]) o = &k.bf16[i];
-      }
-      if (o != nullptr) {
-        o->native = true;
-      } else {
+      if ((g.bf16_inputs >> j & 1u) != 0 && !MarkNative(k, false, k.x[j])) {
         g.bf16_inputs &= ~(1u << j);  // not a bf16 operand after all: read in f32
       }
     }
+    if ((g.bf16_outputs & 1u) != 0 && !MarkNative(k, true, k.y[0])) g.bf16_outputs = 0;
+    g.bf16_outputs &= 1u;  // y or dqkv (lse and delta are f32)
   }
 }
 

@@ -37,20 +37,22 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
 // precision = bf16 (g.bf16_inputs has q|k|v's bit: the plan's facts, left
 // there by PrepareAttention below): the products run on oneDNN's bf16
 // kernels (bf16_matmul.h's Bf16Gemm; the rounding points are the CUDA
-// tensor-core kernels', attention.cc says where), and every input whose
-// bit is set is read as the bf16 tensor it is (its x slot holds uint16_t
-// values); the outputs stay f32. Else Attention and AttentionGrad above,
-// on f32 inputs (bf16_inputs must be 0).
+// tensor-core kernels', attention.cc says where), every input whose bit
+// is set is read as the bf16 tensor it is (its x slot holds uint16_t
+// values), and y or dqkv, where g.bf16_outputs says so, is written as one
+// (rounded to nearest even after the f32 sum; lse and delta are f32).
+// Else Attention and AttentionGrad above, on f32 operands (both masks
+// must be 0).
 std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float* const* x,
                          float* const* y, bool accumulate);
 
 // The family's decision for a plan, once (CpuDevice::Prepare, while the x
 // slots hold the tensors, before AssignBf16Staging): where the plan's
 // products can run on bf16 (Bf16Gemm::Native: the CPU's kernels, and
-// TRAINC_BF16_GEMM is not "widened"), the bf16 inputs of every attention
-// instruction whose q|k|v is bf16 become native operands, read by the
-// kernel as they are; elsewhere bf16_inputs is cleared and they stay
-// staged, the f32 kernel on the widened values.
+// TRAINC_BF16_GEMM is not "widened"), the bf16 operands of every
+// attention instruction whose q|k|v is bf16 become native operands, read
+// and written by the kernel as they are; elsewhere both masks are cleared
+// and they stay staged, the f32 kernel on the widened values.
 void PrepareAttention(std::vector<KernelArgs>& kernels);
 
 }  // namespace trainc::cpu

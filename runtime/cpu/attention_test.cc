@@ -370,6 +370,51 @@ TEST(Bf16AttentionTest, BatchSplitIsBitIdentical) {
   }
 }
 
+// The backward on bf16 dy, q|k|v and y into dqkv, f32 or (`bf16_out`) bf16
+// values in `out` (as many bits), added to when `accumulate`.
+void GradInto(const attention::Geometry& shape, const std::vector<uint16_t>& dy,
+              const std::vector<uint16_t>& qkv, const std::vector<uint16_t>& y, const Vec& lse,
+              bool bf16_out, bool accumulate, void* out) {
+  attention::Geometry g = shape;
+  g.bf16_inputs = 0b111;
+  g.bf16_outputs = bf16_out ? 1 : 0;
+  Vec delta(lse.size());
+  const float* x[] = {reinterpret_cast<const float*>(dy.data()),
+                      reinterpret_cast<const float*>(qkv.data()),
+                      reinterpret_cast<const float*>(y.data()), lse.data()};
+  float* o[] = {static_cast<float*>(out), delta.data()};
+  ASSERT_EQ(OwnCpuKernel(KernelOp::kAttentionGrad, g, x, o, accumulate), "");
+}
+
+// y and dqkv written as the bf16 tensors they are hold the bits their f32
+// values round to (dqkv added to: the sum in f32, then rounded), as the
+// device's staging gave.
+TEST_P(Bf16AttentionCases, Bf16OutputsAreTheRoundedF32Outputs) {
+  attention::Geometry g = G();
+  const std::vector<uint16_t> qkv = Bf16Of(Random(g.batch * g.seq * g.QkvWidth(), 77));
+  const std::vector<uint16_t> dy = Bf16Of(Random(g.batch * g.seq * g.OutWidth(), 78));
+  Vec y(dy.size()), lse(g.batch * g.heads * g.seq);
+  std::vector<uint16_t> y16(dy.size());
+  g.bf16_inputs = 1;
+  const float* fx[] = {reinterpret_cast<const float*>(qkv.data())};
+  float* f32_out[] = {y.data(), lse.data()};
+  ASSERT_EQ(OwnCpuKernel(KernelOp::kAttention, g, fx, f32_out, false), "");
+  g.bf16_outputs = 1;
+  float* bf16_out[] = {reinterpret_cast<float*>(y16.data()), lse.data()};
+  ASSERT_EQ(OwnCpuKernel(KernelOp::kAttention, g, fx, bf16_out, false), "");
+  ASSERT_EQ(y16, Bf16Of(y));
+  const std::vector<uint16_t> prior = Bf16Of(Random(qkv.size(), 79));
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate);
+    Vec d32(qkv.size());
+    WidenBf16(prior.data(), static_cast<int64_t>(prior.size()), d32.data());
+    std::vector<uint16_t> d16 = prior;
+    GradInto(G(), dy, qkv, y16, lse, false, accumulate, d32.data());
+    GradInto(G(), dy, qkv, y16, lse, true, accumulate, d16.data());
+    ASSERT_EQ(d16, Bf16Of(d32));
+  }
+}
+
 // The family's decision for a plan: where the products run on bf16, an
 // attention_grad whose q|k|v is bf16 reads its bf16 inputs as they are
 // (native: no staging); with TRAINC_BF16_GEMM=widened, read when the plan
@@ -387,17 +432,26 @@ TEST(Bf16AttentionTest, PrepareAttentionDecidesOncePerPlan) {
   for (void* t : {static_cast<void*>(dy), static_cast<void*>(qkv), static_cast<void*>(y)}) {
     k.bf16[k.num_bf16++].bf16 = t;
   }
+  uint16_t dqkv[1];
+  float delta[1];
+  k.attention.bf16_outputs = 0b1;  // dqkv (delta is f32)
+  k.y[0] = reinterpret_cast<float*>(dqkv);
+  k.y[1] = delta;
+  k.bf16[k.num_bf16].bf16 = dqkv;
+  k.bf16[k.num_bf16++].output = true;
   std::vector<KernelArgs> plan = {k};
   PrepareAttention(plan);
   const bool native = Bf16Gemm::Native();
   EXPECT_EQ(plan[0].attention.bf16_inputs, native ? 0b111u : 0u);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(plan[0].bf16[i].native, native) << i;
+  EXPECT_EQ(plan[0].attention.bf16_outputs, native ? 0b1u : 0u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(plan[0].bf16[i].native, native) << i;
   setenv("TRAINC_BF16_GEMM", "widened", 1);
   plan = {k};
   PrepareAttention(plan);
   unsetenv("TRAINC_BF16_GEMM");
   EXPECT_EQ(plan[0].attention.bf16_inputs, 0u);
-  for (int i = 0; i < 3; ++i) EXPECT_FALSE(plan[0].bf16[i].native) << i;
+  EXPECT_EQ(plan[0].attention.bf16_outputs, 0u);
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(plan[0].bf16[i].native) << i;
   // Only q|k|v's bit decides: a bf16 dy beside an f32 q|k|v is staged.
   k.attention.bf16_inputs = 0b001;
   plan = {k};

@@ -63,23 +63,25 @@ double Time(const attention::Geometry& g, bool bf16, int reps) {
     for (float& x : v) x = Bf16ToFloat(FloatToBf16(dist(gen)));
     return v;
   };
-  const std::vector<float> qkv = random(g.batch * g.seq * g.QkvWidth());
-  const std::vector<float> dy = random(g.batch * g.seq * g.OutWidth());
+  std::vector<float> qkv = random(g.batch * g.seq * g.QkvWidth());
+  std::vector<float> dy = random(g.batch * g.seq * g.OutWidth());
   std::vector<float> y(dy.size()), lse(g.batch * g.heads * g.seq), delta(lse.size());
   std::vector<float> dqkv(qkv.size());
-  // precision = bf16: q|k|v, dy and y are the bf16 tensors the kernel
-  // reads as they are (attention.h).
-  const std::vector<uint16_t> qkv16 = Bf16Of(qkv), dy16 = Bf16Of(dy), y16 = Bf16Of(y);
-  auto in = [&](const std::vector<float>& f, const std::vector<uint16_t>& b) {
-    return bf16 ? reinterpret_cast<const float*>(b.data()) : f.data();
+  // precision = bf16: q|k|v, dy, y and dqkv are the bf16 tensors the
+  // kernel reads and writes as they are (attention.h).
+  std::vector<uint16_t> qkv16 = Bf16Of(qkv), dy16 = Bf16Of(dy), y16 = Bf16Of(y);
+  std::vector<uint16_t> dqkv16(qkv16.size());
+  auto at = [&](std::vector<float>& f, std::vector<uint16_t>& b) {
+    return bf16 ? reinterpret_cast<float*>(b.data()) : f.data();
   };
-  const float* fx[] = {in(qkv, qkv16)};
-  float* fy[] = {y.data(), lse.data()};
-  const float* gx[] = {in(dy, dy16), in(qkv, qkv16), in(y, y16), lse.data()};
-  float* gy[] = {dqkv.data(), delta.data()};
+  const float* fx[] = {at(qkv, qkv16)};
+  float* fy[] = {at(y, y16), lse.data()};
+  const float* gx[] = {at(dy, dy16), at(qkv, qkv16), at(y, y16), lse.data()};
+  float* gy[] = {at(dqkv, dqkv16), delta.data()};
   attention::Geometry forward = g, backward = g;
   forward.bf16_inputs = bf16 ? 0b1 : 0;
   backward.bf16_inputs = bf16 ? 0b111 : 0;
+  forward.bf16_outputs = backward.bf16_outputs = bf16 ? 1 : 0;
   std::vector<double> ms;
   for (int r = 0; r < reps + 2; ++r) {
     const double start = ThreadMs();
