@@ -64,12 +64,16 @@ struct Geometry {
   // precision = bf16: bit j set where input j is a bf16 tensor (q|k|v, and
   // the backward's dy and y; lse never is), from the plan's facts, and
   // where output j is (y, dqkv; lse and delta never are), from the
-  // resolver (compiler/ops/unit_family.h's bf16 outputs). The CPU's kernel
-  // runs its products on bf16 where q|k|v is and reads and writes such
-  // operands as they are (runtime/cpu/attention.h); the reference and the
-  // CUDA kernels (which choose from their operands) ignore both.
+  // resolver (compiler/ops/unit_family.h's bf16 outputs). The reference
+  // and the CUDA kernels (which choose from their operands) ignore both.
   uint32_t bf16_inputs = 0;
   uint32_t bf16_outputs = 0;
+  // The CPU's kernel: the subsets of those its kernel reads and writes as
+  // the bf16 tensors they are, with its products on bf16, set by
+  // cpu::PrepareAttention alone (runtime/cpu/attention.h). Left 0 (no one
+  // prepared the plan so), every operand is the f32 its slot holds.
+  uint32_t native_inputs = 0;
+  uint32_t native_outputs = 0;
 
   // The width of one q|k|v row, (H + 2 KV) d, and of one output row, H d.
   TRAINC_ATTN_HD int64_t QkvWidth() const { return (heads + 2 * kv_heads) * head_dim; }

@@ -25,8 +25,9 @@
 //     captured step replays with the next step's.
 //   - bf16 outputs: an Args with a `uint32_t bf16_outputs` mask learns from
 //     the resolver which outputs are bf16 tensors (bit j: output j), so a
-//     kernel that reads back its own output rounds it first; the reference
-//     leaves it 0.
+//     kernel that reads back its own output rounds it first (layer norm's
+//     sum), or, for the CPU's attention, may write it as one; the
+//     reference leaves it 0.
 //   - f32 operands: a family whose kernels read or write some operands as
 //     f32 under any precision (attention's log-sum-exp) declares
 //     `static bool F32Operand(KernelOp op, bool output, int j)`; the
@@ -41,8 +42,9 @@
 //     precision = bf16 attention's Resolve reads the plan's facts (below)
 //     for which inputs are bf16 tensors (Args::bf16_inputs; its outputs:
 //     bf16_outputs, below), and the CPU asks the family once per plan
-//     (cpu::PrepareAttention, in CpuDevice::Prepare) which of them its
-//     kernel reads and writes as they are (no f32 staging) with its
+//     (cpu::PrepareAttention, through runtime/cpu/prepared.h's
+//     ChooseNative) which of them its kernel reads and writes as they are
+//     (Args::native_inputs / native_outputs; no f32 staging) with its
 //     products on bf16.
 //   - Prepared per plan: a family whose backends run library programs
 //     built once for the plan (primitives and descriptors bound to the

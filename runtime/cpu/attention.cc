@@ -718,32 +718,33 @@ absl::Status AttentionGradBf16(const attention::Geometry& g, Input dy, Input qkv
 // Input j of `op` as the bf16 path reads it, and output 0 (y, dqkv) as it
 // writes it.
 Input InputOf(const attention::Geometry& g, const float* const* x, int j) {
-  return {x[j], (g.bf16_inputs >> j & 1u) != 0};
+  return {x[j], (g.native_inputs >> j & 1u) != 0};
 }
 Output OutputOf(const attention::Geometry& g, float* const* y) {
-  return {y[0], (g.bf16_outputs & 1u) != 0};
+  return {y[0], (g.native_outputs & 1u) != 0};
 }
 
 // q|k|v's input: the forward's 0, the backward's 1.
 int QkvInput(KernelOp op) { return op == KernelOp::kAttention ? 0 : 1; }
 
-// Marks native k's bf16 input (output) whose tensor is `slot`; false where
-// it has none.
+// Marks native every bf16 input (output) entry of k whose tensor is
+// `slot` (one tensor may feed two inputs); false where it has none.
 bool MarkNative(KernelArgs& k, bool output, const void* slot) {
+  bool found = false;
   for (int i = 0; i < k.num_bf16; ++i) {
     if (k.bf16[i].output == output && k.bf16[i].bf16 == slot) {
       k.bf16[i].native = true;
-      return true;
+      found = true;
     }
   }
-  return false;
+  return found;
 }
 
 }  // namespace
 
 std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float* const* x,
                          float* const* y, bool accumulate) {
-  if (g.bf16_inputs >> QkvInput(op) & 1u) {
+  if (g.native_inputs >> QkvInput(op) & 1u) {
     const absl::Status status =
         op == KernelOp::kAttention
             ? AttentionBf16(g, InputOf(g, x, 0), OutputOf(g, y), y[1])
@@ -751,7 +752,7 @@ std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float*
                                 accumulate, OutputOf(g, y), y[1]);
     return status.ok() ? "" : std::string(status.message());
   }
-  if (g.bf16_inputs != 0 || g.bf16_outputs != 0) return "bf16 operands without a bf16 q|k|v";
+  if (g.native_inputs != 0 || g.native_outputs != 0) return "bf16 operands without a bf16 q|k|v";
   if (op == KernelOp::kAttention) {
     Attention(g, x[0], y[0], y[1]);
   } else {
@@ -765,17 +766,20 @@ void PrepareAttention(std::vector<KernelArgs>& kernels) {
   for (KernelArgs& k : kernels) {
     if (k.op != KernelOp::kAttention && k.op != KernelOp::kAttentionGrad) continue;
     attention::Geometry& g = k.attention;
-    if (!products || (g.bf16_inputs >> QkvInput(k.op) & 1u) == 0) {
-      g.bf16_inputs = g.bf16_outputs = 0;  // staged: the f32 kernel on the widened values
+    g.native_inputs = g.native_outputs = 0;  // staged: the f32 kernel on the widened values
+    const int qkv = QkvInput(k.op);
+    // q|k|v first: without it native, nothing is.
+    if (!products || (g.bf16_inputs >> qkv & 1u) == 0 || !MarkNative(k, false, k.x[qkv])) {
       continue;
     }
-    for (int j = 0; j < 3; ++j) {  // dy, q|k|v, y at most (never lse)
-      if ((g.bf16_inputs >> j & 1u) != 0 && !MarkNative(k, false, k.x[j])) {
-        g.bf16_inputs &= ~(1u << j);  // not a bf16 operand after all: read in f32
+    g.native_inputs = 1u << qkv;
+    for (int j = 0; j < 3; ++j) {  // dy and y, where bf16 (lse never is)
+      if (j != qkv && (g.bf16_inputs >> j & 1u) != 0 && MarkNative(k, false, k.x[j])) {
+        g.native_inputs |= 1u << j;
       }
     }
-    if ((g.bf16_outputs & 1u) != 0 && !MarkNative(k, true, k.y[0])) g.bf16_outputs = 0;
-    g.bf16_outputs &= 1u;  // y or dqkv (lse and delta are f32)
+    // y or dqkv (lse and delta are f32).
+    if ((g.bf16_outputs & 1u) != 0 && MarkNative(k, true, k.y[0])) g.native_outputs = 1u;
   }
 }
 

@@ -34,25 +34,28 @@ void AttentionGrad(const attention::Geometry& g, const float* dy, const float* q
 // kernel of its own, which kernels.h's RunAttention runs): attention or
 // attention_grad on the operands in op table order. "" or oneDNN's error.
 //
-// precision = bf16 (g.bf16_inputs has q|k|v's bit: the plan's facts, left
-// there by PrepareAttention below): the products run on oneDNN's bf16
-// kernels (bf16_matmul.h's Bf16Gemm; the rounding points are the CUDA
-// tensor-core kernels', attention.cc says where), every input whose bit
-// is set is read as the bf16 tensor it is (its x slot holds uint16_t
-// values), and y or dqkv, where g.bf16_outputs says so, is written as one
-// (rounded to nearest even after the f32 sum; lse and delta are f32).
-// Else Attention and AttentionGrad above, on f32 operands (both masks
-// must be 0).
+// Where g.native_inputs has q|k|v's bit (set by PrepareAttention below
+// alone): the products run on oneDNN's bf16 kernels (bf16_matmul.h's
+// Bf16Gemm; the rounding points are the CUDA tensor-core kernels',
+// attention.cc says where), every input whose native bit is set is read
+// as the bf16 tensor it is (its x slot holds uint16_t values), and y or
+// dqkv, where g.native_outputs says so, is written as one (rounded to
+// nearest even after the f32 sum; lse and delta are f32). Else Attention
+// and AttentionGrad above, on f32 operands (both native masks must be 0;
+// the plan's facts, bf16_inputs and bf16_outputs, are not read).
 std::string OwnCpuKernel(KernelOp op, const attention::Geometry& g, const float* const* x,
                          float* const* y, bool accumulate);
 
-// The family's decision for a plan, once (CpuDevice::Prepare, while the x
-// slots hold the tensors, before AssignBf16Staging): where the plan's
-// products can run on bf16 (Bf16Gemm::Native: the CPU's kernels, and
+// The family's decision for a plan, once (prepared.h's ChooseNative, for
+// CpuDevice::Prepare and the planner's staging estimate, while the x slots
+// hold the tensors, before AssignBf16Staging): where the plan's products
+// can run on bf16 (Bf16Gemm::Native: the CPU's kernels, and
 // TRAINC_BF16_GEMM is not "widened"), the bf16 operands of every
-// attention instruction whose q|k|v is bf16 become native operands, read
-// and written by the kernel as they are; elsewhere both masks are cleared
-// and they stay staged, the f32 kernel on the widened values.
+// attention instruction whose q|k|v is bf16 become native operands (every
+// KernelArgs::bf16 entry of their tensor), read and written by the kernel
+// as they are, and native_inputs / native_outputs say which; elsewhere
+// both are 0 and the operands stay staged, the f32 kernel on the widened
+// values.
 void PrepareAttention(std::vector<KernelArgs>& kernels);
 
 }  // namespace trainc::cpu

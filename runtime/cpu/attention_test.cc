@@ -264,7 +264,7 @@ void RunBf16(const attention::Geometry& shape, const Vec& qkv, const Vec& w, Vec
   y->assign(g.batch * g.seq * g.OutWidth(), std::nanf(""));
   lse->assign(g.batch * g.heads * g.seq, std::nanf(""));
   const std::vector<uint16_t> qkv16 = Bf16Of(qkv), w16 = Bf16Of(w);
-  g.bf16_inputs = 0b1;
+  g.native_inputs = 0b1;
   const float* fx[] = {reinterpret_cast<const float*>(qkv16.data())};
   float* fy[] = {y->data(), lse->data()};
   ASSERT_EQ(OwnCpuKernel(KernelOp::kAttention, g, fx, fy, false), "");
@@ -272,7 +272,7 @@ void RunBf16(const attention::Geometry& shape, const Vec& qkv, const Vec& w, Vec
   Vec delta(lse->size(), std::nanf(""));
   const Vec y_bf16 = RoundedToBf16(*y);  // the device stores y in bf16
   const std::vector<uint16_t> y16 = Bf16Of(y_bf16);
-  g.bf16_inputs = bf16_dy_y ? 0b111 : 0b010;
+  g.native_inputs = bf16_dy_y ? 0b111 : 0b010;
   const float* gx[] = {bf16_dy_y ? reinterpret_cast<const float*>(w16.data()) : w.data(),
                        fx[0],
                        bf16_dy_y ? reinterpret_cast<const float*>(y16.data()) : y_bf16.data(),
@@ -376,8 +376,8 @@ void GradInto(const attention::Geometry& shape, const std::vector<uint16_t>& dy,
               const std::vector<uint16_t>& qkv, const std::vector<uint16_t>& y, const Vec& lse,
               bool bf16_out, bool accumulate, void* out) {
   attention::Geometry g = shape;
-  g.bf16_inputs = 0b111;
-  g.bf16_outputs = bf16_out ? 1 : 0;
+  g.native_inputs = 0b111;
+  g.native_outputs = bf16_out ? 1 : 0;
   Vec delta(lse.size());
   const float* x[] = {reinterpret_cast<const float*>(dy.data()),
                       reinterpret_cast<const float*>(qkv.data()),
@@ -395,11 +395,11 @@ TEST_P(Bf16AttentionCases, Bf16OutputsAreTheRoundedF32Outputs) {
   const std::vector<uint16_t> dy = Bf16Of(Random(g.batch * g.seq * g.OutWidth(), 78));
   Vec y(dy.size()), lse(g.batch * g.heads * g.seq);
   std::vector<uint16_t> y16(dy.size());
-  g.bf16_inputs = 1;
+  g.native_inputs = 1;
   const float* fx[] = {reinterpret_cast<const float*>(qkv.data())};
   float* f32_out[] = {y.data(), lse.data()};
   ASSERT_EQ(OwnCpuKernel(KernelOp::kAttention, g, fx, f32_out, false), "");
-  g.bf16_outputs = 1;
+  g.native_outputs = 1;
   float* bf16_out[] = {reinterpret_cast<float*>(y16.data()), lse.data()};
   ASSERT_EQ(OwnCpuKernel(KernelOp::kAttention, g, fx, bf16_out, false), "");
   ASSERT_EQ(y16, Bf16Of(y));
@@ -442,22 +442,65 @@ TEST(Bf16AttentionTest, PrepareAttentionDecidesOncePerPlan) {
   std::vector<KernelArgs> plan = {k};
   PrepareAttention(plan);
   const bool native = Bf16Gemm::Native();
-  EXPECT_EQ(plan[0].attention.bf16_inputs, native ? 0b111u : 0u);
-  EXPECT_EQ(plan[0].attention.bf16_outputs, native ? 0b1u : 0u);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(plan[0].bf16[i].native, native) << i;
+  const auto expect = [&](uint32_t inputs, uint32_t outputs, bool marked) {
+    EXPECT_EQ(plan[0].attention.native_inputs, inputs);
+    EXPECT_EQ(plan[0].attention.native_outputs, outputs);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(plan[0].bf16[i].native, marked) << i;
+    // The plan's facts stay as the resolver left them.
+    EXPECT_EQ(plan[0].attention.bf16_inputs, k.attention.bf16_inputs);
+  };
+  expect(native ? 0b111u : 0u, native ? 0b1u : 0u, native);
   setenv("TRAINC_BF16_GEMM", "widened", 1);
   plan = {k};
   PrepareAttention(plan);
   unsetenv("TRAINC_BF16_GEMM");
-  EXPECT_EQ(plan[0].attention.bf16_inputs, 0u);
-  EXPECT_EQ(plan[0].attention.bf16_outputs, 0u);
-  for (int i = 0; i < 4; ++i) EXPECT_FALSE(plan[0].bf16[i].native) << i;
+  expect(0, 0, false);
   // Only q|k|v's bit decides: a bf16 dy beside an f32 q|k|v is staged.
   k.attention.bf16_inputs = 0b001;
   plan = {k};
   PrepareAttention(plan);
-  EXPECT_EQ(plan[0].attention.bf16_inputs, 0u);
+  EXPECT_EQ(plan[0].attention.native_inputs, 0u);
   EXPECT_FALSE(plan[0].bf16[0].native);
+}
+
+// One bf16 tensor read as two inputs (dy and y alike): every entry of it
+// is native, so staging rewrites neither slot to f32 under a bf16 bit.
+TEST(Bf16AttentionTest, PrepareAttentionMarksATensorReadTwice) {
+  if (!Bf16Gemm::Native()) GTEST_SKIP() << Bf16GemmSummary();
+  uint16_t same[1], qkv[1], dqkv[1];
+  float lse[1], delta[1];
+  KernelArgs k;
+  k.op = KernelOp::kAttentionGrad;
+  k.attention.bf16_inputs = 0b111;
+  k.x[0] = k.x[2] = reinterpret_cast<const float*>(same);
+  k.x[1] = reinterpret_cast<const float*>(qkv);
+  k.x[3] = lse;
+  k.y[0] = reinterpret_cast<float*>(dqkv);
+  k.y[1] = delta;
+  for (void* t : {static_cast<void*>(same), static_cast<void*>(qkv), static_cast<void*>(same)}) {
+    k.bf16[k.num_bf16++].bf16 = t;
+  }
+  std::vector<KernelArgs> plan = {k};
+  PrepareAttention(plan);
+  EXPECT_EQ(plan[0].attention.native_inputs, 0b111u);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(plan[0].bf16[i].native) << i;
+}
+
+// Unprepared (the resolver's facts alone), the kernel reads f32 slots: a
+// bf16 plan whose device did not prepare it so never reads f32 as bf16.
+TEST(Bf16AttentionTest, UnpreparedFactsRunTheF32Kernel) {
+  attention::Geometry g = Shape(1, 8, 2, 1, 16, false);
+  const attention::Geometry f32 = g;
+  g.bf16_inputs = 0b1;
+  g.bf16_outputs = 0b1;
+  const Vec qkv = Random(g.batch * g.seq * g.QkvWidth(), 5);
+  Vec y(g.batch * g.seq * g.OutWidth()), lse(g.batch * g.heads * g.seq);
+  Vec y32(y.size()), lse32(lse.size());
+  const float* x[] = {qkv.data()};
+  float* out[] = {y.data(), lse.data()};
+  ASSERT_EQ(OwnCpuKernel(KernelOp::kAttention, g, x, out, false), "");
+  Attention(f32, qkv.data(), y32.data(), lse32.data());
+  EXPECT_EQ(y, y32);
 }
 
 }  // namespace

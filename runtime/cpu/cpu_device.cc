@@ -267,14 +267,14 @@ absl::Status CpuDevice::Prepare(const Plan& plan) {
   ASSIGN_OR_RETURN(state_->kernels,
                    ResolveKernels(plan, state_->arena.get(),
                                   state_->arena_bytes, "cpu"));
-  // The families prepared per plan (prepared.h), around the staging.
-  const cpu::PlanPrograms programs{state_->dnnl, state_->matmuls};
-  programs.ChooseNative(state_->kernels);  // operands read natively: no staging
+  // What the kernels decide once per plan (prepared.h), around the staging.
+  cpu::ChooseNative(state_->matmuls, state_->kernels);  // operands read natively: no staging
   if (const int64_t staging = Bf16StagingBytes(state_->kernels); staging > 0) {
     ASSIGN_OR_RETURN(state_->bf16_staging, AllocateZeroed(staging));
     state_->host_bytes += staging;
     AssignBf16Staging(state_->kernels, state_->bf16_staging.get());
   }
+  cpu::PlanPrograms programs{state_->dnnl, state_->matmuls};
   RETURN_IF_ERROR(programs.Build(plan, state_->kernels, &state_->host_bytes));
   RETURN_IF_ERROR(CheckKernels(plan, state_->kernels, "cpu", [&](KernelOp op, int) {
     return cpu::CpuKernels()[op] != nullptr;

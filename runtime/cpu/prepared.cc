@@ -13,12 +13,8 @@ void ChooseNative(Bf16Matmuls& matmuls, std::vector<KernelArgs>& kernels) {
   // The window family reads no bf16 operand.
 }
 
-void PlanPrograms::ChooseNative(std::vector<KernelArgs>& kernels) const {
-  cpu::ChooseNative(matmuls, kernels);
-}
-
 absl::Status PlanPrograms::Build(const Plan& plan, const std::vector<KernelArgs>& kernels,
-                                 int64_t* host_bytes) const {
+                                 int64_t* host_bytes) {
   RETURN_IF_ERROR(matmuls.Bind(kernels));
   *host_bytes += matmuls.scratch_bytes();
   return dnnl.Prepare(plan, kernels);

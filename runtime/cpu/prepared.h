@@ -1,13 +1,15 @@
-// The CPU's families prepared per plan (compiler/ops/unit_family.h:
-// linear, window): the programs the device builds for a whole plan, and
-// what the kernel of such a family runs one instruction with.
+// What the CPU's kernels decide once per plan: which bf16 operands they
+// read and write as they are (the linear family's products and
+// attention's), and the programs of the families prepared per plan
+// (compiler/ops/unit_family.h: linear, window), with what the kernel of
+// such a family runs one instruction with.
 //
-// CpuDevice::Prepare asks the families to prepare in two passes around
-// the bf16 staging (runtime/device/kernel_args.h):
+// CpuDevice::Prepare asks in two passes around the bf16 staging
+// (runtime/device/kernel_args.h):
 //
-//   cpu::PlanPrograms programs{dnnl, matmuls};  // owned by the device
-//   programs.ChooseNative(kernels);             // before AssignBf16Staging
+//   cpu::ChooseNative(matmuls, kernels);         // before AssignBf16Staging
 //   ... AssignBf16Staging(kernels, staging) ...
+//   cpu::PlanPrograms programs{dnnl, matmuls};   // the device's libraries
 //   RETURN_IF_ERROR(programs.Build(plan, kernels, &host_bytes));
 //
 // The family's kernel is
@@ -45,17 +47,14 @@ struct PlanPrograms {
   DnnlOps& dnnl;         // window: oneDNN convolution and pooling
   Bf16Matmuls& matmuls;  // linear: the products on bf16 operands (oneDNN)
 
-  // cpu::ChooseNative above, with the device's matmuls.
-  void ChooseNative(std::vector<KernelArgs>& kernels) const;
-
   // After the staging: every family's programs for `plan` (`kernels`, its
   // instructions resolved and staged): the bf16 matmuls bound to their
   // operands; oneDNN's convolutions, pooling and layout reorders, the
   // layouts chosen across the plan's instructions (dnnl_ops.h). Adds the
-  // host memory they allocate to *host_bytes. Errors name the instruction
-  // refused.
+  // host memory they allocate to *host_bytes. Errors are the libraries'
+  // (oneDNN's convolutions name the instruction refused).
   absl::Status Build(const Plan& plan, const std::vector<KernelArgs>& kernels,
-                     int64_t* host_bytes) const;
+                     int64_t* host_bytes);
 };
 
 struct Prepared {

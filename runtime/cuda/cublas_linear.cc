@@ -118,6 +118,7 @@ absl::Status CublasLinear::Init(cudaStream_t stream) {
 void CublasLinear::Clear() {
   for (LtMatmul& m : lt_matmuls_) m.Destroy();
   lt_matmuls_.clear();
+  tf32_ = false;  // the next plan's, from its first Add
 }
 
 absl::Status CublasLinear::BuildLtMatmul(const Kernel& k, bool tf32, int* index) {

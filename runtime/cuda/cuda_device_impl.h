@@ -71,7 +71,8 @@ void UseBf16Reshape(Kernel& k);
 // (cuda_kernels.cc)
 void UseBf16Dropout(Kernel& k);
 
-// All of the rules above. (cuda_kernels.cc)
+// Every bf16 rule: those above, below (pointwise, attention) and the
+// linear family's (cublas_linear.h's UseBf16Gemm). (cuda_kernels.cc)
 void UseBf16(Kernel& k);
 
 // Every resolved instruction as a Kernel with the rules applied, and in

@@ -79,9 +79,10 @@ double Time(const attention::Geometry& g, bool bf16, int reps) {
   const float* gx[] = {at(dy, dy16), at(qkv, qkv16), at(y, y16), lse.data()};
   float* gy[] = {at(dqkv, dqkv16), delta.data()};
   attention::Geometry forward = g, backward = g;
-  forward.bf16_inputs = bf16 ? 0b1 : 0;
-  backward.bf16_inputs = bf16 ? 0b111 : 0;
-  forward.bf16_outputs = backward.bf16_outputs = bf16 ? 1 : 0;
+  // As cpu::PrepareAttention marks a bf16 plan's operands.
+  forward.native_inputs = bf16 ? 0b1 : 0;
+  backward.native_inputs = bf16 ? 0b111 : 0;
+  forward.native_outputs = backward.native_outputs = bf16 ? 1 : 0;
   std::vector<double> ms;
   for (int r = 0; r < reps + 2; ++r) {
     const double start = ThreadMs();
