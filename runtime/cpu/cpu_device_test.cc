@@ -316,6 +316,32 @@ TEST(CpuDeviceTest, Bf16OperandsAreStagedAndRoundedToNearestEven) {
   }
 }
 
+// Appends a buffer to `plan`'s arena (64-byte aligned); its id.
+int AddBuffer(Plan& plan, const char* name, std::vector<int64_t> shape, DType dtype) {
+  Buffer b;
+  b.id = static_cast<int>(plan.buffers.size());
+  b.name = name;
+  b.dtype = dtype;
+  b.shape = std::move(shape);
+  b.bytes = DTypeBytes(dtype);
+  for (int64_t d : b.shape) b.bytes *= d;
+  b.offset = plan.arena_bytes;
+  plan.arena_bytes += (b.bytes + 63) / 64 * 64;
+  plan.buffers.push_back(b);
+  return b.id;
+}
+
+// Appends an instruction to `plan`; it, to add attributes to.
+Instruction& AddInstruction(Plan& plan, const char* op, std::vector<int> in,
+                            std::vector<int> out) {
+  Instruction& i = plan.instructions.emplace_back();
+  i.id = static_cast<int>(plan.instructions.size()) - 1;
+  i.op = op;
+  i.inputs = std::move(in);
+  i.outputs = std::move(out);
+  return i;
+}
+
 // precision = bf16, a linear and its weight gradient on bf16 operands
 // (small integers: every sum is exact, whatever the order): oneDNN's bf16
 // matmul where the CPU has one, reading x, w and dy from the arena as they
@@ -325,29 +351,14 @@ Plan Bf16LinearPlan() {
   Plan plan;
   plan.precision = Precision::kBf16;
   auto add = [&](const char* name, std::vector<int64_t> shape, DType dtype) {
-    Buffer b;
-    b.id = static_cast<int>(plan.buffers.size());
-    b.name = name;
-    b.dtype = dtype;
-    b.shape = shape;
-    b.bytes = DTypeBytes(dtype);
-    for (int64_t d : shape) b.bytes *= d;
-    b.offset = plan.arena_bytes;
-    plan.arena_bytes += (b.bytes + 63) / 64 * 64;
-    plan.buffers.push_back(b);
-    return b.id;
+    return AddBuffer(plan, name, std::move(shape), dtype);
   };
   const DType bf16 = DType::kBF16;
   const int x = add("x", {4, 40}, bf16), w = add("w", {24, 40}, bf16), b = add("b", {24}, bf16),
             y = add("y", {4, 24}, bf16), dy = add("dy", {4, 24}, bf16),
             dw = add("dw", {24, 40}, DType::kF32), db = add("db", {24}, DType::kF32);
   auto instr = [&](const char* op, std::vector<int> in, std::vector<int> out) {
-    Instruction i;
-    i.id = static_cast<int>(plan.instructions.size());
-    i.op = op;
-    i.inputs = std::move(in);
-    i.outputs = std::move(out);
-    plan.instructions.push_back(i);
+    AddInstruction(plan, op, std::move(in), std::move(out));
   };
   instr("linear", {x, w, b}, {y});
   instr("linear_grad_params", {dy, x}, {dw, db});
@@ -395,6 +406,51 @@ TEST(CpuDeviceTest, Bf16LinearOnOneDnnGivesTheWidenedBits) {
   } else {
     EXPECT_EQ(*native_staging, *widened_staging);
   }
+}
+
+// precision = bf16's attention: where its products run on bf16, q|k|v,
+// dy, y and dqkv are read and written as they are, and the planner's
+// estimate (CpuBf16StagingBytes) leaves them out as Prepare does; the
+// plan then runs (no f32 slot read as bf16).
+TEST(CpuDeviceTest, Bf16AttentionStagingEstimateLeavesOutNativeOperands) {
+  Plan plan;
+  plan.precision = Precision::kBf16;
+  auto add = [&](const char* name, std::vector<int64_t> shape, DType dtype) {
+    return AddBuffer(plan, name, std::move(shape), dtype);
+  };
+  const DType bf16 = DType::kBF16, f32 = DType::kF32;
+  // B 1, T 8, 2 heads over 1 key/value head of 16: q|k|v 64 wide, y 32.
+  const int qkv = add("qkv", {1, 8, 64}, bf16), y = add("y", {1, 8, 32}, bf16),
+            lse = add("lse", {1, 2, 8}, f32), dy = add("dy", {1, 8, 32}, bf16),
+            dqkv = add("dqkv", {1, 8, 64}, bf16), delta = add("delta", {1, 2, 8}, f32);
+  auto instr = [&](const char* op, std::vector<int> in, std::vector<int> out) {
+    AddInstruction(plan, op, std::move(in), std::move(out))
+        .attrs = {{"heads", 2}, {"kv_heads", 1}};
+  };
+  instr("attention", {qkv}, {y, lse});
+  instr("attention_grad", {dy, qkv, y, lse}, {dqkv, delta});
+  const absl::StatusOr<int64_t> native = CpuBf16StagingBytes(plan);
+  setenv("TRAINC_BF16_GEMM", "widened", 1);
+  const absl::StatusOr<int64_t> widened = CpuBf16StagingBytes(plan);
+  unsetenv("TRAINC_BF16_GEMM");
+  ASSERT_TRUE(native.ok() && widened.ok()) << native.status() << widened.status();
+  // Widened, the backward's (the larger): dy, q|k|v, y and dqkv in f32.
+  EXPECT_EQ(*widened, 4 * (256 + 512 + 256 + 512));
+  EXPECT_EQ(*native, cpu::Bf16Gemm::Native() ? 0 : *widened);
+  CpuDevice device;
+  ASSERT_TRUE(device.AllocateArena(plan.arena_bytes).ok());
+  std::vector<uint16_t> ones(512, FloatToBf16(0.25f));
+  for (int id : {qkv, dy}) {
+    ASSERT_TRUE(device.Upload(plan.buffers[id].offset, ones.data(), plan.buffers[id].bytes).ok());
+  }
+  ASSERT_TRUE(device.Prepare(plan).ok());
+  for (const Instruction& i : plan.instructions) {
+    ASSERT_TRUE(device.RunKernel(plan, i, StepState{}).ok()) << i.op;
+  }
+  // Every key alike: y is v's row (0.25), whatever the weights.
+  std::vector<uint16_t> out(256);
+  ASSERT_TRUE(device.Download(plan.buffers[y].offset, out.data(), plan.buffers[y].bytes).ok());
+  for (uint16_t v : out) EXPECT_EQ(Bf16ToFloat(v), 0.25f);
 }
 
 }  // namespace
