@@ -8,6 +8,7 @@
 #include "compiler/graph/fuse_classifier.h"
 #include "compiler/graph/fuse_linear_gelu.h"
 #include "compiler/graph/fuse_linear_gelu_grad.h"
+#include "compiler/graph/fuse_swiglu.h"
 #include "compiler/graph/precision.h"
 #include "compiler/graph/recompute.h"
 #include "compiler/graph/relu_after_max_pool.h"
@@ -63,6 +64,11 @@ const std::vector<PipelineStep>& TrainPipelineSteps() {
        "readers takes gelu_tanh_grad, not the fused node); before recompute, which gives "
        "the fused backward node the copies the two would read",
        Fusion, &Make<FuseLinearGeluGrad>},
+      {"fuse_swiglu",
+       "fusion; after autodiff (silu * up and its three gradient nodes become two: the "
+       "backward's mul_grad reads silu's output, so both or neither) and mixed_precision "
+       "(it fuses pairs of one dtype); before recompute, which copies the fused forward node",
+       Fusion, &Make<FuseSwiGlu>},
       {"recompute",
        "recompute blocks; after the forward fusions (it copies forward nodes, fused ones "
        "included) and before fuse_add_layernorm",

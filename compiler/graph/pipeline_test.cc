@@ -25,7 +25,8 @@ TEST(Pipeline, DeclaresEveryPassInOrder) {
   EXPECT_EQ(Names(all), (std::vector<std::string>{
                             "dce", "relu_after_max_pool", "autodiff", "mixed_precision", "fuse_classifier",
                             "fuse_linear_gelu", "fuse_linear_activation", "fuse_conv_relu",
-                            "fuse_linear_gelu_grad", "recompute", "fuse_add_layernorm"}));
+                            "fuse_linear_gelu_grad", "fuse_swiglu", "recompute",
+                            "fuse_add_layernorm"}));
   for (const PipelineStep& step : TrainPipelineSteps()) {
     EXPECT_NE(std::string(step.precondition), "") << step.name;
     if (step.make == nullptr) continue;
@@ -42,7 +43,7 @@ TEST(Pipeline, FusionFalseDisablesEveryFusion) {
   for (const std::string& name : Names(PipelineOptions())) {
     fusions += name.rfind("fuse_", 0) == 0;
   }
-  EXPECT_EQ(fusions, 6);
+  EXPECT_EQ(fusions, 7);
 }
 
 }  // namespace

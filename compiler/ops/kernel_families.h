@@ -68,7 +68,8 @@
   F(Cast)                         \
   F(SumSquares)                   \
   F(Optimizer)                    \
-  F(GroupNorm)
+  F(GroupNorm)                    \
+  F(SwiGlu)
 
 // U(Family, snake): the unit families, every family but Pointwise, each
 // also in TRAINC_KERNEL_FAMILIES: ops::<Family>Family in
@@ -93,7 +94,8 @@
   U(Reshape, reshape)                \
   U(Cast, cast)                      \
   U(SumSquares, sum_squares)         \
-  U(Optimizer, optimizer)
+  U(Optimizer, optimizer)            \
+  U(SwiGlu, swiglu)
 
 // The unit families prepared per plan (compiler/ops/unit_family.h): each
 // backend runs library programs it built once for the plan (oneDNN's and
@@ -151,7 +153,9 @@
   X(Cast, CastToF32, cast)                                     \
   X(SumSquares, SumSquares, sum_squares)                       \
   X(Optimizer, AdamW, optimizer)                               \
-  X(Optimizer, Sgd, optimizer)
+  X(Optimizer, Sgd, optimizer)                                 \
+  X(SwiGlu, SwiGlu, swiglu)                                    \
+  X(SwiGlu, SwiGluGrad, swiglu_grad)
 
 namespace trainc {
 
@@ -300,5 +304,6 @@ inline int PointwiseArity(KernelOp op) {
 #include "compiler/ops/cast_family.h"
 #include "compiler/ops/sum_squares_family.h"
 #include "compiler/ops/optimizer_family.h"
+#include "compiler/ops/swiglu_family.h"
 
 #endif  // TRAINC_COMPILER_OPS_KERNEL_FAMILIES_H_

@@ -74,6 +74,18 @@ Cost AddLayerNormCost(const std::vector<Shape>& in, const std::vector<Shape>& ou
   const Cost norm = Elementwise<8>({out[0], in[2], in[3]}, {out[1], out[2], out[3]});
   return {add.flops + norm.flops, Bytes(in, out)};
 }
+// swiglu: silu's flops and the product's over y; bytes are what the one
+// pass moves (gate and up read, y written: silu's output is neither
+// written nor read back, which is the fusion's saving).
+Cost SwiGluCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  return {6.0 * Elements(out[0]), Bytes(in, out)};
+}
+// swiglu_grad: the two mul_grads, silu_grad and silu recomputed, per
+// element; dy, gate and up read once, dgate and dup written (ds and silu's
+// output neither written nor read back).
+Cost SwiGluGradCost(const std::vector<Shape>& in, const std::vector<Shape>& out) {
+  return {15.0 * Elements(out[0]), Bytes(in, out)};
+}
 // The gradients: dy[.., out] against w[out, in], rows = |dy| / out.
 Cost LinearGrad(const std::vector<Shape>& in, const std::vector<Shape>& out,
                 const Shape& w) {
@@ -258,6 +270,19 @@ std::vector<OpDef> ElementwiseOps() {
        Elementwise<1>},
       {"mul_grad", 2, 2, 1, 1, false, kElem, "dy, other -> dx = dy other; acc", {}, {},
        false, Elementwise<1>},
+      {"swiglu", 2, 2, 1, 1, false, kElem,
+       "gate, up -> y = silu(gate) up (same shapes), one pass: silu's output is not "
+       "stored (under bf16 it is rounded to bf16 before the product, as the unfused "
+       "plan's tensor); made by the SwiGLU fusion (compiler/graph/fuse_swiglu.h) from "
+       "silu and mul, never differentiated: the fusion turns their gradients into "
+       "swiglu_grad",
+       {}, {}, false, SwiGluCost, false, {}, /*fused=*/true},
+      {"swiglu_grad", 3, 3, 2, 2, false, kElem,
+       "dy, gate, up -> dgate = silu_grad(dy up, gate), dup = dy silu(gate): both "
+       "gradients of swiglu in one pass, silu(gate) recomputed (under bf16 dy up and "
+       "silu(gate) rounded to bf16 before they are read, as the unfused plan's tensors); "
+       "made by the SwiGLU fusion from mul's two mul_grads and silu_grad; acc",
+       {}, {}, false, SwiGluGradCost, false, {}, /*fused=*/true},
       {"softmax", 1, 1, 1, 1, false, kElem, "x[.., n] -> y, over the last axis",
        {}, {{"softmax_grad", {kDy, Out(0)}, {0}}}, false, Elementwise<5>},
       {"softmax_grad", 2, 2, 1, 1, false, kElem, "dy, y -> dx; acc", {}, {},

@@ -71,6 +71,10 @@ void UseBf16Reshape(Kernel& k);
 // (cuda_kernels.cc)
 void UseBf16Dropout(Kernel& k);
 
+// precision = bf16: swiglu and swiglu_grad whose operands are all bf16
+// read and write them themselves. (cuda_kernels.cc)
+void UseBf16SwiGlu(Kernel& k);
+
 // Every bf16 rule: those above, below (pointwise, attention) and the
 // linear family's (cublas_linear.h's UseBf16Gemm). (cuda_kernels.cc)
 void UseBf16(Kernel& k);

@@ -26,6 +26,7 @@ void UseBf16(Kernel& k) {
   UseBf16AddLayerNorm(k);
   UseBf16Reshape(k);
   UseBf16Dropout(k);
+  UseBf16SwiGlu(k);
 }
 
 std::vector<Kernel> WithNativeBf16(const std::vector<KernelArgs>& resolved, int64_t* staging) {
@@ -61,6 +62,15 @@ void UseBf16Dropout(Kernel& k) {
 void UseBf16Reshape(Kernel& k) {
   // A copy: bf16 in and out move as 2-byte values, nothing widened.
   if (k.op == Op::kReshape) k.unit_bf16 = NativeInAndOut(k, 0);
+}
+
+void UseBf16SwiGlu(Kernel& k) {
+  // gate, up -> y; dy, gate, up -> dgate, dup: every operand bf16 (as the
+  // SwiGLU fusion makes them in a bf16 plan), or every one staged.
+  if (k.op != Op::kSwiGlu && k.op != Op::kSwiGluGrad) return;
+  if (k.num_bf16 != (k.op == Op::kSwiGlu ? 3 : 5)) return;
+  k.unit_bf16 = true;
+  for (int i = 0; i < k.num_bf16; ++i) k.bf16[i].native = true;
 }
 
 void UseBf16AddLayerNorm(Kernel& k) {

@@ -2,8 +2,9 @@
 // style): linear.cu, pointwise.cu, elementwise.cu; and one per unit family
 // (layer_norm.cu, rms_norm.cu, softmax.cu, group_norm.cu, embedding.cu,
 // mse.cu, cross_entropy.cu, attention.cu with attention_mma.cu, dropout.cu,
-// reshape.cu, cast.cu, sum_squares.cu, optimizer.cu). Included by nvcc and
-// by the host compiler, so it uses only the CUDA runtime API types.
+// reshape.cu, cast.cu, sum_squares.cu, optimizer.cu, swiglu.cu). Included
+// by nvcc and by the host compiler, so it uses only the CUDA runtime API
+// types.
 //
 // Conventions. Tensors are row-major f32 (labels i32) device pointers.
 // `accumulate` selects out = v (false) or out += v (true), as the plan's
@@ -40,7 +41,8 @@ struct UnitLaunch {
   bool training = true;     // false: an evaluation step
   // precision = bf16: the operands its kernels read or write as bf16
   // themselves (cuda_kernels.cc's UseBf16 rules: cross_entropy_fused's
-  // logits and dlogits, add_layernorm's b, attention's qkv, y, dy, dqkv).
+  // logits and dlogits, add_layernorm's b, attention's qkv, y, dy, dqkv,
+  // every operand of swiglu and swiglu_grad).
   bool bf16 = false;
   float* scratch = nullptr;  // the kernel scratch, at least what Prepare asked for
   int64_t scratch_floats = 0;

@@ -42,8 +42,9 @@ struct Kernel : KernelArgs {
   // whose logits (x[0]) and dlogits (y[1]) are bf16 (UseBf16Classifier),
   // add_layernorm whose b (x[1]) is (UseBf16AddLayerNorm), attention(_grad)
   // whose qkv, y, dy and dqkv are (UseBf16Attention), dropout(_grad) and
-  // reshape of a bf16 tensor into one (UseBf16Dropout, UseBf16Reshape);
-  // their slots hold the tensors.
+  // reshape of a bf16 tensor into one (UseBf16Dropout, UseBf16Reshape),
+  // swiglu(_grad) of bf16 operands alone (UseBf16SwiGlu); their slots hold
+  // the tensors.
   bool unit_bf16 = false;
   // precision = bf16, a pointwise op: bit 0, 1, 2 set where a, b, y is a
   // bf16 tensor (its x / y slot then holds it), which the kernel reads or
