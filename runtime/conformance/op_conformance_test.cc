@@ -125,6 +125,10 @@ const std::map<std::string, Example>& Examples() {
         {{{2, 3, 3, 3}}, W()},
         {{"kernel_h", 3}, {"kernel_w", 3}, {"stride", 2}, {"padding", 1}}}},
       {"reshape", {{{{2, 6}}}, {{{3, 4}}}, {}}},
+      // Fused from silu, mul and their gradients (no gradient rules of
+      // their own): swiglu_grad against finite differences of swiglu below.
+      {"swiglu", {{{{3, 7}}, {{3, 7}}}, {{{3, 7}}}, {}}},
+      {"swiglu_grad", {{{{3, 7}}, {{3, 7}}, {{3, 7}}}, {{{3, 7}}, {{3, 7}}}, {}}},
       // Step 1 of rank 0, as a plan of one example per step runs it (the
       // mask's dependence on the step, the rank and the micro-step:
       // DropoutCases below).
@@ -1152,6 +1156,89 @@ TEST(OpConformance, LinearGradInputGeluIsTheTwoBitForBit) {
             EXPECT_EQ(fused.outputs[0].data, grad.outputs[0].data);
           } else {
             ExpectClose(fused, grad, bf16 ? 1.0 / 64 : 1e-3, backend.name);
+          }
+        }
+      }
+    }
+  }
+}
+
+// swiglu_grad is swiglu's gradient: with it as swiglu's rule (d gate and
+// d up from dy, gate, up), the rule against central differences of the
+// float64 swiglu, and each backend's forward and backward, writing and
+// accumulating, against the reference; gate over silu's whole range too
+// (below -86 its sigmoid is 0).
+TEST(OpConformance, SwiGluGradIsSwiGlusGradient) {
+  ops::OpDef def = *ops::FindOp("swiglu");
+  def.grads = {{"swiglu_grad", {ops::kDy, ops::In(0), ops::In(1)}, {0, 1}}};
+  const Operand wide{{3, 7}, 0, false, false, 64};  // gate in +-96
+  CheckOp(def, Examples().at("swiglu"), Backends());
+  CheckOp(def, {{wide, {{3, 7}}}, {{{3, 7}}}, {}}, Backends(), /*finite_differences=*/false);
+}
+
+// silu(gate) -> s, mul(s, up) -> y, each run as its own instruction (s
+// of `dtype`, as all operands), on `backend`: y.
+std::vector<double> SiluThenMul(const Backend& backend, const Tensor& gate, const Tensor& up,
+                                bool bf16) {
+  auto all = [bf16](bool, int) { return bf16; };
+  Call silu{"silu", {}, {gate}, {{gate.spec, std::vector<double>(gate.data.size())}}};
+  EXPECT_TRUE(RunOn(backend, silu, all).ok());
+  Call mul{"mul", {}, {silu.outputs[0], up}, {silu.outputs[0]}};
+  EXPECT_TRUE(RunOn(backend, mul, all).ok());
+  return mul.outputs[0].data;
+}
+
+// Their gradients as the unfused plan runs them: ds = mul_grad(dy, up),
+// dgate (+)= silu_grad(ds, gate), s = silu(gate), dup (+)= mul_grad(dy,
+// s); `prior` the outputs' values before.
+std::vector<Tensor> UnfusedGrads(const Backend& backend, const Tensor& dy, const Tensor& gate,
+                                 const Tensor& up, const std::vector<Tensor>& prior, bool bf16,
+                                 bool accumulate) {
+  auto all = [bf16](bool, int) { return bf16; };
+  const std::map<std::string, double> acc = {{"accumulate", accumulate ? 1 : 0}};
+  Call ds{"mul_grad", {{"accumulate", 0}}, {dy, up}, {prior[0]}};
+  EXPECT_TRUE(RunOn(backend, ds, all).ok());
+  Call dgate{"silu_grad", acc, {ds.outputs[0], gate}, {prior[0]}};
+  EXPECT_TRUE(RunOn(backend, dgate, all).ok());
+  Call s{"silu", {}, {gate}, {prior[1]}};
+  EXPECT_TRUE(RunOn(backend, s, all).ok());
+  Call dup{"mul_grad", acc, {dy, s.outputs[0]}, {prior[1]}};
+  EXPECT_TRUE(RunOn(backend, dup, all).ok());
+  return {dgate.outputs[0], dup.outputs[0]};
+}
+
+// swiglu and swiglu_grad (the plan's SwiGLU fusion) give the bits of the
+// unfused instructions on the CPU: operands f32, or all bf16 (s and ds
+// then bf16 tensors in the unfused plan, rounded before they are read);
+// writing or accumulating the gradients; sizes with and without a vector
+// remainder; gate over silu's whole range. On CUDA (nvcc may contract a
+// product and an add differently in one kernel and in two) as close as f32
+// or the bf16 policy asks.
+TEST(OpConformance, SwiGluIsSiluThenMulBitForBit) {
+  for (const Backend& backend : Backends()) {
+    for (const int64_t n : {7, 37, 4099}) {
+      for (const double scale : {1.0, 64.0}) {
+        for (const bool bf16 : {false, true}) {
+          SCOPED_TRACE(absl::StrCat(backend.name, " n ", n, " scale ", scale, " bf16 ", bf16));
+          std::mt19937 rng(13);
+          const Operand shape{{n}, 0, false, false, scale};
+          const Tensor gate = RandomTensor(shape, rng, bf16), up = RandomTensor(shape, rng, bf16);
+          const Tensor dy = RandomTensor(shape, rng, bf16);
+          const std::vector<Tensor> prior = {RandomTensor(shape, rng, bf16),
+                                             RandomTensor(shape, rng, bf16)};
+          auto all = [bf16](bool, int) { return bf16; };
+          const double tolerance = backend.name == "cpu" ? 0 : bf16 ? 1.0 / 64 : 1e-6;
+          Call fused{"swiglu", {}, {gate, up}, {prior[0]}};
+          ASSERT_TRUE(RunOn(backend, fused, all).ok());
+          Call unfused = fused;
+          unfused.outputs[0].data = SiluThenMul(backend, gate, up, bf16);
+          ExpectClose(fused, unfused, tolerance, "swiglu");
+          for (const bool accumulate : {false, true}) {
+            Call grad{"swiglu_grad", {{"accumulate", accumulate ? 1 : 0}}, {dy, gate, up}, prior};
+            ASSERT_TRUE(RunOn(backend, grad, all).ok());
+            Call apart = grad;
+            apart.outputs = UnfusedGrads(backend, dy, gate, up, prior, bf16, accumulate);
+            ExpectClose(grad, apart, tolerance, accumulate ? "accumulating" : "writing");
           }
         }
       }
