@@ -60,8 +60,12 @@ struct SwiGluFamily {
   }
 
   // Runs kernel `op` on inputs `x` and outputs `y` (operand order above).
+  // Inlined, with its loops, into the CPU's SIMD clones
+  // (runtime/cpu/kernels.cc): called, it would run at the baseline ISA.
   template <typename T>
-  static void Run(KernelOp op, const Args& a, const T* const* x, T* const* y, bool accumulate) {
+  __attribute__((always_inline)) static inline void Run(KernelOp op, const Args& a,
+                                                        const T* const* x, T* const* y,
+                                                        bool accumulate) {
     if (op == KernelOp::kSwiGlu) {
       if (a.Round()) {
         Forward<T, true>(a.n, x[0], x[1], accumulate, y[0]);
@@ -84,9 +88,8 @@ struct SwiGluFamily {
   template <bool kRound>
   static double Stored(double v) { return v; }
 
-  // y (+)= s up, s = silu(gate) as silu's instruction stored it. Inlined
-  // into the CPU's SIMD clones (runtime/cpu/kernels.cc), one vector loop
-  // per case.
+  // y (+)= s up, s = silu(gate) as silu's instruction stored it: one
+  // vector loop per case.
   template <typename T, bool kRound>
   __attribute__((always_inline)) static inline void Forward(int64_t n, const T* __restrict gate,
                                                             const T* __restrict up,
