@@ -187,7 +187,8 @@ struct TrainConfig {
   // repeat(..., recompute = true) does for one (ModelSpec::repeat_blocks).
   bool recompute = false;
   // The plan's fusion passes (compiler/graph/fuse_classifier.h,
-  // fuse_linear_gelu.h, fuse_linear_gelu_grad.h, fuse_add_layernorm.h);
+  // fuse_linear_gelu.h, fuse_linear_gelu_grad.h, fuse_activation.h,
+  // fuse_swiglu.h, fuse_add_layernorm.h);
   // false plans every op as autodiff wrote it, for comparing.
   bool fusion = true;
   // > 0: scale the step's gradient so that its global L2 norm (over every

@@ -9,12 +9,16 @@ heads over 2 key/value heads of 16, MLP 96), on its own text:
     trains: every step's loss is finite, the last is below the first, and
     the weights moved;
   - repeat(..., recompute = true) ends with the same bits (bf16, 2 x 2)
-    while the plan's peak activations shrink.
+    while the plan's peak activations shrink;
+  - SwiGLU fused (swiglu and swiglu_grad, compiler/graph/fuse_swiglu.h)
+    trains on the bits of silu, mul and their gradients apart (fusion =
+    false), fp32 and bf16.
 """
 import json
 import math
 import os
 import random
+import re
 import unittest
 
 import numpy as np
@@ -105,6 +109,24 @@ train {{
         after, text = peak(recompute)
         self.assertIn("forward instructions run again in the backward", text)
         self.assertLess(after, 0.8 * before)
+
+    def test_swiglu_fusion_trains_the_unfused_bits(self):
+        flags = [x for k, v in SMALL.items() for x in (f"--{k}", v)]
+        plan = os.path.join(self.dir, "swiglu.plan")
+        e2e.train(self.model, "--compile-only", *flags, "--gpus", 1, "-o", plan)
+        with open(plan) as f:
+            ops = re.findall(r"^instr \d+ op=(\w+) ", f.read(), re.M)
+        # One of each per layer; nothing of the five left.
+        self.assertEqual((ops.count("swiglu"), ops.count("swiglu_grad")), (2, 2))
+        self.assertFalse({"silu", "silu_grad", "mul", "mul_grad"} & set(ops))
+        for precision in ("fp32", "bf16"):
+            runs = {}
+            for fusion in ("true", "false"):
+                runs[fusion], _ = self.run_split(f"swiglu_{precision}_{fusion}", 1, 2,
+                                                 "--deterministic", "true", "--precision",
+                                                 precision, "--fusion", fusion)
+            e2e.assert_same_bits(self, runs["false"], runs["true"],
+                                 f"{precision}: swiglu against silu and mul apart")
 
     def test_bf16_zero1_and_clipping_train(self):
         start, _ = self.run_split("start", 1, 1, "--steps", 1, "--lr", "1e-30")
