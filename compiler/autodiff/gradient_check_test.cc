@@ -547,7 +547,9 @@ TEST(SourceGradientCheck, RmsNorm) {
 }
 
 // SwiGLU: silu(gate) * up, written with the infix and as a call; both
-// operands of each mul need a gradient.
+// operands of each mul need a gradient. The first product is fused
+// (swiglu and swiglu_grad, compiler/graph/fuse_swiglu.h); the second, of
+// no silu, stays a mul.
 TEST(SourceGradientCheck, SwiGluMul) {
   CheckSourceGradients(Source(R"(
   input  x: f32[6]
@@ -558,6 +560,21 @@ TEST(SourceGradientCheck, SwiGluMul) {
   v      = linear(x, 5)
   h      = mul(g, v)
   logits = linear(h, 3)
+  loss   = cross_entropy(logits, y)
+)", 3),
+                       3, {"mul", "mul_grad", "swiglu", "swiglu_grad"});
+}
+
+// silu's output read by the product and the add: the fusion leaves the
+// five apart.
+TEST(SourceGradientCheck, SwiGluWithSiluReadTwice) {
+  CheckSourceGradients(Source(R"(
+  input  x: f32[6]
+  label  y: i32[3]
+  gate   = linear(x, 5, bias = false)
+  up     = linear(x, 5, bias = false)
+  s      = silu(gate)
+  logits = linear(s * up + s, 3)
   loss   = cross_entropy(logits, y)
 )", 3),
                        3, {"mul", "mul_grad", "silu", "silu_grad"});

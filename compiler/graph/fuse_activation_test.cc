@@ -43,13 +43,6 @@ Graph Fused(const std::string& body, bool bf16 = false, bool* changed = nullptr)
   return g;
 }
 
-int ValueNamed(const Graph& g, const std::string& name) {
-  for (const Value& v : g.values()) {
-    if (v.name == name) return v.id;
-  }
-  return -1;
-}
-
 TEST(FuseLinearActivation, ReluAndTanhDropPreWhichNothingElseReads) {
   for (const char* act : {"relu", "tanh"}) {
     SCOPED_TRACE(act);

@@ -39,13 +39,6 @@ TrainSpec Spec(const std::string& mlp = kSwiGlu, const std::string& repeat = "re
   return CompiledSpec(absl::StrReplaceAll(kModel, {{"MLP", mlp}, {"REPEAT", repeat}}));
 }
 
-int ValueNamed(const Graph& g, const std::string& name) {
-  for (const Value& v : g.values()) {
-    if (v.name == name) return v.id;
-  }
-  return -1;
-}
-
 // The gradient of the value named `name`.
 int GradOf(const Graph& g, const std::string& name) {
   const int v = ValueNamed(g, name);

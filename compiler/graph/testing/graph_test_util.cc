@@ -57,4 +57,11 @@ const Node* WriterOf(const Graph& graph, const std::string& value) {
   return nullptr;
 }
 
+int ValueNamed(const Graph& graph, const std::string& name) {
+  for (const Value& v : graph.values()) {
+    if (v.name == name) return v.id;
+  }
+  return -1;
+}
+
 }  // namespace trainc

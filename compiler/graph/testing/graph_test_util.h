@@ -27,6 +27,8 @@ int CountOps(const Graph& graph, const std::string& op);
 const Node* FirstNode(const Graph& graph, const std::string& op);
 // The node writing the value named `value` (null: none).
 const Node* WriterOf(const Graph& graph, const std::string& value);
+// The id of the value named `name` (-1: none).
+int ValueNamed(const Graph& graph, const std::string& name);
 
 }  // namespace trainc
 
