@@ -112,20 +112,38 @@ TRAINC_HD float SigmoidParts(float x, float* e) {
   *e = ExpNonPositive(-(86.0f < abs_x ? 86.0f : abs_x));
   return 1.0f + *e;
 }
+TRAINC_HD float SigmoidOfParts(float x, float e, float d) {
+  const float s = (x >= 0.0f ? 1.0f : e) / d;
+  return x < -86.0f ? 0.0f : s;
+}
+TRAINC_HD float SiluOfParts(float x, float e, float d) {
+  const float y = (x >= 0.0f ? x : x * e) / d;
+  return x < -86.0f ? x * 0.0f : y;
+}
 TRAINC_HD float Sigmoid(float x) {
   float e;
   const float d = SigmoidParts(x, &e);
-  const float s = (x >= 0.0f ? 1.0f : e) / d;
-  return x < -86.0f ? 0.0f : s;
+  return SigmoidOfParts(x, e, d);
 }
 TRAINC_HD double Sigmoid(double x) { return 1 / (1 + exp(-x)); }
 TRAINC_HD float Silu(float x) {
   float e;
   const float d = SigmoidParts(x, &e);
-  const float y = (x >= 0.0f ? x : x * e) / d;
-  return x < -86.0f ? x * 0.0f : y;
+  return SiluOfParts(x, e, d);
 }
 TRAINC_HD double Silu(double x) { return x / (1 + exp(-x)); }
+// Silu(x), and Sigmoid(x) in *sigmoid, from one exponential (the fused
+// SwiGLU's gradient needs both): each the bits of its own function.
+TRAINC_HD float SiluAndSigmoid(float x, float* sigmoid) {
+  float e;
+  const float d = SigmoidParts(x, &e);
+  *sigmoid = SigmoidOfParts(x, e, d);
+  return SiluOfParts(x, e, d);
+}
+TRAINC_HD double SiluAndSigmoid(double x, double* sigmoid) {
+  *sigmoid = Sigmoid(x);
+  return Silu(x);
+}
 
 }  // namespace math
 
@@ -193,10 +211,10 @@ struct Silu {
 };
 struct SiluGrad {  // (dy, x)
   template <typename T>
-  TRAINC_HD static T F(T dy, T x) {
-    const T s = math::Sigmoid(x);
-    return dy * s * (T(1) + x * (T(1) - s));
-  }
+  TRAINC_HD static T F(T dy, T x) { return OfSigmoid(dy, x, math::Sigmoid(x)); }
+  // Given s = sigmoid(x) (math::SiluAndSigmoid's).
+  template <typename T>
+  TRAINC_HD static T OfSigmoid(T dy, T x, T s) { return dy * s * (T(1) + x * (T(1) - s)); }
 };
 
 struct Tanh {

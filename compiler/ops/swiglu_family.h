@@ -106,26 +106,30 @@ struct SwiGluFamily {
   }
 
   // ds = dy up as mul_grad stored it, dgate (+)= silu_grad(ds, gate);
-  // dup (+)= dy s, s = silu(gate) recomputed as silu stored it.
+  // dup (+)= dy s, s = silu(gate) recomputed as silu stored it; silu and
+  // silu_grad's sigmoid from one exponential (math::SiluAndSigmoid).
   template <typename T, bool kRound>
   __attribute__((always_inline)) static inline void Grad(int64_t n, const T* __restrict dy,
                                                          const T* __restrict gate,
                                                          const T* __restrict up, bool accumulate,
                                                          T* __restrict dgate,
                                                          T* __restrict dup) {
+    using pointwise::MulGrad, pointwise::SiluGrad;
     if (accumulate) {
       for (int64_t i = 0; i < n; ++i) {
-        const T ds = Stored<kRound>(pointwise::MulGrad::F(dy[i], up[i]));
-        const T s = Stored<kRound>(pointwise::Silu::F(gate[i]));
-        dgate[i] += pointwise::SiluGrad::F(ds, gate[i]);
-        dup[i] += pointwise::MulGrad::F(dy[i], s);
+        T sigmoid;
+        const T s = Stored<kRound>(pointwise::math::SiluAndSigmoid(gate[i], &sigmoid));
+        const T ds = Stored<kRound>(MulGrad::F(dy[i], up[i]));
+        dgate[i] += SiluGrad::OfSigmoid(ds, gate[i], sigmoid);
+        dup[i] += MulGrad::F(dy[i], s);
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
-        const T ds = Stored<kRound>(pointwise::MulGrad::F(dy[i], up[i]));
-        const T s = Stored<kRound>(pointwise::Silu::F(gate[i]));
-        dgate[i] = pointwise::SiluGrad::F(ds, gate[i]);
-        dup[i] = pointwise::MulGrad::F(dy[i], s);
+        T sigmoid;
+        const T s = Stored<kRound>(pointwise::math::SiluAndSigmoid(gate[i], &sigmoid));
+        const T ds = Stored<kRound>(MulGrad::F(dy[i], up[i]));
+        dgate[i] = SiluGrad::OfSigmoid(ds, gate[i], sigmoid);
+        dup[i] = MulGrad::F(dy[i], s);
       }
     }
   }

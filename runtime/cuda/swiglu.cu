@@ -36,9 +36,10 @@ __global__ void SwiGluGradKernel(const T* dy, const T* gate, const T* up, T* dga
                                  int64_t n, bool accumulate, bool round) {
   TRAINC_GRID_STRIDE(i, n) {
     const float d = ToF32(dy[i]), g = ToF32(gate[i]);
+    float sigmoid;
+    const float s = Stored(pointwise::math::SiluAndSigmoid(g, &sigmoid), round);
     const float ds = Stored(pointwise::MulGrad::F(d, ToF32(up[i])), round);
-    const float s = Stored(pointwise::Silu::F(g), round);
-    float dg = pointwise::SiluGrad::F(ds, g);
+    float dg = pointwise::SiluGrad::OfSigmoid(ds, g, sigmoid);
     float du = pointwise::MulGrad::F(d, s);
     if (accumulate) {
       dg = ToF32(dgate[i]) + dg;
