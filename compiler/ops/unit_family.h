@@ -304,8 +304,10 @@ std::string ResolveUnit(KernelOp op, const std::vector<std::vector<int64_t>>& in
 // inlined, so that a Run<float> inlined here (swiglu's) lands in the CPU's
 // SIMD clones (runtime/cpu/kernels.cc), compiled for their ISA.
 template <typename Family, typename T>
-__attribute__((always_inline)) inline std::string RunUnit(KernelOp op, const typename Family::Args& a, const T* const* x, T* const* y,
-                    bool accumulate) {
+__attribute__((always_inline)) inline std::string RunUnit(KernelOp op,
+                                                          const typename Family::Args& a,
+                                                          const T* const* x, T* const* y,
+                                                          bool accumulate) {
   using Result = decltype(Family::template Run<T>(op, a, x, y, accumulate));
   if constexpr (std::is_void_v<Result>) {
     Family::template Run<T>(op, a, x, y, accumulate);

@@ -99,8 +99,10 @@ void LinearGradBias(const uint16_t* dy, int64_t rows, int64_t out, bool accumula
 // Always inlined into Run<Family>'s SIMD clones below, as unit::RunUnit is:
 // a Run<float> inlined into it (swiglu's) is compiled for each clone's ISA.
 template <typename Family>
-__attribute__((always_inline)) inline std::string RunOnCpu(KernelOp op, const typename Family::Args& a, const float* const* x,
-                     float* const* y, bool accumulate) {
+__attribute__((always_inline)) inline std::string RunOnCpu(KernelOp op,
+                                                           const typename Family::Args& a,
+                                                           const float* const* x,
+                                                           float* const* y, bool accumulate) {
   if constexpr (ops::unit::HasOwnCpuKernel<Family>::value) {
     return OwnCpuKernel(op, a, x, y, accumulate);
   } else {
