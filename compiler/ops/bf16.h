@@ -1,7 +1,8 @@
 // bfloat16: the top 16 bits of an IEEE float, rounded to nearest even (as
 // torch's float -> bfloat16 cast and CUDA's __float2bfloat16_rn). One
-// element's conversions, for the cast family's loops
-// (compiler/ops/cast_family.h) and the runtime's (runtime/device/bf16.h).
+// element's conversions, for the families' loops (cast, and the rounding
+// points of layer_norm and swiglu) and the runtime's
+// (runtime/device/bf16.h).
 #ifndef TRAINC_COMPILER_OPS_BF16_H_
 #define TRAINC_COMPILER_OPS_BF16_H_
 
@@ -28,6 +29,10 @@ inline float Bf16ToFloat(uint16_t h) {
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
+
+// f as a bf16 tensor holds it, read back as a float: FloatToBf16's
+// rounding, widened.
+inline float RoundedToBf16(float f) { return Bf16ToFloat(FloatToBf16(f)); }
 
 }  // namespace trainc
 

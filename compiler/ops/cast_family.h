@@ -70,7 +70,7 @@ struct CastFamily {
       // is a round trip through it, widening changes nothing.
       for (int64_t i = 0; i < a.elements; ++i) {
         y[0][i] = op == KernelOp::kCastToBf16
-                      ? static_cast<T>(Bf16ToFloat(FloatToBf16(static_cast<float>(x[0][i]))))
+                      ? static_cast<T>(RoundedToBf16(static_cast<float>(x[0][i])))
                       : x[0][i];
       }
     }

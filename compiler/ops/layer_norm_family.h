@@ -19,11 +19,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "compiler/ops/bf16.h"
 #include "compiler/ops/kernel_families.h"
 #include "compiler/ops/pointwise.h"
 #include "compiler/ops/unit_family.h"
@@ -185,20 +185,9 @@ struct LayerNormFamily {
     }
   }
 
-  // v as a bf16 tensor holds it: rounded to nearest even (NaN stays NaN),
-  // as runtime/device/bf16.h. The reference never rounds (bf16_outputs 0).
-  static float RoundToBf16(float v) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, sizeof(bits));
-    if ((bits & 0x7fffffffu) > 0x7f800000u) {
-      bits |= 0x00400000u;
-    } else {
-      bits += 0x7fffu + ((bits >> 16) & 1u);
-    }
-    bits &= 0xffff0000u;
-    std::memcpy(&v, &bits, sizeof(v));
-    return v;
-  }
+  // v as a bf16 tensor holds it (bf16.h). The reference never rounds
+  // (bf16_outputs 0).
+  static float RoundToBf16(float v) { return RoundedToBf16(v); }
   static double RoundToBf16(double v) { return v; }
 };
 

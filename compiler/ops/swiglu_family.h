@@ -83,7 +83,7 @@ struct SwiGluFamily {
   // float64 reference never rounds.
   template <bool kRound>
   static float Stored(float v) {
-    return kRound ? Bf16ToFloat(FloatToBf16(v)) : v;
+    return kRound ? RoundedToBf16(v) : v;
   }
   template <bool kRound>
   static double Stored(double v) { return v; }

@@ -47,7 +47,7 @@ absl::Status LinearGradInputGelu(const Prepared& p) {
   const bool round = StagedOutput(k, 0) != nullptr;
   const int64_t n = l.rows * l.in;
   auto read_dh = [round](const float* dh, int64_t count, float* to) {
-    for (int64_t i = 0; i < count; ++i) to[i] = round ? Bf16ToFloat(FloatToBf16(dh[i])) : dh[i];
+    for (int64_t i = 0; i < count; ++i) to[i] = round ? RoundedToBf16(dh[i]) : dh[i];
   };
   if (k.accumulate) {
     if (k.workspace_bytes < LinearGradInputGeluWorkspaceBytes(k)) {
